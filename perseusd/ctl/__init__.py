@@ -1,0 +1,1 @@
+"""`perseusctl`: the command line for operators and users. One module per command."""

@@ -1,0 +1,254 @@
+"""Computation DAGs of pipeline-parallel training iterations.
+
+A node is one computation (a forward or backward of one microbatch on one pipeline stage, and for
+interleaved schedules one model chunk). Edges are the execution order on each stage plus the data
+dependencies between consecutive virtual stages: F(v, j) -> F(v+1, j) and B(v+1, j) -> B(v, j), where the
+virtual stage of chunk c on stage s is v = c * S + s. Every DAG is built in O(N) from per-stage orders, so any
+schedule a framework runs can be planned with `from_stage_orders`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from perseusd.errors import PlanningError
+
+
+class Instruction(StrEnum):
+    """The kind of a computation, as named in profiles."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+
+
+F = Instruction.FORWARD
+B = Instruction.BACKWARD
+
+
+@dataclass(frozen=True, order=True)
+class Computation:
+    """One computation: `instruction` of `microbatch` on pipeline stage `stage` (model chunk `chunk`)."""
+
+    stage: int
+    instruction: Instruction
+    microbatch: int
+    chunk: int = 0
+
+    def label(self) -> str:
+        """A short human-readable name, e.g. `F3@s1` or `B0@s2c1`."""
+        chunk = f"c{self.chunk}" if self.chunk else ""
+        return f"{self.instruction.value[0].upper()}{self.microbatch}@s{self.stage}{chunk}"
+
+
+ScheduleStep = tuple[Instruction, int, int]
+"""One entry of a per-stage order: (instruction, microbatch, chunk)."""
+
+
+@dataclass(frozen=True)
+class ComputationDag:
+    """An immutable computation DAG with its per-stage schedule order.
+
+    Node ids index `computations`. Nodes are numbered stage by stage, in execution order, so
+    `stage_orders[s]` is a contiguous range of ids.
+    """
+
+    schedule: str
+    num_stages: int
+    num_microbatches: int
+    num_chunks: int
+    computations: tuple[Computation, ...]
+    predecessors: tuple[tuple[int, ...], ...]
+    successors: tuple[tuple[int, ...], ...]
+    stage_orders: tuple[tuple[int, ...], ...]
+    topological_order: tuple[int, ...]
+
+    @property
+    def num_computations(self) -> int:
+        """Number of computation nodes (sources and sinks are implicit)."""
+        return len(self.computations)
+
+    @property
+    def num_edges(self) -> int:
+        """Number of dependency edges between computations."""
+        return sum(len(s) for s in self.successors)
+
+    def virtual_stage(self, node: int) -> int:
+        """The virtual (model) stage of a node: the profile stage its time and energy come from."""
+        comp = self.computations[node]
+        return comp.chunk * self.num_stages + comp.stage
+
+    def sources(self) -> tuple[int, ...]:
+        """Nodes without predecessors (they follow the implicit source)."""
+        return tuple(i for i, p in enumerate(self.predecessors) if not p)
+
+    def sinks(self) -> tuple[int, ...]:
+        """Nodes without successors (they precede the implicit sink)."""
+        return tuple(i for i, s in enumerate(self.successors) if not s)
+
+
+def one_f_one_b_order(num_stages: int, num_microbatches: int, stage: int) -> list[ScheduleStep]:
+    """Synchronous 1F1B on one stage: min(S - s, M) warm-up forwards, alternate B and F, drain backwards."""
+    warmup = min(num_stages - stage, num_microbatches)
+    order: list[ScheduleStep] = [(F, j, 0) for j in range(warmup)]
+    next_forward = warmup
+    for j in range(num_microbatches):
+        order.append((B, j, 0))
+        if next_forward < num_microbatches:
+            order.append((F, next_forward, 0))
+            next_forward += 1
+    return order
+
+
+def gpipe_order(num_microbatches: int) -> list[ScheduleStep]:
+    """GPipe on one stage: every forward, then every backward, both in microbatch order."""
+    return [(F, j, 0) for j in range(num_microbatches)] + [(B, j, 0) for j in range(num_microbatches)]
+
+
+def interleaved_order(num_stages: int, num_microbatches: int, num_chunks: int, stage: int) -> list[ScheduleStep]:
+    """Interleaved 1F1B (Megatron-LM) on one stage with `num_chunks` model chunks per stage.
+
+    Microbatches go in groups of S: the k-th forward of a stage runs chunk (k // S) % V of microbatch
+    (k // (S V)) S + k % S; backwards use the chunks in reverse. Warm-up is (S - s - 1) 2 + (V - 1) S
+    forwards, capped at M V. M must be a multiple of S.
+    """
+    s_count, v_count, m_count = num_stages, num_chunks, num_microbatches
+    total = m_count * v_count
+
+    def step(k: int, forward: bool) -> ScheduleStep:
+        group = k // (s_count * v_count)
+        chunk = (k // s_count) % v_count
+        if not forward:
+            chunk = v_count - 1 - chunk
+        return (F if forward else B, group * s_count + k % s_count, chunk)
+
+    warmup = min((s_count - stage - 1) * 2 + (v_count - 1) * s_count, total)
+    order = [step(k, True) for k in range(warmup)]
+    for k in range(total - warmup):
+        order.append(step(warmup + k, True))
+        order.append(step(k, False))
+    order.extend(step(k, False) for k in range(total - warmup, total))
+    return order
+
+
+def build_dag(
+    schedule: str, num_stages: int, num_microbatches: int, num_chunks: int = 1
+) -> ComputationDag:
+    """Build the DAG of a named schedule: `1f1b`, `gpipe` or `interleaved` (with `num_chunks` > 1)."""
+    _check_positive(num_stages=num_stages, num_microbatches=num_microbatches, num_chunks=num_chunks)
+    if schedule == "1f1b":
+        orders = [one_f_one_b_order(num_stages, num_microbatches, s) for s in range(num_stages)]
+    elif schedule == "gpipe":
+        orders = [gpipe_order(num_microbatches) for _ in range(num_stages)]
+    elif schedule == "interleaved":
+        if num_microbatches % num_stages:
+            raise PlanningError(
+                f"interleaved 1F1B needs microbatches ({num_microbatches}) to be a multiple of stages ({num_stages})"
+            )
+        orders = [interleaved_order(num_stages, num_microbatches, num_chunks, s) for s in range(num_stages)]
+    else:
+        raise PlanningError(f"unknown schedule '{schedule}' (expected 1f1b, gpipe or interleaved)")
+    if schedule != "interleaved" and num_chunks != 1:
+        raise PlanningError(f"schedule '{schedule}' has one chunk per stage (got --chunks {num_chunks})")
+    return from_stage_orders(orders, num_microbatches=num_microbatches, num_chunks=num_chunks, schedule=schedule)
+
+
+def from_stage_orders(
+    orders: Sequence[Sequence[ScheduleStep]],
+    num_microbatches: int,
+    num_chunks: int = 1,
+    schedule: str = "custom",
+) -> ComputationDag:
+    """Build a DAG from an explicit per-stage execution order, checking that it is complete and deadlock-free.
+
+    Every stage must run each (instruction, microbatch, chunk) exactly once for all microbatches and chunks.
+    """
+    num_stages = len(orders)
+    _check_positive(num_stages=num_stages, num_microbatches=num_microbatches, num_chunks=num_chunks)
+    computations: list[Computation] = []
+    index: dict[Computation, int] = {}
+    stage_orders: list[tuple[int, ...]] = []
+    for stage, order in enumerate(orders):
+        _check_stage_order(stage, order, num_microbatches, num_chunks)
+        start = len(computations)
+        for instruction, microbatch, chunk in order:
+            comp = Computation(stage, Instruction(instruction), microbatch, chunk)
+            index[comp] = len(computations)
+            computations.append(comp)
+        stage_orders.append(tuple(range(start, len(computations))))
+
+    preds: list[list[int]] = [[] for _ in computations]
+    succs: list[list[int]] = [[] for _ in computations]
+
+    def add_edge(u: int, v: int) -> None:
+        if v not in succs[u]:
+            succs[u].append(v)
+            preds[v].append(u)
+
+    for ids in stage_orders:
+        for u, v in zip(ids, ids[1:], strict=False):
+            add_edge(u, v)
+    num_virtual = num_stages * num_chunks
+    for node, comp in enumerate(computations):
+        vstage = comp.chunk * num_stages + comp.stage
+        nxt = vstage + 1 if comp.instruction is F else vstage - 1
+        if 0 <= nxt < num_virtual:
+            other = Computation(nxt % num_stages, comp.instruction, comp.microbatch, nxt // num_stages)
+            add_edge(node, index[other])
+    topo = _topological_order(preds, succs, computations)
+    return ComputationDag(
+        schedule=schedule,
+        num_stages=num_stages,
+        num_microbatches=num_microbatches,
+        num_chunks=num_chunks,
+        computations=tuple(computations),
+        predecessors=tuple(tuple(p) for p in preds),
+        successors=tuple(tuple(s) for s in succs),
+        stage_orders=tuple(stage_orders),
+        topological_order=topo,
+    )
+
+
+def _check_positive(**values: int) -> None:
+    for name, value in values.items():
+        if value < 1:
+            raise PlanningError(f"{name.replace('_', ' ')} must be at least 1 (got {value})")
+
+
+def _check_stage_order(stage: int, order: Sequence[ScheduleStep], num_microbatches: int, num_chunks: int) -> None:
+    expected = {(i, j, c) for i in (F, B) for j in range(num_microbatches) for c in range(num_chunks)}
+    seen: set[ScheduleStep] = set()
+    for step in order:
+        key = (Instruction(step[0]), step[1], step[2])
+        if key not in expected:
+            raise PlanningError(f"stage {stage}: {key[0].value} of microbatch {key[1]} chunk {key[2]} is out of range")
+        if key in seen:
+            raise PlanningError(f"stage {stage}: {key[0].value} of microbatch {key[1]} chunk {key[2]} runs twice")
+        seen.add(key)
+    missing = sorted(expected - seen)
+    if missing:
+        instruction, microbatch, chunk = missing[0]
+        raise PlanningError(
+            f"stage {stage}: {len(missing)} computations never run, "
+            f"e.g. {instruction.value} of microbatch {microbatch} chunk {chunk}"
+        )
+
+
+def _topological_order(
+    preds: list[list[int]], succs: list[list[int]], computations: list[Computation]
+) -> tuple[int, ...]:
+    indegree = [len(p) for p in preds]
+    ready = [i for i, d in enumerate(indegree) if d == 0]
+    order: list[int] = []
+    while ready:
+        node = ready.pop()
+        order.append(node)
+        for nxt in succs[node]:
+            indegree[nxt] -= 1
+            if indegree[nxt] == 0:
+                ready.append(nxt)
+    if len(order) != len(computations):
+        stuck = next(computations[i] for i, d in enumerate(indegree) if d > 0)
+        raise PlanningError(f"the schedule deadlocks: {stuck.label()} waits on a cycle of dependencies")
+    return tuple(order)

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Set up a fresh machine: a virtual environment in .venv with the project installed (editable).
+#   scripts/setup.sh         what the main job needs
+#   scripts/setup.sh --dev   plus what the tests need: development tools and, when run as root, the Debian
+#                            packages of the service and cluster tests (systemd-nspawn, debootstrap, etcd)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dev=0
+[ "${1:-}" = "--dev" ] && dev=1
+
+if [ "$dev" = 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  need=()
+  for pkg in etcd-server etcd-client systemd-container debootstrap libsystemd-dev pkg-config; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+  done
+  if [ "${#need[@]}" -gt 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  fi
+fi
+
+python3 -m venv .venv
+. .venv/bin/activate
+python -m pip install -q --upgrade pip
+if [ "$dev" = 1 ]; then
+  python -m pip install -q -e '.[dev]'
+  # Journal logging and sd_notify through systemd-python where it builds (needs libsystemd-dev).
+  python -m pip install -q systemd-python || echo "setup: systemd-python not installed; perseusd uses its own notify"
+else
+  python -m pip install -q -e '.[plot]'
+fi
+echo "setup: ready (.venv)"
