@@ -1,0 +1,61 @@
+"""Evaluate a frequency assignment on a DAG with measured values: iteration time and energy.
+
+Iteration time T is the longest path through the DAG. Iteration energy is the energy of every computation
+plus the blocking power of each GPU while it is not computing: E = sum_i e_i + P_block * (S * T - sum_i t_i).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from perseusd.planner.dag import ComputationDag
+from perseusd.planner.profile import Measurement, Profile
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Measured time and energy of one iteration under one frequency assignment."""
+
+    time_s: float
+    energy_j: float
+    compute_energy_j: float
+    blocking_energy_j: float
+
+
+def longest_path_s(dag: ComputationDag, durations_s: Sequence[float]) -> float:
+    """The iteration time: the longest path through `dag` with `durations_s[node]` per node."""
+    finish = [0.0] * dag.num_computations
+    for node in dag.topological_order:
+        start = max((finish[p] for p in dag.predecessors[node]), default=0.0)
+        finish[node] = start + durations_s[node]
+    return max(finish, default=0.0)
+
+
+def measurements_for(dag: ComputationDag, profile: Profile, clocks_mhz: Sequence[int]) -> list[Measurement]:
+    """The measurement behind each node at its assigned clock (profile stage = the node's virtual stage)."""
+    return [
+        profile.lookup(dag.virtual_stage(node), comp.instruction, clocks_mhz[node])
+        for node, comp in enumerate(dag.computations)
+    ]
+
+
+def evaluate_measurements(dag: ComputationDag, chosen: Sequence[Measurement], p_block_w: float) -> Evaluation:
+    """Time and energy when node i runs as measured in `chosen[i]`."""
+    time_s = longest_path_s(dag, [m.time_s for m in chosen])
+    compute_j = sum(m.energy_j for m in chosen)
+    idle_s = dag.num_stages * time_s - sum(m.time_s for m in chosen)
+    blocking_j = p_block_w * idle_s
+    return Evaluation(time_s, compute_j + blocking_j, compute_j, blocking_j)
+
+
+def evaluate_clocks(
+    dag: ComputationDag, profile: Profile, clocks_mhz: Sequence[int], p_block_w: float
+) -> Evaluation:
+    """Time and energy of an iteration in which node i runs at `clocks_mhz[i]`."""
+    return evaluate_measurements(dag, measurements_for(dag, profile, clocks_mhz), p_block_w)
+
+
+def all_max_clocks(dag: ComputationDag, profile: Profile) -> list[int]:
+    """Every computation at the highest clock measured for it."""
+    return [profile.max_freq_mhz(dag.virtual_stage(n), c.instruction) for n, c in enumerate(dag.computations)]

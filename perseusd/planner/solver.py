@@ -1,0 +1,210 @@
+"""The Perseus frontier solver: a DAG and a profile in, the iteration time-energy frontier out.
+
+A pure library: `FrontierSolver.points()` is a generator of frontier points in emission order (slowest
+first, one unit time faster each step); nothing is read or written and the inputs are never mutated.
+The iteration itself runs in the C core (`perseusd.planner._pdcore`) when it was built, else in the
+pure-Python reference (`perseusd.planner.pd_core`); both give identical results.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from perseusd.errors import PlanningError
+from perseusd.planner.cost_model import CostModel, fit_cost_model
+from perseusd.planner.dag import ComputationDag, Instruction
+from perseusd.planner.options import OptionSet, build_option_set
+from perseusd.planner.profile import Profile
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SolverParams:
+    """Solver parameters. `unit_time_s` is in the profile's time unit (seconds for the bundled profiles)."""
+
+    unit_time_s: float = 0.001
+    p_block_w: float = 0.0
+    core: str = "auto"
+    """`auto` (C if built), `c` or `python`."""
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    """One point of the frontier and its frequency plan."""
+
+    index: int
+    quant_time: int
+    time_s: float
+    model_energy_j: float
+    refined_energy_j: float
+    clocks_mhz: tuple[int, ...]
+    """One clock per DAG node id."""
+    refined_time_s: float = 0.0
+    """The iteration time re-evaluated with measured times."""
+
+
+class _Core(Protocol):
+    t_min: int
+    t_max: int
+
+    def step(self) -> tuple[int, int, float, float, float] | None: ...
+
+    def durations(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class _Tables:
+    """Flat per-computation arrays shared by both cores."""
+
+    pred_ptr: np.ndarray
+    pred_idx: np.ndarray
+    topo: np.ndarray
+    min_q: np.ndarray
+    max_q: np.ndarray
+    cost_ptr: np.ndarray
+    cost_val: np.ndarray
+    rt_val: np.ndarray
+    re_val: np.ndarray
+    freq_val: tuple[int, ...]
+
+
+def load_c_core() -> Any | None:
+    """The compiled core module, or None when it was not built."""
+    try:
+        from perseusd.planner import _pdcore  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _pdcore
+
+
+class FrontierSolver:
+    """Prepares options and cost models once; `points()` runs the iteration."""
+
+    def __init__(self, dag: ComputationDag, profile: Profile, params: SolverParams) -> None:
+        self.dag, self.profile, self.params = dag, profile, params
+        self.option_sets = self._option_sets()
+        self.cost_models = self._fit_models()
+        self._tables = self._flatten()
+        probe = self._new_core()
+        self.t_min_quant, self.t_max_quant = int(probe.t_min), int(probe.t_max)
+
+    def _option_sets(self) -> dict[tuple[int, Instruction], OptionSet]:
+        keys = sorted({(self.dag.virtual_stage(n), c.instruction) for n, c in enumerate(self.dag.computations)})
+        p = self.params
+        if not (p.p_block_w >= 0 and np.isfinite(p.p_block_w)):
+            raise PlanningError(f"blocking power must be a finite non-negative number (got {p.p_block_w})")
+        return {
+            key: build_option_set(key[0], key[1], self.profile.options(*key), p.unit_time_s, p.p_block_w)
+            for key in keys
+        }
+
+    def _fit_models(self) -> dict[tuple[int, Instruction], CostModel]:
+        """Fit every option set once; identical option sets (often every stage but the last) share a fit."""
+        fits: dict[tuple[tuple[int, float], ...], CostModel] = {}
+        models = {}
+        for key, option_set in self.option_sets.items():
+            points = tuple((o.quant_time, o.effective_cost_j) for o in option_set.options)
+            if points not in fits:
+                fits[points] = fit_cost_model(option_set, self.params.unit_time_s)
+            models[key] = fits[points]
+        return models
+
+    def _flatten(self) -> _Tables:
+        dag = self.dag
+        pred_ptr, pred_idx = [0], []
+        for preds in dag.predecessors:
+            pred_idx.extend(preds)
+            pred_ptr.append(len(pred_idx))
+        min_q, max_q, cost_ptr = [], [], [0]
+        cost_val: list[float] = []
+        rt_val: list[float] = []
+        re_val: list[float] = []
+        freq_val: list[int] = []
+        for node, comp in enumerate(dag.computations):
+            key = (dag.virtual_stage(node), comp.instruction)
+            options, model = self.option_sets[key], self.cost_models[key]
+            min_q.append(model.min_quant)
+            max_q.append(model.max_quant)
+            cost_val.extend(model.costs_j)
+            for q in range(model.min_quant, model.max_quant + 1):
+                option = options.option_for(q)
+                rt_val.append(option.time_s)
+                re_val.append(option.energy_j)
+                freq_val.append(option.freq_mhz)
+            cost_ptr.append(len(cost_val))
+        interned = {f: f for f in freq_val}
+        i64 = np.int64
+        return _Tables(
+            np.array(pred_ptr, i64),
+            np.array(pred_idx, i64),
+            np.array(dag.topological_order, i64),
+            np.array(min_q, i64),
+            np.array(max_q, i64),
+            np.array(cost_ptr, i64),
+            np.array(cost_val, np.float64),
+            np.array(rt_val, np.float64),
+            np.array(re_val, np.float64),
+            tuple(interned[f] for f in freq_val),
+        )
+
+    def _new_core(self) -> _Core:
+        t, c_core = self._tables, None
+        if self.params.core in ("auto", "c"):
+            c_core = load_c_core()
+            if c_core is None and self.params.core == "c":
+                raise PlanningError("the C solver core is not built (reinstall the package with a C compiler)")
+        args = (t.pred_ptr, t.pred_idx, t.topo, t.min_q, t.max_q, t.cost_ptr, t.cost_val, t.rt_val, t.re_val)
+        extra = (self.dag.num_stages, float(self.params.p_block_w))
+        if c_core is not None:
+            core: _Core = c_core.PdCore(*args, *extra)
+            return core
+        from perseusd.planner.pd_core import PdCore
+
+        return PdCore(*(a.tolist() for a in args), *extra)
+
+    @property
+    def expected_points(self) -> int:
+        """The number of points a complete frontier has (one per unit time between T_min and T_max)."""
+        return self.t_max_quant - self.t_min_quant
+
+    def model_energy_j(self, model_cost_j: float, quant_time: int) -> float:
+        """Plan energy from the model: effective cost plus every GPU's blocking power over the iteration."""
+        return model_cost_j + self.dag.num_stages * quant_time * self.params.unit_time_s * self.params.p_block_w
+
+    def points(self) -> Iterator[FrontierPoint]:
+        """Generate the frontier, slowest point first. The all-slowest starting state is not emitted."""
+        core, t = self._new_core(), self._tables
+        offset = t.cost_ptr[:-1] - t.min_q
+        freq = t.freq_val
+        index = 0
+        while (result := core.step()) is not None:
+            _, quant_time, cost_j, refined_time_s, refined_energy_j = result
+            slots = (offset + np.asarray(core.durations(), dtype=np.int64)).tolist()
+            yield FrontierPoint(
+                index=index,
+                quant_time=quant_time,
+                time_s=quant_time * self.params.unit_time_s,
+                model_energy_j=self.model_energy_j(cost_j, quant_time),
+                refined_energy_j=refined_energy_j,
+                clocks_mhz=tuple(freq[s] for s in slots),
+                refined_time_s=refined_time_s,
+            )
+            index += 1
+
+    def describe_models(self) -> dict[str, str]:
+        """Which cost model each (stage, instruction) uses, e.g. to report a fallback."""
+        return {f"{k[0]}:{k[1].value}": m.kind for k, m in self.cost_models.items()}
+
+
+def solve_frontier(dag: ComputationDag, profile: Profile, params: SolverParams) -> Iterator[FrontierPoint]:
+    """Generate the frontier of `dag` under `profile` (see `FrontierSolver`)."""
+    return FrontierSolver(dag, profile, params).points()
+
+
+__all__ = ["CostModel", "FrontierPoint", "FrontierSolver", "SolverParams", "solve_frontier"]
