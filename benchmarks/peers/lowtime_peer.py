@@ -25,12 +25,17 @@ class PeerPoint:
     clocks_mhz: tuple[int, ...]
 
 
-def _spec(profile: Profile, stage: int, instruction: Instruction, unit_time_s: float, p_block_w: float) -> Any:
+def _spec(
+    profile: Profile, stage: int, instruction: Instruction, unit_time_s: float, p_block_w: float
+) -> Any:
     from lowtime.cost_model import ExponentialModel
     from lowtime.operation import CandidateExecutionOptions, ExecutionOption, OperationSpec
 
     rows = profile.options(stage, instruction)
-    raw = [ExecutionOption(real_time=m.time_s, unit_time=unit_time_s, cost=m.energy_j, knob=m.freq_mhz) for m in rows]
+    raw = [
+        ExecutionOption(real_time=m.time_s, unit_time=unit_time_s, cost=m.energy_j, knob=m.freq_mhz)
+        for m in rows
+    ]
     candidates = CandidateExecutionOptions(options=raw)
     if len(candidates.options) <= 3:
         candidates = CandidateExecutionOptions(options=raw, noise_factor=0.95)

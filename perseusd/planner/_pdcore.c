@@ -26,7 +26,7 @@ typedef struct {
     int64_t num_stages, inf_units;
     double p_block;
     int64_t t_min, t_max, t_cur;
-    int done;
+    int done, stop_on_zero;
     /* critical arcs */
     int64_t n_arcs, *arc_u, *arc_v, *arc_lb, *arc_ub, *arc_comp;
     /* flow network (forward star) */
@@ -252,7 +252,7 @@ static int apply_cut(PdCore *s, double *change) {
             if (i >= 0 && s->d[i] + 1 > s->max_q[i]) return 0;
         }
     }
-    if (ups == 0) return 1;
+    if (ups == 0) return 0;
     for (int64_t k = 0; k < s->n_arcs; k++) {
         int64_t i = s->arc_comp[k];
         if (s->seen[s->arc_u[k]] && !s->seen[s->arc_v[k]]) {
@@ -290,13 +290,18 @@ static PyObject *refined_point(PdCore *s) {
 
 static PyObject *PdCore_step(PdCore *s, PyObject *Py_UNUSED(ignored)) {
     double change;
+    int64_t before = s->t_cur;
     if (s->done) Py_RETURN_NONE;
     critical_arcs(s);
-    if (!min_cut(s) || !apply_cut(s, &change) || fabs(change) < EPS) {
+    if (!min_cut(s) || !apply_cut(s, &change) || (s->stop_on_zero && fabs(change) < EPS)) {
         s->done = 1;
         Py_RETURN_NONE;
     }
     cpm(s);
+    if (s->t_cur >= before) {
+        s->done = 1;
+        Py_RETURN_NONE;
+    }
     return refined_point(s);
 }
 
@@ -391,15 +396,17 @@ static int PdCore_init(PdCore *s, PyObject *args, PyObject *kwds) {
     PyObject *obj[9];
     long long num_stages;
     double p_block;
+    int stop_on_zero = 1;
     Py_ssize_t counts[9];
     static char *names[] = {"pred_ptr", "pred_idx", "topo", "min_q", "max_q", "cost_ptr",
-                            "cost_val", "rt_val", "re_val", "num_stages", "p_block_w", NULL};
+                            "cost_val", "rt_val", "re_val", "num_stages", "p_block_w", "stop_on_zero_change", NULL};
     if (s->d) {
         PyErr_SetString(PyExc_RuntimeError, "PdCore is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOLd", names, &obj[0], &obj[1], &obj[2], &obj[3],
-                                     &obj[4], &obj[5], &obj[6], &obj[7], &obj[8], &num_stages, &p_block))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOLd|p", names, &obj[0], &obj[1], &obj[2], &obj[3],
+                                     &obj[4], &obj[5], &obj[6], &obj[7], &obj[8], &num_stages, &p_block,
+                                     &stop_on_zero))
         return -1;
     void **dst[9] = {(void **)&s->pred_ptr, (void **)&s->pred_idx, (void **)&s->topo, (void **)&s->min_q,
                      (void **)&s->max_q, (void **)&s->cost_ptr, (void **)&s->cost, (void **)&s->rt,
@@ -416,6 +423,7 @@ static int PdCore_init(PdCore *s, PyObject *args, PyObject *kwds) {
     }
     s->num_stages = num_stages;
     s->p_block = p_block;
+    s->stop_on_zero = stop_on_zero;
     s->inf_units = to_units(10000.0);
     if (!allocate_work(s)) {
         PyErr_NoMemory();

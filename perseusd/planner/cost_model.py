@@ -83,7 +83,9 @@ def _grid_fit(q: np.ndarray, y: np.ndarray, unit_time_s: float) -> tuple[float, 
     return None if best is None else best[0]
 
 
-def _evaluate(coefficients: tuple[float, float, float], lo: int, hi: int, scale: float, shift: float) -> list[float]:
+def _evaluate(
+    coefficients: tuple[float, float, float], lo: int, hi: int, scale: float, shift: float
+) -> list[float]:
     a, b, c = coefficients
     return [float(_exp_model(q, a, b, c)) * scale + shift for q in range(lo, hi + 1)]  # type: ignore[arg-type]
 

@@ -9,6 +9,7 @@ schedule a framework runs can be planned with `from_stage_orders`.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -106,7 +107,9 @@ def gpipe_order(num_microbatches: int) -> list[ScheduleStep]:
     return [(F, j, 0) for j in range(num_microbatches)] + [(B, j, 0) for j in range(num_microbatches)]
 
 
-def interleaved_order(num_stages: int, num_microbatches: int, num_chunks: int, stage: int) -> list[ScheduleStep]:
+def interleaved_order(
+    num_stages: int, num_microbatches: int, num_chunks: int, stage: int
+) -> list[ScheduleStep]:
     """Interleaved 1F1B (Megatron-LM) on one stage with `num_chunks` model chunks per stage.
 
     Microbatches go in groups of S: the k-th forward of a stage runs chunk (k // S) % V of microbatch
@@ -132,9 +135,7 @@ def interleaved_order(num_stages: int, num_microbatches: int, num_chunks: int, s
     return order
 
 
-def build_dag(
-    schedule: str, num_stages: int, num_microbatches: int, num_chunks: int = 1
-) -> ComputationDag:
+def build_dag(schedule: str, num_stages: int, num_microbatches: int, num_chunks: int = 1) -> ComputationDag:
     """Build the DAG of a named schedule: `1f1b`, `gpipe` or `interleaved` (with `num_chunks` > 1)."""
     _check_positive(num_stages=num_stages, num_microbatches=num_microbatches, num_chunks=num_chunks)
     if schedule == "1f1b":
@@ -144,14 +145,17 @@ def build_dag(
     elif schedule == "interleaved":
         if num_microbatches % num_stages:
             raise PlanningError(
-                f"interleaved 1F1B needs microbatches ({num_microbatches}) to be a multiple of stages ({num_stages})"
+                f"interleaved 1F1B needs microbatches ({num_microbatches}) "
+                f"to be a multiple of stages ({num_stages})"
             )
         orders = [interleaved_order(num_stages, num_microbatches, num_chunks, s) for s in range(num_stages)]
     else:
         raise PlanningError(f"unknown schedule '{schedule}' (expected 1f1b, gpipe or interleaved)")
     if schedule != "interleaved" and num_chunks != 1:
         raise PlanningError(f"schedule '{schedule}' has one chunk per stage (got --chunks {num_chunks})")
-    return from_stage_orders(orders, num_microbatches=num_microbatches, num_chunks=num_chunks, schedule=schedule)
+    return from_stage_orders(
+        orders, num_microbatches=num_microbatches, num_chunks=num_chunks, schedule=schedule
+    )
 
 
 def from_stage_orders(
@@ -187,7 +191,7 @@ def from_stage_orders(
             preds[v].append(u)
 
     for ids in stage_orders:
-        for u, v in zip(ids, ids[1:], strict=False):
+        for u, v in itertools.pairwise(ids):
             add_edge(u, v)
     num_virtual = num_stages * num_chunks
     for node, comp in enumerate(computations):
@@ -216,15 +220,21 @@ def _check_positive(**values: int) -> None:
             raise PlanningError(f"{name.replace('_', ' ')} must be at least 1 (got {value})")
 
 
-def _check_stage_order(stage: int, order: Sequence[ScheduleStep], num_microbatches: int, num_chunks: int) -> None:
+def _check_stage_order(
+    stage: int, order: Sequence[ScheduleStep], num_microbatches: int, num_chunks: int
+) -> None:
     expected = {(i, j, c) for i in (F, B) for j in range(num_microbatches) for c in range(num_chunks)}
     seen: set[ScheduleStep] = set()
     for step in order:
         key = (Instruction(step[0]), step[1], step[2])
         if key not in expected:
-            raise PlanningError(f"stage {stage}: {key[0].value} of microbatch {key[1]} chunk {key[2]} is out of range")
+            raise PlanningError(
+                f"stage {stage}: {key[0].value} of microbatch {key[1]} chunk {key[2]} is out of range"
+            )
         if key in seen:
-            raise PlanningError(f"stage {stage}: {key[0].value} of microbatch {key[1]} chunk {key[2]} runs twice")
+            raise PlanningError(
+                f"stage {stage}: {key[0].value} of microbatch {key[1]} chunk {key[2]} runs twice"
+            )
         seen.add(key)
     missing = sorted(expected - seen)
     if missing:

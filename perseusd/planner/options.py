@@ -103,7 +103,7 @@ def build_option_set(
         options.append(Option(m.freq_mhz, m.time_s, m.energy_j, q, m.energy_j - p_block_w * q * unit_time_s))
     if options[-1].quant_time < 1:
         raise PlanningError(
-            f"stage {stage} {instruction.value}: the fastest time ({options[-1].time_s:g}) is below one unit time "
-            f"({unit_time_s:g}); choose a smaller --unit-time (in the profile's time unit)"
+            f"stage {stage} {instruction.value}: the fastest time ({options[-1].time_s:g}) is below one unit "
+            f"time ({unit_time_s:g}); choose a smaller --unit-time (in the profile's time unit)"
         )
     return OptionSet(stage, instruction, tuple(options))

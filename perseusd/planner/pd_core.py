@@ -109,6 +109,10 @@ class PdCore:
     order. For computation i, `cost_val[cost_ptr[i] + k]` is the modelled cost at quantised time
     `min_q[i] + k` up to `max_q[i]`; `rt_val` and `re_val` (same indexing) are the measured time and energy
     of the option that runs at that duration, used for the refined energy.
+
+    With `stop_on_zero_change` (the reference behaviour) the procedure ends at the first cut whose cost
+    change is below 1e-6; without it, free speed-ups (a cost model flat at its slow end) are taken and the
+    procedure goes on to T_min. Either way it ends when the iteration time stops falling.
     """
 
     def __init__(
@@ -124,8 +128,10 @@ class PdCore:
         re_val: Sequence[float],
         num_stages: int,
         p_block_w: float,
+        stop_on_zero_change: bool = True,
     ) -> None:
         n = len(min_q)
+        self._stop_on_zero = stop_on_zero_change
         self._n = n
         self._preds = [list(pred_idx[pred_ptr[i] : pred_ptr[i + 1]]) for i in range(n)]
         self._succs: list[list[int]] = [[] for _ in range(n)]
@@ -226,17 +232,21 @@ class PdCore:
         arcs = self._critical_arcs()
         in_s = self._min_cut(arcs)
         change = None if in_s is None else self._apply_cut(arcs, in_s)
-        if change is None or abs(change) < EPS:
+        before = self._t
+        if change is None or (self._stop_on_zero and abs(change) < EPS):
             self._done = True
             return None
         self._ef, self._lf, self._t = self._cpm()
+        if self._t >= before:
+            self._done = True
+            return None
         return (STEP_POINT, self._t, self._model_cost(), *self._refined())
 
     def _apply_cut(self, arcs: list[tuple[int, int, int, int, int]], in_s: list[bool]) -> float | None:
         speed_up = [a[4] for a in arcs if in_s[a[0]] and not in_s[a[1]]]
         slow_down = [a[4] for a in arcs if not in_s[a[0]] and in_s[a[1]]]
         if not speed_up:
-            return 0.0
+            return None
         if any(i < 0 or self._d[i] - 1 < self._min_q[i] for i in speed_up):
             return None
         slow_down = [i for i in slow_down if i >= 0]

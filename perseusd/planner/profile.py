@@ -65,7 +65,9 @@ class Profile:
         for m in self.options(stage, instruction):
             if m.freq_mhz == freq_mhz:
                 return m
-        raise PlanningError(f"profile {self.source} has no {instruction.value} of stage {stage} at {freq_mhz} MHz")
+        raise PlanningError(
+            f"profile {self.source} has no {instruction.value} of stage {stage} at {freq_mhz} MHz"
+        )
 
     def max_freq_mhz(self, stage: int, instruction: Instruction) -> int:
         """The highest clock measured for one (stage, instruction)."""
@@ -78,7 +80,8 @@ class Profile:
     def digest(self) -> str:
         """A content digest (sha256 over the rows in canonical order), independent of row order and source."""
         rows = sorted(
-            f"{m.stage},{m.instruction.value},{m.freq_mhz},{m.time_s!r},{m.energy_j!r}" for m in self.measurements
+            f"{m.stage},{m.instruction.value},{m.freq_mhz},{m.time_s!r},{m.energy_j!r}"
+            for m in self.measurements
         )
         return "sha256:" + hashlib.sha256("\n".join(rows).encode()).hexdigest()
 
@@ -86,7 +89,9 @@ class Profile:
         """The same profile in other units (e.g. ms instead of s: time_factor=1000)."""
         return Profile(
             tuple(
-                Measurement(m.stage, m.instruction, m.freq_mhz, m.time_s * time_factor, m.energy_j * energy_factor)
+                Measurement(
+                    m.stage, m.instruction, m.freq_mhz, m.time_s * time_factor, m.energy_j * energy_factor
+                )
                 for m in self.measurements
             ),
             self.source,

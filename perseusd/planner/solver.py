@@ -32,6 +32,10 @@ class SolverParams:
     p_block_w: float = 0.0
     core: str = "auto"
     """`auto` (C if built), `c` or `python`."""
+    reference_stop: bool = False
+    """Stop at the first cut that changes the cost by less than 1e-6, exactly as the reference does. By
+    default free speed-ups are taken instead, so a cost model that is flat at its slow end (plateaus in
+    the profile) does not end the frontier early; every published frontier is the same either way."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,9 @@ class FrontierSolver:
         self.t_min_quant, self.t_max_quant = int(probe.t_min), int(probe.t_max)
 
     def _option_sets(self) -> dict[tuple[int, Instruction], OptionSet]:
-        keys = sorted({(self.dag.virtual_stage(n), c.instruction) for n, c in enumerate(self.dag.computations)})
+        keys = sorted(
+            {(self.dag.virtual_stage(n), c.instruction) for n, c in enumerate(self.dag.computations)}
+        )
         p = self.params
         if not (p.p_block_w >= 0 and np.isfinite(p.p_block_w)):
             raise PlanningError(f"blocking power must be a finite non-negative number (got {p.p_block_w})")
@@ -117,7 +123,8 @@ class FrontierSolver:
 
     def _flatten(self) -> _Tables:
         dag = self.dag
-        pred_ptr, pred_idx = [0], []
+        pred_ptr: list[int] = [0]
+        pred_idx: list[int] = []
         for preds in dag.predecessors:
             pred_idx.extend(preds)
             pred_ptr.append(len(pred_idx))
@@ -158,15 +165,28 @@ class FrontierSolver:
         if self.params.core in ("auto", "c"):
             c_core = load_c_core()
             if c_core is None and self.params.core == "c":
-                raise PlanningError("the C solver core is not built (reinstall the package with a C compiler)")
+                raise PlanningError(
+                    "the C solver core is not built (reinstall the package with a C compiler)"
+                )
         args = (t.pred_ptr, t.pred_idx, t.topo, t.min_q, t.max_q, t.cost_ptr, t.cost_val, t.rt_val, t.re_val)
-        extra = (self.dag.num_stages, float(self.params.p_block_w))
+        extra = (self.dag.num_stages, float(self.params.p_block_w), self.params.reference_stop)
         if c_core is not None:
             core: _Core = c_core.PdCore(*args, *extra)
             return core
         from perseusd.planner.pd_core import PdCore
 
-        return PdCore(*(a.tolist() for a in args), *extra)
+        return PdCore(
+            t.pred_ptr.tolist(),
+            t.pred_idx.tolist(),
+            t.topo.tolist(),
+            t.min_q.tolist(),
+            t.max_q.tolist(),
+            t.cost_ptr.tolist(),
+            t.cost_val.tolist(),
+            t.rt_val.tolist(),
+            t.re_val.tolist(),
+            *extra,
+        )
 
     @property
     def expected_points(self) -> int:
@@ -175,7 +195,9 @@ class FrontierSolver:
 
     def model_energy_j(self, model_cost_j: float, quant_time: int) -> float:
         """Plan energy from the model: effective cost plus every GPU's blocking power over the iteration."""
-        return model_cost_j + self.dag.num_stages * quant_time * self.params.unit_time_s * self.params.p_block_w
+        return (
+            model_cost_j + self.dag.num_stages * quant_time * self.params.unit_time_s * self.params.p_block_w
+        )
 
     def points(self) -> Iterator[FrontierPoint]:
         """Generate the frontier, slowest point first. The all-slowest starting state is not emitted."""
