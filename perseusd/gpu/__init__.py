@@ -1,1 +1,1 @@
-"""GPU backends behind one small contract: `nvml` (real GPUs) and `sim` (simulated GPUs from real profiles)."""
+"""GPU backends behind one small contract: `nvml` (real GPUs) and `sim` (simulated, from real profiles)."""

@@ -1,0 +1,282 @@
+"""One owner thread per GPU: every call to a `GpuDevice` goes through its command queue, in order.
+
+Setters equal to the current state are skipped (no device call); the owner knows the current state from its
+own writes and from `read()` / `save_state()`, and performs a setter whenever it does not know. `restore()`
+never skips. Every device call is timed; `stats()` gives per-operation counters and `healthy()` turns false
+when a call runs longer than `call_timeout_s` (a hung driver), which the daemon uses to stop feeding the
+systemd watchdog. Errors from the device reach the caller through the `Future` as typed exceptions.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from perseusd.errors import GpuError
+from perseusd.gpu.backend import GpuDevice, GpuInfo, GpuState
+from perseusd.gpu.clocks import clamp, snap_clock_mhz
+from perseusd.gpu.errors import GpuOwnerStoppedError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+_UNKNOWN: Any = object()
+_STAT_FIELDS = ("calls", "skipped", "errors", "total_s", "max_s", "last_s")
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """One reading of a GPU; unavailable values are None and `error` says why."""
+
+    uuid: str
+    sm_clock_mhz: int | None
+    locked_sm_clock_mhz: int | None
+    power_w: float | None
+    power_limit_w: float | None
+    energy_mj: int | None
+    error: str | None = None
+
+
+@dataclass
+class _Command:
+    op: str
+    run: Callable[[], Any]
+    future: Future[Any]
+
+
+class GpuOwner:
+    """The one thread that talks to one GPU."""
+
+    def __init__(self, device: GpuDevice, call_timeout_s: float = 5.0) -> None:
+        self._device = device
+        self._info = device.info
+        self._call_timeout_s = call_timeout_s
+        self._queue: queue.SimpleQueue[_Command | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+        self._lock = threading.Lock()
+        self._stats: dict[str, dict[str, float]] = {}
+        self._call_started_s: float | None = None
+        # The known state, touched only on the owner thread; _UNKNOWN until known.
+        self._locked_mhz: int | None = _UNKNOWN
+        self._power_limit_w: float = _UNKNOWN
+
+    @property
+    def info(self) -> GpuInfo:
+        return self._info
+
+    # Life cycle.
+
+    def start(self) -> None:
+        """Start the owner thread (commands submitted before are kept and run in order)."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._loop, name=f"gpu-{self._info.index}", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Run the commands already queued, then stop the thread (waiting up to `timeout_s`)."""
+        with self._lock:
+            self._stopped = True
+            thread = self._thread
+        self._queue.put(None)
+        if thread is not None:
+            thread.join(timeout_s)
+            if thread.is_alive():
+                logger.warning("GPU %s owner thread did not stop in %.1f s", self._info.uuid, timeout_s)
+        self._fail_pending()
+
+    def healthy(self) -> bool:
+        """The thread is alive and no device call has been running longer than `call_timeout_s`."""
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return False
+        started_s = self._call_started_s
+        return started_s is None or time.monotonic() - started_s <= self._call_timeout_s
+
+    def stats(self) -> dict[str, dict[str, float]]:
+        """Per operation: calls, skipped, errors, total_s, max_s, last_s (a copy)."""
+        with self._lock:
+            return {op: dict(values) for op, values in self._stats.items()}
+
+    # Commands.
+
+    def set_locked_sm_clock_mhz(self, clock_mhz: int) -> Future[int]:
+        """Lock the SM clock (snapped to a supported clock); the Future gives the clock applied (MHz)."""
+        return self._submit("set_locked_sm_clock_mhz", lambda: self._do_set_clock(clock_mhz))
+
+    def reset_locked_sm_clock(self) -> Future[None]:
+        """Unlock the SM clock; skipped when known not to be locked."""
+        return self._submit("reset_locked_sm_clock", self._do_reset_clock)
+
+    def set_power_limit_w(self, limit_w: float) -> Future[float]:
+        """Request a power limit (W); the Future gives the enforced limit (W)."""
+        return self._submit("set_power_limit_w", lambda: self._do_set_power_limit(limit_w))
+
+    def read(self) -> Future[GpuReading]:
+        """Read the GPU; never fails: unavailable values are None and listed in `GpuReading.error`."""
+        return self._submit("read", self._do_read)
+
+    def save_state(self) -> Future[GpuState]:
+        """The controllable state, to restore later."""
+        return self._submit("save_state", self._do_save_state)
+
+    def restore(self, state: GpuState) -> Future[None]:
+        """Reset or set the clock, then set the power limit, never skipping; fails with the first error."""
+        return self._submit("restore", lambda: self._do_restore(state))
+
+    # The owner thread.
+
+    def _submit(self, op: str, run: Callable[[], T]) -> Future[T]:
+        future: Future[T] = Future()
+        with self._lock:
+            stopped = self._stopped
+        if stopped:
+            future.set_exception(GpuOwnerStoppedError("GPU owner stopped", uuid=self._info.uuid, op=op))
+            return future
+        self._queue.put(_Command(op, run, future))
+        return future
+
+    def _loop(self) -> None:
+        while True:
+            command = self._queue.get()
+            if command is None:
+                return
+            if not command.future.set_running_or_notify_cancel():
+                continue
+            try:
+                command.future.set_result(command.run())
+            except BaseException as error:
+                if not isinstance(error, GpuError):
+                    logger.exception("GPU %s: %s failed unexpectedly", self._info.uuid, command.op)
+                command.future.set_exception(error)
+
+    def _fail_pending(self) -> None:
+        while True:
+            try:
+                command = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if command is not None and command.future.set_running_or_notify_cancel():
+                error = GpuOwnerStoppedError("GPU owner stopped", uuid=self._info.uuid, op=command.op)
+                command.future.set_exception(error)
+
+    def _call(self, op: str, fn: Callable[..., T], *args: Any) -> T:
+        """One timed device call."""
+        started_s = time.monotonic()
+        self._call_started_s = started_s
+        failed = True
+        try:
+            result = fn(*args)
+            failed = False
+            return result
+        finally:
+            self._call_started_s = None
+            self._record(op, time.monotonic() - started_s, failed)
+
+    def _record(self, op: str, elapsed_s: float, failed: bool) -> None:
+        with self._lock:
+            values = self._stats.setdefault(op, dict.fromkeys(_STAT_FIELDS, 0.0))
+            values["calls"] += 1
+            values["errors"] += int(failed)
+            values["total_s"] += elapsed_s
+            values["max_s"] = max(values["max_s"], elapsed_s)
+            values["last_s"] = elapsed_s
+
+    def _skip(self, op: str) -> None:
+        with self._lock:
+            self._stats.setdefault(op, dict.fromkeys(_STAT_FIELDS, 0.0))["skipped"] += 1
+
+    def _do_set_clock(self, clock_mhz: int) -> int:
+        op = "set_locked_sm_clock_mhz"
+        clocks = self._info.supported_sm_clocks_mhz
+        if (
+            clocks
+            and self._locked_mhz is not _UNKNOWN
+            and self._locked_mhz == snap_clock_mhz(clocks, clock_mhz)
+        ):
+            self._skip(op)
+            return int(self._locked_mhz)
+        self._locked_mhz = _UNKNOWN
+        applied_mhz = self._call(op, self._device.set_locked_sm_clock_mhz, clock_mhz)
+        self._locked_mhz = applied_mhz
+        return applied_mhz
+
+    def _do_reset_clock(self) -> None:
+        op = "reset_locked_sm_clock"
+        if self._locked_mhz is None:
+            self._skip(op)
+            return
+        self._locked_mhz = _UNKNOWN
+        self._call(op, self._device.reset_locked_sm_clock)
+        self._locked_mhz = None
+
+    def _do_set_power_limit(self, limit_w: float) -> float:
+        op = "set_power_limit_w"
+        info = self._info
+        target_w = clamp(limit_w, info.power_limit_min_w, info.power_limit_max_w)
+        if self._power_limit_w is not _UNKNOWN and round(self._power_limit_w * 1000) == round(
+            target_w * 1000
+        ):
+            self._skip(op)
+            return float(self._power_limit_w)
+        self._power_limit_w = _UNKNOWN
+        enforced_w = self._call(op, self._device.set_power_limit_w, limit_w)
+        self._power_limit_w = enforced_w
+        return enforced_w
+
+    def _do_read(self) -> GpuReading:
+        errors: list[str] = []
+        device = self._device
+
+        def attempt(op: str, fn: Callable[[], T]) -> T | None:
+            try:
+                return self._call(op, fn)
+            except Exception as error:
+                errors.append(f"{op}: {error}")
+                return None
+
+        locked_mhz = attempt("locked_sm_clock_mhz", device.locked_sm_clock_mhz)
+        if not any(e.startswith("locked_sm_clock_mhz") for e in errors):
+            self._locked_mhz = locked_mhz
+        power_limit_w = attempt("power_limit_w", device.power_limit_w)
+        if power_limit_w is not None:
+            self._power_limit_w = power_limit_w
+        energy_mj = attempt("energy_mj", device.energy_mj) if self._info.energy_counter_supported else None
+        return GpuReading(
+            uuid=self._info.uuid,
+            sm_clock_mhz=attempt("sm_clock_mhz", device.sm_clock_mhz),
+            locked_sm_clock_mhz=locked_mhz,
+            power_w=attempt("power_w", device.power_w),
+            power_limit_w=power_limit_w,
+            energy_mj=energy_mj,
+            error="; ".join(errors) or None,
+        )
+
+    def _do_save_state(self) -> GpuState:
+        locked_mhz = self._call("locked_sm_clock_mhz", self._device.locked_sm_clock_mhz)
+        self._locked_mhz = locked_mhz
+        power_limit_w = self._call("power_limit_w", self._device.power_limit_w)
+        self._power_limit_w = power_limit_w
+        return GpuState(locked_sm_clock_mhz=locked_mhz, power_limit_w=power_limit_w)
+
+    def _do_restore(self, state: GpuState) -> None:
+        self._locked_mhz = _UNKNOWN
+        if state.locked_sm_clock_mhz is None:
+            self._call("reset_locked_sm_clock", self._device.reset_locked_sm_clock)
+            self._locked_mhz = None
+        else:
+            self._locked_mhz = self._call(
+                "set_locked_sm_clock_mhz", self._device.set_locked_sm_clock_mhz, state.locked_sm_clock_mhz
+            )
+        self._power_limit_w = _UNKNOWN
+        self._power_limit_w = self._call(
+            "set_power_limit_w", self._device.set_power_limit_w, state.power_limit_w
+        )

@@ -1,0 +1,324 @@
+"""Simulated GPUs: product code (`perseusd --backend sim`) driven by real measured profiles.
+
+Each simulated GPU follows a model of `perseusd.gpu.sim_models` (A100 SXM or A40): its supported clocks are
+the clocks of the model's profile, its power limit range and blocking (idle) power are the board's. Its state
+lives in two small shared-memory files in the sim directory (layout: `perseusd.gpu.sim_shared`), so that
+workload processes (`perseusd.gpu.sim_workload`) run computations "on" it at whatever clock the daemon set:
+
+- the daemon side (`SimDevice`) writes the locked clock and the power limit; workloads can only read them;
+- workloads record their computations (time and energy from the profile at the clock in force when each
+  computation starts); the energy counter is the busy energy they recorded plus blocking power over the
+  remaining (idle) time since the GPU was created;
+- the counter is published like NVML's: it changes only once per update period (default 100 ms), each
+  increment with gaussian noise (default 1 % of the increment); instant power gets the same relative noise;
+- an unlocked GPU runs at its highest clock; the power limit is clamped to the board's range and recorded,
+  but does not slow computations (power capping is not modelled);
+- a GPU keeps its state across daemon restarts (like real hardware): an existing valid file is reused unless
+  `fresh=True`.
+
+Deterministic for a given seed and sequence of calls; the time source (`clock`, CLOCK_MONOTONIC by default,
+which every process of the node shares) and `sleep` are injectable so tests can be exact.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import shutil
+import tempfile
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from perseusd.gpu.backend import GpuBackend, GpuDevice, GpuInfo
+from perseusd.gpu.clocks import clamp, snap_clock_mhz
+from perseusd.gpu.errors import GpuInvalidArgumentError
+from perseusd.gpu.sim_faults import FaultSet, SimFault
+from perseusd.gpu.sim_models import SimModel, load_sim_model
+from perseusd.gpu.sim_shared import (
+    BusyMap,
+    ControlState,
+    StateHeader,
+    StateMap,
+    busy_path,
+    create_gpu_files,
+    state_path,
+)
+
+logger = logging.getLogger(__name__)
+
+_TIME_EPSILON_S = 1e-9
+"""Times this close count as equal (float sums of periods are inexact)."""
+_SIM_NAMESPACE = uuidlib.UUID("6f1c1d4e-5a2b-4c7d-9e3f-70657273656e")
+
+
+def sim_uuid(model: str, index: int) -> str:
+    """The stable UUID of simulated GPU `index` of `model`, formatted like NVML's: "GPU-xxxxxxxx-..."."""
+    return f"GPU-{uuidlib.uuid5(_SIM_NAMESPACE, f'perseus-sim/{model}/{index}')}"
+
+
+class SimDevice(GpuDevice):
+    """One simulated GPU, daemon side. Not thread-safe: use it from one owner thread."""
+
+    def __init__(
+        self,
+        info: GpuInfo,
+        model: SimModel,
+        state: StateMap,
+        busy: BusyMap,
+        *,
+        clock: Callable[[], float],
+        sleep: Callable[[float], None],
+        update_period_s: float,
+        noise: float,
+        rng: random.Random,
+    ) -> None:
+        self._info = info
+        self._model = model
+        self._state = state
+        self._busy = busy
+        self._clock = clock
+        self._update_period_s = update_period_s
+        self._noise = noise
+        self._rng = rng
+        self._faults = FaultSet(info.uuid, sleep)
+        self._created_s = state.header.created_s
+        now_s = clock()
+        self._published_true_j = self._true_energy_j(now_s)
+        self._published_j = self._published_true_j
+        self._next_publish_s = self._boundary_after(now_s)
+
+    @property
+    def info(self) -> GpuInfo:
+        return self._info
+
+    @property
+    def model(self) -> SimModel:
+        return self._model
+
+    # Fault injection.
+
+    def inject_fault(self, op: str, kind: str, delay_s: float = 0.0, error: str = "unknown") -> None:
+        """Inject a fault (see `perseusd.gpu.sim_faults.SimFault`); it stays until `clear_faults`."""
+        self.add_fault(SimFault(op=op, kind=kind, delay_s=delay_s, error=error))
+
+    def add_fault(self, fault: SimFault) -> None:
+        self._faults.add(fault)
+
+    def clear_faults(self) -> None:
+        self._faults.clear()
+
+    # The contract.
+
+    def set_locked_sm_clock_mhz(self, clock_mhz: int) -> int:
+        self._faults.check("set_locked_sm_clock_mhz")
+        applied_mhz = snap_clock_mhz(self._info.supported_sm_clocks_mhz, clock_mhz)
+        control = self._state.read_control()
+        self._state.write_control(ControlState(applied_mhz, control.power_limit_w))
+        return applied_mhz
+
+    def reset_locked_sm_clock(self) -> None:
+        self._faults.check("reset_locked_sm_clock")
+        control = self._state.read_control()
+        self._state.write_control(ControlState(None, control.power_limit_w))
+
+    def locked_sm_clock_mhz(self) -> int | None:
+        self._faults.check("locked_sm_clock_mhz")
+        return self._state.read_control().locked_sm_clock_mhz
+
+    def sm_clock_mhz(self) -> int:
+        self._faults.check("sm_clock_mhz")
+        locked_mhz = self._state.read_control().locked_sm_clock_mhz
+        return locked_mhz if locked_mhz is not None else self._info.supported_sm_clocks_mhz[0]
+
+    def set_power_limit_w(self, limit_w: float) -> float:
+        self._faults.check("set_power_limit_w")
+        if not math.isfinite(limit_w):
+            raise GpuInvalidArgumentError(
+                f"power limit {limit_w} W", uuid=self._info.uuid, op="set_power_limit_w"
+            )
+        enforced_w = clamp(limit_w, self._info.power_limit_min_w, self._info.power_limit_max_w)
+        control = self._state.read_control()
+        self._state.write_control(ControlState(control.locked_sm_clock_mhz, enforced_w))
+        return enforced_w
+
+    def power_limit_w(self) -> float:
+        self._faults.check("power_limit_w")
+        return self._state.read_control().power_limit_w
+
+    def energy_mj(self) -> int:
+        self._faults.check("energy_mj")
+        now_s = self._clock()
+        if now_s >= self._next_publish_s - _TIME_EPSILON_S:
+            self._publish(now_s)
+        return round(self._published_j * 1000.0)
+
+    def power_w(self) -> float:
+        self._faults.check("power_w")
+        now_s = self._clock()
+        busy = self._busy.read()
+        if busy.running_at(now_s) and busy.active_duration_s > 0:
+            true_w = busy.active_energy_j / busy.active_duration_s
+        else:
+            true_w = self._model.spec.blocking_power_w
+        return max(0.0, true_w * self._noise_factor())
+
+    # Energy model.
+
+    def true_energy_j(self) -> float:
+        """The exact (noise-free, unpublished) energy since creation (J), for tests and diagnostics."""
+        return self._true_energy_j(self._clock())
+
+    def _true_energy_j(self, now_s: float) -> float:
+        busy_s, busy_j = self._busy.read().busy_at(now_s)
+        idle_s = max(0.0, (now_s - self._created_s) - busy_s)
+        return busy_j + idle_s * self._model.spec.blocking_power_w
+
+    def _boundary_after(self, now_s: float) -> float:
+        periods = math.floor((now_s - self._created_s + _TIME_EPSILON_S) / self._update_period_s) + 1
+        return self._created_s + periods * self._update_period_s
+
+    def _publish(self, now_s: float) -> None:
+        true_j = self._true_energy_j(now_s)
+        increment_j = true_j - self._published_true_j
+        self._published_j += max(0.0, increment_j * self._noise_factor())
+        self._published_true_j = true_j
+        self._next_publish_s = self._boundary_after(now_s)
+
+    def _noise_factor(self) -> float:
+        return 1.0 + self._noise * self._rng.gauss(0.0, 1.0) if self._noise > 0 else 1.0
+
+    def close(self) -> None:
+        self._state.close()
+        self._busy.close()
+
+
+class SimBackend(GpuBackend):
+    """`gpus` simulated GPUs of one model, with their shared state in `sim_dir`.
+
+    Args:
+        sim_dir: where the GPU files live (created if missing, mode 0755); None: a private temporary
+            directory, removed on `close`.
+        gpus: how many GPUs.
+        model: a key of `perseusd.gpu.sim_models.MODEL_SPECS` ("a100_sxm", "a40").
+        update_period_s: the energy counter's update period (s).
+        noise: relative standard deviation of the gaussian noise on each counter increment and on power.
+        seed: seeds the noise (GPU i uses seed * 1000 + i).
+        clock, sleep: the time source (s) and sleep function; CLOCK_MONOTONIC and `time.sleep` by default.
+        faults: faults to inject from the start (`SimFault.gpu` None: every GPU).
+        state_mode, busy_mode: file modes of the `.state` and `.busy` files; workloads of other users need
+            read access to both and write access to `.busy`.
+        fresh: recreate every GPU's files (zero energy, unlocked, default power limit), never reuse them.
+    """
+
+    def __init__(
+        self,
+        sim_dir: Path | None = None,
+        *,
+        gpus: int = 1,
+        model: str = "a100_sxm",
+        update_period_s: float = 0.1,
+        noise: float = 0.01,
+        seed: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        faults: Sequence[SimFault] = (),
+        state_mode: int = 0o644,
+        busy_mode: int = 0o644,
+        fresh: bool = False,
+    ) -> None:
+        if gpus < 0 or update_period_s <= 0 or noise < 0:
+            raise GpuInvalidArgumentError("need gpus >= 0, update_period_s > 0 and noise >= 0", op="sim_init")
+        self._model = load_sim_model(model)
+        self._owned_dir = sim_dir is None
+        self.sim_dir = Path(tempfile.mkdtemp(prefix="perseusd-sim-")) if sim_dir is None else Path(sim_dir)
+        self.sim_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        self._clock = clock
+        self._sleep = sleep
+        self._modes = (state_mode, busy_mode)
+        self._devices: list[SimDevice] = []
+        for index in range(gpus):
+            device = self._open_device(index, fresh=fresh, period_s=update_period_s, noise=noise, seed=seed)
+            for fault in faults:
+                if fault.gpu is None or fault.gpu == index:
+                    device.add_fault(fault)
+            self._devices.append(device)
+
+    def _info(self, index: int, uuid: str) -> GpuInfo:
+        spec = self._model.spec
+        return GpuInfo(
+            uuid=uuid,
+            index=index,
+            name=spec.gpu_name,
+            pci_bus_id=f"00000000:{0x80 + index:02X}:00.0",
+            supported_sm_clocks_mhz=self._model.clocks_mhz,
+            power_limit_min_w=spec.power_limit_min_w,
+            power_limit_max_w=spec.power_limit_max_w,
+            power_limit_default_w=spec.power_limit_max_w,
+            energy_counter_supported=True,
+        )
+
+    def _open_device(self, index: int, *, fresh: bool, period_s: float, noise: float, seed: int) -> SimDevice:
+        info = self._info(index, sim_uuid(self._model.name, index))
+        maps = None if fresh else self._reuse(info)
+        if maps is None:
+            header = StateHeader(uuid=info.uuid, model=self._model.name, created_s=self._clock())
+            control = ControlState(locked_sm_clock_mhz=None, power_limit_w=info.power_limit_default_w)
+            create_gpu_files(
+                self.sim_dir, header, control, state_mode=self._modes[0], busy_mode=self._modes[1]
+            )
+            maps = self._map(info.uuid)
+        state, busy = maps
+        return SimDevice(
+            info,
+            self._model,
+            state,
+            busy,
+            clock=self._clock,
+            sleep=self._sleep,
+            update_period_s=period_s,
+            noise=noise,
+            rng=random.Random(seed * 1000 + index),
+        )
+
+    def _map(self, uuid: str) -> tuple[StateMap, BusyMap]:
+        state = StateMap(state_path(self.sim_dir, uuid), writable=True)
+        try:
+            return state, BusyMap(busy_path(self.sim_dir, uuid), writable=False)
+        except BaseException:
+            state.close()
+            raise
+
+    def _reuse(self, info: GpuInfo) -> tuple[StateMap, BusyMap] | None:
+        """The existing files of this GPU when valid (same UUID, model and layout, not from a past boot)."""
+        try:
+            state, busy = self._map(info.uuid)
+        except (OSError, ValueError):
+            return None
+        header = state.header
+        if (
+            header.uuid == info.uuid
+            and header.model == self._model.name
+            and header.created_s <= self._clock()
+        ):
+            logger.info("reusing simulated GPU %s from %s", info.uuid, self.sim_dir)
+            return state, busy
+        state.close()
+        busy.close()
+        return None
+
+    def devices(self) -> list[GpuDevice]:
+        return list(self._devices)
+
+    def sim_devices(self) -> list[SimDevice]:
+        """The devices with their simulation-only methods (fault injection)."""
+        return list(self._devices)
+
+    def close(self) -> None:
+        for device in self._devices:
+            device.close()
+        self._devices = []
+        if self._owned_dir:
+            shutil.rmtree(self.sim_dir, ignore_errors=True)

@@ -1,0 +1,155 @@
+"""The workload side of a simulated GPU: what an emulated training process uses instead of a real GPU.
+
+A workload process opens a simulated GPU by UUID in the daemon's sim directory, then runs computations on it:
+`run(stage, instruction)` looks up the profile's time and energy at the clock in force (the daemon's locked
+clock, or the highest clock when unlocked), holds the GPU for that time (computations on one GPU never
+overlap: a second process waits, as contexts time-slice on a real GPU) and records the computation, so the
+daemon's energy counter sees it. A workload maps the daemon's control file read-only: it can never change
+clocks. The file layout is documented in `perseusd.gpu.sim_shared`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from perseusd.gpu.errors import GpuInvalidArgumentError
+from perseusd.gpu.sim_models import ComputationCost, SimModel, load_sim_model
+from perseusd.gpu.sim_shared import BusyMap, BusyState, StateMap, busy_path, state_path
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One computation run on a simulated GPU."""
+
+    stage: int
+    instruction: str
+    clock_mhz: int
+    start_s: float
+    duration_s: float
+    energy_j: float
+
+
+def list_sim_gpus(sim_dir: Path | str) -> list[str]:
+    """UUIDs of the simulated GPUs in `sim_dir`, sorted."""
+    return sorted(path.name.removesuffix(".state") for path in Path(sim_dir).glob("GPU-*.state"))
+
+
+class SimGpuHandle:
+    """A workload process's handle on one simulated GPU. Open it with `SimGpuHandle.open`."""
+
+    def __init__(
+        self,
+        state: StateMap,
+        busy: BusyMap,
+        model: SimModel,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._state = state
+        self._busy = busy
+        self._model = model
+        self._clock = clock
+        self._sleep = sleep
+        self._throttle = 1.0
+
+    @classmethod
+    def open(
+        cls,
+        sim_dir: Path | str,
+        uuid: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> SimGpuHandle:
+        """Open simulated GPU `uuid` in `sim_dir` (control file read-only, busy record writable)."""
+        sim_dir = Path(sim_dir)
+        try:
+            state = StateMap(state_path(sim_dir, uuid), writable=False)
+        except (OSError, ValueError) as error:
+            raise GpuInvalidArgumentError(f"no simulated GPU here ({error})", uuid=uuid, op="open") from error
+        try:
+            busy = BusyMap(busy_path(sim_dir, uuid), writable=True)
+            model = load_sim_model(state.header.model)
+        except BaseException:
+            state.close()
+            raise
+        return cls(state, busy, model, clock=clock, sleep=sleep)
+
+    @property
+    def uuid(self) -> str:
+        return self._state.header.uuid
+
+    @property
+    def model(self) -> SimModel:
+        return self._model
+
+    def current_clock_mhz(self) -> int:
+        """The clock computations run at now (MHz): the locked clock, or the highest clock when unlocked."""
+        locked_mhz = self._state.read_control().locked_sm_clock_mhz
+        return locked_mhz if locked_mhz is not None else self._model.clocks_mhz[0]
+
+    def power_limit_w(self) -> float:
+        """The power limit the daemon set (W); recorded only, it does not slow computations."""
+        return self._state.read_control().power_limit_w
+
+    def throttle(self, factor: float) -> None:
+        """Make every later computation `factor` times longer at the same power (straggler emulation)."""
+        if factor <= 0:
+            raise GpuInvalidArgumentError(
+                f"throttle factor {factor} must be > 0", uuid=self.uuid, op="throttle"
+            )
+        self._throttle = factor
+
+    def cost(self, stage: int, instruction: str, time_scale: float = 1.0) -> ComputationCost:
+        """What `run` would take now: time (s) and energy (J) at the current clock, throttle and scale in."""
+        base = self._model.cost(stage, instruction, self.current_clock_mhz())
+        scale = time_scale * self._throttle
+        return ComputationCost(time_s=base.time_s * scale, energy_j=base.energy_j * scale)
+
+    def run(self, stage: int, instruction: str, time_scale: float = 1.0) -> RunRecord:
+        """Run one computation: hold the GPU for its profiled time at the current clock and record its energy.
+
+        `time_scale` multiplies time and energy alike (power stays the profile's): use it to emulate faster
+        than real time. The clock is read when the computation starts (after waiting for the GPU).
+        """
+        if time_scale <= 0:
+            raise GpuInvalidArgumentError(f"time_scale {time_scale} must be > 0", uuid=self.uuid, op="run")
+        with self._busy.exclusive():
+            clock_mhz = self.current_clock_mhz()
+            base = self._model.cost(stage, instruction, clock_mhz)
+            scale = time_scale * self._throttle
+            duration_s, energy_j = base.time_s * scale, base.energy_j * scale
+            done = _fold_stale(self._busy.read())
+            start_s = self._clock()
+            self._busy.write(
+                BusyState(
+                    done.done_busy_s, done.done_energy_j, True, start_s, duration_s, energy_j, clock_mhz
+                )
+            )
+            self._sleep(duration_s)
+            self._busy.write(BusyState(done.done_busy_s + duration_s, done.done_energy_j + energy_j))
+        return RunRecord(stage, instruction, clock_mhz, start_s, duration_s, energy_j)
+
+    def close(self) -> None:
+        self._state.close()
+        self._busy.close()
+
+    def __enter__(self) -> SimGpuHandle:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def _fold_stale(busy: BusyState) -> BusyState:
+    """A record left active by a workload that died mid-computation counts as finished."""
+    if not busy.active:
+        return busy
+    return BusyState(busy.done_busy_s + busy.active_duration_s, busy.done_energy_j + busy.active_energy_j)

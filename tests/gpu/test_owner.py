@@ -1,0 +1,203 @@
+"""The GPU owner thread: serialisation, skipping, timing, health, errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+
+from perseusd.gpu.backend import GpuDevice, GpuInfo, GpuState
+from perseusd.gpu.errors import GpuOwnerStoppedError, GpuPermissionError
+from perseusd.gpu.owner import GpuOwner
+from perseusd.gpu.sim import SimBackend, SimDevice
+
+
+class RecordingDevice(GpuDevice):
+    """Wraps a device; records every call and the most calls ever running at once."""
+
+    def __init__(self, inner: SimDevice) -> None:
+        self.inner = inner
+        self.calls: list[str] = []
+        self.running = 0
+        self.max_running = 0
+        self._lock = threading.Lock()
+
+    def _enter(self, name: str) -> None:
+        with self._lock:
+            self.calls.append(name)
+            self.running += 1
+            self.max_running = max(self.max_running, self.running)
+        time.sleep(0.0005)
+        with self._lock:
+            self.running -= 1
+
+    @property
+    def info(self) -> GpuInfo:
+        return self.inner.info
+
+    def set_locked_sm_clock_mhz(self, clock_mhz: int) -> int:
+        self._enter("set_locked_sm_clock_mhz")
+        return self.inner.set_locked_sm_clock_mhz(clock_mhz)
+
+    def reset_locked_sm_clock(self) -> None:
+        self._enter("reset_locked_sm_clock")
+        self.inner.reset_locked_sm_clock()
+
+    def locked_sm_clock_mhz(self) -> int | None:
+        self._enter("locked_sm_clock_mhz")
+        return self.inner.locked_sm_clock_mhz()
+
+    def sm_clock_mhz(self) -> int:
+        self._enter("sm_clock_mhz")
+        return self.inner.sm_clock_mhz()
+
+    def set_power_limit_w(self, limit_w: float) -> float:
+        self._enter("set_power_limit_w")
+        return self.inner.set_power_limit_w(limit_w)
+
+    def power_limit_w(self) -> float:
+        self._enter("power_limit_w")
+        return self.inner.power_limit_w()
+
+    def energy_mj(self) -> int:
+        self._enter("energy_mj")
+        return self.inner.energy_mj()
+
+    def power_w(self) -> float:
+        self._enter("power_w")
+        return self.inner.power_w()
+
+
+@pytest.fixture
+def sim_device(tmp_path: Path) -> Iterator[SimDevice]:
+    backend = SimBackend(tmp_path, noise=0.0)
+    yield backend.sim_devices()[0]
+    backend.close()
+
+
+@pytest.fixture
+def recording(sim_device: SimDevice) -> RecordingDevice:
+    return RecordingDevice(sim_device)
+
+
+@pytest.fixture
+def owner(recording: RecordingDevice) -> Iterator[GpuOwner]:
+    gpu = GpuOwner(recording, call_timeout_s=0.1)
+    gpu.start()
+    yield gpu
+    gpu.stop()
+
+
+def test_calls_from_many_threads_are_serialised_in_order(owner: GpuOwner, recording: RecordingDevice) -> None:
+    futures: list[Future[int]] = []
+
+    def submit(base: int) -> None:
+        for i in range(10):
+            futures.append(owner.set_locked_sm_clock_mhz(base + 15 * i))
+
+    threads = [threading.Thread(target=submit, args=(900 + 150 * t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for future in futures:
+        future.result(timeout=5)
+    assert recording.max_running == 1
+    assert len(recording.calls) + owner.stats()["set_locked_sm_clock_mhz"]["skipped"] == 40
+
+
+def test_equal_requests_are_skipped(owner: GpuOwner, recording: RecordingDevice) -> None:
+    assert owner.set_locked_sm_clock_mhz(1005).result(timeout=5) == 1005
+    assert owner.set_locked_sm_clock_mhz(1005).result(timeout=5) == 1005
+    assert owner.set_locked_sm_clock_mhz(1001).result(timeout=5) == 1005
+    owner.reset_locked_sm_clock().result(timeout=5)
+    owner.reset_locked_sm_clock().result(timeout=5)
+    assert owner.set_power_limit_w(300.0).result(timeout=5) == 300.0
+    assert owner.set_power_limit_w(300.0).result(timeout=5) == 300.0
+    assert recording.calls == ["set_locked_sm_clock_mhz", "reset_locked_sm_clock", "set_power_limit_w"]
+    stats = owner.stats()
+    assert stats["set_locked_sm_clock_mhz"]["calls"] == 1
+    assert stats["set_locked_sm_clock_mhz"]["skipped"] == 2
+    assert stats["reset_locked_sm_clock"]["skipped"] == 1
+    assert stats["set_power_limit_w"]["skipped"] == 1
+
+
+def test_save_and_restore_never_skip(owner: GpuOwner, recording: RecordingDevice) -> None:
+    saved = owner.save_state().result(timeout=5)
+    assert saved == GpuState(locked_sm_clock_mhz=None, power_limit_w=400.0)
+    owner.reset_locked_sm_clock().result(timeout=5)
+    assert "reset_locked_sm_clock" not in recording.calls
+    owner.set_locked_sm_clock_mhz(1200).result(timeout=5)
+    owner.restore(saved).result(timeout=5)
+    assert recording.calls[-2:] == ["reset_locked_sm_clock", "set_power_limit_w"]
+    assert recording.inner.state() == saved
+    owner.restore(GpuState(locked_sm_clock_mhz=1110, power_limit_w=200.0)).result(timeout=5)
+    assert recording.inner.state() == GpuState(locked_sm_clock_mhz=1110, power_limit_w=200.0)
+
+
+def test_every_call_is_timed(owner: GpuOwner, sim_device: SimDevice) -> None:
+    sim_device.inject_fault("power_limit_w", "slow", delay_s=0.03)
+    owner.read().result(timeout=5)
+    stats = owner.stats()["power_limit_w"]
+    assert stats["calls"] == 1
+    assert stats["max_s"] >= 0.03
+    assert stats["last_s"] == stats["max_s"] == stats["total_s"]
+    assert owner.stats()["energy_mj"]["calls"] == 1
+
+
+def test_a_hung_call_makes_the_owner_unhealthy(owner: GpuOwner, sim_device: SimDevice) -> None:
+    assert owner.healthy()
+    sim_device.inject_fault("energy_mj", "slow", delay_s=0.4)
+    reading = owner.read()
+    deadline_s = time.monotonic() + 1.0
+    while owner.healthy() and time.monotonic() < deadline_s:
+        time.sleep(0.01)
+    assert not owner.healthy()
+    assert reading.result(timeout=5).error is None
+    assert owner.healthy()
+
+
+def test_errors_propagate_typed_and_unknown_state_is_retried(
+    owner: GpuOwner, sim_device: SimDevice, recording: RecordingDevice
+) -> None:
+    sim_device.inject_fault("set_power_limit_w", "error", error="no_permission")
+    with pytest.raises(GpuPermissionError):
+        owner.set_power_limit_w(250.0).result(timeout=5)
+    assert owner.stats()["set_power_limit_w"]["errors"] == 1
+    sim_device.clear_faults()
+    assert owner.set_power_limit_w(250.0).result(timeout=5) == 250.0
+    assert recording.calls.count("set_power_limit_w") == 2
+
+
+def test_read_never_raises(owner: GpuOwner, sim_device: SimDevice) -> None:
+    sim_device.set_locked_sm_clock_mhz(1200)
+    good = owner.read().result(timeout=5)
+    assert (good.sm_clock_mhz, good.locked_sm_clock_mhz, good.power_limit_w) == (1200, 1200, 400.0)
+    assert good.energy_mj is not None
+    assert good.power_w is not None
+    assert good.error is None
+    sim_device.inject_fault("*", "lost")
+    bad = owner.read().result(timeout=5)
+    assert bad.uuid == sim_device.info.uuid
+    assert (bad.sm_clock_mhz, bad.locked_sm_clock_mhz, bad.power_w, bad.power_limit_w, bad.energy_mj) == (
+        None,
+    ) * 5
+    assert bad.error is not None
+    assert "lost" in bad.error
+
+
+def test_stop_fails_later_commands_and_unhealthy(recording: RecordingDevice) -> None:
+    gpu = GpuOwner(recording)
+    assert not gpu.healthy()
+    queued = gpu.set_power_limit_w(200.0)
+    gpu.start()
+    assert queued.result(timeout=5) == 200.0
+    gpu.stop()
+    assert not gpu.healthy()
+    with pytest.raises(GpuOwnerStoppedError):
+        gpu.read().result(timeout=5)
+    assert gpu.info.uuid == recording.info.uuid
