@@ -1,0 +1,135 @@
+"""The inputs `perseusctl solve` and `perseusctl compare` share: profile, schedule and solver parameters.
+
+Import-light on purpose: the planner modules are imported when the command runs, not when the parser is built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from perseusd.errors import PlanningError
+
+if TYPE_CHECKING:
+    from perseusd.planner.dag import ComputationDag
+    from perseusd.planner.profile import Profile
+
+DEFAULT_UNIT_TIME_S = 0.001
+BUNDLED_NAMES = ("a100_sxm", "a40")
+"""Bundled profile names (kept in sync with `perseusd.planner.bundled.BUNDLED_PROFILES` by a test)."""
+
+
+@dataclass(frozen=True)
+class PlanningInputs:
+    """Everything a planning command works on."""
+
+    profile: Profile
+    dag: ComputationDag
+    unit_time_s: float
+    p_block_w: float
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number (got {text})")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative number (got {text})")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {text})")
+    return value
+
+
+def add_planning_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the profile, schedule and solver parameter options to a command's parser."""
+    parser.add_argument(
+        "--profile",
+        required=True,
+        metavar="FILE",
+        help=f"profile CSV file, or a bundled profile name ({', '.join(BUNDLED_NAMES)})",
+    )
+    parser.add_argument("--stages", type=_positive_int, required=True, metavar="S", help="pipeline stages")
+    parser.add_argument(
+        "--microbatches", type=_positive_int, required=True, metavar="M", help="microbatches per iteration"
+    )
+    parser.add_argument(
+        "--schedule", choices=("1f1b", "gpipe", "interleaved"), default="1f1b", help="default: %(default)s"
+    )
+    parser.add_argument(
+        "--chunks",
+        type=_positive_int,
+        default=1,
+        metavar="V",
+        help="model chunks per stage (interleaved only)",
+    )
+    parser.add_argument(
+        "--unit-time",
+        type=_positive_float,
+        default=DEFAULT_UNIT_TIME_S,
+        metavar="SECONDS",
+        help="the solver's time unit, in the profile's time unit (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--p2p-power",
+        type=_non_negative_float,
+        default=None,
+        metavar="WATTS",
+        help="GPU power while blocked on communication (default: the measured value for a bundled profile "
+        "(a100_sxm 83.64, a40 70.38), else 0)",
+    )
+
+
+def load_profile(spec: str) -> tuple[Profile, float | None]:
+    """A bundled profile by name (with its blocking power), or a profile CSV file (blocking power None).
+
+    A bundled name always means the bundled profile; write `./a40` for a file of that name.
+    """
+    from perseusd.planner.bundled import BUNDLED_PROFILES, bundled_profile
+    from perseusd.planner.profile_csv import read_profile
+
+    if spec in BUNDLED_PROFILES:
+        return bundled_profile(spec), BUNDLED_PROFILES[spec].p_block_w
+    try:
+        return read_profile(spec), None
+    except OSError as exc:
+        raise PlanningError(
+            f"cannot read profile {spec}: {exc.strerror or exc} "
+            f"(give a CSV file or a bundled name: {', '.join(BUNDLED_PROFILES)})"
+        ) from exc
+
+
+def load_inputs(args: argparse.Namespace) -> PlanningInputs:
+    """Read the profile and build the DAG named by the parsed planning arguments."""
+    from perseusd.planner.dag import build_dag
+
+    profile, bundled_p_block_w = load_profile(args.profile)
+    dag = build_dag(args.schedule, args.stages, args.microbatches, args.chunks)
+    needed = dag.num_stages * dag.num_chunks
+    if profile.num_stages < needed:
+        raise PlanningError(
+            f"profile {profile.source} has {profile.num_stages} stages, "
+            f"but {args.stages} stages x {args.chunks} chunks need {needed}"
+        )
+    p_block_w = args.p2p_power if args.p2p_power is not None else (bundled_p_block_w or 0.0)
+    return PlanningInputs(profile, dag, args.unit_time, p_block_w)

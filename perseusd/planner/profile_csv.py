@@ -1,0 +1,228 @@
+"""Read and write profile CSV files (the format shared with Zeus), with strict validation.
+
+Format: a header line naming at least the columns `stage,instruction,frequency,time,energy` (any order,
+extra columns ignored), then one row per (stage, instruction, frequency): stage an integer 0..S-1,
+instruction `forward` or `backward`, frequency the SM clock in MHz (a positive integer), time the duration
+of one execution in seconds and energy its energy in joules (both finite and positive).
+
+Every problem is a `ProfileError` naming the file, the 1-based line (the header is line 1) and the column.
+Nothing is silently dropped: only blank lines are skipped.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from perseusd.errors import ProfileError
+from perseusd.planner.dag import Instruction
+from perseusd.planner.profile import Measurement, Profile
+
+COLUMNS: tuple[str, ...] = ("stage", "instruction", "frequency", "time", "energy")
+"""The required columns, in the order `write_profile` writes them."""
+
+_INSTRUCTIONS = ", ".join(i.value for i in Instruction)
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One parsed data row and the line it came from."""
+
+    line: int
+    measurement: Measurement
+
+
+def read_profile(path: str | os.PathLike[str]) -> Profile:
+    """Read and validate a profile CSV file; raises `ProfileError` on the first problem found.
+
+    The message of the raised error says how many more problems the file has; `check_profile` lists them all.
+    """
+    with open(path, encoding="utf-8-sig", newline="") as stream:
+        return read_profile_stream(stream, source=os.fspath(path))
+
+
+def read_profile_stream(stream: IO[str], source: str) -> Profile:
+    """Read and validate a profile from a text stream; `source` names it in errors and in the profile."""
+    rows, errors = _parse(stream, source)
+    if errors:
+        first = errors[0]
+        if len(errors) > 1:
+            more = len(errors) - 1
+            problem = f"{first.problem} (and {more} more problem{'s' if more > 1 else ''} in this file)"
+            raise ProfileError(first.path, first.line, first.column, problem)
+        raise first
+    return Profile.from_measurements((r.measurement for r in rows), source=source)
+
+
+def check_profile(path: str | os.PathLike[str]) -> list[ProfileError]:
+    """Every problem of a profile CSV file, in file order (empty when the file is valid)."""
+    with open(path, encoding="utf-8-sig", newline="") as stream:
+        return _parse(stream, os.fspath(path))[1]
+
+
+def write_profile(profile: Profile, path_or_stream: str | os.PathLike[str] | IO[str]) -> None:
+    """Write `profile` as CSV: the header, then one row per measurement (input order, exact floats)."""
+    if isinstance(path_or_stream, str | os.PathLike):
+        target = Path(path_or_stream)
+        tmp = target.with_name(f".{target.name}.tmp")
+        with open(tmp, "w", encoding="utf-8", newline="") as stream:
+            _write_rows(profile.measurements, stream)
+        os.replace(tmp, target)
+    else:
+        _write_rows(profile.measurements, path_or_stream)
+
+
+def profile_to_csv(profile: Profile) -> str:
+    """The CSV text of `profile`."""
+    buffer = io.StringIO()
+    _write_rows(profile.measurements, buffer)
+    return buffer.getvalue()
+
+
+def _write_rows(measurements: Iterable[Measurement], stream: IO[str]) -> None:
+    writer = csv.writer(stream, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for m in measurements:
+        writer.writerow([m.stage, m.instruction.value, m.freq_mhz, repr(m.time_s), repr(m.energy_j)])
+
+
+def _parse(stream: IO[str], source: str) -> tuple[list[_Row], list[ProfileError]]:
+    reader = csv.reader(stream)
+    header = next(reader, None)
+    if header is None:
+        return [], [ProfileError(source, 1, None, f"empty file; expected a header with {','.join(COLUMNS)}")]
+    positions, errors = _check_header(header, source)
+    if errors:
+        return [], errors
+    rows: list[_Row] = []
+    for fields in reader:
+        if not any(f.strip() for f in fields):
+            continue
+        row = _parse_row(fields, len(header), positions, source, reader.line_num)
+        if isinstance(row, ProfileError):
+            errors.append(row)
+        else:
+            rows.append(row)
+    if not rows and not errors:
+        errors.append(ProfileError(source, 1, None, "no data rows after the header"))
+    errors.extend(_check_duplicates(rows, source))
+    if not errors:  # coverage problems would only echo the rows already reported
+        errors.extend(_check_coverage(rows, source))
+    errors.sort(key=lambda e: e.line)
+    return rows, errors
+
+
+def _check_header(header: list[str], source: str) -> tuple[dict[str, int], list[ProfileError]]:
+    names = [name.strip().lower() for name in header]
+    errors: list[ProfileError] = []
+    positions: dict[str, int] = {}
+    for column in COLUMNS:
+        count = names.count(column)
+        if count == 0:
+            problem = f"missing column (the header must name {','.join(COLUMNS)}; got {','.join(header)})"
+            errors.append(ProfileError(source, 1, column, problem))
+        elif count > 1:
+            errors.append(ProfileError(source, 1, column, f"the column appears {count} times in the header"))
+        else:
+            positions[column] = names.index(column)
+    return positions, errors
+
+
+def _parse_row(
+    fields: list[str], width: int, positions: dict[str, int], source: str, line: int
+) -> _Row | ProfileError:
+    if len(fields) != width:
+        return ProfileError(source, line, None, f"{len(fields)} fields, but the header has {width}")
+    try:
+        field = {column: fields[index] for column, index in positions.items()}
+        stage = _parse_int(field["stage"], "stage", minimum=0, what="a non-negative integer")
+        instruction = _parse_instruction(field["instruction"])
+        freq_mhz = _parse_int(field["frequency"], "frequency", minimum=1, what="a positive integer (MHz)")
+        time_s = _parse_positive_float(field["time"], "time", "seconds")
+        energy_j = _parse_positive_float(field["energy"], "energy", "joules")
+    except _FieldError as exc:
+        return ProfileError(source, line, exc.column, exc.problem)
+    return _Row(line, Measurement(stage, instruction, freq_mhz, time_s, energy_j))
+
+
+class _FieldError(Exception):
+    """A bad field value; turned into a `ProfileError` with the line by the caller."""
+
+    def __init__(self, column: str, problem: str) -> None:
+        super().__init__(problem)
+        self.column = column
+        self.problem = problem
+
+
+def _parse_int(text: str, column: str, minimum: int, what: str) -> int:
+    stripped = text.strip()
+    try:
+        value = float(stripped)
+    except ValueError:
+        raise _FieldError(column, f"'{text}' is not {what}") from None
+    if not math.isfinite(value) or value != int(value) or value < minimum:
+        raise _FieldError(column, f"'{text}' is not {what}")
+    return int(value)
+
+
+def _parse_instruction(text: str) -> Instruction:
+    try:
+        return Instruction(text.strip())
+    except ValueError:
+        problem = f"unknown instruction '{text}' (expected one of {_INSTRUCTIONS})"
+        raise _FieldError("instruction", problem) from None
+
+
+def _parse_positive_float(text: str, column: str, unit: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise _FieldError(column, f"'{text}' is not a number ({unit})") from None
+    if not math.isfinite(value):
+        raise _FieldError(column, f"'{text}' is not a finite number ({unit})")
+    if value <= 0.0:
+        raise _FieldError(column, f"{column} must be positive (got {text.strip()} {unit})")
+    return value
+
+
+def _check_duplicates(rows: list[_Row], source: str) -> Iterator[ProfileError]:
+    first_line: dict[tuple[int, Instruction, int], int] = {}
+    for row in rows:
+        m = row.measurement
+        key = (m.stage, m.instruction, m.freq_mhz)
+        if key in first_line:
+            problem = (
+                f"duplicate row for stage {m.stage} {m.instruction.value} at {m.freq_mhz} MHz "
+                f"(first given on line {first_line[key]})"
+            )
+            yield ProfileError(source, row.line, "frequency", problem)
+        else:
+            first_line[key] = row.line
+
+
+def _check_coverage(rows: list[_Row], source: str) -> Iterator[ProfileError]:
+    """Stages must be exactly 0..S-1 and every stage needs forward and backward rows."""
+    first_line: dict[int, int] = {}
+    instructions: dict[int, set[Instruction]] = {}
+    for row in rows:
+        stage = row.measurement.stage
+        first_line.setdefault(stage, row.line)
+        instructions.setdefault(stage, set()).add(row.measurement.instruction)
+    if not first_line:
+        return
+    last = max(first_line)
+    for stage in range(last + 1):
+        if stage not in first_line:
+            problem = f"stage {stage} has no rows (stages must be 0..{last} without gaps)"
+            yield ProfileError(source, first_line[last], "stage", problem)
+            continue
+        for instruction in Instruction:
+            if instruction not in instructions[stage]:
+                problem = f"stage {stage} has no {instruction.value} rows (each stage needs {_INSTRUCTIONS})"
+                yield ProfileError(source, first_line[stage], "instruction", problem)
