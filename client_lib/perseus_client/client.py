@@ -1,0 +1,373 @@
+"""`PerseusClient`: what a training process uses to talk to perseusd (pyzmq and the protocol module only).
+
+Events (computation and step begin/end) go to the daemon's event socket without ever blocking or raising:
+when the daemon is down or slow they are dropped and counted (`events_dropped`). Control calls (hello, claim,
+release, set_clock, status) have timeouts and raise `PerseusClientError`. A small monitor thread notices when
+the daemon comes back and registers again (hello + re-claim of the GPUs this client held).
+
+Send events from one thread per client (ZeroMQ sockets are not thread-safe); control calls are locked.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from perseus_client.protocol import (
+    CONTROL_SOCKET_NAME,
+    DEFAULT_MAX_FRAME_BYTES,
+    EVENT_SOCKET_NAME,
+    PROTOCOL_VERSION,
+    Claim,
+    ClaimOk,
+    ErrorReply,
+    Hello,
+    HelloOk,
+    Message,
+    ProtocolError,
+    Release,
+    ReleaseOk,
+    SetClock,
+    SetClockOk,
+    StatusReply,
+    StatusRequest,
+    decode,
+    encode,
+)
+
+logger = logging.getLogger(__name__)
+
+CLIENT_VERSION = "0.1.0"
+DEFAULT_RUNTIME_DIR = "/run/perseusd"
+EVENT_SNDHWM = 10_000
+_INSTRUCTIONS = frozenset(("forward", "backward"))
+M = TypeVar("M", bound=Message)
+_COMPUTATION_FORMAT = (
+    b'{"v":%d,"id":0,' % PROTOCOL_VERSION
+    + b'"type":"%s","gpu":%s,"stage":%d,"instruction":"%s","microbatch":%d,"chunk":%d,"timestamp_ns":%d}'
+)
+_STEP_FORMAT = b'{"v":%d,"id":0,' % PROTOCOL_VERSION + b'"type":"%s","gpu":%s,"step":%d,"timestamp_ns":%d}'
+
+
+class PerseusClientError(Exception):
+    """A control call failed. `code` is the daemon's stable error code, or UNREACHABLE / TIMEOUT."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class _Computation:
+    """Context manager sending a computation's begin and end events (never raises)."""
+
+    __slots__ = ("_args", "_client")
+
+    def __init__(self, client: PerseusClient, args: tuple[str, int, str, int, int]) -> None:
+        self._client = client
+        self._args = args
+
+    def __enter__(self) -> None:
+        self._client.computation_begin(*self._args)
+
+    def __exit__(self, *_exc: object) -> None:
+        self._client.computation_end(*self._args)
+
+
+class _Step:
+    __slots__ = ("_client", "_gpu", "_step")
+
+    def __init__(self, client: PerseusClient, gpu: str, step: int) -> None:
+        self._client = client
+        self._gpu = gpu
+        self._step = step
+
+    def __enter__(self) -> None:
+        self._client.step_begin(self._gpu, self._step)
+
+    def __exit__(self, *_exc: object) -> None:
+        self._client.step_end(self._gpu, self._step)
+
+
+class PerseusClient:
+    """A connection to perseusd from one training process.
+
+    Args:
+        runtime_dir: the daemon's runtime directory (its sockets live there).
+        job: a name for this job, shown in `perseusctl status`.
+        timeout_s: the timeout of each control call.
+        connect: connect and say hello now (otherwise call `connect()`).
+    """
+
+    def __init__(
+        self,
+        runtime_dir: str | Path = DEFAULT_RUNTIME_DIR,
+        job: str = "",
+        *,
+        timeout_s: float = 2.0,
+        connect: bool = True,
+    ) -> None:
+        self.runtime_dir = Path(runtime_dir)
+        self.job = job or f"pid-{os.getpid()}"
+        self.timeout_s = timeout_s
+        self.events_sent = 0
+        self.events_dropped = 0
+        self.reconnects = 0
+        self.daemon_info: HelloOk | None = None
+        self._claimed: list[str] = []
+        self._json_cache: dict[str, bytes] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.RLock()
+        self._ctx: zmq.Context[Any] | None = None
+        self._control: zmq.Socket[bytes] | None = None
+        self._events: zmq.Socket[bytes] | None = None
+        self._auth_failed = False
+        self._monitor: threading.Thread | None = None
+        self._closing = threading.Event()
+        if connect:
+            self.connect()
+
+    # ------------------------------------------------------------------ connection
+
+    def connect(self) -> HelloOk:
+        """Open the sockets and say hello; raises `PerseusClientError` when the daemon does not answer."""
+        with self._lock:
+            if self._ctx is None:
+                self._open_sockets()
+            return self.hello()
+
+    def _open_sockets(self) -> None:
+        self._ctx = zmq.Context()
+        control = self._ctx.socket(zmq.DEALER)
+        control.setsockopt(zmq.LINGER, 0)
+        control.setsockopt(zmq.IMMEDIATE, 1)
+        monitor = control.get_monitor_socket(
+            zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_DISCONNECTED
+        )
+        control.connect(f"ipc://{self.runtime_dir / CONTROL_SOCKET_NAME}")
+        events = self._ctx.socket(zmq.PUSH)
+        events.setsockopt(zmq.LINGER, 0)
+        events.setsockopt(zmq.SNDHWM, EVENT_SNDHWM)
+        events.setsockopt(zmq.IMMEDIATE, 1)
+        events.connect(f"ipc://{self.runtime_dir / EVENT_SOCKET_NAME}")
+        self._control, self._events = control, events
+        self._monitor = threading.Thread(
+            target=self._watch_connection, args=(monitor,), name="perseus-client-monitor", daemon=True
+        )
+        self._monitor.start()
+
+    def _watch_connection(self, monitor: zmq.Socket[bytes]) -> None:
+        """Re-register after the daemon comes back (a handshake after a disconnect)."""
+        disconnected = False
+        try:
+            while not self._closing.is_set():
+                if not monitor.poll(100):
+                    continue
+                event = recv_monitor_message(monitor)["event"]
+                if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                    self._auth_failed = True
+                elif event == zmq.EVENT_DISCONNECTED:
+                    disconnected = True
+                elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    self._auth_failed = False
+                    if disconnected:
+                        disconnected = False
+                        self._reregister()
+        except zmq.ZMQError:
+            pass
+        finally:
+            monitor.close(linger=0)
+
+    def _reregister(self) -> None:
+        try:
+            with self._lock:
+                if self._control is None:
+                    return
+                self.hello()
+                if self._claimed:
+                    self.claim(self._claimed)
+                self.reconnects += 1
+        except PerseusClientError as exc:
+            logger.warning("perseus: re-registering with the daemon failed: %s", exc)
+
+    def close(self) -> None:
+        """Close the sockets (the daemon restores this process's GPUs when it exits anyway)."""
+        self._closing.set()
+        if self._monitor is not None:
+            self._monitor.join(timeout=1.0)
+        with self._lock:
+            for sock in (self._control, self._events):
+                if sock is not None:
+                    sock.close(linger=0)
+            if self._ctx is not None:
+                self._ctx.term()
+            self._ctx = self._control = self._events = None
+
+    def __enter__(self) -> PerseusClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ control calls
+
+    def hello(self) -> HelloOk:
+        reply = self._call(Hello(job=self.job, client_version=CLIENT_VERSION), HelloOk)
+        self.daemon_info = reply
+        return reply
+
+    def claim(self, gpus: Sequence[str]) -> tuple[str, ...]:
+        """Lease GPUs (by UUID) for this process; all or nothing."""
+        reply = self._call(Claim(gpus=tuple(gpus), job=self.job), ClaimOk)
+        for gpu in reply.gpus:
+            if gpu not in self._claimed:
+                self._claimed.append(gpu)
+        return reply.gpus
+
+    def release(self, gpus: Sequence[str] = ()) -> ReleaseOk:
+        """Release leases (all of them by default); the daemon restores the GPUs."""
+        reply = self._call(Release(gpus=tuple(gpus)), ReleaseOk)
+        released = set(gpus) if gpus else set(self._claimed)
+        self._claimed = [gpu for gpu in self._claimed if gpu not in released]
+        return reply
+
+    def set_clock(self, gpu: str, sm_clock_mhz: int | None) -> int | None:
+        """Lock the SM clock of a leased GPU (None unlocks); returns the clock applied (MHz)."""
+        return self._call(SetClock(gpu=gpu, sm_clock_mhz=sm_clock_mhz), SetClockOk).applied_mhz
+
+    def status(self) -> StatusReply:
+        return self._call(StatusRequest(), StatusReply)
+
+    def _call(self, request: Message, expected: type[M]) -> M:
+        with self._lock:
+            if self._control is None:
+                raise PerseusClientError("NOT_CONNECTED", "call connect() first")
+            return request_reply(
+                self._control,
+                request,
+                expected,
+                timeout_s=self.timeout_s,
+                request_id=next(self._ids),
+                client=self,
+            )
+
+    # ------------------------------------------------------------------ events (never block, never raise)
+
+    def computation(
+        self, gpu: str, stage: int, instruction: str, microbatch: int, chunk: int = 0
+    ) -> _Computation:
+        """``with client.computation(gpu, stage, "forward", microbatch): ...`` sends begin and end."""
+        return _Computation(self, (gpu, stage, instruction, microbatch, chunk))
+
+    def step(self, gpu: str, step: int) -> _Step:
+        return _Step(self, gpu, step)
+
+    def computation_begin(
+        self, gpu: str, stage: int, instruction: str, microbatch: int, chunk: int = 0
+    ) -> None:
+        self._send_computation(b"comp_begin", gpu, stage, instruction, microbatch, chunk)
+
+    def computation_end(
+        self, gpu: str, stage: int, instruction: str, microbatch: int, chunk: int = 0
+    ) -> None:
+        self._send_computation(b"comp_end", gpu, stage, instruction, microbatch, chunk)
+
+    def step_begin(self, gpu: str, step: int) -> None:
+        self._send_step(b"step_begin", gpu, step)
+
+    def step_end(self, gpu: str, step: int) -> None:
+        self._send_step(b"step_end", gpu, step)
+
+    def _send_computation(
+        self, kind: bytes, gpu: str, stage: int, instruction: str, microbatch: int, chunk: int
+    ) -> None:
+        try:
+            if instruction not in _INSTRUCTIONS:
+                raise ValueError(instruction)
+            data = _COMPUTATION_FORMAT % (
+                kind,
+                self._json_str(gpu),
+                stage,
+                instruction.encode(),
+                microbatch,
+                chunk,
+                time.time_ns(),
+            )
+            self._events.send(data, zmq.NOBLOCK)  # type: ignore[union-attr]
+            self.events_sent += 1
+        except Exception:  # never raise into training
+            self.events_dropped += 1
+
+    def _send_step(self, kind: bytes, gpu: str, step: int) -> None:
+        try:
+            data = _STEP_FORMAT % (
+                kind,
+                self._json_str(gpu),
+                step,
+                time.time_ns(),
+            )
+            self._events.send(data, zmq.NOBLOCK)  # type: ignore[union-attr]
+            self.events_sent += 1
+        except Exception:  # never raise into training
+            self.events_dropped += 1
+
+    def _json_str(self, text: str) -> bytes:
+        """A JSON string literal, cached (GPU UUIDs repeat on every event)."""
+        encoded = self._json_cache.get(text)
+        if encoded is None:
+            if len(self._json_cache) > 1024:
+                self._json_cache.clear()
+            encoded = self._json_cache[text] = json.dumps(text).encode()
+        return encoded
+
+
+def request_reply(
+    sock: zmq.Socket[bytes],
+    request: Message,
+    expected: type[M],
+    *,
+    timeout_s: float,
+    request_id: int,
+    client: PerseusClient | None = None,
+) -> M:
+    """Send one request on a DEALER socket and wait for its reply; raises `PerseusClientError`."""
+    deadline_s = time.monotonic() + timeout_s
+    if not sock.poll(int(timeout_s * 1000), zmq.POLLOUT):
+        raise _unreachable(client, "the daemon is not reachable")
+    sock.send(encode(request, request_id), zmq.NOBLOCK)
+    while True:
+        left_ms = int((deadline_s - time.monotonic()) * 1000)
+        if left_ms <= 0 or not sock.poll(left_ms, zmq.POLLIN):
+            raise _unreachable(client, f"no reply to {request.TYPE} within {timeout_s:g} s")
+        try:
+            frame = decode(sock.recv(zmq.NOBLOCK), 64 * DEFAULT_MAX_FRAME_BYTES)
+        except ProtocolError as exc:
+            raise PerseusClientError(exc.code, f"bad reply from the daemon: {exc.message}") from None
+        if frame.request_id != request_id:
+            continue  # a late reply to an earlier, timed-out request
+        if isinstance(frame.message, ErrorReply):
+            raise PerseusClientError(frame.message.code, frame.message.message)
+        if not isinstance(frame.message, expected):
+            raise PerseusClientError("BAD_FRAME", f"unexpected reply {frame.message.TYPE}")
+        return frame.message
+
+
+def _unreachable(client: PerseusClient | None, message: str) -> PerseusClientError:
+    if client is not None and client._auth_failed:
+        return PerseusClientError(
+            "PERMISSION_DENIED", "the daemon refused this user; ask an admin to add you to group perseus"
+        )
+    return PerseusClientError("UNREACHABLE", message)

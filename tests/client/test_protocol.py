@@ -1,0 +1,78 @@
+"""The wire protocol: round trips, strict validation with stable codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from perseus_client import protocol as p
+
+
+def _code(data: bytes, max_bytes: int = p.DEFAULT_MAX_FRAME_BYTES) -> str:
+    with pytest.raises(p.ProtocolError) as info:
+        p.decode(data, max_bytes)
+    return str(info.value.code)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        p.Hello(job="j", client_version="1"),
+        p.Claim(gpus=("GPU-a", "GPU-b"), job="j"),
+        p.Release(gpus=()),
+        p.SetClock(gpu="GPU-a", sm_clock_mhz=None),
+        p.ComputationBegin("GPU-a", 1, "backward", 3, 0, 123),
+        p.StepEnd("GPU-a", 7, 9),
+        p.AdminSetPowerLimit(gpu="GPU-a", power_limit_w=250.0),
+        p.StatusReply(
+            daemon=p.DaemonHealth("0.1", 1, 5, 1.5, 2, 10, 1, {"BAD_FRAME": 1}, 0, 0, None, 0),
+            gpus=(
+                p.GpuStatus(
+                    "GPU-a", "n", None, 1200, 80.5, 400.0, 1.5, p.LeaseInfo(1, 0, "j"), None, {"read": 0.1}
+                ),
+            ),
+        ),
+    ],
+)
+def test_round_trip(message: p.Message) -> None:
+    frame = p.decode(p.encode(message, 42))
+    assert frame == p.Frame(42, message)
+
+
+def test_frames_are_compact_json_with_version_id_type() -> None:
+    body = json.loads(p.encode(p.StatusRequest(), 3))
+    assert body == {"v": p.PROTOCOL_VERSION, "id": 3, "type": "status"}
+
+
+def test_rejections_have_stable_codes() -> None:
+    assert _code(b"\xff\x00") == "BAD_FRAME"
+    assert _code(b"[1,2]") == "BAD_FRAME"
+    assert _code(b'{"v":1,"id":1,"type":"stat') == "BAD_FRAME"
+    assert _code(b'{"id":1,"type":"status"}') == "BAD_FRAME"
+    assert _code(b'{"v":2,"id":1,"type":"status"}') == "VERSION_MISMATCH"
+    assert _code(b'{"v":1,"id":-1,"type":"status"}') == "BAD_FRAME"
+    assert _code(b'{"v":1,"id":1,"type":"nope"}') == "UNKNOWN_TYPE"
+    assert _code(b'{"v":1,"id":1,"type":"status","extra":1}') == "BAD_FIELD"
+    assert _code(b'{"v":1,"id":1,"type":"claim","gpus":["a"]}') == "BAD_FIELD"
+    assert _code(b'{"v":1,"id":1,"type":"claim","gpus":[1],"job":"j"}') == "BAD_FIELD"
+    assert _code(b'{"v":1,"id":1,"type":"set_clock","gpu":"a","sm_clock_mhz":true}') == "BAD_FIELD"
+    bad_instruction = b'{"v":1,"id":0,"type":"comp_begin","gpu":"a","stage":0,"instruction":"up",' \
+        b'"microbatch":0,"chunk":0,"timestamp_ns":0}'  # fmt: skip
+    assert _code(bad_instruction) == "BAD_FIELD"
+    assert _code(b'{"v":1,"id":1,"type":"status"}' + b" " * 2000, max_bytes=1024) == "TOO_LARGE"
+
+
+def test_request_id_of_bad_frame_is_best_effort() -> None:
+    assert p.request_id_of(b'{"v":9,"id":17}') == 17
+    assert p.request_id_of(b"junk") == 0
+
+
+def test_protocol_module_imports_only_stdlib() -> None:
+    import ast
+    import sys
+    from pathlib import Path
+
+    tree = ast.parse(Path(p.__file__).read_text())
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert names - {"__future__"} <= set(sys.stdlib_module_names)
