@@ -25,12 +25,16 @@ EXIT_UNREACHABLE = 2
 COMMAND_MODULES: tuple[str, ...] = (
     "solve_cmd",
     "compare_cmd",
+    "status_cmd",
+    "reset_cmd",
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The full `perseusctl` parser with every command registered."""
-    parser = argparse.ArgumentParser(prog="perseusctl", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="perseusctl", description=__doc__.splitlines()[0] if __doc__ else None
+    )
     parser.add_argument("--version", action="version", version=f"perseusctl {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     parser.add_argument(
@@ -45,7 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `perseusctl`; returns the exit code."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(message)s"
+    )
     func: Callable[[Any], int] = args.func
     try:
         return func(args)

@@ -1,0 +1,28 @@
+"""`perseusctl reset [GPU ...]` (admin): restore saved originals, unlock clocks and drop leases."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from perseus_client.protocol import AdminReset, AdminResetOk
+
+from perseusd.ctl.daemon_link import ask
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("reset", help="admin: restore GPUs and drop their leases")
+    parser.add_argument("gpus", nargs="*", metavar="GPU_UUID", help="GPUs to reset (default: all)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    reply = ask(Path(args.runtime_dir), AdminReset(gpus=tuple(args.gpus)), AdminResetOk, admin=True)
+    for gpu in reply.gpus:
+        print(f"reset {gpu}")
+    for gpu in reply.failed:
+        print(f"FAILED {gpu}")
+    return EXIT_FAILED if reply.failed else EXIT_OK

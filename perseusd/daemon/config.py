@@ -1,0 +1,130 @@
+"""The daemon's one frozen configuration: TOML file, then `PERSEUSD_*` environment, then flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perseusd.errors import ConfigError
+
+DEFAULT_CONFIG_PATH = Path("/etc/perseusd/perseusd.toml")
+BACKENDS = ("auto", "nvml", "sim")
+SIM_MODELS = ("a100_sxm", "a40")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+ENV_PREFIX = "PERSEUSD_"
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """Everything the daemon is built from. Units are in the names."""
+
+    backend: str = "auto"
+    sim_gpus: int = 1
+    sim_model: str = "a100_sxm"
+    sim_update_period_s: float = 0.1
+    runtime_dir: Path = Path("/run/perseusd")
+    state_dir: Path = Path("/var/lib/perseusd")
+    socket_group: str = "perseus"
+    admin_group: str = "perseus-admin"
+    log_level: str = "INFO"
+    max_frame_bytes: int = 65536
+    gpu_call_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        _require(self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}")
+        _require(self.sim_model in SIM_MODELS, f"sim_model must be one of {', '.join(SIM_MODELS)}")
+        _require(1 <= self.sim_gpus <= 64, "sim_gpus must be between 1 and 64")
+        _require(self.sim_update_period_s > 0, "sim_update_period_s must be positive")
+        _require(self.log_level in LOG_LEVELS, f"log_level must be one of {', '.join(LOG_LEVELS)}")
+        _require(1024 <= self.max_frame_bytes <= 16 * 1024 * 1024, "max_frame_bytes must be 1 KiB..16 MiB")
+        _require(self.gpu_call_timeout_s > 0, "gpu_call_timeout_s must be positive")
+        _require(self.runtime_dir.is_absolute(), "runtime_dir must be an absolute path")
+        _require(self.state_dir.is_absolute(), "state_dir must be an absolute path")
+
+    def to_toml(self) -> str:
+        """The effective configuration as TOML (what `perseusd --check-config` prints)."""
+        lines = ["# perseusd effective configuration"]
+        for field in dataclasses.fields(self):
+            lines.append(f"{field.name} = {_toml_value(getattr(self, field.name))}")
+        return "\n".join(lines) + "\n"
+
+
+def _require(condition: bool, problem: str) -> None:
+    if not condition:
+        raise ConfigError(f"invalid configuration: {problem}")
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{text}"'
+
+
+def _coerce(name: str, raw: object, source: str) -> object:
+    field_types = {f.name: f.type for f in dataclasses.fields(DaemonConfig)}
+    kind = field_types[name]
+    try:
+        if kind == "int":
+            if isinstance(raw, bool):
+                raise ValueError("a boolean is not an integer")
+            return int(str(raw))
+        if kind == "float":
+            return float(str(raw))
+        if kind == "Path":
+            return Path(str(raw))
+        if name == "log_level":
+            return str(raw).upper()
+        return str(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {name}: {exc}") from None
+
+
+def _read_file(path: Path, required: bool) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        if required:
+            raise ConfigError(f"{path}: configuration file not found") from None
+        return {}
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    return data
+
+
+def load_config(
+    config_path: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> DaemonConfig:
+    """Build the configuration: file (default path optional, `config_path` required), environment, flags.
+
+    `overrides` holds flag values; None values are ignored.
+    """
+    names = {f.name for f in dataclasses.fields(DaemonConfig)}
+    values: dict[str, object] = {}
+    path = config_path or DEFAULT_CONFIG_PATH
+    for key, raw in _read_file(path, required=config_path is not None).items():
+        if key not in names:
+            raise ConfigError(f"{path}: unknown setting '{key}' (known: {', '.join(sorted(names))})")
+        values[key] = _coerce(key, raw, str(path))
+    for key, raw in (environ or {}).items():
+        if key.startswith(ENV_PREFIX) and key[len(ENV_PREFIX) :].lower() in names:
+            name = key[len(ENV_PREFIX) :].lower()
+            values[name] = _coerce(name, raw, f"environment {key}")
+    for key, raw in (overrides or {}).items():
+        if raw is not None:
+            values[key] = _coerce(key, raw, f"flag --{key.replace('_', '-')}")
+    try:
+        return DaemonConfig(**values)  # type: ignore[arg-type]
+    except TypeError as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from None

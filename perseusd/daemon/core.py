@@ -1,0 +1,298 @@
+"""The daemon core: requests in, replies out, no transport. The IPC layer decodes frames, attaches the
+kernel-attested `Caller`, calls `handle`/`on_event`, and encodes what comes back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+
+from perseus_client.protocol import (
+    PROTOCOL_VERSION,
+    AdminReset,
+    AdminResetOk,
+    AdminSetPowerLimit,
+    Claim,
+    ClaimOk,
+    DaemonHealth,
+    ErrorCode,
+    GpuCapabilities,
+    GpuStatus,
+    Hello,
+    HelloOk,
+    LeaseInfo,
+    Message,
+    PowerLimitOk,
+    ProtocolError,
+    Release,
+    ReleaseOk,
+    SetClock,
+    SetClockOk,
+    StatusReply,
+    StatusRequest,
+)
+
+from perseusd.daemon.events import EventTracker
+from perseusd.daemon.identity import Caller
+from perseusd.daemon.leases import Lease, LeaseBook
+from perseusd.daemon.registry import GpuRegistry
+from perseusd.daemon.restore import RestoreKeeper, RestoreOutcome
+from perseusd.gpu.owner import GpuReading
+
+logger = logging.getLogger(__name__)
+
+
+class DaemonCore:
+    """Leases, GPU writes, restore and status, for callers the IPC layer has identified."""
+
+    def __init__(
+        self,
+        registry: GpuRegistry,
+        leases: LeaseBook,
+        keeper: RestoreKeeper,
+        tracker: EventTracker,
+        *,
+        version: str,
+        is_admin: Callable[[Caller], bool],
+        clock_s: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.registry = registry
+        self.leases = leases
+        self.keeper = keeper
+        self.tracker = tracker
+        self._version = version
+        self._is_admin = is_admin
+        self._clock_s = clock_s
+        self._started_s = clock_s()
+        self.last_restore_s: float | None = None
+        self.auth_rejected = 0
+
+    # ------------------------------------------------------------------ dispatch
+
+    def handle(self, caller: Caller, message: Message, *, admin_socket: bool = False) -> Message:
+        """Handle one request; raises `ProtocolError` or `GpuError` for the IPC layer to turn into errors."""
+        if isinstance(message, StatusRequest):
+            return self.status(caller, admin=admin_socket and self._is_admin(caller))
+        if admin_socket:
+            return self._handle_admin(caller, message)
+        handler = self._handlers().get(type(message))
+        if handler is None:
+            if isinstance(message, AdminReset | AdminSetPowerLimit):
+                raise ProtocolError(ErrorCode.PERMISSION_DENIED, "admin requests go to the admin socket")
+            raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not a request")
+        return handler(caller, message)
+
+    def _handlers(self) -> Mapping[type[Message], Callable[[Caller, Message], Message]]:
+        return {
+            Hello: self._hello,  # type: ignore[dict-item]
+            Claim: self._claim,  # type: ignore[dict-item]
+            Release: self._release,  # type: ignore[dict-item]
+            SetClock: self._set_clock,  # type: ignore[dict-item]
+        }
+
+    def _handle_admin(self, caller: Caller, message: Message) -> Message:
+        if not self._is_admin(caller):
+            raise ProtocolError(
+                ErrorCode.PERMISSION_DENIED, "admin requests need root or group perseus-admin"
+            )
+        if isinstance(message, AdminReset):
+            return self._admin_reset(message)
+        if isinstance(message, AdminSetPowerLimit):
+            return self._admin_set_power_limit(message)
+        raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not an admin request")
+
+    # ------------------------------------------------------------------ client requests
+
+    def _hello(self, caller: Caller, message: Hello) -> HelloOk:
+        self.leases.register(caller, message.job)
+        gpus = tuple(
+            GpuCapabilities(
+                uuid=info.uuid,
+                name=info.name,
+                supported_sm_clocks_mhz=info.supported_sm_clocks_mhz,
+                power_limit_min_w=info.power_limit_min_w,
+                power_limit_max_w=info.power_limit_max_w,
+                power_limit_default_w=info.power_limit_default_w,
+                energy_counter_supported=info.energy_counter_supported,
+            )
+            for info in self.registry.infos()
+        )
+        return HelloOk(daemon_version=self._version, protocol=PROTOCOL_VERSION, gpus=gpus)
+
+    def _claim(self, caller: Caller, message: Claim) -> ClaimOk:
+        session = self.leases.require_session(caller)
+        session.job = message.job
+        for gpu in message.gpus:  # all or nothing: check every GPU before taking any
+            self._require_known(gpu)
+            self.leases.check_claim(caller, gpu)
+        for gpu in message.gpus:
+            self.keeper.ensure_saved(gpu)  # the original, before any write
+            self.keeper.record_lease(gpu, self.leases.claim(session, gpu))
+        self.keeper.persist()
+        return ClaimOk(gpus=message.gpus)
+
+    def _release(self, caller: Caller, message: Release) -> ReleaseOk:
+        session = self.leases.require_session(caller)
+        gpus = message.gpus or tuple(sorted(session.gpus))
+        for gpu in gpus:
+            self.leases.require_lease(caller, gpu)
+        for gpu in gpus:
+            self.leases.release(gpu)
+            self.tracker.forget(gpu)
+        outcome = self.keeper.restore(gpus)
+        return ReleaseOk(gpus=outcome.restored, failed=outcome.failed)
+
+    def _set_clock(self, caller: Caller, message: SetClock) -> SetClockOk:
+        self._require_known(message.gpu)
+        self.leases.require_lease(caller, message.gpu)
+        self.keeper.ensure_saved(message.gpu)
+        applied = self.registry.set_locked_sm_clock_mhz(message.gpu, message.sm_clock_mhz)
+        return SetClockOk(gpu=message.gpu, applied_mhz=applied)
+
+    # ------------------------------------------------------------------ events (hot path)
+
+    def on_event(self, caller: Caller, message: Message) -> None:
+        """Apply one begin/end event; raises `ProtocolError` (the caller counts and drops it)."""
+        lease = self.leases.holder(message.gpu)  # type: ignore[attr-defined]
+        if lease is None or lease.pid != caller.pid:
+            self._reject_event_sender(caller, message.gpu, lease)  # type: ignore[attr-defined]
+        self.tracker.apply(message)
+
+    def _reject_event_sender(self, caller: Caller, gpu: str, lease: Lease | None) -> None:
+        if lease is None:
+            code = ErrorCode.UNKNOWN_GPU if gpu not in self.registry else ErrorCode.NOT_LEASED
+            raise ProtocolError(code, f"GPU {gpu} is not leased by this process")
+        self.leases.check_claim(caller, gpu)
+        raise ProtocolError(ErrorCode.GPU_BUSY, f"GPU {gpu} is leased by another process")
+
+    # ------------------------------------------------------------------ admin
+
+    def _admin_reset(self, message: AdminReset) -> AdminResetOk:
+        gpus = message.gpus or self.registry.uuids
+        for gpu in gpus:
+            self._require_known(gpu)
+        for gpu in gpus:
+            lease = self.leases.release(gpu)
+            self.tracker.forget(gpu)
+            if lease is not None:
+                logger.warning("admin reset: dropped lease of GPU %s held by pid %d", gpu, lease.pid)
+        outcome = self.keeper.restore(gpus)
+        failed = list(outcome.failed)
+        for gpu in gpus:
+            try:
+                self.registry.reset_locked_sm_clock(gpu)
+            except Exception as exc:  # one GPU failing never stops the others
+                logger.error("admin reset: unlocking GPU %s failed: %s", gpu, exc)
+                if gpu not in failed:
+                    failed.append(gpu)
+        done = tuple(gpu for gpu in gpus if gpu not in failed)
+        return AdminResetOk(gpus=done, failed=tuple(failed))
+
+    def _admin_set_power_limit(self, message: AdminSetPowerLimit) -> PowerLimitOk:
+        self._require_known(message.gpu)
+        self.keeper.ensure_saved(message.gpu)
+        enforced_w = self.registry.set_power_limit_w(message.gpu, message.power_limit_w)
+        return PowerLimitOk(gpu=message.gpu, requested_w=message.power_limit_w, enforced_w=enforced_w)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def client_died(self, pid: int) -> RestoreOutcome:
+        """The process behind a session is gone (pidfd readable): restore every GPU it held."""
+        started_s = self._clock_s()
+        gpus = self.leases.drop_session(pid)
+        for gpu in gpus:
+            self.tracker.forget(gpu)
+        outcome = self.keeper.restore(gpus)
+        if gpus:
+            self.last_restore_s = self._clock_s() - started_s
+            logger.info(
+                "client %d died: restored %s in %.1f ms%s",
+                pid,
+                ", ".join(outcome.restored) or "nothing",
+                self.last_restore_s * 1e3,
+                f"; FAILED {', '.join(outcome.failed)}" if outcome.failed else "",
+            )
+        return outcome
+
+    def shutdown(self) -> RestoreOutcome:
+        """SIGTERM: restore every saved GPU and forget all sessions."""
+        self.leases.close()
+        return self.keeper.restore_all()
+
+    # ------------------------------------------------------------------ status
+
+    def status(self, caller: Caller, *, admin: bool) -> StatusReply:
+        readings = self.registry.read_all()
+        stats = self.registry.stats()
+        leases = self.leases.leases()
+        rows = tuple(
+            self._gpu_status(
+                info.uuid, info.name, readings[info.uuid], leases.get(info.uuid), stats, caller, admin
+            )
+            for info in self.registry.infos()
+        )
+        return StatusReply(daemon=self.health(), gpus=rows)
+
+    def health(self) -> DaemonHealth:
+        tracker = self.tracker
+        return DaemonHealth(
+            version=self._version,
+            protocol=PROTOCOL_VERSION,
+            pid=os.getpid(),
+            uptime_s=round(self._clock_s() - self._started_s, 3),
+            clients=self.leases.session_count,
+            events_received=tracker.received,
+            events_dropped=tracker.dropped,
+            errors_by_code=dict(tracker.errors_by_code),
+            restores=self.keeper.restores,
+            restore_failures=self.keeper.restore_failures,
+            last_restore_s=self.last_restore_s,
+            auth_rejected=self.auth_rejected,
+        )
+
+    def _gpu_status(
+        self,
+        uuid: str,
+        name: str,
+        reading: GpuReading,
+        lease: Lease | None,
+        stats: Mapping[str, Mapping[str, Mapping[str, float]]],
+        caller: Caller,
+        admin: bool,
+    ) -> GpuStatus:
+        lease_info = None
+        if lease is not None:
+            own = admin or lease.uid == caller.uid
+            lease_info = LeaseInfo(pid=lease.pid, uid=lease.uid, job=lease.job if own else "")
+        saved = self.keeper.saved(uuid)
+        error = reading.error or (
+            f"restore failed: {saved.restore_error}" if saved and saved.restore_error else None
+        )
+        return GpuStatus(
+            uuid=uuid,
+            name=name,
+            sm_clock_mhz=reading.sm_clock_mhz,
+            locked_clock_mhz=reading.locked_sm_clock_mhz,
+            power_w=reading.power_w,
+            power_limit_w=reading.power_limit_w,
+            energy_j=None if reading.energy_mj is None else reading.energy_mj / 1000.0,
+            lease=lease_info,
+            error=error,
+            call_ms=call_times_ms(stats.get(uuid, {})),
+        )
+
+    def _require_known(self, gpu: str) -> None:
+        if gpu not in self.registry:
+            raise ProtocolError(ErrorCode.UNKNOWN_GPU, f"no GPU {gpu} on this node")
+
+
+def call_times_ms(op_stats: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Mean GPU call time per operation (ms) from an owner's stats (`calls`, `total_s`)."""
+    times: dict[str, float] = {}
+    for op, values in op_stats.items():
+        calls = values.get("calls", 0.0)
+        if calls > 0 and "total_s" in values:
+            times[op] = round(values["total_s"] / calls * 1e3, 4)
+    return times

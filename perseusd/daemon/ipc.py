@@ -1,0 +1,307 @@
+"""ZeroMQ transport (the only module that imports zmq): sockets, ZAP authentication, the poll loop.
+
+Three `ipc://` sockets in the runtime directory: a control ROUTER (request/reply, DEALER clients), an event
+PULL (fire-and-forget begin/end events) and an admin ROUTER. A ZAP handler admits connections by the peer's
+kernel credentials (SO_PEERCRED, `localhost:uid:gid:pid`), and every message is attributed to the caller
+from its frame's `Peer-Address`, never from the request. Client pidfds are polled with the sockets.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import zmq
+from perseus_client.protocol import (
+    ADMIN_SOCKET_NAME,
+    ADMIN_TYPES,
+    CONTROL_SOCKET_NAME,
+    EVENT_SOCKET_NAME,
+    EVENT_TYPES,
+    REQUEST_TYPES,
+    ErrorCode,
+    ErrorReply,
+    EventAck,
+    Message,
+    ProtocolError,
+    decode,
+    encode,
+    request_id_of,
+)
+
+from perseusd.daemon.access import AccessPolicy
+from perseusd.daemon.core import DaemonCore
+from perseusd.daemon.identity import Caller, parse_peer_address
+from perseusd.daemon.registry import UnknownGpuError
+from perseusd.daemon.runtime_dir import SOCKET_MODE, reclaim_stale_socket, set_group
+from perseusd.errors import GpuError
+
+logger = logging.getLogger(__name__)
+
+ZAP_ENDPOINT = "inproc://zeromq.zap.01"
+CONTROL_DOMAIN = b"perseus"
+ADMIN_DOMAIN = b"perseus-admin"
+HARD_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+EVENT_BATCH = 2048
+EVENT_RCVHWM = 100_000
+
+
+class RateLimitedLog:
+    """One log line per key per interval; the rest are counted and summarised on the next line."""
+
+    def __init__(self, interval_s: float = 5.0) -> None:
+        self._interval_s = interval_s
+        self._last_s: dict[str, float] = {}
+        self._suppressed: Counter[str] = Counter()
+
+    def warning(self, key: str, message: str) -> None:
+        now_s = time.monotonic()
+        if now_s - self._last_s.get(key, -1e9) < self._interval_s:
+            self._suppressed[key] += 1
+            return
+        self._last_s[key] = now_s
+        suppressed = self._suppressed.pop(key, 0)
+        extra = f" ({suppressed} similar suppressed)" if suppressed else ""
+        logger.warning("%s%s", message, extra)
+
+
+@dataclass(frozen=True)
+class IpcSettings:
+    runtime_dir: Path
+    max_frame_bytes: int
+
+
+class IpcServer:
+    """Owns the ZeroMQ context and sockets; all on the daemon's main thread."""
+
+    def __init__(self, core: DaemonCore, policy: AccessPolicy, settings: IpcSettings) -> None:
+        self._core = core
+        self._policy = policy
+        self._settings = settings
+        self._max_frame_bytes = settings.max_frame_bytes
+        self._log = RateLimitedLog()
+        self._callers: dict[str, Caller | None] = {}
+        self._ctx = zmq.Context()
+        self._zap = self._ctx.socket(zmq.REP)
+        self._zap.bind(ZAP_ENDPOINT)
+        self._control = self._router(CONTROL_DOMAIN)
+        self._admin = self._router(ADMIN_DOMAIN)
+        self._events = self._ctx.socket(zmq.PULL)
+        self._secure(self._events, CONTROL_DOMAIN)
+        self._events.setsockopt(zmq.RCVHWM, EVENT_RCVHWM)
+        self._poller = zmq.Poller()
+        self._polled_pidfds: set[int] = set()
+        self._extra_fds: dict[int, Callable[[], None]] = {}
+
+    def _router(self, domain: bytes) -> zmq.Socket[bytes]:
+        sock: zmq.Socket[bytes] = self._ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._secure(sock, domain)
+        return sock
+
+    @staticmethod
+    def _secure(sock: zmq.Socket[bytes], domain: bytes) -> None:
+        sock.setsockopt(zmq.ZAP_DOMAIN, domain)
+        sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
+        sock.setsockopt(zmq.MAXMSGSIZE, HARD_MAX_MESSAGE_BYTES)
+        sock.setsockopt(zmq.LINGER, 0)
+
+    # ------------------------------------------------------------------ setup
+
+    def bind(self) -> None:
+        """Reclaim stale socket files and bind the three sockets (call with the daemon lock held)."""
+        runtime_dir = self._settings.runtime_dir
+        plan = (
+            (self._control, CONTROL_SOCKET_NAME, self._policy.socket_gid),
+            (self._events, EVENT_SOCKET_NAME, self._policy.socket_gid),
+            (self._admin, ADMIN_SOCKET_NAME, self._policy.admin_gid),
+        )
+        for sock, name, gid in plan:
+            path = runtime_dir / name
+            reclaim_stale_socket(path)
+            old_umask = os.umask(0o117)
+            try:
+                sock.bind(f"ipc://{path}")
+            finally:
+                os.umask(old_umask)
+            os.chmod(path, SOCKET_MODE)
+            set_group(path, gid)
+        for sock in (self._zap, self._control, self._events, self._admin):
+            self._poller.register(sock, zmq.POLLIN)
+
+    def add_fd(self, fd: int, callback: Callable[[], None]) -> None:
+        """Poll a plain file descriptor too (the signal wake-up pipe)."""
+        self._extra_fds[fd] = callback
+        self._poller.register(fd, zmq.POLLIN)
+
+    def set_max_frame_bytes(self, max_frame_bytes: int) -> None:
+        self._max_frame_bytes = max_frame_bytes
+
+    def close(self) -> None:
+        for path in (CONTROL_SOCKET_NAME, EVENT_SOCKET_NAME, ADMIN_SOCKET_NAME):
+            (self._settings.runtime_dir / path).unlink(missing_ok=True)
+        self._ctx.destroy(linger=0)
+
+    # ------------------------------------------------------------------ loop
+
+    def poll_once(self, timeout_ms: int) -> None:
+        """Wait up to `timeout_ms` and serve whatever is ready."""
+        self._sync_pidfds()
+        ready = dict(self._poller.poll(timeout_ms))
+        for fd in self._polled_pidfds & ready.keys():
+            pid = self._core.leases.pid_of_pidfd(fd)
+            if pid is not None:
+                self._core.client_died(pid)
+        if self._events in ready:
+            self._drain_events()
+        if self._zap in ready:
+            self._serve_zap()
+        if self._control in ready:
+            self._serve_router(self._control, admin=False)
+        if self._admin in ready:
+            self._serve_router(self._admin, admin=True)
+        for fd, callback in self._extra_fds.items():
+            if fd in ready:
+                callback()
+
+    def _sync_pidfds(self) -> None:
+        current = set(self._core.leases.pidfds())
+        for fd in self._polled_pidfds - current:
+            self._poller.unregister(fd)
+        for fd in current - self._polled_pidfds:
+            self._poller.register(fd, zmq.POLLIN)
+        self._polled_pidfds = current
+
+    # ------------------------------------------------------------------ ZAP
+
+    def _serve_zap(self) -> None:
+        while True:
+            try:
+                request = self._zap.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(request) < 6:
+                continue
+            version, request_id, domain, address = request[0], request[1], request[2], request[3]
+            caller = parse_peer_address(address.decode(errors="replace"))
+            allowed = caller is not None and (
+                self._policy.is_admin(caller) if domain == ADMIN_DOMAIN else self._policy.may_connect(caller)
+            )
+            if not allowed:
+                self._core.auth_rejected += 1
+                self._log.warning(
+                    "zap", f"refused connection from {address.decode(errors='replace')} ({domain!r})"
+                )
+            status = (b"200", b"OK") if allowed else (b"400", b"not allowed")
+            self._zap.send_multipart([version, request_id, *status, b"", b""])
+
+    # ------------------------------------------------------------------ control and admin
+
+    def _serve_router(self, sock: zmq.Socket[bytes], *, admin: bool) -> None:
+        for _ in range(256):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            if len(frames) != 2:
+                self._reply(
+                    sock, frames[0].bytes, 0, self._error(ErrorCode.BAD_FRAME, "send exactly one frame")
+                )
+                continue
+            routing_id, payload = frames[0].bytes, frames[1]
+            data = payload.bytes
+            request_id, reply = self._answer(
+                self._caller(str(payload.get("Peer-Address"))), data, admin=admin
+            )
+            self._reply(sock, routing_id, request_id, reply)
+
+    def _answer(self, caller: Caller | None, data: bytes, *, admin: bool) -> tuple[int, Message]:
+        """The request id and the reply (an `ErrorReply` for anything rejected)."""
+        try:
+            return self._dispatch(caller, data, admin=admin)
+        except ProtocolError as exc:
+            reply = self._error(exc.code, exc.message)
+        except UnknownGpuError as exc:
+            reply = self._error(ErrorCode.UNKNOWN_GPU, str(exc))
+        except GpuError as exc:
+            reply = self._error(ErrorCode.GPU_ERROR, str(exc))
+        except Exception as exc:
+            logger.exception("internal error handling a request")
+            reply = self._error(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+        return request_id_of(data), reply
+
+    def _dispatch(self, caller: Caller | None, data: bytes, *, admin: bool) -> tuple[int, Message]:
+        if caller is None or not (
+            self._policy.is_admin(caller) if admin else self._policy.may_connect(caller)
+        ):
+            raise ProtocolError(ErrorCode.PERMISSION_DENIED, "caller not allowed")
+        frame = decode(data, self._max_frame_bytes)
+        allowed = ADMIN_TYPES if admin else REQUEST_TYPES
+        if type(frame.message) not in allowed:
+            if not admin and type(frame.message) in ADMIN_TYPES:
+                raise ProtocolError(ErrorCode.PERMISSION_DENIED, "admin requests go to the admin socket")
+            raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{frame.message.TYPE} is not accepted here")
+        if type(frame.message) in EVENT_TYPES:
+            self._core.tracker.received += 1
+            self._core.on_event(caller, frame.message)
+            return frame.request_id, EventAck()
+        return frame.request_id, self._core.handle(caller, frame.message, admin_socket=admin)
+
+    def _error(self, code: ErrorCode, message: str) -> ErrorReply:
+        self._core.tracker.reject(code)
+        self._log.warning(code, f"request rejected: {code}: {message}")
+        return ErrorReply(code=code.value, message=message)
+
+    def _reply(self, sock: zmq.Socket[bytes], routing_id: bytes, request_id: int, reply: Message) -> None:
+        try:
+            sock.send_multipart([routing_id, encode(reply, request_id)], zmq.NOBLOCK)
+        except zmq.ZMQError as exc:  # the client went away or is not reading: drop the reply
+            self._log.warning("reply", f"reply dropped: {exc}")
+
+    # ------------------------------------------------------------------ events (hot path: no logging)
+
+    def _drain_events(self) -> None:
+        sock = self._events
+        core = self._core
+        tracker = core.tracker
+        for _ in range(EVENT_BATCH):
+            try:
+                frame = sock.recv(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            tracker.received += 1
+            try:
+                if frame.more:
+                    self._discard_rest()
+                    raise ProtocolError(ErrorCode.BAD_FRAME, "events are single frames")
+                caller = self._caller(str(frame.get("Peer-Address")))
+                if caller is None:
+                    raise ProtocolError(ErrorCode.PERMISSION_DENIED, "caller unknown")
+                message = decode(frame.bytes, self._max_frame_bytes).message
+                if type(message) not in EVENT_TYPES:
+                    raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not an event")
+                core.on_event(caller, message)
+            except ProtocolError as exc:
+                tracker.dropped += 1
+                tracker.reject(exc.code)
+                self._log.warning(f"event-{exc.code}", f"event dropped: {exc.code}: {exc.message}")
+
+    def _discard_rest(self) -> None:
+        while self._events.getsockopt(zmq.RCVMORE):
+            self._events.recv(zmq.NOBLOCK)
+
+    def _caller(self, address: str | None) -> Caller | None:
+        if address is None:
+            return None
+        caller = self._callers.get(address, ...)
+        if caller is ...:
+            if len(self._callers) > 4096:
+                self._callers.clear()
+            caller = parse_peer_address(address)
+            self._callers[address] = caller
+        return caller

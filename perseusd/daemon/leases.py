@@ -1,0 +1,167 @@
+"""Client sessions and GPU leases, bound to the caller's uid and process (held through a pidfd).
+
+Pure bookkeeping: no GPU calls and no sockets. The IPC layer polls `pidfds()` with its sockets and reports a
+readable pidfd (the process died) to the core, which restores the GPUs that `drop_session` returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+from perseus_client.protocol import ErrorCode, ProtocolError
+
+from perseusd.daemon.identity import Caller, process_start_time
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Lease:
+    gpu: str
+    pid: int
+    uid: int
+    start_time: int
+    job: str
+
+
+@dataclass
+class Session:
+    """One registered client process."""
+
+    caller: Caller
+    start_time: int
+    pidfd: int
+    job: str
+    gpus: set[str] = field(default_factory=set)
+
+
+class LeaseBook:
+    """Who holds which GPU. All methods run on the daemon's main thread."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[int, Session] = {}
+        self._leases: dict[str, Lease] = {}
+        self._pidfd_to_pid: dict[int, int] = {}
+
+    # ------------------------------------------------------------------ sessions
+
+    def register(self, caller: Caller, job: str) -> Session:
+        """Register (or re-register) the calling process and hold a pidfd for it."""
+        session = self._sessions.get(caller.pid)
+        if session is not None and session.caller.uid == caller.uid:
+            session.caller = caller
+            session.job = job
+            return session
+        if session is not None:
+            raise ProtocolError(ErrorCode.INTERNAL, f"process {caller.pid} changed credentials")
+        start_time = process_start_time(caller.pid)
+        if start_time is None:
+            raise ProtocolError(ErrorCode.NOT_REGISTERED, f"process {caller.pid} is gone")
+        return self._open_session(caller, start_time, job)
+
+    def adopt(self, caller: Caller, start_time: int, job: str, gpus: set[str]) -> bool:
+        """Re-create a session and its leases from the state file (daemon restart); False if it is gone."""
+        if process_start_time(caller.pid) != start_time:
+            return False
+        try:
+            session = self._open_session(caller, start_time, job)
+        except ProtocolError:
+            return False
+        for gpu in gpus:
+            self._add_lease(session, gpu)
+        return True
+
+    def _open_session(self, caller: Caller, start_time: int, job: str) -> Session:
+        try:
+            pidfd = os.pidfd_open(caller.pid)
+        except OSError as exc:
+            raise ProtocolError(ErrorCode.NOT_REGISTERED, f"process {caller.pid}: {exc.strerror}") from None
+        if process_start_time(caller.pid) != start_time:  # the pid was reused before we held it
+            os.close(pidfd)
+            raise ProtocolError(ErrorCode.NOT_REGISTERED, f"process {caller.pid} is gone")
+        session = Session(caller=caller, start_time=start_time, pidfd=pidfd, job=job)
+        self._sessions[caller.pid] = session
+        self._pidfd_to_pid[pidfd] = caller.pid
+        return session
+
+    def session(self, pid: int) -> Session | None:
+        return self._sessions.get(pid)
+
+    def require_session(self, caller: Caller) -> Session:
+        session = self._sessions.get(caller.pid)
+        if session is None or session.caller.uid != caller.uid:
+            raise ProtocolError(ErrorCode.NOT_REGISTERED, "send hello first")
+        return session
+
+    def drop_session(self, pid: int) -> list[str]:
+        """Forget a process: close its pidfd and drop its leases; returns the GPUs it held."""
+        session = self._sessions.pop(pid, None)
+        if session is None:
+            return []
+        self._pidfd_to_pid.pop(session.pidfd, None)
+        os.close(session.pidfd)
+        gpus = sorted(session.gpus)
+        for gpu in gpus:
+            self._leases.pop(gpu, None)
+        return gpus
+
+    def pid_of_pidfd(self, pidfd: int) -> int | None:
+        return self._pidfd_to_pid.get(pidfd)
+
+    def pidfds(self) -> tuple[int, ...]:
+        return tuple(self._pidfd_to_pid)
+
+    @property
+    def session_count(self) -> int:
+        return len(self._sessions)
+
+    # ------------------------------------------------------------------ leases
+
+    def holder(self, gpu: str) -> Lease | None:
+        return self._leases.get(gpu)
+
+    def leases(self) -> dict[str, Lease]:
+        return dict(self._leases)
+
+    def check_claim(self, caller: Caller, gpu: str) -> None:
+        """Raise unless `caller` may lease `gpu` (free, or already its own)."""
+        lease = self._leases.get(gpu)
+        if lease is None or lease.pid == caller.pid:
+            return
+        if lease.uid != caller.uid:
+            raise ProtocolError(ErrorCode.PERMISSION_DENIED, f"GPU {gpu} is leased by another user")
+        raise ProtocolError(ErrorCode.GPU_BUSY, f"GPU {gpu} is leased by process {lease.pid} ({lease.job})")
+
+    def require_lease(self, caller: Caller, gpu: str) -> Lease:
+        """The caller's lease on `gpu`, or a stable error saying why not."""
+        lease = self._leases.get(gpu)
+        if lease is not None and lease.pid == caller.pid:
+            return lease
+        if lease is None:
+            raise ProtocolError(ErrorCode.NOT_LEASED, f"claim GPU {gpu} first")
+        self.check_claim(caller, gpu)
+        raise ProtocolError(ErrorCode.INTERNAL, "unreachable lease state")
+
+    def claim(self, session: Session, gpu: str) -> Lease:
+        self.check_claim(session.caller, gpu)
+        return self._add_lease(session, gpu)
+
+    def _add_lease(self, session: Session, gpu: str) -> Lease:
+        lease = Lease(gpu, session.caller.pid, session.caller.uid, session.start_time, session.job)
+        self._leases[gpu] = lease
+        session.gpus.add(gpu)
+        return lease
+
+    def release(self, gpu: str) -> Lease | None:
+        lease = self._leases.pop(gpu, None)
+        if lease is not None:
+            session = self._sessions.get(lease.pid)
+            if session is not None:
+                session.gpus.discard(gpu)
+        return lease
+
+    def close(self) -> None:
+        for pid in list(self._sessions):
+            self.drop_session(pid)

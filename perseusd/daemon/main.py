@@ -1,0 +1,195 @@
+"""`perseusd`: the composition root. Builds every component from one frozen `DaemonConfig` and runs it.
+
+    perseusd [--config FILE] [--backend auto|nvml|sim] [--sim-gpus N] [--sim-model a100_sxm|a40]
+             [--runtime-dir DIR] [--state-dir DIR] [--log-level L] [--check-config] [reset]
+
+`perseusd reset` restores every GPU recorded in the state file and unlocks clocks on all GPUs (the service's
+`ExecStopPost=`). Exit codes: 0 ok, 1 failed (a GPU could not be restored, another daemon runs, ...),
+2 bad configuration or usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from perseusd import __version__
+from perseusd.daemon import sdnotify
+from perseusd.daemon.access import AccessPolicy
+from perseusd.daemon.config import BACKENDS, LOG_LEVELS, SIM_MODELS, DaemonConfig, load_config
+from perseusd.daemon.core import DaemonCore
+from perseusd.daemon.events import EventTracker
+from perseusd.daemon.identity import process_start_time
+from perseusd.daemon.ipc import IpcServer, IpcSettings
+from perseusd.daemon.leases import LeaseBook
+from perseusd.daemon.registry import GpuRegistry
+from perseusd.daemon.restore import RestoreKeeper, reset_node
+from perseusd.daemon.runtime_dir import DaemonLock, DaemonRunningError, prepare_runtime_dir
+from perseusd.daemon.service import Service
+from perseusd.daemon.state_file import ensure_state_dir, state_path
+from perseusd.errors import ConfigError, PerseusError
+from perseusd.gpu.owner import GpuOwner
+from perseusd.gpu.select import open_backend
+
+logger = logging.getLogger("perseusd")
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="perseusd", description="Perseus per-node GPU energy daemon")
+    parser.add_argument("command", nargs="?", choices=["reset"], help="reset: restore every GPU and exit")
+    parser.add_argument("--version", action="version", version=f"perseusd {__version__}")
+    parser.add_argument(
+        "--config", type=Path, help="configuration file (default: /etc/perseusd/perseusd.toml)"
+    )
+    parser.add_argument("--backend", choices=BACKENDS)
+    parser.add_argument("--sim-gpus", type=int)
+    parser.add_argument("--sim-model", choices=SIM_MODELS)
+    parser.add_argument("--runtime-dir", type=Path)
+    parser.add_argument("--state-dir", type=Path)
+    parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS)
+    parser.add_argument(
+        "--check-config", action="store_true", help="print the effective configuration and exit"
+    )
+    return parser
+
+
+def config_loader(args: argparse.Namespace) -> Callable[[], DaemonConfig]:
+    """Build the configuration the same way at start and on SIGHUP: file, environment, flags."""
+    overrides = {
+        "backend": args.backend,
+        "sim_gpus": args.sim_gpus,
+        "sim_model": args.sim_model,
+        "runtime_dir": args.runtime_dir.absolute() if args.runtime_dir else None,
+        "state_dir": args.state_dir.absolute() if args.state_dir else None,
+        "log_level": args.log_level,
+    }
+    return lambda: load_config(args.config, os.environ, overrides)
+
+
+def configure_logging(level: str) -> None:
+    handler = sdnotify.journal_handler() or logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+@contextlib.contextmanager
+def gpu_registry(config: DaemonConfig) -> Iterator[GpuRegistry]:
+    """Open the backend and one owner thread per GPU; stop them all on exit."""
+    backend = open_backend(
+        config.backend,
+        sim_gpus=config.sim_gpus,
+        sim_model=config.sim_model,
+        sim_dir=config.runtime_dir / "sim",
+        sim_update_period_s=config.sim_update_period_s,
+    )
+    owners: list[GpuOwner] = []
+    try:
+        for device in backend.devices():
+            owner = GpuOwner(device, call_timeout_s=config.gpu_call_timeout_s)
+            owner.start()
+            owners.append(owner)
+        registry = GpuRegistry(owners, config.gpu_call_timeout_s)
+        yield registry
+    finally:
+        for owner in owners:
+            owner.stop()
+        backend.close()
+
+
+@contextlib.contextmanager
+def locked_runtime_dir(config: DaemonConfig, policy: AccessPolicy) -> Iterator[None]:
+    prepare_runtime_dir(config.runtime_dir, policy.socket_gid)
+    lock = DaemonLock(config.runtime_dir)
+    lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def run_daemon(config: DaemonConfig, reload_config: Callable[[], DaemonConfig]) -> int:
+    """Startup -> main loop -> shutdown."""
+    policy = AccessPolicy(config.socket_group, config.admin_group)
+    with locked_runtime_dir(config, policy), gpu_registry(config) as registry:
+        ensure_state_dir(config.state_dir)
+        pid = os.getpid()
+        keeper = RestoreKeeper(registry, state_path(config.state_dir), pid, process_start_time(pid) or 0)
+        leases = LeaseBook()
+        core = DaemonCore(
+            registry, leases, keeper, EventTracker(), version=__version__, is_admin=policy.is_admin
+        )
+        outcome = keeper.reconcile(leases)
+        if outcome.restored or outcome.failed:
+            logger.warning("reconciled: restored %s; failed %s", list(outcome.restored), list(outcome.failed))
+        ipc = IpcServer(core, policy, IpcSettings(config.runtime_dir, config.max_frame_bytes))
+        try:
+            ipc.bind()
+
+            def apply_config(new: DaemonConfig) -> None:
+                logging.getLogger().setLevel(new.log_level)
+                ipc.set_max_frame_bytes(new.max_frame_bytes)
+                registry.set_call_timeout_s(new.gpu_call_timeout_s)
+                policy.clear_cache()
+                if (new.backend, new.runtime_dir, new.state_dir) != (
+                    config.backend,
+                    config.runtime_dir,
+                    config.state_dir,
+                ):
+                    logger.warning("backend, runtime_dir and state_dir changes need a restart")
+
+            return Service(config, core, ipc, reload_config, apply_config).run()
+        finally:
+            leases.close()
+            ipc.close()
+
+
+def run_reset(config: DaemonConfig) -> int:
+    """`perseusd reset`: restore every GPU in the state file, unlock clocks everywhere."""
+    policy = AccessPolicy(config.socket_group, config.admin_group)
+    try:
+        with locked_runtime_dir(config, policy), gpu_registry(config) as registry:
+            outcome = reset_node(registry, state_path(config.state_dir))
+    except DaemonRunningError as exc:
+        logger.error("%s (use `perseusctl reset` while the daemon runs)", exc)
+        return EXIT_FAILED
+    if outcome.failed:
+        logger.error("reset: FAILED on %s", ", ".join(outcome.failed))
+        return EXIT_FAILED
+    logger.info("reset: restored %d GPU(s) and unlocked all clocks", len(outcome.restored))
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    load = config_loader(args)
+    try:
+        config = load()
+    except ConfigError as exc:
+        print(f"perseusd: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.check_config:
+        sys.stdout.write(config.to_toml())
+        return EXIT_OK
+    configure_logging(config.log_level)
+    try:
+        if args.command == "reset":
+            return run_reset(config)
+        return run_daemon(config, load)
+    except PerseusError as exc:
+        logger.error("%s", exc)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""Saving originals before the first write and restoring them: on release, client death, SIGTERM, after a
+daemon crash (reconcile from the state file) and in `perseusd reset`. One GPU failing never stops the others.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from perseusd.daemon.identity import Caller, same_process_alive
+from perseusd.daemon.leases import Lease, LeaseBook
+from perseusd.daemon.registry import GpuRegistry
+from perseusd.daemon.state_file import (
+    SavedGpu,
+    SavedLease,
+    StateFileError,
+    StateRecord,
+    load_state,
+    remove_state,
+    save_state,
+)
+from perseusd.errors import GpuError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RestoreOutcome:
+    restored: tuple[str, ...]
+    failed: tuple[str, ...]
+
+
+class RestoreKeeper:
+    """Owns the state file: the original state of every GPU the daemon may have written, and its lease."""
+
+    def __init__(self, registry: GpuRegistry, path: Path, daemon_pid: int, daemon_start_time: int) -> None:
+        self._registry = registry
+        self._path = path
+        self._daemon_pid = daemon_pid
+        self._daemon_start_time = daemon_start_time
+        self._saved: dict[str, SavedGpu] = {}
+        self.restores = 0
+        self.persist_enabled = True
+        self.restore_failures = 0
+
+    def saved(self, gpu: str) -> SavedGpu | None:
+        return self._saved.get(gpu)
+
+    def seed(self, gpu: str, saved: SavedGpu) -> None:
+        """Take a saved original from elsewhere (the state file, for `perseusd reset`)."""
+        self._saved[gpu] = saved
+
+    def ensure_saved(self, gpu: str) -> None:
+        """Save the GPU's current state as its original unless one is already saved (before any write)."""
+        if gpu in self._saved:
+            return
+        self._saved[gpu] = SavedGpu(original=self._registry.save_state(gpu), lease=None)
+        self.persist()
+
+    def record_lease(self, gpu: str, lease: Lease | None) -> None:
+        saved = self._saved[gpu]
+        saved_lease = None if lease is None else SavedLease(lease.pid, lease.start_time, lease.uid, lease.job)
+        self._saved[gpu] = replace(saved, lease=saved_lease)
+
+    def restore(self, gpus: Iterable[str]) -> RestoreOutcome:
+        """Restore each GPU's original state; failures are logged, recorded and never stop the others."""
+        restored: list[str] = []
+        failed: list[str] = []
+        for gpu in gpus:
+            saved = self._saved.get(gpu)
+            if saved is None:
+                continue
+            try:
+                self._registry.restore(gpu, saved.original)
+            except GpuError as exc:
+                logger.error("restoring GPU %s failed: %s (recorded; `perseusd reset` retries)", gpu, exc)
+                self._saved[gpu] = replace(saved, lease=None, restore_error=str(exc))
+                failed.append(gpu)
+                continue
+            del self._saved[gpu]
+            restored.append(gpu)
+        self.restores += len(restored)
+        self.restore_failures += len(failed)
+        self.persist()
+        return RestoreOutcome(tuple(restored), tuple(failed))
+
+    def restore_all(self) -> RestoreOutcome:
+        return self.restore(list(self._saved))
+
+    def persist(self) -> None:
+        """Write the state file atomically; removed when there is nothing left to restore."""
+        if not self.persist_enabled:
+            return
+        if not self._saved:
+            remove_state(self._path)
+            return
+        save_state(self._path, StateRecord(self._daemon_pid, self._daemon_start_time, dict(self._saved)))
+
+    def reconcile(self, leases: LeaseBook) -> RestoreOutcome:
+        """After a restart: adopt leases whose holder still lives (PID-reuse checked), restore the rest."""
+        record = load_state(self._path)
+        if record is None:
+            return RestoreOutcome((), ())
+        logger.warning(
+            "found state of a previous daemon (pid %d) with %d GPU(s): reconciling",
+            record.daemon_pid,
+            len(record.gpus),
+        )
+        to_restore: list[str] = []
+        for gpu, saved in record.gpus.items():
+            if gpu not in self._registry:
+                logger.error("state file names GPU %s which is not on this node; dropping it", gpu)
+                continue
+            self._saved[gpu] = saved
+            if not self._adopt(leases, gpu, saved):
+                to_restore.append(gpu)
+        return self.restore(to_restore)
+
+    def _adopt(self, leases: LeaseBook, gpu: str, saved: SavedGpu) -> bool:
+        lease = saved.lease
+        if lease is None or not same_process_alive(lease.pid, lease.start_time):
+            return False
+        session = leases.session(lease.pid)
+        if session is not None:
+            leases.claim(session, gpu)
+            return True
+        # The caller's gid is not recorded; the uid decides ownership.
+        caller = Caller(uid=lease.uid, gid=-1, pid=lease.pid)
+        adopted = leases.adopt(caller, lease.start_time, lease.job, {gpu})
+        if adopted:
+            logger.info("re-adopted lease of GPU %s by live process %d (%s)", gpu, lease.pid, lease.job)
+        return adopted
+
+
+def reset_node(registry: GpuRegistry, path: Path) -> RestoreOutcome:
+    """`perseusd reset`: restore everything in the state file, then unlock clocks on every GPU."""
+    keeper = RestoreKeeper(registry, path, daemon_pid=0, daemon_start_time=0)
+    problems: list[str] = []
+    try:
+        record = load_state(path)
+    except StateFileError as exc:
+        logger.error("%s", exc)
+        record = None
+        problems.append("state-file")
+        keeper.persist_enabled = False  # leave the refused file for an operator to inspect
+    for gpu, saved in (record.gpus if record else {}).items():
+        if gpu in registry:
+            keeper.seed(gpu, replace(saved, lease=None))
+        else:
+            logger.error("state file names GPU %s which is not on this node; ignoring it", gpu)
+    outcome = keeper.restore_all()
+    for gpu in registry.uuids:
+        try:
+            registry.reset_locked_sm_clock(gpu)
+        except GpuError as exc:
+            logger.error("unlocking clocks of GPU %s failed: %s", gpu, exc)
+            if gpu not in outcome.failed:
+                problems.append(gpu)
+    return RestoreOutcome(outcome.restored, outcome.failed + tuple(problems))

@@ -1,0 +1,154 @@
+"""The daemon's life: startup -> main loop -> shutdown; signals in one place; systemd notifications."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import FrameType
+
+from perseusd.daemon import sdnotify
+from perseusd.daemon.config import DaemonConfig
+from perseusd.daemon.core import DaemonCore
+from perseusd.daemon.ipc import IpcServer
+
+logger = logging.getLogger(__name__)
+
+IDLE_POLL_S = 1.0
+
+_Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
+
+
+@dataclass
+class SignalState:
+    """What the signal handlers asked for; read by the main loop."""
+
+    stop: bool = False
+    reload: bool = False
+    previous: dict[int, _Handler] = field(default_factory=dict)
+    wakeup_r: socket.socket | None = None
+    wakeup_w: socket.socket | None = None
+    previous_wakeup_fd: int = -1
+
+
+def install_signal_handlers(state: SignalState) -> None:
+    """SIGTERM/SIGINT stop, SIGHUP reloads; a wake-up socket makes the poll return at once."""
+    state.wakeup_r, state.wakeup_w = socket.socketpair()
+    state.wakeup_r.setblocking(False)
+    state.wakeup_w.setblocking(False)
+    state.previous_wakeup_fd = signal.set_wakeup_fd(state.wakeup_w.fileno(), warn_on_full_buffer=False)
+
+    def on_stop(_signum: int, _frame: FrameType | None) -> None:
+        state.stop = True
+
+    def on_reload(_signum: int, _frame: FrameType | None) -> None:
+        state.reload = True
+
+    for signum, handler in ((signal.SIGTERM, on_stop), (signal.SIGINT, on_stop), (signal.SIGHUP, on_reload)):
+        state.previous[signum] = signal.signal(signum, handler)
+
+
+def restore_signal_handlers(state: SignalState) -> None:
+    for signum, handler in state.previous.items():
+        signal.signal(signum, handler)
+    state.previous.clear()
+    signal.set_wakeup_fd(state.previous_wakeup_fd)
+    for sock in (state.wakeup_r, state.wakeup_w):
+        if sock is not None:
+            sock.close()
+
+
+def drain(sock: socket.socket) -> None:
+    try:
+        while sock.recv(512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+class Service:
+    """Runs the main loop over a built core and IPC server until SIGTERM/SIGINT."""
+
+    def __init__(
+        self,
+        config: DaemonConfig,
+        core: DaemonCore,
+        ipc: IpcServer,
+        reload_config: Callable[[], DaemonConfig],
+        apply_config: Callable[[DaemonConfig], None],
+    ) -> None:
+        self._config = config
+        self._core = core
+        self._ipc = ipc
+        self._reload_config = reload_config
+        self._apply_config = apply_config
+        self._signals = SignalState()
+        self._watchdog_s = sdnotify.watchdog_interval_s()
+        self._next_ping_s = 0.0
+
+    def run(self) -> int:
+        """Serve until asked to stop; restore every GPU on the way out. Returns the exit code."""
+        install_signal_handlers(self._signals)
+        try:
+            assert self._signals.wakeup_r is not None
+            wakeup = self._signals.wakeup_r
+            self._ipc.add_fd(wakeup.fileno(), lambda: drain(wakeup))
+            sdnotify.notify(f"READY=1\nSTATUS={self._status_line()}\nMAINPID={os.getpid()}")
+            logger.info("perseusd ready: %s", self._status_line())
+            self._loop()
+        finally:
+            restore_signal_handlers(self._signals)
+        return self.shutdown()
+
+    def _loop(self) -> None:
+        poll_s = IDLE_POLL_S if self._watchdog_s is None else min(IDLE_POLL_S, self._watchdog_s / 4)
+        while not self._signals.stop:
+            self._ipc.poll_once(int(poll_s * 1000))
+            if self._signals.reload:
+                self._signals.reload = False
+                self._reload()
+            self._feed_watchdog()
+
+    def _feed_watchdog(self) -> None:
+        if self._watchdog_s is None:
+            return
+        now_s = time.monotonic()
+        if now_s < self._next_ping_s:
+            return
+        if not self._core.registry.healthy():
+            logger.error("a GPU owner thread is unhealthy: not feeding the watchdog")
+            self._next_ping_s = now_s + self._watchdog_s / 2
+            return
+        sdnotify.notify("WATCHDOG=1")
+        self._next_ping_s = now_s + self._watchdog_s / 2
+
+    def _reload(self) -> None:
+        sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")
+        try:
+            new_config = self._reload_config()
+            self._apply_config(new_config)
+            self._config = new_config
+            logger.info("configuration reloaded")
+        except Exception as exc:
+            logger.error("reload failed, keeping the running configuration: %s", exc)
+        sdnotify.notify(f"READY=1\nSTATUS={self._status_line()}")
+
+    def shutdown(self) -> int:
+        """Restore every GPU (one failing never stops the others), then release everything."""
+        sdnotify.notify("STOPPING=1")
+        outcome = self._core.shutdown()
+        if outcome.failed:
+            logger.error("shutdown: restore FAILED on %s (perseusd reset retries)", ", ".join(outcome.failed))
+        logger.info("shutdown: restored %d GPU(s)", len(outcome.restored))
+        return 0
+
+    def _status_line(self) -> str:
+        health = self._core.health()
+        return (
+            f"{len(self._core.registry.uuids)} GPU(s) ({self._config.backend}), "
+            f"{health.clients} client(s), {health.events_received} events"
+        )
