@@ -1,0 +1,95 @@
+"""`perseusctl status` and `reset`: rendering (golden), JSON shape, exit codes against a real daemon."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from perseus_client.protocol import DaemonHealth, GpuStatus, LeaseInfo, StatusReply
+
+from perseusd.ctl.status_cmd import render_table, status_json
+from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
+
+pytestmark = pytest.mark.timeout(60)
+
+REPLY = StatusReply(
+    daemon=DaemonHealth("0.1.0", 1, 42, 3725.0, 1, 100, 2, {}, 3, 0, 0.0004, 0),
+    gpus=(
+        GpuStatus(
+            "GPU-a", "A100", 1200, 1200, 250.25, 400.0, 12.5, LeaseInfo(7, 0, "train"), None, {"read": 0.02}
+        ),
+        GpuStatus("GPU-b", "A100", 1410, None, None, 400.0, None, None, None, {}),
+        GpuStatus("GPU-c", "A100", None, None, None, None, None, None, "GPU is lost", {}),
+    ),
+)
+
+GOLDEN = """\
+perseusd 0.1.0 (protocol 1), pid 42, up 1h02m05s, 1 client(s)
+events: 100 received, 2 dropped; restores: 3 (0 failed); refused connections: 0
+GPU call mean ms (worst GPU): read 0.020
+
+UUID   NAME  SM MHZ  LOCKED  POWER W  LIMIT W  ENERGY J  LEASE
+GPU-a  A100  1200    1200    250.2    400      12.5      pid 7 uid 0 train
+GPU-b  A100  1410    -       -        400      -         -
+GPU-c  A100  ERROR: GPU is lost"""
+
+
+def test_table_golden() -> None:
+    assert render_table(REPLY) == GOLDEN
+
+
+def test_json_shape() -> None:
+    body = status_json(REPLY)
+    assert {"version", "protocol", "uptime_s", "clients", "events_received", "events_dropped"} <= set(
+        body["daemon"]
+    )
+    gpu = body["gpus"][1]
+    assert gpu["locked_clock_mhz"] is None
+    assert gpu["lease"] is None
+    assert body["gpus"][0]["lease"] == {"pid": 7, "uid": 0, "job": "train"}
+    json.dumps(body)
+
+
+def _ctl(runtime_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", str(runtime_dir), *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_unreachable_exits_2_with_one_line(tmp_path: Path) -> None:
+    out = _ctl(tmp_path, "status")
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in out.stderr
+
+
+@pytest.fixture
+def daemon() -> Iterator[DaemonProcess]:
+    with daemon_processes() as make:
+        yield make(DaemonDirs.create(), gpus=2).start()
+
+
+def test_status_and_reset_against_real_daemon(daemon: DaemonProcess) -> None:
+    out = _ctl(daemon.dirs.runtime_dir, "status", "--json")
+    assert out.returncode == 0, out.stderr
+    body = json.loads(out.stdout)
+    assert body["daemon"]["protocol"] == 1
+    assert len(body["gpus"]) == 2
+    assert body["gpus"][0]["locked_clock_mhz"] is None
+    table = _ctl(daemon.dirs.runtime_dir, "status")
+    assert table.returncode == 0
+    assert body["gpus"][0]["uuid"] in table.stdout
+    reset = _ctl(daemon.dirs.runtime_dir, "reset")
+    assert reset.returncode == 0, reset.stderr
+    assert reset.stdout.count("reset GPU-") == 2
+    bad = _ctl(daemon.dirs.runtime_dir, "reset", "GPU-nope")
+    assert bad.returncode == 1
+    assert "UNKNOWN_GPU" in bad.stderr
