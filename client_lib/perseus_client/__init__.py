@@ -6,6 +6,6 @@ Import-light: pyzmq and the wire protocol module only.
 from __future__ import annotations
 
 from perseus_client.client import PerseusClient, PerseusClientError
-from perseus_client.protocol import PROTOCOL_VERSION, ErrorCode
+from perseus_client.protocol import PROTOCOL_VERSION, ErrorCode, PlanEntry
 
-__all__ = ["PROTOCOL_VERSION", "ErrorCode", "PerseusClient", "PerseusClientError"]
+__all__ = ["PROTOCOL_VERSION", "ErrorCode", "PerseusClient", "PerseusClientError", "PlanEntry"]

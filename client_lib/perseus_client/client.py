@@ -2,8 +2,9 @@
 
 Events (computation and step begin/end) go to the daemon's event socket without ever blocking or raising:
 when the daemon is down or slow they are dropped and counted (`events_dropped`). Control calls (hello, claim,
-release, set_clock, status) have timeouts and raise `PerseusClientError`. A small monitor thread notices when
-the daemon comes back and registers again (hello + re-claim of the GPUs this client held).
+release, set_clock, set_plan, clear_plan, status) have timeouts and raise `PerseusClientError`. A small
+monitor thread notices when the daemon comes back and registers again (hello, re-claim of the GPUs this
+client held, and their plans).
 
 Send events from one thread per client (ZeroMQ sockets are not thread-safe); control calls are locked.
 """
@@ -16,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -31,15 +32,20 @@ from perseus_client.protocol import (
     PROTOCOL_VERSION,
     Claim,
     ClaimOk,
+    ClearPlan,
+    ClearPlanOk,
     ErrorReply,
     Hello,
     HelloOk,
     Message,
+    PlanEntry,
     ProtocolError,
     Release,
     ReleaseOk,
     SetClock,
     SetClockOk,
+    SetPlan,
+    SetPlanOk,
     StatusReply,
     StatusRequest,
     decode,
@@ -126,6 +132,7 @@ class PerseusClient:
         self.reconnects = 0
         self.daemon_info: HelloOk | None = None
         self._claimed: list[str] = []
+        self._plans: dict[str, tuple[PlanEntry, ...]] = {}
         self._json_cache: dict[str, bytes] = {}
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
@@ -197,6 +204,8 @@ class PerseusClient:
                 self.hello()
                 if self._claimed:
                     self.claim(self._claimed)
+                for gpu, plan in list(self._plans.items()):
+                    self._call(SetPlan(gpu=gpu, plan=plan), SetPlanOk)
                 self.reconnects += 1
         except PerseusClientError as exc:
             logger.warning("perseus: re-registering with the daemon failed: %s", exc)
@@ -242,11 +251,29 @@ class PerseusClient:
         reply = self._call(Release(gpus=tuple(gpus)), ReleaseOk)
         released = set(gpus) if gpus else set(self._claimed)
         self._claimed = [gpu for gpu in self._claimed if gpu not in released]
+        for gpu in released:
+            self._plans.pop(gpu, None)
         return reply
 
     def set_clock(self, gpu: str, sm_clock_mhz: int | None) -> int | None:
         """Lock the SM clock of a leased GPU (None unlocks); returns the clock applied (MHz)."""
         return self._call(SetClock(gpu=gpu, sm_clock_mhz=sm_clock_mhz), SetClockOk).applied_mhz
+
+    def set_plan(self, gpu: str, plan: Sequence[PlanEntry | Mapping[str, Any]]) -> int:
+        """Deploy a clock plan on a leased GPU: its computations in schedule order, each with `freq_mhz`.
+
+        Entries are `PlanEntry` or mappings with instruction, microbatch, chunk and freq_mhz. From now on the
+        daemon sets each computation's clock as the previous one ends. Returns the number of computations.
+        """
+        entries = tuple(_plan_entry(entry) for entry in plan)
+        reply = self._call(SetPlan(gpu=gpu, plan=entries), SetPlanOk)
+        self._plans[gpu] = entries
+        return reply.computations
+
+    def clear_plan(self, gpu: str) -> bool:
+        """Remove a GPU's plan (its clock stays as it is); returns whether there was one."""
+        self._plans.pop(gpu, None)
+        return self._call(ClearPlan(gpu=gpu), ClearPlanOk).cleared
 
     def status(self) -> StatusReply:
         return self._call(StatusRequest(), StatusReply)
@@ -332,6 +359,20 @@ class PerseusClient:
                 self._json_cache.clear()
             encoded = self._json_cache[text] = json.dumps(text).encode()
         return encoded
+
+
+def _plan_entry(entry: PlanEntry | Mapping[str, Any]) -> PlanEntry:
+    if isinstance(entry, PlanEntry):
+        return entry
+    try:
+        return PlanEntry(
+            instruction=entry["instruction"],
+            microbatch=entry["microbatch"],
+            chunk=entry.get("chunk", 0),
+            freq_mhz=entry["freq_mhz"],
+        )
+    except (KeyError, TypeError) as exc:
+        raise PerseusClientError("BAD_FIELD", f"bad plan entry {entry!r}: {exc}") from None
 
 
 def request_reply(

@@ -7,6 +7,7 @@ Decoding is strict: unknown types, missing or extra fields and wrong field types
 stable `ErrorCode`.
 
 The protocol version is separate from the package version: bump it on any incompatible change.
+Version 2: `set_plan` / `clear_plan` requests and the `plan` field of a status GPU row.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar, Literal, TypeAlias
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 DEFAULT_MAX_FRAME_BYTES = 65536
 
 CONTROL_SOCKET_NAME = "control.sock"
@@ -143,6 +144,47 @@ class SetClockOk(Message):
 
 
 @dataclass(frozen=True)
+class PlanEntry:
+    """One computation of a plan: its clock (MHz). A plan lists a GPU's computations in schedule order."""
+
+    instruction: Instruction
+    microbatch: int
+    chunk: int
+    freq_mhz: int
+
+
+@dataclass(frozen=True)
+class SetPlan(Message):
+    """Deploy a per-computation clock plan on a leased GPU (replaces any plan it had)."""
+
+    TYPE: ClassVar[str] = "set_plan"
+    gpu: str
+    plan: tuple[PlanEntry, ...]
+
+
+@dataclass(frozen=True)
+class SetPlanOk(Message):
+    TYPE: ClassVar[str] = "set_plan_ok"
+    gpu: str
+    computations: int
+
+
+@dataclass(frozen=True)
+class ClearPlan(Message):
+    """Remove a leased GPU's plan; its clock stays as it is."""
+
+    TYPE: ClassVar[str] = "clear_plan"
+    gpu: str
+
+
+@dataclass(frozen=True)
+class ClearPlanOk(Message):
+    TYPE: ClassVar[str] = "clear_plan_ok"
+    gpu: str
+    cleared: bool
+
+
+@dataclass(frozen=True)
 class StatusRequest(Message):
     TYPE: ClassVar[str] = "status"
 
@@ -152,6 +194,20 @@ class LeaseInfo:
     pid: int
     uid: int
     job: str
+
+
+@dataclass(frozen=True)
+class PlanStats:
+    """Per-computation switching of one GPU's plan: counters and event -> clock applied latency (ms)."""
+
+    computations: int
+    clock_changes: int
+    skipped: int
+    late: int
+    unplanned: int
+    errors: int
+    event_to_clock_p50_ms: float | None
+    event_to_clock_p99_ms: float | None
 
 
 @dataclass(frozen=True)
@@ -168,6 +224,7 @@ class GpuStatus:
     lease: LeaseInfo | None
     error: str | None
     call_ms: dict[str, float]
+    plan: PlanStats | None = None
 
 
 @dataclass(frozen=True)
@@ -278,13 +335,24 @@ class ErrorReply(Message):
 
 
 EVENT_TYPES: tuple[type[Message], ...] = (ComputationBegin, ComputationEnd, StepBegin, StepEnd)
-REQUEST_TYPES: tuple[type[Message], ...] = (Hello, Claim, Release, SetClock, StatusRequest, *EVENT_TYPES)
+REQUEST_TYPES: tuple[type[Message], ...] = (
+    Hello,
+    Claim,
+    Release,
+    SetClock,
+    SetPlan,
+    ClearPlan,
+    StatusRequest,
+    *EVENT_TYPES,
+)
 ADMIN_TYPES: tuple[type[Message], ...] = (AdminReset, AdminSetPowerLimit, StatusRequest)
 REPLY_TYPES: tuple[type[Message], ...] = (
     HelloOk,
     ClaimOk,
     ReleaseOk,
     SetClockOk,
+    SetPlanOk,
+    ClearPlanOk,
     StatusReply,
     AdminResetOk,
     PowerLimitOk,

@@ -16,6 +16,10 @@ from perseus_client.protocol import (
     AdminSetPowerLimit,
     Claim,
     ClaimOk,
+    ClearPlan,
+    ClearPlanOk,
+    ComputationBegin,
+    ComputationEnd,
     DaemonHealth,
     ErrorCode,
     GpuCapabilities,
@@ -30,6 +34,8 @@ from perseus_client.protocol import (
     ReleaseOk,
     SetClock,
     SetClockOk,
+    SetPlan,
+    SetPlanOk,
     StatusReply,
     StatusRequest,
 )
@@ -37,6 +43,7 @@ from perseus_client.protocol import (
 from perseusd.daemon.events import EventTracker
 from perseusd.daemon.identity import Caller
 from perseusd.daemon.leases import Lease, LeaseBook
+from perseusd.daemon.plans import PlanBook
 from perseusd.daemon.registry import GpuRegistry
 from perseusd.daemon.restore import RestoreKeeper, RestoreOutcome
 from perseusd.gpu.owner import GpuReading
@@ -57,8 +64,10 @@ class DaemonCore:
         version: str,
         is_admin: Callable[[Caller], bool],
         clock_s: Callable[[], float] = time.monotonic,
+        plans: PlanBook | None = None,
     ) -> None:
         self.registry = registry
+        self.plans = plans if plans is not None else PlanBook(registry.submit_locked_sm_clock_mhz)
         self.leases = leases
         self.keeper = keeper
         self.tracker = tracker
@@ -90,6 +99,8 @@ class DaemonCore:
             Claim: self._claim,  # type: ignore[dict-item]
             Release: self._release,  # type: ignore[dict-item]
             SetClock: self._set_clock,  # type: ignore[dict-item]
+            SetPlan: self._set_plan,  # type: ignore[dict-item]
+            ClearPlan: self._clear_plan,  # type: ignore[dict-item]
         }
 
     def _handle_admin(self, caller: Caller, message: Message) -> Message:
@@ -140,7 +151,7 @@ class DaemonCore:
             self.leases.require_lease(caller, gpu)
         for gpu in gpus:
             self.leases.release(gpu)
-            self.tracker.forget(gpu)
+            self._forget(gpu)
         outcome = self.keeper.restore(gpus)
         return ReleaseOk(gpus=outcome.restored, failed=outcome.failed)
 
@@ -148,8 +159,29 @@ class DaemonCore:
         self._require_known(message.gpu)
         self.leases.require_lease(caller, message.gpu)
         self.keeper.ensure_saved(message.gpu)
+        plan = self.plans.get(message.gpu)
+        if plan is not None:
+            plan.forget_requested()
         applied = self.registry.set_locked_sm_clock_mhz(message.gpu, message.sm_clock_mhz)
         return SetClockOk(gpu=message.gpu, applied_mhz=applied)
+
+    def _set_plan(self, caller: Caller, message: SetPlan) -> SetPlanOk:
+        self._require_known(message.gpu)
+        self.leases.require_lease(caller, message.gpu)
+        self.keeper.ensure_saved(message.gpu)  # the plan writes clocks
+        clocks_mhz = self.registry.info(message.gpu).supported_sm_clocks_mhz
+        plan = self.plans.set(message.gpu, message.plan, clocks_mhz)
+        return SetPlanOk(gpu=message.gpu, computations=plan.computations)
+
+    def _clear_plan(self, caller: Caller, message: ClearPlan) -> ClearPlanOk:
+        self._require_known(message.gpu)
+        self.leases.require_lease(caller, message.gpu)
+        return ClearPlanOk(gpu=message.gpu, cleared=self.plans.drop(message.gpu))
+
+    def _forget(self, gpu: str) -> None:
+        """A lease ended: drop the GPU's open events and its plan."""
+        self.tracker.forget(gpu)
+        self.plans.drop(gpu)
 
     # ------------------------------------------------------------------ events (hot path)
 
@@ -159,6 +191,12 @@ class DaemonCore:
         if lease is None or lease.pid != caller.pid:
             self._reject_event_sender(caller, message.gpu, lease)  # type: ignore[attr-defined]
         self.tracker.apply(message)
+        if isinstance(message, ComputationEnd):
+            key = (message.instruction, message.microbatch, message.chunk)
+            self.plans.on_end(message.gpu, key, time.perf_counter_ns())
+        elif isinstance(message, ComputationBegin):
+            key = (message.instruction, message.microbatch, message.chunk)
+            self.plans.on_begin(message.gpu, key, time.perf_counter_ns())
 
     def _reject_event_sender(self, caller: Caller, gpu: str, lease: Lease | None) -> None:
         if lease is None:
@@ -175,7 +213,7 @@ class DaemonCore:
             self._require_known(gpu)
         for gpu in gpus:
             lease = self.leases.release(gpu)
-            self.tracker.forget(gpu)
+            self._forget(gpu)
             if lease is not None:
                 logger.warning("admin reset: dropped lease of GPU %s held by pid %d", gpu, lease.pid)
         outcome = self.keeper.restore(gpus)
@@ -203,7 +241,7 @@ class DaemonCore:
         started_s = self._clock_s()
         gpus = self.leases.drop_session(pid)
         for gpu in gpus:
-            self.tracker.forget(gpu)
+            self._forget(gpu)
         outcome = self.keeper.restore(gpus)
         if gpus:
             self.last_restore_s = self._clock_s() - started_s
@@ -219,6 +257,7 @@ class DaemonCore:
     def shutdown(self) -> RestoreOutcome:
         """SIGTERM: restore every saved GPU and forget all sessions."""
         self.leases.close()
+        self.plans.clear()
         return self.keeper.restore_all()
 
     # ------------------------------------------------------------------ status
@@ -281,6 +320,7 @@ class DaemonCore:
             lease=lease_info,
             error=error,
             call_ms=call_times_ms(stats.get(uuid, {})),
+            plan=self.plans.stats(uuid),
         )
 
     def _require_known(self, gpu: str) -> None:

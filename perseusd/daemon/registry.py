@@ -52,6 +52,10 @@ class GpuRegistry:
             return None
         return self._wait(uuid, owner.set_locked_sm_clock_mhz(clock_mhz))
 
+    def submit_locked_sm_clock_mhz(self, uuid: str, clock_mhz: int) -> Future[int]:
+        """Lock the SM clock without waiting: the Future gives the clock applied (MHz)."""
+        return self._owner(uuid).set_locked_sm_clock_mhz(clock_mhz)
+
     def reset_locked_sm_clock(self, uuid: str) -> None:
         self._wait(uuid, self._owner(uuid).reset_locked_sm_clock())
 

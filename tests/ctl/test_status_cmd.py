@@ -81,7 +81,7 @@ def test_status_and_reset_against_real_daemon(daemon: DaemonProcess) -> None:
     out = _ctl(daemon.dirs.runtime_dir, "status", "--json")
     assert out.returncode == 0, out.stderr
     body = json.loads(out.stdout)
-    assert body["daemon"]["protocol"] == 1
+    assert body["daemon"]["protocol"] == 2
     assert len(body["gpus"]) == 2
     assert body["gpus"][0]["locked_clock_mhz"] is None
     table = _ctl(daemon.dirs.runtime_dir, "status")
