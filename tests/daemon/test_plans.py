@@ -25,14 +25,9 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.events import EventTracker
 from perseusd.daemon.identity import Caller
-from perseusd.daemon.leases import LeaseBook
 from perseusd.daemon.plans import PlanBook, validate_plan
-from perseusd.daemon.registry import GpuRegistry
-from perseusd.daemon.restore import RestoreKeeper
-from perseusd.gpu.owner import GpuOwner
-from perseusd.gpu.sim import SimBackend
+from tests.support.daemon_core import sim_core
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -138,20 +133,8 @@ def test_clocks_snapped_to_supported() -> None:
 
 @pytest.fixture
 def core(tmp_path: Path) -> Iterator[DaemonCore]:
-    backend = SimBackend(tmp_path / "sim", gpus=1, noise=0.0)
-    owners = [GpuOwner(device) for device in backend.devices()]
-    for owner in owners:
-        owner.start()
-    registry = GpuRegistry(owners, call_timeout_s=5.0)
-    keeper = RestoreKeeper(registry, tmp_path / "state.json", os.getpid(), 1)
-    leases = LeaseBook()
-    yield DaemonCore(
-        registry, leases, keeper, EventTracker(), version="test", is_admin=lambda caller: caller.uid == 0
-    )
-    leases.close()
-    for owner in owners:
-        owner.stop()
-    backend.close()
+    with sim_core(tmp_path, gpus=1) as daemon_core:
+        yield daemon_core
 
 
 def _wait_locked(core: DaemonCore, gpu: str, clock_mhz: int) -> None:
