@@ -34,18 +34,31 @@ from perseus_client.protocol import (
     ClaimOk,
     ClearPlan,
     ClearPlanOk,
+    DocumentReply,
     ErrorReply,
+    FrontierRequest,
     Hello,
     HelloOk,
+    JobsReply,
+    JobsRequest,
     Message,
     PlanEntry,
+    PlanRequest,
+    ProfileExport,
+    ProfileImport,
+    ProfileImportOk,
+    ProfileReply,
     ProtocolError,
+    Register,
+    RegisterOk,
     Release,
     ReleaseOk,
     SetClock,
     SetClockOk,
     SetPlan,
     SetPlanOk,
+    SetPolicy,
+    SetPolicyOk,
     StatusReply,
     StatusRequest,
     decode,
@@ -133,6 +146,7 @@ class PerseusClient:
         self.daemon_info: HelloOk | None = None
         self._claimed: list[str] = []
         self._plans: dict[str, tuple[PlanEntry, ...]] = {}
+        self._registrations: dict[str, Register] = {}
         self._json_cache: dict[str, bytes] = {}
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
@@ -206,6 +220,8 @@ class PerseusClient:
                     self.claim(self._claimed)
                 for gpu, plan in list(self._plans.items()):
                     self._call(SetPlan(gpu=gpu, plan=plan), SetPlanOk)
+                for registration in list(self._registrations.values()):
+                    self._call(registration, RegisterOk)
                 self.reconnects += 1
         except PerseusClientError as exc:
             logger.warning("perseus: re-registering with the daemon failed: %s", exc)
@@ -253,6 +269,7 @@ class PerseusClient:
         self._claimed = [gpu for gpu in self._claimed if gpu not in released]
         for gpu in released:
             self._plans.pop(gpu, None)
+            self._registrations.pop(gpu, None)
         return reply
 
     def set_clock(self, gpu: str, sm_clock_mhz: int | None) -> int | None:
@@ -277,6 +294,68 @@ class PerseusClient:
 
     def status(self) -> StatusReply:
         return self._call(StatusRequest(), StatusReply)
+
+    # ------------------------------------------------------------------ jobs
+
+    def register(
+        self,
+        gpu: str,
+        *,
+        stage: int,
+        num_stages: int,
+        num_microbatches: int,
+        schedule: str = "1f1b",
+        pipeline: int = 0,
+        chunks: int = 1,
+        job: str | None = None,
+    ) -> RegisterOk:
+        """Join job `job` (default: this client's job) with a GPU this process claimed.
+
+        From now on the daemon profiles, plans and switches this GPU's clocks by itself; send step and
+        computation events. `schedule` is "1f1b", "gpipe", "interleaved" (with `chunks` > 1) or "observed".
+        """
+        request = Register(
+            gpu=gpu,
+            job=job or self.job,
+            pipeline=pipeline,
+            stage=stage,
+            num_stages=num_stages,
+            num_microbatches=num_microbatches,
+            schedule=schedule,  # type: ignore[arg-type]  # checked by the daemon
+            chunks=chunks,
+        )
+        reply = self._call(request, RegisterOk)
+        self._registrations[gpu] = request
+        return reply
+
+    def set_policy(self, policy: str, target: float = 0.0, job: str | None = None) -> SetPolicyOk:
+        """Choose the frontier point a job runs: fastest, slowdown (target fraction), time (s), min_energy."""
+        request = SetPolicy(job=job or self.job, policy=policy, target=target)  # type: ignore[arg-type]
+        return self._call(request, SetPolicyOk)
+
+    def jobs(self) -> JobsReply:
+        return self._call(JobsRequest(), JobsReply)
+
+    def frontier(self, job: str | None = None) -> dict[str, Any]:
+        """The job's frontier as a `perseus-frontier` document (parsed JSON)."""
+        reply = self._call(FrontierRequest(job=job or self.job), DocumentReply)
+        return dict(json.loads(reply.document))
+
+    def plan(self, job: str | None = None) -> dict[str, Any]:
+        """The job's deployed plan as a `perseus-plan` document (parsed JSON)."""
+        reply = self._call(PlanRequest(job=job or self.job), DocumentReply)
+        return dict(json.loads(reply.document))
+
+    def profile_export(self, job: str | None = None) -> ProfileReply:
+        """The job's measured profile as CSV text, and its blocking power."""
+        return self._call(ProfileExport(job=job or self.job), ProfileReply)
+
+    def profile_import(
+        self, csv_text: str, *, source: str = "<memory>", p_block_w: float = 0.0, job: str | None = None
+    ) -> ProfileImportOk:
+        """Give a job its profile so it skips profiling (before it registers, or while it profiles)."""
+        request = ProfileImport(job=job or self.job, csv=csv_text, source=source, p_block_w=p_block_w)
+        return self._call(request, ProfileImportOk)
 
     def _call(self, request: Message, expected: type[M]) -> M:
         with self._lock:
@@ -331,7 +410,7 @@ class PerseusClient:
                 instruction.encode(),
                 microbatch,
                 chunk,
-                time.time_ns(),
+                time.monotonic_ns(),
             )
             self._events.send(data, zmq.NOBLOCK)  # type: ignore[union-attr]
             self.events_sent += 1
@@ -344,7 +423,7 @@ class PerseusClient:
                 kind,
                 self._json_str(gpu),
                 step,
-                time.time_ns(),
+                time.monotonic_ns(),
             )
             self._events.send(data, zmq.NOBLOCK)  # type: ignore[union-attr]
             self.events_sent += 1

@@ -8,53 +8,36 @@ stable `ErrorCode`.
 
 The protocol version is separate from the package version: bump it on any incompatible change.
 Version 2: `set_plan` / `clear_plan` requests and the `plan` field of a status GPU row.
+Version 3: jobs (`register`, `set_policy`, `jobs`, `frontier`, `plan`, `profile_export`, `profile_import`),
+the `jobs` field of a status reply; event timestamps are CLOCK_MONOTONIC (`time.monotonic_ns()`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import types
-import typing
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, ClassVar, Literal, TypeAlias
 
-PROTOCOL_VERSION = 2
-DEFAULT_MAX_FRAME_BYTES = 65536
+from perseus_client.codes import ErrorCode, ProtocolError
+from perseus_client.validation import build
+
+__all__ = ["ErrorCode", "ProtocolError"]  # re-exported; everything else is defined here
+
+PROTOCOL_VERSION = 3
+DEFAULT_MAX_FRAME_BYTES = 1 << 20
 
 CONTROL_SOCKET_NAME = "control.sock"
 EVENT_SOCKET_NAME = "events.sock"
 ADMIN_SOCKET_NAME = "admin.sock"
 
 Instruction: TypeAlias = Literal["forward", "backward"]
-
-
-class ErrorCode(StrEnum):
-    """Stable error codes carried by `ErrorReply.code`. Never renumber or rename."""
-
-    BAD_FRAME = "BAD_FRAME"
-    UNKNOWN_TYPE = "UNKNOWN_TYPE"
-    BAD_FIELD = "BAD_FIELD"
-    TOO_LARGE = "TOO_LARGE"
-    VERSION_MISMATCH = "VERSION_MISMATCH"
-    NOT_REGISTERED = "NOT_REGISTERED"
-    NOT_LEASED = "NOT_LEASED"
-    OUT_OF_ORDER = "OUT_OF_ORDER"
-    PERMISSION_DENIED = "PERMISSION_DENIED"
-    GPU_BUSY = "GPU_BUSY"
-    UNKNOWN_GPU = "UNKNOWN_GPU"
-    GPU_ERROR = "GPU_ERROR"
-    INTERNAL = "INTERNAL"
-
-
-class ProtocolError(Exception):
-    """A frame or request was rejected; `code` is the stable code sent back in an `ErrorReply`."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
+Schedule: TypeAlias = Literal["1f1b", "gpipe", "interleaved", "observed"]
+"""How a job's stages order their computations; "observed": learned from the first iterations' events."""
+Policy: TypeAlias = Literal["fastest", "slowdown", "time", "min_energy"]
+"""Which frontier point a job runs: the fastest (default), the least energy within `target` slowdown
+(a fraction: 0.05 = 5 %), the least energy within `target` seconds per iteration, or the least energy."""
+JOB_STATES = ("registered", "profiling", "solving", "running", "ended", "failed")
 
 
 # --------------------------------------------------------------------------------------------- messages
@@ -248,6 +231,7 @@ class StatusReply(Message):
     TYPE: ClassVar[str] = "status_ok"
     daemon: DaemonHealth
     gpus: tuple[GpuStatus, ...]
+    jobs: tuple[JobInfo, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -282,7 +266,7 @@ class PowerLimitOk(Message):
 
 @dataclass(frozen=True)
 class ComputationBegin(Message):
-    """Event: a computation starts on a leased GPU. `timestamp_ns` is the client's `time.time_ns()`."""
+    """Event: a computation starts on a leased GPU. `timestamp_ns` is the client's `time.monotonic_ns()`."""
 
     TYPE: ClassVar[str] = "comp_begin"
     gpu: str
@@ -327,6 +311,174 @@ class EventAck(Message):
     TYPE: ClassVar[str] = "event_ack"
 
 
+# ------------------------------------------------------------------ jobs (protocol 3)
+
+
+@dataclass(frozen=True)
+class Register(Message):
+    """Join a job with a leased GPU: this process runs `stage` of data-parallel pipeline `pipeline`."""
+
+    TYPE: ClassVar[str] = "register"
+    gpu: str
+    job: str
+    pipeline: int
+    stage: int
+    num_stages: int
+    num_microbatches: int
+    schedule: Schedule
+    chunks: int
+    """Model chunks (virtual stages) per GPU: > 1 only for the interleaved schedule."""
+
+
+@dataclass(frozen=True)
+class RegisterOk(Message):
+    TYPE: ClassVar[str] = "register_ok"
+    job: str
+    state: str
+    cached: bool
+    """The job's profile and frontier came from the on-disk cache: no profiling, no solving."""
+
+
+@dataclass(frozen=True)
+class SetPolicy(Message):
+    """Choose which frontier point a job runs (by its owner or an admin); takes effect at once."""
+
+    TYPE: ClassVar[str] = "set_policy"
+    job: str
+    policy: Policy
+    target: float
+    """The slowdown fraction for "slowdown", seconds for "time", ignored otherwise."""
+
+
+@dataclass(frozen=True)
+class SetPolicyOk(Message):
+    TYPE: ClassVar[str] = "set_policy_ok"
+    job: str
+    policy: str
+    target: float
+
+
+@dataclass(frozen=True)
+class PipelineInfo:
+    """One data-parallel pipeline of a job on this node."""
+
+    pipeline: int
+    stages_registered: int
+    iterations: int
+    iteration_time_s: float | None
+    """Mean of the recent iterations (step begin to step begin of its first stage)."""
+
+
+@dataclass(frozen=True)
+class ProfilingInfo:
+    """Online profiling progress: iterations so far, clocks measured out of those planned, energy spent."""
+
+    iterations: int
+    clocks_done: int
+    clocks_total: int
+    energy_j: float
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """A job as `perseusctl jobs` shows it. Times in seconds; `plan_*` describe the deployed point."""
+
+    job: str
+    uid: int
+    state: str
+    state_for_s: float
+    schedule: str
+    num_stages: int
+    num_microbatches: int
+    chunks: int
+    pipelines: tuple[PipelineInfo, ...]
+    policy: str
+    target: float
+    cached: bool
+    profiling: ProfilingInfo | None
+    frontier_points: int
+    plan_index: int | None
+    plan_time_s: float | None
+    plan_energy_j: float | None
+    fastest_time_s: float | None
+    clock_changes_per_iteration: float | None
+    wrong_clock_fraction: float | None
+    """Computations that began before their planned clock was applied, as a fraction of all planned."""
+    error: str
+
+
+@dataclass(frozen=True)
+class JobsRequest(Message):
+    TYPE: ClassVar[str] = "jobs"
+
+
+@dataclass(frozen=True)
+class JobsReply(Message):
+    TYPE: ClassVar[str] = "jobs_ok"
+    jobs: tuple[JobInfo, ...]
+
+
+@dataclass(frozen=True)
+class FrontierRequest(Message):
+    TYPE: ClassVar[str] = "frontier"
+    job: str
+
+
+@dataclass(frozen=True)
+class PlanRequest(Message):
+    TYPE: ClassVar[str] = "plan"
+    job: str
+
+
+@dataclass(frozen=True)
+class DocumentReply(Message):
+    """A versioned JSON document (a `perseus-frontier` or `perseus-plan`, see docs/planner.md) as text."""
+
+    TYPE: ClassVar[str] = "document"
+    job: str
+    document: str
+
+
+@dataclass(frozen=True)
+class ProfileExport(Message):
+    TYPE: ClassVar[str] = "profile_export"
+    job: str
+
+
+@dataclass(frozen=True)
+class ProfileReply(Message):
+    """A job's profile in the shared CSV format (stage,instruction,frequency,time,energy)."""
+
+    TYPE: ClassVar[str] = "profile"
+    job: str
+    csv: str
+    p_block_w: float
+
+
+@dataclass(frozen=True)
+class ProfileImport(Message):
+    """Give a job its profile (CSV text; the daemon never opens a path): it skips profiling.
+
+    Accepted before the job registers (it is used when it does) or while it profiles; `source` names the
+    file in error messages.
+    """
+
+    TYPE: ClassVar[str] = "profile_import"
+    job: str
+    csv: str
+    source: str
+    p_block_w: float
+    """Blocking power (W); 0: the GPU model's own (measured or known)."""
+
+
+@dataclass(frozen=True)
+class ProfileImportOk(Message):
+    TYPE: ClassVar[str] = "profile_import_ok"
+    job: str
+    rows: int
+    state: str
+
+
 @dataclass(frozen=True)
 class ErrorReply(Message):
     TYPE: ClassVar[str] = "error"
@@ -343,6 +495,13 @@ REQUEST_TYPES: tuple[type[Message], ...] = (
     SetPlan,
     ClearPlan,
     StatusRequest,
+    Register,
+    SetPolicy,
+    JobsRequest,
+    FrontierRequest,
+    PlanRequest,
+    ProfileExport,
+    ProfileImport,
     *EVENT_TYPES,
 )
 ADMIN_TYPES: tuple[type[Message], ...] = (AdminReset, AdminSetPowerLimit, StatusRequest)
@@ -357,6 +516,12 @@ REPLY_TYPES: tuple[type[Message], ...] = (
     AdminResetOk,
     PowerLimitOk,
     EventAck,
+    RegisterOk,
+    SetPolicyOk,
+    JobsReply,
+    DocumentReply,
+    ProfileReply,
+    ProfileImportOk,
     ErrorReply,
 )
 MESSAGE_TYPES: dict[str, type[Message]] = {
@@ -406,7 +571,7 @@ def decode(data: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Frame
     cls = MESSAGE_TYPES.get(msg_type) if isinstance(msg_type, str) else None
     if cls is None:
         raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"unknown message type {msg_type!r}")
-    return Frame(request_id, _build(cls, body, msg_type or ""))
+    return Frame(request_id, build(cls, body, msg_type or ""))
 
 
 def request_id_of(data: bytes) -> int:
@@ -417,123 +582,3 @@ def request_id_of(data: bytes) -> int:
         return 0
     rid = body.get("id") if isinstance(body, dict) else None
     return rid if type(rid) is int and rid >= 0 else 0
-
-
-# --------------------------------------------------------------------------------------------- validation
-
-_Checker = typing.Callable[[Any, str], Any]
-_FIELD_CACHE: dict[type, tuple[tuple[str, _Checker], ...]] = {}
-
-
-def _build(cls: type[Any], body: dict[str, Any], where: str) -> Any:
-    fields = _fields_of(cls)
-    names = {name for name, _ in fields}
-    extra = set(body) - names
-    if extra:
-        raise ProtocolError(ErrorCode.BAD_FIELD, f"{where}: unexpected field(s) {sorted(extra)}")
-    kwargs: dict[str, Any] = {}
-    for name, check in fields:
-        if name not in body:
-            raise ProtocolError(ErrorCode.BAD_FIELD, f"{where}: missing field '{name}'")
-        kwargs[name] = check(body[name], f"{where}.{name}")
-    return cls(**kwargs)
-
-
-def _fields_of(cls: type[Any]) -> tuple[tuple[str, _Checker], ...]:
-    cached = _FIELD_CACHE.get(cls)
-    if cached is None:
-        hints = typing.get_type_hints(cls)
-        cached = tuple((f.name, _checker_for(hints[f.name])) for f in dataclasses.fields(cls))
-        _FIELD_CACHE[cls] = cached
-    return cached
-
-
-def _bad(where: str, expected: str) -> ProtocolError:
-    return ProtocolError(ErrorCode.BAD_FIELD, f"{where}: expected {expected}")
-
-
-def _checker_for(hint: Any) -> _Checker:
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if hint is int:
-        return _check_int
-    if hint is float:
-        return _check_float
-    if hint is str:
-        return _check_str
-    if hint is bool:
-        return _check_bool
-    if origin is Literal:
-        return _literal_checker(args)
-    if origin in (typing.Union, types.UnionType) and type(None) in args:
-        (inner,) = [a for a in args if a is not type(None)]
-        return _optional_checker(_checker_for(inner))
-    if origin is tuple:
-        return _tuple_checker(_checker_for(args[0]))
-    if origin is dict:
-        return _dict_checker(_checker_for(args[1]))
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        cls: type[Any] = hint
-        return lambda value, where: _check_object(cls, value, where)
-    raise TypeError(f"unsupported protocol field type {hint!r}")
-
-
-def _check_int(value: Any, where: str) -> int:
-    if type(value) is not int:
-        raise _bad(where, "an integer")
-    return value
-
-
-def _check_float(value: Any, where: str) -> float:
-    if type(value) not in (int, float):
-        raise _bad(where, "a number")
-    return float(value)
-
-
-def _check_str(value: Any, where: str) -> str:
-    if type(value) is not str:
-        raise _bad(where, "a string")
-    return value
-
-
-def _check_bool(value: Any, where: str) -> bool:
-    if type(value) is not bool:
-        raise _bad(where, "a boolean")
-    return value
-
-
-def _check_object(cls: type[Any], value: Any, where: str) -> Any:
-    if not isinstance(value, dict):
-        raise _bad(where, "an object")
-    return _build(cls, dict(value), where)
-
-
-def _literal_checker(allowed: tuple[Any, ...]) -> _Checker:
-    def check(value: Any, where: str) -> Any:
-        if value not in allowed or type(value) is not str:
-            raise _bad(where, f"one of {list(allowed)}")
-        return value
-
-    return check
-
-
-def _optional_checker(inner: _Checker) -> _Checker:
-    return lambda value, where: None if value is None else inner(value, where)
-
-
-def _tuple_checker(inner: _Checker) -> _Checker:
-    def check(value: Any, where: str) -> tuple[Any, ...]:
-        if not isinstance(value, list):
-            raise _bad(where, "a list")
-        return tuple(inner(item, f"{where}[{i}]") for i, item in enumerate(value))
-
-    return check
-
-
-def _dict_checker(inner: _Checker) -> _Checker:
-    def check(value: Any, where: str) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise _bad(where, "an object")
-        return {str(k): inner(v, f"{where}.{k}") for k, v in value.items()}
-
-    return check

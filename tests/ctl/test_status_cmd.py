@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from perseus_client.protocol import DaemonHealth, GpuStatus, LeaseInfo, StatusReply
+from perseus_client.protocol import PROTOCOL_VERSION, DaemonHealth, GpuStatus, LeaseInfo, StatusReply
 
 from perseusd.ctl.status_cmd import render_table, status_json
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
@@ -81,7 +81,7 @@ def test_status_and_reset_against_real_daemon(daemon: DaemonProcess) -> None:
     out = _ctl(daemon.dirs.runtime_dir, "status", "--json")
     assert out.returncode == 0, out.stderr
     body = json.loads(out.stdout)
-    assert body["daemon"]["protocol"] == 2
+    assert body["daemon"]["protocol"] == PROTOCOL_VERSION
     assert len(body["gpus"]) == 2
     assert body["gpus"][0]["locked_clock_mhz"] is None
     table = _ctl(daemon.dirs.runtime_dir, "status")

@@ -1,0 +1,32 @@
+"""Stable error codes of the wire protocol and the exception that carries them (stdlib only)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    """Stable error codes carried by `ErrorReply.code`. Never renumber or rename."""
+
+    BAD_FRAME = "BAD_FRAME"
+    UNKNOWN_TYPE = "UNKNOWN_TYPE"
+    BAD_FIELD = "BAD_FIELD"
+    TOO_LARGE = "TOO_LARGE"
+    VERSION_MISMATCH = "VERSION_MISMATCH"
+    NOT_REGISTERED = "NOT_REGISTERED"
+    NOT_LEASED = "NOT_LEASED"
+    OUT_OF_ORDER = "OUT_OF_ORDER"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    GPU_BUSY = "GPU_BUSY"
+    UNKNOWN_GPU = "UNKNOWN_GPU"
+    GPU_ERROR = "GPU_ERROR"
+    INTERNAL = "INTERNAL"
+
+
+class ProtocolError(Exception):
+    """A frame or request was rejected; `code` is the stable code sent back in an `ErrorReply`."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
