@@ -1,0 +1,41 @@
+"""The cluster plane: the daemons of one job share per-pipeline facts through etcd (only when configured).
+
+One node needs none of this. Nothing here is imported unless the daemon is configured with etcd endpoints;
+`etcd3gw` (the `cluster` extra) is imported only by `etcd_store`.
+
+- `config`: `ClusterConfig`, the frozen settings the daemon's configuration carries.
+- `job_board`: what the daemons share (keys, JSON values, the per-job view), pure data, no I/O.
+- `etcd_store`: the etcd client wrapper (endpoint rotation, bounded retries, per-call timeouts).
+- `plane`: `ClusterPlane`, the background thread between the daemon's hot path and etcd.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from perseusd.cluster.config import ClusterConfig
+from perseusd.errors import ConfigError
+
+if TYPE_CHECKING:
+    from perseusd.cluster.plane import ClusterPlane
+
+
+def start_plane(config: ClusterConfig) -> ClusterPlane:
+    """Build and start the cluster plane (the composition root's one entry point into this package).
+
+    Raises:
+        ConfigError: `etcd3gw` is not installed.
+    """
+    try:
+        from perseusd.cluster.plane import ClusterPlane
+    except ImportError as exc:
+        raise ConfigError(
+            f"the cluster plane needs etcd3gw ({exc}): pip install 'perseusd[cluster]', or remove the etcd "
+            "endpoints from the configuration to run this node alone"
+        ) from exc
+    plane = ClusterPlane(config)
+    plane.start()
+    return plane
+
+
+__all__ = ["ClusterConfig", "start_plane"]

@@ -1,0 +1,216 @@
+"""What the daemons of one job share through etcd: key layout, JSON values, and the per-job view.
+
+Pure data, no I/O. Keys, under the configured prefix (default `/perseus/v1`):
+
+- `<prefix>/jobs/<job>/pipelines/<p>`: one pipeline's facts, published by the node that runs it:
+  `{"version": 1, "node": ..., "iteration_time_s": ..., "t_min_s": ..., "t_max_s": ...}` (the measured
+  iteration time and the time range of its frontier);
+- `<prefix>/jobs/<job>/stragglers/<p>`: an announced straggler (`perseusctl straggler JOB --pipeline P
+  --factor F`): `{"version": 1, "node": ..., "factor": ...}`.
+
+Every key is attached to the publishing node's lease, so a dead node's entries vanish within the lease TTL.
+Values that do not decode are skipped (and counted), never fatal: another node may run a newer version.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from perseusd.cluster.config import NAME_PATTERN
+
+VALUE_VERSION = 1
+MAX_PIPELINE = 1_000_000
+
+
+class ViewState(enum.Enum):
+    """How far a job view can be trusted.
+
+    FRESH: refreshed recently. STALE: etcd has not answered for a while; the last view is served as is.
+    EXPIRED: this node's lease would have expired (no keep-alive for a whole TTL): others may have dropped
+    this node, and its view of them is too old to slow anything down for; fall back to the no-slowdown plan.
+    """
+
+    FRESH = "fresh"
+    STALE = "stale"
+    EXPIRED = "expired"
+
+
+@dataclass(frozen=True)
+class PipelineFacts:
+    """One pipeline's shared facts: who runs it, its measured iteration time, its frontier's time range."""
+
+    node: str
+    iteration_time_s: float
+    t_min_s: float
+    t_max_s: float
+
+    def __post_init__(self) -> None:
+        times = (self.iteration_time_s, self.t_min_s, self.t_max_s)
+        if not all(math.isfinite(t) and t > 0 for t in times) or self.t_min_s > self.t_max_s:
+            raise ValueError(f"pipeline times must be positive and t_min_s <= t_max_s (got {times})")
+        check_name("node", self.node)
+
+
+@dataclass(frozen=True)
+class StragglerAnnouncement:
+    """A pipeline announced as a straggler by `factor` (its iteration takes factor x the others' time)."""
+
+    node: str
+    factor: float
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.factor) and self.factor >= 1.0):
+            raise ValueError(f"a straggler factor must be a finite number >= 1 (got {self.factor})")
+        check_name("node", self.node)
+
+
+@dataclass(frozen=True)
+class JobView:
+    """The last known facts of one job's pipelines (every node's, this one's included), and their state.
+
+    `age_s` is the time since the view was last read from etcd (infinite when it never was).
+    """
+
+    job: str
+    pipelines: Mapping[int, PipelineFacts] = field(default_factory=dict)
+    stragglers: Mapping[int, StragglerAnnouncement] = field(default_factory=dict)
+    state: ViewState = ViewState.EXPIRED
+    age_s: float = math.inf
+
+    @property
+    def fresh(self) -> bool:
+        """Whether the view was refreshed recently and this node's lease is alive."""
+        return self.state is ViewState.FRESH
+
+    @property
+    def usable(self) -> bool:
+        """Whether a plan may rely on the view (fresh or stale); an expired view means no slowdown."""
+        return self.state is not ViewState.EXPIRED
+
+
+def check_name(what: str, name: str) -> str:
+    """`name` if it is a valid job or node name (a single etcd key component), else ValueError."""
+    if not isinstance(name, str) or NAME_PATTERN.fullmatch(name) is None:
+        raise ValueError(f"{what} name {name!r} must match {NAME_PATTERN.pattern}")
+    return name
+
+
+def check_pipeline(pipeline: int) -> int:
+    """`pipeline` if it is a valid pipeline index (its data-parallel rank), else ValueError."""
+    if isinstance(pipeline, bool) or not isinstance(pipeline, int) or not 0 <= pipeline <= MAX_PIPELINE:
+        raise ValueError(f"a pipeline index must be an integer 0..{MAX_PIPELINE} (got {pipeline!r})")
+    return pipeline
+
+
+def job_prefix(prefix: str, job: str) -> str:
+    """The prefix of every key of `job` (ends with `/`)."""
+    return f"{prefix}/jobs/{check_name('job', job)}/"
+
+
+def pipeline_key(prefix: str, job: str, pipeline: int) -> str:
+    """The key of one pipeline's facts."""
+    return f"{job_prefix(prefix, job)}pipelines/{check_pipeline(pipeline)}"
+
+
+def straggler_key(prefix: str, job: str, pipeline: int) -> str:
+    """The key of one pipeline's straggler announcement."""
+    return f"{job_prefix(prefix, job)}stragglers/{check_pipeline(pipeline)}"
+
+
+def encode_facts(facts: PipelineFacts) -> str:
+    """The JSON value of a pipeline key."""
+    return json.dumps(
+        {
+            "version": VALUE_VERSION,
+            "node": facts.node,
+            "iteration_time_s": facts.iteration_time_s,
+            "t_min_s": facts.t_min_s,
+            "t_max_s": facts.t_max_s,
+        },
+        sort_keys=True,
+    )
+
+
+def encode_announcement(announcement: StragglerAnnouncement) -> str:
+    """The JSON value of a straggler key."""
+    doc = {"version": VALUE_VERSION, "node": announcement.node, "factor": announcement.factor}
+    return json.dumps(doc, sort_keys=True)
+
+
+def _number(doc: Mapping[str, Any], name: str) -> float:
+    value = doc[name]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} is not a number")
+    return float(value)
+
+
+def _document(raw: bytes) -> dict[str, Any]:
+    doc = json.loads(raw.decode("utf-8"))
+    if not isinstance(doc, dict) or doc.get("version") != VALUE_VERSION:
+        raise ValueError("not a version 1 object")
+    return doc
+
+
+def decode_entry(job_key_prefix: str, key: str, raw: bytes) -> tuple[str, int, object]:
+    """One entry under a job's prefix as (`pipelines` or `stragglers`, pipeline, facts or announcement).
+
+    Raises:
+        ValueError: the key or the value is not one this version understands.
+    """
+    kind, _, index = key.removeprefix(job_key_prefix).partition("/")
+    if not index.isdigit() or kind not in ("pipelines", "stragglers"):
+        raise ValueError(f"unknown key {key!r}")
+    pipeline = check_pipeline(int(index))
+    doc = _document(raw)
+    try:
+        if kind == "pipelines":
+            times = (_number(doc, n) for n in ("iteration_time_s", "t_min_s", "t_max_s"))
+            return kind, pipeline, PipelineFacts(doc["node"], *times)
+        return kind, pipeline, StragglerAnnouncement(doc["node"], _number(doc, "factor"))
+    except KeyError as exc:
+        raise ValueError(f"missing field {exc}") from None
+
+
+def build_view(
+    job: str, prefix: str, entries: list[tuple[str, bytes]]
+) -> tuple[dict[int, PipelineFacts], dict[int, StragglerAnnouncement], int]:
+    """Decode a job's (key, value) entries; returns its pipelines, its stragglers and the number skipped."""
+    job_key_prefix = job_prefix(prefix, job)
+    pipelines: dict[int, PipelineFacts] = {}
+    stragglers: dict[int, StragglerAnnouncement] = {}
+    skipped = 0
+    for key, raw in entries:
+        try:
+            kind, pipeline, value = decode_entry(job_key_prefix, key, raw)
+        except (ValueError, UnicodeDecodeError):
+            skipped += 1
+            continue
+        if isinstance(value, PipelineFacts):
+            pipelines[pipeline] = value
+        elif isinstance(value, StragglerAnnouncement) and kind == "stragglers":
+            stragglers[pipeline] = value
+    return pipelines, stragglers, skipped
+
+
+def view_state(
+    now_s: float,
+    refreshed_at_s: float | None,
+    kept_alive_at_s: float | None,
+    stale_after_s: float,
+    ttl_s: float,
+) -> ViewState:
+    """The state of a view refreshed at `refreshed_at_s` by a node last kept alive at `kept_alive_at_s`.
+
+    Monotonic clock readings; None means never. Expired wins: a node whose lease would have expired must not
+    keep slowing down for facts it can no longer confirm.
+    """
+    if kept_alive_at_s is None or now_s - kept_alive_at_s >= ttl_s:
+        return ViewState.EXPIRED
+    if refreshed_at_s is None or now_s - refreshed_at_s > stale_after_s:
+        return ViewState.STALE
+    return ViewState.FRESH
