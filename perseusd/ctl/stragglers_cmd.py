@@ -1,0 +1,200 @@
+"""`perseusctl stragglers`: the analytic straggler mode at scale (one straggler among many pipelines).
+
+For each pipeline count P the global batch is split into M = batch / P microbatches per pipeline, that
+pipeline's frontier is solved once, and the job's energy with one straggler pipeline is computed for each
+factor against all-max under the same straggler (see `perseusd.planner.straggler_scale`). Offline: no
+daemon, no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from perseusd.ctl.planning_inputs import PlanningInputs, load_profile
+from perseusd.ctl.solve_cmd import solve_points
+
+if TYPE_CHECKING:
+    from perseusd.planner.profile import Profile
+    from perseusd.planner.straggler_scale import JobEnergy, PipelineFrontier
+
+DEFAULT_PIPELINES = (16, 32, 64, 128)
+DEFAULT_FACTORS = (1.05, 1.1, 1.2, 1.5)
+
+
+def _number(text: str, minimum: float, kind: type[float] | type[int]) -> Any:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is not {'an integer' if kind is int else 'a number'}"
+        ) from None
+    if not minimum <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= {minimum} (got {text})")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the `stragglers` command."""
+    parser = subparsers.add_parser(
+        "stragglers",
+        help="job energy with one straggler pipeline among 16-128 data-parallel pipelines",
+        description="Energy saving of Perseus vs all-max for a data-parallel job with one straggler "
+        "pipeline, per pipeline count and straggler factor (analytic, from each pipeline's frontier).",
+    )
+    parser.add_argument("--profile", default="a100_sxm", metavar="FILE", help="profile CSV or bundled name")
+    parser.add_argument(
+        "--stages", type=lambda t: _number(t, 1, int), default=8, metavar="S", help="default: %(default)s"
+    )
+    parser.add_argument(
+        "--pipelines",
+        type=lambda t: _number(t, 1, int),
+        nargs="+",
+        default=DEFAULT_PIPELINES,
+        metavar="P",
+        help="data-parallel pipeline counts (default: 16 32 64 128)",
+    )
+    parser.add_argument(
+        "--global-batch",
+        type=lambda t: _number(t, 1, int),
+        default=1536,
+        metavar="B",
+        help="sequences per iteration; each pipeline runs B/P microbatches (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--tensor-parallel",
+        type=lambda t: _number(t, 1, int),
+        default=8,
+        metavar="TP",
+        help="GPUs per stage; scales energies, not savings (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--factors",
+        type=lambda t: _number(t, 1.0, float),
+        nargs="+",
+        default=DEFAULT_FACTORS,
+        metavar="K",
+        help="straggler factors (default: 1.05 1.1 1.2 1.5)",
+    )
+    parser.add_argument(
+        "--unit-time",
+        type=lambda t: _number(t, 1e-9, float),
+        default=0.001,
+        metavar="SECONDS",
+        help="the solver's time unit (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--p2p-power",
+        type=lambda t: _number(t, 0.0, float),
+        default=None,
+        metavar="WATTS",
+        help="blocking power per GPU (default: the bundled profile's measured value, else 0)",
+    )
+    parser.add_argument("--plot", metavar="PNG", help="draw saving vs straggler factor, one line per count")
+    parser.add_argument("--json", action="store_true", help="print the table as JSON")
+    parser.set_defaults(func=run)
+
+
+def solve_frontiers(
+    profile: Profile, args: argparse.Namespace, p_block_w: float
+) -> tuple[list[tuple[int, PipelineFrontier]], float]:
+    """Each pipeline count's measured frontier (one solve per microbatch count) and the solve time (s)."""
+    from perseusd.errors import PlanningError
+    from perseusd.planner.dag import build_dag
+    from perseusd.planner.straggler_scale import measured_frontier, microbatches_for
+
+    if profile.num_stages < args.stages:
+        raise PlanningError(f"profile {profile.source} has {profile.num_stages} stages, not {args.stages}")
+    start_s = time.perf_counter()
+    by_microbatches: dict[int, PipelineFrontier] = {}
+    frontiers = []
+    for count in args.pipelines:
+        micro = microbatches_for(count, args.global_batch)
+        if micro not in by_microbatches:
+            dag = build_dag("1f1b", args.stages, micro, 1)
+            points, _ = solve_points(PlanningInputs(profile, dag, args.unit_time, p_block_w))
+            by_microbatches[micro] = measured_frontier(profile, points, args.stages, micro, p_block_w)
+        frontiers.append((count, by_microbatches[micro]))
+    return frontiers, time.perf_counter() - start_s
+
+
+def format_table(rows: list[JobEnergy], frontiers: list[tuple[int, PipelineFrontier]], header: str) -> str:
+    """Saving vs all-max per pipeline count (rows) and straggler factor (columns).
+
+    `rows` is `scale_table`'s output: for each of `frontiers` in order, one row per factor.
+    """
+    per_count = len(rows) // len(frontiers)
+    factors = [r.factor for r in rows[:per_count]]
+    headers = ["pipelines", "GPUs", "M", "no straggler"] + [f"straggler {k:g}" for k in factors]
+    lines = []
+    for i, (count, frontier) in enumerate(frontiers):
+        mine = rows[i * per_count : (i + 1) * per_count]
+        cells = [str(count), str(mine[0].num_gpus), str(frontier.num_microbatches)]
+        cells += [f"{frontier.intrinsic_saving_pct:.1f} %"] + [f"{r.saving_pct:.1f} %" for r in mine]
+        lines.append(cells)
+    widths = [max(len(r[i]) for r in [headers, *lines]) for i in range(len(headers))]
+    text = [header, "  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
+    text += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in lines]
+    return "\n".join(text)
+
+
+def plot_savings(rows: list[JobEnergy], path: str) -> None:
+    """Saving vs straggler factor, one line per pipeline count (matplotlib imported only here)."""
+    from perseusd.errors import PerseusError
+
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise PerseusError("plots need matplotlib: pip install 'perseusd[plot]'") from exc
+    figure = Figure(figsize=(7.0, 4.5), dpi=120)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    for count in dict.fromkeys(r.num_pipelines for r in rows):
+        mine = [r for r in rows if r.num_pipelines == count]
+        label = f"{count} pipelines ({mine[0].num_gpus} GPUs)"
+        axes.plot([r.factor for r in mine], [r.saving_pct for r in mine], "o-", ms=4, label=label)
+    axes.set_title("One straggler pipeline: job energy saving vs all-max")
+    axes.set_xlabel("straggler factor")
+    axes.set_ylabel("energy saving (%)")
+    axes.grid(True, alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Solve each pipeline's frontier, account for one straggler at every factor, print the table."""
+    from perseusd.planner.straggler_scale import scale_table
+
+    profile, bundled_p_block_w = load_profile(args.profile)
+    p_block_w = args.p2p_power if args.p2p_power is not None else (bundled_p_block_w or 0.0)
+    frontiers, solve_s = solve_frontiers(profile, args, p_block_w)
+    rows = scale_table(frontiers, tuple(args.factors), args.tensor_parallel)
+    if args.plot:
+        plot_savings(rows, args.plot)
+    if args.json:
+        doc = {
+            "profile": profile.source,
+            "stages": args.stages,
+            "tensor_parallel": args.tensor_parallel,
+            "global_batch": args.global_batch,
+            "unit_time_s": args.unit_time,
+            "p_block_w": p_block_w,
+            "solve_s": solve_s,
+            "intrinsic_saving_pct": {str(p): f.intrinsic_saving_pct for p, f in frontiers},
+            "rows": [r.to_json() for r in rows],
+        }
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        header = (
+            f"Job energy saving vs all-max with one straggler pipeline ({profile.source}, "
+            f"{args.stages} stages x TP {args.tensor_parallel}, global batch {args.global_batch}, "
+            f"blocking power {p_block_w} W)"
+        )
+        print(format_table(rows, frontiers, header))
+    return 0
