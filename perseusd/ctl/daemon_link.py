@@ -1,18 +1,36 @@
-"""How perseusctl talks to a running perseusd: one request, one reply, a timeout, typed errors."""
+"""How perseusctl talks to a running perseusd: one request, one reply, a timeout, typed errors; jobs and
+the documents the daemon sends about them (loaded as strictly as files)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import zmq
 from perseus_client.client import PerseusClientError, request_reply
-from perseus_client.protocol import ADMIN_SOCKET_NAME, CONTROL_SOCKET_NAME, Message
+from perseus_client.protocol import (
+    ADMIN_SOCKET_NAME,
+    CONTROL_SOCKET_NAME,
+    DocumentReply,
+    FrontierRequest,
+    JobInfo,
+    JobsReply,
+    JobsRequest,
+    Message,
+    PlanRequest,
+)
 
 from perseusd.errors import PerseusError
 
+if TYPE_CHECKING:
+    from perseusd.planner.plan import Frontier, Plan
+
 M = TypeVar("M", bound=Message)
+D = TypeVar("D")
+
+DOCUMENT_TIMEOUT_S = 10.0
+"""Frontier documents of large jobs are megabytes: more time than a small request."""
 
 EXIT_FAILED = 1
 EXIT_UNREACHABLE = 2
@@ -62,3 +80,32 @@ def ask(runtime_dir: Path, request: Message, expected: type[M], *, admin: bool, 
     finally:
         sock.close(linger=0)
         ctx.term()
+
+
+def fetch_jobs(runtime_dir: Path) -> tuple[JobInfo, ...]:
+    """Every job the daemon knows on this node."""
+    return ask(runtime_dir, JobsRequest(), JobsReply, admin=False).jobs
+
+
+def find_job(runtime_dir: Path, job: str) -> JobInfo | None:
+    """The daemon's view of one job (None when it does not list it)."""
+    return next((info for info in fetch_jobs(runtime_dir) if info.job == job), None)
+
+
+def fetch_document(runtime_dir: Path, request: FrontierRequest | PlanRequest) -> str:
+    """The JSON text of a job's frontier or deployed plan, as the daemon sent it."""
+    return ask(runtime_dir, request, DocumentReply, admin=False, timeout_s=DOCUMENT_TIMEOUT_S).document
+
+
+def load_frontier_text(text: str, job: str) -> Frontier:
+    """Strictly load a `perseus-frontier` document received from the daemon."""
+    from perseusd.planner.plan import parse_frontier
+
+    return parse_frontier(text, f"the frontier of job {job}")
+
+
+def load_plan_text(text: str, job: str) -> Plan:
+    """Strictly load a `perseus-plan` document received from the daemon."""
+    from perseusd.planner.plan import parse_plan
+
+    return parse_plan(text, f"the plan of job {job}")

@@ -27,6 +27,11 @@ COMMAND_MODULES: tuple[str, ...] = (
     "compare_cmd",
     "status_cmd",
     "reset_cmd",
+    "jobs_cmd",
+    "frontier_cmd",
+    "plan_cmd",
+    "profile_cmd",
+    "stragglers_cmd",
 )
 
 

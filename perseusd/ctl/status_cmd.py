@@ -1,20 +1,23 @@
-"""`perseusctl status [--json] [--watch SEC]`: GPUs, leases and daemon health from a running perseusd."""
+"""`perseusctl status [--json] [--watch SEC]`: GPUs, leases and daemon health from a running perseusd.
+
+A GPU running a plan gets a PLAN column (computations, clock changes, late switches, event -> clock p50/p99);
+when the daemon runs jobs, the jobs table of `perseusctl jobs` follows the GPU table.
+"""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from perseus_client.protocol import GpuStatus, StatusReply, StatusRequest
+from perseus_client.protocol import GpuStatus, PlanStats, StatusReply, StatusRequest
 
 from perseusd.ctl.daemon_link import admin_socket_usable, ask
+from perseusd.ctl.jobs_cmd import jobs_json, render_jobs
+from perseusd.ctl.terminal import PLACEHOLDER, fmt, fmt_duration, format_table, watch
 
-PLACEHOLDER = "-"
 EXIT_OK = 0
 EXIT_FAILED = 1
 
@@ -32,17 +35,12 @@ def fetch_status(runtime_dir: Path) -> StatusReply:
 
 
 def status_json(reply: StatusReply) -> dict[str, Any]:
-    """The documented JSON form: {"daemon": {...}, "gpus": [...]} (None -> null)."""
+    """The documented JSON form: {"daemon": {...}, "gpus": [...], "jobs": [...]} (None -> null)."""
     return {
         "daemon": dataclasses.asdict(reply.daemon),
         "gpus": [dataclasses.asdict(gpu) for gpu in reply.gpus],
+        "jobs": jobs_json(reply.jobs),
     }
-
-
-def _value(value: float | int | None, digits: int = 0) -> str:
-    if value is None:
-        return PLACEHOLDER
-    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
 def _lease(gpu: GpuStatus) -> str:
@@ -52,28 +50,37 @@ def _lease(gpu: GpuStatus) -> str:
     return f"pid {gpu.lease.pid} uid {gpu.lease.uid}{job}"
 
 
-def _row(gpu: GpuStatus) -> list[str]:
+def plan_cell(stats: PlanStats | None) -> str:
+    """A GPU's plan switching in one cell: `24 comps, 96 changes, 2 late, 0 errors, 0.31/1.20 ms`.
+
+    The latencies are event -> clock applied, p50/p99; skipped and unplanned counts are in `--json`.
+    """
+    if stats is None:
+        return PLACEHOLDER
+    latency_ms = f"{fmt(stats.event_to_clock_p50_ms, 2)}/{fmt(stats.event_to_clock_p99_ms, 2)} ms"
+    return (
+        f"{stats.computations} comps, {stats.clock_changes} changes, {stats.late} late, "
+        f"{stats.errors} errors, {latency_ms}"
+    )
+
+
+def _row(gpu: GpuStatus, with_plan: bool) -> list[str]:
     if gpu.error and gpu.sm_clock_mhz is None:
         return [gpu.uuid, gpu.name, f"ERROR: {gpu.error}"]
     row = [
         gpu.uuid,
         gpu.name,
-        _value(gpu.sm_clock_mhz),
-        _value(gpu.locked_clock_mhz),
-        _value(gpu.power_w, 1),
-        _value(gpu.power_limit_w, 0),
-        _value(gpu.energy_j, 1),
+        fmt(gpu.sm_clock_mhz),
+        fmt(gpu.locked_clock_mhz),
+        fmt(gpu.power_w, 1),
+        fmt(gpu.power_limit_w, 0),
+        fmt(gpu.energy_j, 1),
+        *([plan_cell(gpu.plan)] if with_plan else []),
         _lease(gpu),
     ]
     if gpu.error:
         row.append(f"ERROR: {gpu.error}")
     return row
-
-
-def _uptime(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s"
 
 
 def _call_times(reply: StatusReply) -> str:
@@ -85,45 +92,38 @@ def _call_times(reply: StatusReply) -> str:
 
 
 def render_table(reply: StatusReply) -> str:
-    """Human-readable status: a daemon health header and one row per GPU (error rows included)."""
+    """Human-readable status: a daemon health header, one row per GPU (error rows included), the jobs.
+
+    The PLAN column appears only when a GPU runs a plan, the jobs section only when there are jobs.
+    """
     daemon = reply.daemon
     lines = [
         f"perseusd {daemon.version} (protocol {daemon.protocol}), pid {daemon.pid}, "
-        f"up {_uptime(daemon.uptime_s)}, {daemon.clients} client(s)",
+        f"up {fmt_duration(daemon.uptime_s)}, {daemon.clients} client(s)",
         f"events: {daemon.events_received} received, {daemon.events_dropped} dropped; "
         f"restores: {daemon.restores} ({daemon.restore_failures} failed); "
         f"refused connections: {daemon.auth_rejected}",
         f"GPU call mean ms (worst GPU): {_call_times(reply)}",
         "",
     ]
-    header = ["UUID", "NAME", "SM MHZ", "LOCKED", "POWER W", "LIMIT W", "ENERGY J", "LEASE"]
-    rows = [header, *(_row(gpu) for gpu in reply.gpus)]
-    widths = [max(len(row[i]) for row in rows if len(row) > i + 1) for i in range(len(header) - 1)]
-    for row in rows:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-        lines.append("  ".join(cells + row[len(cells) :]).rstrip())
+    with_plan = any(gpu.plan is not None for gpu in reply.gpus)
+    header = ["UUID", "NAME", "SM MHZ", "LOCKED", "POWER W", "LIMIT W", "ENERGY J"]
+    header += ["PLAN", "LEASE"] if with_plan else ["LEASE"]
+    lines += format_table([header, *(_row(gpu, with_plan) for gpu in reply.gpus)])
+    if reply.jobs:
+        lines += ["", render_jobs(reply.jobs)]
     return "\n".join(lines)
 
 
-def _show(reply: StatusReply, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(status_json(reply), indent=2))
-    else:
-        print(render_table(reply))
+def _render(runtime_dir: Path, as_json: bool) -> str:
+    reply = fetch_status(runtime_dir)
+    return json.dumps(status_json(reply), indent=2) if as_json else render_table(reply)
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print the status once, or every `--watch` seconds."""
     runtime_dir = Path(args.runtime_dir)
     if args.watch is None:
-        _show(fetch_status(runtime_dir), args.json)
+        print(_render(runtime_dir, args.json))
         return EXIT_OK
-    try:
-        while True:
-            reply = fetch_status(runtime_dir)
-            if not args.json:
-                sys.stdout.write("\x1b[H\x1b[2J")
-            _show(reply, args.json)
-            sys.stdout.flush()
-            time.sleep(max(args.watch, 0.1))
-    except KeyboardInterrupt:
-        return EXIT_OK
+    return watch(lambda: _render(runtime_dir, args.json), args.watch, clear=not args.json)

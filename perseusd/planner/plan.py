@@ -191,7 +191,15 @@ def save_json(doc: dict[str, Any], path: str | os.PathLike[str], indent: int | N
 
 def load_plan(path: str | os.PathLike[str]) -> Plan:
     """Load and check a `perseus-plan` document; raises `PlanFormatError` when anything is wrong."""
-    doc = Reader(os.fspath(path), _read_json(path))
+    return _plan_document(Reader(os.fspath(path), _read_json(path)))
+
+
+def parse_plan(text: str, source: str) -> Plan:
+    """`load_plan` for a document received as text (`source` names it in errors)."""
+    return _plan_document(Reader(source, _parse_json(text, source)))
+
+
+def _plan_document(doc: Reader) -> Plan:
     meta = _read_header(doc, PLAN_FORMAT)
     order: list[tuple[ScheduleStep, ...]] = []
     clocks: list[tuple[int, ...]] = []
@@ -205,7 +213,15 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
 
 def load_frontier(path: str | os.PathLike[str]) -> Frontier:
     """Load and check a `perseus-frontier` document; raises `PlanFormatError` when anything is wrong."""
-    doc = Reader(os.fspath(path), _read_json(path))
+    return _frontier_document(Reader(os.fspath(path), _read_json(path)))
+
+
+def parse_frontier(text: str, source: str) -> Frontier:
+    """`load_frontier` for a document received as text (`source` names it in errors)."""
+    return _frontier_document(Reader(source, _parse_json(text, source)))
+
+
+def _frontier_document(doc: Reader) -> Frontier:
     meta = _read_header(doc, FRONTIER_FORMAT)
     order = tuple(tuple(_triple(step) for step in stage.items_of()) for stage in doc.items("order"))
     _check_order(doc.source, meta, order)
@@ -227,16 +243,24 @@ def plan_from_frontier(frontier: Frontier, index: int) -> Plan:
 
 
 def _read_json(path: str | os.PathLike[str]) -> Any:
-    def reject(constant: str) -> None:
-        raise PlanFormatError(f"{os.fspath(path)}: {constant} is not allowed in a plan document")
-
     try:
         with open(path, encoding="utf-8") as stream:
-            return json.load(stream, parse_constant=reject)
+            text = stream.read()
     except OSError as exc:
         raise PlanFormatError(f"cannot read {os.fspath(path)}: {exc.strerror or exc}") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise PlanFormatError(f"{os.fspath(path)}: not valid JSON: {exc}") from exc
+    return _parse_json(text, os.fspath(path))
+
+
+def _parse_json(text: str, source: str) -> Any:
+    def reject(constant: str) -> None:
+        raise PlanFormatError(f"{source}: {constant} is not allowed in a plan document")
+
+    try:
+        return json.loads(text, parse_constant=reject)
+    except json.JSONDecodeError as exc:
+        raise PlanFormatError(f"{source}: not valid JSON: {exc}") from exc
 
 
 def _read_header(doc: Reader, expected: str) -> PlanMeta:

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -148,6 +149,8 @@ def daemon_processes() -> Iterator[Callable[..., DaemonProcess]]:
     finally:
         for daemon in started:
             daemon.kill()
+        for base in {daemon.dirs.base for daemon in started}:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 def sim_control(runtime_dir: Path, uuid: str) -> ControlState:

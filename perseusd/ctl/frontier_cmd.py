@@ -1,0 +1,106 @@
+"""`perseusctl frontier JOB [--json] [--plot PNG]`: a running job's time-energy frontier, as perseusd has it.
+
+The table lists every point (emission order: slowest first) with its planned time, its model and measured
+energy, how much slower it is and how much energy it saves than the fastest point; the point the job runs
+is marked. `--json` prints the
+daemon's `perseus-frontier` document unchanged; `--plot` draws the frontier and the deployed point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from perseus_client.protocol import FrontierRequest
+
+from perseusd.ctl.daemon_link import fetch_document, find_job, load_frontier_text
+from perseusd.ctl.terminal import fmt_pct, format_table
+from perseusd.errors import PerseusError
+
+if TYPE_CHECKING:
+    from perseusd.planner.plan import Frontier, Plan
+
+EXIT_OK = 0
+DEPLOYED_MARK = "<- deployed"
+HEADER = ("INDEX", "TIME S", "MODEL J", "MEASURED J", "SLOWER", "SAVED", "")
+"""SLOWER (time) and SAVED (measured energy) are relative to the fastest point; the last column marks the
+deployed point."""
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the `frontier` command."""
+    parser = subparsers.add_parser(
+        "frontier",
+        help="show a job's time-energy frontier and the point it runs",
+        description="Every frontier point of a job: planned time, energy, and the deployed point.",
+    )
+    parser.add_argument("job", metavar="JOB", help="the job's name")
+    parser.add_argument("--json", action="store_true", help="print the perseus-frontier document")
+    parser.add_argument("--plot", metavar="PNG", help="draw time vs energy and the deployed point to a file")
+    parser.set_defaults(func=run)
+
+
+def fastest_point(frontier: Frontier) -> Plan:
+    """The point with the shortest planned iteration (the least unit-time count)."""
+    return min(frontier.points, key=lambda point: point.quant_time)
+
+
+def _row(point: Plan, fastest: Plan, deployed: int | None) -> list[str]:
+    return [
+        str(point.index),
+        f"{point.time_s:.4f}",
+        f"{point.model_energy_j:.1f}",
+        f"{point.refined_energy_j:.1f}",
+        fmt_pct(point.time_s / fastest.time_s - 1.0, 2, sign=True),
+        fmt_pct(1.0 - point.refined_energy_j / fastest.refined_energy_j, 1),
+        DEPLOYED_MARK if point.index == deployed else "",
+    ]
+
+
+def render_frontier(frontier: Frontier, job: str, deployed: int | None) -> str:
+    """A summary line, then one row per point; `deployed` is the index of the point the job runs."""
+    meta = frontier.meta
+    chunks = f" x{meta.num_chunks} chunks" if meta.num_chunks > 1 else ""
+    where = "none deployed" if deployed is None else f"point {deployed} deployed"
+    lines = [
+        f"job {job}: {len(frontier.points)} frontier points, {where} ({meta.profile_source}, {meta.schedule} "
+        f"S={meta.num_stages} M={meta.num_microbatches}{chunks}, unit time {meta.unit_time_s:g} s)"
+    ]
+    if frontier.points:
+        fastest = fastest_point(frontier)
+        lines += format_table([HEADER, *(_row(point, fastest, deployed) for point in frontier.points)])
+    return "\n".join(lines)
+
+
+def plot_deployed(frontier: Frontier, deployed: int | None, path: str, job: str) -> None:
+    """Draw the frontier (model energy) and, as a marker, the deployed point."""
+    from perseusd.planner.plot import plot_comparison
+
+    series = {"frontier": [(p.time_s, p.model_energy_j) for p in frontier.points]}
+    chosen = [(p.time_s, p.model_energy_j) for p in frontier.points if p.index == deployed]
+    if chosen:
+        series[f"deployed (point {deployed})"] = chosen
+    try:
+        plot_comparison(series, path, title=f"Perseus frontier of job {job}")
+    except OSError as exc:
+        raise PerseusError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Fetch the frontier (and, for the marker, the job's deployed index), then print or draw it."""
+    runtime_dir = Path(args.runtime_dir)
+    text = fetch_document(runtime_dir, FrontierRequest(job=args.job))
+    if args.json:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    if args.json and not args.plot:
+        return EXIT_OK
+    frontier = load_frontier_text(text, args.job)
+    info = find_job(runtime_dir, args.job)
+    deployed = info.plan_index if info is not None else None
+    if args.plot:
+        plot_deployed(frontier, deployed, args.plot, args.job)
+    if not args.json:
+        print(render_frontier(frontier, args.job, deployed))
+    return EXIT_OK

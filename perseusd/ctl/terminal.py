@@ -1,0 +1,72 @@
+"""Plain-text output shared by perseusctl commands: values with a placeholder, aligned tables, redrawing.
+
+Collection is kept apart from rendering (commands fetch a reply, then render it with these helpers), so
+every table can be tested on constructed replies without a daemon.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+PLACEHOLDER = "-"
+"""What an unavailable value prints as."""
+
+CLEAR_SCREEN = "\x1b[H\x1b[2J"
+MIN_WATCH_INTERVAL_S = 0.1
+
+
+def fmt(value: float | None, digits: int = 0) -> str:
+    """A number for a table cell: floats with `digits` decimals, ints as they are, None as the placeholder."""
+    if value is None:
+        return PLACEHOLDER
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def fmt_duration(seconds: float) -> str:
+    """A duration as `1h02m05s` (whole seconds)."""
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s"
+
+
+def fmt_pct(fraction: float | None, digits: int = 1, *, sign: bool = False) -> str:
+    """A fraction (0.05) as a percentage (`5.0 %`, or `+5.0 %` with `sign`)."""
+    if fraction is None:
+        return PLACEHOLDER
+    return f"{100.0 * fraction:{'+' if sign else ''}.{digits}f} %"
+
+
+def format_table(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Left-aligned columns two spaces apart; the first row is the header.
+
+    The header's last column is not padded, and a row's last cell never widens a column: a short row (an
+    error row: a few cells, then the message) lets its last cell run on, and cells past the header's
+    (a trailing error) are appended as they are.
+    """
+    columns = len(rows[0]) - 1
+    widths = [max((len(row[i]) for row in rows if len(row) > i + 1), default=0) for i in range(columns)]
+    lines = []
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        lines.append("  ".join(cells + list(row[len(cells) :])).rstrip())
+    return lines
+
+
+def watch(render: Callable[[], str], interval_s: float, *, clear: bool) -> int:
+    """Print `render()` every `interval_s` until Ctrl-C (exit code 0).
+
+    The next screen is rendered before the old one is cleared, so a slow daemon never leaves a blank
+    terminal; with `clear` False (JSON) every snapshot is printed after the previous one.
+    """
+    try:
+        while True:
+            text = render()
+            if clear:
+                sys.stdout.write(CLEAR_SCREEN)
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+            time.sleep(max(interval_s, MIN_WATCH_INTERVAL_S))
+    except KeyboardInterrupt:
+        return 0
