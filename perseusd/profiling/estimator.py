@@ -1,0 +1,327 @@
+"""Per-computation time and energy from computation intervals and a coarse, noisy energy counter.
+
+Time: the intervals' durations, per (option key, clock), with outliers beyond 3.5 scaled MADs dropped.
+
+Energy: the counter changes only every 20-100 ms, far too coarsely to read one computation's energy, so every
+pair of consecutive kept counter samples is a window with a known energy, and the windows are explained by
+average powers. A window of duration d with energy E gives one linear equation
+
+    E / d = sum over groups g of P_g * (overlap of g's intervals with the window) / d + P_block * idle / d
+
+in the unknown power P_g of each (key, clock) group and, unless given, the blocking power P_block of the idle
+GPU. Each equation is divided by the window's average power, because the counter's noise is relative to the
+increment; the system is solved by non-negative least squares over every window, windows with outlying
+residuals (beyond 3.5 scaled MADs) are dropped and the fit is repeated. Energy per computation = P_g x the
+group's mean time. Standard errors come from the residual variance and the normal matrix.
+
+Windows are dropped when they cannot be trusted: the first one (the first sample's value may be an update
+period old), those longer than 3x the median window (a gap in sampling) and the one after each (the read
+that ended the gap may have seen an old update), those that lie outside the span of the intervals (activity
+there is not recorded), those with no energy, and those that overlap an interval dropped as a time outlier
+(its power is probably not its group's). Because a window is attributed by overlap
+and not by membership, windows may span several computations, several keys and clock changes.
+
+Groups that no usable window overlaps, or whose power the windows cannot tell apart from another group's
+(they always run together in the same proportion), have no energy estimate and are left out of the result.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy.optimize import nnls
+
+from perseusd.profiling.trace import CounterSample, Interval, OptionKey
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+GroupKey = tuple[OptionKey, int]
+"""(option key, clock in MHz)."""
+
+_NS_PER_S = 1e9
+_MAD_TO_SIGMA = 1.4826
+_OUTLIER_MADS = 3.5
+_MIN_RELATIVE_SPREAD = 0.02
+"""Time outliers: never drop a duration within this fraction of the median (nearly identical durations)."""
+_MIN_RESIDUAL_SCALE = 1e-4
+"""Window outliers: the residual scale never goes below this (noise-free counters fit exactly)."""
+_GAP_FACTOR = 3.0
+_MAX_REFITS = 3
+_RANK_TOLERANCE = 1e-12
+"""Eigenvalues of the normal matrix below this fraction of the largest count as zero."""
+_NULL_TOLERANCE = 1e-6
+"""A coefficient with a null-space component above this is not determined by the windows."""
+
+
+@dataclass(frozen=True)
+class OptionEstimate:
+    """The estimated cost of one computation of `key` at `clock_mhz`."""
+
+    key: OptionKey
+    clock_mhz: int
+    count: int
+    """Computations kept (time outliers dropped)."""
+    time_s: float
+    """Mean time per computation."""
+    energy_j: float
+    """Energy per computation."""
+    time_rel_err: float
+    """Standard error of `time_s` / `time_s`."""
+    energy_rel_err: float
+    """Standard error of `energy_j` / `energy_j` (power and time errors combined); inf when unknown."""
+    windows: int = 0
+    """Counter windows of the final fit that this option's computations overlap."""
+
+
+@dataclass(frozen=True)
+class StageEstimate:
+    """Every (key, clock) estimate of one GPU, with the blocking power used or regressed."""
+
+    options: dict[GroupKey, OptionEstimate]
+    p_block_w: float | None
+    """Blocking (idle) power: the given value, or the regressed one (None: no idle time to regress on)."""
+    windows: int
+    """Counter windows used in the final fit."""
+
+
+@dataclass(frozen=True)
+class _GroupTimes:
+    """One group's intervals (ns, relative to the trace origin) and which of them are not time outliers."""
+
+    starts_ns: IntArray
+    ends_ns: IntArray
+    kept: npt.NDArray[np.bool_]
+
+    def mean_time_s(self) -> float:
+        return float(np.mean(self.ends_ns[self.kept] - self.starts_ns[self.kept])) / _NS_PER_S
+
+    def time_rel_err(self) -> float:
+        durations = (self.ends_ns[self.kept] - self.starts_ns[self.kept]).astype(np.float64)
+        if durations.size < 2 or not np.mean(durations) > 0:
+            return math.inf
+        return float(np.std(durations, ddof=1) / math.sqrt(durations.size) / np.mean(durations))
+
+
+@dataclass(frozen=True)
+class _Windows:
+    """Counter windows: bounds (ns, relative to the trace origin) and energy (J)."""
+
+    starts_ns: IntArray
+    ends_ns: IntArray
+    energy_j: FloatArray
+
+    def select(self, mask: npt.NDArray[np.bool_]) -> _Windows:
+        return _Windows(self.starts_ns[mask], self.ends_ns[mask], self.energy_j[mask])
+
+    @property
+    def durations_s(self) -> FloatArray:
+        return (self.ends_ns - self.starts_ns).astype(np.float64) / _NS_PER_S
+
+
+@dataclass(frozen=True)
+class _Fit:
+    powers_w: FloatArray
+    errors_w: FloatArray
+    """Standard errors; inf when unknown (no more windows than coefficients)."""
+    determined: npt.NDArray[np.bool_]
+    """False where the windows only tell a coefficient's combination with others (collinear columns)."""
+    rows: npt.NDArray[np.bool_]
+    """The windows used."""
+
+    @property
+    def windows(self) -> int:
+        return int(self.rows.sum())
+
+
+def estimate_stage(
+    intervals: Sequence[Interval], samples: Sequence[CounterSample], *, p_block_w: float | None = None
+) -> StageEstimate:
+    """Estimate every (key, clock)'s time and energy per computation on one GPU (see the module docstring).
+
+    Args:
+        intervals: the GPU's computations, in any order.
+        samples: the GPU's kept counter samples (`CounterTrace.samples`), in any order.
+        p_block_w: the GPU's blocking power when known; None: regress it too.
+    """
+    if not intervals:
+        return StageEstimate({}, p_block_w, 0)
+    origin_ns = min([i.start_ns for i in intervals] + [s.t_ns for s in samples])
+    groups = _group_times(intervals, origin_ns)
+    if not groups:
+        return StageEstimate({}, p_block_w, 0)
+    windows = _usable_windows(samples, groups, origin_ns)
+    fit_keys, overlaps_s = _overlap_matrix(windows, groups)
+    fit = _fit_powers(windows, overlaps_s, p_block_w)
+    if fit is None:
+        return StageEstimate({}, p_block_w, 0)
+    options: dict[GroupKey, OptionEstimate] = {}
+    for column, key in enumerate(fit_keys):
+        if fit.determined[column]:
+            windows_used = int(np.count_nonzero(overlaps_s[fit.rows, column]))
+            options[key] = _option(key, groups[key], fit.powers_w[column], fit.errors_w[column], windows_used)
+    regressed = p_block_w is None and fit.powers_w.size > len(fit_keys) and bool(fit.determined[-1])
+    return StageEstimate(options, float(fit.powers_w[-1]) if regressed else p_block_w, fit.windows)
+
+
+def _group_times(intervals: Sequence[Interval], origin_ns: int) -> dict[GroupKey, _GroupTimes]:
+    """Intervals per (key, clock), sorted by start, with time outliers marked."""
+    bounds: dict[GroupKey, list[tuple[int, int]]] = {}
+    for interval in intervals:
+        if interval.end_ns >= interval.start_ns:
+            bounds.setdefault((interval.key, interval.clock_mhz), []).append(
+                (interval.start_ns - origin_ns, interval.end_ns - origin_ns)
+            )
+    groups: dict[GroupKey, _GroupTimes] = {}
+    for key, pairs in bounds.items():
+        array = np.array(sorted(pairs), dtype=np.int64).reshape(-1, 2)
+        durations = (array[:, 1] - array[:, 0]).astype(np.float64)
+        groups[key] = _GroupTimes(array[:, 0], array[:, 1], _inliers(durations))
+    return groups
+
+
+def _inliers(durations: FloatArray) -> npt.NDArray[np.bool_]:
+    """Durations within 3.5 scaled MADs of the median (or within 2 % of it)."""
+    median = float(np.median(durations))
+    spread = _MAD_TO_SIGMA * float(np.median(np.abs(durations - median)))
+    limit = max(_OUTLIER_MADS * spread, _MIN_RELATIVE_SPREAD * median)
+    return np.asarray(np.abs(durations - median) <= limit)
+
+
+def _usable_windows(
+    samples: Sequence[CounterSample], groups: dict[GroupKey, _GroupTimes], origin_ns: int
+) -> _Windows:
+    """The counter windows the fit may use (see the module docstring for what is dropped and why)."""
+    ordered = sorted(samples, key=lambda s: s.t_ns)
+    times = np.array([s.t_ns - origin_ns for s in ordered], dtype=np.int64)
+    energy_mj = np.array([s.energy_mj for s in ordered], dtype=np.int64)
+    if times.size < 3:
+        return _Windows(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+    windows = _Windows(times[1:-1], times[2:], np.diff(energy_mj)[1:].astype(np.float64) / 1000.0)
+    durations_ns = windows.ends_ns - windows.starts_ns
+    keep = (durations_ns > 0) & (windows.energy_j > 0)
+    if np.any(keep):
+        gap = durations_ns > _GAP_FACTOR * float(np.median(durations_ns[keep]))
+        keep &= ~gap & ~np.concatenate(([False], gap[:-1]))
+    span_start = min(int(g.starts_ns[0]) for g in groups.values())
+    span_end = max(int(g.ends_ns.max()) for g in groups.values())
+    keep &= (windows.ends_ns > span_start) & (windows.starts_ns < span_end)
+    for group in groups.values():
+        outliers = ~group.kept
+        if np.any(outliers):
+            keep &= _overlap_s(windows, group.starts_ns[outliers], group.ends_ns[outliers]) <= 0
+    return windows.select(keep)
+
+
+def _overlap_matrix(
+    windows: _Windows, groups: dict[GroupKey, _GroupTimes]
+) -> tuple[list[GroupKey], FloatArray]:
+    """Per group that some window overlaps: its busy time in each window (s), one column per group."""
+    keys: list[GroupKey] = []
+    columns: list[FloatArray] = []
+    for key in sorted(groups):
+        column = _overlap_s(windows, groups[key].starts_ns, groups[key].ends_ns)
+        if np.any(column > 0):
+            keys.append(key)
+            columns.append(column)
+    if not columns:
+        return keys, np.zeros((windows.energy_j.size, 0))
+    return keys, np.column_stack(columns)
+
+
+def _overlap_s(windows: _Windows, starts_ns: IntArray, ends_ns: IntArray) -> FloatArray:
+    """Total overlap (s) of the intervals [starts, ends) with each window, exactly, in O((W + I) log I)."""
+    order_start = np.sort(starts_ns)
+    order_end = np.sort(ends_ns)
+    cum_start = np.concatenate(([0], np.cumsum(order_start)))
+    cum_end = np.concatenate(([0], np.cumsum(order_end)))
+
+    def busy_until(t_ns: IntArray) -> IntArray:
+        started = np.searchsorted(order_start, t_ns, side="right")
+        ended = np.searchsorted(order_end, t_ns, side="right")
+        return np.asarray(started * t_ns - cum_start[started] - (ended * t_ns - cum_end[ended]))
+
+    return (busy_until(windows.ends_ns) - busy_until(windows.starts_ns)).astype(np.float64) / _NS_PER_S
+
+
+def _fit_powers(windows: _Windows, overlaps_s: FloatArray, p_block_w: float | None) -> _Fit | None:
+    """The groups' powers (and P_block unless given), outlying windows dropped; None: unsolvable."""
+    durations_s = windows.durations_s
+    if overlaps_s.shape[1] == 0 or durations_s.size == 0:
+        return None
+    idle_s = np.maximum(durations_s - overlaps_s.sum(axis=1), 0.0)
+    target_j = windows.energy_j.copy()
+    design = overlaps_s
+    if p_block_w is None:
+        if np.any(idle_s > 0):
+            design = np.column_stack((overlaps_s, idle_s))
+    else:
+        target_j = target_j - p_block_w * idle_s
+    return _robust_fit(design, target_j, 1.0 / windows.energy_j)
+
+
+def _robust_fit(design: FloatArray, target_j: FloatArray, scale: FloatArray) -> _Fit | None:
+    """Weighted least squares; windows with residuals beyond 3.5 scaled MADs are dropped and it refits."""
+    rows = np.ones(target_j.size, dtype=bool)
+    for _ in range(_MAX_REFITS):
+        fitted = _fit_rows(design, target_j, scale, rows)
+        if fitted is None or np.array_equal(fitted[1], rows):
+            return None if fitted is None else fitted[0]
+        rows = fitted[1]
+    fitted = _fit_rows(design, target_j, scale, rows)
+    return None if fitted is None else fitted[0]
+
+
+def _fit_rows(
+    design: FloatArray, target_j: FloatArray, scale: FloatArray, rows: npt.NDArray[np.bool_]
+) -> tuple[_Fit, npt.NDArray[np.bool_]] | None:
+    """The fit over `rows`, and which windows (of all) lie within the outlier limit of that fit."""
+    count, columns = int(rows.sum()), design.shape[1]
+    if count < columns:
+        return None
+    weighted = design[rows] * scale[rows, None]
+    weighted_target = target_j[rows] * scale[rows]
+    inverse, determined = _normal_pseudo_inverse(weighted)
+    powers = inverse @ (weighted.T @ weighted_target)
+    if np.any(powers < 0):
+        powers = np.asarray(nnls(weighted, weighted_target)[0], dtype=np.float64)
+    residuals = (target_j - design @ powers) * scale
+    errors = np.full(columns, math.inf)
+    if count > columns:
+        variance = float(residuals[rows] @ residuals[rows]) / (count - columns)
+        errors = np.where(determined, np.sqrt(np.maximum(np.diag(inverse), 0.0) * variance), math.inf)
+    spread = _MAD_TO_SIGMA * float(np.median(np.abs(residuals[rows])))
+    inside = np.abs(residuals) <= _OUTLIER_MADS * max(spread, _MIN_RESIDUAL_SCALE)
+    return _Fit(powers, errors, determined, rows), inside
+
+
+def _normal_pseudo_inverse(design: FloatArray) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+    """(design^T design)^+ (the coefficients' covariance up to the noise variance), and which coefficients
+    the design determines (False: only combinations with other coefficients are known)."""
+    eigenvalues, vectors = np.linalg.eigh(design.T @ design)
+    top = float(eigenvalues[-1])
+    nonzero = eigenvalues > _RANK_TOLERANCE * top if top > 0 else np.zeros(eigenvalues.size, dtype=bool)
+    inverse = (vectors[:, nonzero] / eigenvalues[nonzero]) @ vectors[:, nonzero].T
+    determined = np.linalg.norm(vectors[:, ~nonzero], axis=1) <= _NULL_TOLERANCE
+    return np.asarray(inverse, dtype=np.float64), np.asarray(determined)
+
+
+def _option(
+    key: GroupKey, times: _GroupTimes, power_w: float, power_err_w: float, windows: int
+) -> OptionEstimate:
+    time_s = times.mean_time_s()
+    time_rel_err = times.time_rel_err()
+    power_rel_err = power_err_w / power_w if power_w > 0 else math.inf
+    return OptionEstimate(
+        key=key[0],
+        clock_mhz=key[1],
+        count=int(times.kept.sum()),
+        time_s=time_s,
+        energy_j=power_w * time_s,
+        time_rel_err=time_rel_err,
+        energy_rel_err=math.hypot(power_rel_err, time_rel_err),
+        windows=windows,
+    )

@@ -1,0 +1,165 @@
+"""The sweep's clock order, precision waits, rise stop and Pareto skip, on synthetic estimates."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from perseusd.profiling.estimator import OptionEstimate, StageEstimate
+from perseusd.profiling.sweep import StageSweep, SweepSettings, pareto_options
+from perseusd.profiling.trace import OptionKey
+
+FWD: OptionKey = (0, "forward")
+BWD: OptionKey = (0, "backward")
+CLOCKS = list(range(1410, 854, -15))
+
+
+def option(key: OptionKey, clock: int, time_s: float, energy_j: float, **extra: float) -> OptionEstimate:
+    values: dict[str, float] = {"count": 12, "time_rel_err": 0.0, "energy_rel_err": 0.002, "windows": 200}
+    values.update(extra)
+    return OptionEstimate(
+        key=key,
+        clock_mhz=clock,
+        count=int(values["count"]),
+        time_s=time_s,
+        energy_j=energy_j,
+        time_rel_err=values["time_rel_err"],
+        energy_rel_err=values["energy_rel_err"],
+        windows=int(values["windows"]),
+    )
+
+
+def estimate_of(
+    clocks: list[int], energy: Callable[[OptionKey, int], float], **extra: float
+) -> StageEstimate:
+    """Options for both keys at `clocks`: time 1410 / clock x the key's base, energy from `energy`."""
+    options = {}
+    for key in (FWD, BWD):
+        base_s = 0.05 if key == FWD else 0.1
+        for clock in clocks:
+            options[(key, clock)] = option(key, clock, base_s * 1410 / clock, energy(key, clock), **extra)
+    return StageEstimate(options, 80.0, 100)
+
+
+def run_sweep(sweep: StageSweep, energy: Callable[[OptionKey, int], float], **extra: float) -> list[int]:
+    """Drive the sweep to the end, one iteration per call, and return the clock of each iteration."""
+    ran: list[int] = []
+    while (clock := sweep.current_clock_mhz) is not None:
+        ran.append(clock)
+        assert len(ran) < 1000
+        sweep.iteration_done(estimate_of(sorted(set(ran)), energy, **extra))
+    return ran
+
+
+def valley(bottom_fwd: int, bottom_bwd: int) -> Callable[[OptionKey, int], float]:
+    """Energy falls towards the key's bottom clock and rises below it."""
+
+    def energy(key: OptionKey, clock: int) -> float:
+        bottom = bottom_fwd if key == FWD else bottom_bwd
+        return 20.0 + abs(clock - bottom) / 15
+
+    return energy
+
+
+def test_clocks_go_down_from_the_highest_with_stride_and_floor() -> None:
+    settings = SweepSettings(clock_stride=3, min_clock_mhz=1000)
+    sweep = StageSweep([900, *CLOCKS], [FWD], settings)
+    expected = [c for c in CLOCKS if c >= 1000][::3]
+    assert sweep.clocks_total == len(expected)
+    assert run_sweep(sweep, lambda _k, c: float(c)) == expected
+    assert sweep.done
+    assert sweep.clocks_done == len(expected)
+
+
+def test_rise_stop_waits_for_every_key_and_counts_rises_in_a_row() -> None:
+    sweep = StageSweep(CLOCKS, [FWD, BWD], SweepSettings(rise_limit=3))
+    ran = run_sweep(sweep, valley(bottom_fwd=1290, bottom_bwd=1200))
+    # Backward bottoms out at 1200: it rises at 1185, 1170 and 1155, and the sweep stops there.
+    assert ran == [c for c in CLOCKS if c >= 1155]
+    assert (sweep.done, sweep.clocks_done, sweep.current_clock_mhz) == (True, len(ran), None)
+
+
+def test_a_single_noisy_rise_does_not_stop_the_sweep() -> None:
+    def energy(key: OptionKey, clock: int) -> float:
+        bump = 1.5 if clock in {1335, 1290, 1245} else 0.0  # one step down saves 1 J
+        return valley(1095, 1095)(key, clock) + bump
+
+    sweep = StageSweep(CLOCKS, [FWD, BWD], SweepSettings(rise_limit=2))
+    assert run_sweep(sweep, energy)[-1] == 1065  # rises at 1080 and 1065
+
+
+def test_a_clock_waits_for_computations_and_precision() -> None:
+    settings = SweepSettings(min_computations=8, max_iterations_per_clock=3, min_windows_per_clock=100)
+    sweep = StageSweep(CLOCKS[:2], [FWD, BWD], settings)
+    flat = valley(0, 0)
+    sweep.iteration_done(estimate_of([1410], flat, count=4))
+    sweep.iteration_done(estimate_of([1410], flat, count=8, energy_rel_err=0.02))
+    assert sweep.current_clock_mhz == 1410
+    sweep.iteration_done(estimate_of([1410], flat, count=12, energy_rel_err=0.005))
+    assert (sweep.current_clock_mhz, sweep.clocks_done) == (1395, 1)
+
+
+def test_giving_up_on_precision_waits_for_enough_counter_windows() -> None:
+    settings = SweepSettings(
+        max_iterations_per_clock=2, min_windows_per_clock=50, hard_max_iterations_per_clock=5
+    )
+    flat = valley(0, 0)
+    few = StageSweep(CLOCKS, [FWD, BWD], settings)
+    imprecise = estimate_of([1410], flat, energy_rel_err=0.05, windows=10)
+    for _ in range(4):
+        few.iteration_done(imprecise)
+        assert few.current_clock_mhz == 1410
+    few.iteration_done(imprecise)
+    assert few.current_clock_mhz == 1395
+    many = StageSweep(CLOCKS, [FWD, BWD], settings)
+    for _ in range(2):
+        many.iteration_done(estimate_of([1410], flat, energy_rel_err=0.05, windows=60))
+    assert many.current_clock_mhz == 1395
+
+
+def test_a_missing_option_keeps_the_clock_until_the_hard_cap() -> None:
+    sweep = StageSweep(
+        CLOCKS, [FWD, BWD], SweepSettings(max_iterations_per_clock=2, hard_max_iterations_per_clock=4)
+    )
+    empty = StageEstimate({}, None, 0)
+    for _ in range(3):
+        sweep.iteration_done(empty)
+    assert sweep.current_clock_mhz == 1410
+    sweep.iteration_done(empty)
+    assert sweep.current_clock_mhz == 1395
+
+
+def test_kept_skips_clocks_that_cannot_be_pareto_optimal() -> None:
+    sweep = StageSweep(CLOCKS, [FWD, BWD], SweepSettings(rise_limit=3))
+    energy = valley(bottom_fwd=1290, bottom_bwd=1200)
+    ran = run_sweep(sweep, energy)
+    estimate = estimate_of(sorted(set(ran)), energy)
+    kept = sweep.kept(estimate)
+    assert [(o.key, o.clock_mhz) for o in kept if o.key == FWD] == [(FWD, c) for c in ran if c >= 1290]
+    assert [(o.key, o.clock_mhz) for o in kept if o.key == BWD] == [(BWD, c) for c in ran if c >= 1200]
+    foreign = dict(estimate.options)
+    foreign[((3, "forward"), 1410)] = option((3, "forward"), 1410, 0.01, 1.0)
+    foreign[(FWD, 1234)] = option(FWD, 1234, 0.01, 1.0)
+    assert sweep.kept(StageEstimate(foreign, 80.0, 100)) == kept
+
+
+def test_pareto_filter_keeps_the_higher_clock_of_exact_ties() -> None:
+    a = option(FWD, 1410, 0.05, 20.0)
+    tie = option(FWD, 1395, 0.05, 20.0)
+    slower_cheaper = option(FWD, 1200, 0.06, 18.0)
+    slower_same = option(FWD, 1100, 0.07, 18.0)
+    slower_costlier = option(FWD, 1000, 0.08, 21.0)
+    assert pareto_options([slower_costlier, tie, slower_same, a, slower_cheaper]) == [a, slower_cheaper]
+    assert pareto_options([]) == []
+
+
+def test_degenerate_sweeps_are_done_at_once() -> None:
+    assert StageSweep([], [FWD], SweepSettings()).current_clock_mhz is None
+    assert StageSweep(CLOCKS, [], SweepSettings()).done
+    floor = StageSweep(CLOCKS, [FWD], SweepSettings(min_clock_mhz=2000))
+    assert (floor.done, floor.clocks_total, floor.kept(StageEstimate({}, None, 0))) == (True, 0, [])
+    with pytest.raises(ValueError, match="clock_stride"):
+        SweepSettings(clock_stride=0)
+    with pytest.raises(ValueError, match="target_energy_rel_err"):
+        SweepSettings(target_energy_rel_err=0.0)
