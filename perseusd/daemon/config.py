@@ -14,6 +14,7 @@ from perseusd.errors import ConfigError
 DEFAULT_CONFIG_PATH = Path("/etc/perseusd/perseusd.toml")
 BACKENDS = ("auto", "nvml", "sim")
 SIM_MODELS = ("a100_sxm", "a40")
+POLICIES = ("fastest", "slowdown", "time", "min_energy")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 ENV_PREFIX = "PERSEUSD_"
 
@@ -31,8 +32,18 @@ class DaemonConfig:
     socket_group: str = "perseus"
     admin_group: str = "perseus-admin"
     log_level: str = "INFO"
-    max_frame_bytes: int = 65536
+    max_frame_bytes: int = 1 << 20
     gpu_call_timeout_s: float = 5.0
+    # Jobs: online profiling, solving and deployment.
+    profile_warmup_iterations: int = 2
+    profile_max_iterations: int = 300
+    profile_clock_stride: int = 1
+    profile_min_clock_mhz: int = 0
+    energy_sample_period_s: float = 0.01
+    solver_unit_time_s: float = 0.0
+    default_policy: str = "fastest"
+    default_policy_target: float = 0.0
+    job_cache: bool = True
 
     def __post_init__(self) -> None:
         _require(self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}")
@@ -42,6 +53,13 @@ class DaemonConfig:
         _require(self.log_level in LOG_LEVELS, f"log_level must be one of {', '.join(LOG_LEVELS)}")
         _require(1024 <= self.max_frame_bytes <= 16 * 1024 * 1024, "max_frame_bytes must be 1 KiB..16 MiB")
         _require(self.gpu_call_timeout_s > 0, "gpu_call_timeout_s must be positive")
+        _require(0 <= self.profile_warmup_iterations <= 100, "profile_warmup_iterations must be 0..100")
+        _require(self.profile_max_iterations >= 1, "profile_max_iterations must be >= 1")
+        _require(self.profile_clock_stride >= 1, "profile_clock_stride must be >= 1")
+        _require(self.profile_min_clock_mhz >= 0, "profile_min_clock_mhz must be >= 0")
+        _require(0.001 <= self.energy_sample_period_s <= 1.0, "energy_sample_period_s must be 0.001..1")
+        _require(self.solver_unit_time_s >= 0, "solver_unit_time_s must be >= 0 (0: automatic)")
+        _require(self.default_policy in POLICIES, f"default_policy must be one of {', '.join(POLICIES)}")
         _require(self.runtime_dir.is_absolute(), "runtime_dir must be an absolute path")
         _require(self.state_dir.is_absolute(), "state_dir must be an absolute path")
 
@@ -77,6 +95,8 @@ def _coerce(name: str, raw: object, source: str) -> object:
             return int(str(raw))
         if kind == "float":
             return float(str(raw))
+        if kind == "bool":
+            return _boolean(raw)
         if kind == "Path":
             return Path(str(raw))
         if name == "log_level":
@@ -84,6 +104,17 @@ def _coerce(name: str, raw: object, source: str) -> object:
         return str(raw)
     except ValueError as exc:
         raise ConfigError(f"{source}: {name}: {exc}") from None
+
+
+def _boolean(raw: object) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{raw!r} is not a boolean (true/false)")
 
 
 def _read_file(path: Path, required: bool) -> dict[str, Any]:

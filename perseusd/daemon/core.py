@@ -8,6 +8,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from perseus_client.protocol import (
     PROTOCOL_VERSION,
@@ -26,6 +27,7 @@ from perseus_client.protocol import (
     GpuStatus,
     Hello,
     HelloOk,
+    JobInfo,
     LeaseInfo,
     Message,
     PowerLimitOk,
@@ -47,6 +49,8 @@ from perseusd.daemon.plans import PlanBook
 from perseusd.daemon.registry import GpuRegistry
 from perseusd.daemon.restore import RestoreKeeper, RestoreOutcome
 from perseusd.gpu.owner import GpuReading
+from perseusd.jobs.manager import JobManager
+from perseusd.jobs.requests import JobRequests
 
 logger = logging.getLogger(__name__)
 
@@ -65,9 +69,12 @@ class DaemonCore:
         is_admin: Callable[[Caller], bool],
         clock_s: Callable[[], float] = time.monotonic,
         plans: PlanBook | None = None,
+        jobs: JobManager | None = None,
     ) -> None:
         self.registry = registry
         self.plans = plans if plans is not None else PlanBook(registry.submit_locked_sm_clock_mhz)
+        self.jobs = jobs
+        self._job_requests = JobRequests(jobs, self.plans, leases, is_admin) if jobs is not None else None
         self.leases = leases
         self.keeper = keeper
         self.tracker = tracker
@@ -93,15 +100,18 @@ class DaemonCore:
             raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not a request")
         return handler(caller, message)
 
-    def _handlers(self) -> Mapping[type[Message], Callable[[Caller, Message], Message]]:
-        return {
-            Hello: self._hello,  # type: ignore[dict-item]
-            Claim: self._claim,  # type: ignore[dict-item]
-            Release: self._release,  # type: ignore[dict-item]
-            SetClock: self._set_clock,  # type: ignore[dict-item]
-            SetPlan: self._set_plan,  # type: ignore[dict-item]
-            ClearPlan: self._clear_plan,  # type: ignore[dict-item]
+    def _handlers(self) -> Mapping[type[Message], Callable[[Caller, Any], Message]]:
+        handlers: dict[type[Message], Callable[[Caller, Any], Message]] = {
+            Hello: self._hello,
+            Claim: self._claim,
+            Release: self._release,
+            SetClock: self._set_clock,
+            SetPlan: self._set_plan,
+            ClearPlan: self._clear_plan,
         }
+        if self._job_requests is not None:
+            handlers.update(self._job_requests.handlers())
+        return handlers
 
     def _handle_admin(self, caller: Caller, message: Message) -> Message:
         if not self._is_admin(caller):
@@ -179,9 +189,11 @@ class DaemonCore:
         return ClearPlanOk(gpu=message.gpu, cleared=self.plans.drop(message.gpu))
 
     def _forget(self, gpu: str) -> None:
-        """A lease ended: drop the GPU's open events and its plan."""
+        """A lease ended: drop the GPU's open events, its plan and its place in a job."""
         self.tracker.forget(gpu)
         self.plans.drop(gpu)
+        if self.jobs is not None:
+            self.jobs.gpu_released(gpu)
 
     # ------------------------------------------------------------------ events (hot path)
 
@@ -197,6 +209,19 @@ class DaemonCore:
         elif isinstance(message, ComputationBegin):
             key = (message.instruction, message.microbatch, message.chunk)
             self.plans.on_begin(message.gpu, key, time.perf_counter_ns())
+        if self.jobs is not None:
+            self.jobs.on_event(message)
+
+    def tick(self) -> None:
+        """Periodic work of the main loop: finished solves, waiting jobs."""
+        if self.jobs is not None:
+            self.jobs.tick()
+
+    def busy(self) -> bool:
+        """Whether a job is waiting for something the main loop must check soon."""
+        return self.jobs is not None and any(
+            job.state in ("registered", "profiling", "solving") for job in self.jobs.jobs.values()
+        )
 
     def _reject_event_sender(self, caller: Caller, gpu: str, lease: Lease | None) -> None:
         if lease is None:
@@ -258,6 +283,8 @@ class DaemonCore:
         """SIGTERM: restore every saved GPU and forget all sessions."""
         self.leases.close()
         self.plans.clear()
+        if self.jobs is not None:
+            self.jobs.close()
         return self.keeper.restore_all()
 
     # ------------------------------------------------------------------ status
@@ -272,7 +299,10 @@ class DaemonCore:
             )
             for info in self.registry.infos()
         )
-        return StatusReply(daemon=self.health(), gpus=rows)
+        return StatusReply(daemon=self.health(), gpus=rows, jobs=self._visible_jobs(caller))
+
+    def _visible_jobs(self, caller: Caller) -> tuple[JobInfo, ...]:
+        return self._job_requests.visible_jobs(caller) if self._job_requests is not None else ()
 
     def health(self) -> DaemonHealth:
         tracker = self.tracker

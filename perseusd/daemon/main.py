@@ -23,10 +23,12 @@ from perseusd.daemon import sdnotify
 from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.config import BACKENDS, LOG_LEVELS, SIM_MODELS, DaemonConfig, load_config
 from perseusd.daemon.core import DaemonCore
+from perseusd.daemon.energy_sampler import EnergySampler
 from perseusd.daemon.events import EventTracker
 from perseusd.daemon.identity import process_start_time
 from perseusd.daemon.ipc import IpcServer, IpcSettings
 from perseusd.daemon.leases import LeaseBook
+from perseusd.daemon.plans import PlanBook
 from perseusd.daemon.registry import GpuRegistry
 from perseusd.daemon.restore import RestoreKeeper, reset_node
 from perseusd.daemon.runtime_dir import DaemonLock, DaemonRunningError, prepare_runtime_dir
@@ -35,6 +37,11 @@ from perseusd.daemon.state_file import ensure_state_dir, state_path
 from perseusd.errors import ConfigError, PerseusError
 from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.select import open_backend
+from perseusd.jobs.cache import JobCache
+from perseusd.jobs.manager import JobManager, JobSettings
+from perseusd.jobs.policy import Policy
+from perseusd.jobs.solving import SolveWorker
+from perseusd.profiling.sweep import SweepSettings
 
 logger = logging.getLogger("perseusd")
 
@@ -118,6 +125,33 @@ def locked_runtime_dir(config: DaemonConfig, policy: AccessPolicy) -> Iterator[N
         lock.release()
 
 
+def job_settings(config: DaemonConfig) -> JobSettings:
+    sweep = SweepSettings(
+        clock_stride=config.profile_clock_stride, min_clock_mhz=config.profile_min_clock_mhz
+    )
+    return JobSettings(
+        warmup_iterations=config.profile_warmup_iterations,
+        max_profiling_iterations=config.profile_max_iterations,
+        unit_time_s=config.solver_unit_time_s,
+        policy=Policy(config.default_policy, config.default_policy_target),
+        sweep=sweep,
+    )
+
+
+@contextlib.contextmanager
+def job_manager(config: DaemonConfig, registry: GpuRegistry, plans: PlanBook) -> Iterator[JobManager]:
+    """The job manager with its energy sampler thread and solver worker; both stopped on exit."""
+    sampler = EnergySampler(registry.submit_read_energy, config.energy_sample_period_s)
+    cache = JobCache(config.state_dir / "jobs") if config.job_cache else None
+    manager = JobManager(registry, plans, sampler, SolveWorker(), cache, job_settings(config))
+    sampler.start()
+    try:
+        yield manager
+    finally:
+        sampler.stop()
+        manager.close()
+
+
 def run_daemon(config: DaemonConfig, reload_config: Callable[[], DaemonConfig]) -> int:
     """Startup -> main loop -> shutdown."""
     policy = AccessPolicy(config.socket_group, config.admin_group)
@@ -126,32 +160,55 @@ def run_daemon(config: DaemonConfig, reload_config: Callable[[], DaemonConfig]) 
         pid = os.getpid()
         keeper = RestoreKeeper(registry, state_path(config.state_dir), pid, process_start_time(pid) or 0)
         leases = LeaseBook()
-        core = DaemonCore(
-            registry, leases, keeper, EventTracker(), version=__version__, is_admin=policy.is_admin
-        )
-        outcome = keeper.reconcile(leases)
-        if outcome.restored or outcome.failed:
-            logger.warning("reconciled: restored %s; failed %s", list(outcome.restored), list(outcome.failed))
-        ipc = IpcServer(core, policy, IpcSettings(config.runtime_dir, config.max_frame_bytes))
-        try:
-            ipc.bind()
+        plans = PlanBook(registry.submit_locked_sm_clock_mhz)
+        with job_manager(config, registry, plans) as jobs:
+            return serve(config, reload_config, policy, registry, keeper, leases, plans, jobs)
 
-            def apply_config(new: DaemonConfig) -> None:
-                logging.getLogger().setLevel(new.log_level)
-                ipc.set_max_frame_bytes(new.max_frame_bytes)
-                registry.set_call_timeout_s(new.gpu_call_timeout_s)
-                policy.clear_cache()
-                if (new.backend, new.runtime_dir, new.state_dir) != (
-                    config.backend,
-                    config.runtime_dir,
-                    config.state_dir,
-                ):
-                    logger.warning("backend, runtime_dir and state_dir changes need a restart")
 
-            return Service(config, core, ipc, reload_config, apply_config).run()
-        finally:
-            leases.close()
-            ipc.close()
+def serve(
+    config: DaemonConfig,
+    reload_config: Callable[[], DaemonConfig],
+    policy: AccessPolicy,
+    registry: GpuRegistry,
+    keeper: RestoreKeeper,
+    leases: LeaseBook,
+    plans: PlanBook,
+    jobs: JobManager,
+) -> int:
+    """Reconcile the state file, bind the sockets and run the service until it stops."""
+    core = DaemonCore(
+        registry,
+        leases,
+        keeper,
+        EventTracker(),
+        version=__version__,
+        is_admin=policy.is_admin,
+        plans=plans,
+        jobs=jobs,
+    )
+    outcome = keeper.reconcile(leases)
+    if outcome.restored or outcome.failed:
+        logger.warning("reconciled: restored %s; failed %s", list(outcome.restored), list(outcome.failed))
+    ipc = IpcServer(core, policy, IpcSettings(config.runtime_dir, config.max_frame_bytes))
+    try:
+        ipc.bind()
+
+        def apply_config(new: DaemonConfig) -> None:
+            logging.getLogger().setLevel(new.log_level)
+            ipc.set_max_frame_bytes(new.max_frame_bytes)
+            registry.set_call_timeout_s(new.gpu_call_timeout_s)
+            policy.clear_cache()
+            if (new.backend, new.runtime_dir, new.state_dir) != (
+                config.backend,
+                config.runtime_dir,
+                config.state_dir,
+            ):
+                logger.warning("backend, runtime_dir and state_dir changes need a restart")
+
+        return Service(config, core, ipc, reload_config, apply_config).run()
+    finally:
+        leases.close()
+        ipc.close()
 
 
 def run_reset(config: DaemonConfig) -> int:

@@ -66,6 +66,7 @@ class GpuPlan:
         self._submit = submit
         self._requested_mhz: int | None = None  # the last clock submitted
         self.applied_mhz: int | None = None  # the last clock the owner reported applied
+        self.begins = 0
         self.clock_changes = 0
         self.skipped = 0
         self.late = 0
@@ -91,6 +92,7 @@ class GpuPlan:
         if clock_mhz is None:
             self.unplanned += 1
             return
+        self.begins += 1
         if self.applied_mhz != clock_mhz:
             self.late += 1
         self.ensure(clock_mhz, received_ns)

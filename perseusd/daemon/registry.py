@@ -56,6 +56,10 @@ class GpuRegistry:
         """Lock the SM clock without waiting: the Future gives the clock applied (MHz)."""
         return self._owner(uuid).set_locked_sm_clock_mhz(clock_mhz)
 
+    def submit_read_energy(self, uuid: str) -> Future[tuple[int, int]]:
+        """Read the energy counter without waiting: the Future gives (CLOCK_MONOTONIC ns, mJ)."""
+        return self._owner(uuid).read_energy()
+
     def reset_locked_sm_clock(self, uuid: str) -> None:
         self._wait(uuid, self._owner(uuid).reset_locked_sm_clock())
 

@@ -19,6 +19,7 @@ from perseusd.daemon.ipc import IpcServer
 logger = logging.getLogger(__name__)
 
 IDLE_POLL_S = 1.0
+BUSY_POLL_S = 0.05
 
 _Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
@@ -107,7 +108,9 @@ class Service:
     def _loop(self) -> None:
         poll_s = IDLE_POLL_S if self._watchdog_s is None else min(IDLE_POLL_S, self._watchdog_s / 4)
         while not self._signals.stop:
-            self._ipc.poll_once(int(poll_s * 1000))
+            timeout_s = BUSY_POLL_S if self._core.busy() else poll_s
+            self._ipc.poll_once(int(timeout_s * 1000))
+            self._core.tick()
             if self._signals.reload:
                 self._signals.reload = False
                 self._reload()

@@ -124,6 +124,10 @@ class GpuOwner:
         """Read the GPU; never fails: unavailable values are None and listed in `GpuReading.error`."""
         return self._submit("read", self._do_read)
 
+    def read_energy(self) -> Future[tuple[int, int]]:
+        """The energy counter (mJ) and when it was read: (CLOCK_MONOTONIC ns right after the read, mJ)."""
+        return self._submit("read_energy", self._do_read_energy)
+
     def save_state(self) -> Future[GpuState]:
         """The controllable state, to restore later."""
         return self._submit("save_state", self._do_save_state)
@@ -259,6 +263,10 @@ class GpuOwner:
             energy_mj=energy_mj,
             error="; ".join(errors) or None,
         )
+
+    def _do_read_energy(self) -> tuple[int, int]:
+        energy_mj = self._call("energy_mj", self._device.energy_mj)
+        return time.monotonic_ns(), energy_mj
 
     def _do_save_state(self) -> GpuState:
         locked_mhz = self._call("locked_sm_clock_mhz", self._device.locked_sm_clock_mhz)

@@ -1,0 +1,82 @@
+"""The on-disk job cache: a job's profile and frontier, keyed by its signature (`shape.signature`).
+
+`<state_dir>/jobs/<signature>/` holds `profile.csv`, `frontier.json` and `job.json` (what the job was, its
+blocking power). Files are written atomically and read strictly; a damaged entry is ignored (logged), never
+trusted. A restarted job or daemon finds its entry and skips profiling and solving.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perseusd.errors import PerseusError
+from perseusd.planner.plan import save_json
+from perseusd.planner.profile import Profile
+from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream
+
+logger = logging.getLogger(__name__)
+
+_SIGNATURE = re.compile(r"^[0-9a-f]{16,64}$")
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    profile: Profile
+    p_block_w: float
+    frontier: dict[str, Any] | None
+
+
+class JobCache:
+    """Profiles and frontiers of past jobs under `root`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _dir(self, signature: str) -> Path:
+        if not _SIGNATURE.match(signature):
+            raise ValueError(f"bad cache signature {signature!r}")
+        return self.root / signature
+
+    def load(self, signature: str) -> CacheEntry | None:
+        folder = self._dir(signature)
+        if not (folder / "profile.csv").is_file():
+            return None
+        try:
+            text = (folder / "profile.csv").read_text(encoding="utf-8")
+            profile = read_profile_stream(io.StringIO(text), str(folder / "profile.csv"))
+            meta = json.loads((folder / "job.json").read_text(encoding="utf-8"))
+            p_block_w = float(meta["p_block_w"])
+            frontier_path = folder / "frontier.json"
+            frontier = (
+                json.loads(frontier_path.read_text(encoding="utf-8")) if frontier_path.is_file() else None
+            )
+        except (OSError, ValueError, KeyError, TypeError, PerseusError) as exc:
+            logger.warning("job cache %s is damaged, ignoring it: %s", folder, exc)
+            return None
+        return CacheEntry(profile, p_block_w, frontier)
+
+    def store_profile(
+        self, signature: str, profile: Profile, p_block_w: float, about: dict[str, Any]
+    ) -> None:
+        folder = self._dir(signature)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o750)
+        (folder / "frontier.json").unlink(missing_ok=True)  # a new profile invalidates the frontier
+        tmp = folder / ".profile.csv.tmp"
+        tmp.write_text(profile_to_csv(profile), encoding="utf-8")
+        tmp.replace(folder / "profile.csv")
+        save_json(about | {"p_block_w": p_block_w}, folder / "job.json", indent=2)
+
+    def store_frontier(self, signature: str, frontier: dict[str, Any]) -> None:
+        folder = self._dir(signature)
+        if folder.is_dir():
+            save_json(frontier, folder / "frontier.json")
+
+    def forget(self, signature: str) -> None:
+        shutil.rmtree(self._dir(signature), ignore_errors=True)

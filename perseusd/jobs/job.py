@@ -1,0 +1,189 @@
+"""A job: its registered GPUs, its state machine and what each state produced (profile, frontier, plan).
+
+States: registered -> profiling -> solving -> running -> ended, or failed. A job waits in `registered`
+until one pipeline has all its stages; it is `running` directly when the cache had its frontier.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from perseus_client.protocol import PlanEntry
+
+from perseusd.jobs.policy import PointSummary, Policy
+from perseusd.jobs.shape import JobShape, StageOrder, step_of
+from perseusd.jobs.slot import StageSlot
+from perseusd.planner.dag import Instruction
+from perseusd.planner.profile import Measurement, Profile
+from perseusd.profiling.estimator import OptionEstimate
+
+REGISTERED, PROFILING, SOLVING, RUNNING, ENDED, FAILED = (
+    "registered",
+    "profiling",
+    "solving",
+    "running",
+    "ended",
+    "failed",
+)
+
+
+@dataclass(frozen=True)
+class Deployed:
+    """The frontier point a job runs and when it was deployed."""
+
+    point: PointSummary
+    fastest: PointSummary
+
+
+class Job:
+    """One job on this node (all its pipelines and stages here)."""
+
+    def __init__(self, name: str, uid: int, shape: JobShape, gpu_name: str, signature: str, policy: Policy):
+        self.name = name
+        self.uid = uid
+        self.shape = shape
+        self.gpu_name = gpu_name
+        self.signature = signature
+        self.policy = policy
+        self.state = REGISTERED
+        self.state_since_s = time.monotonic()
+        self.error = ""
+        self.slots: dict[str, StageSlot] = {}
+        self.cached = False
+        self.profile: Profile | None = None
+        self.p_block_w = 0.0
+        self.orders: tuple[StageOrder, ...] | None = None
+        self.frontier: dict[str, Any] | None = None
+        self.points: list[PointSummary] = []
+        self.deployed: Deployed | None = None
+        self.solve_future: Future[dict[str, Any]] | None = None
+        self.profiling_iterations = 0
+        self.profiling_energy_j = 0.0
+
+    # ------------------------------------------------------------------ state
+
+    def enter(self, state: str, error: str = "") -> None:
+        self.state = state
+        self.state_since_s = time.monotonic()
+        if error or state != FAILED:
+            self.error = error
+
+    @property
+    def active(self) -> bool:
+        return self.state not in (ENDED, FAILED)
+
+    def slot_at(self, pipeline: int, stage: int) -> StageSlot | None:
+        for slot in self.slots.values():
+            if (slot.pipeline, slot.stage) == (pipeline, stage):
+                return slot
+        return None
+
+    def pipelines(self) -> dict[int, list[StageSlot]]:
+        by_pipeline: dict[int, list[StageSlot]] = {}
+        for slot in self.slots.values():
+            by_pipeline.setdefault(slot.pipeline, []).append(slot)
+        return dict(sorted(by_pipeline.items()))
+
+    def complete_pipelines(self) -> list[int]:
+        """Pipelines with every stage registered."""
+        return [p for p, slots in self.pipelines().items() if len(slots) == self.shape.num_stages]
+
+    def profiling_slots(self) -> Iterator[StageSlot]:
+        return (slot for slot in self.slots.values() if slot.sweep is not None)
+
+    # ------------------------------------------------------------------ orders
+
+    def stage_orders(self) -> tuple[StageOrder, ...] | None:
+        """Learned orders when every stage has one (the truth), else the named schedule's (None: unknown)."""
+        learned: dict[int, StageOrder] = {}
+        for slot in self.slots.values():
+            if slot.learner.learned is not None:
+                learned.setdefault(slot.stage, slot.learner.learned)
+        if len(learned) == self.shape.num_stages:
+            return tuple(learned[s] for s in range(self.shape.num_stages))
+        return self.shape.named_orders()
+
+    # ------------------------------------------------------------------ profile
+
+    def measured_profile(self, kept: dict[str, list[OptionEstimate]]) -> tuple[Profile, float] | None:
+        """The profile measured on every GPU (stages merged across pipelines), and the blocking power."""
+        merged: dict[tuple[int, str, int], list[OptionEstimate]] = {}
+        for estimates in kept.values():
+            for est in estimates:
+                if not (est.time_s > 0 and est.energy_j > 0 and math.isfinite(est.energy_j)):
+                    continue  # the regression could not separate this option: leave it out
+                merged.setdefault((est.key[0], est.key[1], est.clock_mhz), []).append(est)
+        if not merged:
+            return None
+        measurements = []
+        for (stage, instruction, clock_mhz), ests in sorted(merged.items()):
+            count = sum(e.count for e in ests)
+            time_s = sum(e.time_s * e.count for e in ests) / count
+            energy_j = sum(e.energy_j * e.count for e in ests) / count
+            measurements.append(
+                Measurement(stage, Instruction(instruction), int(clock_mhz), float(time_s), float(energy_j))
+            )
+        blocking = [
+            s.estimate.p_block_w
+            for s in self.slots.values()
+            if s.estimate is not None and s.estimate.p_block_w is not None
+        ]
+        p_block_w = float(statistics.median(blocking)) if blocking else 0.0
+        return Profile.from_measurements(measurements, f"online profile of job {self.name}"), p_block_w
+
+    # ------------------------------------------------------------------ frontier and plan
+
+    def set_frontier(self, frontier: dict[str, Any]) -> None:
+        self.frontier = frontier
+        self.points = [
+            PointSummary(int(p["index"]), float(p["time_s"]), float(p["refined_energy_j"]))
+            for p in frontier["points"]
+        ]
+
+    def choose_point(self) -> Deployed | None:
+        if not self.points:
+            return None
+        fastest = Policy().choose(self.points)
+        return Deployed(self.policy.choose(self.points), fastest)
+
+    def plan_entries(self, stage: int, index: int) -> tuple[PlanEntry, ...]:
+        """One stage's plan at frontier point `index`: its computations in order, each with its clock."""
+        assert self.frontier is not None
+        order = self.frontier["order"][stage]
+        clocks = self.frontier["points"][index]["clocks_mhz"][stage]
+        return tuple(
+            PlanEntry(instruction=i, microbatch=mb, chunk=c, freq_mhz=int(f))
+            for (i, mb, c), f in zip(order, clocks, strict=True)
+        )
+
+    def plan_document(self) -> dict[str, Any] | None:
+        """The deployed point as a `perseus-plan` document."""
+        if self.frontier is None or self.deployed is None:
+            return None
+        index = self.deployed.point.index
+        point = self.frontier["points"][index]
+        stages = [
+            [
+                {
+                    "instruction": e.instruction,
+                    "microbatch": e.microbatch,
+                    "chunk": e.chunk,
+                    "freq_mhz": e.freq_mhz,
+                }
+                for e in self.plan_entries(stage, index)
+            ]
+            for stage in range(self.shape.num_stages)
+        ]
+        fields = ("quant_time", "time_s", "model_energy_j", "refined_energy_j")
+        header = {k: self.frontier[k] for k in ("format", "version", "meta")} | {"format": "perseus-plan"}
+        return header | {"index": index} | {k: point[k] for k in fields} | {"stages": stages}
+
+
+def order_of(entries: tuple[PlanEntry, ...]) -> StageOrder:
+    return tuple(step_of(e.instruction, e.microbatch, e.chunk) for e in entries)

@@ -1,0 +1,462 @@
+"""The job manager: registrations, the per-job state machine, online profiling, solving and deployment.
+
+No transport: the daemon core calls `register`/`set_policy`/queries for requests, `on_event` for every event
+of a leased GPU (after the lease check), `gpu_released` when a lease ends and `tick` from the main loop.
+Events only record and, at iteration boundaries during profiling, submit the next clock (never waiting);
+solving runs in a worker process; deployment installs per-GPU plans in the `PlanBook`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from perseus_client.protocol import (
+    ComputationBegin,
+    ComputationEnd,
+    ErrorCode,
+    Message,
+    ProtocolError,
+    Register,
+    RegisterOk,
+    StepBegin,
+    StepEnd,
+)
+
+from perseusd.daemon.energy_sampler import EnergySampler
+from perseusd.daemon.plans import PlanBook
+from perseusd.gpu.backend import GpuInfo
+from perseusd.jobs.cache import JobCache
+from perseusd.jobs.job import FAILED, PROFILING, REGISTERED, RUNNING, SOLVING, Job
+from perseusd.jobs.observed import OrderLearner
+from perseusd.jobs.policy import Policy
+from perseusd.jobs.shape import JobShape, signature
+from perseusd.jobs.slot import MAX_INTERVALS, StageSlot
+from perseusd.jobs.solving import SolveInput, SolveWorker, auto_unit_time_s
+from perseusd.planner.profile import Profile
+from perseusd.planner.profile_csv import profile_to_csv
+from perseusd.profiling.estimator import OptionEstimate, StageEstimate, estimate_stage
+from perseusd.profiling.sweep import StageSweep, SweepSettings
+from perseusd.profiling.trace import Interval, OptionKey
+
+logger = logging.getLogger(__name__)
+
+MAX_ENDED_JOBS = 32
+
+
+class JobGpus(Protocol):
+    """What the manager needs of the GPU registry."""
+
+    def info(self, uuid: str) -> GpuInfo: ...
+    def submit_locked_sm_clock_mhz(self, uuid: str, clock_mhz: int) -> Future[int]: ...
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """Job behaviour from the daemon configuration."""
+
+    warmup_iterations: int = 2
+    max_profiling_iterations: int = 300
+    unit_time_s: float = 0.0
+    """The solver's time quantum; 0: automatic (shortest computation / 50, on a 1-2-5 step)."""
+    policy: Policy = field(default_factory=Policy)
+    sweep: SweepSettings = field(default_factory=SweepSettings)
+
+
+class JobManager:
+    """Every job of this node, by name."""
+
+    def __init__(
+        self,
+        gpus: JobGpus,
+        plans: PlanBook,
+        sampler: EnergySampler,
+        worker: SolveWorker,
+        cache: JobCache | None,
+        settings: JobSettings,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self._gpus = gpus
+        self._plans = plans
+        self._sampler = sampler
+        self._worker = worker
+        self._cache = cache
+        self.settings = settings
+        self._clock_ns = clock_ns
+        self.jobs: dict[str, Job] = {}
+        self._by_gpu: dict[str, Job] = {}
+        self.pending_imports: dict[str, tuple[int, Profile, float]] = {}
+
+    # ------------------------------------------------------------------ registration
+
+    def register(self, uid: int, pid: int, message: Register) -> RegisterOk:
+        """Join (or create) a job with a GPU the caller leases (the core checked the lease)."""
+        shape = JobShape.of(message)
+        info = self._gpus.info(message.gpu)
+        job = self.jobs.get(message.job)
+        if job is not None and not job.active:
+            self._drop_job(job)
+            job = None
+        if job is None:
+            job = self._new_job(message.job, uid, shape, info.name)
+        self._check_joins(job, uid, shape, message)
+        current = self._by_gpu.get(message.gpu)
+        if current is not None and current is not job:
+            self._remove_slot(current, message.gpu)
+        slot = job.slots.get(message.gpu)
+        if slot is None:
+            slot = StageSlot(
+                gpu=message.gpu,
+                pipeline=message.pipeline,
+                stage=message.stage,
+                pid=pid,
+                num_stages=shape.num_stages,
+                learner=OrderLearner(shape.num_microbatches, shape.chunks),
+                supported_clocks_mhz=info.supported_sm_clocks_mhz,
+            )
+            job.slots[message.gpu] = slot
+            self._by_gpu[message.gpu] = job
+            self._slot_joined(job, slot, info)
+        self._advance(job)
+        return RegisterOk(job=job.name, state=job.state, cached=job.cached)
+
+    def _new_job(self, name: str, uid: int, shape: JobShape, gpu_name: str) -> Job:
+        job = Job(name, uid, shape, gpu_name, signature(name, uid, shape, gpu_name), self.settings.policy)
+        self.jobs[name] = job
+        imported = self.pending_imports.pop(name, None)
+        if imported is not None and imported[0] == uid:
+            job.profile, job.p_block_w = imported[1], imported[2]
+            self._store_profile(job)
+        elif self._cache is not None:
+            entry = self._cache.load(job.signature)
+            if entry is not None:
+                job.profile, job.p_block_w, job.cached = entry.profile, entry.p_block_w, True
+                if entry.frontier is not None:
+                    job.set_frontier(entry.frontier)
+        logger.info(
+            "job %s (uid %d, %s) registered%s", name, uid, shape.describe(), " from cache" * job.cached
+        )
+        return job
+
+    def _check_joins(self, job: Job, uid: int, shape: JobShape, message: Register) -> None:
+        if job.uid != uid:
+            raise ProtocolError(ErrorCode.PERMISSION_DENIED, f"job {job.name} belongs to another user")
+        if job.shape != shape:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD, f"job {job.name} is {job.shape.describe()}, not {shape.describe()}"
+            )
+        taken = job.slot_at(message.pipeline, message.stage)
+        if taken is not None and taken.gpu != message.gpu:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"pipeline {message.pipeline} stage {message.stage} of job {job.name} runs on {taken.gpu}",
+            )
+
+    def _slot_joined(self, job: Job, slot: StageSlot, info: GpuInfo) -> None:
+        if job.state == RUNNING:
+            self._deploy_slot(job, slot)
+        elif job.state in (REGISTERED, PROFILING) and job.profile is None:
+            if not info.energy_counter_supported:
+                job.error = (
+                    f"GPU {slot.gpu} has no energy counter: import a profile (perseusctl profile import)"
+                )
+                return
+            self._start_profiling(slot)
+
+    # ------------------------------------------------------------------ leaving
+
+    def gpu_released(self, gpu: str) -> None:
+        """A lease ended (release, client death, admin reset): the GPU leaves its job."""
+        job = self._by_gpu.get(gpu)
+        if job is not None:
+            self._remove_slot(job, gpu)
+
+    def _remove_slot(self, job: Job, gpu: str) -> None:
+        job.slots.pop(gpu, None)
+        self._by_gpu.pop(gpu, None)
+        self._sampler.unwatch(gpu)
+        if not job.slots and job.active:
+            job.enter("ended")
+            logger.info("job %s ended (its last GPU left)", job.name)
+            self._trim_ended()
+
+    def _trim_ended(self) -> None:
+        ended = [j for j in self.jobs.values() if not j.active]
+        for job in sorted(ended, key=lambda j: j.state_since_s)[: max(0, len(ended) - MAX_ENDED_JOBS)]:
+            self._drop_job(job)
+
+    def _drop_job(self, job: Job) -> None:
+        for gpu in list(job.slots):
+            self._by_gpu.pop(gpu, None)
+            self._sampler.unwatch(gpu)
+        self.jobs.pop(job.name, None)
+
+    def close(self) -> None:
+        self._worker.close()
+
+    # ------------------------------------------------------------------ events (hot path)
+
+    def on_event(self, message: Message) -> None:
+        """Record one event of a leased GPU; at an iteration boundary, submit the next profiling clock."""
+        gpu: str = message.gpu  # type: ignore[attr-defined]
+        job = self._by_gpu.get(gpu)
+        if job is None:
+            return
+        slot = job.slots[gpu]
+        if isinstance(message, ComputationBegin):
+            slot.learner.computation_begin(message.instruction, message.microbatch, message.chunk)
+            if slot.sweep is not None and slot.in_step and slot.iteration_clock_mhz is not None:
+                slot.open_since_ns[(message.instruction, message.microbatch, message.chunk)] = (
+                    message.timestamp_ns
+                )
+        elif isinstance(message, ComputationEnd):
+            self._computation_end(slot, message)
+        elif isinstance(message, StepBegin):
+            slot.step_begin(message.timestamp_ns)
+            slot.learner.step_begin()
+        elif isinstance(message, StepEnd):
+            slot.in_step = False
+            slot.steps_done += 1
+            slot.learner.step_end()
+            if job.state == RUNNING:
+                slot.running_steps += 1
+            self._iteration_done(job, slot)
+
+    def _computation_end(self, slot: StageSlot, message: ComputationEnd) -> None:
+        started_ns = slot.open_since_ns.pop((message.instruction, message.microbatch, message.chunk), None)
+        clock_mhz = slot.iteration_clock_mhz
+        if started_ns is None or clock_mhz is None or message.timestamp_ns <= started_ns:
+            return
+        if len(slot.intervals) < MAX_INTERVALS:
+            key = slot.key(message.instruction, message.chunk)
+            slot.intervals.append(Interval(key, clock_mhz, started_ns, message.timestamp_ns))
+
+    # ------------------------------------------------------------------ profiling
+
+    def _start_profiling(self, slot: StageSlot) -> None:
+        keys = [
+            slot.key(instruction, chunk)
+            for chunk in range(self._job_of(slot).shape.chunks)
+            for instruction in ("forward", "backward")
+        ]
+        slot.sweep = StageSweep(slot.supported_clocks_mhz, keys, self.settings.sweep)
+        slot.profiling_since_ns = self._clock_ns()
+        self._sampler.watch(slot.gpu)
+        self._request_clock(slot, max(slot.supported_clocks_mhz))
+
+    def _job_of(self, slot: StageSlot) -> Job:
+        return self._by_gpu[slot.gpu]
+
+    def _request_clock(self, slot: StageSlot, clock_mhz: int | None) -> None:
+        if clock_mhz is None or (clock_mhz == slot.requested_mhz and slot.clock_future is not None):
+            return
+        slot.requested_mhz = clock_mhz
+        slot.clock_future = self._gpus.submit_locked_sm_clock_mhz(slot.gpu, clock_mhz)
+
+    def _iteration_done(self, job: Job, slot: StageSlot) -> None:
+        if job.state not in (REGISTERED, PROFILING) or slot.sweep is None or slot.sweep.done:
+            return
+        if slot.steps_done <= self.settings.warmup_iterations:
+            slot.intervals.clear()  # warm-up iterations are discarded
+            slot.profiling_since_ns = slot.segment_since_ns = self._clock_ns()
+            self._request_clock(slot, slot.sweep.current_clock_mhz)
+            return
+        slot.profiling_steps += 1
+        self._measure_iteration(slot, slot.sweep)
+        if slot.sweep.done or slot.profiling_steps >= self.settings.max_profiling_iterations:
+            self._request_clock(slot, max(slot.supported_clocks_mhz))
+        else:
+            self._request_clock(slot, slot.sweep.current_clock_mhz)
+        self._advance(job)
+
+    def _measure_iteration(self, slot: StageSlot, sweep: StageSweep) -> None:
+        """Estimate the current clock's segment (cheap: only its intervals and samples, the blocking power
+        of the first segment reused) and let the sweep decide; a finished segment's options are kept."""
+        clock_mhz = sweep.current_clock_mhz
+        samples = self._sampler.samples(slot.gpu, slot.segment_since_ns)
+        current = estimate_stage(slot.intervals, samples, p_block_w=slot.p_block_w)
+        p_block_w = slot.p_block_w if slot.p_block_w is not None else current.p_block_w
+        slot.estimate = StageEstimate(
+            options={**slot.done_options, **current.options}, p_block_w=p_block_w, windows=current.windows
+        )
+        sweep.iteration_done(slot.estimate)
+        if sweep.current_clock_mhz != clock_mhz:  # the segment is done: keep it, start the next one
+            slot.done_options.update({k: v for k, v in current.options.items() if k[1] == clock_mhz})
+            slot.p_block_w = p_block_w
+            slot.intervals.clear()
+            slot.segment_since_ns = self._clock_ns()
+
+    def _profiling_finished(self, job: Job) -> bool:
+        slots = list(job.profiling_slots())
+        if not slots or not job.complete_pipelines():
+            return False
+        limit = self.settings.max_profiling_iterations
+        return all(
+            (s.sweep is not None and s.sweep.done) or s.profiling_steps >= limit for s in slots
+        ) and all(s.estimate is not None for s in slots)
+
+    def _finish_profiling(self, job: Job) -> bool:
+        kept = {
+            s.gpu: with_highest_clocks(s.sweep.kept(s.estimate), s.estimate)
+            for s in job.profiling_slots()
+            if s.sweep is not None and s.estimate is not None
+        }
+        measured = job.measured_profile(kept)
+        if measured is None:
+            job.enter(FAILED, "profiling measured nothing (are computation events sent?)")
+            return False
+        job.profile, job.p_block_w = measured
+        for slot in job.profiling_slots():
+            job.profiling_iterations = max(job.profiling_iterations, slot.steps_done)
+            samples = self._sampler.samples(slot.gpu, slot.profiling_since_ns)
+            if len(samples) >= 2:
+                job.profiling_energy_j += (samples[-1].energy_mj - samples[0].energy_mj) / 1000.0
+            self._sampler.unwatch(slot.gpu)
+            slot.intervals.clear()
+        self._store_profile(job)
+        logger.info(
+            "job %s profiled in %d iterations: %d measurements, blocking power %.1f W",
+            job.name,
+            job.profiling_iterations,
+            len(job.profile.measurements),
+            job.p_block_w,
+        )
+        return True
+
+    def _store_profile(self, job: Job) -> None:
+        if self._cache is None or job.profile is None:
+            return
+        about = {"job": job.name, "uid": job.uid, "shape": job.shape.describe(), "gpu": job.gpu_name}
+        try:
+            self._cache.store_profile(job.signature, job.profile, job.p_block_w, about)
+        except OSError as exc:
+            logger.warning("job %s: cannot cache the profile: %s", job.name, exc)
+
+    # ------------------------------------------------------------------ state machine
+
+    def _advance(self, job: Job) -> None:
+        """Move `job` forward as far as its facts allow (never waits)."""
+        if job.state == REGISTERED and job.complete_pipelines():
+            if job.frontier is not None:
+                self._run(job)
+                return
+            job.enter(PROFILING if job.profile is None else SOLVING, job.error)
+        if job.state == PROFILING and self._profiling_finished(job):
+            if not self._finish_profiling(job):
+                return
+            job.enter(SOLVING)
+        if job.state == PROFILING and job.profile is not None:
+            job.enter(SOLVING)  # a profile was imported while profiling
+        if job.state == SOLVING and job.solve_future is None:
+            self._submit_solve(job)
+
+    def _submit_solve(self, job: Job) -> None:
+        orders = job.stage_orders()
+        if orders is None or job.profile is None:
+            return  # "observed": wait until every stage's order is learned (tick retries)
+        unit_time_s = self.settings.unit_time_s or auto_unit_time_s(job.profile)
+        task = SolveInput(
+            job.name,
+            job.shape,
+            orders,
+            profile_to_csv(job.profile),
+            job.profile.source,
+            job.p_block_w,
+            unit_time_s,
+        )
+        job.orders = orders
+        job.solve_future = self._worker.submit(task)
+        logger.info("job %s: solving the frontier (unit %.3g s)", job.name, unit_time_s)
+
+    def tick(self) -> None:
+        """From the main loop: collect finished solves, retry waiting jobs."""
+        for job in list(self.jobs.values()):
+            if job.state == SOLVING:
+                self._collect_solve(job)
+            if job.state in (REGISTERED, PROFILING, SOLVING):
+                self._advance(job)
+
+    def _collect_solve(self, job: Job) -> None:
+        future = job.solve_future
+        if future is None or not future.done():
+            return
+        job.solve_future = None
+        try:
+            frontier = future.result()
+        except Exception as exc:  # the solver's error ends this job, never the daemon
+            logger.error("job %s: solving failed: %s", job.name, exc)
+            job.enter(FAILED, f"solving failed: {exc}")
+            return
+        job.set_frontier(frontier)
+        if self._cache is not None:
+            try:
+                self._cache.store_frontier(job.signature, frontier)
+            except OSError as exc:
+                logger.warning("job %s: cannot cache the frontier: %s", job.name, exc)
+        self._run(job)
+
+    # ------------------------------------------------------------------ deployment
+
+    def _run(self, job: Job) -> None:
+        deployed = job.choose_point()
+        if deployed is None:
+            job.enter(FAILED, "the frontier is empty")
+            return
+        job.deployed = deployed
+        for slot in job.slots.values():
+            self._sampler.unwatch(slot.gpu)
+            slot.sweep = None
+            slot.intervals.clear()
+            self._deploy_slot(job, slot)
+        if job.state != RUNNING:
+            job.enter(RUNNING)
+        logger.info(
+            "job %s runs frontier point %d: %.4f s/iteration (fastest %.4f s), %.1f J",
+            job.name,
+            deployed.point.index,
+            deployed.point.time_s,
+            deployed.fastest.time_s,
+            deployed.point.energy_j,
+        )
+
+    def _deploy_slot(self, job: Job, slot: StageSlot) -> None:
+        if job.deployed is None:
+            return
+        entries = job.plan_entries(slot.stage, job.deployed.point.index)
+        try:
+            self._plans.set(slot.gpu, entries, slot.supported_clocks_mhz)
+        except ProtocolError as exc:
+            job.enter(FAILED, f"deploying the plan on {slot.gpu} failed: {exc.message}")
+        slot.running_steps = 0
+
+    def set_policy(self, job: Job, policy: Policy) -> None:
+        job.policy = policy
+        if job.state == RUNNING:
+            self._run(job)
+
+    def reprofile_with(self, job: Job, profile: Profile, p_block_w: float) -> None:
+        """An imported profile replaces the job's: solve again (the running plan stays until then)."""
+        job.profile, job.p_block_w, job.cached = profile, p_block_w, False
+        job.frontier, job.points = None, []
+        self._store_profile(job)
+        for slot in job.profiling_slots():
+            self._sampler.unwatch(slot.gpu)
+            slot.sweep = None
+        if job.state in (PROFILING, RUNNING, FAILED):
+            job.enter(SOLVING)
+        self._advance(job)
+
+
+def with_highest_clocks(kept: list[OptionEstimate], estimate: StageEstimate) -> list[OptionEstimate]:
+    """`kept` plus each key's highest measured clock: the fastest plan must be able to run all-max, even
+    when measurement noise makes the highest clock look dominated by the next one."""
+    highest: dict[OptionKey, OptionEstimate] = {}
+    for est in estimate.options.values():
+        if est.key not in highest or est.clock_mhz > highest[est.key].clock_mhz:
+            highest[est.key] = est
+    present = {(e.key, e.clock_mhz) for e in kept}
+    return kept + [e for e in highest.values() if (e.key, e.clock_mhz) not in present]

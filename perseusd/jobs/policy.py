@@ -1,0 +1,57 @@
+"""Which frontier point a job runs: the deployment policy.
+
+- `fastest` (default): the fastest point (no slowdown), the lower energy on equal times;
+- `slowdown`: the least energy among points at most `target` (a fraction) slower than the fastest;
+- `time`: the least energy among points whose iteration time is at most `target` seconds (the fastest
+  when none is that fast);
+- `min_energy`: the least energy of all points.
+
+Energies are the frontier's (computation energy plus blocking power while waiting inside the iteration).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perseus_client.protocol import ErrorCode, ProtocolError
+
+POLICIES = ("fastest", "slowdown", "time", "min_energy")
+
+
+@dataclass(frozen=True)
+class PointSummary:
+    """One frontier point as the policy sees it."""
+
+    index: int
+    time_s: float
+    energy_j: float
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str = "fastest"
+    target: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.name not in POLICIES:
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"policy must be one of {', '.join(POLICIES)}")
+        if self.name == "slowdown" and not 0.0 <= self.target <= 10.0:
+            raise ProtocolError(ErrorCode.BAD_FIELD, "slowdown target is a fraction 0..10 (0.05 = 5 %)")
+        if self.name == "time" and not self.target > 0.0:
+            raise ProtocolError(ErrorCode.BAD_FIELD, "time target must be > 0 seconds")
+
+    def choose(self, points: list[PointSummary]) -> PointSummary:
+        """The point this policy runs; `points` must not be empty."""
+        fastest = min(points, key=lambda p: (p.time_s, p.energy_j))
+        if self.name == "fastest":
+            return fastest
+        if self.name == "slowdown":
+            limit_s = fastest.time_s * (1.0 + self.target) * (1 + 1e-12)
+        elif self.name == "time":
+            limit_s = self.target
+        else:
+            limit_s = float("inf")
+        fitting = [p for p in points if p.time_s <= limit_s]
+        if not fitting:
+            return fastest
+        return min(fitting, key=lambda p: (p.energy_j, p.time_s))

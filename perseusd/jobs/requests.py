@@ -1,0 +1,162 @@
+"""Job requests of the control socket: register, policy, and reading jobs, frontiers, plans and profiles.
+
+A job belongs to the user who registered it: only that user (or an admin) may read or change it; other
+users do not see it in `jobs`. Profiles arrive as CSV text and are parsed strictly (file, line and column in
+the error); no path from a request is ever opened.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from perseus_client.protocol import (
+    DocumentReply,
+    ErrorCode,
+    FrontierRequest,
+    JobInfo,
+    JobsReply,
+    JobsRequest,
+    Message,
+    PlanRequest,
+    ProfileExport,
+    ProfileImport,
+    ProfileImportOk,
+    ProfileReply,
+    ProtocolError,
+    Register,
+    RegisterOk,
+    SetPolicy,
+    SetPolicyOk,
+)
+
+from perseusd.daemon.identity import Caller
+from perseusd.daemon.leases import LeaseBook
+from perseusd.daemon.plans import PlanBook
+from perseusd.errors import PerseusError
+from perseusd.jobs.job import Job
+from perseusd.jobs.manager import JobManager
+from perseusd.jobs.policy import Policy
+from perseusd.jobs.report import document_text, job_info
+from perseusd.planner.profile import Profile
+from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream
+
+MAX_PENDING_IMPORTS = 64
+
+Handler = Callable[[Caller, Any], Message]
+
+
+class JobRequests:
+    """The job requests, for callers the IPC layer identified."""
+
+    def __init__(
+        self, manager: JobManager, plans: PlanBook, leases: LeaseBook, is_admin: Callable[[Caller], bool]
+    ) -> None:
+        self._manager = manager
+        self._plans = plans
+        self._leases = leases
+        self._is_admin = is_admin
+
+    def handlers(self) -> Mapping[type[Message], Handler]:
+        return {
+            Register: self.register,
+            SetPolicy: self.set_policy,
+            JobsRequest: self.jobs,
+            FrontierRequest: self.frontier,
+            PlanRequest: self.plan,
+            ProfileExport: self.profile_export,
+            ProfileImport: self.profile_import,
+        }
+
+    def register(self, caller: Caller, message: Register) -> RegisterOk:
+        self._leases.require_lease(caller, message.gpu)
+        return self._manager.register(caller.uid, caller.pid, message)
+
+    def set_policy(self, caller: Caller, message: SetPolicy) -> SetPolicyOk:
+        job = self._own_job(caller, message.job)
+        policy = Policy(message.policy, message.target)
+        self._manager.set_policy(job, policy)
+        return SetPolicyOk(job=job.name, policy=policy.name, target=policy.target)
+
+    def jobs(self, caller: Caller, _message: JobsRequest) -> JobsReply:
+        return JobsReply(jobs=self.visible_jobs(caller))
+
+    def visible_jobs(self, caller: Caller) -> tuple[JobInfo, ...]:
+        admin = self._is_admin(caller)
+        jobs = self._manager.jobs.values()
+        return tuple(job_info(j, self._plans) for j in jobs if admin or j.uid == caller.uid)
+
+    def frontier(self, caller: Caller, message: FrontierRequest) -> DocumentReply:
+        job = self._own_job(caller, message.job)
+        if job.frontier is None:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD, f"job {job.name} has no frontier yet (it is {job.state})"
+            )
+        return DocumentReply(job=job.name, document=document_text(job.frontier))
+
+    def plan(self, caller: Caller, message: PlanRequest) -> DocumentReply:
+        job = self._own_job(caller, message.job)
+        doc = job.plan_document()
+        if doc is None:
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"job {job.name} runs no plan yet (it is {job.state})")
+        return DocumentReply(job=job.name, document=document_text(doc))
+
+    def profile_export(self, caller: Caller, message: ProfileExport) -> ProfileReply:
+        job = self._own_job(caller, message.job)
+        if job.profile is None:
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"job {job.name} has no profile yet (it is {job.state})")
+        return ProfileReply(job=job.name, csv=profile_to_csv(job.profile), p_block_w=job.p_block_w)
+
+    def profile_import(self, caller: Caller, message: ProfileImport) -> ProfileImportOk:
+        if message.p_block_w < 0:
+            raise ProtocolError(ErrorCode.BAD_FIELD, "profile_import.p_block_w must be >= 0")
+        profile = _parse_profile(message.csv, message.source or "<import>")
+        job = self._manager.jobs.get(message.job)
+        if job is None or not job.active:
+            return self._pending_import(caller, message, profile)
+        self._check_owner(caller, job)
+        _check_stages(job, profile)
+        p_block_w = message.p_block_w or job.p_block_w
+        if p_block_w <= 0:
+            raise ProtocolError(ErrorCode.BAD_FIELD, "profile_import: give p_block_w (nothing measured yet)")
+        self._manager.reprofile_with(job, profile, p_block_w)
+        return ProfileImportOk(job=job.name, rows=len(profile.measurements), state=job.state)
+
+    def _pending_import(self, caller: Caller, message: ProfileImport, profile: Profile) -> ProfileImportOk:
+        pending = self._manager.pending_imports
+        if message.job not in pending and len(pending) >= MAX_PENDING_IMPORTS:
+            raise ProtocolError(ErrorCode.BAD_FIELD, "too many profiles waiting for their jobs")
+        if message.p_block_w <= 0:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD, "a profile imported before its job registers needs p_block_w > 0"
+            )
+        pending[message.job] = (caller.uid, profile, message.p_block_w)
+        return ProfileImportOk(job=message.job, rows=len(profile.measurements), state="pending")
+
+    def _own_job(self, caller: Caller, name: str) -> Job:
+        job = self._manager.jobs.get(name)
+        if job is None:
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"no job {name!r} on this node")
+        self._check_owner(caller, job)
+        return job
+
+    def _check_owner(self, caller: Caller, job: Job) -> None:
+        if job.uid != caller.uid and not self._is_admin(caller):
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"no job {job.name!r} on this node")
+
+
+def _parse_profile(text: str, source: str) -> Profile:
+    try:
+        return read_profile_stream(io.StringIO(text), source)
+    except PerseusError as exc:
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"profile_import: {exc}") from None
+
+
+def _check_stages(job: Job, profile: Profile) -> None:
+    needed = job.shape.num_stages * job.shape.chunks
+    if profile.num_stages != needed:
+        raise ProtocolError(
+            ErrorCode.BAD_FIELD,
+            f"profile_import: the profile has {profile.num_stages} stages, job {job.name} needs {needed}",
+        )

@@ -1,0 +1,99 @@
+"""A job's shape (schedule, stages, microbatches, chunks), its DAG and its cache signature."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from perseus_client.protocol import ErrorCode, ProtocolError, Register
+
+from perseusd.planner.dag import ComputationDag, Instruction, ScheduleStep, build_dag, from_stage_orders
+
+SCHEDULES = ("1f1b", "gpipe", "interleaved", "observed")
+MAX_STAGES = 1024
+MAX_MICROBATCHES = 4096
+MAX_CHUNKS = 64
+MAX_JOB_NAME = 128
+
+StageOrder = tuple[ScheduleStep, ...]
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """What every process of a job must agree on."""
+
+    schedule: str
+    num_stages: int
+    num_microbatches: int
+    chunks: int
+
+    @classmethod
+    def of(cls, message: Register) -> JobShape:
+        """The shape a registration declares; raises `ProtocolError(BAD_FIELD)` when it cannot be right."""
+        shape = cls(message.schedule, message.num_stages, message.num_microbatches, message.chunks)
+        shape.check(message)
+        return shape
+
+    def check(self, message: Register) -> None:
+        def bad(problem: str) -> ProtocolError:
+            return ProtocolError(ErrorCode.BAD_FIELD, f"register: {problem}")
+
+        if not 0 < len(message.job) <= MAX_JOB_NAME or not message.job.isprintable():
+            raise bad(f"job must be 1..{MAX_JOB_NAME} printable characters")
+        if not 1 <= self.num_stages <= MAX_STAGES:
+            raise bad(f"num_stages must be 1..{MAX_STAGES}")
+        if not 1 <= self.num_microbatches <= MAX_MICROBATCHES:
+            raise bad(f"num_microbatches must be 1..{MAX_MICROBATCHES}")
+        if not 1 <= self.chunks <= MAX_CHUNKS:
+            raise bad(f"chunks must be 1..{MAX_CHUNKS}")
+        if self.schedule == "interleaved" and self.num_microbatches % self.num_stages:
+            raise bad("interleaved 1F1B needs microbatches divisible by stages")
+        if self.schedule in ("1f1b", "gpipe") and self.chunks != 1:
+            raise bad(f"schedule {self.schedule} has one chunk per stage")
+        if not 0 <= message.stage < self.num_stages:
+            raise bad(f"stage {message.stage} outside 0..{self.num_stages - 1}")
+        if message.pipeline < 0:
+            raise bad("pipeline must be >= 0")
+
+    def describe(self) -> str:
+        chunks = f"x{self.chunks}" if self.chunks > 1 else ""
+        return f"{self.schedule} {self.num_stages}x{self.num_microbatches}{chunks}"
+
+    def named_orders(self) -> tuple[StageOrder, ...] | None:
+        """Each stage's order for a named schedule (None for "observed")."""
+        if self.schedule == "observed":
+            return None
+        dag = build_dag(self.schedule, self.num_stages, self.num_microbatches, self.chunks)
+        return tuple(
+            tuple((c.instruction, c.microbatch, c.chunk) for c in (dag.computations[n] for n in ids))
+            for ids in dag.stage_orders
+        )
+
+    def dag(self, orders: Sequence[StageOrder]) -> ComputationDag:
+        """The DAG of this job with these per-stage orders (named or learned)."""
+        return from_stage_orders(
+            [list(order) for order in orders], self.num_microbatches, self.chunks, self.schedule
+        )
+
+
+def step_of(instruction: str, microbatch: int, chunk: int) -> ScheduleStep:
+    return (Instruction(instruction), microbatch, chunk)
+
+
+def signature(job: str, uid: int, shape: JobShape, gpu_name: str) -> str:
+    """The cache key of a job: the same job (name, owner), shape and GPU model skip profiling and solving."""
+    text = json.dumps(
+        {
+            "job": job,
+            "uid": uid,
+            "schedule": shape.schedule,
+            "num_stages": shape.num_stages,
+            "num_microbatches": shape.num_microbatches,
+            "chunks": shape.chunks,
+            "gpu": gpu_name,
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:32]

@@ -1,0 +1,71 @@
+"""One registered GPU of a job (a pipeline stage): its events, its profiling sweep and its iteration times."""
+
+from __future__ import annotations
+
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from perseusd.jobs.observed import OrderLearner
+from perseusd.profiling.estimator import OptionEstimate, StageEstimate
+from perseusd.profiling.sweep import StageSweep
+from perseusd.profiling.trace import Interval, OptionKey
+
+ITERATION_TIME_SAMPLES = 20
+MAX_INTERVALS = 500_000
+
+ComputationId = tuple[str, int, int]  # (instruction, microbatch, chunk)
+
+
+@dataclass
+class StageSlot:
+    """A GPU running `stage` of `pipeline` for a job, registered by process `pid`."""
+
+    gpu: str
+    pipeline: int
+    stage: int
+    pid: int
+    num_stages: int
+    learner: OrderLearner
+    supported_clocks_mhz: tuple[int, ...]
+    sweep: StageSweep | None = None
+    steps_done: int = 0
+    in_step: bool = False
+    # Profiling: the clock of the current iteration and whether it was applied before the iteration began.
+    requested_mhz: int | None = None
+    clock_future: Future[int] | None = None
+    iteration_clock_mhz: int | None = None
+    profiling_since_ns: int = 0
+    segment_since_ns: int = 0
+    """Start of the current clock's segment: only its intervals and samples are estimated each iteration."""
+    done_options: dict[tuple[OptionKey, int], OptionEstimate] = field(default_factory=dict)
+    p_block_w: float | None = None
+    profiling_steps: int = 0
+    open_since_ns: dict[ComputationId, int] = field(default_factory=dict)
+    intervals: list[Interval] = field(default_factory=list)
+    estimate: StageEstimate | None = None
+    # Iteration times from consecutive step begins.
+    last_step_begin_ns: int | None = None
+    iteration_times_s: deque[float] = field(default_factory=lambda: deque(maxlen=ITERATION_TIME_SAMPLES))
+    running_steps: int = 0
+
+    def key(self, instruction: str, chunk: int) -> OptionKey:
+        """The profile stage (virtual stage) and instruction of a computation on this GPU."""
+        return (chunk * self.num_stages + self.stage, instruction)
+
+    def clock_applied(self) -> bool:
+        """Whether the clock requested for profiling is in force (its GPU call finished without error)."""
+        future = self.clock_future
+        return future is not None and future.done() and future.exception() is None
+
+    def step_begin(self, t_ns: int) -> None:
+        if self.last_step_begin_ns is not None and t_ns > self.last_step_begin_ns:
+            self.iteration_times_s.append((t_ns - self.last_step_begin_ns) / 1e9)
+        self.last_step_begin_ns = t_ns
+        self.in_step = True
+        self.open_since_ns.clear()
+        self.iteration_clock_mhz = self.requested_mhz if self.clock_applied() else None
+
+    def mean_iteration_time_s(self) -> float | None:
+        times = self.iteration_times_s
+        return sum(times) / len(times) if times else None

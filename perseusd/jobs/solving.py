@@ -1,0 +1,100 @@
+"""Solving a job's frontier in a worker process, so the daemon keeps serving while the solver runs.
+
+The worker gets only data (the profile as CSV text, the per-stage orders, numbers) and returns the
+`perseus-frontier` document; nothing from a request is ever executed. One worker process serves every job,
+one solve at a time, started on first use from a `forkserver` (never a fork of the threaded daemon).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import multiprocessing
+from collections.abc import Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any
+
+from perseusd.errors import PlanningError
+from perseusd.jobs.shape import JobShape, StageOrder
+from perseusd.planner.plan import PlanMeta, frontier_document
+from perseusd.planner.profile import Profile
+from perseusd.planner.profile_csv import read_profile_stream
+from perseusd.planner.solver import SolverParams, solve_frontier
+
+UNIT_FRACTION = 50
+"""The time quantum is at most the shortest computation / this (1 ms for GPT-3 on A100, as published)."""
+
+
+@dataclass(frozen=True)
+class SolveInput:
+    """Everything the worker needs, as plain data."""
+
+    job: str
+    shape: JobShape
+    orders: tuple[StageOrder, ...]
+    profile_csv: str
+    profile_source: str
+    p_block_w: float
+    unit_time_s: float
+
+
+def auto_unit_time_s(profile: Profile) -> float:
+    """The largest 1-2-5 step at most the shortest computation time / `UNIT_FRACTION`."""
+    shortest_s = min(m.time_s for m in profile.measurements)
+    limit_s = shortest_s / UNIT_FRACTION
+    exponent = math.floor(math.log10(limit_s))
+    for mantissa in (5.0, 2.0, 1.0):
+        step_s = mantissa * 10.0**exponent
+        if step_s <= limit_s * (1 + 1e-9):
+            return float(f"{step_s:.3g}")
+    return float(f"{10.0**exponent:.3g}")
+
+
+def solve(task: SolveInput) -> dict[str, Any]:
+    """Runs in the worker: the job's full frontier as a `perseus-frontier` document.
+
+    Errors come back as `PlanningError` with the message only: every exception must survive pickling
+    back to the daemon, or the pool breaks.
+    """
+    try:
+        profile = read_profile_stream(io.StringIO(task.profile_csv), task.profile_source)
+        dag = task.shape.dag(task.orders)
+        params = SolverParams(unit_time_s=task.unit_time_s, p_block_w=task.p_block_w)
+        points = list(solve_frontier(dag, profile, params))
+        meta = PlanMeta.for_dag(dag, profile, task.unit_time_s, task.p_block_w)
+        return frontier_document(dag, points, meta)
+    except Exception as exc:
+        raise PlanningError(f"{type(exc).__name__}: {exc}") from None
+
+
+class SolveWorker:
+    """One background solver process (started lazily); `submit` never blocks."""
+
+    def __init__(self) -> None:
+        self._pool: ProcessPoolExecutor | None = None
+
+    def submit(self, task: SolveInput) -> Future[dict[str, Any]]:
+        """Queue a solve; a worker that died (killed, out of memory) is replaced, never fatal."""
+        for _ in range(2):
+            if self._pool is None:
+                context = multiprocessing.get_context("forkserver")
+                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context)
+            try:
+                return self._pool.submit(solve, task)
+            except BrokenProcessPool:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
+        failed: Future[dict[str, Any]] = Future()
+        failed.set_exception(PlanningError("the solver worker could not be started"))
+        return failed
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
+def orders_json(orders: Sequence[StageOrder]) -> list[list[list[Any]]]:
+    return [[[str(i.value), mb, chunk] for i, mb, chunk in order] for order in orders]

@@ -1,0 +1,211 @@
+"""The job manager inside a daemon core (no sockets): registration, imported profiles, solving in the
+worker, deployment, policies, the learned ("observed") schedule, the cache and the end of a job."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from perseus_client.protocol import (
+    Claim,
+    ComputationBegin,
+    ComputationEnd,
+    DocumentReply,
+    ErrorCode,
+    Hello,
+    JobInfo,
+    JobsReply,
+    JobsRequest,
+    PlanRequest,
+    ProfileExport,
+    ProfileImport,
+    ProfileImportOk,
+    ProfileReply,
+    ProtocolError,
+    Register,
+    RegisterOk,
+    Release,
+    SetPolicy,
+    StepBegin,
+    StepEnd,
+)
+
+from perseusd.daemon.core import DaemonCore
+from perseusd.daemon.identity import Caller
+from perseusd.jobs.manager import JobSettings
+from perseusd.planner.dag import one_f_one_b_order
+from perseusd.planner.profile_csv import profile_to_csv
+from tests.support.daemon_core import sim_core
+from tests.support.synthetic import synthetic_profile
+
+pytestmark = pytest.mark.timeout(120)
+
+A100_CLOCKS_MHZ = tuple(range(1410, 850, -45))
+STAGES, MICROBATCHES = 2, 4
+ME = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
+OTHER = Caller(uid=os.getuid() + 1, gid=os.getgid(), pid=os.getpid() + 1)
+
+
+@pytest.fixture
+def core(tmp_path: Path) -> Iterator[DaemonCore]:
+    with sim_core(tmp_path, gpus=STAGES, jobs=JobSettings()) as built:
+        yield built
+
+
+def _profile_csv() -> str:
+    return profile_to_csv(synthetic_profile(STAGES, seed=3, clocks_mhz=A100_CLOCKS_MHZ))
+
+
+def _register(core: DaemonCore, stage: int, job: str = "train", schedule: str = "1f1b") -> RegisterOk:
+    gpu = core.registry.uuids[stage]
+    message = Register(gpu, job, 0, stage, STAGES, MICROBATCHES, schedule, 1)  # type: ignore[arg-type]
+    reply = core.handle(ME, message)
+    assert isinstance(reply, RegisterOk)
+    return reply
+
+
+def _claim_all(core: DaemonCore) -> None:
+    core.handle(ME, Hello(job="train", client_version="test"))
+    core.handle(ME, Claim(gpus=core.registry.uuids, job="train"))
+
+
+def _info(core: DaemonCore, caller: Caller = ME) -> dict[str, JobInfo]:
+    reply = core.handle(caller, JobsRequest())
+    assert isinstance(reply, JobsReply)
+    return {job.job: job for job in reply.jobs}
+
+
+def _wait_for(condition: Callable[[], bool], core: DaemonCore, timeout_s: float = 60.0) -> None:
+    deadline_s = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline_s, "timed out"
+        core.tick()
+        time.sleep(0.02)
+
+
+def _run_iteration(core: DaemonCore, step: int) -> None:
+    """One iteration's events, stage by stage in 1F1B order (timestamps are not used once a plan runs)."""
+    for stage, gpu in enumerate(core.registry.uuids):
+        core.on_event(ME, StepBegin(gpu, step, time.monotonic_ns()))
+        for instruction, microbatch, chunk in one_f_one_b_order(STAGES, MICROBATCHES, stage):
+            args = (gpu, stage, instruction.value, microbatch, chunk)
+            core.on_event(ME, ComputationBegin(*args, time.monotonic_ns()))  # type: ignore[arg-type]
+            core.on_event(ME, ComputationEnd(*args, time.monotonic_ns()))  # type: ignore[arg-type]
+        core.on_event(ME, StepEnd(gpu, step, time.monotonic_ns()))
+
+
+def test_imported_profile_is_solved_deployed_and_cached(core: DaemonCore) -> None:
+    _claim_all(core)
+    imported = core.handle(ME, ProfileImport("train", _profile_csv(), "synthetic.csv", 80.0))
+    assert isinstance(imported, ProfileImportOk)
+    assert imported.state == "pending"
+    assert _register(core, 0).state == "registered"  # the pipeline is not complete yet
+    assert _register(core, 1).state == "solving"
+    _wait_for(lambda: _info(core)["train"].state == "running", core)
+
+    info = _info(core)["train"]
+    assert info.frontier_points > 1
+    assert info.plan_index is not None
+    assert info.plan_time_s == pytest.approx(info.fastest_time_s)  # default policy: fastest
+    plan = core.handle(ME, PlanRequest("train"))
+    assert isinstance(plan, DocumentReply)
+    stages = json.loads(plan.document)["stages"]
+    assert [len(stage) for stage in stages] == [2 * MICROBATCHES] * STAGES
+    for gpu in core.registry.uuids:
+        gpu_plan = core.plans.get(gpu)
+        assert gpu_plan is not None
+        assert gpu_plan.computations == 2 * MICROBATCHES
+
+    for step in range(3):
+        _run_iteration(core, step)
+    info = _info(core)["train"]
+    assert info.clock_changes_per_iteration is not None
+    assert info.wrong_clock_fraction is not None
+
+    exported = core.handle(ME, ProfileExport("train"))
+    assert isinstance(exported, ProfileReply)
+    assert exported.p_block_w == 80.0
+    assert exported.csv.splitlines()[0] == "stage,instruction,frequency,time,energy"
+
+    core.handle(ME, Release(gpus=()))
+    assert _info(core)["train"].state == "ended"
+
+    _claim_all(core)  # the same job again: from the cache, no profiling, no solving
+    assert _register(core, 0).cached
+    assert _register(core, 1).state == "running"
+
+
+def test_policies_choose_frontier_points(core: DaemonCore) -> None:
+    _claim_all(core)
+    core.handle(ME, ProfileImport("train", _profile_csv(), "synthetic.csv", 80.0))
+    _register(core, 0)
+    _register(core, 1)
+    _wait_for(lambda: _info(core)["train"].state == "running", core)
+    fastest = _info(core)["train"]
+    assert fastest.plan_time_s is not None
+    assert fastest.plan_energy_j is not None
+
+    core.handle(ME, SetPolicy("train", "min_energy", 0.0))
+    frugal = _info(core)["train"]
+    assert frugal.plan_energy_j is not None
+    assert frugal.plan_time_s is not None
+    assert frugal.plan_energy_j < fastest.plan_energy_j
+    assert frugal.plan_time_s > fastest.plan_time_s
+
+    core.handle(ME, SetPolicy("train", "slowdown", 0.05))
+    within = _info(core)["train"]
+    assert within.plan_time_s is not None
+    assert within.plan_energy_j is not None
+    assert within.plan_time_s <= fastest.plan_time_s * 1.05 + 1e-9
+    assert frugal.plan_energy_j <= within.plan_energy_j <= fastest.plan_energy_j
+
+    with pytest.raises(ProtocolError) as bad:
+        core.handle(ME, SetPolicy("train", "time", -1.0))
+    assert bad.value.code == ErrorCode.BAD_FIELD
+
+
+def test_observed_schedule_is_learned_before_solving(core: DaemonCore) -> None:
+    _claim_all(core)
+    core.handle(ME, ProfileImport("train", _profile_csv(), "synthetic.csv", 80.0))
+    _register(core, 0, schedule="observed")
+    _register(core, 1, schedule="observed")
+    for _ in range(10):
+        core.tick()
+    assert _info(core)["train"].state == "solving"  # no order yet: nothing to solve
+    _run_iteration(core, 0)
+    _run_iteration(core, 1)  # two identical iterations: learned
+    _wait_for(lambda: _info(core)["train"].state == "running", core)
+    plan = core.handle(ME, PlanRequest("train"))
+    assert isinstance(plan, DocumentReply)
+    for stage, entries in enumerate(json.loads(plan.document)["stages"]):
+        learned = [(e["instruction"], e["microbatch"], e["chunk"]) for e in entries]
+        expected = [(i.value, mb, c) for i, mb, c in one_f_one_b_order(STAGES, MICROBATCHES, stage)]
+        assert learned == expected
+
+
+def test_registration_and_access_errors(core: DaemonCore) -> None:
+    gpu = core.registry.uuids[0]
+    core.handle(ME, Hello(job="train", client_version="test"))
+    with pytest.raises(ProtocolError) as unleased:
+        _register(core, 0)
+    assert unleased.value.code == ErrorCode.NOT_LEASED
+    _claim_all(core)
+    _register(core, 0)
+    other_shape = Register(core.registry.uuids[1], "train", 0, 1, STAGES, 8, "1f1b", 1)
+    with pytest.raises(ProtocolError, match="is 1f1b 2x4"):
+        core.handle(ME, other_shape)
+    taken = Register(core.registry.uuids[1], "train", 0, 0, STAGES, MICROBATCHES, "1f1b", 1)
+    with pytest.raises(ProtocolError, match=f"runs on {gpu}"):
+        core.handle(ME, taken)
+    with pytest.raises(ProtocolError, match="stage 5 outside"):
+        core.handle(ME, Register(gpu, "train", 0, 5, STAGES, MICROBATCHES, "1f1b", 1))
+    bad_csv = "stage,instruction,frequency,time,energy\n0,forward,1410,abc,1\n"
+    with pytest.raises(ProtocolError, match=r"bad\.csv:2"):
+        core.handle(ME, ProfileImport("train", bad_csv, "bad.csv", 80.0))
+    assert "train" not in _info(core, OTHER)  # another user does not see the job
+    with pytest.raises(ProtocolError, match="no job 'train'"):
+        core.handle(OTHER, PlanRequest("train"))
