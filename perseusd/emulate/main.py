@@ -1,0 +1,216 @@
+"""`perseus-emulate`: run an emulated pipeline-training job against perseusd on simulated GPUs.
+
+    perseus-emulate --profile FILE|a100_sxm|a40 --stages S --microbatches M [--pipelines P]
+                    [--schedule 1f1b|gpipe|interleaved|observed] [--chunks C] [--iterations N]
+                    [--time-scale X] --runtime-dir DIR [--json] ...
+
+Exit status: 0 when the run finished, 1 when it failed (a stage failed, the daemon failed the job, a timeout,
+SIGINT/SIGTERM), 2 on usage errors (bad arguments, or arguments that do not fit the daemon).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import TextIO
+
+from perseus_client.client import PerseusClient, PerseusClientError
+from perseus_client.protocol import CONTROL_SOCKET_NAME
+
+from perseusd.emulate.coordinator import Coordinator, CoordinatorOptions, ProfileToImport
+from perseusd.emulate.phases import PhaseConfig
+from perseusd.emulate.preflight import (
+    EmulateError,
+    UsageError,
+    check_shape,
+    lay_out,
+    load_profile,
+    scaled_profile_csv,
+)
+from perseusd.emulate.processes import RunSettings, StageGroup
+from perseusd.emulate.report import RunDescription, header, row_line, summary, to_json
+from perseusd.emulate.results import IterationRow
+from perseusd.emulate.topology import SCHEDULES, PipelineShape
+from perseusd.emulate.trace import TraceWriter
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+POLICIES = ("fastest", "slowdown", "time", "min_energy")
+CONTROL_TIMEOUT_S = 5.0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number (got {text})")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="perseus-emulate",
+        description="Run an emulated pipeline-parallel training job on perseusd's simulated GPUs: a baseline "
+        "at all-max clocks, then the daemon's closed loop (profile, solve, run the plan); report the saving.",
+    )
+    add = parser.add_argument
+    add(
+        "--profile", required=True, help="a100_sxm, a40, or a profile CSV (must be the simulated GPUs' model)"
+    )
+    add("--stages", type=_positive_int, required=True, help="pipeline stages (GPUs per pipeline)")
+    add("--microbatches", type=_positive_int, required=True, help="microbatches per iteration")
+    add("--pipelines", type=_positive_int, default=1, help="data-parallel pipelines (default 1)")
+    add("--schedule", choices=SCHEDULES, default="1f1b", help="default 1f1b; observed runs 1F1B")
+    add("--chunks", type=_positive_int, default=1, help="model chunks per GPU (interleaved only)")
+    add("--iterations", type=_positive_int, default=10, help="measured iterations per phase (default 10)")
+    add(
+        "--baseline-iterations",
+        type=_positive_int,
+        help="measured baseline iterations (default: --iterations)",
+    )
+    add("--time-scale", type=_positive_float, default=1.0, help="computation time factor (default 1: real)")
+    add("--runtime-dir", type=Path, required=True, help="the runtime directory of a perseusd --backend sim")
+    add("--job", help="job name (default emulate-<pid>)")
+    add("--policy", choices=POLICIES, help="the frontier point the daemon runs (default: the daemon's)")
+    add("--target", type=float, default=0.0, help="slowdown fraction or time (s) for --policy")
+    add("--baseline-only", action="store_true", help="measure the baseline only (no registration)")
+    add(
+        "--import-profile",
+        action="store_true",
+        help="give the daemon the profile (time-scaled) before registering: the job skips online profiling",
+    )
+    add(
+        "--max-profiling-iterations",
+        type=_positive_int,
+        default=500,
+        help="fail when the job is not running after this many closed-loop iterations (default 500)",
+    )
+    add("--timeout-s", type=_positive_float, default=900.0, help="fail after this long (default 900)")
+    add("--trace", type=Path, help="append every computation and counter sample to FILE (JSON lines)")
+    add("--json", action="store_true", help="print one JSON object (progress goes to stderr)")
+    add("--json-file", type=Path, help="also write the JSON object to FILE")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        with _sigterm_interrupts():
+            return _run(args)
+    except UsageError as exc:
+        print(f"perseus-emulate: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (EmulateError, PerseusClientError) as exc:
+        print(f"perseus-emulate: failed: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("perseus-emulate: interrupted; the stages released their GPUs", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _run(args: argparse.Namespace) -> int:
+    shape = PipelineShape(args.stages, args.microbatches, args.chunks, args.schedule)
+    check_shape(shape)
+    profile = load_profile(args.profile)
+    job = args.job or f"emulate-{os.getpid()}"
+    with _connect(args.runtime_dir, job) as client:
+        layout = lay_out(client, shape, args.pipelines, profile, args.profile, args.time_scale)
+        run = RunDescription(job, layout, args.schedule, args.time_scale)
+        progress = sys.stderr if args.json else sys.stdout
+        print(header(run), file=progress, flush=True)
+        settings = RunSettings(
+            str(args.runtime_dir), job, args.schedule, args.time_scale, _trace_path(args.trace)
+        )
+        phases = PhaseConfig(
+            baseline_iterations=args.baseline_iterations or args.iterations,
+            iterations=args.iterations,
+            max_profiling_iterations=args.max_profiling_iterations,
+            baseline_only=args.baseline_only,
+        )
+        imported = None
+        if args.import_profile:
+            csv = scaled_profile_csv(profile, shape, args.time_scale)
+            imported = ProfileToImport(csv, profile.source, layout.model.spec.blocking_power_w)
+        options = CoordinatorOptions(job, phases, args.timeout_s, args.policy, args.target, imported)
+        trace = TraceWriter(args.trace)
+        try:
+            coordinator = Coordinator(
+                client, layout, StageGroup(layout, settings), options, _printer(progress), trace
+            )
+            result = coordinator.run()
+        finally:
+            trace.close()
+    document = json.dumps(to_json(run, result), indent=2)
+    if args.json_file is not None:
+        args.json_file.write_text(document + "\n", encoding="utf-8")
+    if args.json:
+        print(document)
+    else:
+        print(summary(result))
+    if result.failure:
+        raise EmulateError(result.failure)
+    return EXIT_OK
+
+
+def _trace_path(path: Path | None) -> str | None:
+    return None if path is None else str(path.resolve())
+
+
+def _printer(stream: TextIO) -> Callable[[IterationRow], None]:
+    def print_row(row: IterationRow) -> None:
+        print(row_line(row), file=stream, flush=True)
+
+    return print_row
+
+
+@contextmanager
+def _connect(runtime_dir: Path, job: str) -> Iterator[PerseusClient]:
+    hint = f"start `perseusd --backend sim --sim-gpus N --runtime-dir {runtime_dir}` or fix --runtime-dir"
+    if not (runtime_dir / CONTROL_SOCKET_NAME).exists():
+        raise UsageError(f"no perseusd at {runtime_dir} ({CONTROL_SOCKET_NAME} is missing): {hint}")
+    try:
+        client = PerseusClient(runtime_dir, job, timeout_s=CONTROL_TIMEOUT_S)
+    except PerseusClientError as exc:
+        raise UsageError(f"perseusd does not answer at {runtime_dir} ({exc.message}): {hint}") from None
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM ends the run like Ctrl-C: the stages are shut down and release their GPUs."""
+
+    def interrupt(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

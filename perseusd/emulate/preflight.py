@@ -1,0 +1,191 @@
+"""Check a run against the daemon before any process starts, and lay the job out on its simulated GPUs.
+
+Every mistake a user can make on the command line ends here with a message that says what to do (exit 2):
+a schedule that cannot be built, a profile that cannot be read or does not cover the pipeline's stages, a
+daemon that does not run simulated GPUs or has too few, a profile that is not the simulated GPUs' model
+(the simulated GPUs always draw their model's costs, so a different profile would describe another job).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from perseus_client.client import PerseusClient
+from perseus_client.protocol import StatusReply
+
+from perseusd.emulate.topology import PipelineShape
+from perseusd.errors import PerseusError, PlanningError, ProfileError
+from perseusd.gpu.sim_models import SimModel, load_sim_model
+from perseusd.gpu.sim_shared import StateMap, state_path
+from perseusd.planner.baselines import all_max
+from perseusd.planner.bundled import BUNDLED_PROFILES, bundled_profile
+from perseusd.planner.dag import build_dag
+from perseusd.planner.profile import Profile
+from perseusd.planner.profile_csv import profile_to_csv, read_profile
+
+_COST_REL_TOLERANCE = 1e-6
+
+
+class UsageError(PerseusError):
+    """The command line does not fit the daemon or the profile (exit 2)."""
+
+
+class EmulateError(PerseusError):
+    """The run failed (exit 1)."""
+
+
+@dataclass(frozen=True)
+class ModelPrediction:
+    """What the profile predicts for one iteration of all pipelines at all-max clocks (time-scaled)."""
+
+    iteration_time_s: float
+    energy_per_iteration_j: float
+
+
+@dataclass(frozen=True)
+class JobLayout:
+    """The checked job: its pipelines' shape and GPUs, and the simulated GPUs' model."""
+
+    shape: PipelineShape
+    gpus: tuple[tuple[str, ...], ...]
+    """gpus[pipeline][stage]: the simulated GPU (UUID) of each stage."""
+    sim_dir: Path
+    model: SimModel
+    profile_source: str
+    all_max: ModelPrediction
+
+    @property
+    def num_pipelines(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def all_gpus(self) -> tuple[str, ...]:
+        return tuple(gpu for pipeline in self.gpus for gpu in pipeline)
+
+    @property
+    def max_clock_mhz(self) -> int:
+        return self.model.clocks_mhz[0]
+
+
+def check_shape(shape: PipelineShape) -> None:
+    """The schedule can be built for these stages, microbatches and chunks."""
+    schedule = "1f1b" if shape.schedule == "observed" else shape.schedule
+    if shape.schedule == "interleaved" and shape.num_chunks < 2:
+        raise UsageError("the interleaved schedule needs --chunks 2 or more")
+    try:
+        build_dag(schedule, shape.num_stages, shape.num_microbatches, shape.num_chunks)
+    except PlanningError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def load_profile(spec: str) -> Profile:
+    """A bundled profile by name, or a profile CSV file."""
+    if spec in BUNDLED_PROFILES:
+        return bundled_profile(spec)
+    try:
+        return read_profile(spec)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot read profile {spec}: {exc.strerror or exc} "
+            f"(give a CSV file or a bundled name: {', '.join(BUNDLED_PROFILES)})"
+        ) from None
+    except (ProfileError, PlanningError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def lay_out(
+    client: PerseusClient,
+    shape: PipelineShape,
+    pipelines: int,
+    profile: Profile,
+    profile_spec: str,
+    time_scale: float,
+) -> JobLayout:
+    """Check the run against the daemon (sim GPUs, their model, how many are free) and pick the GPUs.
+
+    `shape` passed `check_shape` and `profile` was loaded from `profile_spec` (both before connecting).
+    """
+    status = client.status()
+    sim_dir = client.runtime_dir / "sim"
+    model = load_sim_model(_sim_model_name(sim_dir, status))
+    needed = pipelines * shape.num_stages
+    if len(status.gpus) < needed:
+        raise UsageError(
+            f"{pipelines} pipeline(s) x {shape.num_stages} stages need {needed} simulated GPUs, "
+            f"the daemon has {len(status.gpus)}: start perseusd with --sim-gpus {needed} or more"
+        )
+    _check_profile(profile, profile_spec, model, shape)
+    free = [gpu.uuid for gpu in status.gpus if gpu.lease is None]
+    if len(free) < needed:
+        raise EmulateError(
+            f"{needed} GPUs needed but only {len(free)} of {len(status.gpus)} are free "
+            "(others are leased: see `perseusctl status`)"
+        )
+    gpus = tuple(tuple(free[p * shape.num_stages : (p + 1) * shape.num_stages]) for p in range(pipelines))
+    return JobLayout(
+        shape, gpus, sim_dir, model, profile.source, _predict(shape, pipelines, profile, model, time_scale)
+    )
+
+
+def _sim_model_name(sim_dir: Path, status: StatusReply) -> str:
+    """The model of the daemon's simulated GPUs, read from their shared files."""
+    models: set[str] = set()
+    for gpu in status.gpus:
+        try:
+            state = StateMap(state_path(sim_dir, gpu.uuid), writable=False)
+        except (OSError, ValueError):
+            raise UsageError(
+                f"GPU {gpu.uuid} is not simulated (no {state_path(sim_dir, gpu.uuid)}): "
+                "perseus-emulate needs perseusd started with --backend sim"
+            ) from None
+        models.add(state.header.model)
+        state.close()
+    if len(models) != 1:
+        raise UsageError(f"the daemon's simulated GPUs are of {len(models)} models: {sorted(models)}")
+    return models.pop()
+
+
+def _check_profile(profile: Profile, spec: str, model: SimModel, shape: PipelineShape) -> None:
+    if spec in BUNDLED_PROFILES and spec != model.name:
+        raise UsageError(
+            f"profile {spec} does not match the simulated GPUs' model {model.name}: the simulated GPUs "
+            f"draw their model's costs; use --profile {model.name} or start perseusd with --sim-model {spec}"
+        )
+    for m in profile.measurements:
+        cost = model.costs.get((m.stage, m.instruction.value), {}).get(m.freq_mhz)
+        if cost is None or not (
+            math.isclose(cost.time_s, m.time_s, rel_tol=_COST_REL_TOLERANCE)
+            and math.isclose(cost.energy_j, m.energy_j, rel_tol=_COST_REL_TOLERANCE)
+        ):
+            found = (
+                "is not in the model" if cost is None else f"is {cost.time_s:g} s, {cost.energy_j:g} J there"
+            )
+            raise UsageError(
+                f"profile {profile.source} does not match the simulated GPUs' model {model.name}: stage "
+                f"{m.stage} {m.instruction.value} at {m.freq_mhz} MHz is {m.time_s:g} s, {m.energy_j:g} J "
+                f"in the file but {found}; the simulated GPUs draw their model's costs "
+                f"(use --profile {model.name})"
+            )
+    if profile.num_stages < shape.num_virtual_stages:
+        raise UsageError(
+            f"profile {profile.source} has {profile.num_stages} stages, but {shape.num_stages} stages x "
+            f"{shape.num_chunks} chunks need {shape.num_virtual_stages}"
+        )
+
+
+def scaled_profile_csv(profile: Profile, shape: PipelineShape, time_scale: float) -> str:
+    """The profile of what the stages run: the pipeline's stages, times and energies scaled like theirs."""
+    scaled = profile.scaled(time_scale, time_scale)
+    needed = [m for m in scaled.measurements if m.stage < shape.num_virtual_stages]
+    return profile_to_csv(Profile.from_measurements(needed, profile.source))
+
+
+def _predict(
+    shape: PipelineShape, pipelines: int, profile: Profile, model: SimModel, time_scale: float
+) -> ModelPrediction:
+    schedule = "1f1b" if shape.schedule == "observed" else shape.schedule
+    dag = build_dag(schedule, shape.num_stages, shape.num_microbatches, shape.num_chunks)
+    point = all_max(dag, profile.scaled(time_scale, time_scale), model.spec.blocking_power_w)
+    return ModelPrediction(point.time_s, point.energy_j * pipelines)

@@ -1,0 +1,131 @@
+"""The stage processes of one run: start them, talk to them, and make sure they are gone at the end.
+
+Processes are spawned (not forked: the coordinator holds ZeroMQ sockets and threads). Each pipeline's stages
+share their inboxes; every stage has a command queue; all report on one queue. Shutting down asks nicely
+first (SIGTERM: a stage releases its GPU and exits), then kills what is left.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
+from multiprocessing.queues import Queue as MpQueue
+from typing import Any
+
+from perseusd.emulate.messages import Command, Report
+from perseusd.emulate.preflight import JobLayout
+from perseusd.emulate.stage_worker import StageQueues, StageSpec, stage_main
+
+TERMINATE_GRACE_S = 10.0
+"""How long stages get to release their GPUs after SIGTERM before they are killed."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What every stage of the run shares besides the layout."""
+
+    runtime_dir: str
+    job: str
+    register_schedule: str
+    time_scale: float
+    trace_path: str | None
+
+
+class StageGroup:
+    """All stage processes of a run, by pipeline and stage."""
+
+    def __init__(self, layout: JobLayout, settings: RunSettings) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.reports: MpQueue[Any] = context.Queue()
+        self._commands: list[list[MpQueue[Any]]] = []
+        self._inboxes: list[tuple[MpQueue[Any], ...]] = []  # a started Process drops its args: keep them
+        self._processes: list[BaseProcess] = []
+        for pipeline, gpus in enumerate(layout.gpus):
+            inboxes: tuple[MpQueue[Any], ...] = tuple(context.Queue() for _ in gpus)
+            self._inboxes.append(inboxes)
+            commands: list[MpQueue[Any]] = []
+            for stage, gpu in enumerate(gpus):
+                spec = StageSpec(
+                    runtime_dir=settings.runtime_dir,
+                    sim_dir=str(layout.sim_dir),
+                    job=settings.job,
+                    gpu=gpu,
+                    pipeline=pipeline,
+                    stage=stage,
+                    shape=layout.shape,
+                    register_schedule=settings.register_schedule,
+                    time_scale=settings.time_scale,
+                    max_clock_mhz=layout.max_clock_mhz,
+                    coordinator_pid=os.getpid(),
+                    trace_path=settings.trace_path,
+                )
+                commands.append(context.Queue())
+                queues = StageQueues(inboxes[stage], inboxes, commands[-1], self.reports)
+                self._processes.append(
+                    context.Process(
+                        target=stage_main, args=(spec, queues), name=f"perseus-emulate-p{pipeline}s{stage}"
+                    )
+                )
+            self._commands.append(commands)
+
+    @property
+    def size(self) -> int:
+        return len(self._processes)
+
+    def start(self) -> None:
+        for process in self._processes:
+            process.start()
+
+    def send_all(self, command: Command) -> None:
+        """To every stage (e.g. "start")."""
+        for commands in self._commands:
+            for stage_commands in commands:
+                stage_commands.put(command)
+
+    def send_leaders(self, command: Command) -> None:
+        """To each pipeline's first stage, which passes it down its pipeline at its next iteration start."""
+        for commands in self._commands:
+            commands[0].put(command)
+
+    def next_reports(self, timeout_s: float) -> Iterator[Report]:
+        """The reports waiting now, after waiting up to `timeout_s` for the first."""
+        try:
+            yield self.reports.get(timeout=timeout_s)
+            while True:
+                yield self.reports.get_nowait()
+        except queue.Empty:
+            return
+
+    def exited_unexpectedly(self) -> list[str]:
+        """Names of stage processes that died without reporting (killed, crashed)."""
+        return [p.name for p in self._processes if p.exitcode not in (None, 0)]
+
+    def all_exited(self) -> bool:
+        return all(process.exitcode is not None for process in self._processes)
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait for every stage to exit; True when all did."""
+        deadline_s = time.monotonic() + timeout_s
+        for process in self._processes:
+            process.join(max(0.0, deadline_s - time.monotonic()))
+        return self.all_exited()
+
+    def shutdown(self) -> None:
+        """Stop what still runs: SIGTERM (stages release their GPUs), then SIGKILL after a grace period."""
+        for process in self._processes:
+            if process.exitcode is None and process.pid is not None:
+                process.terminate()
+        self.wait(TERMINATE_GRACE_S)
+        for process in self._processes:
+            if process.exitcode is None and process.pid is not None:
+                process.kill()
+                process.join(5.0)
+        for commands in self._commands:
+            for stage_commands in commands:
+                stage_commands.cancel_join_thread()
+        self.reports.cancel_join_thread()

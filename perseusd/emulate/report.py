@@ -1,0 +1,144 @@
+"""The emulator's output: a header, one line per iteration, a summary; or one JSON object (`--json`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from perseusd.emulate.preflight import JobLayout
+from perseusd.emulate.results import IterationRow, PhaseResult, RunResult
+
+PLACEHOLDER = "-"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDescription:
+    """The run's inputs as the report shows them."""
+
+    job: str
+    layout: JobLayout
+    register_schedule: str
+    time_scale: float
+
+
+def header(run: RunDescription) -> str:
+    layout, shape = run.layout, run.layout.shape
+    chunks = f", {shape.num_chunks} chunks per GPU" if shape.num_chunks > 1 else ""
+    prediction = layout.all_max
+    return (
+        f"perseus-emulate: job {run.job}: {layout.num_pipelines} pipeline(s) x {shape.num_stages} stages "
+        f"({run.register_schedule}, {shape.num_microbatches} microbatches{chunks}) on "
+        f"{len(layout.all_gpus)} simulated {layout.model.name} GPUs, time scale {run.time_scale:g}\n"
+        f"  profile {layout.profile_source}; all-max by the profile: {prediction.iteration_time_s:.4f} s, "
+        f"{prediction.energy_per_iteration_j:.1f} J per iteration\n"
+        f"{'iter':>5}  {'phase':<12} {'time (s)':>9} {'energy (J)':>11}"
+    )
+
+
+def row_line(row: IterationRow) -> str:
+    return f"{row.iteration:>5}  {row.phase:<12} {row.time_s:>9.4f} {row.energy_j:>11.1f}"
+
+
+def _fmt(value: float | None, digits: int, unit: str = "") -> str:
+    return PLACEHOLDER if value is None else f"{value:.{digits}f}{unit}"
+
+
+def _phase_line(name: str, phase: PhaseResult | None) -> str:
+    if phase is None:
+        return f"{name:<10} {'not measured':>14}"
+    return (
+        f"{name:<10} {phase.iteration_time_s:>12.4f} s {phase.energy_per_iteration_j:>12.1f} J "
+        f"{phase.power_w:>9.1f} W  ({phase.iterations} iterations)"
+    )
+
+
+def summary(result: RunResult) -> str:
+    lines = [
+        "== result",
+        f"{'':<10} {'time/iteration':>14} {'energy/iteration':>16} {'power':>11}",
+        _phase_line("baseline", result.baseline),
+        _phase_line("optimized", result.optimized),
+    ]
+    if result.optimized is not None:
+        lines.append(
+            f"energy saving {_fmt(result.saving_pct, 1, ' %')}, slowdown {_fmt(result.slowdown_pct, 2, ' %')}"
+        )
+        profiling, solving = result.phase_totals("profiling"), result.phase_totals("solving")
+        lines.append(
+            f"profiling: {profiling[0]} iterations, {profiling[1]:.1f} J; "
+            f"solving: {solving[0]} iterations, {solving[1]:.1f} J" + (" (cached)" if result.cached else "")
+        )
+    job = result.job
+    if job is not None:
+        changes = _fmt(job.clock_changes_per_iteration, 1)
+        wrong = _fmt(None if job.wrong_clock_fraction is None else 100 * job.wrong_clock_fraction, 2, " %")
+        lines.append(
+            f"plan: point {_fmt(job.plan_index, 0)} of {job.frontier_points}, "
+            f"{_fmt(job.plan_time_s, 4, ' s')} planned (policy {job.policy}), "
+            f"{changes} clock changes/iteration, {wrong} of computations began at a wrong clock"
+        )
+    return "\n".join(lines)
+
+
+def _phase_json(phase: PhaseResult | None) -> dict[str, Any] | None:
+    if phase is None:
+        return None
+    data = dataclasses.asdict(phase)
+    data["pipeline_iteration_times_s"] = list(phase.pipeline_iteration_times_s)
+    return data
+
+
+def to_json(run: RunDescription, result: RunResult) -> dict[str, Any]:
+    """The `--json` object: inputs, both phases, saving and slowdown, profiling and plan statistics."""
+    layout, shape, job = run.layout, run.layout.shape, result.job
+    closed_loop = result.optimized is not None or job is not None
+    profiling_n, profiling_j = result.phase_totals("profiling")
+    solving_n, solving_j = result.phase_totals("solving")
+    return {
+        "job": run.job,
+        "profile": layout.profile_source,
+        "model": layout.model.name,
+        "schedule": run.register_schedule,
+        "stages": shape.num_stages,
+        "microbatches": shape.num_microbatches,
+        "chunks": shape.num_chunks,
+        "pipelines": layout.num_pipelines,
+        "time_scale": run.time_scale,
+        "gpus": [list(pipeline) for pipeline in layout.gpus],
+        "model_all_max": dataclasses.asdict(layout.all_max),
+        "baseline": _phase_json(result.baseline),
+        "optimized": _phase_json(result.optimized),
+        "saving_pct": result.saving_pct,
+        "slowdown_pct": result.slowdown_pct,
+        "profiling": {
+            "iterations": profiling_n,
+            "energy_j": profiling_j,
+            "daemon_iterations": job.profiling.iterations if job and job.profiling else None,
+            "daemon_energy_j": job.profiling.energy_j if job and job.profiling else None,
+        }
+        if closed_loop
+        else None,
+        "solving": {"iterations": solving_n, "energy_j": solving_j} if closed_loop else None,
+        "cached": result.cached,
+        "plan": _plan_json(result),
+        "iterations": [dataclasses.asdict(row) for row in result.rows],
+        "failure": result.failure,
+    }
+
+
+def _plan_json(result: RunResult) -> dict[str, Any] | None:
+    job = result.job
+    if job is None:
+        return None
+    return {
+        "state": job.state,
+        "policy": job.policy,
+        "target": job.target,
+        "frontier_points": job.frontier_points,
+        "plan_index": job.plan_index,
+        "plan_time_s": job.plan_time_s,
+        "plan_energy_j": job.plan_energy_j,
+        "fastest_time_s": job.fastest_time_s,
+        "clock_changes_per_iteration": job.clock_changes_per_iteration,
+        "wrong_clock_fraction": job.wrong_clock_fraction,
+    }

@@ -1,0 +1,107 @@
+"""What a run measured: per-iteration rows and per-phase results, computed from counter samples and the
+iteration starts the pipelines' first stages reported."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from perseus_client.protocol import JobInfo
+
+from perseusd.emulate.measure import CounterSample, window
+
+
+@dataclass(frozen=True)
+class IterationRow:
+    """One iteration of pipeline 0: its phase, time (start to next start) and the job's energy in it.
+
+    When the coordinator could not sample every iteration start (iterations shorter than the counter's
+    period), the energy between two samples is shared evenly by the iterations between them.
+    """
+
+    iteration: int
+    phase: str
+    time_s: float
+    energy_j: float
+
+
+@dataclass(frozen=True)
+class PhaseResult:
+    """A measured phase: `iterations` iterations, all pipelines, all GPUs of the job."""
+
+    iterations: int
+    iteration_time_s: float
+    """Mean over pipelines of each pipeline's mean time from iteration start to iteration start."""
+    energy_per_iteration_j: float
+    """The GPUs' average power over the window times the iteration time."""
+    power_w: float
+    energy_j: float
+    """Counter energy between the window's two samples."""
+    duration_s: float
+    pipeline_iteration_times_s: tuple[float, ...]
+
+
+@dataclass
+class RunResult:
+    """Everything the report shows; phases missing when the run stopped before measuring them."""
+
+    rows: list[IterationRow] = field(default_factory=list)
+    baseline: PhaseResult | None = None
+    optimized: PhaseResult | None = None
+    job: JobInfo | None = None
+    cached: bool = False
+    failure: str | None = None
+
+    def phase_totals(self, phase: str) -> tuple[int, float]:
+        """(iterations, energy in J) of the rows of one phase (e.g. "profiling")."""
+        rows = [row for row in self.rows if row.phase == phase]
+        return len(rows), sum(row.energy_j for row in rows)
+
+    @property
+    def saving_pct(self) -> float | None:
+        if self.baseline is None or self.optimized is None:
+            return None
+        return 100.0 * (1.0 - self.optimized.energy_per_iteration_j / self.baseline.energy_per_iteration_j)
+
+    @property
+    def slowdown_pct(self) -> float | None:
+        if self.baseline is None or self.optimized is None:
+            return None
+        return 100.0 * (self.optimized.iteration_time_s / self.baseline.iteration_time_s - 1.0)
+
+
+def phase_result(
+    span: tuple[int, int],
+    samples: Mapping[int, CounterSample],
+    starts: Sequence[Mapping[int, float]],
+) -> PhaseResult:
+    """The phase measured from the sample at iteration `span[0]` to the one at `span[1]`.
+
+    `starts[p][k]` is when pipeline p began iteration k.
+    """
+    first, last = span
+    count = last - first
+    energy = window(samples[first], samples[last])
+    times_s = tuple((pipeline[last] - pipeline[first]) / count for pipeline in starts)
+    iteration_time_s = sum(times_s) / len(times_s)
+    return PhaseResult(
+        iterations=count,
+        iteration_time_s=iteration_time_s,
+        energy_per_iteration_j=energy.power_w * iteration_time_s,
+        power_w=energy.power_w,
+        energy_j=energy.energy_j,
+        duration_s=energy.duration_s,
+        pipeline_iteration_times_s=times_s,
+    )
+
+
+def rows_between(
+    first: int,
+    last: int,
+    samples: Mapping[int, CounterSample],
+    starts: Mapping[int, float],
+    phases: Mapping[int, str],
+) -> list[IterationRow]:
+    """Rows of iterations first..last-1 from the samples at `first` and `last` (pipeline 0's starts)."""
+    energy_j = (samples[last].total_j - samples[first].total_j) / (last - first)
+    return [IterationRow(k, phases[k], starts[k + 1] - starts[k], energy_j) for k in range(first, last)]

@@ -1,0 +1,258 @@
+"""One emulated pipeline stage: a real OS process that trains on its own simulated GPU.
+
+The stage claims its GPU through the real client library, locks it at its maximum clock (the baseline), and
+runs its schedule's computations iteration after iteration: each waits for its neighbour's computation, runs
+on the simulated GPU (`SimGpuHandle.run`: the profile's time at the clock the daemon set) wrapped in
+`client.computation`, and then frees the computation that waits for it. Each iteration is a `client.step`.
+The pipeline's first stage takes the coordinator's commands at iteration starts and passes them down the
+pipeline with the iteration start, so every stage registers with the daemon (or stops) at the same iteration.
+
+A stage always releases its GPU on the way out: after a stop, an error, SIGINT/SIGTERM, or when its
+coordinator dies (the kernel sends it SIGTERM then, and waits notice a changed parent).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import queue
+import signal
+import time
+from dataclasses import dataclass
+from multiprocessing.queues import Queue as MpQueue
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from perseus_client.client import PerseusClient, PerseusClientError
+
+from perseusd.emulate.links import Inbox
+from perseusd.emulate.messages import (
+    Activation,
+    Command,
+    IterationBegan,
+    IterationStart,
+    Registered,
+    StageDone,
+    StageFailed,
+    StageReady,
+)
+from perseusd.emulate.topology import PipelineShape
+from perseusd.emulate.trace import TraceWriter
+from perseusd.gpu.sim_workload import SimGpuHandle
+from perseusd.planner.dag import Instruction
+
+CONTROL_TIMEOUT_S = 10.0
+"""Control calls of a stage (claim, set_clock, register) are rare; a loaded machine may be slow to answer."""
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """Everything one stage process needs (pickled to the process)."""
+
+    runtime_dir: str
+    sim_dir: str
+    job: str
+    gpu: str
+    pipeline: int
+    stage: int
+    shape: PipelineShape
+    register_schedule: str
+    time_scale: float
+    max_clock_mhz: int
+    coordinator_pid: int
+    trace_path: str | None = None
+
+
+@dataclass(frozen=True)
+class StageQueues:
+    """The stage's inbox, the inboxes of its pipeline (by stage), its command queue and the report queue."""
+
+    inbox: MpQueue[Any]
+    pipeline_inboxes: tuple[MpQueue[Any], ...]
+    commands: MpQueue[Any]
+    reports: MpQueue[Any]
+
+
+class StageStoppedError(Exception):
+    """SIGINT or SIGTERM arrived: stop training and release the GPU."""
+
+
+def stage_main(spec: StageSpec, queues: StageQueues) -> None:
+    """The stage process's entry point: train until told to stop; report failures instead of raising."""
+    _install_stop_handlers()
+    try:
+        _die_with_coordinator(spec.coordinator_pid)
+        with StageWorker(spec, queues) as worker:
+            queues.reports.put(StageReady(spec.pipeline, spec.stage))
+            if worker.wait_for_start():
+                worker.train()
+    except StageStoppedError:
+        _abandon(queues)
+    except Exception as exc:
+        queues.reports.put(StageFailed(spec.pipeline, spec.stage, f"{type(exc).__name__}: {exc}"))
+        _abandon(queues)
+    queues.reports.put(StageDone(spec.pipeline, spec.stage))
+
+
+class StageWorker:
+    """A stage's GPU, client and inbox; `close` releases the GPU."""
+
+    def __init__(self, spec: StageSpec, queues: StageQueues) -> None:
+        self._spec = spec
+        self._queues = queues
+        self._inbox = Inbox(queues.inbox, lambda: os.getppid() == spec.coordinator_pid)
+        self._order = spec.shape.order(spec.stage)
+        self._pending: list[Command] = []
+        self._trace = TraceWriter(None if spec.trace_path is None else Path(spec.trace_path))
+        with contextlib.ExitStack() as stack:
+            self._handle = stack.enter_context(SimGpuHandle.open(spec.sim_dir, spec.gpu))
+            self._client = stack.enter_context(
+                PerseusClient(spec.runtime_dir, spec.job, timeout_s=CONTROL_TIMEOUT_S)
+            )
+            self._client.claim([spec.gpu])
+            self._client.set_clock(spec.gpu, spec.max_clock_mhz)
+            stack.pop_all()
+
+    def __enter__(self) -> StageWorker:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(PerseusClientError):
+            self._client.release()
+        self._client.close()
+        self._handle.close()
+        self._trace.close()
+
+    @property
+    def _leader(self) -> bool:
+        return self._spec.stage == 0
+
+    def wait_for_start(self) -> bool:
+        """Wait for the coordinator's "start" (every stage gets one); False when told to stop instead."""
+        while True:
+            try:
+                command: Command = self._queues.commands.get(timeout=1.0)
+            except queue.Empty:
+                if os.getppid() != self._spec.coordinator_pid:
+                    return False
+                continue
+            return command.kind == "start"
+
+    def train(self) -> None:
+        """Run iterations until the pipeline's first stage passes on "stop"."""
+        iteration = 0
+        while True:
+            command = self._begin_iteration(iteration)
+            if command == "stop":
+                return
+            if command == "register":
+                self._register()
+            self._run_iteration(iteration)
+            iteration += 1
+
+    def _begin_iteration(self, iteration: int) -> str:
+        if self._leader:
+            start_s = time.monotonic()
+            command = self._next_command(iteration)
+            self._queues.reports.put(IterationBegan(self._spec.pipeline, iteration, start_s, command))
+        else:
+            command = self._inbox.wait_iteration_start(iteration).command
+        if self._spec.stage + 1 < self._spec.shape.num_stages:
+            self._queues.pipeline_inboxes[self._spec.stage + 1].put(IterationStart(iteration, command))
+        return command
+
+    def _next_command(self, iteration: int) -> str:
+        """The coordinator's first command due at this iteration ("" when none is)."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._pending.append(self._queues.commands.get_nowait())
+        for index, command in enumerate(self._pending):
+            if iteration > command.after_iteration:
+                del self._pending[index]
+                return command.kind
+        return ""
+
+    def _register(self) -> None:
+        spec, shape = self._spec, self._spec.shape
+        self._client.set_clock(spec.gpu, None)
+        reply = self._client.register(
+            spec.gpu,
+            stage=spec.stage,
+            num_stages=shape.num_stages,
+            num_microbatches=shape.num_microbatches,
+            schedule=spec.register_schedule,
+            pipeline=spec.pipeline,
+            chunks=shape.num_chunks,
+        )
+        self._queues.reports.put(Registered(spec.pipeline, spec.stage, reply.state, reply.cached))
+
+    def _run_iteration(self, iteration: int) -> None:
+        spec, shape, client = self._spec, self._spec.shape, self._client
+        records: list[dict[str, Any]] = []
+        with client.step(spec.gpu, iteration):
+            for instruction, microbatch, chunk in self._order:
+                if shape.source(spec.stage, instruction, chunk) is not None:
+                    self._inbox.wait_activation(Activation(iteration, instruction.value, microbatch, chunk))
+                with client.computation(spec.gpu, spec.stage, instruction.value, microbatch, chunk):
+                    run = self._handle.run(
+                        shape.profile_stage(spec.stage, chunk), instruction.value, spec.time_scale
+                    )
+                self._activate(iteration, instruction, microbatch, chunk)
+                if self._trace.enabled:
+                    records.append(
+                        {
+                            "kind": "computation",
+                            "pipeline": spec.pipeline,
+                            "stage": spec.stage,
+                            "gpu": spec.gpu,
+                            "iteration": iteration,
+                            "instruction": instruction.value,
+                            "microbatch": microbatch,
+                            "chunk": chunk,
+                            "profile_stage": run.stage,
+                            "clock_mhz": run.clock_mhz,
+                            "start_s": run.start_s,
+                            "end_s": run.start_s + run.duration_s,
+                            "energy_j": run.energy_j,
+                        }
+                    )
+        self._trace.write(records)
+
+    def _activate(self, iteration: int, instruction: Instruction, microbatch: int, chunk: int) -> None:
+        """Free the computation on the neighbour that waits for this one."""
+        destination = self._spec.shape.destination(self._spec.stage, instruction, chunk)
+        if destination is not None:
+            message = Activation(iteration, instruction.value, microbatch, destination.chunk)
+            self._queues.pipeline_inboxes[destination.gpu_stage].put(message)
+
+
+def _raise_stopped(signum: int, _frame: FrameType | None) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise StageStoppedError(signal.Signals(signum).name)
+
+
+def _install_stop_handlers() -> None:
+    signal.signal(signal.SIGINT, _raise_stopped)
+    signal.signal(signal.SIGTERM, _raise_stopped)
+
+
+def _die_with_coordinator(coordinator_pid: int) -> None:
+    """Ask the kernel for SIGTERM when the coordinator dies (even by SIGKILL), then check it still lives."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != coordinator_pid:
+        raise StageStoppedError("the coordinator exited before this stage started")
+
+
+def _abandon(queues: StageQueues) -> None:
+    """After a failure nobody may read the neighbours' inboxes: do not wait at exit to flush them."""
+    for inbox in queues.pipeline_inboxes:
+        inbox.cancel_join_thread()

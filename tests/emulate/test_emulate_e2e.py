@@ -1,0 +1,218 @@
+"""perseus-emulate against a real perseusd on simulated GPUs: the baseline run, its measurements, the
+dependencies between stage processes, usage errors, and what a killed emulator leaves behind."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perseusd.emulate.topology import PipelineShape
+from perseusd.emulate.trace import read_trace
+from perseusd.gpu.sim_models import load_sim_model
+from perseusd.planner.bundled import bundled_profile
+from perseusd.planner.profile_csv import profile_to_csv
+from tests.emulate.helpers import (
+    computations,
+    dependency_violations,
+    emulate_command,
+    exact_energy_j,
+    order_violations,
+    run_emulate,
+)
+from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
+
+GPUS = 4
+MAX_CLOCK_MHZ = 1410
+A100_BLOCKING_W = load_sim_model("a100_sxm").spec.blocking_power_w
+TINY = ("--profile", "a100_sxm", "--stages", "2", "--microbatches", "4")
+LEASE_GONE_TIMEOUT_S = 20.0
+
+
+@pytest.fixture(scope="module")
+def daemon() -> Iterator[DaemonProcess]:
+    """One daemon for the module: 4 simulated A100s, the default 100 ms energy counter."""
+    with daemon_processes() as make:
+        yield make(DaemonDirs.create(), gpus=GPUS).start()
+
+
+@pytest.fixture(scope="module")
+def baseline_run(daemon: DaemonProcess) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A baseline-only run of a tiny job with a trace: (its JSON, the trace records)."""
+    trace = daemon.dirs.base / "baseline.jsonl"
+    out = run_emulate(
+        daemon.dirs.runtime_dir,
+        *TINY,
+        "--time-scale", "0.5", "--iterations", "6", "--baseline-only", "--json", "--trace", str(trace),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout), read_trace(trace)
+
+
+def _leases(daemon: DaemonProcess) -> list[Any]:
+    return [gpu["lease"] for gpu in daemon.status()["gpus"] if gpu["lease"] is not None]
+
+
+def _wait_no_leases(daemon: DaemonProcess) -> None:
+    deadline_s = time.monotonic() + LEASE_GONE_TIMEOUT_S
+    while _leases(daemon):
+        assert time.monotonic() < deadline_s, f"leases left: {_leases(daemon)}"
+        time.sleep(0.1)
+
+
+def test_baseline_only_run_reports_the_baseline(
+    baseline_run: tuple[dict[str, Any], list[dict[str, Any]]], daemon: DaemonProcess
+) -> None:
+    report, _ = baseline_run
+    baseline = report["baseline"]
+    assert baseline["iterations"] == 6
+    assert baseline["iteration_time_s"] > 0
+    assert baseline["energy_per_iteration_j"] > 0
+    model = report["model_all_max"]
+    # The emulation cannot run faster than the profile; messaging overhead makes it a little slower.
+    assert baseline["iteration_time_s"] >= model["iteration_time_s"] * 0.99
+    # Energy counted for both GPUs (not one, not twice): the profile's prediction within a loose bound.
+    assert baseline["energy_per_iteration_j"] == pytest.approx(model["energy_per_iteration_j"], rel=0.2)
+    assert report["optimized"] is None
+    assert report["saving_pct"] is None
+    assert report["profiling"] is None
+    assert report["failure"] is None
+    phases = [row["phase"] for row in report["iterations"]]
+    assert phases[0] == "warmup"
+    assert set(phases[1:]) == {"baseline"}
+    assert len({gpu for pipeline in report["gpus"] for gpu in pipeline}) == 2
+    assert _leases(daemon) == []
+
+
+def test_stages_respect_dependencies_and_run_at_max_clock(
+    baseline_run: tuple[dict[str, Any], list[dict[str, Any]]],
+) -> None:
+    runs = computations(baseline_run[1])
+    shape = PipelineShape(2, 4, 1, "1f1b")
+    assert len(runs) >= 7 * 2 * 8  # 7 iterations at least, 2 stages, 8 computations each
+    assert dependency_violations(runs, shape) == []
+    assert order_violations(runs, shape) == []
+    assert {run["clock_mhz"] for run in runs} == {MAX_CLOCK_MHZ}
+
+
+def test_counter_energy_is_within_one_percent_of_the_exact_energy(
+    baseline_run: tuple[dict[str, Any], list[dict[str, Any]]],
+) -> None:
+    report, records = baseline_run
+    (window,) = [record for record in records if record["kind"] == "window"]
+    runs = computations(records)
+    counted_j = exact_j = 0.0
+    for gpu, end_j in window["end"]["energy_j"].items():
+        start_s, end_s = window["start"]["time_s"][gpu], window["end"]["time_s"][gpu]
+        counted_j += end_j - window["start"]["energy_j"][gpu]
+        exact_j += exact_energy_j(runs, gpu, start_s, end_s, A100_BLOCKING_W)
+    assert counted_j == pytest.approx(exact_j, rel=0.01)
+    assert report["baseline"]["energy_j"] == pytest.approx(counted_j)
+
+
+def test_interleaved_pipelines_respect_the_ring_dependencies(daemon: DaemonProcess) -> None:
+    trace = daemon.dirs.base / "interleaved.jsonl"
+    out = run_emulate(
+        daemon.dirs.runtime_dir,
+        *TINY,
+        "--pipelines", "2", "--schedule", "interleaved", "--chunks", "2", "--time-scale", "0.2",
+        "--iterations", "2", "--baseline-only", "--json", "--trace", str(trace),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert len(report["baseline"]["pipeline_iteration_times_s"]) == 2
+    runs = computations(read_trace(trace))
+    shape = PipelineShape(2, 4, 2, "interleaved")
+    assert {run["pipeline"] for run in runs} == {0, 1}
+    assert {run["profile_stage"] for run in runs} == {0, 1, 2, 3}
+    assert dependency_violations(runs, shape) == []
+    assert order_violations(runs, shape) == []
+
+
+def _mismatching_csv(tmp_path: Path) -> Path:
+    profile = bundled_profile("a100_sxm")
+    lines = profile_to_csv(profile).splitlines()
+    stage, instruction, freq, time_s, energy_j = lines[1].split(",")
+    lines[1] = ",".join((stage, instruction, freq, time_s, str(float(energy_j) * 1.1)))
+    path = tmp_path / "edited.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--profile", "a100_sxm", "--stages", "5", "--microbatches", "4"), "--sim-gpus 5"),
+        (("--profile", "a40", "--stages", "2", "--microbatches", "4"), "does not match"),
+        ((*TINY, "--schedule", "zigzag"), "invalid choice"),
+        ((*TINY, "--schedule", "interleaved"), "--chunks 2"),
+        ((*TINY, "--time-scale", "0"), "positive"),
+        (("--profile", "EDITED", "--stages", "2", "--microbatches", "4"), "does not match"),
+    ],
+)
+def test_usage_errors_exit_2_with_a_clear_message(
+    daemon: DaemonProcess, tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
+    args = tuple(str(_mismatching_csv(tmp_path)) if arg == "EDITED" else arg for arg in args)
+    out = run_emulate(daemon.dirs.runtime_dir, *args)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr
+    assert _leases(daemon) == []
+
+
+def test_no_daemon_is_a_usage_error(tmp_path: Path) -> None:
+    out = run_emulate(tmp_path, *TINY)
+    assert out.returncode == 2
+    assert "no perseusd" in out.stderr
+    assert "--backend sim" in out.stderr
+
+
+def _start_long_run(daemon: DaemonProcess) -> subprocess.Popen[str]:
+    """An emulator that trains for long; returns once it printed its first measured iteration."""
+    proc = subprocess.Popen(
+        emulate_command(
+            daemon.dirs.runtime_dir, *TINY, "--time-scale", "0.2", "--iterations", "1000", "--baseline-only"
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.split()[:2] == ["1", "baseline"]:
+            break
+    else:
+        proc.kill()
+        pytest.fail(f"the emulator never trained: {proc.communicate(timeout=10)}")
+    assert len(_leases(daemon)) == 2
+    return proc
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_stopped_emulator_leaves_no_lease(daemon: DaemonProcess, signum: int) -> None:
+    proc = _start_long_run(daemon)
+    stage_pids = [lease["pid"] for lease in _leases(daemon)]
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=30)
+    if signum != signal.SIGKILL:
+        assert proc.returncode == 1
+        assert "interrupted" in err
+    _wait_no_leases(daemon)
+    deadline_s = time.monotonic() + LEASE_GONE_TIMEOUT_S
+    while any(Path(f"/proc/{pid}").exists() and _alive(pid) for pid in stage_pids):
+        assert time.monotonic() < deadline_s, "stage processes outlived the emulator"
+        time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
