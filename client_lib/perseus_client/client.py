@@ -70,6 +70,7 @@ logger = logging.getLogger(__name__)
 CLIENT_VERSION = "0.1.0"
 DEFAULT_RUNTIME_DIR = "/run/perseusd"
 EVENT_SNDHWM = 10_000
+CLOSE_LINGER_MS = 200
 _INSTRUCTIONS = frozenset(("forward", "backward"))
 M = TypeVar("M", bound=Message)
 _COMPUTATION_FORMAT = (
@@ -232,9 +233,10 @@ class PerseusClient:
         if self._monitor is not None:
             self._monitor.join(timeout=1.0)
         with self._lock:
-            for sock in (self._control, self._events):
-                if sock is not None:
-                    sock.close(linger=0)
+            if self._control is not None:
+                self._control.close(linger=0)
+            if self._events is not None:  # queued events (a last step_end) get a moment to leave
+                self._events.close(linger=CLOSE_LINGER_MS)
             if self._ctx is not None:
                 self._ctx.term()
             self._ctx = self._control = self._events = None

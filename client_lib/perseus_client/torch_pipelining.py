@@ -1,0 +1,201 @@
+"""Perseus for `torch.distributed.pipelining`: report a schedule's computations to perseusd with one call.
+
+```python
+handle = instrument(schedule, client, gpu)  # registers the job, wraps the schedule and its stages
+for batch, target in data:
+    schedule.step(batch, target=target)  # step and computation events are sent by the wrappers
+handle.close()  # the original methods are back
+```
+
+Hook points (read from torch 2.13's `schedules.py` and `stage.py`; some are private, check them on upgrades):
+
+- `schedule.step()` is one training iteration: step begin/end. `eval()` runs `step()` with backward turned
+  off; that forward-only pass is not the training schedule, so it is not reported.
+- `stage.forward_one_chunk(microbatch, ...)`: a forward computation (the last stage's loss is computed by the
+  schedule just after it, outside; it is part of the gap before the next computation).
+- `stage.backward_one_chunk(microbatch, ..., full_backward=...)`: a backward computation, full or (zero-bubble
+  schedules) its input-gradient half. The weight-gradient half (`backward_weight_one_chunk`) is not reported:
+  perseusd knows forward and backward only, and a second backward of the same microbatch would be a
+  duplicate; it runs at the clock of the computation planned next.
+
+Every schedule calls these for all its computations, single-stage (`ScheduleGPipe`, `Schedule1F1B`) and
+multi-stage (`ScheduleInterleaved1F1B`, `ScheduleLoopedBFS`, zero-bubble, DualPipeV) alike. The events carry
+stage = this rank's position in the pipeline (its rank in the pipeline group: the physical GPU position),
+chunk = the model chunk on this rank (its stages in `stage_index` order: 0 for the first) and the microbatch
+the schedule passed. Schedules using `register_custom_function` actions bypass these methods for those
+actions.
+
+torch is imported here only: `perseus_client` itself never imports this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+import torch
+from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+from torch.distributed.pipelining.schedules import PipelineScheduleMulti, PipelineScheduleSingle
+from torch.distributed.pipelining.stage import _PipelineStageBase
+
+from perseus_client.client import PerseusClient
+from perseus_client.torch_events import CudaEventReporter, DirectReporter, Reporter, cuda_event_recorder
+
+Schedule = PipelineScheduleSingle | PipelineScheduleMulti
+_NAMED_SCHEDULES: dict[type[Any], str] = {
+    ScheduleGPipe: "gpipe",
+    Schedule1F1B: "1f1b",
+    ScheduleInterleaved1F1B: "interleaved",
+}
+_COMPUTATIONS = (
+    ("forward_one_chunk", "forward", "fwd_chunk_id"),
+    ("backward_one_chunk", "backward", "bwd_chunk_id"),
+)
+
+
+def local_stages(schedule: Schedule) -> list[_PipelineStageBase]:
+    """This rank's stages in `stage_index` order (the list index is the chunk)."""
+    if isinstance(schedule, PipelineScheduleSingle):
+        return [schedule._stage]
+    return sorted(schedule._stages, key=lambda stage: stage.stage_index)
+
+
+def schedule_name_of(schedule: Schedule) -> str:
+    """The perseusd schedule name whose order this schedule runs, or "observed" (the daemon learns it).
+
+    Only the exact torch classes qualify (a subclass may reorder). torch's interleaved 1F1B equals the
+    Megatron-LM order perseusd plans only when the microbatches are a multiple of the pipeline ranks.
+    """
+    name = _NAMED_SCHEDULES.get(type(schedule), "observed")
+    ranks = local_stages(schedule)[0].group_size
+    if name == "interleaved" and schedule._n_microbatches % ranks:
+        return "observed"
+    return name
+
+
+def instrument(
+    schedule: Schedule,
+    client: PerseusClient,
+    gpu: str,
+    *,
+    num_stages: int | None = None,
+    pipeline: int = 0,
+    register: bool = True,
+    schedule_name: str | None = None,
+    first_step: int = 0,
+) -> PipelineInstrumentation:
+    """Make `schedule` report its steps and computations on `gpu` to perseusd; undo with `.close()`.
+
+    Args:
+        schedule: a `torch.distributed.pipelining` schedule, already built with this rank's stage(s).
+        client: a connected client that claimed `gpu`.
+        gpu: the UUID of the GPU this rank runs on.
+        num_stages: GPUs in the pipeline (default: the pipeline process group's size).
+        pipeline: which data-parallel pipeline this rank belongs to.
+        register: join the job now (`client.register`); raises `PerseusClientError` when the daemon refuses.
+        schedule_name: the schedule to register (default: `schedule_name_of(schedule)`).
+        first_step: the step number of the next `schedule.step()` (steps count up from it).
+    """
+    stages = local_stages(schedule)
+    position = stages[0].group_rank
+    if register:
+        client.register(
+            gpu,
+            stage=position,
+            num_stages=num_stages or stages[0].group_size,
+            num_microbatches=schedule._n_microbatches,
+            schedule=schedule_name or schedule_name_of(schedule),
+            pipeline=pipeline,
+            chunks=len(stages),
+        )
+    return PipelineInstrumentation(schedule, stages, _reporter_for(stages[0].device, client, gpu), first_step)
+
+
+def _reporter_for(device: torch.device, client: PerseusClient, gpu: str) -> Reporter:
+    """CUDA events on a CUDA device (no device-wide synchronise per computation), direct sends otherwise."""
+    if device.type == "cuda":
+        return CudaEventReporter(client, gpu, cuda_event_recorder(device))
+    return DirectReporter(client, gpu)
+
+
+class PipelineInstrumentation:
+    """The wrappers `instrument` installed; `close()` (or leaving a `with` block) removes them.
+
+    Attributes:
+        position: this rank's pipeline stage (the `stage` of its events).
+        next_step: the step number the next training `schedule.step()` reports.
+    """
+
+    def __init__(
+        self, schedule: Schedule, stages: list[_PipelineStageBase], reporter: Reporter, first_step: int
+    ) -> None:
+        self.position = stages[0].group_rank
+        self.next_step = first_step
+        self._reporter = reporter
+        self._in_step = False
+        self._saved: list[tuple[object, str, object | None]] = []
+        self._patch(schedule, "step", self._wrap_step(schedule))
+        for chunk, stage in enumerate(stages):
+            for method, instruction, keyword in _COMPUTATIONS:
+                self._patch(
+                    stage, method, self._wrap_computation(getattr(stage, method), instruction, chunk, keyword)
+                )
+
+    def close(self) -> None:
+        """Restore the original methods (in reverse order) and send any events still pending."""
+        while self._saved:
+            target, name, previous = self._saved.pop()
+            if previous is None:
+                delattr(target, name)
+            else:
+                setattr(target, name, previous)
+        self._reporter.close()
+
+    def __enter__(self) -> PipelineInstrumentation:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _patch(self, target: object, name: str, wrapper: Callable[..., Any]) -> None:
+        """Shadow a method with an instance attribute, remembering any instance attribute it replaced."""
+        self._saved.append((target, name, vars(target).get(name)))
+        setattr(target, name, wrapper)
+
+    def _wrap_step(self, schedule: Schedule) -> Callable[..., Any]:
+        original: Callable[..., Any] = schedule.step
+
+        def step(*args: Any, **kwargs: Any) -> Any:
+            if not schedule._has_backward:  # eval(): forward only, not the training order
+                return original(*args, **kwargs)
+            number = self.next_step
+            self.next_step += 1
+            self._in_step = True
+            self._reporter.step_begin(number)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self._in_step = False
+                self._reporter.step_end(number)
+
+        return step
+
+    def _wrap_computation(
+        self, original: Callable[..., Any], instruction: str, chunk: int, keyword: str
+    ) -> Callable[..., Any]:
+        reporter = self._reporter
+
+        def computation(*args: Any, **kwargs: Any) -> Any:
+            if not self._in_step:
+                return original(*args, **kwargs)
+            microbatch = int(args[0] if args else kwargs[keyword])
+            reporter.computation_begin(self.position, instruction, microbatch, chunk)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                reporter.computation_end(self.position, instruction, microbatch, chunk)
+
+        return computation
