@@ -33,7 +33,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import nnls
 
 from perseusd.profiling.trace import CounterSample, Interval, OptionKey
 
@@ -287,6 +286,8 @@ def _fit_rows(
     inverse, determined = _normal_pseudo_inverse(weighted)
     powers = inverse @ (weighted.T @ weighted_target)
     if np.any(powers < 0):
+        from scipy.optimize import nnls  # imported on first use: the daemon starts without loading scipy
+
         powers = np.asarray(nnls(weighted, weighted_target)[0], dtype=np.float64)
     residuals = (target_j - design @ powers) * scale
     errors = np.full(columns, math.inf)

@@ -79,7 +79,7 @@ def test_malformed_plans_refused(daemon: DaemonProcess) -> None:
     assert attempt([{**good, "freq_mhz": "fast"}]) == "BAD_FIELD"
     assert attempt([good, good]) == "BAD_FIELD"
     assert attempt([{**good, "freq_mhz": 99_999}]) == "BAD_FIELD"
-    huge = [{**good, "microbatch": i} for i in range(5000)]
+    huge = [{**good, "microbatch": i} for i in range(20_000)]  # > max_frame_bytes (1 MiB)
     assert attempt(huge) == "TOO_LARGE"
     assert daemon.proc is not None
     assert daemon.proc.poll() is None  # never crashes on input
