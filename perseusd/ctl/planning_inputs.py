@@ -6,10 +6,10 @@ Import-light on purpose: the planner modules are imported when the command runs,
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from perseusd.argtypes import non_negative_float, positive_float, positive_int
 from perseusd.errors import PlanningError
 
 if TYPE_CHECKING:
@@ -31,36 +31,6 @@ class PlanningInputs:
     p_block_w: float
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number (got {text})")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative number (got {text})")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (got {text})")
-    return value
-
-
 def add_planning_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the profile, schedule and solver parameter options to a command's parser."""
     parser.add_argument(
@@ -69,30 +39,30 @@ def add_planning_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help=f"profile CSV file, or a bundled profile name ({', '.join(BUNDLED_NAMES)})",
     )
-    parser.add_argument("--stages", type=_positive_int, required=True, metavar="S", help="pipeline stages")
+    parser.add_argument("--stages", type=positive_int, required=True, metavar="S", help="pipeline stages")
     parser.add_argument(
-        "--microbatches", type=_positive_int, required=True, metavar="M", help="microbatches per iteration"
+        "--microbatches", type=positive_int, required=True, metavar="M", help="microbatches per iteration"
     )
     parser.add_argument(
         "--schedule", choices=("1f1b", "gpipe", "interleaved"), default="1f1b", help="default: %(default)s"
     )
     parser.add_argument(
         "--chunks",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         metavar="V",
         help="model chunks per stage (interleaved only)",
     )
     parser.add_argument(
         "--unit-time",
-        type=_positive_float,
+        type=positive_float,
         default=DEFAULT_UNIT_TIME_S,
         metavar="SECONDS",
         help="the solver's time unit, in the profile's time unit (default: %(default)s)",
     )
     parser.add_argument(
         "--p2p-power",
-        type=_non_negative_float,
+        type=non_negative_float,
         default=None,
         metavar="WATTS",
         help="GPU power while blocked on communication (default: the measured value for a bundled profile "

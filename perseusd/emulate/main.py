@@ -24,6 +24,7 @@ from typing import TextIO
 from perseus_client.client import PerseusClient, PerseusClientError
 from perseus_client.protocol import CONTROL_SOCKET_NAME
 
+from perseusd.argtypes import positive_float, positive_int
 from perseusd.emulate.coordinator import Coordinator, CoordinatorOptions, ProfileToImport
 from perseusd.emulate.phases import PhaseConfig
 from perseusd.emulate.preflight import (
@@ -47,26 +48,6 @@ POLICIES = ("fastest", "slowdown", "time", "min_energy")
 CONTROL_TIMEOUT_S = 5.0
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number (got {text})")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perseus-emulate",
@@ -77,18 +58,18 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--profile", required=True, help="a100_sxm, a40, or a profile CSV (must be the simulated GPUs' model)"
     )
-    add("--stages", type=_positive_int, required=True, help="pipeline stages (GPUs per pipeline)")
-    add("--microbatches", type=_positive_int, required=True, help="microbatches per iteration")
-    add("--pipelines", type=_positive_int, default=1, help="data-parallel pipelines (default 1)")
+    add("--stages", type=positive_int, required=True, help="pipeline stages (GPUs per pipeline)")
+    add("--microbatches", type=positive_int, required=True, help="microbatches per iteration")
+    add("--pipelines", type=positive_int, default=1, help="data-parallel pipelines (default 1)")
     add("--schedule", choices=SCHEDULES, default="1f1b", help="default 1f1b; observed runs 1F1B")
-    add("--chunks", type=_positive_int, default=1, help="model chunks per GPU (interleaved only)")
-    add("--iterations", type=_positive_int, default=10, help="measured iterations per phase (default 10)")
+    add("--chunks", type=positive_int, default=1, help="model chunks per GPU (interleaved only)")
+    add("--iterations", type=positive_int, default=10, help="measured iterations per phase (default 10)")
     add(
         "--baseline-iterations",
-        type=_positive_int,
+        type=positive_int,
         help="measured baseline iterations (default: --iterations)",
     )
-    add("--time-scale", type=_positive_float, default=1.0, help="computation time factor (default 1: real)")
+    add("--time-scale", type=positive_float, default=1.0, help="computation time factor (default 1: real)")
     add("--runtime-dir", type=Path, required=True, help="the runtime directory of a perseusd --backend sim")
     add("--job", help="job name (default emulate-<pid>)")
     add("--policy", choices=POLICIES, help="the frontier point the daemon runs (default: the daemon's)")
@@ -101,11 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(
         "--max-profiling-iterations",
-        type=_positive_int,
+        type=positive_int,
         default=500,
         help="fail when the job is not running after this many closed-loop iterations (default 500)",
     )
-    add("--timeout-s", type=_positive_float, default=900.0, help="fail after this long (default 900)")
+    add("--timeout-s", type=positive_float, default=900.0, help="fail after this long (default 900)")
     add("--trace", type=Path, help="append every computation and counter sample to FILE (JSON lines)")
     add("--json", action="store_true", help="print one JSON object (progress goes to stderr)")
     add("--json-file", type=Path, help="also write the JSON object to FILE")
