@@ -56,10 +56,6 @@ class EnergySampler:
         with self._lock:
             self._traces.pop(gpu, None)
 
-    def watching(self, gpu: str) -> bool:
-        with self._lock:
-            return gpu in self._traces
-
     def samples(self, gpu: str, since_ns: int = 0) -> list[CounterSample]:
         """A copy of the kept samples of `gpu` from `since_ns` on (empty when not watched)."""
         with self._lock:

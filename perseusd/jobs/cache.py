@@ -11,7 +11,6 @@ import io
 import json
 import logging
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +76,3 @@ class JobCache:
         folder = self._dir(signature)
         if folder.is_dir():
             save_json(frontier, folder / "frontier.json")
-
-    def forget(self, signature: str) -> None:
-        shutil.rmtree(self._dir(signature), ignore_errors=True)

@@ -17,7 +17,7 @@ from typing import Any
 from perseus_client.protocol import PlanEntry
 
 from perseusd.jobs.policy import PointSummary, Policy
-from perseusd.jobs.shape import JobShape, StageOrder, step_of
+from perseusd.jobs.shape import JobShape, StageOrder
 from perseusd.jobs.slot import StageSlot
 from perseusd.planner.dag import Instruction
 from perseusd.planner.profile import Measurement, Profile
@@ -183,7 +183,3 @@ class Job:
         fields = ("quant_time", "time_s", "model_energy_j", "refined_energy_j")
         header = {k: self.frontier[k] for k in ("format", "version", "meta")} | {"format": "perseus-plan"}
         return header | {"index": index} | {k: point[k] for k in fields} | {"stages": stages}
-
-
-def order_of(entries: tuple[PlanEntry, ...]) -> StageOrder:
-    return tuple(step_of(e.instruction, e.microbatch, e.chunk) for e in entries)

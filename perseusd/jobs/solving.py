@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import math
 import multiprocessing
-from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -94,7 +93,3 @@ class SolveWorker:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
-
-
-def orders_json(orders: Sequence[StageOrder]) -> list[list[list[Any]]]:
-    return [[[str(i.value), mb, chunk] for i, mb, chunk in order] for order in orders]
