@@ -2,10 +2,10 @@
 
 A workload process opens a simulated GPU by UUID in the daemon's sim directory, then runs computations on it:
 `run(stage, instruction)` looks up the profile's time and energy at the clock in force (the daemon's locked
-clock, or the highest clock when unlocked), holds the GPU for that time (computations on one GPU never
-overlap: a second process waits, as contexts time-slice on a real GPU) and records the computation, so the
-daemon's energy counter sees it. A workload maps the daemon's control file read-only: it can never change
-clocks. The file layout is documented in `perseusd.gpu.sim_shared`.
+clock, or the highest clock when unlocked), holds the GPU for that time (a clock changed while it runs applies
+to the work left; computations on one GPU never overlap: a second process waits, as contexts time-slice on a
+real GPU) and records the computation, so the daemon's energy counter sees it. A workload maps the daemon's
+control file read-only: it can never change clocks. The file layout is documented in `perseusd.gpu.sim_shared`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from perseusd.gpu.errors import GpuInvalidArgumentError
 from perseusd.gpu.sim_models import ComputationCost, SimModel, load_sim_model
 from perseusd.gpu.sim_shared import BusyMap, BusyState, StateMap, busy_path, state_path
 
+DEFAULT_CLOCK_POLL_S = 0.0005
+
 
 @dataclass(frozen=True)
 class RunRecord:
@@ -31,6 +33,7 @@ class RunRecord:
     start_s: float
     duration_s: float
     energy_j: float
+    clock_switches: int = 0  # clock changes the daemon made while it ran (clock_mhz is the first clock)
 
 
 def list_sim_gpus(sim_dir: Path | str) -> list[str]:
@@ -49,6 +52,7 @@ class SimGpuHandle:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        clock_poll_s: float | None = DEFAULT_CLOCK_POLL_S,
     ) -> None:
         self._state = state
         self._busy = busy
@@ -56,6 +60,7 @@ class SimGpuHandle:
         self._clock = clock
         self._sleep = sleep
         self._throttle = 1.0
+        self._clock_poll_s = clock_poll_s
 
     @classmethod
     def open(
@@ -65,8 +70,12 @@ class SimGpuHandle:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        clock_poll_s: float | None = DEFAULT_CLOCK_POLL_S,
     ) -> SimGpuHandle:
-        """Open simulated GPU `uuid` in `sim_dir` (control file read-only, busy record writable)."""
+        """Open simulated GPU `uuid` in `sim_dir` (control file read-only, busy record writable).
+
+        `clock_poll_s`: how often a running computation looks for a clock change (None: only at its start).
+        """
         sim_dir = Path(sim_dir)
         try:
             state = StateMap(state_path(sim_dir, uuid), writable=False)
@@ -78,7 +87,7 @@ class SimGpuHandle:
         except BaseException:
             state.close()
             raise
-        return cls(state, busy, model, clock=clock, sleep=sleep)
+        return cls(state, busy, model, clock=clock, sleep=sleep, clock_poll_s=clock_poll_s)
 
     @property
     def uuid(self) -> str:
@@ -112,28 +121,51 @@ class SimGpuHandle:
         return ComputationCost(time_s=base.time_s * scale, energy_j=base.energy_j * scale)
 
     def run(self, stage: int, instruction: str, time_scale: float = 1.0) -> RunRecord:
-        """Run one computation: hold the GPU for its profiled time at the current clock and record its energy.
+        """Run one computation: hold the GPU for its profiled time and record its energy.
 
         `time_scale` multiplies time and energy alike (power stays the profile's): use it to emulate faster
-        than real time. The clock is read when the computation starts (after waiting for the GPU).
+        than real time. The clock is read when the computation starts (after waiting for the GPU) and then
+        every `clock_poll_s` while it runs: a clock the daemon changes mid-computation applies to the work
+        left, as on a real GPU, so time and energy are piecewise (work done at each clock is pro rata).
         """
         if time_scale <= 0:
             raise GpuInvalidArgumentError(f"time_scale {time_scale} must be > 0", uuid=self.uuid, op="run")
         with self._busy.exclusive():
-            clock_mhz = self.current_clock_mhz()
-            base = self._model.cost(stage, instruction, clock_mhz)
-            scale = time_scale * self._throttle
-            duration_s, energy_j = base.time_s * scale, base.energy_j * scale
             done = _fold_stale(self._busy.read())
             start_s = self._clock()
-            self._busy.write(
-                BusyState(
-                    done.done_busy_s, done.done_energy_j, True, start_s, duration_s, energy_j, clock_mhz
-                )
-            )
-            self._sleep(duration_s)
-            self._busy.write(BusyState(done.done_busy_s + duration_s, done.done_energy_j + energy_j))
-        return RunRecord(stage, instruction, clock_mhz, start_s, duration_s, energy_j)
+            first_clock_mhz = clock_mhz = self.current_clock_mhz()
+            work_left, segment_start_s, switches = 1.0, start_s, 0
+            busy_s, energy_j = done.done_busy_s, done.done_energy_j
+            while True:
+                base = self._model.cost(stage, instruction, clock_mhz)
+                scale = time_scale * self._throttle * work_left
+                seg_s, seg_j = base.time_s * scale, base.energy_j * scale
+                self._busy.write(BusyState(busy_s, energy_j, True, segment_start_s, seg_s, seg_j, clock_mhz))
+                new_clock_mhz = self._hold(segment_start_s + seg_s, clock_mhz)
+                if new_clock_mhz is None:
+                    busy_s, energy_j = busy_s + seg_s, energy_j + seg_j
+                    break
+                now_s = self._clock()
+                fraction = min(1.0, max(0.0, (now_s - segment_start_s) / seg_s)) if seg_s > 0 else 1.0
+                busy_s, energy_j = busy_s + fraction * seg_s, energy_j + fraction * seg_j
+                work_left *= 1.0 - fraction
+                clock_mhz, segment_start_s, switches = new_clock_mhz, now_s, switches + 1
+            self._busy.write(BusyState(busy_s, energy_j))
+        duration_s = self._clock() - start_s if switches else busy_s - done.done_busy_s
+        total_j = energy_j - done.done_energy_j
+        return RunRecord(stage, instruction, first_clock_mhz, start_s, duration_s, total_j, switches)
+
+    def _hold(self, end_s: float, clock_mhz: int) -> int | None:
+        """Sleep until `end_s`; the new clock if the daemon changes it before then, else None."""
+        if self._clock_poll_s is None:
+            self._sleep(max(0.0, end_s - self._clock()))
+            return None
+        while (left_s := end_s - self._clock()) > 0:
+            self._sleep(min(self._clock_poll_s, left_s))
+            now_mhz = self.current_clock_mhz()
+            if now_mhz != clock_mhz and end_s - self._clock() > 0:
+                return now_mhz
+        return None
 
     def close(self) -> None:
         self._state.close()

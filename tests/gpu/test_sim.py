@@ -66,7 +66,7 @@ def test_busy_energy_follows_the_profile_at_the_locked_clock(
     ) as gpu:
         record = gpu.run(3, "backward")
     assert (record.clock_mhz, record.duration_s, record.energy_j) == (1005, cost.time_s, cost.energy_j)
-    assert seen_power_w == [pytest.approx(cost.power_w)]
+    assert seen_power_w and all(w == pytest.approx(cost.power_w) for w in seen_power_w)
     fake_clock.advance(1.0 - cost.time_s)
     expected_j = cost.energy_j + A100_BLOCKING_W * (1.0 - cost.time_s)
     assert device.true_energy_j() == pytest.approx(expected_j)
@@ -79,9 +79,54 @@ def test_unlocked_gpu_runs_at_its_highest_clock(sim_backend: SimBackend, fake_cl
         assert gpu.current_clock_mhz() == 1410
         record = gpu.run(0, "forward", time_scale=0.5)
         assert record.duration_s == pytest.approx(0.05016166687011708 / 2)
-        assert fake_clock.sleeps_s == [record.duration_s]
+        assert sum(fake_clock.sleeps_s) == pytest.approx(record.duration_s)
         gpu.throttle(2.0)
         assert gpu.cost(0, "forward").time_s == pytest.approx(0.05016166687011708 * 2)
+
+
+def test_a_clock_change_mid_computation_applies_to_the_work_left(
+    sim_backend: SimBackend, fake_clock: FakeClock
+) -> None:
+    device = sim_backend.sim_devices()[0]
+    high, low = device.model.cost(2, "forward", 1410), device.model.cost(2, "forward", 1005)
+    switch_at_s = fake_clock() + high.time_s / 4
+
+    def sleep_and_switch(duration_s: float) -> None:
+        before_s = fake_clock()
+        fake_clock.advance(duration_s)
+        if before_s < switch_at_s <= fake_clock():
+            device.set_locked_sm_clock_mhz(1005)
+
+    with SimGpuHandle.open(
+        sim_backend.sim_dir, device.info.uuid, clock=fake_clock, sleep=sleep_and_switch
+    ) as gpu:
+        record = gpu.run(2, "forward")
+    done_at_high = pytest.approx(0.25, abs=0.001 / high.time_s)  # the switch is seen within one 1 ms poll
+    high_fraction = (record.duration_s - low.time_s) / (high.time_s - low.time_s)
+    assert (record.clock_mhz, record.clock_switches) == (1410, 1)
+    assert high_fraction == done_at_high
+    assert record.energy_j == pytest.approx(
+        high_fraction * high.energy_j + (1 - high_fraction) * low.energy_j, rel=1e-9
+    )
+    fake_clock.advance(1.0 - record.duration_s)
+    expected_j = record.energy_j + A100_BLOCKING_W * (1.0 - record.duration_s)
+    assert device.true_energy_j() == pytest.approx(expected_j)
+
+
+def test_without_polling_the_clock_is_read_once(sim_backend: SimBackend, fake_clock: FakeClock) -> None:
+    device = sim_backend.sim_devices()[0]
+    high = device.model.cost(2, "forward", 1410)
+
+    def sleep_and_switch(duration_s: float) -> None:
+        fake_clock.advance(duration_s)
+        device.set_locked_sm_clock_mhz(1005)
+
+    with SimGpuHandle.open(
+        sim_backend.sim_dir, device.info.uuid, clock=fake_clock, sleep=sleep_and_switch, clock_poll_s=None
+    ) as gpu:
+        record = gpu.run(2, "forward")
+    assert (record.clock_mhz, record.clock_switches) == (1410, 0)
+    assert (record.duration_s, record.energy_j) == (pytest.approx(high.time_s), pytest.approx(high.energy_j))
 
 
 def test_noise_is_deterministic_for_a_seed(tmp_path: Path) -> None:
