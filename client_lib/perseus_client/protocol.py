@@ -10,6 +10,8 @@ The protocol version is separate from the package version: bump it on any incomp
 Version 2: `set_plan` / `clear_plan` requests and the `plan` field of a status GPU row.
 Version 3: jobs (`register`, `set_policy`, `jobs`, `frontier`, `plan`, `profile_export`, `profile_import`),
 the `jobs` field of a status reply; event timestamps are CLOCK_MONOTONIC (`time.monotonic_ns()`).
+Version 4: stragglers (`announce_straggler`), per-pipeline compute time, plan and slowness in `jobs`, the
+job's straggler, target time and energy saved.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from perseus_client.validation import build
 
 __all__ = ["ErrorCode", "ProtocolError"]  # re-exported; everything else is defined here
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 DEFAULT_MAX_FRAME_BYTES = 1 << 20
 
 CONTROL_SOCKET_NAME = "control.sock"
@@ -367,6 +369,30 @@ class PipelineInfo:
     iterations: int
     iteration_time_s: float | None
     """Mean of the recent iterations (step begin to step begin of its first stage)."""
+    compute_time_s: float | None
+    """Median of the recent iterations' busy time: first step begin to last computation end of any of its
+    stages, so waiting for other pipelines after the last computation (gradient sync) is left out."""
+    plan_index: int | None
+    """The frontier point this pipeline runs (None: no plan yet)."""
+    plan_time_s: float | None
+    plan_since_step: int | None
+    """The step (iteration number of the step events) from which every stage runs this plan."""
+    slowness: float | None
+    """compute_time_s over plan_time_s: about 1 for a healthy pipeline, the factor for a straggler."""
+    node: str
+    """The node that runs it: "" for this node, else its cluster node name (from etcd)."""
+
+
+@dataclass(frozen=True)
+class StragglerInfo:
+    """A job's straggler: which pipeline, by what factor, and who said so ("detected", "announced", or
+    "cluster" for another node's detection or announcement)."""
+
+    pipeline: int
+    factor: float
+    source: str
+    since_step: int
+    """The straggler pipeline's step when it was detected or announced (the others re-plan from then)."""
 
 
 @dataclass(frozen=True)
@@ -405,6 +431,40 @@ class JobInfo:
     wrong_clock_fraction: float | None
     """Computations that began before their planned clock was applied, as a fraction of all planned."""
     error: str
+    straggler: StragglerInfo | None
+    target_time_s: float | None
+    """The iteration time the other pipelines plan for while a straggler runs (None: no straggler)."""
+    all_max_time_s: float | None
+    all_max_energy_j: float | None
+    energy_saved_j: float
+    """Energy saved against all-max clocks since the plan runs, all of this node's pipelines, from the profile
+    (each iteration at the plan's energy vs all-max's, both waiting at blocking power until its time)."""
+    cluster: str
+    """The cluster plane's view of this job: "fresh", "stale", "expired", or "" without a cluster."""
+
+
+@dataclass(frozen=True)
+class AnnounceStraggler(Message):
+    """Announce (or with `clear`, withdraw) that `pipeline` of `job` straggles by `factor` (>= 1): its
+    iterations take `factor` times its plan's time. The job's other pipelines move to the least-energy plan
+    that is no slower than the straggler; shared with the job's other nodes when a cluster is configured."""
+
+    TYPE: ClassVar[str] = "announce_straggler"
+    job: str
+    pipeline: int
+    factor: float
+    clear: bool
+
+
+@dataclass(frozen=True)
+class AnnounceStragglerOk(Message):
+    TYPE: ClassVar[str] = "announce_straggler_ok"
+    job: str
+    pipeline: int
+    factor: float
+    clear: bool
+    shared: bool
+    """Whether the announcement goes to the cluster plane (etcd) too."""
 
 
 @dataclass(frozen=True)
@@ -502,6 +562,7 @@ REQUEST_TYPES: tuple[type[Message], ...] = (
     PlanRequest,
     ProfileExport,
     ProfileImport,
+    AnnounceStraggler,
     *EVENT_TYPES,
 )
 ADMIN_TYPES: tuple[type[Message], ...] = (AdminReset, AdminSetPowerLimit, StatusRequest)
@@ -522,6 +583,7 @@ REPLY_TYPES: tuple[type[Message], ...] = (
     DocumentReply,
     ProfileReply,
     ProfileImportOk,
+    AnnounceStragglerOk,
     ErrorReply,
 )
 MESSAGE_TYPES: dict[str, type[Message]] = {

@@ -3,8 +3,9 @@
 Pure data, no I/O. Keys, under the configured prefix (default `/perseus/v1`):
 
 - `<prefix>/jobs/<job>/pipelines/<p>`: one pipeline's facts, published by the node that runs it:
-  `{"version": 1, "node": ..., "iteration_time_s": ..., "t_min_s": ..., "t_max_s": ...}` (the measured
-  iteration time and the time range of its frontier);
+  `{"version": 1, "node": ..., "iteration_time_s": ..., "t_min_s": ..., "t_max_s": ..., "plan_time_s": ...}`
+  (the measured compute time of its iterations, the time range of its frontier, and the time of the point it
+  runs; `plan_time_s` may be absent in values of older nodes and then reads as `t_min_s`);
 - `<prefix>/jobs/<job>/stragglers/<p>`: an announced straggler (`perseusctl straggler JOB --pipeline P
   --factor F`): `{"version": 1, "node": ..., "factor": ...}`.
 
@@ -48,12 +49,23 @@ class PipelineFacts:
     iteration_time_s: float
     t_min_s: float
     t_max_s: float
+    plan_time_s: float | None = None
+    """The time of the frontier point it runs (None: `t_min_s`, the fastest)."""
 
     def __post_init__(self) -> None:
-        times = (self.iteration_time_s, self.t_min_s, self.t_max_s)
+        times = (self.iteration_time_s, self.t_min_s, self.t_max_s, self.planned_time_s)
         if not all(math.isfinite(t) and t > 0 for t in times) or self.t_min_s > self.t_max_s:
             raise ValueError(f"pipeline times must be positive and t_min_s <= t_max_s (got {times})")
         check_name("node", self.node)
+
+    @property
+    def planned_time_s(self) -> float:
+        return self.t_min_s if self.plan_time_s is None else self.plan_time_s
+
+    @property
+    def slowness(self) -> float:
+        """Measured compute time over the running point's time: the factor by which it is slow."""
+        return self.iteration_time_s / self.planned_time_s
 
 
 @dataclass(frozen=True)
@@ -124,16 +136,16 @@ def straggler_key(prefix: str, job: str, pipeline: int) -> str:
 
 def encode_facts(facts: PipelineFacts) -> str:
     """The JSON value of a pipeline key."""
-    return json.dumps(
-        {
-            "version": VALUE_VERSION,
-            "node": facts.node,
-            "iteration_time_s": facts.iteration_time_s,
-            "t_min_s": facts.t_min_s,
-            "t_max_s": facts.t_max_s,
-        },
-        sort_keys=True,
-    )
+    doc = {
+        "version": VALUE_VERSION,
+        "node": facts.node,
+        "iteration_time_s": facts.iteration_time_s,
+        "t_min_s": facts.t_min_s,
+        "t_max_s": facts.t_max_s,
+    }
+    if facts.plan_time_s is not None:
+        doc["plan_time_s"] = facts.plan_time_s
+    return json.dumps(doc, sort_keys=True)
 
 
 def encode_announcement(announcement: StragglerAnnouncement) -> str:
@@ -169,8 +181,11 @@ def decode_entry(job_key_prefix: str, key: str, raw: bytes) -> tuple[str, int, o
     doc = _document(raw)
     try:
         if kind == "pipelines":
-            times = (_number(doc, n) for n in ("iteration_time_s", "t_min_s", "t_max_s"))
-            return kind, pipeline, PipelineFacts(doc["node"], *times)
+            iteration_s, t_min_s, t_max_s = (
+                _number(doc, n) for n in ("iteration_time_s", "t_min_s", "t_max_s")
+            )
+            plan_s = _number(doc, "plan_time_s") if "plan_time_s" in doc else None
+            return kind, pipeline, PipelineFacts(doc["node"], iteration_s, t_min_s, t_max_s, plan_s)
         return kind, pipeline, StragglerAnnouncement(doc["node"], _number(doc, "factor"))
     except KeyError as exc:
         raise ValueError(f"missing field {exc}") from None

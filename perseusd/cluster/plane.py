@@ -115,10 +115,17 @@ class ClusterPlane:
     # -- the daemon's side: never blocks on etcd -----------------------------------------------------------
 
     def publish_pipeline(
-        self, job: str, pipeline: int, iteration_time_s: float, t_min_s: float, t_max_s: float
+        self,
+        job: str,
+        pipeline: int,
+        iteration_time_s: float,
+        t_min_s: float,
+        t_max_s: float,
+        plan_time_s: float | None = None,
     ) -> None:
-        """Share a local pipeline's measured iteration time and frontier time range (ValueError if bad)."""
-        facts = PipelineFacts(self.config.node_name, iteration_time_s, t_min_s, t_max_s)
+        """Share a local pipeline's measured compute time, frontier time range and running point's time
+        (ValueError if bad)."""
+        facts = PipelineFacts(self.config.node_name, iteration_time_s, t_min_s, t_max_s, plan_time_s)
         self._want(job, pipeline_key(self.config.prefix, job, pipeline), encode_facts(facts))
 
     def withdraw_pipeline(self, job: str, pipeline: int) -> None:

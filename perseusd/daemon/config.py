@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import socket
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perseusd.cluster.config import ClusterConfig
 from perseusd.errors import ConfigError
 
 DEFAULT_CONFIG_PATH = Path("/etc/perseusd/perseusd.toml")
@@ -44,6 +46,18 @@ class DaemonConfig:
     default_policy: str = "fastest"
     default_policy_target: float = 0.0
     job_cache: bool = True
+    # Stragglers: hysteresis of the detection from pipelines' compute times.
+    straggler_threshold: float = 0.05
+    straggler_clear_threshold: float = 0.02
+    straggler_iterations: int = 3
+    # The cluster plane (etcd), only when endpoints are given: comma-separated http(s)://HOST:PORT.
+    etcd_endpoints: str = ""
+    cluster_node_name: str = ""
+    """This node's name in etcd ("" = the host name)."""
+    cluster_lease_ttl_s: int = 10
+    cluster_refresh_interval_s: float = 0.5
+    cluster_timeout_s: float = 1.0
+    cluster_prefix: str = "/perseus/v1"
 
     def __post_init__(self) -> None:
         _require(self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}")
@@ -60,8 +74,29 @@ class DaemonConfig:
         _require(0.001 <= self.energy_sample_period_s <= 1.0, "energy_sample_period_s must be 0.001..1")
         _require(self.solver_unit_time_s >= 0, "solver_unit_time_s must be >= 0 (0: automatic)")
         _require(self.default_policy in POLICIES, f"default_policy must be one of {', '.join(POLICIES)}")
+        _require(0 < self.straggler_threshold <= 1.0, "straggler_threshold must be in (0, 1]")
+        _require(
+            0 <= self.straggler_clear_threshold <= self.straggler_threshold,
+            "straggler_clear_threshold must be 0..straggler_threshold",
+        )
+        _require(1 <= self.straggler_iterations <= 100, "straggler_iterations must be 1..100")
         _require(self.runtime_dir.is_absolute(), "runtime_dir must be an absolute path")
         _require(self.state_dir.is_absolute(), "state_dir must be an absolute path")
+        self.cluster()  # validates the cluster settings (ConfigError) when endpoints are given
+
+    def cluster(self) -> ClusterConfig | None:
+        """The cluster plane's settings, None when no etcd endpoint is configured (one node alone)."""
+        endpoints = tuple(e.strip() for e in self.etcd_endpoints.split(",") if e.strip())
+        if not endpoints:
+            return None
+        return ClusterConfig(
+            endpoints=endpoints,
+            node_name=self.cluster_node_name or socket.gethostname().split(".")[0],
+            lease_ttl_s=self.cluster_lease_ttl_s,
+            timeout_s=self.cluster_timeout_s,
+            prefix=self.cluster_prefix,
+            refresh_interval_s=self.cluster_refresh_interval_s,
+        )
 
     def to_toml(self) -> str:
         """The effective configuration as TOML (what `perseusd --check-config` prints)."""
@@ -101,6 +136,8 @@ def _coerce(name: str, raw: object, source: str) -> object:
             return Path(str(raw))
         if name == "log_level":
             return str(raw).upper()
+        if name == "etcd_endpoints" and isinstance(raw, list):
+            return ",".join(str(item) for item in raw)
         return str(raw)
     except ValueError as exc:
         raise ConfigError(f"{source}: {name}: {exc}") from None

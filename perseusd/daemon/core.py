@@ -220,7 +220,7 @@ class DaemonCore:
     def busy(self) -> bool:
         """Whether a job is waiting for something the main loop must check soon."""
         return self.jobs is not None and any(
-            job.state in ("registered", "profiling", "solving") for job in self.jobs.jobs.values()
+            job.state in ("registered", "profiling", "solving", "running") for job in self.jobs.jobs.values()
         )
 
     def _reject_event_sender(self, caller: Caller, gpu: str, lease: Lease | None) -> None:

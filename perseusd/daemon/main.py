@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from perseusd import __version__
+from perseusd.cluster import start_plane
 from perseusd.daemon import sdnotify
 from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.config import BACKENDS, LOG_LEVELS, SIM_MODELS, DaemonConfig, load_config
@@ -38,9 +39,11 @@ from perseusd.errors import ConfigError, PerseusError
 from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.select import open_backend
 from perseusd.jobs.cache import JobCache
+from perseusd.jobs.cluster_link import ClusterLink
 from perseusd.jobs.manager import JobManager, JobSettings
 from perseusd.jobs.policy import Policy
 from perseusd.jobs.solving import SolveWorker
+from perseusd.jobs.straggling import StragglerSettings
 from perseusd.profiling.sweep import SweepSettings
 
 logger = logging.getLogger("perseusd")
@@ -129,21 +132,45 @@ def job_settings(config: DaemonConfig) -> JobSettings:
     sweep = SweepSettings(
         clock_stride=config.profile_clock_stride, min_clock_mhz=config.profile_min_clock_mhz
     )
+    stragglers = StragglerSettings(
+        threshold=config.straggler_threshold,
+        clear_threshold=config.straggler_clear_threshold,
+        iterations=config.straggler_iterations,
+    )
     return JobSettings(
         warmup_iterations=config.profile_warmup_iterations,
         max_profiling_iterations=config.profile_max_iterations,
         unit_time_s=config.solver_unit_time_s,
         policy=Policy(config.default_policy, config.default_policy_target),
         sweep=sweep,
+        stragglers=stragglers,
     )
 
 
 @contextlib.contextmanager
-def job_manager(config: DaemonConfig, registry: GpuRegistry, plans: PlanBook) -> Iterator[JobManager]:
+def cluster_link(config: DaemonConfig) -> Iterator[ClusterLink | None]:
+    """The cluster plane when etcd endpoints are configured (else None); stopped, lease revoked, on exit."""
+    cluster = config.cluster()
+    if cluster is None:
+        yield None
+        return
+    plane = start_plane(cluster)
+    logger.info("cluster plane: node %s, etcd %s", cluster.node_name, ", ".join(cluster.endpoints))
+    try:
+        yield ClusterLink(plane, cluster.node_name)
+    finally:
+        plane.stop(revoke=True)
+
+
+@contextlib.contextmanager
+def job_manager(
+    config: DaemonConfig, registry: GpuRegistry, plans: PlanBook, cluster: ClusterLink | None
+) -> Iterator[JobManager]:
     """The job manager with its energy sampler thread and solver worker; both stopped on exit."""
     sampler = EnergySampler(registry.submit_read_energy, config.energy_sample_period_s)
     cache = JobCache(config.state_dir / "jobs") if config.job_cache else None
-    manager = JobManager(registry, plans, sampler, SolveWorker(), cache, job_settings(config))
+    settings = job_settings(config)
+    manager = JobManager(registry, plans, sampler, SolveWorker(), cache, settings, cluster=cluster)
     sampler.start()
     try:
         yield manager
@@ -161,7 +188,7 @@ def run_daemon(config: DaemonConfig, reload_config: Callable[[], DaemonConfig]) 
         keeper = RestoreKeeper(registry, state_path(config.state_dir), pid, process_start_time(pid) or 0)
         leases = LeaseBook()
         plans = PlanBook(registry.submit_locked_sm_clock_mhz)
-        with job_manager(config, registry, plans) as jobs:
+        with cluster_link(config) as cluster, job_manager(config, registry, plans, cluster) as jobs:
             return serve(config, reload_config, policy, registry, keeper, leases, plans, jobs)
 
 

@@ -16,9 +16,11 @@ from typing import Any
 
 from perseus_client.protocol import PlanEntry
 
+from perseusd.jobs.cluster_link import RemoteView
 from perseusd.jobs.policy import PointSummary, Policy
 from perseusd.jobs.shape import JobShape, StageOrder
 from perseusd.jobs.slot import StageSlot
+from perseusd.jobs.straggling import ActiveStraggler, PipelineRun
 from perseusd.planner.dag import Instruction
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.profiling.estimator import OptionEstimate
@@ -65,6 +67,15 @@ class Job:
         self.solve_future: Future[dict[str, Any]] | None = None
         self.profiling_iterations = 0
         self.profiling_energy_j = 0.0
+        # Stragglers, once running: each local pipeline's run, the stragglers known and the one planned for.
+        self.runs: dict[int, PipelineRun] = {}
+        self.announced: dict[int, ActiveStraggler] = {}
+        self.detected: dict[int, ActiveStraggler] = {}
+        self.remote_stragglers: dict[int, ActiveStraggler] = {}
+        self.straggler: ActiveStraggler | None = None
+        self.remote: RemoteView | None = None
+        self.all_max: PointSummary | None = None
+        self.energy_saved_j = 0.0
 
     # ------------------------------------------------------------------ state
 
@@ -145,6 +156,16 @@ class Job:
             PointSummary(int(p["index"]), float(p["time_s"]), float(p["refined_energy_j"]))
             for p in frontier["points"]
         ]
+
+    def point(self, index: int | None) -> PointSummary | None:
+        """The frontier point `index` (None when unknown)."""
+        if index is None or not 0 <= index < len(self.points) or self.points[index].index != index:
+            return next((p for p in self.points if p.index == index), None)
+        return self.points[index]
+
+    def latest_step(self) -> int:
+        """The highest step any local pipeline began (-1 before any)."""
+        return max((run.latest_step for run in self.runs.values()), default=-1)
 
     def choose_point(self) -> Deployed | None:
         if not self.points:

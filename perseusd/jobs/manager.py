@@ -29,14 +29,19 @@ from perseus_client.protocol import (
 
 from perseusd.daemon.energy_sampler import EnergySampler
 from perseusd.daemon.plans import PlanBook
+from perseusd.errors import PerseusError
 from perseusd.gpu.backend import GpuInfo
 from perseusd.jobs.cache import JobCache
+from perseusd.jobs.cluster_link import ClusterLink
 from perseusd.jobs.job import FAILED, PROFILING, REGISTERED, RUNNING, SOLVING, Job
 from perseusd.jobs.observed import OrderLearner
-from perseusd.jobs.policy import Policy
+from perseusd.jobs.policy import PointSummary, Policy
+from perseusd.jobs.response import StragglerResponse
 from perseusd.jobs.shape import JobShape, signature
 from perseusd.jobs.slot import MAX_INTERVALS, StageSlot
 from perseusd.jobs.solving import SolveInput, SolveWorker, auto_unit_time_s
+from perseusd.jobs.straggling import StragglerSettings
+from perseusd.planner.baselines import all_max
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv
 from perseusd.profiling.estimator import OptionEstimate, StageEstimate, estimate_stage
@@ -65,6 +70,7 @@ class JobSettings:
     """The solver's time quantum; 0: automatic (shortest computation / 50, on a 1-2-5 step)."""
     policy: Policy = field(default_factory=Policy)
     sweep: SweepSettings = field(default_factory=SweepSettings)
+    stragglers: StragglerSettings = field(default_factory=StragglerSettings)
 
 
 class JobManager:
@@ -79,6 +85,7 @@ class JobManager:
         cache: JobCache | None,
         settings: JobSettings,
         clock_ns: Callable[[], int] = time.monotonic_ns,
+        cluster: ClusterLink | None = None,
     ) -> None:
         self._gpus = gpus
         self._plans = plans
@@ -90,6 +97,7 @@ class JobManager:
         self.jobs: dict[str, Job] = {}
         self._by_gpu: dict[str, Job] = {}
         self.pending_imports: dict[str, tuple[int, Profile, float]] = {}
+        self.response = StragglerResponse(settings.stragglers, self._deploy_point, cluster)
 
     # ------------------------------------------------------------------ registration
 
@@ -158,7 +166,9 @@ class JobManager:
 
     def _slot_joined(self, job: Job, slot: StageSlot, info: GpuInfo) -> None:
         if job.state == RUNNING:
-            self._deploy_slot(job, slot)
+            index = self.response.slot_joined(job, slot)
+            if index is not None:
+                self._deploy_point(job, slot, index)
         elif job.state in (REGISTERED, PROFILING) and job.profile is None:
             if not info.energy_counter_supported:
                 job.error = (
@@ -176,10 +186,15 @@ class JobManager:
             self._remove_slot(job, gpu)
 
     def _remove_slot(self, job: Job, gpu: str) -> None:
-        job.slots.pop(gpu, None)
+        slot = job.slots.pop(gpu, None)
         self._by_gpu.pop(gpu, None)
         self._sampler.unwatch(gpu)
+        if slot is not None and all(s.pipeline != slot.pipeline for s in job.slots.values()):
+            job.runs.pop(slot.pipeline, None)
+            if self.response.cluster is not None:
+                self.response.cluster.withdraw(job.name, slot.pipeline)
         if not job.slots and job.active:
+            self.response.forget(job)
             job.enter("ended")
             logger.info("job %s ended (its last GPU left)", job.name)
             self._trim_ended()
@@ -215,15 +230,21 @@ class JobManager:
                 )
         elif isinstance(message, ComputationEnd):
             self._computation_end(slot, message)
+            if job.state == RUNNING:
+                self.response.computation_end(job, slot, message.timestamp_ns)
         elif isinstance(message, StepBegin):
             slot.step_begin(message.timestamp_ns)
+            slot.current_step = message.step
             slot.learner.step_begin()
+            if job.state == RUNNING:
+                self.response.step_begin(job, slot, message.step, message.timestamp_ns)
         elif isinstance(message, StepEnd):
             slot.in_step = False
             slot.steps_done += 1
             slot.learner.step_end()
             if job.state == RUNNING:
                 slot.running_steps += 1
+                self.response.step_end(job, slot, message.step)
             self._iteration_done(job, slot)
 
     def _computation_end(self, slot: StageSlot, message: ComputationEnd) -> None:
@@ -379,6 +400,8 @@ class JobManager:
                 self._collect_solve(job)
             if job.state in (REGISTERED, PROFILING, SOLVING):
                 self._advance(job)
+            elif job.state == RUNNING:
+                self.response.tick(job)
 
     def _collect_solve(self, job: Job) -> None:
         future = job.solve_future
@@ -407,13 +430,20 @@ class JobManager:
             job.enter(FAILED, "the frontier is empty")
             return
         job.deployed = deployed
+        if job.all_max is None:
+            job.all_max = self._all_max(job)
         for slot in job.slots.values():
             self._sampler.unwatch(slot.gpu)
             slot.sweep = None
             slot.intervals.clear()
-            self._deploy_slot(job, slot)
+        self.response.start(job)
+        for slot in job.slots.values():
+            self._deploy_point(job, slot, deployed.point.index)
+            if not job.active:
+                return
         if job.state != RUNNING:
             job.enter(RUNNING)
+        self.response.decide(job)
         logger.info(
             "job %s runs frontier point %d: %.4f s/iteration (fastest %.4f s), %.1f J",
             job.name,
@@ -423,15 +453,29 @@ class JobManager:
             deployed.point.energy_j,
         )
 
-    def _deploy_slot(self, job: Job, slot: StageSlot) -> None:
-        if job.deployed is None:
-            return
-        entries = job.plan_entries(slot.stage, job.deployed.point.index)
+    def _all_max(self, job: Job) -> PointSummary | None:
+        """All-max clocks on the job's profile: what the energy saved is counted against."""
+        orders = job.orders or job.stage_orders()
+        if job.profile is None or orders is None:
+            return None
+        try:
+            point = all_max(job.shape.dag(orders), job.profile, job.p_block_w)
+        except PerseusError as exc:
+            logger.warning("job %s: no all-max reference (%s)", job.name, exc)
+            return None
+        return PointSummary(-1, point.time_s, point.energy_j)
+
+    def _deploy_point(self, job: Job, slot: StageSlot, index: int) -> None:
+        """Install frontier point `index`'s plan on one GPU of the job."""
+        entries = job.plan_entries(slot.stage, index)
         try:
             self._plans.set(slot.gpu, entries, slot.supported_clocks_mhz)
         except ProtocolError as exc:
             job.enter(FAILED, f"deploying the plan on {slot.gpu} failed: {exc.message}")
-        slot.running_steps = 0
+            return
+        if slot.plan_index is None:
+            slot.running_steps = 0
+        slot.plan_index = index
 
     def set_policy(self, job: Job, policy: Policy) -> None:
         job.policy = policy

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import time
 
-from perseus_client.protocol import JobInfo, PipelineInfo, ProfilingInfo
+from perseus_client.protocol import JobInfo, PipelineInfo, ProfilingInfo, StragglerInfo
 
+from perseusd.cluster.job_board import PipelineFacts
 from perseusd.daemon.plans import PlanBook
 from perseusd.jobs.job import PROFILING, Job
 from perseusd.jobs.slot import StageSlot
+from perseusd.jobs.straggling import target_time_s
 
 
 def job_info(job: Job, plans: PlanBook) -> JobInfo:
@@ -32,7 +34,7 @@ def job_info(job: Job, plans: PlanBook) -> JobInfo:
         num_stages=job.shape.num_stages,
         num_microbatches=job.shape.num_microbatches,
         chunks=job.shape.chunks,
-        pipelines=tuple(_pipeline(p, slots) for p, slots in job.pipelines().items()),
+        pipelines=_pipelines(job),
         policy=job.policy.name,
         target=job.policy.target,
         cached=job.cached,
@@ -45,17 +47,63 @@ def job_info(job: Job, plans: PlanBook) -> JobInfo:
         clock_changes_per_iteration=round(changes / len(job.slots) / iterations, 3) if iterations else None,
         wrong_clock_fraction=round(late / begins, 5) if begins else None,
         error=job.error,
+        straggler=_straggler(job),
+        target_time_s=_round(target_time_s(job.straggler, deployed.fastest if deployed else None)),
+        all_max_time_s=job.all_max.time_s if job.all_max else None,
+        all_max_energy_j=job.all_max.energy_j if job.all_max else None,
+        energy_saved_j=round(job.energy_saved_j, 3),
+        cluster=job.remote.state if job.remote is not None else "",
     )
 
 
-def _pipeline(pipeline: int, slots: list[StageSlot]) -> PipelineInfo:
+def _round(value: float | None, digits: int = 6) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _straggler(job: Job) -> StragglerInfo | None:
+    s = job.straggler
+    return None if s is None else StragglerInfo(s.pipeline, round(s.factor, 4), s.source, s.since_step)
+
+
+def _pipelines(job: Job) -> tuple[PipelineInfo, ...]:
+    local = [_pipeline(job, p, slots) for p, slots in job.pipelines().items()]
+    remote = job.remote.pipelines if job.remote is not None else {}
+    others = [_remote(p, facts) for p, facts in remote.items() if p not in job.runs]
+    return tuple(sorted(local + others, key=lambda info: info.pipeline))
+
+
+def _pipeline(job: Job, pipeline: int, slots: list[StageSlot]) -> PipelineInfo:
     first = min(slots, key=lambda s: s.stage)
     mean_s = first.mean_iteration_time_s()
+    run = job.runs.get(pipeline)
+    point = job.point(run.point_index) if run is not None else None
+    compute_s = run.compute_time_s() if run is not None else None
     return PipelineInfo(
         pipeline=pipeline,
         stages_registered=len(slots),
         iterations=max(s.steps_done for s in slots),
-        iteration_time_s=round(mean_s, 6) if mean_s is not None else None,
+        iteration_time_s=_round(mean_s),
+        compute_time_s=_round(compute_s),
+        plan_index=point.index if point is not None else None,
+        plan_time_s=point.time_s if point is not None else None,
+        plan_since_step=run.plan_since_step if run is not None and point is not None else None,
+        slowness=_round(compute_s / point.time_s, 4) if compute_s and point and point.time_s > 0 else None,
+        node="",
+    )
+
+
+def _remote(pipeline: int, facts: PipelineFacts) -> PipelineInfo:
+    return PipelineInfo(
+        pipeline=pipeline,
+        stages_registered=0,
+        iterations=0,
+        iteration_time_s=None,
+        compute_time_s=facts.iteration_time_s,
+        plan_index=None,
+        plan_time_s=facts.planned_time_s,
+        plan_since_step=None,
+        slowness=round(facts.slowness, 4),
+        node=facts.node,
     )
 
 

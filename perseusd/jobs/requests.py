@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from perseus_client.protocol import (
+    AnnounceStraggler,
+    AnnounceStragglerOk,
     DocumentReply,
     ErrorCode,
     FrontierRequest,
@@ -43,6 +45,7 @@ from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream
 
 MAX_PENDING_IMPORTS = 64
+MAX_PIPELINE = 1_000_000
 
 Handler = Callable[[Caller, Any], Message]
 
@@ -67,6 +70,7 @@ class JobRequests:
             PlanRequest: self.plan,
             ProfileExport: self.profile_export,
             ProfileImport: self.profile_import,
+            AnnounceStraggler: self.announce_straggler,
         }
 
     def register(self, caller: Caller, message: Register) -> RegisterOk:
@@ -78,6 +82,16 @@ class JobRequests:
         policy = Policy(message.policy, message.target)
         self._manager.set_policy(job, policy)
         return SetPolicyOk(job=job.name, policy=policy.name, target=policy.target)
+
+    def announce_straggler(self, caller: Caller, message: AnnounceStraggler) -> AnnounceStragglerOk:
+        job = self._own_job(caller, message.job)
+        if not 0 <= message.pipeline <= MAX_PIPELINE:
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"announce_straggler.pipeline must be 0..{MAX_PIPELINE}")
+        factor = None if message.clear else message.factor
+        shared = self._manager.response.announce(job, message.pipeline, factor)
+        return AnnounceStragglerOk(
+            job=job.name, pipeline=message.pipeline, factor=factor or 0.0, clear=message.clear, shared=shared
+        )
 
     def jobs(self, caller: Caller, _message: JobsRequest) -> JobsReply:
         return JobsReply(jobs=self.visible_jobs(caller))

@@ -48,6 +48,10 @@ class StageSlot:
     last_step_begin_ns: int | None = None
     iteration_times_s: deque[float] = field(default_factory=lambda: deque(maxlen=ITERATION_TIME_SAMPLES))
     running_steps: int = 0
+    current_step: int = -1
+    """The step of the last step begin (the step events' iteration number)."""
+    plan_index: int | None = None
+    """The frontier point whose plan this GPU runs."""
 
     def key(self, instruction: str, chunk: int) -> OptionKey:
         """The profile stage (virtual stage) and instruction of a computation on this GPU."""

@@ -22,7 +22,7 @@ from perseusd.cluster.job_board import (
     view_state,
 )
 from perseusd.errors import ConfigError
-from tests.cluster.etcd_cluster import free_ports, wait_until
+from tests.support.etcd_cluster import free_ports, wait_until
 
 PREFIX = "/perseus/v1"
 
@@ -58,10 +58,12 @@ def test_keys_are_one_component_per_name() -> None:
 
 def test_values_round_trip_and_bad_ones_are_skipped() -> None:
     facts = PipelineFacts("n1", 1.25, 1.0, 1.5)
+    slowed = PipelineFacts("n1", 1.32, 1.0, 1.5, plan_time_s=1.2)
     announcement = StragglerAnnouncement("n2", 1.2)
     job_prefix = "/perseus/v1/jobs/j/"
     entries = [
         (job_prefix + "pipelines/3", encode_facts(facts).encode()),
+        (job_prefix + "pipelines/10", encode_facts(slowed).encode()),
         (job_prefix + "stragglers/3", encode_announcement(announcement).encode()),
         (job_prefix + "pipelines/4", b"{not json"),
         (job_prefix + "pipelines/5", json.dumps({"version": 2, "node": "n"}).encode()),
@@ -72,9 +74,10 @@ def test_values_round_trip_and_bad_ones_are_skipped() -> None:
         (job_prefix + "pipelines/9", b"\xff"),
     ]
     pipelines, stragglers, skipped = build_view("j", PREFIX, entries)
-    assert pipelines == {3: facts}
+    assert pipelines == {3: facts, 10: slowed}
+    assert (facts.slowness, slowed.slowness) == (1.25, pytest.approx(1.1))
     assert stragglers == {3: announcement}
-    assert skipped == len(entries) - 2
+    assert skipped == len(entries) - 3
 
 
 def test_facts_and_announcements_refuse_nonsense() -> None:

@@ -1,0 +1,251 @@
+"""The straggler response of running jobs: detect, share, choose each pipeline's point, switch at a boundary.
+
+Called by the job manager for running jobs only: `step_begin`/`computation_end`/`step_end` from the event
+path (bookkeeping, and a decision when a pipeline finishes a step), `tick` from the main loop (other nodes'
+facts through the cluster plane), `announce` for `perseusctl straggler` and the client library. Nothing here
+waits: GPU plans are installed through `deploy`, etcd is behind the plane's thread.
+
+A pipeline's switch to another frontier point happens at one step boundary on all its stages: the first step
+none of them has begun yet; a stage between steps switches at once, a stage inside a step at its step end.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+
+from perseus_client.protocol import ErrorCode, ProtocolError
+
+from perseusd.jobs.cluster_link import ClusterLink
+from perseusd.jobs.job import Job
+from perseusd.jobs.policy import PointSummary
+from perseusd.jobs.slot import StageSlot
+from perseusd.jobs.straggling import (
+    ActiveStraggler,
+    Detector,
+    PipelineRun,
+    StragglerSettings,
+    pick_straggler,
+    point_for,
+    relative_slowness,
+    target_time_s,
+)
+from perseusd.planner.straggler import outcome
+
+logger = logging.getLogger(__name__)
+
+Deploy = Callable[[Job, StageSlot, int], None]
+CLUSTER = "cluster"
+
+
+class StragglerResponse:
+    """Per-pipeline plans of running jobs around their stragglers (see module)."""
+
+    def __init__(self, settings: StragglerSettings, deploy: Deploy, cluster: ClusterLink | None) -> None:
+        self.settings = settings
+        self._deploy = deploy
+        self.cluster = cluster
+
+    # ------------------------------------------------------------------ life cycle
+
+    def start(self, job: Job) -> None:
+        """The job (re)starts running `job.deployed`: every local pipeline runs it from now on (the caller
+        installs it on every GPU, then calls `decide`)."""
+        assert job.deployed is not None
+        index = job.deployed.point.index
+        for pipeline in job.pipelines():
+            run = job.runs.get(pipeline)
+            if run is None:
+                run = PipelineRun(pipeline, job.shape.num_stages, Detector(self.settings))
+                job.runs[pipeline] = run
+            run.point_index, run.pending = index, None
+            run.plan_since_step = job.latest_step() + 1
+            run.compute_times_s.clear()
+
+    def slot_joined(self, job: Job, slot: StageSlot) -> int | None:
+        """The point a GPU joining a running job runs (its pipeline's)."""
+        run = job.runs.get(slot.pipeline)
+        if run is None and job.deployed is not None:
+            run = PipelineRun(slot.pipeline, job.shape.num_stages, Detector(self.settings))
+            run.point_index = job.deployed.point.index
+            job.runs[slot.pipeline] = run
+        return run.target_index() if run is not None else None
+
+    def forget(self, job: Job) -> None:
+        if self.cluster is not None:
+            self.cluster.forget(job.name)
+
+    # ------------------------------------------------------------------ events
+
+    def step_begin(self, job: Job, slot: StageSlot, step: int, t_ns: int) -> None:
+        run = job.runs.get(slot.pipeline)
+        if run is None:
+            return
+        run.step_begin(step, t_ns)
+        if run.pending is not None and step >= run.pending[1] and slot.plan_index != run.pending[0]:
+            self._switch_slot(job, run, slot)  # it missed its boundary: switch now rather than never
+
+    def computation_end(self, job: Job, slot: StageSlot, t_ns: int) -> None:
+        run = job.runs.get(slot.pipeline)
+        if run is not None:
+            run.computation_end(slot.current_step, t_ns)
+
+    def step_end(self, job: Job, slot: StageSlot, step: int) -> None:
+        run = job.runs.get(slot.pipeline)
+        if run is None:
+            return
+        if run.pending is not None and step + 1 >= run.pending[1] and slot.plan_index != run.pending[0]:
+            self._switch_slot(job, run, slot)
+        compute_s = run.stage_ended(step)
+        if compute_s is not None:
+            self._pipeline_step_done(job, run, step)
+
+    def _pipeline_step_done(self, job: Job, run: PipelineRun, step: int) -> None:
+        point = job.point(run.point_index)
+        if point is None:
+            return
+        self._count_saving(job, run, point)
+        compute_s = run.compute_time_s()
+        if self.cluster is not None and compute_s is not None and job.points:
+            slowest_s = max(p.time_s for p in job.points)
+            fastest_s = min(p.time_s for p in job.points)
+            self.cluster.publish(job.name, run.pipeline, compute_s, fastest_s, slowest_s, point.time_s)
+        if self._detect(job, run, step):
+            self.decide(job)
+
+    def _count_saving(self, job: Job, run: PipelineRun, point: PointSummary) -> None:
+        if job.all_max is None or run.pending is not None:
+            return
+        straggler = job.straggler
+        wait_s = None
+        if straggler is not None and straggler.pipeline != run.pipeline:
+            wait_s = target_time_s(straggler, job.deployed.fastest if job.deployed else None)
+        stages, p_block_w = job.shape.num_stages, job.p_block_w
+        baseline = outcome(job.all_max, wait_s, stages, p_block_w).energy_j
+        job.energy_saved_j += baseline - outcome(point, wait_s, stages, p_block_w).energy_j
+
+    # ------------------------------------------------------------------ detection
+
+    def _detect(self, job: Job, run: PipelineRun, step: int) -> bool:
+        """One finished step of a local pipeline through its detector; True when the job's facts changed."""
+        points = {p.index: p for p in job.points}
+        own = run.slowness(points, last_step=True)  # each step counts once toward the hysteresis
+        if own is None:
+            return False
+        others = [s for p, r in job.runs.items() if p != run.pipeline and (s := r.slowness(points))]
+        if job.remote is not None and job.remote.usable:
+            others += [f.slowness for p, f in job.remote.pipelines.items() if p not in job.runs]
+        relative = relative_slowness(own, others)
+        if relative is None or not run.detector.observe(relative):
+            return False
+        if run.detector.straggling:
+            factor = run.detector.factor
+            job.detected[run.pipeline] = ActiveStraggler(run.pipeline, factor, "detected", step)
+            logger.info(
+                "job %s: pipeline %d straggles (x%.3f) at step %d", job.name, run.pipeline, factor, step
+            )
+            if self.cluster is not None and run.pipeline not in job.announced:
+                self.cluster.announce(job.name, run.pipeline, factor)
+        else:
+            job.detected.pop(run.pipeline, None)
+            logger.info("job %s: pipeline %d recovered at step %d", job.name, run.pipeline, step)
+            if self.cluster is not None and run.pipeline not in job.announced:
+                self.cluster.clear(job.name, run.pipeline)
+        return True
+
+    def announce(self, job: Job, pipeline: int, factor: float | None) -> bool:
+        """An operator's or framework's announcement (None: withdraw it); True if shared with the cluster."""
+        if factor is not None and not (math.isfinite(factor) and factor >= 1.0):
+            raise ProtocolError(ErrorCode.BAD_FIELD, "announce_straggler.factor must be a number >= 1")
+        if factor is None:
+            job.announced.pop(pipeline, None)
+        else:
+            job.announced[pipeline] = ActiveStraggler(
+                pipeline, factor, "announced", max(0, job.latest_step())
+            )
+        shared = False
+        if self.cluster is not None:
+            if factor is not None:
+                shared = self.cluster.announce(job.name, pipeline, factor)
+            elif pipeline not in job.detected:
+                self.cluster.clear(job.name, pipeline)
+                shared = True
+            else:
+                shared = self.cluster.announce(job.name, pipeline, job.detected[pipeline].factor)
+        if job.deployed is not None:
+            self.decide(job)
+        return shared
+
+    # ------------------------------------------------------------------ the cluster
+
+    def tick(self, job: Job) -> None:
+        """From the main loop: read the other nodes' view of a running job; re-decide when it changed."""
+        if self.cluster is None:
+            return
+        remote = self.cluster.remote(job.name)
+        was_usable = job.remote is not None and job.remote.usable
+        job.remote = remote
+        known = job.remote_stragglers
+        current = {p: f for p, f in remote.stragglers.items() if p not in job.runs} if remote.usable else {}
+        changed = set(current) != set(known) or any(known[p].factor != f for p, f in current.items())
+        if changed:
+            since = max(0, job.latest_step())
+            job.remote_stragglers = {
+                p: known[p]
+                if p in known and known[p].factor == f
+                else ActiveStraggler(p, f, "cluster", since)
+                for p, f in current.items()
+            }
+        if changed or was_usable != remote.usable:
+            if not remote.usable:
+                logger.warning(
+                    "job %s: cluster view %s: back to the no-slowdown plan", job.name, remote.state
+                )
+            self.decide(job)
+
+    # ------------------------------------------------------------------ decisions
+
+    def decide(self, job: Job) -> None:
+        """Pick the straggler to plan around and move every local pipeline to its point for it."""
+        deployed = job.deployed
+        if deployed is None:
+            return
+        candidates = [*job.announced.values(), *job.detected.values(), *job.remote_stragglers.values()]
+        if self.cluster is not None and (job.remote is None or not job.remote.usable):
+            candidates = []  # this node's lease lapsed: the no-slowdown plan, whatever anyone said
+        straggler = pick_straggler(candidates)
+        if straggler != job.straggler:
+            logger.info("job %s: planning around %s", job.name, straggler or "no straggler")
+        job.straggler = straggler
+        for run in job.runs.values():
+            point = point_for(
+                run.pipeline,
+                straggler,
+                job.points,
+                deployed.point,
+                deployed.fastest,
+                job.shape.num_stages,
+                job.p_block_w,
+            )
+            if point.index != run.target_index():
+                self._schedule(job, run, point.index)
+
+    def _schedule(self, job: Job, run: PipelineRun, index: int) -> None:
+        """Switch `run` to point `index` from the first step none of its stages has begun."""
+        if index == run.point_index:
+            run.pending = None
+            return
+        run.pending = (index, run.latest_step + 1)
+        for slot in job.slots.values():
+            if slot.pipeline == run.pipeline and not slot.in_step and slot.current_step <= run.latest_step:
+                self._switch_slot(job, run, slot)
+
+    def _switch_slot(self, job: Job, run: PipelineRun, slot: StageSlot) -> None:
+        assert run.pending is not None
+        index, from_step = run.pending
+        self._deploy(job, slot, index)
+        stages = [s for s in job.slots.values() if s.pipeline == run.pipeline]
+        if all(s.plan_index == index for s in stages):
+            run.point_index, run.pending, run.plan_since_step = index, None, from_step
+            run.compute_times_s.clear()  # times of the previous plan would read as a slowness change

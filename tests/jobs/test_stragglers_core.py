@@ -1,0 +1,200 @@
+"""Straggler response inside a daemon core (no sockets): detection with hysteresis from step events,
+re-planning at one step boundary on every stage, announcements, recovery and the energy saved."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from perseus_client.protocol import (
+    AnnounceStraggler,
+    AnnounceStragglerOk,
+    Claim,
+    ComputationBegin,
+    ComputationEnd,
+    ErrorCode,
+    Hello,
+    JobInfo,
+    JobsReply,
+    JobsRequest,
+    ProfileImport,
+    ProtocolError,
+    Register,
+    StepBegin,
+    StepEnd,
+)
+
+from perseusd.daemon.core import DaemonCore
+from perseusd.daemon.identity import Caller
+from perseusd.jobs.manager import JobSettings
+from perseusd.planner.dag import one_f_one_b_order
+from perseusd.planner.profile_csv import profile_to_csv
+from tests.support.daemon_core import sim_core
+from tests.support.synthetic import synthetic_profile
+
+pytestmark = pytest.mark.timeout(120)
+
+A100_CLOCKS_MHZ = tuple(range(1410, 850, -45))
+PIPELINES, STAGES, MICROBATCHES = 3, 2, 4
+ME = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
+OTHER = Caller(uid=os.getuid() + 1, gid=os.getgid(), pid=os.getpid() + 1)
+S_NS = 1_000_000_000
+
+
+@pytest.fixture
+def core(tmp_path: Path) -> Iterator[DaemonCore]:
+    with sim_core(tmp_path, gpus=PIPELINES * STAGES, jobs=JobSettings()) as built:
+        built.handle(ME, Hello(job="train", client_version="test"))
+        built.handle(ME, Claim(gpus=built.registry.uuids, job="train"))
+        csv = profile_to_csv(synthetic_profile(STAGES, seed=3, clocks_mhz=A100_CLOCKS_MHZ))
+        built.handle(ME, ProfileImport("train", csv, "synthetic.csv", 80.0))
+        for pipeline in range(PIPELINES):
+            for stage in range(STAGES):
+                gpu = _gpu(built, pipeline, stage)
+                built.handle(ME, Register(gpu, "train", pipeline, stage, STAGES, MICROBATCHES, "1f1b", 1))
+        deadline_s = time.monotonic() + 60
+        while _info(built).state != "running":
+            assert time.monotonic() < deadline_s, "the job never ran"
+            built.tick()
+            time.sleep(0.02)
+        yield built
+
+
+def _gpu(core: DaemonCore, pipeline: int, stage: int) -> str:
+    return core.registry.uuids[pipeline * STAGES + stage]
+
+
+def _info(core: DaemonCore) -> JobInfo:
+    reply = core.handle(ME, JobsRequest())
+    assert isinstance(reply, JobsReply)
+    return reply.jobs[0]
+
+
+class Clock:
+    """Synthetic event timestamps: each step of every pipeline starts at the same time (the gradient sync)."""
+
+    def __init__(self) -> None:
+        self.step_start_ns = time.monotonic_ns()
+
+
+def _pipeline_step(core: DaemonCore, pipeline: int, step: int, start_ns: int, compute_s: float) -> None:
+    """One step of one pipeline whose last computation ends `compute_s` after its step begins."""
+    for stage in range(STAGES):
+        gpu = _gpu(core, pipeline, stage)
+        order = one_f_one_b_order(STAGES, MICROBATCHES, stage)
+        core.on_event(ME, StepBegin(gpu, step, start_ns + stage))
+        for index, (instruction, microbatch, chunk) in enumerate(order, start=1):
+            end_ns = start_ns + round(compute_s * S_NS * index / len(order)) - stage
+            args = (gpu, stage, instruction.value, microbatch, chunk)
+            core.on_event(ME, ComputationBegin(*args, end_ns - 1000))  # type: ignore[arg-type]
+            core.on_event(ME, ComputationEnd(*args, end_ns))  # type: ignore[arg-type]
+        core.on_event(ME, StepEnd(gpu, step, start_ns + round(compute_s * S_NS) + 1))
+
+
+def _steps(core: DaemonCore, first: int, count: int, slowness: dict[int, float]) -> int:
+    """`count` synchronised steps; pipeline p's compute time is slowness[p] (default 1) x its plan's time."""
+    info = _info(core)
+    plan_s = {p.pipeline: p.plan_time_s for p in info.pipelines}
+    start_ns = time.monotonic_ns()
+    for step in range(first, first + count):
+        longest_s = 0.0
+        for pipeline in range(PIPELINES):
+            current = {p.pipeline: p.plan_time_s for p in _info(core).pipelines}
+            compute_s = (current[pipeline] or plan_s[pipeline] or 1.0) * slowness.get(pipeline, 1.0)
+            _pipeline_step(core, pipeline, step, start_ns, compute_s)
+            longest_s = max(longest_s, compute_s)
+        start_ns += round(longest_s * S_NS) + 1000
+    return first + count
+
+
+def _plans(core: DaemonCore) -> dict[int, int | None]:
+    return {p.pipeline: p.plan_index for p in _info(core).pipelines}
+
+
+def test_a_detected_straggler_slows_the_others_at_one_boundary_and_recovery_restores_them(
+    core: DaemonCore,
+) -> None:
+    fastest = _info(core)
+    assert fastest.all_max_time_s is not None
+    assert fastest.fastest_time_s is not None
+    fastest_index = fastest.plan_index
+    step = _steps(core, 0, 3, {})
+    assert _info(core).straggler is None
+    assert set(_plans(core).values()) == {fastest_index}
+    assert all(p.slowness == pytest.approx(1.0, abs=0.01) for p in _info(core).pipelines)
+
+    step = _steps(core, step, 2, {1: 1.3})  # two slow steps: not yet (hysteresis)
+    assert _info(core).straggler is None
+    step = _steps(core, step, 1, {1: 1.3})
+    info = _info(core)
+    assert info.straggler is not None
+    detected_at = step - 1
+    assert (info.straggler.pipeline, info.straggler.source, info.straggler.since_step) == (
+        1,
+        "detected",
+        detected_at,
+    )
+    assert info.straggler.factor == pytest.approx(1.3, rel=0.01)
+    assert info.target_time_s == pytest.approx(1.3 * fastest.fastest_time_s, rel=0.01)
+
+    step = _steps(core, step, 1, {1: 1.3})
+    info = _info(core)
+    by_pipeline = {p.pipeline: p for p in info.pipelines}
+    assert by_pipeline[1].plan_index == fastest_index  # the straggler itself runs the fastest point
+    for pipeline in (0, 2):
+        moved = by_pipeline[pipeline]
+        assert moved.plan_index != fastest_index
+        # the first step none of its stages had begun (pipeline 2 had not begun the detection step yet)
+        assert moved.plan_since_step == detected_at + (1 if pipeline == 0 else 0)
+        assert moved.plan_time_s is not None
+        assert info.target_time_s is not None
+        assert fastest.fastest_time_s < moved.plan_time_s <= info.target_time_s + 1e-9
+        for stage in range(STAGES):
+            assert core.plans.get(_gpu(core, pipeline, stage)) is not None
+    assert info.energy_saved_j > 0
+
+    step = _steps(core, step, 4, {1: 1.3})  # slowed pipelines measured against their own plan: no cascade
+    assert _info(core).straggler is not None
+    assert _info(core).straggler.pipeline == 1
+    step = _steps(core, step, 2, {})
+    assert _info(core).straggler is not None  # two healthy steps: still straggling (hysteresis)
+    step = _steps(core, step, 2, {})
+    assert _info(core).straggler is None
+    step = _steps(core, step, 1, {})
+    assert set(_plans(core).values()) == {fastest_index}
+
+
+def test_announcements_replan_and_clear(core: DaemonCore) -> None:
+    fastest = _info(core)
+    step = _steps(core, 0, 2, {})
+    reply = core.handle(ME, AnnounceStraggler("train", 2, 1.2, False))
+    assert isinstance(reply, AnnounceStragglerOk)
+    assert (reply.pipeline, reply.factor, reply.clear, reply.shared) == (2, 1.2, False, False)
+    info = _info(core)
+    assert info.straggler is not None
+    assert (info.straggler.pipeline, info.straggler.source) == (2, "announced")
+    _steps(core, step, 1, {2: 1.2})
+    plans = _plans(core)
+    assert plans[2] == fastest.plan_index
+    assert plans[0] == plans[1] != fastest.plan_index
+
+    cleared = core.handle(ME, AnnounceStraggler("train", 2, 0.0, True))
+    assert isinstance(cleared, AnnounceStragglerOk)
+    assert cleared.clear
+    assert _info(core).straggler is None
+    assert set(_plans(core).values()) == {fastest.plan_index}  # between steps: switched at once
+
+
+def test_bad_announcements_are_refused(core: DaemonCore) -> None:
+    with pytest.raises(ProtocolError) as low:
+        core.handle(ME, AnnounceStraggler("train", 0, 0.5, False))
+    assert low.value.code == ErrorCode.BAD_FIELD
+    with pytest.raises(ProtocolError) as stranger:
+        core.handle(OTHER, AnnounceStraggler("train", 0, 1.2, False))
+    assert "no job 'train'" in stranger.value.message
+    with pytest.raises(ProtocolError, match="no job 'nope'"):
+        core.handle(ME, AnnounceStraggler("nope", 0, 1.2, False))
+    assert _info(core).straggler is None
