@@ -2,7 +2,9 @@
 
 Events (computation and step begin/end) go to the daemon's event socket without ever blocking or raising:
 when the daemon is down or slow they are dropped and counted (`events_dropped`). Control calls (hello, claim,
-release, set_clock, set_plan, clear_plan, status) have timeouts and raise `PerseusClientError`. A small
+release, set_clock, set_plan, clear_plan, status, the job calls) have timeouts and raise `PerseusClientError`;
+arguments the daemon would refuse anyway (a negative pipeline, a straggler factor below 1) raise `ValueError`
+before anything is sent. A small
 monitor thread notices when the daemon comes back and registers again (hello, re-claim of the GPUs this
 client held, and their plans).
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -30,6 +33,8 @@ from perseus_client.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     EVENT_SOCKET_NAME,
     PROTOCOL_VERSION,
+    AnnounceStraggler,
+    AnnounceStragglerOk,
     Claim,
     ClaimOk,
     ClearPlan,
@@ -335,6 +340,29 @@ class PerseusClient:
         request = SetPolicy(job=job or self.job, policy=policy, target=target)  # type: ignore[arg-type]
         return self._call(request, SetPolicyOk)
 
+    def announce_straggler(self, pipeline: int, factor: float, job: str | None = None) -> AnnounceStragglerOk:
+        """Tell the daemon that data-parallel `pipeline` of a job is slow by `factor` (>= 1, e.g. 1.2).
+
+        For what the daemon cannot see in time from the step events: a replica known to be slow from outside
+        (thermal throttling or a degraded link reported by the cluster's health checks). Its iterations are
+        taken to last `factor` times its plan's time, and the job's other pipelines move to the least-energy
+        plan that is no slower; the reply's `shared` says whether the job's other nodes hear of it (etcd).
+        The job's owner or an admin may announce; `job` defaults to this client's job.
+        """
+        _check_pipeline(pipeline)
+        if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor >= 1.0:
+            raise ValueError(f"straggler factor must be a number >= 1, e.g. 1.2 (got {factor!r})")
+        if not math.isfinite(factor):
+            raise ValueError(f"straggler factor must be finite (got {factor!r})")
+        request = AnnounceStraggler(job=job or self.job, pipeline=pipeline, factor=float(factor), clear=False)
+        return self._call(request, AnnounceStragglerOk)
+
+    def clear_straggler(self, pipeline: int, job: str | None = None) -> AnnounceStragglerOk:
+        """Withdraw an announced straggler: the job's other pipelines go back to their own policy's plan."""
+        _check_pipeline(pipeline)
+        request = AnnounceStraggler(job=job or self.job, pipeline=pipeline, factor=1.0, clear=True)
+        return self._call(request, AnnounceStragglerOk)
+
     def jobs(self) -> JobsReply:
         return self._call(JobsRequest(), JobsReply)
 
@@ -440,6 +468,12 @@ class PerseusClient:
                 self._json_cache.clear()
             encoded = self._json_cache[text] = json.dumps(text).encode()
         return encoded
+
+
+def _check_pipeline(pipeline: int) -> None:
+    """Pipelines are numbered from 0 (the `pipeline` given to `register`)."""
+    if isinstance(pipeline, bool) or not isinstance(pipeline, int) or pipeline < 0:
+        raise ValueError(f"pipeline must be an integer >= 0, as given to register() (got {pipeline!r})")
 
 
 def _plan_entry(entry: PlanEntry | Mapping[str, Any]) -> PlanEntry:

@@ -1,8 +1,11 @@
 """`perseusctl jobs [--json] [--watch [SEC]]`: the jobs perseusd profiles, plans and runs on this node.
 
 One table row per job (its state and for how long, schedule, policy, profiling progress, frontier size, the
-deployed point and how well its clocks are kept), each followed by one line per data-parallel pipeline.
-`status` shows the same section under its GPU table.
+deployed point and how well its clocks are kept); under it a line with its straggler, the iteration time the
+other pipelines plan for, the energy saved against all-max and the cluster's view (each only when there is
+one), then a table of its data-parallel pipelines (this node's and, with a cluster, the other nodes'): how
+fast each runs against its plan, and which one straggles. `status` shows the job rows and that line, with
+one short line per pipeline.
 """
 
 from __future__ import annotations
@@ -10,18 +13,24 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from perseus_client.protocol import JobInfo, PipelineInfo, ProfilingInfo
 
 from perseusd.ctl.daemon_link import fetch_jobs
-from perseusd.ctl.terminal import PLACEHOLDER, fmt, fmt_duration, fmt_pct, format_table, watch
+from perseusd.ctl.terminal import PLACEHOLDER, fmt, fmt_duration, fmt_pct, fmt_unit, format_table, watch
 
 EXIT_OK = 0
 DEFAULT_WATCH_S = 2.0
 HEADER = ("JOB", "UID", "STATE", "SCHEDULE", "POLICY", "PROFILING", "POINTS", "DEPLOYED", "CHG/IT", "WRONG")
+PIPELINE_HEADER = ("PIPELINE", "NODE", "STAGES", "ITERATIONS", "ITER TIME", "COMPUTE", "PLAN", "SLOWNESS", "")
+"""ITER TIME: mean recent iteration; COMPUTE: its median busy part (no waiting for the other pipelines);
+PLAN: the frontier point it runs and that point's planned time; SLOWNESS: COMPUTE / planned time."""
+LOCAL_NODE = "local"
+STRAGGLER_MARK = "<- straggler"
+INDENT = "  "
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -82,8 +91,8 @@ def slowdown_vs_fastest(job: JobInfo) -> float | None:
 def _deployed(job: JobInfo) -> str:
     if job.plan_index is None:
         return PLACEHOLDER
-    time_s = f"{job.plan_time_s:.4f} s" if job.plan_time_s is not None else PLACEHOLDER
-    energy_j = f"{job.plan_energy_j:.1f} J" if job.plan_energy_j is not None else PLACEHOLDER
+    time_s = fmt_unit(job.plan_time_s, 4, "s")
+    energy_j = fmt_unit(job.plan_energy_j, 1, "J")
     return f"#{job.plan_index} {time_s} {energy_j} ({fmt_pct(slowdown_vs_fastest(job), 2, sign=True)})"
 
 
@@ -105,24 +114,83 @@ def _row(job: JobInfo) -> list[str]:
     return row
 
 
-def _pipeline_line(pipeline: PipelineInfo, num_stages: int) -> str:
-    mean_s = f"{pipeline.iteration_time_s:.4f} s" if pipeline.iteration_time_s is not None else PLACEHOLDER
-    return (
-        f"  pipeline {pipeline.pipeline}: {pipeline.stages_registered}/{num_stages} stages, "
-        f"{pipeline.iterations} iterations, {mean_s} per iteration"
-    )
+def summary_line(job: JobInfo) -> str | None:
+    """`  straggler: pipeline 1 x1.20 (announced, since step 40), target 0.1440 s per iteration, saved
+    12.3 kJ vs all-max, cluster fresh`: what the job's other lines do not say, each part only when known."""
+    parts = []
+    if job.straggler is not None:
+        straggler = job.straggler
+        parts.append(
+            f"straggler: pipeline {straggler.pipeline} x{straggler.factor:.2f} "
+            f"({straggler.source}, since step {straggler.since_step})"
+        )
+    if job.target_time_s is not None:
+        parts.append(f"target {job.target_time_s:.4f} s per iteration")
+    if job.energy_saved_j:
+        parts.append(f"saved {fmt_unit(job.energy_saved_j / 1000.0, 1, 'kJ')} vs all-max")
+    if job.cluster:
+        parts.append(f"cluster {job.cluster}")
+    return INDENT + ", ".join(parts) if parts else None
 
 
-def render_jobs(jobs: Sequence[JobInfo]) -> str:
-    """The jobs table; each job's row is followed by its pipelines, indented."""
+def _is_straggler(job: JobInfo, pipeline: PipelineInfo) -> bool:
+    return job.straggler is not None and job.straggler.pipeline == pipeline.pipeline
+
+
+def _pipeline_row(job: JobInfo, pipeline: PipelineInfo) -> list[str]:
+    plan = PLACEHOLDER
+    if pipeline.plan_index is not None:
+        plan = f"#{pipeline.plan_index} {fmt_unit(pipeline.plan_time_s, 4, 's')}"
+    return [
+        str(pipeline.pipeline),
+        pipeline.node or LOCAL_NODE,
+        f"{pipeline.stages_registered}/{job.num_stages}",
+        str(pipeline.iterations),
+        fmt_unit(pipeline.iteration_time_s, 4, "s"),
+        fmt_unit(pipeline.compute_time_s, 4, "s"),
+        plan,
+        PLACEHOLDER if pipeline.slowness is None else f"x{pipeline.slowness:.2f}",
+        STRAGGLER_MARK if _is_straggler(job, pipeline) else "",
+    ]
+
+
+def pipeline_table(job: JobInfo) -> list[str]:
+    """The job's pipelines as an indented table (nothing when none has registered yet)."""
+    if not job.pipelines:
+        return []
+    rows = format_table([PIPELINE_HEADER, *(_pipeline_row(job, pipeline) for pipeline in job.pipelines)])
+    return [INDENT + row for row in rows]
+
+
+def pipeline_lines(job: JobInfo) -> list[str]:
+    """One short line per pipeline, `  pipeline 0: 8/8 stages, 120 iterations, 2.8300 s per iteration`."""
+    return [
+        f"{INDENT}pipeline {pipeline.pipeline}: {pipeline.stages_registered}/{job.num_stages} stages, "
+        f"{pipeline.iterations} iterations, {fmt_unit(pipeline.iteration_time_s, 4, 's')} per iteration"
+        f"{f' (node {pipeline.node})' if pipeline.node else ''}"
+        for pipeline in job.pipelines
+    ]
+
+
+def _render_with(jobs: Sequence[JobInfo], pipelines: Callable[[JobInfo], list[str]]) -> str:
     if not jobs:
         return "no jobs"
     table = format_table([HEADER, *(_row(job) for job in jobs)])
     lines = [table[0]]
     for job, row in zip(jobs, table[1:], strict=True):
-        lines.append(row)
-        lines.extend(_pipeline_line(pipeline, job.num_stages) for pipeline in job.pipelines)
+        summary = summary_line(job)
+        lines += [row, *([summary] if summary else []), *pipelines(job)]
     return "\n".join(lines)
+
+
+def render_jobs(jobs: Sequence[JobInfo]) -> str:
+    """The jobs table; each job's row is followed by its summary line and its pipeline table, indented."""
+    return _render_with(jobs, pipeline_table)
+
+
+def render_jobs_brief(jobs: Sequence[JobInfo]) -> str:
+    """The jobs section of `status`: the same rows and summary lines, one short line per pipeline."""
+    return _render_with(jobs, pipeline_lines)
 
 
 def _render(runtime_dir: Path, as_json: bool) -> str:

@@ -31,6 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "frontier_cmd",
     "plan_cmd",
     "profile_cmd",
+    "straggler_cmd",
     "stragglers_cmd",
 )
 

@@ -1,7 +1,8 @@
 """`perseusctl status [--json] [--watch SEC]`: GPUs, leases and daemon health from a running perseusd.
 
 A GPU running a plan gets a PLAN column (computations, clock changes, late switches, event -> clock p50/p99);
-when the daemon runs jobs, the jobs table of `perseusctl jobs` follows the GPU table.
+when the daemon runs jobs, the job rows of `perseusctl jobs` follow the GPU table, each with its straggler,
+target time and energy saved (when there are) and one short line per pipeline.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from perseus_client.protocol import GpuStatus, PlanStats, StatusReply, StatusRequest
 
 from perseusd.ctl.daemon_link import admin_socket_usable, ask
-from perseusd.ctl.jobs_cmd import jobs_json, render_jobs
+from perseusd.ctl.jobs_cmd import jobs_json, render_jobs_brief
 from perseusd.ctl.terminal import PLACEHOLDER, fmt, fmt_duration, format_table, watch
 
 EXIT_OK = 0
@@ -111,7 +112,7 @@ def render_table(reply: StatusReply) -> str:
     header += ["PLAN", "LEASE"] if with_plan else ["LEASE"]
     lines += format_table([header, *(_row(gpu, with_plan) for gpu in reply.gpus)])
     if reply.jobs:
-        lines += ["", render_jobs(reply.jobs)]
+        lines += ["", render_jobs_brief(reply.jobs)]
     return "\n".join(lines)
 
 

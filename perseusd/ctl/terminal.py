@@ -24,6 +24,11 @@ def fmt(value: float | None, digits: int = 0) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
+def fmt_unit(value: float | None, digits: int, unit: str) -> str:
+    """A quantity with its unit (`2.8300 s`, `12.3 kJ`), None as the placeholder (never `- s`)."""
+    return PLACEHOLDER if value is None else f"{value:.{digits}f} {unit}"
+
+
 def fmt_duration(seconds: float) -> str:
     """A duration as `1h02m05s` (whole seconds)."""
     minutes, secs = divmod(int(seconds), 60)

@@ -44,7 +44,10 @@ RUNNING = JobInfo(
     num_stages=2,
     num_microbatches=2,
     chunks=1,
-    pipelines=(PipelineInfo(0, 2, 120, 2.83), PipelineInfo(1, 1, 0, None)),
+    pipelines=(
+        PipelineInfo(0, 2, 120, 0.125, 0.1212, 1, 0.12, 80, 1.01, ""),
+        PipelineInfo(1, 1, 0, None, None, None, None, None, None, ""),
+    ),
     policy="slowdown",
     target=0.05,
     cached=False,
@@ -57,6 +60,12 @@ RUNNING = JobInfo(
     clock_changes_per_iteration=3.0,
     wrong_clock_fraction=0.0125,
     error="",
+    straggler=None,
+    target_time_s=None,
+    all_max_time_s=0.1,
+    all_max_energy_j=25.0,
+    energy_saved_j=4175.0,
+    cluster="",
 )
 PROFILING = JobInfo(
     job="bert",
@@ -80,13 +89,21 @@ PROFILING = JobInfo(
     clock_changes_per_iteration=None,
     wrong_clock_fraction=None,
     error="solver failed: empty frontier",
+    straggler=None,
+    target_time_s=None,
+    all_max_time_s=None,
+    all_max_energy_j=None,
+    energy_saved_j=0.0,
+    cluster="",
 )
 
 JOBS_GOLDEN = """\
 JOB   UID   STATE               SCHEDULE           POLICY        PROFILING                     POINTS  DEPLOYED                       CHG/IT  WRONG
 gpt3  1000  running 1h02m05s    1f1b 2x2           slowdown 5 %  40 it, 64/64 clocks, 51234 J  3       #1 0.1200 s 21.5 J (+20.00 %)  3.0     1.2 %
-  pipeline 0: 2/2 stages, 120 iterations, 2.8300 s per iteration
-  pipeline 1: 1/2 stages, 0 iterations, - per iteration
+  saved 4.2 kJ vs all-max
+  PIPELINE  NODE   STAGES  ITERATIONS  ITER TIME  COMPUTE   PLAN         SLOWNESS
+  0         local  2/2     120         0.1250 s   0.1212 s  #1 0.1200 s  x1.01
+  1         local  1/2     0           -          -         -            -
 bert  0     profiling 0h00m05s  interleaved 4x8x2  fastest       3 it, 2/38 clocks, 812 J      0       -                              -       -  ERROR: solver failed: empty frontier"""  # noqa: E501
 
 
@@ -103,7 +120,14 @@ def test_jobs_json_keeps_every_field_and_nulls() -> None:
         "stages_registered": 1,
         "iterations": 0,
         "iteration_time_s": None,
+        "compute_time_s": None,
+        "plan_index": None,
+        "plan_time_s": None,
+        "plan_since_step": None,
+        "slowness": None,
+        "node": "",
     }
+    assert (body[0]["straggler"], body[0]["energy_saved_j"], body[0]["cluster"]) == (None, 4175.0, "")
     assert body[1]["plan_index"] is None
     assert body[1]["profiling"]["clocks_total"] == 38
 
@@ -128,7 +152,8 @@ GPU-c  A100  ERROR: GPU is lost
 
 JOB   UID   STATE             SCHEDULE  POLICY        PROFILING                     POINTS  DEPLOYED                       CHG/IT  WRONG
 gpt3  1000  running 1h02m05s  1f1b 2x2  slowdown 5 %  40 it, 64/64 clocks, 51234 J  3       #1 0.1200 s 21.5 J (+20.00 %)  3.0     1.2 %
-  pipeline 0: 2/2 stages, 120 iterations, 2.8300 s per iteration
+  saved 4.2 kJ vs all-max
+  pipeline 0: 2/2 stages, 120 iterations, 0.1250 s per iteration
   pipeline 1: 1/2 stages, 0 iterations, - per iteration"""  # noqa: E501
 
 

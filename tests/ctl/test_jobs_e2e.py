@@ -142,9 +142,15 @@ def test_jobs_and_status_show_the_running_job(running: Ctl) -> None:
     row = next(line for line in out.splitlines() if line.startswith(JOB))
     assert f"1f1b {STAGES}x{MICROBATCHES}" in row
     assert f"#{job['plan_index']} " in row
-    assert f"  pipeline 0: {STAGES}/{STAGES} stages" in out
+    pipeline_row = next(line for line in out.splitlines() if line.startswith("  0 "))
+    assert pipeline_row.split()[1:4] == [
+        "local",
+        f"{STAGES}/{STAGES}",
+        str(job["pipelines"][0]["iterations"]),
+    ]
     code, out, _ = running("status")
     assert code == 0
+    assert f"  pipeline 0: {STAGES}/{STAGES} stages" in out
     assert "PLAN" in out.splitlines()[4]
     assert any(line.startswith(JOB) for line in out.splitlines())
     assert running.json("status")["jobs"][0]["job"] == JOB

@@ -1,0 +1,88 @@
+"""`perseusctl straggler JOB --pipeline P (--factor F | --clear) [--json]`: announce a straggler pipeline.
+
+For a slowdown the daemon cannot see in time from the step events, known from outside (thermal throttling or
+a degraded link reported by the cluster's health checks): pipeline P of the job is taken to run F times its
+plan's time, and the job's other pipelines move to the least-energy plan that is no slower. `--clear`
+withdraws it. The job's owner or an admin may announce; with a cluster plane the announcement reaches the
+job's other nodes too. The daemon's own detection and announcements show in `perseusctl jobs`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+from perseus_client.protocol import AnnounceStraggler, AnnounceStragglerOk
+
+from perseusd.argtypes import positive_float
+from perseusd.ctl.daemon_link import ask
+
+EXIT_OK = 0
+
+
+def pipeline_index(text: str) -> int:
+    """A data-parallel pipeline number, from 0 (as the job's processes gave it to `register`)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more (got {value})")
+    return value
+
+
+def straggler_factor(text: str) -> float:
+    """How many times its plan's time the straggler's iterations take: a finite number >= 1."""
+    value = positive_float(text)
+    if value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be at least 1, e.g. 1.2 (got {text})")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the `straggler` command."""
+    parser = subparsers.add_parser(
+        "straggler",
+        help="announce (or clear) a straggler pipeline of a job",
+        description="Tell perseusd that a data-parallel pipeline of a job runs slower than its plan by a "
+        "known factor, so that the job's other pipelines slow down to it and save energy.",
+    )
+    parser.add_argument("job", metavar="JOB", help="the job's name")
+    parser.add_argument(
+        "--pipeline", type=pipeline_index, required=True, metavar="P", help="the straggler pipeline (from 0)"
+    )
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument(
+        "--factor",
+        type=straggler_factor,
+        metavar="F",
+        help="its iterations take F times its plan's time (>= 1, e.g. 1.2)",
+    )
+    action.add_argument("--clear", action="store_true", help="withdraw the announcement")
+    parser.add_argument("--json", action="store_true", help="print the daemon's reply as JSON")
+    parser.set_defaults(func=run)
+
+
+def announce(runtime_dir: Path, job: str, pipeline: int, factor: float | None) -> AnnounceStragglerOk:
+    """Send the announcement (`factor` None: clear it); the daemon checks the job and who asks."""
+    request = AnnounceStraggler(
+        job=job, pipeline=pipeline, factor=1.0 if factor is None else factor, clear=factor is None
+    )
+    return ask(runtime_dir, request, AnnounceStragglerOk, admin=False)
+
+
+def render_reply(reply: AnnounceStragglerOk) -> str:
+    """`job j1: pipeline 0 announced as a straggler (x1.20); shared with the cluster`, or `... cleared`."""
+    what = "straggler cleared" if reply.clear else f"announced as a straggler (x{reply.factor:.2f})"
+    where = "shared with the cluster" if reply.shared else "this node only"
+    return f"job {reply.job}: pipeline {reply.pipeline} {what}; {where}"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Announce or clear, then print the daemon's confirmation."""
+    factor = None if args.clear else args.factor
+    reply = announce(Path(args.runtime_dir), args.job, args.pipeline, factor)
+    print(json.dumps(dataclasses.asdict(reply), indent=2) if args.json else render_reply(reply))
+    return EXIT_OK
