@@ -20,7 +20,7 @@ from perseusd.gpu.errors import GpuInvalidArgumentError
 from perseusd.gpu.sim_models import ComputationCost, SimModel, load_sim_model
 from perseusd.gpu.sim_shared import BusyMap, BusyState, StateMap, busy_path, state_path
 
-DEFAULT_CLOCK_POLL_S = 0.0005
+DEFAULT_CLOCK_POLL_S = 0.001
 
 
 @dataclass(frozen=True)
