@@ -5,7 +5,8 @@ A workload process opens a simulated GPU by UUID in the daemon's sim directory, 
 clock, or the highest clock when unlocked), holds the GPU for that time (a clock changed while it runs applies
 to the work left; computations on one GPU never overlap: a second process waits, as contexts time-slice on a
 real GPU) and records the computation, so the daemon's energy counter sees it. A workload maps the daemon's
-control file read-only: it can never change clocks. The file layout is documented in `perseusd.gpu.sim_shared`.
+control file read-only: it can never change clocks. The file layout is documented in
+`perseusd.gpu.sim_shared`.
 """
 
 from __future__ import annotations

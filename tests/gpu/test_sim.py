@@ -66,7 +66,8 @@ def test_busy_energy_follows_the_profile_at_the_locked_clock(
     ) as gpu:
         record = gpu.run(3, "backward")
     assert (record.clock_mhz, record.duration_s, record.energy_j) == (1005, cost.time_s, cost.energy_j)
-    assert seen_power_w and all(w == pytest.approx(cost.power_w) for w in seen_power_w)
+    assert seen_power_w
+    assert all(w == pytest.approx(cost.power_w) for w in seen_power_w)
     fake_clock.advance(1.0 - cost.time_s)
     expected_j = cost.energy_j + A100_BLOCKING_W * (1.0 - cost.time_s)
     assert device.true_energy_j() == pytest.approx(expected_j)
