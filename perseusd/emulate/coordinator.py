@@ -1,9 +1,11 @@
 """The coordinator: runs the stage processes through the phases and measures each phase.
 
 It starts the stages and waits until every one holds its GPU, starts training, and then follows pipeline 0's
-iteration starts: at each one it samples the GPUs' energy counters (`measure`), asks the daemon for the job's
-state once the stages registered, and lets the phase machine (`phases`) decide. Any stage failure, a stage
-process that dies, a failed job or the overall timeout ends the run; the stages are always shut down.
+iteration starts: at each one it samples the GPUs' energy counters of every daemon (`measure`), asks the
+daemons for the job's state once the stages registered, and lets the phase machine (`phases`) decide. When the
+job first runs on every daemon it tells the pipelines' first stages (the straggler's closed-loop window counts
+from there). Any stage failure, a stage process that dies, a failed job or the overall timeout ends the run;
+the stages are always shut down.
 """
 
 from __future__ import annotations
@@ -12,9 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from perseus_client.client import PerseusClient, PerseusClientError
-from perseus_client.protocol import JobInfo
-
+from perseusd.emulate.daemons import Daemons, combined_state, summary_job
 from perseusd.emulate.measure import CounterSample, CounterSampler
 from perseusd.emulate.messages import (
     Command,
@@ -67,7 +67,7 @@ class _Progress:
     last_sampled: int | None = None
     done: int = 0
     stopping: bool = False
-    policy_set: bool = False
+    running_sent: bool = False
 
 
 class Coordinator:
@@ -75,21 +75,21 @@ class Coordinator:
 
     def __init__(
         self,
-        client: PerseusClient,
+        daemons: Daemons,
         layout: JobLayout,
         group: StageGroup,
         options: CoordinatorOptions,
         on_row: Callable[[IterationRow], None],
         trace: TraceWriter,
     ) -> None:
-        self._client = client
+        self._daemons = daemons
         self._layout = layout
         self._group = group
         self._options = options
         self._on_row = on_row
         self._trace = trace
         self._machine = PhaseMachine(options.phases)
-        self._sampler = CounterSampler(self._read_counters, layout.all_gpus)
+        self._sampler = CounterSampler(daemons.read_counters, layout.all_counter_keys)
         self._progress = _Progress(starts=[{} for _ in layout.gpus])
         self._result = RunResult()
         self._deadline_s = time.monotonic() + options.timeout_s
@@ -108,9 +108,6 @@ class Coordinator:
             self._group.shutdown()
         self._collect_phases()
         return self._result
-
-    def _read_counters(self) -> dict[str, float | None]:
-        return {gpu.uuid: gpu.energy_j for gpu in self._client.status().gpus}
 
     def _check_deadline(self) -> None:
         if time.monotonic() > self._deadline_s:
@@ -167,8 +164,8 @@ class Coordinator:
         sample = self._sampler.sample()
         progress.samples[iteration] = sample
         self._trace.write([{"kind": "sample", "iteration": iteration, **_sample_record(sample)}])
-        job = self._job_info() if self._machine.registered_at is not None else None
-        decision = self._machine.on_iteration(iteration, job.state if job else None, job.error if job else "")
+        state, error = self._job_state() if self._machine.registered_at is not None else (None, "")
+        decision = self._machine.on_iteration(iteration, state, error)
         progress.phases[iteration] = decision.label
         if progress.last_sampled is not None:
             for k in range(progress.last_sampled + 1, iteration):
@@ -182,37 +179,30 @@ class Coordinator:
         progress.last_sampled = iteration
         if decision.failure:
             raise EmulateError(decision.failure)
+        if self._machine.running_at is not None and not progress.running_sent:
+            self._group.send_leaders(Command("running", after_iteration=self._machine.running_at))
+            self._result.running_iteration = self._machine.running_at
+            progress.running_sent = True
         if decision.command == "register":
             self._import_profile()
             self._group.send_leaders(Command("register"))
         elif decision.command == "stop":
             self._group.send_leaders(Command("stop", after_iteration=iteration))
+            self._group.end_sync()
             progress.stopping = True
 
     def _import_profile(self) -> None:
         imported = self._options.profile_import
-        if imported is None:
-            return
-        try:
-            self._client.profile_import(
-                imported.csv, source=imported.source, p_block_w=imported.p_block_w, job=self._options.job
-            )
-        except PerseusClientError as exc:
-            raise EmulateError(f"importing the profile failed: {exc}") from None
+        if imported is not None:
+            self._daemons.import_profile(imported.csv, imported.source, imported.p_block_w)
 
-    def _job_info(self) -> JobInfo | None:
-        """The daemon's view of this job (None until it knows it); sets the policy once it does."""
-        try:
-            jobs = self._client.jobs().jobs
-            job = next((info for info in jobs if info.job == self._options.job), None)
-            if job is not None and self._options.policy and not self._progress.policy_set:
-                self._client.set_policy(self._options.policy, self._options.target, job=self._options.job)
-                self._progress.policy_set = True
-        except PerseusClientError as exc:
-            raise EmulateError(f"asking the daemon about the job failed: {exc}") from None
-        if job is not None:
-            self._result.job = job
-        return job
+    def _job_state(self) -> tuple[str | None, str]:
+        """The job's state combined over the daemons, and the failure reason; sets the policy once."""
+        jobs = self._daemons.jobs(self._options.policy, self._options.target)
+        self._result.daemon_jobs = jobs
+        if any(job is not None for job in jobs):
+            self._result.job = summary_job(jobs)
+        return combined_state(jobs)
 
     def _collect_phases(self) -> None:
         """The phases measured completely (a failed run keeps its baseline)."""
@@ -220,7 +210,7 @@ class Coordinator:
         for phase, span in self._machine.windows.items():
             if not all(span[0] in starts and span[1] in starts for starts in progress.starts):
                 continue  # a pipeline stopped before the window's end
-            result = phase_result(span, progress.samples, progress.starts)
+            result = phase_result(span, progress.samples, progress.starts, self._layout.counter_keys)
             self._trace.write(
                 [
                     {

@@ -2,7 +2,8 @@
 
     perseus-emulate --profile FILE|a100_sxm|a40 --stages S --microbatches M [--pipelines P]
                     [--schedule 1f1b|gpipe|interleaved|observed] [--chunks C] [--iterations N]
-                    [--time-scale X] --runtime-dir DIR [--json] ...
+                    [--time-scale X] --runtime-dir DIR [--runtime-dir DIR2 ...]
+                    [--straggler PIPELINE:FACTOR[:FROM[:TO]]] [--no-dp-sync] [--json] ...
 
 Exit status: 0 when the run finished, 1 when it failed (a stage failed, the daemon failed the job, a timeout,
 SIGINT/SIGTERM), 2 on usage errors (bad arguments, or arguments that do not fit the daemon).
@@ -16,7 +17,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import TextIO
@@ -26,7 +27,8 @@ from perseus_client.protocol import CONTROL_SOCKET_NAME
 
 from perseusd.argtypes import positive_float, positive_int
 from perseusd.emulate.coordinator import Coordinator, CoordinatorOptions, ProfileToImport
-from perseusd.emulate.phases import PhaseConfig
+from perseusd.emulate.daemons import Daemons
+from perseusd.emulate.phases import SETTLE_ITERATIONS, STRAGGLER_SETTLE_ITERATIONS, PhaseConfig
 from perseusd.emulate.preflight import (
     EmulateError,
     UsageError,
@@ -38,6 +40,7 @@ from perseusd.emulate.preflight import (
 from perseusd.emulate.processes import RunSettings, StageGroup
 from perseusd.emulate.report import RunDescription, header, row_line, summary, to_json
 from perseusd.emulate.results import IterationRow
+from perseusd.emulate.straggler import StragglerSpec, parse_straggler
 from perseusd.emulate.topology import SCHEDULES, PipelineShape
 from perseusd.emulate.trace import TraceWriter
 
@@ -70,7 +73,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="measured baseline iterations (default: --iterations)",
     )
     add("--time-scale", type=positive_float, default=1.0, help="computation time factor (default 1: real)")
-    add("--runtime-dir", type=Path, required=True, help="the runtime directory of a perseusd --backend sim")
+    add(
+        "--runtime-dir",
+        type=Path,
+        action="append",
+        required=True,
+        help="the runtime directory of a perseusd --backend sim; give it once per daemon (node): pipelines "
+        "go to the daemons in contiguous blocks",
+    )
     add("--job", help="job name (default emulate-<pid>)")
     add("--policy", choices=POLICIES, help="the frontier point the daemon runs (default: the daemon's)")
     add("--target", type=float, default=0.0, help="slowdown fraction or time (s) for --policy")
@@ -85,6 +95,25 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive_int,
         default=500,
         help="fail when the job is not running after this many closed-loop iterations (default 500)",
+    )
+    add(
+        "--straggler",
+        type=parse_straggler,
+        metavar="PIPELINE:FACTOR[:FROM[:TO]]",
+        help="pipeline PIPELINE runs FACTOR (>= 1) times slower during the baseline and, in the closed loop, "
+        "from FROM (default 0) to TO (default: the end) iterations after the job runs",
+    )
+    add(
+        "--settle-iterations",
+        type=positive_int,
+        help=f"iterations between the job running and the optimized window (default {SETTLE_ITERATIONS}; "
+        f"with --straggler FROM + {STRAGGLER_SETTLE_ITERATIONS})",
+    )
+    add(
+        "--no-dp-sync",
+        dest="dp_sync",
+        action="store_false",
+        help="pipelines do not wait for each other at the end of an iteration (no gradient all-reduce)",
     )
     add("--timeout-s", type=positive_float, default=900.0, help="fail after this long (default 900)")
     add("--trace", type=Path, help="append every computation and counter sample to FILE (JSON lines)")
@@ -112,21 +141,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     shape = PipelineShape(args.stages, args.microbatches, args.chunks, args.schedule)
     check_shape(shape)
+    straggler = _check_straggler(args.straggler, args.pipelines)
     profile = load_profile(args.profile)
     job = args.job or f"emulate-{os.getpid()}"
-    with _connect(args.runtime_dir, job) as client:
-        layout = lay_out(client, shape, args.pipelines, profile, args.profile, args.time_scale)
-        run = RunDescription(job, layout, args.schedule, args.time_scale)
+    with _connect_all(args.runtime_dir, job) as clients:
+        layout = lay_out(clients, shape, args.pipelines, profile, args.profile, args.time_scale)
+        run = RunDescription(job, layout, args.schedule, args.time_scale, straggler, args.dp_sync)
         progress = sys.stderr if args.json else sys.stdout
         print(header(run), file=progress, flush=True)
+        phases = _phase_config(args, straggler)
         settings = RunSettings(
-            str(args.runtime_dir), job, args.schedule, args.time_scale, _trace_path(args.trace)
-        )
-        phases = PhaseConfig(
-            baseline_iterations=args.baseline_iterations or args.iterations,
-            iterations=args.iterations,
-            max_profiling_iterations=args.max_profiling_iterations,
-            baseline_only=args.baseline_only,
+            job,
+            args.schedule,
+            args.time_scale,
+            _trace_path(args.trace),
+            dp_sync=args.dp_sync,
+            straggler=straggler,
+            warmup_iterations=phases.warmup_iterations,
         )
         imported = None
         if args.import_profile:
@@ -136,7 +167,12 @@ def _run(args: argparse.Namespace) -> int:
         trace = TraceWriter(args.trace)
         try:
             coordinator = Coordinator(
-                client, layout, StageGroup(layout, settings), options, _printer(progress), trace
+                Daemons(clients, job),
+                layout,
+                StageGroup(layout, settings),
+                options,
+                _printer(progress),
+                trace,
             )
             result = coordinator.run()
         finally:
@@ -147,10 +183,35 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(document)
     else:
-        print(summary(result))
+        print(summary(run, result))
     if result.failure:
         raise EmulateError(result.failure)
     return EXIT_OK
+
+
+def _check_straggler(straggler: StragglerSpec | None, pipelines: int) -> StragglerSpec | None:
+    if straggler is not None and straggler.pipeline >= pipelines:
+        raise UsageError(
+            f"--straggler pipeline {straggler.pipeline} does not exist: pipelines are 0..{pipelines - 1}"
+        )
+    return straggler
+
+
+def _phase_config(args: argparse.Namespace, straggler: StragglerSpec | None) -> PhaseConfig:
+    settle = args.settle_iterations
+    if settle is None:
+        settle = (
+            SETTLE_ITERATIONS
+            if straggler is None
+            else straggler.from_iterations + STRAGGLER_SETTLE_ITERATIONS
+        )
+    return PhaseConfig(
+        baseline_iterations=args.baseline_iterations or args.iterations,
+        iterations=args.iterations,
+        max_profiling_iterations=args.max_profiling_iterations,
+        baseline_only=args.baseline_only,
+        settle_iterations=settle,
+    )
 
 
 def _trace_path(path: Path | None) -> str | None:
@@ -162,6 +223,16 @@ def _printer(stream: TextIO) -> Callable[[IterationRow], None]:
         print(row_line(row), file=stream, flush=True)
 
     return print_row
+
+
+@contextmanager
+def _connect_all(runtime_dirs: Sequence[Path], job: str) -> Iterator[list[PerseusClient]]:
+    """One client per daemon; the same daemon twice is a usage error."""
+    resolved = [path.resolve() for path in runtime_dirs]
+    if len(set(resolved)) != len(resolved):
+        raise UsageError("the same --runtime-dir is given twice: give each daemon once")
+    with ExitStack() as stack:
+        yield [stack.enter_context(_connect(path, job)) for path in runtime_dirs]
 
 
 @contextmanager

@@ -111,11 +111,13 @@ class CounterSampler:
         return values, read_s
 
 
-def window(start: CounterSample, end: CounterSample) -> EnergyWindow:
-    """Energy and average power between two samples of the same GPUs (each GPU over its own span)."""
+def window(start: CounterSample, end: CounterSample, gpus: Sequence[str] | None = None) -> EnergyWindow:
+    """Energy and average power between two samples of the same GPUs (each GPU over its own span), of all
+    their GPUs or of `gpus` only (e.g. one pipeline's)."""
     energy_j = 0.0
     power_w = 0.0
-    for gpu, end_j in end.energy_j.items():
+    for gpu in end.energy_j if gpus is None else gpus:
+        end_j = end.energy_j[gpu]
         span_s = end.time_s[gpu] - start.time_s[gpu]
         if span_s <= 0:
             raise ValueError("samples out of order")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-CommandKind: TypeAlias = Literal["start", "register", "stop"]
+CommandKind: TypeAlias = Literal["start", "register", "running", "stop"]
 
 
 @dataclass(frozen=True)
@@ -26,18 +26,21 @@ class Activation:
 
 @dataclass(frozen=True)
 class IterationStart:
-    """The pipeline starts `iteration`; `command` ("" for none) applies from this iteration on."""
+    """The pipeline starts `iteration`; `command` ("" for none) applies from this iteration on, and every
+    stage runs the iteration's computations `throttle` times longer (an emulated straggler)."""
 
     iteration: int
     command: str
+    throttle: float = 1.0
 
 
 @dataclass(frozen=True)
 class Command:
-    """From the coordinator: start training, register with the daemon, or stop.
+    """From the coordinator: start training, register with the daemon, stop; or "running": the job runs its
+    plan from iteration `after_iteration` on (the straggler's closed-loop window counts from there).
 
-    A first stage applies it at the first iteration start after `after_iteration` (a stop never cuts an
-    iteration the coordinator still measures).
+    A first stage applies "register" and "stop" at the first iteration start after `after_iteration` (a stop
+    never cuts an iteration the coordinator still measures), "running" as soon as it reads it.
     """
 
     kind: CommandKind

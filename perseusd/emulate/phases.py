@@ -1,7 +1,7 @@
 """The emulator's phases as an explicit state machine, driven by sampled iteration starts (no I/O here).
 
     warmup -> baseline (all-max clocks, measured) -> closed loop (registered: the daemon profiles, solves,
-    then runs its plan) -> settle (2 iterations) -> optimized (measured) -> done
+    then runs its plan) -> settle (`settle_iterations`) -> optimized (measured) -> done
 
 The coordinator samples the energy counters at (or shortly after) iteration starts of pipeline 0 and feeds
 each sampled iteration with the job's state to `PhaseMachine.on_iteration`, which names the phase of that
@@ -19,7 +19,10 @@ from perseusd.emulate.messages import CommandKind
 RUNNING = "running"
 FAILED = "failed"
 SETTLE_ITERATIONS = 2
-"""Iterations between the plan running and the optimized window (the first may begin under old clocks)."""
+"""Default iterations between the plan running and the optimized window (the first may begin under old
+clocks)."""
+STRAGGLER_SETTLE_ITERATIONS = 8
+"""With a straggler, the default settle is its FROM plus this: the daemons detect it and re-plan first."""
 
 
 class Stage(Enum):
@@ -40,6 +43,7 @@ class PhaseConfig:
     max_profiling_iterations: int
     baseline_only: bool = False
     warmup_iterations: int = 1
+    settle_iterations: int = SETTLE_ITERATIONS
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,7 @@ class PhaseMachine:
             self.stage = Stage.SETTLE
         if self.stage is Stage.SETTLE:
             assert self.running_at is not None
-            if iteration < self.running_at + SETTLE_ITERATIONS:
+            if iteration < self.running_at + self.config.settle_iterations:
                 return Decision(label)
             self._start(Stage.OPTIMIZED, iteration)
         if iteration < self._window_start + self.config.iterations:

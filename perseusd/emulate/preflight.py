@@ -9,6 +9,7 @@ daemon that does not run simulated GPUs or has too few, a profile that is not th
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,12 +47,14 @@ class ModelPrediction:
 
 @dataclass(frozen=True)
 class JobLayout:
-    """The checked job: its pipelines' shape and GPUs, and the simulated GPUs' model."""
+    """The checked job: its pipelines' shape, daemons and GPUs, and the simulated GPUs' model."""
 
     shape: PipelineShape
     gpus: tuple[tuple[str, ...], ...]
     """gpus[pipeline][stage]: the simulated GPU (UUID) of each stage."""
-    sim_dir: Path
+    daemons: tuple[int, ...]
+    """daemons[pipeline]: the index (in `runtime_dirs`) of the daemon that runs the pipeline."""
+    runtime_dirs: tuple[Path, ...]
     model: SimModel
     profile_source: str
     all_max: ModelPrediction
@@ -65,8 +68,35 @@ class JobLayout:
         return tuple(gpu for pipeline in self.gpus for gpu in pipeline)
 
     @property
+    def counter_keys(self) -> tuple[tuple[str, ...], ...]:
+        """counter_keys[pipeline][stage]: the GPU's name in counter samples (unique across daemons)."""
+        return tuple(
+            tuple(counter_key(self.daemons[p], gpu, len(self.runtime_dirs)) for gpu in gpus)
+            for p, gpus in enumerate(self.gpus)
+        )
+
+    @property
+    def all_counter_keys(self) -> tuple[str, ...]:
+        return tuple(key for pipeline in self.counter_keys for key in pipeline)
+
+    @property
     def max_clock_mhz(self) -> int:
         return self.model.clocks_mhz[0]
+
+    def sim_dir(self, pipeline: int) -> Path:
+        """The sim directory of the daemon that runs `pipeline`."""
+        return self.runtime_dirs[self.daemons[pipeline]] / "sim"
+
+
+def counter_key(daemon: int, uuid: str, num_daemons: int) -> str:
+    """A GPU's name in counter samples: its UUID, prefixed with its daemon ("d1/GPU-...") when there are
+    several (simulated GPUs of different daemons have the same UUIDs)."""
+    return uuid if num_daemons == 1 else f"d{daemon}/{uuid}"
+
+
+def daemon_of(pipeline: int, pipelines: int, daemons: int) -> int:
+    """Pipelines go to the daemons in contiguous blocks."""
+    return pipeline * daemons // pipelines
 
 
 def check_shape(shape: PipelineShape) -> None:
@@ -96,37 +126,65 @@ def load_profile(spec: str) -> Profile:
 
 
 def lay_out(
-    client: PerseusClient,
+    clients: Sequence[PerseusClient],
     shape: PipelineShape,
     pipelines: int,
     profile: Profile,
     profile_spec: str,
     time_scale: float,
 ) -> JobLayout:
-    """Check the run against the daemon (sim GPUs, their model, how many are free) and pick the GPUs.
+    """Check the run against every daemon (sim GPUs, their model, how many are free) and pick the GPUs.
 
     `shape` passed `check_shape` and `profile` was loaded from `profile_spec` (both before connecting).
     """
-    status = client.status()
-    sim_dir = client.runtime_dir / "sim"
-    model = load_sim_model(_sim_model_name(sim_dir, status))
-    needed = pipelines * shape.num_stages
+    if len(clients) > pipelines:
+        raise UsageError(f"{len(clients)} daemons (--runtime-dir) but only {pipelines} pipeline(s) to run")
+    daemons = tuple(daemon_of(p, pipelines, len(clients)) for p in range(pipelines))
+    statuses = [client.status() for client in clients]
+    models = {
+        _sim_model_name(c.runtime_dir / "sim", status) for c, status in zip(clients, statuses, strict=True)
+    }
+    if len(models) != 1:
+        raise UsageError(f"the daemons' simulated GPUs are of different models: {sorted(models)}")
+    model = load_sim_model(models.pop())
+    _check_profile(profile, profile_spec, model, shape)
+    free = [
+        _free_gpus(status, client.runtime_dir, daemons.count(d), shape, pipelines)
+        for d, (client, status) in enumerate(zip(clients, statuses, strict=True))
+    ]
+    gpus = tuple(
+        tuple(free[d][(p - daemons.index(d)) * shape.num_stages :][: shape.num_stages])
+        for p, d in enumerate(daemons)
+    )
+    return JobLayout(
+        shape,
+        gpus,
+        daemons,
+        tuple(client.runtime_dir for client in clients),
+        model,
+        profile.source,
+        _predict(shape, pipelines, profile, model, time_scale),
+    )
+
+
+def _free_gpus(
+    status: StatusReply, runtime_dir: Path, pipelines_here: int, shape: PipelineShape, pipelines: int
+) -> list[str]:
+    """The daemon's free GPUs; it must have enough for the pipelines it runs."""
+    needed = pipelines_here * shape.num_stages
+    where = "" if pipelines_here == pipelines else f" at {runtime_dir}"
     if len(status.gpus) < needed:
         raise UsageError(
-            f"{pipelines} pipeline(s) x {shape.num_stages} stages need {needed} simulated GPUs, "
-            f"the daemon has {len(status.gpus)}: start perseusd with --sim-gpus {needed} or more"
+            f"{pipelines_here} pipeline(s) x {shape.num_stages} stages need {needed} simulated GPUs, "
+            f"the daemon{where} has {len(status.gpus)}: start perseusd with --sim-gpus {needed} or more"
         )
-    _check_profile(profile, profile_spec, model, shape)
     free = [gpu.uuid for gpu in status.gpus if gpu.lease is None]
     if len(free) < needed:
         raise EmulateError(
-            f"{needed} GPUs needed but only {len(free)} of {len(status.gpus)} are free "
+            f"{needed} GPUs needed but only {len(free)} of {len(status.gpus)} are free{where} "
             "(others are leased: see `perseusctl status`)"
         )
-    gpus = tuple(tuple(free[p * shape.num_stages : (p + 1) * shape.num_stages]) for p in range(pipelines))
-    return JobLayout(
-        shape, gpus, sim_dir, model, profile.source, _predict(shape, pipelines, profile, model, time_scale)
-    )
+    return free
 
 
 def _sim_model_name(sim_dir: Path, status: StatusReply) -> str:

@@ -1,8 +1,10 @@
 """The stage processes of one run: start them, talk to them, and make sure they are gone at the end.
 
 Processes are spawned (not forked: the coordinator holds ZeroMQ sockets and threads). Each pipeline's stages
-share their inboxes; every stage has a command queue; all report on one queue. Shutting down asks nicely
-first (SIGTERM: a stage releases its GPU and exits), then kills what is left.
+share their inboxes; every stage has a command queue; all report on one queue. With data-parallel sync, stage
+s of every pipeline shares one barrier (the gradient all-reduce). Shutting down aborts the barriers (nobody
+waits for a stage that is gone), asks nicely (SIGTERM: a stage releases its GPU and exits), then kills what
+is left.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue as MpQueue
+from multiprocessing.synchronize import Barrier
 from typing import Any
 
 from perseusd.emulate.messages import Command, Report
 from perseusd.emulate.preflight import JobLayout
 from perseusd.emulate.stage_worker import StageQueues, StageSpec, stage_main
+from perseusd.emulate.straggler import StragglerSpec
 
 TERMINATE_GRACE_S = 10.0
 """How long stages get to release their GPUs after SIGTERM before they are killed."""
@@ -29,11 +33,14 @@ TERMINATE_GRACE_S = 10.0
 class RunSettings:
     """What every stage of the run shares besides the layout."""
 
-    runtime_dir: str
     job: str
     register_schedule: str
     time_scale: float
     trace_path: str | None
+    dp_sync: bool = True
+    """Stage s of every pipeline waits for the others at the end of each iteration (P > 1)."""
+    straggler: StragglerSpec | None = None
+    warmup_iterations: int = 1
 
 
 class StageGroup:
@@ -45,14 +52,19 @@ class StageGroup:
         self._commands: list[list[MpQueue[Any]]] = []
         self._inboxes: list[tuple[MpQueue[Any], ...]] = []  # a started Process drops its args: keep them
         self._processes: list[BaseProcess] = []
+        sync = settings.dp_sync and layout.num_pipelines > 1
+        self._barriers: list[Barrier] = (
+            [context.Barrier(layout.num_pipelines) for _ in range(layout.shape.num_stages)] if sync else []
+        )
+        straggler = settings.straggler
         for pipeline, gpus in enumerate(layout.gpus):
             inboxes: tuple[MpQueue[Any], ...] = tuple(context.Queue() for _ in gpus)
             self._inboxes.append(inboxes)
             commands: list[MpQueue[Any]] = []
             for stage, gpu in enumerate(gpus):
                 spec = StageSpec(
-                    runtime_dir=settings.runtime_dir,
-                    sim_dir=str(layout.sim_dir),
+                    runtime_dir=str(layout.runtime_dirs[layout.daemons[pipeline]]),
+                    sim_dir=str(layout.sim_dir(pipeline)),
                     job=settings.job,
                     gpu=gpu,
                     pipeline=pipeline,
@@ -63,9 +75,12 @@ class StageGroup:
                     max_clock_mhz=layout.max_clock_mhz,
                     coordinator_pid=os.getpid(),
                     trace_path=settings.trace_path,
+                    straggler=straggler if straggler and straggler.pipeline == pipeline else None,
+                    warmup_iterations=settings.warmup_iterations,
                 )
                 commands.append(context.Queue())
-                queues = StageQueues(inboxes[stage], inboxes, commands[-1], self.reports)
+                barrier = self._barriers[stage] if self._barriers else None
+                queues = StageQueues(inboxes[stage], inboxes, commands[-1], self.reports, barrier)
                 self._processes.append(
                     context.Process(
                         target=stage_main, args=(spec, queues), name=f"perseus-emulate-p{pipeline}s{stage}"
@@ -115,8 +130,17 @@ class StageGroup:
             process.join(max(0.0, deadline_s - time.monotonic()))
         return self.all_exited()
 
+    def end_sync(self) -> None:
+        """Abort the data-parallel barriers: a stage waiting there (or arriving later) trains on unsynced.
+
+        Called when the stages are told to stop (pipelines may stop one iteration apart, and a stopped stage
+        never reaches the barrier again) and at shutdown."""
+        for barrier in self._barriers:
+            barrier.abort()
+
     def shutdown(self) -> None:
         """Stop what still runs: SIGTERM (stages release their GPUs), then SIGKILL after a grace period."""
+        self.end_sync()
         for process in self._processes:
             if process.exitcode is None and process.pid is not None:
                 process.terminate()

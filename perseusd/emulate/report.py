@@ -6,7 +6,8 @@ import dataclasses
 from typing import Any
 
 from perseusd.emulate.preflight import JobLayout
-from perseusd.emulate.results import IterationRow, PhaseResult, RunResult
+from perseusd.emulate.results import IterationRow, PhaseResult, PipelinePhase, RunResult
+from perseusd.emulate.straggler import StragglerSpec
 
 PLACEHOLDER = "-"
 
@@ -19,19 +20,35 @@ class RunDescription:
     layout: JobLayout
     register_schedule: str
     time_scale: float
+    straggler: StragglerSpec | None = None
+    dp_sync: bool = True
 
 
 def header(run: RunDescription) -> str:
     layout, shape = run.layout, run.layout.shape
     chunks = f", {shape.num_chunks} chunks per GPU" if shape.num_chunks > 1 else ""
+    daemons = f" of {len(layout.runtime_dirs)} daemons" if len(layout.runtime_dirs) > 1 else ""
     prediction = layout.all_max
-    return (
+    lines = [
         f"perseus-emulate: job {run.job}: {layout.num_pipelines} pipeline(s) x {shape.num_stages} stages "
         f"({run.register_schedule}, {shape.num_microbatches} microbatches{chunks}) on "
-        f"{len(layout.all_gpus)} simulated {layout.model.name} GPUs, time scale {run.time_scale:g}\n"
+        f"{len(layout.all_gpus)} simulated {layout.model.name} GPUs{daemons}, time scale {run.time_scale:g}",
         f"  profile {layout.profile_source}; all-max by the profile: {prediction.iteration_time_s:.4f} s, "
-        f"{prediction.energy_per_iteration_j:.1f} J per iteration\n"
-        f"{'iter':>5}  {'phase':<12} {'time (s)':>9} {'energy (J)':>11}"
+        f"{prediction.energy_per_iteration_j:.1f} J per iteration",
+    ]
+    if run.straggler is not None:
+        lines.append(f"  straggler: {_straggler_text(run.straggler)}")
+    if layout.num_pipelines > 1 and not run.dp_sync:
+        lines.append("  no data-parallel sync: pipelines do not wait for each other")
+    lines.append(f"{'iter':>5}  {'phase':<12} {'time (s)':>9} {'energy (J)':>11}")
+    return "\n".join(lines)
+
+
+def _straggler_text(straggler: StragglerSpec) -> str:
+    to = "the end" if straggler.to_iterations is None else f"{straggler.to_iterations}"
+    return (
+        f"pipeline {straggler.pipeline} x{straggler.factor:g} in the baseline and from "
+        f"{straggler.from_iterations} to {to} iterations after the job runs"
     )
 
 
@@ -52,12 +69,34 @@ def _phase_line(name: str, phase: PhaseResult | None) -> str:
     )
 
 
-def summary(result: RunResult) -> str:
+def _pipeline_cell(phase: PhaseResult | None, pipeline: int) -> str:
+    if phase is None or not phase.pipelines:
+        return f"{PLACEHOLDER:>22}"
+    own = phase.pipelines[pipeline]
+    return f"{own.iteration_time_s:>9.4f} s {own.energy_per_iteration_j:>9.1f} J"
+
+
+def _pipeline_lines(run: RunDescription, result: RunResult) -> list[str]:
+    layout = run.layout
+    if layout.num_pipelines == 1:
+        return []
+    lines = [f"{'pipeline':<10} {'daemon':>6} {'baseline':>22} {'optimized':>22}"]
+    for p in range(layout.num_pipelines):
+        mark = "  straggler" if run.straggler is not None and run.straggler.pipeline == p else ""
+        lines.append(
+            f"{p:<10} {layout.daemons[p]:>6} {_pipeline_cell(result.baseline, p)} "
+            f"{_pipeline_cell(result.optimized, p)}{mark}"
+        )
+    return lines
+
+
+def summary(run: RunDescription, result: RunResult) -> str:
     lines = [
         "== result",
         f"{'':<10} {'time/iteration':>14} {'energy/iteration':>16} {'power':>11}",
         _phase_line("baseline", result.baseline),
         _phase_line("optimized", result.optimized),
+        *_pipeline_lines(run, result),
     ]
     if result.optimized is not None:
         lines.append(
@@ -84,8 +123,38 @@ def _phase_json(phase: PhaseResult | None) -> dict[str, Any] | None:
     if phase is None:
         return None
     data = dataclasses.asdict(phase)
+    del data["pipelines"]  # per pipeline under the top-level "pipelines"
     data["pipeline_iteration_times_s"] = list(phase.pipeline_iteration_times_s)
     return data
+
+
+def _pipeline_phase_json(phase: PhaseResult | None, pipeline: int) -> dict[str, Any] | None:
+    own: PipelinePhase | None = phase.pipelines[pipeline] if phase is not None and phase.pipelines else None
+    return None if own is None else dataclasses.asdict(own)
+
+
+def _pipelines_json(run: RunDescription, result: RunResult) -> list[dict[str, Any]]:
+    return [
+        {
+            "pipeline": p,
+            "daemon": run.layout.daemons[p],
+            "gpus": list(run.layout.gpus[p]),
+            "baseline": _pipeline_phase_json(result.baseline, p),
+            "optimized": _pipeline_phase_json(result.optimized, p),
+        }
+        for p in range(run.layout.num_pipelines)
+    ]
+
+
+def _straggler_json(straggler: StragglerSpec | None) -> dict[str, Any] | None:
+    if straggler is None:
+        return None
+    return {
+        "pipeline": straggler.pipeline,
+        "factor": straggler.factor,
+        "from": straggler.from_iterations,
+        "to": straggler.to_iterations,
+    }
 
 
 def to_json(run: RunDescription, result: RunResult) -> dict[str, Any]:
@@ -102,9 +171,13 @@ def to_json(run: RunDescription, result: RunResult) -> dict[str, Any]:
         "stages": shape.num_stages,
         "microbatches": shape.num_microbatches,
         "chunks": shape.num_chunks,
-        "pipelines": layout.num_pipelines,
+        "num_pipelines": layout.num_pipelines,
         "time_scale": run.time_scale,
+        "runtime_dirs": [str(path) for path in layout.runtime_dirs],
+        "dp_sync": run.dp_sync,
+        "straggler": _straggler_json(run.straggler),
         "gpus": [list(pipeline) for pipeline in layout.gpus],
+        "pipelines": _pipelines_json(run, result),
         "model_all_max": dataclasses.asdict(layout.all_max),
         "baseline": _phase_json(result.baseline),
         "optimized": _phase_json(result.optimized),
@@ -120,7 +193,9 @@ def to_json(run: RunDescription, result: RunResult) -> dict[str, Any]:
         else None,
         "solving": {"iterations": solving_n, "energy_j": solving_j} if closed_loop else None,
         "cached": result.cached,
+        "running_iteration": result.running_iteration,
         "plan": _plan_json(result),
+        "daemon_jobs": [None if job is None else dataclasses.asdict(job) for job in result.daemon_jobs],
         "iterations": [dataclasses.asdict(row) for row in result.rows],
         "failure": result.failure,
     }

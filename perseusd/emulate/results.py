@@ -26,6 +26,17 @@ class IterationRow:
 
 
 @dataclass(frozen=True)
+class PipelinePhase:
+    """One pipeline in a measured phase: its first stage's mean iteration time and its GPUs' energy."""
+
+    iteration_time_s: float
+    energy_per_iteration_j: float
+    """Its GPUs' average power over the window times its iteration time."""
+    power_w: float
+    energy_j: float
+
+
+@dataclass(frozen=True)
 class PhaseResult:
     """A measured phase: `iterations` iterations, all pipelines, all GPUs of the job."""
 
@@ -39,6 +50,7 @@ class PhaseResult:
     """Counter energy between the window's two samples."""
     duration_s: float
     pipeline_iteration_times_s: tuple[float, ...]
+    pipelines: tuple[PipelinePhase, ...] = ()
 
 
 @dataclass
@@ -49,7 +61,12 @@ class RunResult:
     baseline: PhaseResult | None = None
     optimized: PhaseResult | None = None
     job: JobInfo | None = None
+    """The first daemon's view of the job, with the state combined over all daemons."""
+    daemon_jobs: list[JobInfo | None] = field(default_factory=list)
+    """Each daemon's view of the job at the last sampled iteration (None: it did not know the job)."""
     cached: bool = False
+    running_iteration: int | None = None
+    """Pipeline 0's first sampled iteration with the job running on every daemon."""
     failure: str | None = None
 
     def phase_totals(self, phase: str) -> tuple[int, float]:
@@ -74,16 +91,21 @@ def phase_result(
     span: tuple[int, int],
     samples: Mapping[int, CounterSample],
     starts: Sequence[Mapping[int, float]],
+    counter_keys: Sequence[Sequence[str]],
 ) -> PhaseResult:
     """The phase measured from the sample at iteration `span[0]` to the one at `span[1]`.
 
-    `starts[p][k]` is when pipeline p began iteration k.
+    `starts[p][k]` is when pipeline p began iteration k; `counter_keys[p]` are pipeline p's GPUs.
     """
     first, last = span
     count = last - first
     energy = window(samples[first], samples[last])
     times_s = tuple((pipeline[last] - pipeline[first]) / count for pipeline in starts)
     iteration_time_s = sum(times_s) / len(times_s)
+    pipelines = []
+    for time_s, gpus in zip(times_s, counter_keys, strict=True):
+        own = window(samples[first], samples[last], gpus)
+        pipelines.append(PipelinePhase(time_s, own.power_w * time_s, own.power_w, own.energy_j))
     return PhaseResult(
         iterations=count,
         iteration_time_s=iteration_time_s,
@@ -92,6 +114,7 @@ def phase_result(
         energy_j=energy.energy_j,
         duration_s=energy.duration_s,
         pipeline_iteration_times_s=times_s,
+        pipelines=tuple(pipelines),
     )
 
 

@@ -5,7 +5,10 @@ runs its schedule's computations iteration after iteration: each waits for its n
 on the simulated GPU (`SimGpuHandle.run`: the profile's time at the clock the daemon set) wrapped in
 `client.computation`, and then frees the computation that waits for it. Each iteration is a `client.step`.
 The pipeline's first stage takes the coordinator's commands at iteration starts and passes them down the
-pipeline with the iteration start, so every stage registers with the daemon (or stops) at the same iteration.
+pipeline with the iteration start, so every stage registers with the daemon (or stops) at the same iteration;
+with an emulated straggler it also decides each iteration's throttle factor and passes it down the same way.
+With data-parallel sync, a stage waits at the end of each iteration (after its last computation, inside the
+step) until the same stage of every other pipeline got there: the gradient all-reduce.
 
 A stage always releases its GPU on the way out: after a stop, an error, SIGINT/SIGTERM, or when its
 coordinator dies (the kernel sends it SIGTERM then, and waits notice a changed parent).
@@ -18,9 +21,11 @@ import ctypes
 import os
 import queue
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.queues import Queue as MpQueue
+from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -38,6 +43,7 @@ from perseusd.emulate.messages import (
     StageFailed,
     StageReady,
 )
+from perseusd.emulate.straggler import HEALTHY, StragglerSpec, ThrottleSchedule
 from perseusd.emulate.topology import PipelineShape
 from perseusd.emulate.trace import TraceWriter
 from perseusd.gpu.sim_workload import SimGpuHandle
@@ -45,6 +51,8 @@ from perseusd.planner.dag import Instruction
 
 CONTROL_TIMEOUT_S = 10.0
 """Control calls of a stage (claim, set_clock, register) are rare; a loaded machine may be slow to answer."""
+DP_SYNC_TIMEOUT_S = 60.0
+"""A stage that waits this long for the other pipelines at the gradient sync fails (one of them hangs)."""
 _PR_SET_PDEATHSIG = 1
 
 
@@ -64,16 +72,25 @@ class StageSpec:
     max_clock_mhz: int
     coordinator_pid: int
     trace_path: str | None = None
+    straggler: StragglerSpec | None = None
+    """Set on the stages of the straggler pipeline only."""
+    warmup_iterations: int = 1
 
 
 @dataclass(frozen=True)
 class StageQueues:
-    """The stage's inbox, the inboxes of its pipeline (by stage), its command queue and the report queue."""
+    """The stage's inbox, the inboxes of its pipeline (by stage), its command queue, the report queue, and
+    the barrier this stage index shares with the other pipelines (None: no data-parallel sync)."""
 
     inbox: MpQueue[Any]
     pipeline_inboxes: tuple[MpQueue[Any], ...]
     commands: MpQueue[Any]
     reports: MpQueue[Any]
+    dp_barrier: Barrier | None = None
+
+
+class DpSyncTimeoutError(Exception):
+    """The other pipelines did not reach the gradient sync in time."""
 
 
 class StageStoppedError(Exception):
@@ -106,6 +123,14 @@ class StageWorker:
         self._inbox = Inbox(queues.inbox, lambda: os.getppid() == spec.coordinator_pid)
         self._order = spec.shape.order(spec.stage)
         self._pending: list[Command] = []
+        straggler = spec.straggler
+        self._throttle = ThrottleSchedule(
+            straggler.factor if straggler else HEALTHY,
+            spec.warmup_iterations,
+            straggler.from_iterations if straggler else 0,
+            straggler.to_iterations if straggler else None,
+        )
+        self._dp_barrier = queues.dp_barrier
         self._trace = TraceWriter(None if spec.trace_path is None else Path(spec.trace_path))
         with contextlib.ExitStack() as stack:
             self._handle = stack.enter_context(SimGpuHandle.open(spec.sim_dir, spec.gpu))
@@ -148,30 +173,37 @@ class StageWorker:
         """Run iterations until the pipeline's first stage passes on "stop"."""
         iteration = 0
         while True:
-            command = self._begin_iteration(iteration)
-            if command == "stop":
+            start = self._begin_iteration(iteration)
+            if start.command == "stop":
                 return
-            if command == "register":
+            if start.command == "register":
                 self._register()
-            self._run_iteration(iteration)
+            self._handle.throttle(start.throttle)
+            self._run_iteration(iteration, start.throttle)
             iteration += 1
 
-    def _begin_iteration(self, iteration: int) -> str:
+    def _begin_iteration(self, iteration: int) -> IterationStart:
         if self._leader:
             start_s = time.monotonic()
             command = self._next_command(iteration)
+            if command == "register":
+                self._throttle.registered(iteration)
+            start = IterationStart(iteration, command, self._throttle.factor_at(iteration))
             self._queues.reports.put(IterationBegan(self._spec.pipeline, iteration, start_s, command))
         else:
-            command = self._inbox.wait_iteration_start(iteration).command
+            start = self._inbox.wait_iteration_start(iteration)
         if self._spec.stage + 1 < self._spec.shape.num_stages:
-            self._queues.pipeline_inboxes[self._spec.stage + 1].put(IterationStart(iteration, command))
-        return command
+            self._queues.pipeline_inboxes[self._spec.stage + 1].put(start)
+        return start
 
     def _next_command(self, iteration: int) -> str:
-        """The coordinator's first command due at this iteration ("" when none is)."""
+        """The coordinator's first command due at this iteration ("" when none is); "running" is taken in."""
         with contextlib.suppress(queue.Empty):
             while True:
                 self._pending.append(self._queues.commands.get_nowait())
+        for command in [c for c in self._pending if c.kind == "running"]:
+            self._throttle.running(command.after_iteration)
+            self._pending.remove(command)
         for index, command in enumerate(self._pending):
             if iteration > command.after_iteration:
                 del self._pending[index]
@@ -192,7 +224,7 @@ class StageWorker:
         )
         self._queues.reports.put(Registered(spec.pipeline, spec.stage, reply.state, reply.cached))
 
-    def _run_iteration(self, iteration: int) -> None:
+    def _run_iteration(self, iteration: int, throttle: float) -> None:
         spec, shape, client = self._spec, self._spec.shape, self._client
         records: list[dict[str, Any]] = []
         with client.step(spec.gpu, iteration):
@@ -217,12 +249,30 @@ class StageWorker:
                             "chunk": chunk,
                             "profile_stage": run.stage,
                             "clock_mhz": run.clock_mhz,
+                            "throttle": throttle,
                             "start_s": run.start_s,
                             "end_s": run.start_s + run.duration_s,
                             "energy_j": run.energy_j,
                         }
                     )
+            self._sync()
         self._trace.write(records)
+
+    def _sync(self) -> None:
+        """Wait for the same stage of every other pipeline (the gradient all-reduce after the last backward).
+
+        An aborted barrier means the run is stopping: train on without sync until the stop arrives."""
+        if self._dp_barrier is None:
+            return
+        started_s = time.monotonic()
+        try:
+            self._dp_barrier.wait(DP_SYNC_TIMEOUT_S)
+        except threading.BrokenBarrierError:
+            if time.monotonic() - started_s >= DP_SYNC_TIMEOUT_S:
+                raise DpSyncTimeoutError(
+                    f"the other pipelines did not reach the gradient sync within {DP_SYNC_TIMEOUT_S:g} s"
+                ) from None
+            self._dp_barrier = None
 
     def _activate(self, iteration: int, instruction: Instruction, microbatch: int, chunk: int) -> None:
         """Free the computation on the neighbour that waits for this one."""
