@@ -74,7 +74,7 @@ def nodes(etcd: EtcdCluster) -> Iterator[tuple[DaemonProcess, DaemonProcess]]:
         yield started[0], started[1]
     finally:
         for daemon in started:
-            daemon.kill()
+            daemon.stop()
 
 
 def _job(daemon: DaemonProcess) -> JobInfo | None:

@@ -133,10 +133,19 @@ class DaemonProcess:
             self.proc.kill()
             self.proc.wait(timeout=10)
 
+    def stop(self) -> None:
+        """SIGTERM (the daemon restores GPUs and stops its solver worker), SIGKILL if it does not exit."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+        self.kill()
+
 
 @contextlib.contextmanager
 def daemon_processes() -> Iterator[Callable[..., DaemonProcess]]:
-    """A factory of daemon processes; every started one is killed at the end."""
+    """A factory of daemon processes; every started one is stopped at the end (SIGTERM, then SIGKILL), so
+    none leaves its solver worker behind."""
     started: list[DaemonProcess] = []
 
     def make(dirs: DaemonDirs, **kwargs: Any) -> DaemonProcess:
@@ -148,7 +157,7 @@ def daemon_processes() -> Iterator[Callable[..., DaemonProcess]]:
         yield make
     finally:
         for daemon in started:
-            daemon.kill()
+            daemon.stop()
         for base in {daemon.dirs.base for daemon in started}:
             shutil.rmtree(base, ignore_errors=True)
 
