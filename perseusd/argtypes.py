@@ -30,11 +30,30 @@ def non_negative_float(text: str) -> float:
     return value
 
 
-def positive_int(text: str) -> int:
+def _integer(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+
+
+def positive_int(text: str) -> int:
+    value = _integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more (got {value})")
+    return value
+
+
+def factor_float(text: str) -> float:
+    """A slowdown factor: a finite number >= 1 (1.2 = 20 % slower)."""
+    value = _number(text)
+    if value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be at least 1, e.g. 1.2 (got {text})")
     return value

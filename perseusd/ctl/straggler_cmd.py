@@ -16,29 +16,10 @@ from pathlib import Path
 
 from perseus_client.protocol import AnnounceStraggler, AnnounceStragglerOk
 
-from perseusd.argtypes import positive_float
+from perseusd.argtypes import factor_float, non_negative_int
 from perseusd.ctl.daemon_link import ask
 
 EXIT_OK = 0
-
-
-def pipeline_index(text: str) -> int:
-    """A data-parallel pipeline number, from 0 (as the job's processes gave it to `register`)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more (got {value})")
-    return value
-
-
-def straggler_factor(text: str) -> float:
-    """How many times its plan's time the straggler's iterations take: a finite number >= 1."""
-    value = positive_float(text)
-    if value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be at least 1, e.g. 1.2 (got {text})")
-    return value
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -51,12 +32,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("job", metavar="JOB", help="the job's name")
     parser.add_argument(
-        "--pipeline", type=pipeline_index, required=True, metavar="P", help="the straggler pipeline (from 0)"
+        "--pipeline",
+        type=non_negative_int,
+        required=True,
+        metavar="P",
+        help="the straggler pipeline (from 0)",
     )
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument(
         "--factor",
-        type=straggler_factor,
+        type=factor_float,
         metavar="F",
         help="its iterations take F times its plan's time (>= 1, e.g. 1.2)",
     )

@@ -41,6 +41,7 @@ class Deployed:
 
     point: PointSummary
     fastest: PointSummary
+    slowest: PointSummary
 
 
 class Job:
@@ -63,6 +64,7 @@ class Job:
         self.orders: tuple[StageOrder, ...] | None = None
         self.frontier: dict[str, Any] | None = None
         self.points: list[PointSummary] = []
+        self.points_by_index: dict[int, PointSummary] = {}
         self.deployed: Deployed | None = None
         self.solve_future: Future[dict[str, Any]] | None = None
         self.profiling_iterations = 0
@@ -156,12 +158,11 @@ class Job:
             PointSummary(int(p["index"]), float(p["time_s"]), float(p["refined_energy_j"]))
             for p in frontier["points"]
         ]
+        self.points_by_index = {p.index: p for p in self.points}
 
     def point(self, index: int | None) -> PointSummary | None:
         """The frontier point `index` (None when unknown)."""
-        if index is None or not 0 <= index < len(self.points) or self.points[index].index != index:
-            return next((p for p in self.points if p.index == index), None)
-        return self.points[index]
+        return None if index is None else self.points_by_index.get(index)
 
     def latest_step(self) -> int:
         """The highest step any local pipeline began (-1 before any)."""
@@ -171,7 +172,8 @@ class Job:
         if not self.points:
             return None
         fastest = Policy().choose(self.points)
-        return Deployed(self.policy.choose(self.points), fastest)
+        slowest = max(self.points, key=lambda p: p.time_s)
+        return Deployed(self.policy.choose(self.points), fastest, slowest)
 
     def plan_entries(self, stage: int, index: int) -> tuple[PlanEntry, ...]:
         """One stage's plan at frontier point `index`: its computations in order, each with its clock."""

@@ -485,7 +485,7 @@ class JobManager:
     def reprofile_with(self, job: Job, profile: Profile, p_block_w: float) -> None:
         """An imported profile replaces the job's: solve again (the running plan stays until then)."""
         job.profile, job.p_block_w, job.cached = profile, p_block_w, False
-        job.frontier, job.points = None, []
+        job.frontier, job.points, job.points_by_index = None, [], {}
         self._store_profile(job)
         for slot in job.profiling_slots():
             self._sampler.unwatch(slot.gpu)

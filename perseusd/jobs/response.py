@@ -107,9 +107,8 @@ class StragglerResponse:
             return
         self._count_saving(job, run, point)
         compute_s = run.compute_time_s()
-        if self.cluster is not None and compute_s is not None and job.points:
-            slowest_s = max(p.time_s for p in job.points)
-            fastest_s = min(p.time_s for p in job.points)
+        if self.cluster is not None and compute_s is not None and job.deployed is not None:
+            fastest_s, slowest_s = job.deployed.fastest.time_s, job.deployed.slowest.time_s
             self.cluster.publish(job.name, run.pipeline, compute_s, fastest_s, slowest_s, point.time_s)
         if self._detect(job, run, step):
             self.decide(job)
@@ -129,7 +128,7 @@ class StragglerResponse:
 
     def _detect(self, job: Job, run: PipelineRun, step: int) -> bool:
         """One finished step of a local pipeline through its detector; True when the job's facts changed."""
-        points = {p.index: p for p in job.points}
+        points = job.points_by_index
         own = run.slowness(points, last_step=True)  # each step counts once toward the hysteresis
         if own is None:
             return False
