@@ -26,7 +26,7 @@ from perseus_client.validation import build
 
 __all__ = ["ErrorCode", "ProtocolError"]  # re-exported; everything else is defined here
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 DEFAULT_MAX_FRAME_BYTES = 1 << 20
 
 CONTROL_SOCKET_NAME = "control.sock"
@@ -191,6 +191,8 @@ class PlanStats:
     late: int
     unplanned: int
     errors: int
+    early_raises: int
+    """Higher clocks submitted before the running computation's expected end rather than at its end."""
     event_to_clock_p50_ms: float | None
     event_to_clock_p99_ms: float | None
 

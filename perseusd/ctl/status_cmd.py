@@ -1,6 +1,7 @@
 """`perseusctl status [--json] [--watch SEC]`: GPUs, leases and daemon health from a running perseusd.
 
-A GPU running a plan gets a PLAN column (computations, clock changes, late switches, event -> clock p50/p99);
+A GPU running a plan gets a PLAN column (computations, clock changes and early raises, late switches,
+event -> clock p50/p99);
 when the daemon runs jobs, the job rows of `perseusctl jobs` follow the GPU table, each with its straggler,
 target time and energy saved (when there are) and one short line per pipeline.
 """
@@ -52,15 +53,17 @@ def _lease(gpu: GpuStatus) -> str:
 
 
 def plan_cell(stats: PlanStats | None) -> str:
-    """A GPU's plan switching in one cell: `24 comps, 96 changes, 2 late, 0 errors, 0.31/1.20 ms`.
+    """A GPU's plan switching in one cell: `24 comps, 96 changes (7 early), 2 late, 0 errors, 0.31/1.20 ms`.
 
-    The latencies are event -> clock applied, p50/p99; skipped and unplanned counts are in `--json`.
+    Early: raised before the running computation's expected end. The latencies are event -> clock applied,
+    p50/p99; skipped and unplanned counts are in `--json`.
     """
     if stats is None:
         return PLACEHOLDER
     latency_ms = f"{fmt(stats.event_to_clock_p50_ms, 2)}/{fmt(stats.event_to_clock_p99_ms, 2)} ms"
     return (
-        f"{stats.computations} comps, {stats.clock_changes} changes, {stats.late} late, "
+        f"{stats.computations} comps, {stats.clock_changes} changes ({stats.early_raises} early), "
+        f"{stats.late} late, "
         f"{stats.errors} errors, {latency_ms}"
     )
 

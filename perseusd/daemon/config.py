@@ -42,6 +42,8 @@ class DaemonConfig:
     profile_clock_stride: int = 1
     profile_min_clock_mhz: int = 0
     energy_sample_period_s: float = 0.01
+    clock_lead_ms: float = 2.0
+    """A higher next clock is set this long before the running computation's expected end (0: at its end)."""
     solver_unit_time_s: float = 0.0
     default_policy: str = "fastest"
     default_policy_target: float = 0.0
@@ -72,6 +74,7 @@ class DaemonConfig:
         _require(self.profile_clock_stride >= 1, "profile_clock_stride must be >= 1")
         _require(self.profile_min_clock_mhz >= 0, "profile_min_clock_mhz must be >= 0")
         _require(0.001 <= self.energy_sample_period_s <= 1.0, "energy_sample_period_s must be 0.001..1")
+        _require(0 <= self.clock_lead_ms <= 100, "clock_lead_ms must be 0..100")
         _require(self.solver_unit_time_s >= 0, "solver_unit_time_s must be >= 0 (0: automatic)")
         _require(self.default_policy in POLICIES, f"default_policy must be one of {', '.join(POLICIES)}")
         _require(0 < self.straggler_threshold <= 1.0, "straggler_threshold must be in (0, 1]")

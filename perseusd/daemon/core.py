@@ -208,7 +208,7 @@ class DaemonCore:
             self.plans.on_end(message.gpu, key, time.perf_counter_ns())
         elif isinstance(message, ComputationBegin):
             key = (message.instruction, message.microbatch, message.chunk)
-            self.plans.on_begin(message.gpu, key, time.perf_counter_ns())
+            self.plans.on_begin(message.gpu, key, time.perf_counter_ns(), message.timestamp_ns)
         if self.jobs is not None:
             self.jobs.on_event(message)
 

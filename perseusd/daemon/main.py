@@ -24,12 +24,13 @@ from perseusd.daemon import sdnotify
 from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.config import BACKENDS, LOG_LEVELS, SIM_MODELS, DaemonConfig, load_config
 from perseusd.daemon.core import DaemonCore
+from perseusd.daemon.deadline_timer import DeadlineTimer
 from perseusd.daemon.energy_sampler import EnergySampler
 from perseusd.daemon.events import EventTracker
 from perseusd.daemon.identity import process_start_time
 from perseusd.daemon.ipc import IpcServer, IpcSettings
 from perseusd.daemon.leases import LeaseBook
-from perseusd.daemon.plans import PlanBook
+from perseusd.daemon.plans import EarlyRaise, PlanBook
 from perseusd.daemon.registry import GpuRegistry
 from perseusd.daemon.restore import RestoreKeeper, reset_node
 from perseusd.daemon.runtime_dir import DaemonLock, DaemonRunningError, prepare_runtime_dir
@@ -187,9 +188,27 @@ def run_daemon(config: DaemonConfig, reload_config: Callable[[], DaemonConfig]) 
         pid = os.getpid()
         keeper = RestoreKeeper(registry, state_path(config.state_dir), pid, process_start_time(pid) or 0)
         leases = LeaseBook()
-        plans = PlanBook(registry.submit_locked_sm_clock_mhz)
-        with cluster_link(config) as cluster, job_manager(config, registry, plans, cluster) as jobs:
+        with (
+            plan_book(config, registry) as plans,
+            cluster_link(config) as cluster,
+            job_manager(config, registry, plans, cluster) as jobs,
+        ):
             return serve(config, reload_config, policy, registry, keeper, leases, plans, jobs)
+
+
+@contextlib.contextmanager
+def plan_book(config: DaemonConfig, registry: GpuRegistry) -> Iterator[PlanBook]:
+    """The per-computation plans, with the timer thread that raises clocks early (stopped on exit)."""
+    if config.clock_lead_ms <= 0:
+        yield PlanBook(registry.submit_locked_sm_clock_mhz)
+        return
+    timer = DeadlineTimer()
+    timer.start()
+    try:
+        early = EarlyRaise(timer, int(config.clock_lead_ms * 1e6))
+        yield PlanBook(registry.submit_locked_sm_clock_mhz, early=early)
+    finally:
+        timer.stop()
 
 
 def serve(

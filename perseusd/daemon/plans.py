@@ -3,6 +3,12 @@
 No transport and no waiting: a clock change is submitted to the GPU's owner thread and a done-callback (run on
 that thread) records the clock applied, the event -> applied latency and errors. Everything here is counted;
 nothing is logged per event.
+
+When the plan knows how long each computation takes (the daemon's own plans do, from the job's profile) and
+the next computation is planned at a higher clock, the higher clock is submitted `lead` before the running
+computation is expected to end (`EarlyRaise`): a raise that waits for the end event would let the next
+computation, often on the critical path, begin at the lower clock. Lowering always waits for the end event,
+so that no computation runs slower than planned.
 """
 
 from __future__ import annotations
@@ -13,14 +19,26 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 
 from perseus_client.protocol import ErrorCode, PlanEntry, PlanStats, ProtocolError
 
+from perseusd.daemon.deadline_timer import DeadlineTimer
 from perseusd.gpu.clocks import snap_clock_mhz
 
 ComputationKey = tuple[str, int, int]  # (instruction, microbatch, chunk)
 SubmitClock = Callable[[str, int], "Future[int]"]
 LATENCY_SAMPLES = 10_000
+MAX_EVENT_AGE_NS = 1_000_000_000
+"""A begin event's own timestamp is trusted when at most this old (and never when in the future)."""
+
+
+@dataclass(frozen=True)
+class EarlyRaise:
+    """Submit a higher next clock `lead_ns` before the running computation's expected end, on `timer`."""
+
+    timer: DeadlineTimer
+    lead_ns: int
 
 
 def computation_key(instruction: str, microbatch: int, chunk: int) -> ComputationKey:
@@ -57,52 +75,103 @@ class GpuPlan:
     """One GPU's plan: clock per computation, schedule order, counters and latency samples."""
 
     def __init__(
-        self, gpu: str, keys: Sequence[ComputationKey], clocks_mhz: Sequence[int], submit: SubmitClock
+        self,
+        gpu: str,
+        keys: Sequence[ComputationKey],
+        clocks_mhz: Sequence[int],
+        submit: SubmitClock,
+        *,
+        times_s: Sequence[float] | None = None,
+        early: EarlyRaise | None = None,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         self.gpu = gpu
         self._order = tuple(keys)
-        self._clock_mhz = dict(zip(keys, clocks_mhz, strict=True))
+        self._clocks_mhz = tuple(clocks_mhz)
         self._position = {key: i for i, key in enumerate(keys)}
+        self._times_ns = None if times_s is None else tuple(int(t * 1e9) for t in times_s)
+        self._early = early if self._times_ns is not None else None
+        self._clock_ns = clock_ns
         self._submit = submit
         self._requested_mhz: int | None = None  # the last clock submitted
         self.applied_mhz: int | None = None  # the last clock the owner reported applied
+        self.retired = False
+        self._moves = 0  # begin/end events seen: an early raise is for the move it was scheduled at
         self.begins = 0
         self.clock_changes = 0
         self.skipped = 0
         self.late = 0
         self.unplanned = 0
         self.errors = 0
+        self.early_raises = 0
         self._latencies_ns: deque[int] = deque(maxlen=LATENCY_SAMPLES)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # latency samples and applied clock (owner thread)
+        self._move_lock = threading.Lock()  # moves and the requested clock (event and timer threads)
 
     @property
     def computations(self) -> int:
         return len(self._order)
 
+    @property
+    def times_s(self) -> tuple[float, ...] | None:
+        """Each computation's expected time at its clock (s), when the plan was given them."""
+        return None if self._times_ns is None else tuple(t / 1e9 for t in self._times_ns)
+
     def start(self, received_ns: int) -> None:
         """Submit the first computation's clock so the first begin finds it applied."""
-        self.ensure(self._clock_mhz[self._order[0]], received_ns)
+        with self._move_lock:
+            self.ensure(self._clocks_mhz[0], received_ns)
 
     def forget_requested(self) -> None:
         """The clock was changed outside the plan (set_clock): submit the next change whatever it is."""
         self._requested_mhz = None
 
-    def on_begin(self, key: ComputationKey, received_ns: int) -> None:
-        clock_mhz = self._clock_mhz.get(key)
-        if clock_mhz is None:
+    def on_begin(self, key: ComputationKey, received_ns: int, begun_ns: int | None = None) -> None:
+        """A computation began (`begun_ns`: when, CLOCK_MONOTONIC, by the sender's account)."""
+        position = self._position.get(key)
+        if position is None:
             self.unplanned += 1
             return
+        clock_mhz = self._clocks_mhz[position]
         self.begins += 1
         if self.applied_mhz != clock_mhz:
             self.late += 1
-        self.ensure(clock_mhz, received_ns)
+        with self._move_lock:
+            self._moves += 1
+            self.ensure(clock_mhz, received_ns)
+            self._schedule_raise(position, begun_ns)
 
     def on_end(self, key: ComputationKey, received_ns: int) -> None:
         position = self._position.get(key)
         if position is None:
             return
-        following = self._order[(position + 1) % len(self._order)]  # wraps to the next iteration
-        self.ensure(self._clock_mhz[following], received_ns)
+        with self._move_lock:
+            self._moves += 1
+            self.ensure(self._clocks_mhz[self._following(position)], received_ns)
+
+    def _following(self, position: int) -> int:
+        return (position + 1) % len(self._order)  # wraps to the next iteration
+
+    def _schedule_raise(self, position: int, begun_ns: int | None) -> None:
+        """If the next computation is planned higher, raise `lead` before this one is expected to end."""
+        if self._early is None or self._times_ns is None:
+            return
+        following_mhz = self._clocks_mhz[self._following(position)]
+        if following_mhz <= self._clocks_mhz[position]:
+            return
+        now_ns = self._clock_ns()
+        started_ns = now_ns if begun_ns is None else min(now_ns, max(begun_ns, now_ns - MAX_EVENT_AGE_NS))
+        deadline_ns = started_ns + self._times_ns[position] - self._early.lead_ns
+        move = self._moves
+        self._early.timer.call_at(deadline_ns, lambda: self._raise(move, following_mhz))
+
+    def _raise(self, move: int, clock_mhz: int) -> None:
+        """Timer thread: submit `clock_mhz` unless an event arrived since the raise was scheduled."""
+        with self._move_lock:
+            if self.retired or move != self._moves:
+                return
+            self.early_raises += 1
+            self.ensure(clock_mhz, time.perf_counter_ns())
 
     def ensure(self, clock_mhz: int, received_ns: int) -> None:
         """Submit `clock_mhz` unless it is already the clock requested; never waits."""
@@ -135,6 +204,7 @@ class GpuPlan:
             late=self.late,
             unplanned=self.unplanned,
             errors=self.errors,
+            early_raises=self.early_raises,
             event_to_clock_p50_ms=_round(statistics.median(samples_ms)) if samples_ms else None,
             event_to_clock_p99_ms=_round(percentile(samples_ms, 0.99)) if samples_ms else None,
         )
@@ -153,25 +223,48 @@ def _round(value_ms: float) -> float:
 class PlanBook:
     """The plans of leased GPUs, by UUID."""
 
-    def __init__(self, submit: SubmitClock, clock_ns: Callable[[], int] = time.perf_counter_ns) -> None:
+    def __init__(
+        self,
+        submit: SubmitClock,
+        clock_ns: Callable[[], int] = time.perf_counter_ns,
+        early: EarlyRaise | None = None,
+    ) -> None:
         self._submit = submit
         self._clock_ns = clock_ns
+        self._early = early
         self._plans: dict[str, GpuPlan] = {}
 
-    def set(self, gpu: str, plan: Sequence[PlanEntry], supported_clocks_mhz: Sequence[int]) -> GpuPlan:
-        """Validate and install a plan (replacing any), and submit its first computation's clock."""
+    def set(
+        self,
+        gpu: str,
+        plan: Sequence[PlanEntry],
+        supported_clocks_mhz: Sequence[int],
+        times_s: Sequence[float] | None = None,
+    ) -> GpuPlan:
+        """Validate and install a plan (replacing any), and submit its first computation's clock.
+
+        `times_s`: each computation's expected time at its planned clock, which lets higher clocks be
+        raised early; without it, every change waits for the previous computation's end event.
+        """
         clocks_mhz = validate_plan(plan, supported_clocks_mhz)
+        if times_s is not None and len(times_s) != len(plan):
+            raise ValueError(f"{len(times_s)} expected times for a plan of {len(plan)} computations")
         keys = [computation_key(e.instruction, e.microbatch, e.chunk) for e in plan]
-        gpu_plan = GpuPlan(gpu, keys, clocks_mhz, self._submit)
+        gpu_plan = GpuPlan(gpu, keys, clocks_mhz, self._submit, times_s=times_s, early=self._early)
+        self.drop(gpu)
         self._plans[gpu] = gpu_plan
         gpu_plan.start(self._clock_ns())
         return gpu_plan
 
     def drop(self, gpu: str) -> bool:
-        return self._plans.pop(gpu, None) is not None
+        plan = self._plans.pop(gpu, None)
+        if plan is not None:
+            plan.retired = True
+        return plan is not None
 
     def clear(self) -> None:
-        self._plans.clear()
+        for gpu in list(self._plans):
+            self.drop(gpu)
 
     def get(self, gpu: str) -> GpuPlan | None:
         return self._plans.get(gpu)
@@ -180,10 +273,10 @@ class PlanBook:
         plan = self._plans.get(gpu)
         return None if plan is None else plan.stats()
 
-    def on_begin(self, gpu: str, key: ComputationKey, received_ns: int) -> None:
+    def on_begin(self, gpu: str, key: ComputationKey, received_ns: int, begun_ns: int | None = None) -> None:
         plan = self._plans.get(gpu)
         if plan is not None:
-            plan.on_begin(key, received_ns)
+            plan.on_begin(key, received_ns, begun_ns)
 
     def on_end(self, gpu: str, key: ComputationKey, received_ns: int) -> None:
         plan = self._plans.get(gpu)

@@ -16,6 +16,7 @@ from typing import Any
 
 from perseus_client.protocol import PlanEntry
 
+from perseusd.errors import PerseusError
 from perseusd.jobs.cluster_link import RemoteView
 from perseusd.jobs.policy import PointSummary, Policy
 from perseusd.jobs.shape import JobShape, StageOrder
@@ -184,6 +185,21 @@ class Job:
             PlanEntry(instruction=i, microbatch=mb, chunk=c, freq_mhz=int(f))
             for (i, mb, c), f in zip(order, clocks, strict=True)
         )
+
+    def plan_times_s(self, stage: int, index: int) -> tuple[float, ...] | None:
+        """Each computation's expected time at its clock in `plan_entries(stage, index)`, from the profile;
+        None when the profile lacks one (the plan then switches on events only)."""
+        if self.profile is None:
+            return None
+        try:
+            return tuple(
+                self.profile.lookup(
+                    e.chunk * self.shape.num_stages + stage, Instruction(e.instruction), e.freq_mhz
+                ).time_s
+                for e in self.plan_entries(stage, index)
+            )
+        except PerseusError:
+            return None
 
     def plan_document(self) -> dict[str, Any] | None:
         """The deployed point as a `perseus-plan` document."""

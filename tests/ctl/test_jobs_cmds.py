@@ -146,8 +146,8 @@ def _status(jobs: tuple[JobInfo, ...], plan: PlanStats | None) -> StatusReply:
 
 
 STATUS_GOLDEN_TAIL = """\
-UUID   NAME  SM MHZ  LOCKED  POWER W  LIMIT W  ENERGY J  PLAN                                                 LEASE
-GPU-a  A100  1260    1260    250.0    400      1.5       4 comps, 96 changes, 2 late, 0 errors, 0.31/1.20 ms  pid 7 uid 1000 gpt3
+UUID   NAME  SM MHZ  LOCKED  POWER W  LIMIT W  ENERGY J  PLAN                                                           LEASE
+GPU-a  A100  1260    1260    250.0    400      1.5       4 comps, 96 changes (7 early), 2 late, 0 errors, 0.31/1.20 ms  pid 7 uid 1000 gpt3
 GPU-c  A100  ERROR: GPU is lost
 
 JOB   UID   STATE             SCHEDULE  POLICY        PROFILING                     POINTS  DEPLOYED                       CHG/IT  WRONG
@@ -158,7 +158,7 @@ gpt3  1000  running 1h02m05s  1f1b 2x2  slowdown 5 %  40 it, 64/64 clocks, 51234
 
 
 def test_status_shows_plan_stats_and_jobs() -> None:
-    stats = PlanStats(4, 96, 10, 2, 0, 0, 0.3125, 1.2)
+    stats = PlanStats(4, 96, 10, 2, 0, 0, 7, 0.3125, 1.2)
     table = render_table(_status((RUNNING,), stats))
     assert table.endswith(STATUS_GOLDEN_TAIL)
     assert status_json(_status((RUNNING,), stats))["jobs"][0]["job"] == "gpt3"

@@ -37,7 +37,7 @@ from perseus_client.protocol import (
 from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.identity import Caller
 from perseusd.jobs.manager import JobSettings
-from perseusd.planner.dag import one_f_one_b_order
+from perseusd.planner.dag import Instruction, one_f_one_b_order
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.daemon_core import sim_core
 from tests.support.synthetic import synthetic_profile
@@ -115,10 +115,15 @@ def test_imported_profile_is_solved_deployed_and_cached(core: DaemonCore) -> Non
     assert isinstance(plan, DocumentReply)
     stages = json.loads(plan.document)["stages"]
     assert [len(stage) for stage in stages] == [2 * MICROBATCHES] * STAGES
-    for gpu in core.registry.uuids:
+    profile = synthetic_profile(STAGES, seed=3, clocks_mhz=A100_CLOCKS_MHZ)
+    for stage, gpu in enumerate(core.registry.uuids):
         gpu_plan = core.plans.get(gpu)
         assert gpu_plan is not None
         assert gpu_plan.computations == 2 * MICROBATCHES
+        expected_s = [  # what lets the plan raise a clock before the running computation ends
+            profile.lookup(stage, Instruction(e["instruction"]), e["freq_mhz"]).time_s for e in stages[stage]
+        ]
+        assert gpu_plan.times_s == pytest.approx(expected_s, rel=1e-6)
 
     for step in range(3):
         _run_iteration(core, step)

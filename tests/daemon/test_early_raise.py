@@ -1,0 +1,165 @@
+"""Raising a clock before the running computation ends: the deadline timer thread, the plan's scheduling."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from perseus_client.protocol import PlanEntry
+
+from perseusd.daemon.deadline_timer import DeadlineTimer
+from perseusd.daemon.plans import MAX_EVENT_AGE_NS, EarlyRaise, GpuPlan, PlanBook, computation_key
+from tests.daemon.test_plans import CLOCKS_MHZ, PLAN, ManualOwner
+
+pytestmark = pytest.mark.timeout(30)
+
+TIMES_S = (0.010, 0.020, 0.030, 0.040)  # F0 at 1410, F1 at 1005, B0 at 1005, B1 at 1410
+LEAD_NS = 2_000_000
+F0, F1, B0, B1 = (computation_key(e.instruction, e.microbatch, e.chunk) for e in PLAN)
+
+
+class ManualTimer(DeadlineTimer):
+    """Records deadlines; the test fires them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scheduled: list[tuple[int, Callable[[], None]]] = []
+
+    def call_at(self, deadline_ns: int, callback: Callable[[], None]) -> None:
+        self.scheduled.append((deadline_ns, callback))
+
+    def fire_all(self) -> None:
+        scheduled, self.scheduled = self.scheduled, []
+        for _, callback in scheduled:
+            callback()
+
+
+def _book(owner: ManualOwner, timer: ManualTimer) -> PlanBook:
+    return PlanBook(owner.submit, early=EarlyRaise(timer, LEAD_NS))
+
+
+def test_higher_next_clock_is_raised_lead_before_the_expected_end() -> None:
+    owner, timer = ManualOwner(), ManualTimer()
+    book = _book(owner, timer)
+    plan = book.set("GPU-a", PLAN, CLOCKS_MHZ, TIMES_S)
+    owner.complete_all()
+    for key in (F0, F1):  # 1410 -> 1005 and 1005 -> 1005: nothing to raise
+        book.on_begin("GPU-a", key, time.perf_counter_ns(), time.monotonic_ns())
+        assert timer.scheduled == []
+        book.on_end("GPU-a", key, time.perf_counter_ns())
+        owner.complete_all()
+    begun_ns = time.monotonic_ns()
+    book.on_begin("GPU-a", B0, time.perf_counter_ns(), begun_ns)  # 1005, next B1 at 1410
+    [(deadline_ns, _)] = timer.scheduled
+    assert deadline_ns == begun_ns + int(TIMES_S[2] * 1e9) - LEAD_NS
+    assert owner.clocks() == [1410, 1005]
+    timer.fire_all()
+    assert owner.clocks() == [1410, 1005, 1410]  # raised while B0 still runs
+    book.on_end("GPU-a", B0, time.perf_counter_ns())
+    assert owner.clocks() == [1410, 1005, 1410]  # the end's change was already made
+    owner.complete_all()
+    book.on_begin("GPU-a", B1, time.perf_counter_ns(), time.monotonic_ns())
+    stats = plan.stats()
+    assert (stats.early_raises, stats.late, stats.clock_changes) == (1, 0, 3)
+
+
+def test_raise_is_dropped_when_the_computation_ended_first() -> None:
+    owner, timer = ManualOwner(), ManualTimer()
+    book = _book(owner, timer)
+    plan = book.set("GPU-a", PLAN, CLOCKS_MHZ, TIMES_S)
+    book.on_begin("GPU-a", B0, time.perf_counter_ns(), time.monotonic_ns())
+    book.on_end("GPU-a", B0, time.perf_counter_ns())  # shorter than expected: the end raised it
+    book.on_begin("GPU-a", B1, time.perf_counter_ns(), time.monotonic_ns())
+    book.on_end("GPU-a", B1, time.perf_counter_ns())  # next F0 at 1410: nothing to change
+    timer.fire_all()  # stale: an event arrived since it was scheduled
+    assert plan.early_raises == 0
+    assert owner.clocks() == [1410, 1005, 1410]  # start F0, then B0 (begin), then B1 (end of B0)
+
+
+def test_raise_of_a_replaced_plan_is_dropped() -> None:
+    owner, timer = ManualOwner(), ManualTimer()
+    book = _book(owner, timer)
+    old = book.set("GPU-a", PLAN, CLOCKS_MHZ, TIMES_S)
+    book.on_begin("GPU-a", B0, time.perf_counter_ns(), time.monotonic_ns())
+    low = tuple(PlanEntry(e.instruction, e.microbatch, e.chunk, 810) for e in PLAN)
+    book.set("GPU-a", low, CLOCKS_MHZ, TIMES_S)
+    timer.fire_all()
+    assert old.retired
+    assert old.early_raises == 0
+    assert owner.clocks()[-1] == 810
+
+
+def test_no_times_no_early_raise() -> None:
+    owner, timer = ManualOwner(), ManualTimer()
+    book = _book(owner, timer)
+    book.set("GPU-a", PLAN, CLOCKS_MHZ)
+    book.on_begin("GPU-a", B0, time.perf_counter_ns(), time.monotonic_ns())
+    assert timer.scheduled == []
+    with pytest.raises(ValueError, match="3 expected times for a plan of 4"):
+        book.set("GPU-a", PLAN, CLOCKS_MHZ, TIMES_S[:3])
+
+
+@pytest.mark.parametrize(
+    ("offset_ns", "started_offset_ns"),
+    [(5_000_000_000, 0), (-10 * MAX_EVENT_AGE_NS, -MAX_EVENT_AGE_NS), (-3_000_000, -3_000_000)],
+    ids=["future", "too-old", "trusted"],
+)
+def test_sender_timestamp_is_clamped(offset_ns: int, started_offset_ns: int) -> None:
+    now_ns = 10**12
+    owner, timer = ManualOwner(), ManualTimer()
+    keys = [F0, F1, B0, B1]
+    plan = GpuPlan(
+        "GPU-a",
+        keys,
+        [e.freq_mhz for e in PLAN],
+        owner.submit,
+        times_s=TIMES_S,
+        early=EarlyRaise(timer, LEAD_NS),
+        clock_ns=lambda: now_ns,
+    )
+    plan.on_begin(B0, 0, now_ns + offset_ns)
+    [(deadline_ns, _)] = timer.scheduled
+    assert deadline_ns == now_ns + started_offset_ns + int(TIMES_S[2] * 1e9) - LEAD_NS
+
+
+def test_timer_runs_callbacks_in_deadline_order_never_early() -> None:
+    timer = DeadlineTimer()
+    timer.start()
+    fired: list[tuple[str, int]] = []
+    done = threading.Event()
+    try:
+        base_ns = time.monotonic_ns()
+        deadlines = {"c": base_ns + 60_000_000, "a": base_ns + 20_000_000, "b": base_ns + 40_000_000}
+        for name, deadline_ns in deadlines.items():
+            timer.call_at(deadline_ns, lambda name=name: fired.append((name, time.monotonic_ns())))
+        timer.call_at(base_ns + 80_000_000, done.set)
+        assert done.wait(10)
+    finally:
+        timer.stop()
+    assert [name for name, _ in fired] == ["a", "b", "c"]
+    for name, fired_ns in fired:
+        assert fired_ns >= deadlines[name]
+    assert timer.fired == 4
+
+
+def test_timer_survives_a_failing_callback_and_drops_pending_on_stop() -> None:
+    timer = DeadlineTimer()
+    timer.start()
+    done = threading.Event()
+    late: list[int] = []
+
+    def fail() -> None:
+        raise RuntimeError("boom")
+
+    now_ns = time.monotonic_ns()
+    timer.call_at(now_ns - 1, fail)  # already due: runs at once
+    timer.call_at(now_ns + 1_000_000, done.set)
+    assert done.wait(10)
+    timer.call_at(time.monotonic_ns() + 60 * 10**9, lambda: late.append(1))
+    assert timer.pending() == 1
+    timer.stop()
+    assert (timer.fired, timer.failed, late, timer.pending()) == (1, 1, [], 0)
+    timer.call_at(0, lambda: late.append(2))  # after stop: ignored
+    assert timer.pending() == 0
