@@ -205,7 +205,7 @@ class DaemonCore:
         self.tracker.apply(message)
         if isinstance(message, ComputationEnd):
             key = (message.instruction, message.microbatch, message.chunk)
-            self.plans.on_end(message.gpu, key, time.perf_counter_ns())
+            self.plans.on_end(message.gpu, key, time.perf_counter_ns(), message.timestamp_ns)
         elif isinstance(message, ComputationBegin):
             key = (message.instruction, message.microbatch, message.chunk)
             self.plans.on_begin(message.gpu, key, time.perf_counter_ns(), message.timestamp_ns)

@@ -8,7 +8,8 @@ When the plan knows how long each computation takes (the daemon's own plans do, 
 the next computation is planned at a higher clock, the higher clock is submitted `lead` before the running
 computation is expected to end (`EarlyRaise`): a raise that waits for the end event would let the next
 computation, often on the critical path, begin at the lower clock. Lowering always waits for the end event,
-so that no computation runs slower than planned.
+so that no computation runs slower than planned. The expected end is scaled by the plan's pace: the running
+mean of actual / profiled duration (a straggling or throttled GPU runs slower than its profile).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ SubmitClock = Callable[[str, int], "Future[int]"]
 LATENCY_SAMPLES = 10_000
 MAX_EVENT_AGE_NS = 1_000_000_000
 """A begin event's own timestamp is trusted when at most this old (and never when in the future)."""
+PACE_WEIGHT = 0.1
+"""Weight of each computation's actual / profiled duration in the plan's running pace."""
+PACE_RANGE = (0.25, 4.0)
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,8 @@ class GpuPlan:
         self.applied_mhz: int | None = None  # the last clock the owner reported applied
         self.retired = False
         self._moves = 0  # begin/end events seen: an early raise is for the move it was scheduled at
+        self._begun: tuple[int, int] | None = None  # (position, begun_ns) of the running computation
+        self.pace = 1.0  # actual / profiled duration, running mean
         self.begins = 0
         self.clock_changes = 0
         self.skipped = 0
@@ -139,29 +145,44 @@ class GpuPlan:
         with self._move_lock:
             self._moves += 1
             self.ensure(clock_mhz, received_ns)
-            self._schedule_raise(position, begun_ns)
+            started_ns = self._trusted(begun_ns)
+            self._begun = (position, started_ns)
+            self._schedule_raise(position, started_ns)
 
-    def on_end(self, key: ComputationKey, received_ns: int) -> None:
+    def on_end(self, key: ComputationKey, received_ns: int, ended_ns: int | None = None) -> None:
+        """A computation ended (`ended_ns`: when, CLOCK_MONOTONIC, by the sender's account)."""
         position = self._position.get(key)
         if position is None:
             return
         with self._move_lock:
             self._moves += 1
             self.ensure(self._clocks_mhz[self._following(position)], received_ns)
+            self._update_pace(position, self._trusted(ended_ns))
+
+    def _trusted(self, sent_ns: int | None) -> int:
+        """A sender's timestamp clamped to [now - MAX_EVENT_AGE_NS, now] (now when there is none)."""
+        now_ns = self._clock_ns()
+        return now_ns if sent_ns is None else min(now_ns, max(sent_ns, now_ns - MAX_EVENT_AGE_NS))
+
+    def _update_pace(self, position: int, ended_ns: int) -> None:
+        begun, self._begun = self._begun, None
+        if self._times_ns is None or begun is None or begun[0] != position or self._times_ns[position] <= 0:
+            return
+        low, high = PACE_RANGE
+        sample = min(high, max(low, (ended_ns - begun[1]) / self._times_ns[position]))
+        self.pace += PACE_WEIGHT * (sample - self.pace)
 
     def _following(self, position: int) -> int:
         return (position + 1) % len(self._order)  # wraps to the next iteration
 
-    def _schedule_raise(self, position: int, begun_ns: int | None) -> None:
+    def _schedule_raise(self, position: int, started_ns: int) -> None:
         """If the next computation is planned higher, raise `lead` before this one is expected to end."""
         if self._early is None or self._times_ns is None:
             return
         following_mhz = self._clocks_mhz[self._following(position)]
         if following_mhz <= self._clocks_mhz[position]:
             return
-        now_ns = self._clock_ns()
-        started_ns = now_ns if begun_ns is None else min(now_ns, max(begun_ns, now_ns - MAX_EVENT_AGE_NS))
-        deadline_ns = started_ns + self._times_ns[position] - self._early.lead_ns
+        deadline_ns = started_ns + int(self._times_ns[position] * self.pace) - self._early.lead_ns
         move = self._moves
         self._early.timer.call_at(deadline_ns, lambda: self._raise(move, following_mhz))
 
@@ -278,7 +299,7 @@ class PlanBook:
         if plan is not None:
             plan.on_begin(key, received_ns, begun_ns)
 
-    def on_end(self, gpu: str, key: ComputationKey, received_ns: int) -> None:
+    def on_end(self, gpu: str, key: ComputationKey, received_ns: int, ended_ns: int | None = None) -> None:
         plan = self._plans.get(gpu)
         if plan is not None:
-            plan.on_end(key, received_ns)
+            plan.on_end(key, received_ns, ended_ns)

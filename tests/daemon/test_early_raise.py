@@ -53,7 +53,8 @@ def test_higher_next_clock_is_raised_lead_before_the_expected_end() -> None:
     begun_ns = time.monotonic_ns()
     book.on_begin("GPU-a", B0, time.perf_counter_ns(), begun_ns)  # 1005, next B1 at 1410
     [(deadline_ns, _)] = timer.scheduled
-    assert deadline_ns == begun_ns + int(TIMES_S[2] * 1e9) - LEAD_NS
+    assert plan.pace < 1.0  # F0 and F1 ended at once: much faster than profiled
+    assert deadline_ns == begun_ns + int(TIMES_S[2] * 1e9 * plan.pace) - LEAD_NS
     assert owner.clocks() == [1410, 1005]
     timer.fire_all()
     assert owner.clocks() == [1410, 1005, 1410]  # raised while B0 still runs
@@ -101,6 +102,43 @@ def test_no_times_no_early_raise() -> None:
         book.set("GPU-a", PLAN, CLOCKS_MHZ, TIMES_S[:3])
 
 
+def _manual_plan(owner: ManualOwner, timer: ManualTimer, now: list[int]) -> GpuPlan:
+    return GpuPlan(
+        "GPU-a",
+        [F0, F1, B0, B1],
+        [e.freq_mhz for e in PLAN],
+        owner.submit,
+        times_s=TIMES_S,
+        early=EarlyRaise(timer, LEAD_NS),
+        clock_ns=lambda: now[0],
+    )
+
+
+def test_pace_follows_actual_durations() -> None:
+    now = [10**12]
+    owner, timer = ManualOwner(), ManualTimer()
+    plan = _manual_plan(owner, timer, now)
+    b0_ns = int(TIMES_S[2] * 1e9)
+    for _ in range(40):  # B0 runs 1.5x its profiled time, every time
+        plan.on_begin(B0, 0, now[0])
+        now[0] += b0_ns * 3 // 2
+        plan.on_end(B0, 0, now[0])
+    assert plan.pace == pytest.approx(1.5, rel=0.01)
+    timer.scheduled.clear()
+    plan.on_begin(B0, 0, now[0])
+    [(deadline_ns, _)] = timer.scheduled
+    assert deadline_ns == now[0] + int(b0_ns * plan.pace) - LEAD_NS
+    before = plan.pace
+    now[0] += 1000 * b0_ns
+    plan.on_end(B0, 0, now[0])  # a stall: one sample, clamped to 4x
+    assert plan.pace == pytest.approx(before + 0.1 * (4.0 - before))
+    before = plan.pace
+    plan.on_begin(F0, 0, now[0])
+    now[0] += b0_ns
+    plan.on_end(F1, 0, now[0])  # not the computation that began: no sample
+    assert plan.pace == before
+
+
 @pytest.mark.parametrize(
     ("offset_ns", "started_offset_ns"),
     [(5_000_000_000, 0), (-10 * MAX_EVENT_AGE_NS, -MAX_EVENT_AGE_NS), (-3_000_000, -3_000_000)],
@@ -109,16 +147,7 @@ def test_no_times_no_early_raise() -> None:
 def test_sender_timestamp_is_clamped(offset_ns: int, started_offset_ns: int) -> None:
     now_ns = 10**12
     owner, timer = ManualOwner(), ManualTimer()
-    keys = [F0, F1, B0, B1]
-    plan = GpuPlan(
-        "GPU-a",
-        keys,
-        [e.freq_mhz for e in PLAN],
-        owner.submit,
-        times_s=TIMES_S,
-        early=EarlyRaise(timer, LEAD_NS),
-        clock_ns=lambda: now_ns,
-    )
+    plan = _manual_plan(owner, timer, [now_ns])
     plan.on_begin(B0, 0, now_ns + offset_ns)
     [(deadline_ns, _)] = timer.scheduled
     assert deadline_ns == now_ns + started_offset_ns + int(TIMES_S[2] * 1e9) - LEAD_NS
