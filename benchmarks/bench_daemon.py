@@ -80,7 +80,7 @@ def bench_ingest(make: Any) -> dict[str, Any]:
     first = next(t for t, n in samples if n > 0)
     last = next(t for t, n in samples if n == samples[-1][1])
     health = daemon.status()["daemon"]
-    daemon.kill()
+    daemon.stop()
     return {
         "clients": CLIENTS,
         "events_offered": CLIENTS * EVENTS_PER_CLIENT,
@@ -105,7 +105,7 @@ def bench_set_clock(make: Any) -> dict[str, Any]:
             began = time.perf_counter()
             client.set_clock(gpu.uuid, clocks[i % 2 * 10])
             rtt_ms.append((time.perf_counter() - began) * 1e3)
-    daemon.kill()
+    daemon.stop()
     return {
         "what": "control-plane set_clock round trip (stand-in for event->clock applied)",
         "p50_ms": round(statistics.median(rtt_ms), 3),
@@ -126,7 +126,7 @@ def bench_restore(make: Any) -> dict[str, Any]:
             time.sleep(0.0002)
         delays_ms.append((time.monotonic() - killed) * 1e3)
         stop_process(holder)
-    daemon.kill()
+    daemon.stop()
     return {
         "rounds": RESTORE_ROUNDS,
         "p50_ms": round(statistics.median(delays_ms), 2),
@@ -149,7 +149,7 @@ def bench_footprint(make: Any) -> dict[str, Any]:
     ticks, began = _cpu_ticks(pid), time.monotonic()
     time.sleep(5.0)
     cpu_pct = (_cpu_ticks(pid) - ticks) / TICKS_PER_S / (time.monotonic() - began) * 100
-    daemon.kill()
+    daemon.stop()
     return {
         "gpus": 8,
         "rss_mb": round(rss_kb / 1024, 1),
