@@ -6,7 +6,7 @@ the same invocation. Cases: GPT-3 175B on the A100 SXM profile with 8 stages and
 and on the A40 profile with 12. The published intrinsic saving for A100 8x12 is 15.2 % (no slowdown).
 
     python benchmarks/bench_closed_loop.py [--cases a100x12,a100x24,a100x48,a40x12] [--time-scale 0.25]
-        [--iterations 8] [--pipelines 1]
+        [--iterations 8] [--pipelines 1] [--timeout-s 3600]
 """
 
 from __future__ import annotations
@@ -58,9 +58,13 @@ def run_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
             str(args.time_scale),
             "--runtime-dir",
             str(daemon.dirs.runtime_dir),
+            "--timeout-s",
+            str(args.timeout_s),
             "--json",
         ]
-        out = subprocess.run(command, capture_output=True, text=True, check=False, timeout=3600)
+        out = subprocess.run(
+            command, capture_output=True, text=True, check=False, timeout=args.timeout_s + 60
+        )
         if out.returncode != 0:
             return {"case": name, "error": out.stderr.strip()[-2000:]}
         result: dict[str, Any] = json.loads(out.stdout)
@@ -85,6 +89,12 @@ def main() -> int:
     parser.add_argument("--time-scale", type=float, default=0.25)
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--pipelines", type=int, default=1)
+    parser.add_argument(
+        "--timeout-s",
+        type=float,
+        default=3600.0,
+        help="per case (profiling A40 or 48 microbatches at time scale 1 takes over 15 min)",
+    )
     args = parser.parse_args()
     results = [run_case(name, args) for name in args.cases.split(",")]
     print(json.dumps({"benchmark": "closed_loop", "results": results}, indent=2))
