@@ -12,6 +12,7 @@ Version 3: jobs (`register`, `set_policy`, `jobs`, `frontier`, `plan`, `profile_
 the `jobs` field of a status reply; event timestamps are CLOCK_MONOTONIC (`time.monotonic_ns()`).
 Version 4: stragglers (`announce_straggler`), per-pipeline compute time, plan and slowness in `jobs`, the
 job's straggler, target time and energy saved.
+Version 5: `early_raises` in a plan's status (clocks raised before the running computation's expected end).
 """
 
 from __future__ import annotations
@@ -19,12 +20,62 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, TypeAlias
+from typing import Any, ClassVar
 
 from perseus_client.codes import ErrorCode, ProtocolError
+from perseus_client.job_messages import (
+    AnnounceStraggler,
+    AnnounceStragglerOk,
+    DocumentReply,
+    FrontierRequest,
+    JobInfo,
+    JobsReply,
+    JobsRequest,
+    PipelineInfo,
+    PlanRequest,
+    ProfileExport,
+    ProfileImport,
+    ProfileImportOk,
+    ProfileReply,
+    ProfilingInfo,
+    Register,
+    RegisterOk,
+    SetPolicy,
+    SetPolicyOk,
+    StragglerInfo,
+)
+from perseus_client.message import JOB_STATES, Instruction, Message, Policy, Schedule
 from perseus_client.validation import build
 
-__all__ = ["ErrorCode", "ProtocolError"]  # re-exported; everything else is defined here
+# Re-exported: one import for every message; job messages live in job_messages, the base in message.
+__all__ = [
+    "JOB_STATES",
+    "AnnounceStraggler",
+    "AnnounceStragglerOk",
+    "DocumentReply",
+    "ErrorCode",
+    "FrontierRequest",
+    "Instruction",
+    "JobInfo",
+    "JobsReply",
+    "JobsRequest",
+    "Message",
+    "PipelineInfo",
+    "PlanRequest",
+    "Policy",
+    "ProfileExport",
+    "ProfileImport",
+    "ProfileImportOk",
+    "ProfileReply",
+    "ProfilingInfo",
+    "ProtocolError",
+    "Register",
+    "RegisterOk",
+    "Schedule",
+    "SetPolicy",
+    "SetPolicyOk",
+    "StragglerInfo",
+]
 
 PROTOCOL_VERSION = 5
 DEFAULT_MAX_FRAME_BYTES = 1 << 20
@@ -33,23 +84,8 @@ CONTROL_SOCKET_NAME = "control.sock"
 EVENT_SOCKET_NAME = "events.sock"
 ADMIN_SOCKET_NAME = "admin.sock"
 
-Instruction: TypeAlias = Literal["forward", "backward"]
-Schedule: TypeAlias = Literal["1f1b", "gpipe", "interleaved", "observed"]
-"""How a job's stages order their computations; "observed": learned from the first iterations' events."""
-Policy: TypeAlias = Literal["fastest", "slowdown", "time", "min_energy"]
-"""Which frontier point a job runs: the fastest (default), the least energy within `target` slowdown
-(a fraction: 0.05 = 5 %), the least energy within `target` seconds per iteration, or the least energy."""
-JOB_STATES = ("registered", "profiling", "solving", "running", "ended", "failed")
-
 
 # --------------------------------------------------------------------------------------------- messages
-
-
-@dataclass(frozen=True)
-class Message:
-    """Base of every message; `TYPE` is the wire `type`."""
-
-    TYPE: ClassVar[str] = ""
 
 
 @dataclass(frozen=True)
@@ -313,232 +349,6 @@ class EventAck(Message):
     """Reply to an event sent on the control socket (events on the event socket get no reply)."""
 
     TYPE: ClassVar[str] = "event_ack"
-
-
-# ------------------------------------------------------------------ jobs (protocol 3)
-
-
-@dataclass(frozen=True)
-class Register(Message):
-    """Join a job with a leased GPU: this process runs `stage` of data-parallel pipeline `pipeline`."""
-
-    TYPE: ClassVar[str] = "register"
-    gpu: str
-    job: str
-    pipeline: int
-    stage: int
-    num_stages: int
-    num_microbatches: int
-    schedule: Schedule
-    chunks: int
-    """Model chunks (virtual stages) per GPU: > 1 only for the interleaved schedule."""
-
-
-@dataclass(frozen=True)
-class RegisterOk(Message):
-    TYPE: ClassVar[str] = "register_ok"
-    job: str
-    state: str
-    cached: bool
-    """The job's profile and frontier came from the on-disk cache: no profiling, no solving."""
-
-
-@dataclass(frozen=True)
-class SetPolicy(Message):
-    """Choose which frontier point a job runs (by its owner or an admin); takes effect at once."""
-
-    TYPE: ClassVar[str] = "set_policy"
-    job: str
-    policy: Policy
-    target: float
-    """The slowdown fraction for "slowdown", seconds for "time", ignored otherwise."""
-
-
-@dataclass(frozen=True)
-class SetPolicyOk(Message):
-    TYPE: ClassVar[str] = "set_policy_ok"
-    job: str
-    policy: str
-    target: float
-
-
-@dataclass(frozen=True)
-class PipelineInfo:
-    """One data-parallel pipeline of a job on this node."""
-
-    pipeline: int
-    stages_registered: int
-    iterations: int
-    iteration_time_s: float | None
-    """Mean of the recent iterations (step begin to step begin of its first stage)."""
-    compute_time_s: float | None
-    """Median of the recent iterations' busy time: first step begin to last computation end of any of its
-    stages, so waiting for other pipelines after the last computation (gradient sync) is left out."""
-    plan_index: int | None
-    """The frontier point this pipeline runs (None: no plan yet)."""
-    plan_time_s: float | None
-    plan_since_step: int | None
-    """The step (iteration number of the step events) from which every stage runs this plan."""
-    slowness: float | None
-    """compute_time_s over plan_time_s: about 1 for a healthy pipeline, the factor for a straggler."""
-    node: str
-    """The node that runs it: "" for this node, else its cluster node name (from etcd)."""
-
-
-@dataclass(frozen=True)
-class StragglerInfo:
-    """A job's straggler: which pipeline, by what factor, and who said so ("detected", "announced", or
-    "cluster" for another node's detection or announcement)."""
-
-    pipeline: int
-    factor: float
-    source: str
-    since_step: int
-    """The straggler pipeline's step when it was detected or announced (the others re-plan from then)."""
-
-
-@dataclass(frozen=True)
-class ProfilingInfo:
-    """Online profiling progress: iterations so far, clocks measured out of those planned, energy spent."""
-
-    iterations: int
-    clocks_done: int
-    clocks_total: int
-    energy_j: float
-
-
-@dataclass(frozen=True)
-class JobInfo:
-    """A job as `perseusctl jobs` shows it. Times in seconds; `plan_*` describe the deployed point."""
-
-    job: str
-    uid: int
-    state: str
-    state_for_s: float
-    schedule: str
-    num_stages: int
-    num_microbatches: int
-    chunks: int
-    pipelines: tuple[PipelineInfo, ...]
-    policy: str
-    target: float
-    cached: bool
-    profiling: ProfilingInfo | None
-    frontier_points: int
-    plan_index: int | None
-    plan_time_s: float | None
-    plan_energy_j: float | None
-    fastest_time_s: float | None
-    clock_changes_per_iteration: float | None
-    wrong_clock_fraction: float | None
-    """Computations that began before their planned clock was applied, as a fraction of all planned."""
-    error: str
-    straggler: StragglerInfo | None
-    target_time_s: float | None
-    """The iteration time the other pipelines plan for while a straggler runs (None: no straggler)."""
-    all_max_time_s: float | None
-    all_max_energy_j: float | None
-    energy_saved_j: float
-    """Energy saved against all-max clocks since the plan runs, all of this node's pipelines, from the profile
-    (each iteration at the plan's energy vs all-max's, both waiting at blocking power until its time)."""
-    cluster: str
-    """The cluster plane's view of this job: "fresh", "stale", "expired", or "" without a cluster."""
-
-
-@dataclass(frozen=True)
-class AnnounceStraggler(Message):
-    """Announce (or with `clear`, withdraw) that `pipeline` of `job` straggles by `factor` (>= 1): its
-    iterations take `factor` times its plan's time. The job's other pipelines move to the least-energy plan
-    that is no slower than the straggler; shared with the job's other nodes when a cluster is configured."""
-
-    TYPE: ClassVar[str] = "announce_straggler"
-    job: str
-    pipeline: int
-    factor: float
-    clear: bool
-
-
-@dataclass(frozen=True)
-class AnnounceStragglerOk(Message):
-    TYPE: ClassVar[str] = "announce_straggler_ok"
-    job: str
-    pipeline: int
-    factor: float
-    clear: bool
-    shared: bool
-    """Whether the announcement goes to the cluster plane (etcd) too."""
-
-
-@dataclass(frozen=True)
-class JobsRequest(Message):
-    TYPE: ClassVar[str] = "jobs"
-
-
-@dataclass(frozen=True)
-class JobsReply(Message):
-    TYPE: ClassVar[str] = "jobs_ok"
-    jobs: tuple[JobInfo, ...]
-
-
-@dataclass(frozen=True)
-class FrontierRequest(Message):
-    TYPE: ClassVar[str] = "frontier"
-    job: str
-
-
-@dataclass(frozen=True)
-class PlanRequest(Message):
-    TYPE: ClassVar[str] = "plan"
-    job: str
-
-
-@dataclass(frozen=True)
-class DocumentReply(Message):
-    """A versioned JSON document (a `perseus-frontier` or `perseus-plan`, see docs/planner.md) as text."""
-
-    TYPE: ClassVar[str] = "document"
-    job: str
-    document: str
-
-
-@dataclass(frozen=True)
-class ProfileExport(Message):
-    TYPE: ClassVar[str] = "profile_export"
-    job: str
-
-
-@dataclass(frozen=True)
-class ProfileReply(Message):
-    """A job's profile in the shared CSV format (stage,instruction,frequency,time,energy)."""
-
-    TYPE: ClassVar[str] = "profile"
-    job: str
-    csv: str
-    p_block_w: float
-
-
-@dataclass(frozen=True)
-class ProfileImport(Message):
-    """Give a job its profile (CSV text; the daemon never opens a path): it skips profiling.
-
-    Accepted before the job registers (it is used when it does) or while it profiles; `source` names the
-    file in error messages.
-    """
-
-    TYPE: ClassVar[str] = "profile_import"
-    job: str
-    csv: str
-    source: str
-    p_block_w: float
-    """Blocking power (W); 0: the GPU model's own (measured or known)."""
-
-
-@dataclass(frozen=True)
-class ProfileImportOk(Message):
-    TYPE: ClassVar[str] = "profile_import_ok"
-    job: str
-    rows: int
-    state: str
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,21 @@
+"""The base of every wire message and the protocol's shared literal types (stdlib only)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal, TypeAlias
+
+Instruction: TypeAlias = Literal["forward", "backward"]
+Schedule: TypeAlias = Literal["1f1b", "gpipe", "interleaved", "observed"]
+"""How a job's stages order their computations; "observed": learned from the first iterations' events."""
+Policy: TypeAlias = Literal["fastest", "slowdown", "time", "min_energy"]
+"""Which frontier point a job runs: the fastest (default), the least energy within `target` slowdown
+(a fraction: 0.05 = 5 %), the least energy within `target` seconds per iteration, or the least energy."""
+JOB_STATES = ("registered", "profiling", "solving", "running", "ended", "failed")
+
+
+@dataclass(frozen=True)
+class Message:
+    """Base of every message; `TYPE` is the wire `type`."""
+
+    TYPE: ClassVar[str] = ""
