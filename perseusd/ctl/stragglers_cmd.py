@@ -12,8 +12,9 @@ import argparse
 import json
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from perseusd.argtypes import factor_float, non_negative_float, positive_float, positive_int
 from perseusd.ctl.planning_inputs import PlanningInputs, load_profile
 from perseusd.ctl.solve_cmd import solve_points
 
@@ -25,18 +26,6 @@ DEFAULT_PIPELINES = (16, 32, 64, 128)
 DEFAULT_FACTORS = (1.05, 1.1, 1.2, 1.5)
 
 
-def _number(text: str, minimum: float, kind: type[float] | type[int]) -> Any:
-    try:
-        value = kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"'{text}' is not {'an integer' if kind is int else 'a number'}"
-        ) from None
-    if not minimum <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= {minimum} (got {text})")
-    return value
-
-
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `stragglers` command."""
     parser = subparsers.add_parser(
@@ -46,12 +35,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "pipeline, per pipeline count and straggler factor (analytic, from each pipeline's frontier).",
     )
     parser.add_argument("--profile", default="a100_sxm", metavar="FILE", help="profile CSV or bundled name")
-    parser.add_argument(
-        "--stages", type=lambda t: _number(t, 1, int), default=8, metavar="S", help="default: %(default)s"
-    )
+    parser.add_argument("--stages", type=positive_int, default=8, metavar="S", help="default: %(default)s")
     parser.add_argument(
         "--pipelines",
-        type=lambda t: _number(t, 1, int),
+        type=positive_int,
         nargs="+",
         default=DEFAULT_PIPELINES,
         metavar="P",
@@ -59,21 +46,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--global-batch",
-        type=lambda t: _number(t, 1, int),
+        type=positive_int,
         default=1536,
         metavar="B",
         help="sequences per iteration; each pipeline runs B/P microbatches (default: %(default)s)",
     )
     parser.add_argument(
         "--tensor-parallel",
-        type=lambda t: _number(t, 1, int),
+        type=positive_int,
         default=8,
         metavar="TP",
         help="GPUs per stage; scales energies, not savings (default: %(default)s)",
     )
     parser.add_argument(
         "--factors",
-        type=lambda t: _number(t, 1.0, float),
+        type=factor_float,
         nargs="+",
         default=DEFAULT_FACTORS,
         metavar="K",
@@ -81,14 +68,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--unit-time",
-        type=lambda t: _number(t, 1e-9, float),
+        type=positive_float,
         default=0.001,
         metavar="SECONDS",
         help="the solver's time unit (default: %(default)s)",
     )
     parser.add_argument(
         "--p2p-power",
-        type=lambda t: _number(t, 0.0, float),
+        type=non_negative_float,
         default=None,
         metavar="WATTS",
         help="blocking power per GPU (default: the bundled profile's measured value, else 0)",
