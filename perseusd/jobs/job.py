@@ -186,9 +186,9 @@ class Job:
             for (i, mb, c), f in zip(order, clocks, strict=True)
         )
 
-    def plan_times_s(self, stage: int, index: int) -> tuple[float, ...] | None:
-        """Each computation's expected time at its clock in `plan_entries(stage, index)`, from the profile;
-        None when the profile lacks one (the plan then switches on events only)."""
+    def plan_times_s(self, stage: int, entries: tuple[PlanEntry, ...]) -> tuple[float, ...] | None:
+        """Each of one stage's plan `entries`' expected time at its clock, from the profile; None when the
+        profile lacks one (the plan then switches on events only)."""
         if self.profile is None:
             return None
         try:
@@ -196,7 +196,7 @@ class Job:
                 self.profile.lookup(
                     e.chunk * self.shape.num_stages + stage, Instruction(e.instruction), e.freq_mhz
                 ).time_s
-                for e in self.plan_entries(stage, index)
+                for e in entries
             )
         except PerseusError:
             return None

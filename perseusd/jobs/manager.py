@@ -469,7 +469,9 @@ class JobManager:
         """Install frontier point `index`'s plan on one GPU of the job."""
         entries = job.plan_entries(slot.stage, index)
         try:
-            self._plans.set(slot.gpu, entries, slot.supported_clocks_mhz, job.plan_times_s(slot.stage, index))
+            self._plans.set(
+                slot.gpu, entries, slot.supported_clocks_mhz, job.plan_times_s(slot.stage, entries)
+            )
         except ProtocolError as exc:
             job.enter(FAILED, f"deploying the plan on {slot.gpu} failed: {exc.message}")
             return
