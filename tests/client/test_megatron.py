@@ -1,0 +1,162 @@
+"""The Megatron-Core integration: Megatron's own schedules on real ranks (gloo, CPU) against a real daemon.
+
+Each case runs every schedule `get_forward_backward_func()` returns in megatron-core (no pipelining with two
+data-parallel replicas, 1F1B with two replicas of a two-stage pipeline, interleaved with two model chunks per
+rank). The order the integration reports must equal the order Megatron really executed (recorded by the
+model itself: data consumed by forwards, autograd running backwards), training must be unchanged, and the
+named schedules it registers must be perseusd's order for that stage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("megatron.core")
+
+from perseus_client.megatron import schedule_name_for
+
+from perseusd.planner.dag import build_dag
+from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
+
+pytestmark = pytest.mark.timeout(240)
+WORKER = Path(__file__).with_name("megatron_worker.py")
+WORKER_TIMEOUT_S = 180.0
+STEPS = 2  # the worker's training steps
+CASES = {
+    "no_pipelining": {"world": 2, "pp": 1, "vp": None, "microbatches": 3},
+    "1f1b": {"world": 4, "pp": 2, "vp": None, "microbatches": 4},
+    "interleaved": {"world": 2, "pp": 2, "vp": 2, "microbatches": 4},
+}
+FUNCTIONS = {
+    "no_pipelining": "forward_backward_no_pipelining",
+    "1f1b": "forward_backward_pipelining_without_interleaving",
+    "interleaved": "forward_backward_pipelining_with_interleaving",
+}
+Run = tuple[str, dict[str, Any], list[dict[str, Any]]]
+
+
+@pytest.fixture(scope="module")
+def daemon() -> Iterator[DaemonProcess]:
+    with daemon_processes() as make:
+        yield make(DaemonDirs.create(), gpus=max(case["world"] for case in CASES.values())).start()
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def run(request: pytest.FixtureRequest, daemon: DaemonProcess, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    case = dict(CASES[request.param])
+    work = tmp_path_factory.mktemp(f"megatron-{request.param}")
+    case.update(
+        job=f"megatron-{request.param}", runtime_dir=str(daemon.dirs.runtime_dir), store=str(work / "store")
+    )
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(WORKER.parent), env.get("PYTHONPATH", "")])
+    procs = []
+    for rank in range(case["world"]):
+        out = work / f"rank{rank}.json"
+        command = [sys.executable, str(WORKER), json.dumps({**case, "rank": rank}), str(out)]
+        procs.append((subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True), out))
+    errors = []
+    try:
+        for proc, _ in procs:
+            _, err = proc.communicate(timeout=WORKER_TIMEOUT_S)
+            errors.append((proc.returncode, err))
+    finally:
+        for proc, _ in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    for code, err in errors:
+        assert code == 0, f"worker failed ({code}):\n{err[-4000:]}"
+    return request.param, case, [json.loads(out.read_text()) for _, out in procs]
+
+
+def _steps(events: list[list[Any]], stage: int) -> list[list[list[Any]]]:
+    """Split into steps, checking the brackets and begin/end pairs; each step's [instruction, mb, chunk]."""
+    steps: list[list[list[Any]]] = []
+    position = 0
+    for number in range(STEPS):
+        assert events[position] == ["step_begin", number]
+        position += 1
+        computations = []
+        while events[position][0] == "comp_begin":
+            begin, end = events[position], events[position + 1]
+            assert end == ["comp_end", *begin[1:]]
+            assert begin[1] == stage
+            computations.append(begin[2:])
+            position += 2
+        assert events[position] == ["step_end", number]
+        position += 1
+        steps.append(computations)
+    assert position == len(events)  # the evaluation after training was not reported
+    return steps
+
+
+def test_megatron_runs_the_expected_schedule(run: Run) -> None:
+    name, _, reports = run
+    assert {report["instrumented"]["function"] for report in reports} == {FUNCTIONS[name]}
+
+
+def test_events_are_what_megatron_executed(run: Run) -> None:
+    _, case, reports = run
+    for report in reports:
+        mine = report["instrumented"]
+        steps = _steps(mine["events"], mine["stage"])
+        assert [c for step in steps for c in step] == mine["executed"]
+        per_step = len(mine["executed"]) // STEPS
+        assert per_step == 2 * case["microbatches"] * (case["vp"] or 1)
+        assert mine["events_dropped"] == 0
+
+
+def test_training_unchanged(run: Run) -> None:
+    _, case, reports = run
+    for report in reports:
+        assert report["instrumented"]["params"] == report["baseline"]["params"]
+        assert report["instrumented"]["losses"] == report["baseline"]["losses"]
+        assert report["instrumented"]["executed"] == report["baseline"]["executed"]
+    last_stage = [r for r in reports if r["instrumented"]["stage"] == case["pp"] - 1]
+    assert all(len(step) == case["microbatches"] for r in last_stage for step in r["baseline"]["losses"])
+
+
+def test_registration_and_named_order(run: Run) -> None:
+    _, case, reports = run
+    pp, chunks, microbatches = case["pp"], case["vp"] or 1, case["microbatches"]
+    positions = set()
+    for report in reports:
+        mine = report["instrumented"]
+        assert mine["register"] == ["ok", None]
+        [[_, fields]] = mine["registered"]
+        schedule = schedule_name_for(mine["function"], pp, microbatches)
+        assert fields == {
+            "stage": mine["stage"],
+            "num_stages": pp,
+            "num_microbatches": microbatches,
+            "schedule": schedule,
+            "pipeline": fields["pipeline"],
+            "chunks": chunks,
+        }
+        positions.add((fields["pipeline"], fields["stage"]))
+        assert schedule != "observed"
+        planned = build_dag(schedule, pp, microbatches, chunks)
+        order = [
+            [str(c.instruction), c.microbatch, c.chunk]
+            for c in (planned.computations[node] for node in planned.stage_orders[mine["stage"]])
+        ]
+        assert mine["executed"] == order * STEPS
+    replicas = case["world"] // pp
+    assert positions == {(p, s) for p in range(replicas) for s in range(pp)}  # data-parallel: pipelines
+
+
+def test_schedule_names() -> None:
+    assert schedule_name_for("forward_backward_no_pipelining", 1, 3) == "1f1b"
+    assert schedule_name_for("forward_backward_pipelining_without_interleaving", 4, 3) == "1f1b"
+    assert schedule_name_for(FUNCTIONS["interleaved"], 2, 4) == "interleaved"
+    assert schedule_name_for(FUNCTIONS["interleaved"], 2, 2) == "observed"  # all forwards first
+    assert schedule_name_for(FUNCTIONS["interleaved"], 2, 3) == "observed"
