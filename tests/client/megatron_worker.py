@@ -180,27 +180,35 @@ def instrumented(config: dict[str, Any], rank: int) -> dict[str, Any]:
     return report
 
 
+def run_case(config: dict[str, Any], rank: int) -> dict[str, Any]:
+    """One case on this rank: Megatron's schedule plainly, then instrumented (same seeds)."""
+    from megatron.core import parallel_state
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    parallel_state.initialize_model_parallel(
+        pipeline_model_parallel_size=config["pp"], virtual_pipeline_model_parallel_size=config["vp"]
+    )
+    try:
+        baseline = train(config, get_forward_backward_func(), [])
+        return {"baseline": baseline, "instrumented": instrumented(config, rank)}
+    finally:
+        parallel_state.destroy_model_parallel()
+        dist.barrier()
+
+
 def main() -> None:
+    """argv[1]: {"rank", "world", "store", "cases": {name: case}}; writes {name: report} to argv[2]."""
     warnings.filterwarnings("ignore")
     torch.cuda.current_device = lambda: 0  # type: ignore[assignment]  # see the module docstring
     torch.cuda.synchronize = lambda *args, **kwargs: None  # type: ignore[assignment]
     config = json.loads(sys.argv[1])
     rank, world = config["rank"], config["world"]
     dist.init_process_group("gloo", init_method=f"file://{config['store']}", rank=rank, world_size=world)
-    from megatron.core import parallel_state
-
     try:
-        parallel_state.initialize_model_parallel(
-            pipeline_model_parallel_size=config["pp"], virtual_pipeline_model_parallel_size=config["vp"]
-        )
-        from megatron.core.pipeline_parallel import get_forward_backward_func
-
-        baseline = train(config, get_forward_backward_func(), [])
-        report = {"baseline": baseline, "instrumented": instrumented(config, rank)}
-        parallel_state.destroy_model_parallel()
+        reports = {name: run_case(case, rank) for name, case in config["cases"].items()}
     finally:
         dist.destroy_process_group()
-    Path(sys.argv[2]).write_text(json.dumps(report))
+    Path(sys.argv[2]).write_text(json.dumps(reports))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """The Megatron-Core integration: Megatron's own schedules on real ranks (gloo, CPU) against a real daemon.
 
-Each case runs every schedule `get_forward_backward_func()` returns in megatron-core (no pipelining with two
-data-parallel replicas, 1F1B with two replicas of a two-stage pipeline, interleaved with two model chunks per
-rank). The order the integration reports must equal the order Megatron really executed (recorded by the
+Four ranks run every schedule `get_forward_backward_func()` returns in megatron-core, one after the other: no
+pipelining (four data-parallel replicas), 1F1B on four stages, interleaved with two model chunks per rank
+(two replicas of a two-stage pipeline). The order the integration reports must equal the order Megatron really executed (recorded by the
 model itself: data consumed by forwards, autograd running backwards), training must be unchanged, and the
 named schedules it registers must be perseusd's order for that stage.
 """
@@ -30,10 +30,11 @@ pytestmark = pytest.mark.timeout(240)
 WORKER = Path(__file__).with_name("megatron_worker.py")
 WORKER_TIMEOUT_S = 180.0
 STEPS = 2  # the worker's training steps
+WORLD = 4  # ranks; each case splits them into data-parallel replicas of its pipeline
 CASES = {
-    "no_pipelining": {"world": 2, "pp": 1, "vp": None, "microbatches": 3},
-    "1f1b": {"world": 4, "pp": 2, "vp": None, "microbatches": 4},
-    "interleaved": {"world": 2, "pp": 2, "vp": 2, "microbatches": 4},
+    "no_pipelining": {"pp": 1, "vp": None, "microbatches": 3},
+    "1f1b": {"pp": 4, "vp": None, "microbatches": 6},
+    "interleaved": {"pp": 2, "vp": 2, "microbatches": 4},
 }
 FUNCTIONS = {
     "no_pipelining": "forward_backward_no_pipelining",
@@ -46,22 +47,24 @@ Run = tuple[str, dict[str, Any], list[dict[str, Any]]]
 @pytest.fixture(scope="module")
 def daemon() -> Iterator[DaemonProcess]:
     with daemon_processes() as make:
-        yield make(DaemonDirs.create(), gpus=max(case["world"] for case in CASES.values())).start()
+        yield make(DaemonDirs.create(), gpus=WORLD).start()
 
 
-@pytest.fixture(scope="module", params=list(CASES))
-def run(request: pytest.FixtureRequest, daemon: DaemonProcess, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    case = dict(CASES[request.param])
-    work = tmp_path_factory.mktemp(f"megatron-{request.param}")
-    case.update(
-        job=f"megatron-{request.param}", runtime_dir=str(daemon.dirs.runtime_dir), store=str(work / "store")
-    )
+@pytest.fixture(scope="module")
+def reports(daemon: DaemonProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    """Every case, one after the other in the same WORLD rank processes: {case: per-rank reports}."""
+    work = tmp_path_factory.mktemp("megatron")
+    cases = {
+        name: {**case, "job": f"megatron-{name}", "runtime_dir": str(daemon.dirs.runtime_dir)}
+        for name, case in CASES.items()
+    }
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(WORKER.parent), env.get("PYTHONPATH", "")])
     procs = []
-    for rank in range(case["world"]):
+    for rank in range(WORLD):
         out = work / f"rank{rank}.json"
-        command = [sys.executable, str(WORKER), json.dumps({**case, "rank": rank}), str(out)]
+        config = {"rank": rank, "world": WORLD, "store": str(work / "store"), "cases": cases}
+        command = [sys.executable, str(WORKER), json.dumps(config), str(out)]
         procs.append((subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True), out))
     errors = []
     try:
@@ -75,7 +78,13 @@ def run(request: pytest.FixtureRequest, daemon: DaemonProcess, tmp_path_factory:
                 proc.communicate()
     for code, err in errors:
         assert code == 0, f"worker failed ({code}):\n{err[-4000:]}"
-    return request.param, case, [json.loads(out.read_text()) for _, out in procs]
+    per_rank = [json.loads(out.read_text()) for _, out in procs]
+    return {name: [ranks[name] for ranks in per_rank] for name in CASES}
+
+
+@pytest.fixture(params=list(CASES))
+def run(request: pytest.FixtureRequest, reports: dict[str, list[dict[str, Any]]]) -> Run:
+    return request.param, CASES[request.param], reports[request.param]
 
 
 def _steps(events: list[list[Any]], stage: int) -> list[list[list[Any]]]:
@@ -150,7 +159,7 @@ def test_registration_and_named_order(run: Run) -> None:
             for c in (planned.computations[node] for node in planned.stage_orders[mine["stage"]])
         ]
         assert mine["executed"] == order * STEPS
-    replicas = case["world"] // pp
+    replicas = WORLD // pp
     assert positions == {(p, s) for p in range(replicas) for s in range(pp)}  # data-parallel: pipelines
 
 
