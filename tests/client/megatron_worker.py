@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from perseus_client.client import PerseusClientError
 from torch import nn
 from torch.overrides import TorchFunctionMode
-from perseus_client.client import PerseusClientError
 from torch_pipelining_worker import RecordingClient
 
 WIDTH = 8
@@ -61,7 +61,7 @@ class Probe(torch.autograd.Function):
 
 
 class Chunk(nn.Module):
-    """One model chunk as Megatron expects it: `config`, `set_input_tensor`, a [seq, batch, hidden] forward."""
+    """A model chunk as Megatron expects it: `config`, `set_input_tensor`, a [seq, batch, hidden] forward."""
 
     def __init__(self, config: Any, chunk: int, log: Log) -> None:
         super().__init__()
@@ -167,7 +167,9 @@ def instrumented(config: dict[str, Any], rank: int) -> dict[str, Any]:
         report["register"] = ["ok", None]
     except PerseusClientError as exc:  # the daemon cannot take jobs: still check the events
         report["register"] = [exc.code, exc.message]
-        wrapped = instrument_megatron(function, client, gpu, num_microbatches=config["microbatches"], register=False)
+        wrapped = instrument_megatron(
+            function, client, gpu, num_microbatches=config["microbatches"], register=False
+        )
     report["registered"] = [event for event in client.sent if event[0] == "register"]
     client.sent.clear()
     with wrapped:
@@ -196,11 +198,15 @@ def run_case(config: dict[str, Any], rank: int) -> dict[str, Any]:
         dist.barrier()
 
 
+def _no_synchronize(device: Any = None) -> None:
+    """Nothing to wait for on the CPU."""
+
+
 def main() -> None:
     """argv[1]: {"rank", "world", "store", "cases": {name: case}}; writes {name: report} to argv[2]."""
     warnings.filterwarnings("ignore")
     torch.cuda.current_device = lambda: 0  # type: ignore[assignment]  # see the module docstring
-    torch.cuda.synchronize = lambda *args, **kwargs: None  # type: ignore[assignment]
+    torch.cuda.synchronize = _no_synchronize
     config = json.loads(sys.argv[1])
     rank, world = config["rank"], config["world"]
     dist.init_process_group("gloo", init_method=f"file://{config['store']}", rank=rank, world_size=world)

@@ -2,17 +2,13 @@
 
 Four ranks run every schedule `get_forward_backward_func()` returns in megatron-core, one after the other: no
 pipelining (four data-parallel replicas), 1F1B on four stages, interleaved with two model chunks per rank
-(two replicas of a two-stage pipeline). The order the integration reports must equal the order Megatron really executed (recorded by the
-model itself: data consumed by forwards, autograd running backwards), training must be unchanged, and the
-named schedules it registers must be perseusd's order for that stage.
+(two replicas of a two-stage pipeline). The order the integration reports must equal the order Megatron
+really executed (recorded by the model itself: data consumed by forwards, autograd running backwards),
+training must be unchanged, and the named schedules it registers must be perseusd's order for that stage.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +20,7 @@ pytest.importorskip("megatron.core")
 from perseus_client.megatron import schedule_name_for
 
 from perseusd.planner.dag import build_dag
+from tests.client.ranks import run_ranks, split_steps
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 
 pytestmark = pytest.mark.timeout(240)
@@ -51,61 +48,19 @@ def daemon() -> Iterator[DaemonProcess]:
 
 
 @pytest.fixture(scope="module")
-def reports(daemon: DaemonProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    """Every case, one after the other in the same WORLD rank processes: {case: per-rank reports}."""
-    work = tmp_path_factory.mktemp("megatron")
+def reports(
+    daemon: DaemonProcess, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, list[dict[str, Any]]]:
     cases = {
         name: {**case, "job": f"megatron-{name}", "runtime_dir": str(daemon.dirs.runtime_dir)}
         for name, case in CASES.items()
     }
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
-    env["PYTHONPATH"] = os.pathsep.join([str(WORKER.parent), env.get("PYTHONPATH", "")])
-    procs = []
-    for rank in range(WORLD):
-        out = work / f"rank{rank}.json"
-        config = {"rank": rank, "world": WORLD, "store": str(work / "store"), "cases": cases}
-        command = [sys.executable, str(WORKER), json.dumps(config), str(out)]
-        procs.append((subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True), out))
-    errors = []
-    try:
-        for proc, _ in procs:
-            _, err = proc.communicate(timeout=WORKER_TIMEOUT_S)
-            errors.append((proc.returncode, err))
-    finally:
-        for proc, _ in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-    for code, err in errors:
-        assert code == 0, f"worker failed ({code}):\n{err[-4000:]}"
-    per_rank = [json.loads(out.read_text()) for _, out in procs]
-    return {name: [ranks[name] for ranks in per_rank] for name in CASES}
+    return run_ranks(WORKER, WORLD, cases, tmp_path_factory.mktemp("megatron"), WORKER_TIMEOUT_S)
 
 
 @pytest.fixture(params=list(CASES))
 def run(request: pytest.FixtureRequest, reports: dict[str, list[dict[str, Any]]]) -> Run:
     return request.param, CASES[request.param], reports[request.param]
-
-
-def _steps(events: list[list[Any]], stage: int) -> list[list[list[Any]]]:
-    """Split into steps, checking the brackets and begin/end pairs; each step's [instruction, mb, chunk]."""
-    steps: list[list[list[Any]]] = []
-    position = 0
-    for number in range(STEPS):
-        assert events[position] == ["step_begin", number]
-        position += 1
-        computations = []
-        while events[position][0] == "comp_begin":
-            begin, end = events[position], events[position + 1]
-            assert end == ["comp_end", *begin[1:]]
-            assert begin[1] == stage
-            computations.append(begin[2:])
-            position += 2
-        assert events[position] == ["step_end", number]
-        position += 1
-        steps.append(computations)
-    assert position == len(events)  # the evaluation after training was not reported
-    return steps
 
 
 def test_megatron_runs_the_expected_schedule(run: Run) -> None:
@@ -117,7 +72,7 @@ def test_events_are_what_megatron_executed(run: Run) -> None:
     _, case, reports = run
     for report in reports:
         mine = report["instrumented"]
-        steps = _steps(mine["events"], mine["stage"])
+        steps = split_steps(mine["events"], mine["stage"], STEPS)
         assert [c for step in steps for c in step] == mine["executed"]
         per_step = len(mine["executed"]) // STEPS
         assert per_step == 2 * case["microbatches"] * (case["vp"] or 1)

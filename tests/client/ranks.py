@@ -1,0 +1,59 @@
+"""Run a worker script as WORLD rank processes (gloo over a file store) and collect their JSON reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def run_ranks(
+    worker: Path, world: int, cases: dict[str, dict[str, Any]], work: Path, timeout_s: float
+) -> dict[str, list[dict[str, Any]]]:
+    """Every case, one after the other in the same `world` processes: {case: per-rank reports}."""
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(worker.parent), env.get("PYTHONPATH", "")])
+    procs = []
+    for rank in range(world):
+        out = work / f"rank{rank}.json"
+        config = {"rank": rank, "world": world, "store": str(work / "store"), "cases": cases}
+        command = [sys.executable, str(worker), json.dumps(config), str(out)]
+        procs.append((subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True), out))
+    errors = []
+    try:
+        for proc, _ in procs:
+            _, err = proc.communicate(timeout=timeout_s)
+            errors.append((proc.returncode, err))
+    finally:
+        for proc, _ in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    for code, err in errors:
+        assert code == 0, f"worker failed ({code}):\n{err[-4000:]}"
+    per_rank = [json.loads(out.read_text()) for _, out in procs]
+    return {name: [ranks[name] for ranks in per_rank] for name in cases}
+
+
+def split_steps(events: list[list[Any]], stage: int, steps: int) -> list[list[list[Any]]]:
+    """Check step brackets and begin/end pairs on `stage`; each step's [instruction, mb, chunk] list."""
+    result: list[list[list[Any]]] = []
+    position = 0
+    for number in range(steps):
+        assert events[position] == ["step_begin", number]
+        position += 1
+        computations = []
+        while events[position][0] == "comp_begin":
+            begin, end = events[position], events[position + 1]
+            assert end == ["comp_end", *begin[1:]]
+            assert begin[1] == stage
+            computations.append(begin[2:])
+            position += 2
+        assert events[position] == ["step_end", number]
+        position += 1
+        result.append(computations)
+    assert position == len(events)  # nothing after training (the evaluation) was reported
+    return result

@@ -1,0 +1,96 @@
+"""The DeepSpeed integration: `PipelineEngine.train_batch()` on real ranks (gloo, CPU accelerator) against a
+real daemon. The order reported must equal the order DeepSpeed really executed (the model's own records) and
+the order of its `TrainSchedule` objects, training must be unchanged, and `1f1b` must be perseusd's order."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("deepspeed")
+
+from perseusd.planner.dag import build_dag
+from tests.client.ranks import run_ranks, split_steps
+from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
+
+pytestmark = pytest.mark.timeout(240)
+WORKER = Path(__file__).with_name("deepspeed_worker.py")
+WORKER_TIMEOUT_S = 180.0
+STEPS = 2  # the worker's training steps
+WORLD = 4
+CASES = {
+    "pp2-dp2": {"pp": 2, "microbatches": 4},
+    "pp4": {"pp": 4, "microbatches": 3},
+}
+Run = tuple[dict[str, Any], list[dict[str, Any]]]
+
+
+@pytest.fixture(scope="module")
+def daemon() -> Iterator[DaemonProcess]:
+    with daemon_processes() as make:
+        yield make(DaemonDirs.create(), gpus=WORLD).start()
+
+
+@pytest.fixture(scope="module")
+def reports(
+    daemon: DaemonProcess, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, list[dict[str, Any]]]:
+    cases = {
+        name: {**case, "job": f"deepspeed-{name}", "runtime_dir": str(daemon.dirs.runtime_dir)}
+        for name, case in CASES.items()
+    }
+    return run_ranks(WORKER, WORLD, cases, tmp_path_factory.mktemp("deepspeed"), WORKER_TIMEOUT_S)
+
+
+@pytest.fixture(params=list(CASES))
+def run(request: pytest.FixtureRequest, reports: dict[str, list[dict[str, Any]]]) -> Run:
+    return CASES[request.param], reports[request.param]
+
+
+def test_events_are_what_deepspeed_executed(run: Run) -> None:
+    case, reports = run
+    for report in reports:
+        mine = report["instrumented"]
+        steps = split_steps(mine["events"], mine["stage"], STEPS)
+        assert [c for step in steps for c in step] == mine["executed"]
+        assert len(mine["executed"]) == 2 * case["microbatches"] * STEPS
+        assert [c[0] for c in steps[0]] == mine["schedule_object"]  # DeepSpeed's TrainSchedule
+        assert mine["events_dropped"] == 0
+        assert mine["restored"]
+
+
+def test_training_unchanged(run: Run) -> None:
+    _, reports = run
+    for report in reports:
+        assert report["instrumented"]["params"] == report["baseline"]["params"]
+        assert report["instrumented"]["losses"] == report["baseline"]["losses"]
+        assert report["instrumented"]["executed"] == report["baseline"]["executed"]
+
+
+def test_registration_and_named_order(run: Run) -> None:
+    case, reports = run
+    pp, microbatches = case["pp"], case["microbatches"]
+    planned = build_dag("1f1b", pp, microbatches, 1)
+    positions = set()
+    for report in reports:
+        mine = report["instrumented"]
+        assert mine["register"] == ["ok", None]
+        [[_, fields]] = mine["registered"]
+        assert fields == {
+            "stage": mine["stage"],
+            "num_stages": pp,
+            "num_microbatches": microbatches,
+            "schedule": "1f1b",
+            "pipeline": fields["pipeline"],
+            "chunks": 1,
+        }
+        positions.add((fields["pipeline"], fields["stage"]))
+        order = [
+            [str(c.instruction), c.microbatch, c.chunk]
+            for c in (planned.computations[node] for node in planned.stage_orders[mine["stage"]])
+        ]
+        assert mine["executed"] == order * STEPS
+    assert positions == {(p, s) for p in range(WORLD // pp) for s in range(pp)}
