@@ -3,6 +3,7 @@ daemon on simulated GPUs; the CUDA-event ordering logic with fake events; the re
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -37,6 +38,14 @@ CASES = {
     "1f1b": {"schedule": "1f1b", "world": 3, "chunks": 1, "microbatches": 4},
     "interleaved": {"schedule": "interleaved", "world": 2, "chunks": 2, "microbatches": 4},
 }
+if importlib.util.find_spec("torchtitan") is not None:  # the schedule torchtitan builds from its config
+    CASES["torchtitan"] = {
+        "schedule": "interleaved",
+        "world": 2,
+        "chunks": 2,
+        "microbatches": 4,
+        "torchtitan": "Interleaved1F1B",
+    }
 Run = tuple[dict[str, Any], list[dict[str, Any]]]
 
 
@@ -128,6 +137,11 @@ def test_events_follow_the_schedule(run: Run) -> None:
     for rank, (order, report) in enumerate(zip(_planned_orders(case), reports, strict=True)):
         assert report["instrumented"]["events"] == _expected_events(order, rank)
         assert report["instrumented"]["events_dropped"] == 0
+
+
+def test_schedule_named_after_its_class(run: Run) -> None:
+    case, reports = run
+    assert {report["instrumented"]["named"] for report in reports} == {case["schedule"]}
 
 
 def test_daemon_learned_the_schedule(run: Run) -> None:

@@ -18,7 +18,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from perseus_client.client import PerseusClient, PerseusClientError
-from perseus_client.torch_pipelining import PipelineInstrumentation, instrument, local_stages
+from perseus_client.torch_pipelining import (
+    PipelineInstrumentation,
+    instrument,
+    local_stages,
+    schedule_name_of,
+)
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
@@ -80,9 +85,25 @@ def build_schedule(config: dict[str, Any], rank: int, world: int) -> Any:
         PipelineStage(layers[index], index, world * chunks, torch.device("cpu"))
         for index in range(rank, world * chunks, world)
     ]
+    if "torchtitan" in config:  # torchtitan builds the schedule from its config names
+        return build_torchtitan_schedule(config["torchtitan"], stages, world, microbatches)
     cls = SCHEDULES[config["schedule"]]
     stage_arg = stages if chunks > 1 else stages[0]
     return cls(stage_arg, n_microbatches=microbatches, loss_fn=nn.functional.mse_loss)
+
+
+def build_torchtitan_schedule(name: str, stages: list[PipelineStage], world: int, microbatches: int) -> Any:
+    """The schedule torchtitan's trainer builds for `parallelism.pipeline_parallel_schedule = name`."""
+    from torchtitan.config import ParallelismConfig
+    from torchtitan.distributed.pipeline_parallel import _build_pipeline_schedule
+
+    def loss_fn(output: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return nn.functional.mse_loss(output, target), None  # torchtitan losses also return a token count
+
+    parallelism = ParallelismConfig(pipeline_parallel_degree=world, pipeline_parallel_schedule=name)
+    return _build_pipeline_schedule(
+        parallelism=parallelism, local_batch_size=microbatches, stages=stages, loss_fn=loss_fn
+    )
 
 
 def train(schedule: Any) -> dict[str, Any]:
@@ -137,6 +158,7 @@ def instrumented_run(config: dict[str, Any], rank: int, world: int) -> dict[str,
         report = {}
     dist.barrier()  # every rank registers after the profile is there
     schedule = build_schedule(config, rank, world)
+    report["named"] = schedule_name_of(schedule)
     try:
         handle: PipelineInstrumentation = instrument(schedule, client, gpu, schedule_name="observed")
         report["register"] = ["ok", None]
