@@ -28,7 +28,6 @@ megatron-core is imported only when `instrument_megatron` is called.
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any
 
 from perseus_client.client import PerseusClient
@@ -124,7 +123,7 @@ class MegatronInstrumentation:
     def __init__(
         self,
         forward_backward_func: Callable[..., Any],
-        schedules: ModuleType,
+        schedules: Any,
         reporter: Reporter,
         position: int,
         first_step: int,
