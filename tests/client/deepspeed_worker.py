@@ -100,11 +100,11 @@ def instrumented(case: dict[str, Any], rank: int) -> dict[str, Any]:
     engine = build_engine(case, log)
     report: dict[str, Any] = {"stage": engine.stage_id}
     try:
-        handle = instrument_deepspeed(engine, client, gpu)
+        handle = instrument_deepspeed(engine, client, gpu, cuda_events=False)
         report["register"] = ["ok", None]
     except PerseusClientError as exc:
         report["register"] = [exc.code, exc.message]
-        handle = instrument_deepspeed(engine, client, gpu, register=False)
+        handle = instrument_deepspeed(engine, client, gpu, register=False, cuda_events=False)
     report["registered"] = [event for event in client.sent if event[0] == "register"]
     client.sent.clear()
     with handle:

@@ -153,7 +153,7 @@ def train(config: dict[str, Any], forward_backward_func: Any, log: Log) -> dict[
 
 def instrumented(config: dict[str, Any], rank: int) -> dict[str, Any]:
     from megatron.core import parallel_state
-    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from megatron.core.pipeline_parallel import get_forward_backward_func, schedules
     from perseus_client.megatron import instrument_megatron
 
     client = RecordingClient(config["runtime_dir"], job=config["job"], timeout_s=5.0)
@@ -162,18 +162,19 @@ def instrumented(config: dict[str, Any], rank: int) -> dict[str, Any]:
     log: Log = []
     function = get_forward_backward_func()
     report: dict[str, Any] = {"function": function.__name__}
+    options: dict[str, Any] = {"num_microbatches": config["microbatches"], "cuda_events": False}  # CPU run
     try:
-        wrapped = instrument_megatron(function, client, gpu, num_microbatches=config["microbatches"])
+        wrapped = instrument_megatron(function, client, gpu, **options)
         report["register"] = ["ok", None]
     except PerseusClientError as exc:  # the daemon cannot take jobs: still check the events
         report["register"] = [exc.code, exc.message]
-        wrapped = instrument_megatron(
-            function, client, gpu, num_microbatches=config["microbatches"], register=False
-        )
+        wrapped = instrument_megatron(function, client, gpu, register=False, **options)
     report["registered"] = [event for event in client.sent if event[0] == "register"]
     client.sent.clear()
+    originals = (schedules.forward_step, schedules.backward_step)
     with wrapped:
         report.update(train(config, wrapped, log))
+    report["restored"] = (schedules.forward_step, schedules.backward_step) == originals
     report["events"] = client.sent
     report["events_dropped"] = client.events_dropped
     report["stage"] = parallel_state.get_pipeline_model_parallel_rank()

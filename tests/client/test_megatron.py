@@ -77,6 +77,7 @@ def test_events_are_what_megatron_executed(run: Run) -> None:
         per_step = len(mine["executed"]) // STEPS
         assert per_step == 2 * case["microbatches"] * (case["vp"] or 1)
         assert mine["events_dropped"] == 0
+        assert mine["restored"]  # Megatron's module functions are its own again after each call
 
 
 def test_training_unchanged(run: Run) -> None:
