@@ -71,9 +71,9 @@ def instrument_megatron(
         client: a connected client that claimed `gpu`.
         gpu: the UUID of this rank's GPU.
         num_microbatches: the microbatches per iteration (`get_num_microbatches()`), for the registration.
-        pipeline: which pipeline this rank belongs to (default: its data-parallel rank times the
-            tensor-parallel size plus its tensor-parallel rank: every tensor-parallel slice of every
-            data-parallel replica is a pipeline of its own).
+        pipeline: which pipeline this rank belongs to (default: its data-parallel rank, context-parallel
+            ranks included, times the tensor-parallel size plus its tensor-parallel rank: every GPU at a
+            pipeline stage is in a pipeline of its own).
         register: join the job now (`client.register`); raises `PerseusClientError` when the daemon refuses.
         schedule_name: the schedule to register (default: `schedule_name_for(...)`).
         first_step: the step number of the next training call.
@@ -89,7 +89,7 @@ def instrument_megatron(
     if pipeline is None:
         tp_size = parallel_state.get_tensor_model_parallel_world_size()
         tp_rank = parallel_state.get_tensor_model_parallel_rank()
-        pipeline = parallel_state.get_data_parallel_rank() * tp_size + tp_rank
+        pipeline = parallel_state.get_data_parallel_rank(with_context_parallel=True) * tp_size + tp_rank
     name = schedule_name or schedule_name_for(forward_backward_func.__name__, num_stages, num_microbatches)
     if register:
         client.register(
