@@ -31,8 +31,8 @@ if [ "$dev" = 1 ]; then
   # training-stack dependencies (datasets, wandb, ...): the tests use its pipeline builder only.
   python -m pip install -q setuptools wheel
   DS_BUILD_OPS=0 python -m pip install -q --no-build-isolation deepspeed==0.19.8 torch==2.13.0
-  python -m pip install -q --no-deps torchtitan==0.3.0
   python -m pip install -q spmd_types==0.2.3 tyro==1.0.17 torch==2.13.0
+  python -m pip install -q --no-deps torchtitan==0.3.0
   # Journal logging and sd_notify through systemd-python where it builds (needs libsystemd-dev).
   python -m pip install -q systemd-python || echo "setup: systemd-python not installed; perseusd uses its own notify"
 else
