@@ -94,3 +94,14 @@ def test_registration_and_named_order(run: Run) -> None:
         ]
         assert mine["executed"] == order * STEPS
     assert positions == {(p, s) for p in range(WORLD // pp) for s in range(pp)}
+
+
+def test_only_a_pipeline_engine_is_instrumented() -> None:
+    from perseus_client.deepspeed_pipe import instrument_deepspeed
+
+    from tests.client.torch_pipelining_worker import RecordingClient
+
+    client = RecordingClient(connect=False)
+    with pytest.raises(TypeError, match="PipelineEngine"):
+        instrument_deepspeed(object(), client, "GPU-x")
+    assert client.sent == []  # nothing registered
