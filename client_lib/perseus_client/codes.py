@@ -21,6 +21,7 @@ class ErrorCode(StrEnum):
     UNKNOWN_GPU = "UNKNOWN_GPU"
     GPU_ERROR = "GPU_ERROR"
     INTERNAL = "INTERNAL"
+    STATE_WRITE_FAILED = "STATE_WRITE_FAILED"
 
 
 class ProtocolError(Exception):

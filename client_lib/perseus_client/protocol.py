@@ -264,6 +264,7 @@ class DaemonHealth:
     restore_failures: int
     last_restore_s: float | None
     auth_rejected: int
+    persistence_error: str | None = None
 
 
 @dataclass(frozen=True)

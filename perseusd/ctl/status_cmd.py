@@ -108,8 +108,10 @@ def render_table(reply: StatusReply) -> str:
         f"restores: {daemon.restores} ({daemon.restore_failures} failed); "
         f"refused connections: {daemon.auth_rejected}",
         f"GPU call mean ms (worst GPU): {_call_times(reply)}",
-        "",
     ]
+    if daemon.persistence_error:
+        lines.append(f"PERSISTENCE FAILING: {daemon.persistence_error}")
+    lines.append("")
     with_plan = any(gpu.plan is not None for gpu in reply.gpus)
     header = ["UUID", "NAME", "SM MHZ", "LOCKED", "POWER W", "LIMIT W", "ENERGY J"]
     header += ["PLAN", "LEASE"] if with_plan else ["LEASE"]

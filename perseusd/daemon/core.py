@@ -48,6 +48,7 @@ from perseusd.daemon.leases import Lease, LeaseBook
 from perseusd.daemon.plans import PlanBook
 from perseusd.daemon.registry import GpuRegistry
 from perseusd.daemon.restore import RestoreKeeper, RestoreOutcome
+from perseusd.daemon.state_file import StateWriteError
 from perseusd.gpu.owner import GpuReading
 from perseusd.jobs.manager import JobManager
 from perseusd.jobs.requests import JobRequests
@@ -98,7 +99,10 @@ class DaemonCore:
             if isinstance(message, AdminReset | AdminSetPowerLimit):
                 raise ProtocolError(ErrorCode.PERMISSION_DENIED, "admin requests go to the admin socket")
             raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not a request")
-        return handler(caller, message)
+        try:
+            return handler(caller, message)
+        except StateWriteError as exc:
+            raise _not_persisted(exc) from None
 
     def _handlers(self) -> Mapping[type[Message], Callable[[Caller, Any], Message]]:
         handlers: dict[type[Message], Callable[[Caller, Any], Message]] = {
@@ -121,7 +125,10 @@ class DaemonCore:
         if isinstance(message, AdminReset):
             return self._admin_reset(message)
         if isinstance(message, AdminSetPowerLimit):
-            return self._admin_set_power_limit(message)
+            try:
+                return self._admin_set_power_limit(message)
+            except StateWriteError as exc:
+                raise _not_persisted(exc) from None
         raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not an admin request")
 
     # ------------------------------------------------------------------ client requests
@@ -148,10 +155,22 @@ class DaemonCore:
         for gpu in message.gpus:  # all or nothing: check every GPU before taking any
             self._require_known(gpu)
             self.leases.check_claim(caller, gpu)
-        for gpu in message.gpus:
-            self.keeper.ensure_saved(gpu)  # the original, before any write
-            self.keeper.record_lease(gpu, self.leases.claim(session, gpu))
-        self.keeper.persist()
+        unsaved = [gpu for gpu in message.gpus if self.keeper.saved(gpu) is None]
+        new = [gpu for gpu in message.gpus if gpu not in session.gpus]
+        try:
+            for gpu in message.gpus:
+                self.keeper.ensure_saved(gpu)  # the original, durably, before any write
+            for gpu in message.gpus:
+                self.keeper.record_lease(gpu, self.leases.claim(session, gpu))
+            self.keeper.persist()  # acknowledged only once the lease is on disk
+        except StateWriteError:
+            for gpu in new:  # undo: nothing was written to these GPUs under this claim
+                if self.leases.holder(gpu) is not None:
+                    self.leases.release(gpu)
+                    self.keeper.record_lease(gpu, None)
+            for gpu in unsaved:
+                self.keeper.discard(gpu)
+            raise
         return ClaimOk(gpus=message.gpus)
 
     def _release(self, caller: Caller, message: Release) -> ReleaseOk:
@@ -213,7 +232,8 @@ class DaemonCore:
             self.jobs.on_event(message)
 
     def tick(self) -> None:
-        """Periodic work of the main loop: finished solves, waiting jobs."""
+        """Periodic work of the main loop: a state file write to retry, finished solves, waiting jobs."""
+        self.keeper.retry_persist()
         if self.jobs is not None:
             self.jobs.tick()
 
@@ -319,6 +339,7 @@ class DaemonCore:
             restore_failures=self.keeper.restore_failures,
             last_restore_s=self.last_restore_s,
             auth_rejected=self.auth_rejected,
+            persistence_error=self.keeper.persistence_error,
         )
 
     def _gpu_status(
@@ -356,6 +377,14 @@ class DaemonCore:
     def _require_known(self, gpu: str) -> None:
         if gpu not in self.registry:
             raise ProtocolError(ErrorCode.UNKNOWN_GPU, f"no GPU {gpu} on this node")
+
+
+def _not_persisted(exc: StateWriteError) -> ProtocolError:
+    return ProtocolError(
+        ErrorCode.STATE_WRITE_FAILED,
+        f"{exc}; the request was not applied (the daemon keeps serving; retry when the state directory "
+        "is writable again)",
+    )
 
 
 def call_times_ms(op_stats: Mapping[str, Mapping[str, float]]) -> dict[str, float]:

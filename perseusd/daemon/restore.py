@@ -1,11 +1,17 @@
 """Saving originals before the first write and restoring them: on release, client death, SIGTERM, after a
 daemon crash (reconcile from the state file) and in `perseusd reset`. One GPU failing never stops the others.
+
+Persistence: a GPU is written only after its original is durably in state.json (`ensure_saved` raises
+`StateWriteError` otherwise). A write that fails after a restore (full or read-only state directory) never
+stops the daemon: the state stays in memory, the write is retried from the main loop (1 s, doubling to
+30 s) and `persistence_error` says what fails until a write succeeds again.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -17,13 +23,18 @@ from perseusd.daemon.state_file import (
     SavedLease,
     StateFileError,
     StateRecord,
+    StateWriteError,
     load_state,
     remove_state,
     save_state,
 )
 from perseusd.errors import GpuError
+from perseusd.gpu.backend import GpuState
 
 logger = logging.getLogger(__name__)
+
+RETRY_FIRST_S = 1.0
+RETRY_MAX_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -35,15 +46,31 @@ class RestoreOutcome:
 class RestoreKeeper:
     """Owns the state file: the original state of every GPU the daemon may have written, and its lease."""
 
-    def __init__(self, registry: GpuRegistry, path: Path, daemon_pid: int, daemon_start_time: int) -> None:
+    def __init__(
+        self,
+        registry: GpuRegistry,
+        path: Path,
+        daemon_pid: int,
+        daemon_start_time: int,
+        *,
+        clock_s: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._registry = registry
         self._path = path
         self._daemon_pid = daemon_pid
         self._daemon_start_time = daemon_start_time
+        self._clock_s = clock_s
         self._saved: dict[str, SavedGpu] = {}
+        self._written: dict[str, GpuState] = {}  # the originals in the file on disk
         self.restores = 0
         self.persist_enabled = True
         self.restore_failures = 0
+        self.persist_failures = 0
+        self._dirty = False
+        self._error: str | None = None
+        self._failing_since_s = 0.0
+        self._retry_delay_s = RETRY_FIRST_S
+        self._next_retry_s = 0.0
 
     def saved(self, gpu: str) -> SavedGpu | None:
         return self._saved.get(gpu)
@@ -53,11 +80,23 @@ class RestoreKeeper:
         self._saved[gpu] = saved
 
     def ensure_saved(self, gpu: str) -> None:
-        """Save the GPU's current state as its original unless one is already saved (before any write)."""
-        if gpu in self._saved:
-            return
-        self._saved[gpu] = SavedGpu(original=self._registry.save_state(gpu), lease=None)
-        self.persist()
+        """Save the GPU's current state as its original unless one is already saved, and make sure that
+        original is durably in the state file: call before any write; `StateWriteError` means do not write.
+        """
+        fresh = gpu not in self._saved
+        if fresh:
+            self._saved[gpu] = SavedGpu(original=self._registry.save_state(gpu), lease=None)
+        if self.persist_enabled and self._written.get(gpu) != self._saved[gpu].original:
+            try:
+                self.persist()
+            except StateWriteError:
+                if fresh:
+                    self.discard(gpu)
+                raise
+
+    def discard(self, gpu: str) -> None:
+        """Forget a GPU's saved original: only for a GPU nothing was written to (an undone claim)."""
+        self._saved.pop(gpu, None)
 
     def record_lease(self, gpu: str, lease: Lease | None) -> None:
         saved = self._saved[gpu]
@@ -83,26 +122,83 @@ class RestoreKeeper:
             restored.append(gpu)
         self.restores += len(restored)
         self.restore_failures += len(failed)
-        self.persist()
+        if restored or failed:
+            self.persist_or_retry()
         return RestoreOutcome(tuple(restored), tuple(failed))
 
     def restore_all(self) -> RestoreOutcome:
         return self.restore(list(self._saved))
 
     def persist(self) -> None:
-        """Write the state file atomically; removed when there is nothing left to restore."""
+        """Write the state file atomically (removed when there is nothing left to restore).
+
+        Raises `StateWriteError` when it cannot; the state stays in memory and the main loop retries.
+        """
         if not self.persist_enabled:
             return
-        if not self._saved:
-            remove_state(self._path)
-            return
-        save_state(self._path, StateRecord(self._daemon_pid, self._daemon_start_time, dict(self._saved)))
+        try:
+            if self._saved:
+                record = StateRecord(self._daemon_pid, self._daemon_start_time, dict(self._saved))
+                save_state(self._path, record)
+            else:
+                remove_state(self._path)
+        except StateWriteError as exc:
+            self._write_failed(exc)
+            raise
+        self._write_succeeded()
+
+    def persist_or_retry(self) -> bool:
+        """`persist`, but a failure is only recorded (status, log) and retried later; True when written."""
+        try:
+            self.persist()
+        except StateWriteError:
+            return False
+        return True
+
+    def retry_persist(self) -> None:
+        """From the main loop: retry a failed write when its back-off has passed."""
+        if self._dirty and self._clock_s() >= self._next_retry_s:
+            self.persist_or_retry()
+
+    @property
+    def persistence_error(self) -> str | None:
+        """What fails while state changes are only in memory (None when the file is up to date)."""
+        if not self._dirty:
+            return None
+        failing_s = self._clock_s() - self._failing_since_s
+        return (
+            f"state file not written for {failing_s:.0f} s ({self.persist_failures} failed writes): "
+            f"{self._error}; state kept in memory, retrying"
+        )
+
+    def _write_failed(self, exc: StateWriteError) -> None:
+        now_s = self._clock_s()
+        if not self._dirty:
+            self._failing_since_s = now_s
+            self._retry_delay_s = RETRY_FIRST_S
+        else:
+            self._retry_delay_s = min(self._retry_delay_s * 2, RETRY_MAX_S)
+        self._dirty = True
+        self._error = str(exc)
+        self.persist_failures += 1
+        self._next_retry_s = now_s + self._retry_delay_s
+        logger.error(
+            "PERSISTENCE FAILING: %s (state kept in memory; retry in %.0f s)", exc, self._retry_delay_s
+        )
+
+    def _write_succeeded(self) -> None:
+        if self._dirty:
+            logger.warning("state file written again after %d failed writes", self.persist_failures)
+        self._dirty = False
+        self._error = None
+        self._written = {gpu: saved.original for gpu, saved in self._saved.items()}
 
     def reconcile(self, leases: LeaseBook) -> RestoreOutcome:
         """After a restart: adopt leases whose holder still lives (PID-reuse checked), restore the rest."""
         record = load_state(self._path)
         if record is None:
             return RestoreOutcome((), ())
+        self._written = {gpu: saved.original for gpu, saved in record.gpus.items()}
         logger.warning(
             "found state of a previous daemon (pid %d) with %d GPU(s): reconciling",
             record.daemon_pid,

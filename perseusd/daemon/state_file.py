@@ -1,16 +1,22 @@
 """The restore state file: every GPU's original state, saved before the first write, and its lease holder.
 
-Written atomically (temporary file + fsync + rename + directory fsync). On load the file must be a regular
-file (not a symlink, FIFO or device) owned by the daemon's user and not writable by others, and must match
-the schema; anything else is refused with `StateFileError`.
+Written atomically (temporary file, every byte checked written, fsync, rename, directory fsync): a write that
+fails at any step (ENOSPC, EROFS, a short write) raises `StateWriteError`, removes the temporary file and
+leaves the previous state.json whole. On load the file must be a regular file (not a symlink, FIFO or device)
+owned by the daemon's user and not writable by others, and must match the schema; anything else is refused
+with `StateFileError`, never silently discarded.
+
+The system calls of a write go through `FILE_OPS`, the one seam fault-injection tests replace.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +31,22 @@ MAX_STATE_BYTES = 4 * 1024 * 1024
 
 class StateFileError(PerseusError):
     """The state file is unsafe or malformed; the message says what to check."""
+
+
+class StateWriteError(StateFileError):
+    """The state file could not be written durably; the previous file is untouched."""
+
+
+@dataclass(frozen=True)
+class FileOps:
+    """The system calls `save_state` makes (tests swap `FILE_OPS` to inject ENOSPC, EROFS, short writes)."""
+
+    write: Callable[[int, bytes], int] = os.write
+    fsync: Callable[[int], None] = os.fsync
+    replace: Callable[[Path, Path], None] = os.replace
+
+
+FILE_OPS = FileOps()
 
 
 @dataclass(frozen=True)
@@ -68,27 +90,62 @@ def ensure_state_dir(state_dir: Path) -> None:
 
 
 def save_state(path: Path, record: StateRecord) -> None:
-    """Write the record atomically: temp file, fsync, rename over `path`, fsync the directory."""
+    """Write the record atomically: temp file, fsync, rename over `path`, fsync the directory.
+
+    Raises `StateWriteError` when any step fails; `path` then still holds the previous record, whole.
+    """
     data = json.dumps(_to_json(record), indent=1, sort_keys=True).encode()
+    ops = FILE_OPS
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.unlink(missing_ok=True)
+        _write_file(tmp, data, ops)
+        ops.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise StateWriteError(f"{path}: cannot write the state file: {_reason(exc)}") from None
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            ops.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        raise StateWriteError(f"{path}: state file renamed but not synced: {_reason(exc)}") from None
+
+
+def _write_file(tmp: Path, data: bytes, ops: FileOps) -> None:
+    """Create `tmp` and write all of `data` (short writes continued, none accepted) and fsync it."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    tmp.unlink(missing_ok=True)
     fd = os.open(tmp, flags, 0o600)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
+        view = memoryview(data)
+        while view:
+            written = ops.write(fd, bytes(view))
+            if written <= 0:
+                raise OSError(errno.ENOSPC, f"short write: {len(data) - len(view)} of {len(data)} bytes")
+            view = view[written:]
+        ops.fsync(fd)
+        size = os.fstat(fd).st_size
+        if size != len(data):
+            raise OSError(errno.EIO, f"wrote {len(data)} bytes but the file has {size}")
     finally:
         os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+
+
+def _reason(exc: OSError) -> str:
+    if exc.errno is None or exc.strerror is None:
+        return str(exc)
+    return f"[Errno {exc.errno}] {exc.strerror}"
 
 
 def remove_state(path: Path) -> None:
-    path.unlink(missing_ok=True)
+    """Remove the state file (nothing left to restore); `StateWriteError` when it cannot be removed."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        raise StateWriteError(f"{path}: cannot remove the state file: {_reason(exc)}") from None
 
 
 def load_state(path: Path) -> StateRecord | None:
