@@ -2,7 +2,9 @@
 
 `<state_dir>/jobs/<signature>/` holds `profile.csv`, `frontier.json` and `job.json` (what the job was, its
 blocking power). Files are written atomically and read strictly; a damaged entry is ignored (logged), never
-trusted. A restarted job or daemon finds its entry and skips profiling and solving.
+trusted. A frontier that is too large, not a valid `perseus-frontier` document or for another shape is
+ignored alone (the job solves again from the cached profile). A restarted job or daemon finds its entry and
+skips profiling and solving.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from perseusd.errors import PerseusError
-from perseusd.planner.plan import save_json
+from perseusd.jobs.shape import JobShape
+from perseusd.planner.plan import parse_frontier, save_json
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream
 
 logger = logging.getLogger(__name__)
 
 _SIGNATURE = re.compile(r"^[0-9a-f]{16,64}$")
+MAX_FRONTIER_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,7 @@ class JobCache:
             raise ValueError(f"bad cache signature {signature!r}")
         return self.root / signature
 
-    def load(self, signature: str) -> CacheEntry | None:
+    def load(self, signature: str, shape: JobShape) -> CacheEntry | None:
         folder = self._dir(signature)
         if not (folder / "profile.csv").is_file():
             return None
@@ -52,14 +56,10 @@ class JobCache:
             profile = read_profile_stream(io.StringIO(text), str(folder / "profile.csv"))
             meta = json.loads((folder / "job.json").read_text(encoding="utf-8"))
             p_block_w = float(meta["p_block_w"])
-            frontier_path = folder / "frontier.json"
-            frontier = (
-                json.loads(frontier_path.read_text(encoding="utf-8")) if frontier_path.is_file() else None
-            )
-        except (OSError, ValueError, KeyError, TypeError, PerseusError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError, PerseusError) as exc:
             logger.warning("job cache %s is damaged, ignoring it: %s", folder, exc)
             return None
-        return CacheEntry(profile, p_block_w, frontier)
+        return CacheEntry(profile, p_block_w, _load_frontier(folder / "frontier.json", shape))
 
     def store_profile(
         self, signature: str, profile: Profile, p_block_w: float, about: dict[str, Any]
@@ -76,3 +76,24 @@ class JobCache:
         folder = self._dir(signature)
         if folder.is_dir():
             save_json(frontier, folder / "frontier.json")
+
+
+def _load_frontier(path: Path, shape: JobShape) -> dict[str, Any] | None:
+    """The cached frontier document when it is whole, valid and for `shape`; None (logged) otherwise."""
+    if not path.is_file():
+        return None
+    try:
+        size = path.stat().st_size
+        if size > MAX_FRONTIER_BYTES:
+            raise ValueError(f"{size} bytes is more than {MAX_FRONTIER_BYTES}")
+        text = path.read_text(encoding="utf-8")
+        meta = parse_frontier(text, str(path)).meta
+        found = (meta.num_stages, meta.num_microbatches, meta.num_chunks)
+        expected = (shape.num_stages, shape.num_microbatches, shape.chunks)
+        if found != expected:
+            raise ValueError(f"frontier is for stages/microbatches/chunks {found}, not {expected}")
+        doc: dict[str, Any] = json.loads(text)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError, PerseusError) as exc:
+        logger.warning("job cache: ignoring frontier %s (solving again): %s", path, exc)
+        return None
+    return doc

@@ -140,7 +140,7 @@ class JobManager:
             job.profile, job.p_block_w = imported[1], imported[2]
             self._store_profile(job)
         elif self._cache is not None:
-            entry = self._cache.load(job.signature)
+            entry = self._cache.load(job.signature, shape)
             if entry is not None:
                 job.profile, job.p_block_w, job.cached = entry.profile, entry.p_block_w, True
                 if entry.frontier is not None:

@@ -1,0 +1,145 @@
+"""A cached frontier.json of the wrong shape ([], {}, deeply nested, huge, another job's) is ignored (logged)
+and the job solves again from its cached profile; registration never fails with INTERNAL."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from perseus_client.protocol import Claim, Hello, JobsReply, JobsRequest, ProfileImport, Register, Release
+
+from perseusd.daemon.core import DaemonCore
+from perseusd.daemon.identity import Caller
+from perseusd.jobs import cache as cache_module
+from perseusd.jobs.cache import JobCache
+from perseusd.jobs.manager import JobSettings
+from perseusd.jobs.shape import JobShape
+from perseusd.planner.profile_csv import profile_to_csv
+from tests.support.daemon_core import sim_core
+from tests.support.synthetic import synthetic_profile
+
+pytestmark = pytest.mark.timeout(180)
+
+A100_CLOCKS_MHZ = tuple(range(1410, 850, -45))
+STAGES, MICROBATCHES = 2, 4
+SIGNATURE = "0123456789abcdef"
+ME = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
+
+BAD_FRONTIERS = {
+    "list": "[]",
+    "empty-object": "{}",
+    "deeply-nested": "[" * 100_000 + "]" * 100_000,
+    "nested-in-points": json.dumps({"format": "perseus-frontier", "points": [[[[[]]]]]}),
+    "not-json": "{",
+    "nan": '{"format": NaN}',
+}
+
+
+def _shape(stages: int = STAGES) -> JobShape:
+    return JobShape("1f1b", stages, MICROBATCHES, 1)
+
+
+def _valid_frontier_text(tmp_path: Path) -> str:
+    """A real frontier for the test shape, from a solve through the core."""
+    with sim_core(tmp_path, gpus=STAGES, jobs=JobSettings()) as core:
+        _run_job(core)
+        (folder,) = (tmp_path / "jobs").iterdir()
+        return (folder / "frontier.json").read_text()
+
+
+def _store(cache: JobCache, frontier_text: str | None) -> None:
+    profile = synthetic_profile(STAGES, seed=3, clocks_mhz=A100_CLOCKS_MHZ)
+    cache.store_profile(SIGNATURE, profile, 80.0, {"job": "train"})
+    if frontier_text is not None:
+        (cache.root / SIGNATURE / "frontier.json").write_text(frontier_text)
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_FRONTIERS))
+def test_bad_frontier_is_ignored_and_the_profile_kept(
+    kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cache = JobCache(tmp_path / "jobs")
+    _store(cache, BAD_FRONTIERS[kind])
+    with caplog.at_level(logging.WARNING, logger="perseusd.jobs.cache"):
+        entry = cache.load(SIGNATURE, _shape())
+    assert entry is not None
+    assert entry.frontier is None
+    assert entry.p_block_w == 80.0
+    assert "ignoring frontier" in caplog.text
+
+
+def test_huge_and_foreign_frontiers_are_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    valid = _valid_frontier_text(tmp_path / "solve")
+    cache = JobCache(tmp_path / "jobs")
+    _store(cache, valid)
+    loaded = cache.load(SIGNATURE, _shape())
+    assert loaded is not None
+    assert loaded.frontier == json.loads(valid)  # the control: a good frontier is used
+    with caplog.at_level(logging.WARNING, logger="perseusd.jobs.cache"):
+        other = cache.load(SIGNATURE, _shape(stages=3))
+        monkeypatch.setattr(cache_module, "MAX_FRONTIER_BYTES", len(valid) - 1)
+        huge = cache.load(SIGNATURE, _shape())
+    assert other is not None
+    assert other.frontier is None
+    assert huge is not None
+    assert huge.frontier is None
+    assert "not (3, 4, 1)" in caplog.text
+    assert "more than" in caplog.text
+
+
+def _run_job(core: DaemonCore) -> None:
+    core.handle(ME, Hello(job="train", client_version="test"))
+    core.handle(ME, Claim(gpus=core.registry.uuids, job="train"))
+    csv = profile_to_csv(synthetic_profile(STAGES, seed=3, clocks_mhz=A100_CLOCKS_MHZ))
+    core.handle(ME, ProfileImport("train", csv, "synthetic.csv", 80.0))
+    _register_all(core)
+    _wait_running(core)
+    core.handle(ME, Release(gpus=()))
+
+
+def _register_all(core: DaemonCore) -> list[str]:
+    states = []
+    for stage, gpu in enumerate(core.registry.uuids):
+        message = Register(gpu, "train", 0, stage, STAGES, MICROBATCHES, "1f1b", 1)  # type: ignore[arg-type]
+        states.append(core.handle(ME, message).state)  # type: ignore[attr-defined]
+    return states
+
+
+def _wait_running(core: DaemonCore) -> None:
+    deadline_s = time.monotonic() + 120
+    while True:
+        reply = core.handle(ME, JobsRequest())
+        assert isinstance(reply, JobsReply)
+        if reply.jobs[0].state == "running":
+            return
+        assert reply.jobs[0].state in ("registered", "solving"), reply.jobs[0]
+        assert time.monotonic() < deadline_s, "job never ran"
+        core.tick()
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def core(tmp_path: Path) -> Iterator[DaemonCore]:
+    with sim_core(tmp_path, gpus=STAGES, jobs=JobSettings()) as built:
+        yield built
+
+
+@pytest.mark.parametrize("kind", ["list", "deeply-nested"])
+def test_registration_with_a_damaged_cached_frontier_solves_again(
+    kind: str, core: DaemonCore, tmp_path: Path
+) -> None:
+    _run_job(core)
+    (folder,) = (tmp_path / "jobs").iterdir()
+    (folder / "frontier.json").write_text(BAD_FRONTIERS[kind])
+    core.handle(ME, Hello(job="train", client_version="test"))
+    core.handle(ME, Claim(gpus=core.registry.uuids, job="train"))
+    assert _register_all(core) == ["registered", "solving"]  # the cached profile, a fresh solve
+    _wait_running(core)
+    assert json.loads((folder / "frontier.json").read_text())["format"] == "perseus-frontier"
