@@ -61,6 +61,14 @@ class JobGpus(Protocol):
 
 
 @dataclass(frozen=True)
+class PendingImport:
+    """A profile imported for a job its user has not registered yet."""
+
+    profile: Profile
+    p_block_w: float
+
+
+@dataclass(frozen=True)
 class JobSettings:
     """Job behaviour from the daemon configuration."""
 
@@ -96,7 +104,7 @@ class JobManager:
         self._clock_ns = clock_ns
         self.jobs: dict[str, Job] = {}
         self._by_gpu: dict[str, Job] = {}
-        self.pending_imports: dict[str, tuple[int, Profile, float]] = {}
+        self.pending_imports: dict[tuple[int, str], PendingImport] = {}  # by (uid, job name)
         self.response = StragglerResponse(settings.stragglers, self._deploy_point, cluster)
 
     # ------------------------------------------------------------------ registration
@@ -135,9 +143,9 @@ class JobManager:
     def _new_job(self, name: str, uid: int, shape: JobShape, gpu_name: str) -> Job:
         job = Job(name, uid, shape, gpu_name, signature(name, uid, shape, gpu_name), self.settings.policy)
         self.jobs[name] = job
-        imported = self.pending_imports.pop(name, None)
-        if imported is not None and imported[0] == uid:
-            job.profile, job.p_block_w = imported[1], imported[2]
+        imported = self.pending_imports.pop((uid, name), None)
+        if imported is not None:
+            job.profile, job.p_block_w = imported.profile, imported.p_block_w
             self._store_profile(job)
         elif self._cache is not None:
             entry = self._cache.load(job.signature, shape)

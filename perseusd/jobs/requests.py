@@ -38,13 +38,14 @@ from perseusd.daemon.leases import LeaseBook
 from perseusd.daemon.plans import PlanBook
 from perseusd.errors import PerseusError
 from perseusd.jobs.job import Job
-from perseusd.jobs.manager import JobManager
+from perseusd.jobs.manager import JobManager, PendingImport
 from perseusd.jobs.policy import Policy
 from perseusd.jobs.report import document_text, job_info
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream
 
-MAX_PENDING_IMPORTS = 64
+MAX_PENDING_IMPORTS_PER_USER = 16
+"""Profiles one user may have waiting for jobs not registered yet; each user has their own namespace."""
 MAX_PIPELINE = 1_000_000
 
 Handler = Callable[[Caller, Any], Message]
@@ -138,14 +139,22 @@ class JobRequests:
         return ProfileImportOk(job=job.name, rows=len(profile.measurements), state=job.state)
 
     def _pending_import(self, caller: Caller, message: ProfileImport, profile: Profile) -> ProfileImportOk:
+        """Keep the profile for the caller's job of that name: keyed by (uid, job), so no user can replace
+        or block another user's; a user's own re-import replaces theirs."""
         pending = self._manager.pending_imports
-        if message.job not in pending and len(pending) >= MAX_PENDING_IMPORTS:
-            raise ProtocolError(ErrorCode.BAD_FIELD, "too many profiles waiting for their jobs")
+        key = (caller.uid, message.job)
+        mine = sum(1 for uid, _ in pending if uid == caller.uid)
+        if key not in pending and mine >= MAX_PENDING_IMPORTS_PER_USER:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"you have {mine} profiles waiting for their jobs (the most per user is "
+                f"{MAX_PENDING_IMPORTS_PER_USER}); register those jobs first",
+            )
         if message.p_block_w <= 0:
             raise ProtocolError(
                 ErrorCode.BAD_FIELD, "a profile imported before its job registers needs p_block_w > 0"
             )
-        pending[message.job] = (caller.uid, profile, message.p_block_w)
+        pending[key] = PendingImport(profile, message.p_block_w)
         return ProfileImportOk(job=message.job, rows=len(profile.measurements), state="pending")
 
     def _own_job(self, caller: Caller, name: str) -> Job:
