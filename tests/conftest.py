@@ -1,5 +1,6 @@
-"""Shared test set-up: the repository root on sys.path (for `tests.support` and `benchmarks.peers`) and
-the location of the shared real data (`../shared/data` beside the repository)."""
+"""Shared test set-up: the repository root on sys.path (for `tests.support` and `benchmarks.peers`), the
+location of the shared real data (`../shared/data` beside the repository), and the session-end check that
+the suite left no process behind (see `tests/support/leftovers.py`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from tests.support import leftovers  # noqa: E402  (needs the repository root on sys.path)
+
+_SESSION: dict[str, tuple[str, int]] = {}
+
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
@@ -21,3 +26,28 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.fail(f"shared data not found at {SHARED_DATA}: check out ../shared beside the repository")
     return SHARED_DATA
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:  # noqa: ARG001 (hook signature)
+    _SESSION["mark"] = leftovers.start_session()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:  # noqa: ARG001
+    """Fail the run if any process the suite started is still alive (after a grace period); kill those."""
+    if "mark" not in _SESSION or session.config.option.collectonly:
+        return
+    mark, since_ticks = _SESSION["mark"]
+    leftovers.stop_own_helpers()
+    left = leftovers.wait_for_none_left(mark, since_ticks)
+    if not left:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"  pid {p.pid} (parent {p.ppid}): {p.cmdline[:200]}" for p in left]
+    message = "\n".join([f"the test session left {len(left)} process(es) behind (now killed):", *lines])
+    if reporter is not None:
+        reporter.write_line(message, red=True, bold=True)
+    else:
+        print(message, file=sys.stderr)
+    leftovers.kill_all(left)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -3,6 +3,7 @@
 The worker gets only data (the profile as CSV text, the per-stage orders, numbers) and returns the
 `perseus-frontier` document; nothing from a request is ever executed. One worker process serves every job,
 one solve at a time, started on first use from a `forkserver` (never a fork of the threaded daemon).
+`close` stops the worker (a solve in progress is abandoned) and waits for it, so none outlives the daemon.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import multiprocessing
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 from perseusd.errors import PlanningError
@@ -21,6 +23,9 @@ from perseusd.planner.plan import PlanMeta, frontier_document
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import read_profile_stream
 from perseusd.planner.solver import SolverParams, solve_frontier
+
+CLOSE_TIMEOUT_S = 10.0
+"""How long `close` waits for the worker after SIGTERM before SIGKILL."""
 
 UNIT_FRACTION = 50
 """The time quantum is at most the shortest computation / this (1 ms for GPT-3 on A100, as published)."""
@@ -83,13 +88,29 @@ class SolveWorker:
             try:
                 return self._pool.submit(solve, task)
             except BrokenProcessPool:
-                self._pool.shutdown(wait=False, cancel_futures=True)
+                _stop_pool(self._pool)
                 self._pool = None
         failed: Future[dict[str, Any]] = Future()
         failed.set_exception(PlanningError("the solver worker could not be started"))
         return failed
 
     def close(self) -> None:
+        """Cancel queued solves, stop the worker process and wait until it has exited."""
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            _stop_pool(self._pool)
             self._pool = None
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Shut `pool` down without waiting for a running solve: terminate its processes, then reap them."""
+    processes: list[BaseProcess] = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(CLOSE_TIMEOUT_S)
+        if process.is_alive():
+            process.kill()
+            process.join(CLOSE_TIMEOUT_S)
+    pool.shutdown(wait=True)
