@@ -76,6 +76,8 @@ class Job:
         self.detected: dict[int, ActiveStraggler] = {}
         self.remote_stragglers: dict[int, ActiveStraggler] = {}
         self.straggler: ActiveStraggler | None = None
+        self.detect_from_step = 0  # detectors hold until this step after a re-plan
+        self.replans = 0
         self.remote: RemoteView | None = None
         self.all_max: PointSummary | None = None
         self.energy_saved_j = 0.0

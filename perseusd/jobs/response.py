@@ -136,7 +136,9 @@ class StragglerResponse:
         if job.remote is not None and job.remote.usable:
             others += [f.slowness for p, f in job.remote.pipelines.items() if p not in job.runs]
         relative = relative_slowness(own, others)
-        if relative is None or not run.detector.observe(relative):
+        if relative is None or step < job.detect_from_step:  # settling after a re-plan
+            return False
+        if not run.detector.observe(relative, calm=job.straggler is None):
             return False
         if run.detector.straggling:
             factor = run.detector.factor
@@ -217,6 +219,7 @@ class StragglerResponse:
         if straggler != job.straggler:
             logger.info("job %s: planning around %s", job.name, straggler or "no straggler")
         job.straggler = straggler
+        replanned = False
         for run in job.runs.values():
             point = point_for(
                 run.pipeline,
@@ -229,6 +232,16 @@ class StragglerResponse:
             )
             if point.index != run.target_index():
                 self._schedule(job, run, point.index)
+                replanned = True
+        if replanned:
+            self._settle(job)
+
+    def _settle(self, job: Job) -> None:
+        """A re-plan: every detector starts over once the new plans have run `hold_iterations` steps."""
+        job.replans += 1
+        job.detect_from_step = job.latest_step() + 1 + self.settings.hold_iterations
+        for run in job.runs.values():
+            run.detector.restart()
 
     def _schedule(self, job: Job, run: PipelineRun, index: int) -> None:
         """Switch `run` to point `index` from the first step none of its stages has begun."""

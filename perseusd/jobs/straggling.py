@@ -4,8 +4,15 @@ A data-parallel job's pipelines meet at every iteration's gradient sync, so a sl
 makes every other one wait. A pipeline's *compute time* for a step is its first stage's step begin to its
 last computation's end (waiting at the sync afterwards is left out); its *slowness* is that time over the
 time of the frontier point it runs: about 1 when healthy, the straggling factor when throttled. A pipeline
-straggles when its slowness exceeds the median of the others' by more than `threshold` for `iterations`
-steps in a row, and recovers after `iterations` steps below `clear_threshold` (hysteresis both ways).
+straggles when its slowness exceeds the median of the others' by more than its margin for `iterations`
+steps in a row, and recovers after `iterations` steps below `clear_threshold` (hysteresis both ways). The
+margin is `threshold` or, when the pipeline's healthy steps are noisier than that (a loaded CPU), three
+times their measured spread (and the recovery margin at least one spread), so noise never reads as a
+straggler; a pipeline is judged only after `NOISE_MIN_SAMPLES` healthy steps. After every re-plan the
+job's detectors start over and hold for `hold_iterations` steps (plans and measurements settle), so a real
+change causes one re-plan and noise none.
+
+An announced straggler (operator or framework) always wins over a detected or cluster one.
 
 While a pipeline straggles by k, the others run the least-energy point whose time is at most k times the
 fastest point's (waiting at blocking power counted), and the straggler itself runs the fastest point: no
@@ -21,6 +28,11 @@ from dataclasses import dataclass, field
 from perseusd.jobs.policy import PointSummary
 from perseusd.planner.straggler import choose_point
 
+NOISE_SAMPLES = 24
+"""Healthy steps whose spread (median absolute deviation) sets a pipeline's noise margin."""
+NOISE_MIN_SAMPLES = 8
+"""Healthy steps a pipeline runs before it can be detected (its noise must be known first)."""
+NOISE_SIGMAS = 3.0
 COMPUTE_TIME_SAMPLES = 3
 """Steps whose median is a pipeline's compute time: one odd step (a hiccup) never moves it."""
 OPEN_STEPS_MAX = 8
@@ -35,6 +47,8 @@ class StragglerSettings:
     """... and recovers when it is back within this fraction ..."""
     iterations: int = 3
     """... for this many steps in a row (either way)."""
+    hold_iterations: int = 6
+    """After a re-plan, steps before any detector may decide again (plans and measurements settle)."""
 
 
 @dataclass(frozen=True)
@@ -55,27 +69,61 @@ class _StepSpan:
 
 
 class Detector:
-    """Hysteresis on one pipeline's relative slowness (its slowness over the others' median)."""
+    """Hysteresis on one pipeline's relative slowness (its slowness over the others' median), with a margin
+    that grows with the pipeline's measured noise."""
 
     def __init__(self, settings: StragglerSettings) -> None:
         self._settings = settings
         self._recent: deque[float] = deque(maxlen=settings.iterations)
+        self._healthy: deque[float] = deque(maxlen=NOISE_SAMPLES)
         self._run = 0
         self.straggling = False
         self.factor = 1.0
 
-    def observe(self, relative: float) -> bool:
-        """One step's relative slowness; True when the pipeline started or stopped straggling."""
+    def spread(self) -> float | None:
+        """The pipeline's noise: a robust standard deviation of its healthy steps (None until known)."""
+        if len(self._healthy) < NOISE_MIN_SAMPLES:
+            return None
+        center = statistics.median(self._healthy)
+        return 1.4826 * statistics.median(abs(value - center) for value in self._healthy)
+
+    def margin(self) -> float:
+        """How far above the others a step must be to count toward straggling."""
+        spread = self.spread()
+        return (
+            self._settings.threshold
+            if spread is None
+            else max(self._settings.threshold, NOISE_SIGMAS * spread)
+        )
+
+    def clear_margin(self) -> float:
+        """How close to the others a step must be to count toward recovery."""
+        spread = self.spread()
+        return (
+            self._settings.clear_threshold if spread is None else max(self._settings.clear_threshold, spread)
+        )
+
+    def restart(self) -> None:
+        """Forget the current run of steps (after a re-plan: earlier steps ran other plans)."""
+        self._run = 0
+        self._recent.clear()
+
+    def observe(self, relative: float, *, calm: bool = True) -> bool:
+        """One step's relative slowness; True when the pipeline started or stopped straggling. `calm`: no
+        straggler anywhere in the job, so the step may count toward the noise margin."""
         settings = self._settings
         self._recent.append(relative)
         if not self.straggling:
-            self._run = self._run + 1 if relative > 1.0 + settings.threshold else 0
-            if self._run >= settings.iterations:
+            above = relative > 1.0 + self.margin()
+            if not above and calm:
+                self._healthy.append(relative)
+            self._run = self._run + 1 if above else 0
+            if self._run >= settings.iterations and len(self._healthy) >= NOISE_MIN_SAMPLES:
                 self.straggling, self._run = True, 0
                 self.factor = statistics.median(self._recent)
                 return True
             return False
-        self._run = self._run + 1 if relative < 1.0 + settings.clear_threshold else 0
+        self._run = self._run + 1 if relative < 1.0 + self.clear_margin() else 0
         if self._run >= settings.iterations:
             self.straggling, self._run, self.factor = False, 0, 1.0
             return True
@@ -155,10 +203,13 @@ def relative_slowness(own: float, others: list[float]) -> float | None:
 
 
 def pick_straggler(candidates: list[ActiveStraggler]) -> ActiveStraggler | None:
-    """The straggler to plan around: the slowest (the job waits for it anyway), then the lowest pipeline."""
+    """The straggler to plan around: an announced one always wins over detected and cluster ones (the
+    operator or framework knows); among equals the slowest (the job waits for it anyway), then the lowest
+    pipeline."""
     if not candidates:
         return None
-    return max(candidates, key=lambda s: (s.factor, -s.pipeline))
+    announced = [s for s in candidates if s.source == "announced"]
+    return max(announced or candidates, key=lambda s: (s.factor, -s.pipeline))
 
 
 def point_for(

@@ -30,6 +30,7 @@ from perseus_client.protocol import (
 from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.identity import Caller
 from perseusd.jobs.manager import JobSettings
+from perseusd.jobs.straggling import NOISE_MIN_SAMPLES
 from perseusd.planner.dag import one_f_one_b_order
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.daemon_core import sim_core
@@ -121,7 +122,7 @@ def test_a_detected_straggler_slows_the_others_at_one_boundary_and_recovery_rest
     assert fastest.all_max_time_s is not None
     assert fastest.fastest_time_s is not None
     fastest_index = fastest.plan_index
-    step = _steps(core, 0, 3, {})
+    step = _steps(core, 0, NOISE_MIN_SAMPLES, {})  # healthy steps first: each pipeline's noise is known
     assert _info(core).straggler is None
     assert set(_plans(core).values()) == {fastest_index}
     assert all(p.slowness == pytest.approx(1.0, abs=0.01) for p in _info(core).pipelines)

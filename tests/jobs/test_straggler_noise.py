@@ -1,0 +1,161 @@
+"""Straggler detection under CPU noise (two pipelines, as on a loaded machine): at most one re-plan per real
+change, none for noise alone, and an announced straggler overrides a detected one."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from perseus_client.protocol import (
+    AnnounceStraggler,
+    Claim,
+    ComputationBegin,
+    ComputationEnd,
+    Hello,
+    JobInfo,
+    JobsReply,
+    JobsRequest,
+    ProfileImport,
+    Register,
+    StepBegin,
+    StepEnd,
+)
+
+from perseusd.daemon.core import DaemonCore
+from perseusd.daemon.identity import Caller
+from perseusd.jobs.manager import JobSettings
+from perseusd.jobs.straggling import NOISE_MIN_SAMPLES, ActiveStraggler, pick_straggler
+from perseusd.planner.dag import one_f_one_b_order
+from perseusd.planner.profile_csv import profile_to_csv
+from tests.support.daemon_core import sim_core
+from tests.support.synthetic import synthetic_profile
+
+pytestmark = pytest.mark.timeout(300)
+
+A100_CLOCKS_MHZ = tuple(range(1410, 850, -45))
+PIPELINES, STAGES, MICROBATCHES = 2, 2, 4
+ME = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
+S_NS = 1_000_000_000
+
+
+@pytest.fixture
+def core(tmp_path: Path) -> Iterator[DaemonCore]:
+    with sim_core(tmp_path, gpus=PIPELINES * STAGES, jobs=JobSettings()) as built:
+        built.handle(ME, Hello(job="train", client_version="test"))
+        built.handle(ME, Claim(gpus=built.registry.uuids, job="train"))
+        csv = profile_to_csv(synthetic_profile(STAGES, seed=3, clocks_mhz=A100_CLOCKS_MHZ))
+        built.handle(ME, ProfileImport("train", csv, "synthetic.csv", 80.0))
+        for pipeline in range(PIPELINES):
+            for stage in range(STAGES):
+                gpu = built.registry.uuids[pipeline * STAGES + stage]
+                built.handle(ME, Register(gpu, "train", pipeline, stage, STAGES, MICROBATCHES, "1f1b", 1))
+        deadline_s = time.monotonic() + 60
+        while _info(built).state != "running":
+            assert time.monotonic() < deadline_s, "the job never ran"
+            built.tick()
+            time.sleep(0.02)
+        yield built
+
+
+def _info(core: DaemonCore) -> JobInfo:
+    reply = core.handle(ME, JobsRequest())
+    assert isinstance(reply, JobsReply)
+    return reply.jobs[0]
+
+
+class CpuNoise:
+    """Per-step slowdowns like those of emulated pipelines on a loaded 2-core machine: jitter of a few per
+    cent on every step and bursts of one or two steps up to 15 % slower (another process took the core)."""
+
+    def __init__(self, seed: int) -> None:
+        self._random = random.Random(seed)
+        self._burst: dict[int, int] = {}
+
+    def factor(self, pipeline: int) -> float:
+        jitter = 1.0 + self._random.gauss(0.0, 0.03)
+        left = self._burst.get(pipeline, 0)
+        if left == 0 and self._random.random() < 0.08:
+            left = self._random.choice((1, 2))
+        self._burst[pipeline] = max(0, left - 1)
+        return jitter * (1.0 + self._random.uniform(0.06, 0.15) if left else jitter)
+
+
+def _step(core: DaemonCore, step: int, start_ns: int, slowness: dict[int, float]) -> int:
+    """One synchronised step; returns the next step's start (after the slowest pipeline)."""
+    plans = {p.pipeline: p.plan_time_s for p in _info(core).pipelines}
+    longest_s = 0.0
+    for pipeline in range(PIPELINES):
+        compute_s = (plans[pipeline] or 1.0) * slowness[pipeline]
+        for stage in range(STAGES):
+            gpu = core.registry.uuids[pipeline * STAGES + stage]
+            order = one_f_one_b_order(STAGES, MICROBATCHES, stage)
+            core.on_event(ME, StepBegin(gpu, step, start_ns + stage))
+            for index, (instruction, microbatch, chunk) in enumerate(order, start=1):
+                end_ns = start_ns + round(compute_s * S_NS * index / len(order)) - stage
+                args = (gpu, stage, instruction.value, microbatch, chunk)
+                core.on_event(ME, ComputationBegin(*args, end_ns - 1000))  # type: ignore[arg-type]
+                core.on_event(ME, ComputationEnd(*args, end_ns))  # type: ignore[arg-type]
+            core.on_event(ME, StepEnd(gpu, step, start_ns + round(compute_s * S_NS) + 1))
+        longest_s = max(longest_s, compute_s)
+    return start_ns + round(longest_s * S_NS) + 1000
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_noise_causes_no_replan_and_a_real_straggler_exactly_one_each_way(
+    core: DaemonCore, seed: int
+) -> None:
+    noise = CpuNoise(seed)
+    job = core.jobs.jobs["train"]  # type: ignore[union-attr]
+    start_ns = time.monotonic_ns()
+    detected: list[tuple[int, int]] = []  # (step, pipeline) whenever the planned-for straggler changes
+    last = None
+    phases = [(0, 80, 1.0), (80, 120, 1.25), (120, 200, 1.0)]  # pipeline 0 really slowed x1.25 in the middle
+    for first, end, real in phases:
+        for step in range(first, end):
+            slowness = {p: noise.factor(p) * (real if p == 0 else 1.0) for p in range(PIPELINES)}
+            start_ns = _step(core, step, start_ns, slowness)
+            current = _info(core).straggler
+            key = None if current is None else current.pipeline
+            if key != last:
+                detected.append((step, -1 if key is None else key))
+                last = key
+        if first == 0:
+            assert job.replans == 0, f"noise alone re-planned: {detected}"
+            assert detected == []
+    assert [pipeline for _, pipeline in detected] == [0, -1], detected
+    onset, recovery = detected[0][0], detected[1][0]
+    assert 80 <= onset < 90
+    assert 120 <= recovery < 140
+    assert job.replans == 2
+
+
+def test_announced_straggler_overrides_a_detected_one(core: DaemonCore) -> None:
+    start_ns = time.monotonic_ns()
+    for step in range(NOISE_MIN_SAMPLES):  # healthy steps: each pipeline's noise is known
+        start_ns = _step(core, step, start_ns, {0: 1.0, 1: 1.0})
+    for step in range(NOISE_MIN_SAMPLES, NOISE_MIN_SAMPLES + 3):  # pipeline 1 really slow: detected
+        start_ns = _step(core, step, start_ns, {0: 1.0, 1: 1.4})
+    info = _info(core)
+    assert info.straggler is not None
+    assert (info.straggler.pipeline, info.straggler.source) == (1, "detected")
+    core.handle(ME, AnnounceStraggler("train", 0, 1.1, False))  # the operator knows better
+    info = _info(core)
+    assert info.straggler is not None
+    assert (info.straggler.pipeline, info.straggler.source, info.straggler.factor) == (0, "announced", 1.1)
+    start_ns = _step(core, step + 1, start_ns, {0: 1.0, 1: 1.4})
+    plans = {p.pipeline: p.plan_index for p in _info(core).pipelines}
+    assert plans[0] == info.plan_index  # the announced straggler runs the fastest point
+    assert plans[1] != info.plan_index
+
+
+def test_pick_straggler_prefers_announced_then_slowest() -> None:
+    detected = ActiveStraggler(1, 1.5, "detected", 3)
+    cluster = ActiveStraggler(2, 1.6, "cluster", 3)
+    announced = ActiveStraggler(0, 1.1, "announced", 4)
+    assert pick_straggler([detected, cluster]) == cluster
+    assert pick_straggler([detected, announced, cluster]) == announced
+    assert pick_straggler([]) is None
