@@ -7,10 +7,10 @@ time of the frontier point it runs: about 1 when healthy, the straggling factor 
 straggles when its slowness exceeds the median of the others' by more than its margin for `iterations`
 steps in a row, and recovers after `iterations` steps below `clear_threshold` (hysteresis both ways). The
 margin is `threshold` or, when the pipeline's healthy steps are noisier than that (a loaded CPU), three
-times their measured spread (and the recovery margin at least one spread), so noise never reads as a
-straggler; a pipeline is judged only after `NOISE_MIN_SAMPLES` healthy steps. After every re-plan the
-job's detectors start over and hold for `hold_iterations` steps (plans and measurements settle), so a real
-change causes one re-plan and noise none.
+times their measured spread up to `NOISE_MARGIN_MAX` (and the recovery margin at least one spread), so
+noise never reads as a straggler; a pipeline is judged only after `NOISE_MIN_SAMPLES` steps. After every
+re-plan the job's detectors start over and hold for `hold_iterations` steps (plans and measurements
+settle), so a real change causes one re-plan and noise none.
 
 An announced straggler (operator or framework) always wins over a detected or cluster one.
 
@@ -31,8 +31,10 @@ from perseusd.planner.straggler import choose_point
 NOISE_SAMPLES = 24
 """Healthy steps whose spread (median absolute deviation) sets a pipeline's noise margin."""
 NOISE_MIN_SAMPLES = 8
-"""Healthy steps a pipeline runs before it can be detected (its noise must be known first)."""
+"""Steps a pipeline runs before it can be detected, and healthy steps that make its noise known."""
 NOISE_SIGMAS = 3.0
+NOISE_MARGIN_MAX = 0.15
+"""The noise margin never exceeds this: a straggler slower than x1.15 is caught on any machine."""
 COMPUTE_TIME_SAMPLES = 3
 """Steps whose median is a pipeline's compute time: one odd step (a hiccup) never moves it."""
 OPEN_STEPS_MAX = 8
@@ -77,11 +79,13 @@ class Detector:
         self._recent: deque[float] = deque(maxlen=settings.iterations)
         self._healthy: deque[float] = deque(maxlen=NOISE_SAMPLES)
         self._run = 0
+        self._seen = 0
         self.straggling = False
         self.factor = 1.0
 
     def spread(self) -> float | None:
-        """The pipeline's noise: a robust standard deviation of its healthy steps (None until known)."""
+        """The pipeline's noise: a robust standard deviation (1.4826 x the median absolute deviation) of its
+        steps while the job had no straggler (None until known)."""
         if len(self._healthy) < NOISE_MIN_SAMPLES:
             return None
         center = statistics.median(self._healthy)
@@ -90,18 +94,16 @@ class Detector:
     def margin(self) -> float:
         """How far above the others a step must be to count toward straggling."""
         spread = self.spread()
-        return (
-            self._settings.threshold
-            if spread is None
-            else max(self._settings.threshold, NOISE_SIGMAS * spread)
-        )
+        if spread is None:
+            return self._settings.threshold
+        return max(self._settings.threshold, min(NOISE_SIGMAS * spread, NOISE_MARGIN_MAX))
 
     def clear_margin(self) -> float:
         """How close to the others a step must be to count toward recovery."""
         spread = self.spread()
-        return (
-            self._settings.clear_threshold if spread is None else max(self._settings.clear_threshold, spread)
-        )
+        if spread is None:
+            return self._settings.clear_threshold
+        return max(self._settings.clear_threshold, min(spread, NOISE_MARGIN_MAX / NOISE_SIGMAS))
 
     def restart(self) -> None:
         """Forget the current run of steps (after a re-plan: earlier steps ran other plans)."""
@@ -113,12 +115,13 @@ class Detector:
         straggler anywhere in the job, so the step may count toward the noise margin."""
         settings = self._settings
         self._recent.append(relative)
+        self._seen += 1
         if not self.straggling:
             above = relative > 1.0 + self.margin()
-            if not above and calm:
+            if calm:  # a median-centred spread: a few slow steps among them do not move it
                 self._healthy.append(relative)
             self._run = self._run + 1 if above else 0
-            if self._run >= settings.iterations and len(self._healthy) >= NOISE_MIN_SAMPLES:
+            if self._run >= settings.iterations and self._seen >= NOISE_MIN_SAMPLES:
                 self.straggling, self._run = True, 0
                 self.factor = statistics.median(self._recent)
                 return True

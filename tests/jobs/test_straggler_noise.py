@@ -28,7 +28,15 @@ from perseus_client.protocol import (
 from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.identity import Caller
 from perseusd.jobs.manager import JobSettings
-from perseusd.jobs.straggling import NOISE_MIN_SAMPLES, ActiveStraggler, pick_straggler
+from perseusd.jobs.straggling import (
+    NOISE_MARGIN_MAX,
+    NOISE_MIN_SAMPLES,
+    NOISE_SAMPLES,
+    ActiveStraggler,
+    Detector,
+    StragglerSettings,
+    pick_straggler,
+)
 from perseusd.planner.dag import one_f_one_b_order
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.daemon_core import sim_core
@@ -159,3 +167,19 @@ def test_pick_straggler_prefers_announced_then_slowest() -> None:
     assert pick_straggler([detected, cluster]) == cluster
     assert pick_straggler([detected, announced, cluster]) == announced
     assert pick_straggler([]) is None
+
+
+def test_a_pipeline_slow_from_the_start_is_still_detected() -> None:
+    detector = Detector(StragglerSettings())
+    changes = [detector.observe(1.3) for _ in range(NOISE_MIN_SAMPLES + 1)]
+    assert changes.index(True) == NOISE_MIN_SAMPLES - 1  # as soon as it may be judged
+    assert detector.factor == pytest.approx(1.3)
+
+
+def test_noise_margin_is_capped_so_a_clear_straggler_is_caught_on_a_very_noisy_machine() -> None:
+    detector = Detector(StragglerSettings())
+    rng = random.Random(7)
+    for _ in range(NOISE_SAMPLES):
+        detector.observe(1.0 + rng.gauss(0.0, 0.2))  # a very noisy machine
+    assert detector.margin() == NOISE_MARGIN_MAX
+    assert any(detector.observe(1.5) for _ in range(3))
