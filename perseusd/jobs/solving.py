@@ -3,7 +3,9 @@
 The worker gets only data (the profile as CSV text, the per-stage orders, numbers) and returns the
 `perseus-frontier` document; nothing from a request is ever executed. One worker process serves every job,
 one solve at a time, started on first use from a `forkserver` (never a fork of the threaded daemon).
-`close` stops the worker (a solve in progress is abandoned) and waits for it, so none outlives the daemon.
+`close` stops the worker (a solve in progress is abandoned) and waits for it; a worker also exits by itself
+when the daemon dies (SIGKILL included: it watches the daemon's pidfd), so neither it nor the forkserver and
+resource tracker it keeps alive outlive the daemon.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ from __future__ import annotations
 import io
 import math
 import multiprocessing
+import os
+import select
+import threading
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -73,6 +78,20 @@ def solve(task: SolveInput) -> dict[str, Any]:
         raise PlanningError(f"{type(exc).__name__}: {exc}") from None
 
 
+def exit_with(daemon_pid: int) -> None:
+    """Runs first in the worker: exit as soon as the daemon process is gone (whatever killed it)."""
+    try:
+        pidfd = os.pidfd_open(daemon_pid)
+    except OSError:  # already gone
+        os._exit(0)
+
+    def watch() -> None:
+        select.select([pidfd], [], [])
+        os._exit(0)
+
+    threading.Thread(target=watch, name="daemon-watch", daemon=True).start()
+
+
 class SolveWorker:
     """One background solver process (started lazily); `submit` never blocks."""
 
@@ -84,7 +103,9 @@ class SolveWorker:
         for _ in range(2):
             if self._pool is None:
                 context = multiprocessing.get_context("forkserver")
-                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context)
+                self._pool = ProcessPoolExecutor(
+                    max_workers=1, mp_context=context, initializer=exit_with, initargs=(os.getpid(),)
+                )
             try:
                 return self._pool.submit(solve, task)
             except BrokenProcessPool:
