@@ -32,6 +32,9 @@ class SolverParams:
     p_block_w: float = 0.0
     core: str = "auto"
     """`auto` (C if built), `c` or `python`."""
+    fit: str = "fast"
+    """How the cost models are fitted: `fast` (the best least-squares fit, found directly) or `reference` (the
+    reference's grid of scipy `curve_fit` starts; needs scipy). See `cost_model.py` and docs/solver.md."""
     reference_stop: bool = False
     """Stop at the first cut that changes the cost by less than 1e-6, exactly as the reference does. By
     default free speed-ups are taken instead, so a cost model that is flat at its slow end (plateaus in
@@ -117,7 +120,7 @@ class FrontierSolver:
         for key, option_set in self.option_sets.items():
             points = tuple((o.quant_time, o.effective_cost_j) for o in option_set.options)
             if points not in fits:
-                fits[points] = fit_cost_model(option_set, self.params.unit_time_s)
+                fits[points] = fit_cost_model(option_set, self.params.unit_time_s, self.params.fit)
             models[key] = fits[points]
         return models
 
