@@ -130,7 +130,8 @@ def _hull_costs(points: Sequence[tuple[int, float]], lo: int, hi: int) -> list[f
 def fit_cost_model(option_set: OptionSet, unit_time_s: float, method: str = "fast") -> CostModel:
     """Fit the cost model of one option set, falling back gracefully where the exponential fit fails."""
     if method not in FIT_METHODS:
-        raise PlanningError(f"unknown cost-model fit method {method!r} (choose from {', '.join(FIT_METHODS)})")
+        choices = ", ".join(FIT_METHODS)
+        raise PlanningError(f"unknown cost-model fit method {method!r} (choose from {choices})")
     lo, hi = option_set.min_quant, option_set.max_quant
     points = [(o.quant_time, o.effective_cost_j) for o in option_set.options]
     if lo == hi:
@@ -142,8 +143,8 @@ def fit_cost_model(option_set: OptionSet, unit_time_s: float, method: str = "fas
         fit = fit_exponential(q, y)
         if fit is not None:
             a, b, c = fit[0]
-            costs = a * np.exp(b * np.arange(lo, hi + 1, dtype=np.float64)) + c
-            return CostModel("exponential", lo, tuple(costs.tolist()), fit[0])
+            curve = a * np.exp(b * np.arange(lo, hi + 1, dtype=np.float64)) + c
+            return CostModel("exponential", lo, tuple(curve.tolist()), fit[0])
     else:
         coefficients = _grid_fit(q, y, unit_time_s)
         if coefficients is not None:

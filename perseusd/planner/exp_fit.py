@@ -4,7 +4,7 @@ For a fixed exponent b the model is linear in a and c0, so their best values are
 squared error of the best fit with exponent b is n var(y) (1 - r(b)^2), where r(b) is the correlation between
 exp(b q) and the costs. The reference (a grid of 54 Levenberg-Marquardt starts, `cost_model.py`) keeps the
 lowest-error stationary point with a >= 0; a >= 0 is r(b) > 0. So the best fit is the highest local maximum of
-r over b: found by scanning a grid of exponents and solving dr/db = 0 by bisection inside every bracket, to
+r over b: found by scanning a grid of exponents and solving dr/db = 0 inside every bracket (regula falsi), to
 full floating-point precision. Only numpy is needed.
 """
 
@@ -16,13 +16,13 @@ import numpy as np
 
 MIN_POINTS = 4
 """Three parameters need more than three points: the reference rejects an exact fit (infinite covariance)."""
-SPAN_EXPONENTS = np.concatenate([-np.geomspace(80.0, 1e-3, 160), np.geomspace(1e-3, 80.0, 160)])
+SPAN_EXPONENTS = np.concatenate([-np.geomspace(80.0, 1e-3, 96), np.geomspace(1e-3, 80.0, 96)])
 """The scanned b * (q_max - q_min): from nearly linear to a single kink."""
-BISECTION_STEPS = 200
+MAX_REFINE_STEPS = 200
 
 
 def _moments(u: np.ndarray, y: np.ndarray, s: float) -> tuple[float, float, float]:
-    """cov(e, y), var(e) and the derivative numerator of r at span exponent `s` (e = exp(s u), u in [0, 1])."""
+    """cov(e, y), var(e) and the numerator of dr/ds at span exponent `s` (e = exp(s u), u in [0, 1])."""
     e = np.exp(s * (u - 1.0)) if s > 0 else np.exp(s * u)
     de = u * e
     e_c = e - e.mean()
@@ -50,16 +50,31 @@ def _correlations(u: np.ndarray, y: np.ndarray, spans: np.ndarray) -> tuple[np.n
     return np.nan_to_num(r, nan=-np.inf), slope
 
 
-def _refine(u: np.ndarray, y: np.ndarray, lo: float, hi: float) -> float:
-    """The root of dr/ds in [lo, hi], where the slope is positive at lo and negative at hi."""
-    for _ in range(BISECTION_STEPS):
-        mid = 0.5 * (lo + hi)
-        if mid in (lo, hi):
+def _refine(u: np.ndarray, y: np.ndarray, lo: float, hi: float, f_lo: float, f_hi: float) -> float:
+    """The root of dr/ds in [lo, hi], where the slope is positive at lo and not positive at hi.
+
+    Regula falsi with the Illinois correction, falling back to bisection, until the bracket cannot shrink.
+    """
+    side = 0
+    for _ in range(MAX_REFINE_STEPS):
+        if f_hi == 0.0:
+            return hi
+        if hi - lo <= 4e-16 * (abs(lo) + abs(hi)):
             break
-        if _moments(u, y, mid)[2] > 0:
-            lo = mid
+        mid = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
+        if not lo < mid < hi:
+            mid = 0.5 * (lo + hi)
+            if mid in (lo, hi):
+                break
+        f_mid = _moments(u, y, mid)[2]
+        if f_mid > 0:
+            lo, f_lo = mid, f_mid
+            f_hi = f_hi * 0.5 if side == 1 else f_hi
+            side = 1
         else:
-            hi = mid
+            hi, f_hi = mid, f_mid
+            f_lo = f_lo * 0.5 if side == -1 else f_lo
+            side = -1
     return 0.5 * (lo + hi)
 
 
@@ -69,14 +84,12 @@ def _coefficients(u: np.ndarray, y: np.ndarray, s: float, q_ref: float, span: fl
     a_scaled = cov_ey / var_e
     c0 = float(y.mean() - a_scaled * e.mean())
     b = s / span
-    # e = exp(b (q - q_ref)) with q_ref the fastest (s < 0) or slowest (s > 0) time, so a = a_scaled exp(-b q_ref).
+    # e = exp(b (q - q_ref)), q_ref the fastest (s < 0) or slowest (s > 0) time: a = a_scaled exp(-b q_ref).
     return a_scaled * math.exp(-b * q_ref), b, c0
 
 
-def fit_exponential(
-    q: np.ndarray, y: np.ndarray
-) -> tuple[tuple[float, float, float], float] | None:
-    """The best (a, b, c0) with a > 0 and its mean squared error, or None when no such stationary fit exists."""
+def fit_exponential(q: np.ndarray, y: np.ndarray) -> tuple[tuple[float, float, float], float] | None:
+    """The best (a, b, c0) with a > 0 and its mean squared error; None when no stationary fit has a > 0."""
     q = np.asarray(q, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     if q.size < MIN_POINTS or not (np.all(np.isfinite(q)) and np.all(np.isfinite(y))):
@@ -94,7 +107,7 @@ def fit_exponential(
             continue
         if max(r[i], r[i + 1]) <= 0:
             continue
-        s = _refine(u, y, s_lo, s_hi)
+        s = _refine(u, y, s_lo, s_hi, float(slope[i]), float(slope[i + 1]))
         cov_ey, var_e, _ = _moments(u, y, s)
         if cov_ey <= 0:
             continue
