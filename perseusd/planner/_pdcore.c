@@ -151,6 +151,8 @@ static int bfs_levels(PdCore *s, int64_t src, int64_t dst) {
         for (int64_t e = s->head[u]; e >= 0; e = s->nxt[e])
             if (s->cap[e] > 0 && s->level[s->to[e]] < 0) {
                 s->level[s->to[e]] = s->level[u] + 1;
+                /* Every node of a shorter level is labelled now; deeper ones cannot be on a shortest path. */
+                if (s->to[e] == dst) return 1;
                 s->queue[qt++] = s->to[e];
             }
     }

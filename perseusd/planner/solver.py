@@ -206,18 +206,18 @@ class FrontierSolver:
         """Generate the frontier, slowest point first. The all-slowest starting state is not emitted."""
         core, t = self._new_core(), self._tables
         offset = t.cost_ptr[:-1] - t.min_q
-        freq = t.freq_val
+        clock_of_slot = t.freq_val.__getitem__
         index = 0
         while (result := core.step()) is not None:
             _, quant_time, cost_j, refined_time_s, refined_energy_j = result
-            slots = (offset + np.asarray(core.durations(), dtype=np.int64)).tolist()
+            slots = (offset + np.fromiter(core.durations(), dtype=np.int64, count=len(offset))).tolist()
             yield FrontierPoint(
                 index=index,
                 quant_time=quant_time,
                 time_s=quant_time * self.params.unit_time_s,
                 model_energy_j=self.model_energy_j(cost_j, quant_time),
                 refined_energy_j=refined_energy_j,
-                clocks_mhz=tuple(freq[s] for s in slots),
+                clocks_mhz=tuple(map(clock_of_slot, slots)),
                 refined_time_s=refined_time_s,
             )
             index += 1
