@@ -13,7 +13,7 @@ from perseusd.ctl.main import COMMANDS, command_in
 from perseusd.planner.profile_csv import write_profile
 from tests.planner.periphery_profiles import shaped_profile
 
-HEAVY = ("numpy", "scipy", "matplotlib", "zmq", "perseus_client", "lowtime", "networkx")
+HEAVY = ("numpy", "scipy", "matplotlib", "zmq", "perseus_client", "lowtime", "networkx", "asyncio")
 
 # Runs perseusctl in this interpreter, then prints which of HEAVY it loaded and the exit code.
 RUNNER = (
@@ -52,7 +52,7 @@ def test_status_does_not_load_numpy_scipy_or_matplotlib(tmp_path: Path) -> None:
     code, loaded = loaded_by("--runtime-dir", str(tmp_path), "status")
     assert code == 2  # no daemon there: the command ran as far as connecting
     assert "zmq" in loaded
-    assert loaded.isdisjoint({"numpy", "scipy", "matplotlib"}), loaded
+    assert loaded.isdisjoint({"numpy", "scipy", "matplotlib", "asyncio"}), loaded
 
 
 @pytest.mark.parametrize("command", ["jobs", "reset", "plan", "frontier", "profile", "straggler"])
