@@ -207,17 +207,24 @@ class FrontierSolver:
         core, t = self._new_core(), self._tables
         offset = t.cost_ptr[:-1] - t.min_q
         clock_of_slot = t.freq_val.__getitem__
+        c_clocks = getattr(core, "clocks", None)
+        if c_clocks is not None:
+            core.set_clock_table(t.freq_val)  # type: ignore[attr-defined]
         index = 0
         while (result := core.step()) is not None:
             _, quant_time, cost_j, refined_time_s, refined_energy_j = result
-            slots = (offset + np.fromiter(core.durations(), dtype=np.int64, count=len(offset))).tolist()
+            if c_clocks is not None:
+                clocks_mhz: tuple[int, ...] = c_clocks()
+            else:
+                slots = (offset + np.fromiter(core.durations(), dtype=np.int64, count=len(offset))).tolist()
+                clocks_mhz = tuple(map(clock_of_slot, slots))
             yield FrontierPoint(
                 index=index,
                 quant_time=quant_time,
                 time_s=quant_time * self.params.unit_time_s,
                 model_energy_j=self.model_energy_j(cost_j, quant_time),
                 refined_energy_j=refined_energy_j,
-                clocks_mhz=tuple(map(clock_of_slot, slots)),
+                clocks_mhz=clocks_mhz,
                 refined_time_s=refined_time_s,
             )
             index += 1
