@@ -13,7 +13,8 @@ machine the CPU-time ratio is the steadier one. Cases:
 - A40 8 x 12 with a 0.1 ms unit time, about 11,800 points (ours; lowtime with --lowtime-a40, about 200 s);
 - `perseusctl status` against a running daemon (sim backend, 8 GPUs).
 
-    python benchmarks/bench_solver.py [--repeat N] [--lowtime-repeat N] [--lowtime-96] [--lowtime-a40] [--only-8x12]
+    python benchmarks/bench_solver.py [--repeat N] [--lowtime-repeat N] [--only-8x12]
+                                      [--lowtime-96] [--lowtime-a40]
 """
 
 from __future__ import annotations
