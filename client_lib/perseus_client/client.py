@@ -26,7 +26,6 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from perseus_client.protocol import (
     CONTROL_SOCKET_NAME,
@@ -196,6 +195,9 @@ class PerseusClient:
 
     def _watch_connection(self, monitor: zmq.Socket[bytes]) -> None:
         """Re-register after the daemon comes back (a handshake after a disconnect)."""
+        # Imported here: zmq.utils.monitor loads asyncio, which costs every short-lived caller (perseusctl).
+        from zmq.utils.monitor import recv_monitor_message
+
         disconnected = False
         try:
             while not self._closing.is_set():

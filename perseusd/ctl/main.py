@@ -1,7 +1,9 @@
 """`perseusctl` entry point: parses the command line and dispatches to one module per command.
 
 Each command module exposes `register(subparsers)`, which adds its parser and sets `func` to a callable
-taking the parsed arguments and returning the exit code. Exit codes: 0 ok, 1 command failed, 2 daemon
+taking the parsed arguments and returning the exit code. Only the module of the command being run is
+imported (all of them for help or a usage error), so `solve` never loads the client library and zmq and
+`status` never loads numpy. Exit codes: 0 ok, 1 command failed, 2 daemon
 unreachable (or usage error). Errors are one line on stderr; tracebacks only with `--debug`.
 """
 
@@ -21,23 +23,38 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_UNREACHABLE = 2
 
-# Command modules under `perseusd.ctl`, in help order. Each defines `register(subparsers)`.
-COMMAND_MODULES: tuple[str, ...] = (
-    "solve_cmd",
-    "compare_cmd",
-    "status_cmd",
-    "reset_cmd",
-    "jobs_cmd",
-    "frontier_cmd",
-    "plan_cmd",
-    "profile_cmd",
-    "straggler_cmd",
-    "stragglers_cmd",
-)
+# Command name -> module under `perseusd.ctl`, in help order. Each module defines `register(subparsers)`.
+COMMANDS: dict[str, str] = {
+    "solve": "solve_cmd",
+    "compare": "compare_cmd",
+    "status": "status_cmd",
+    "reset": "reset_cmd",
+    "jobs": "jobs_cmd",
+    "frontier": "frontier_cmd",
+    "plan": "plan_cmd",
+    "profile": "profile_cmd",
+    "straggler": "straggler_cmd",
+    "stragglers": "stragglers_cmd",
+}
+COMMAND_MODULES: tuple[str, ...] = tuple(COMMANDS.values())
+_OPTIONS_WITH_VALUE = ("--runtime-dir",)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full `perseusctl` parser with every command registered."""
+def command_in(argv: Sequence[str]) -> str | None:
+    """The command named on a command line (skipping the global options), or None if there is none."""
+    skip_value = False
+    for arg in argv:
+        if skip_value:
+            skip_value = False
+        elif arg in _OPTIONS_WITH_VALUE:
+            skip_value = True
+        elif not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The `perseusctl` parser: every command registered, or only the command `only`."""
     parser = argparse.ArgumentParser(
         prog="perseusctl", description=__doc__.splitlines()[0] if __doc__ else None
     )
@@ -47,14 +64,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--runtime-dir", default="/run/perseusd", help="the daemon's runtime directory (default: %(default)s)"
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"perseusd.ctl.{name}").register(subparsers)
+    for command, module in COMMANDS.items():
+        if only is None or command == only:
+            importlib.import_module(f"perseusd.ctl.{module}").register(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `perseusctl`; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(command_in(argv)).parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(message)s"
     )

@@ -28,7 +28,11 @@ typedef struct {
     int64_t t_min, t_max, t_cur;
     int done, stop_on_zero;
     /* critical arcs */
-    int64_t n_arcs, *arc_u, *arc_v, *arc_lb, *arc_ub, *arc_comp;
+    int64_t n_arcs, *arc_u, *arc_v, *arc_lb, *arc_ub, *arc_comp, *arc_key, *arc_net;
+    /* the last maximum flow on every arc (by key: computation, DAG edge, source/sink arc), the warm start */
+    int64_t *flow, back_flow;
+    /* one object per cost slot (the clock of that slot), set by set_clock_table */
+    PyObject *clock_table;
     /* flow network (forward star) */
     int64_t nodes, m, m_max;
     int64_t *head, *nxt, *to, *cap, *level, *it, *queue, *path, *excess;
@@ -96,8 +100,9 @@ static void bounds(PdCore *s, int64_t i, int64_t *lb, int64_t *ub) {
     }
 }
 
-static void add_arc(PdCore *s, int64_t u, int64_t v, int64_t lb, int64_t ub, int64_t comp) {
+static void add_arc(PdCore *s, int64_t u, int64_t v, int64_t lb, int64_t ub, int64_t comp, int64_t key) {
     int64_t k = s->n_arcs++;
+    s->arc_key[k] = key;
     s->arc_u[k] = u;
     s->arc_v[k] = v;
     s->arc_lb[k] = lb;
@@ -108,21 +113,23 @@ static void add_arc(PdCore *s, int64_t u, int64_t v, int64_t lb, int64_t ub, int
 static void critical_arcs(PdCore *s) {
     int64_t n = s->n, src_l = 2 * n, src_r = 2 * n + 1, snk_l = 2 * n + 2, snk_r = 2 * n + 3;
     s->n_arcs = 0;
-    add_arc(s, src_l, src_r, 0, s->inf_units, -1);
-    add_arc(s, snk_l, snk_r, 0, s->inf_units, -1);
+    int64_t edge_keys = n, src_keys = n + s->e, snk_keys = 2 * n + s->e, special_keys = 3 * n + s->e;
+    add_arc(s, src_l, src_r, 0, s->inf_units, -1, special_keys);
+    add_arc(s, snk_l, snk_r, 0, s->inf_units, -1, special_keys + 1);
     for (int64_t v = 0; v < n; v++) {
         int64_t ls = s->lf[v] - s->d[v];
         if (s->ef[v] == s->lf[v]) {
             int64_t lb, ub;
             bounds(s, v, &lb, &ub);
-            add_arc(s, 2 * v, 2 * v + 1, lb, ub, v);
+            add_arc(s, 2 * v, 2 * v + 1, lb, ub, v, v);
         }
-        if (s->pred_ptr[v] == s->pred_ptr[v + 1] && ls == 0) add_arc(s, src_r, 2 * v, 0, s->inf_units, -1);
+        if (s->pred_ptr[v] == s->pred_ptr[v + 1] && ls == 0)
+            add_arc(s, src_r, 2 * v, 0, s->inf_units, -1, src_keys + v);
         if (s->succ_ptr[v] == s->succ_ptr[v + 1] && s->ef[v] == s->t_cur)
-            add_arc(s, 2 * v + 1, snk_l, 0, s->inf_units, -1);
+            add_arc(s, 2 * v + 1, snk_l, 0, s->inf_units, -1, snk_keys + v);
         for (int64_t p = s->pred_ptr[v]; p < s->pred_ptr[v + 1]; p++) {
             int64_t u = s->pred_idx[p];
-            if (s->ef[u] == ls) add_arc(s, 2 * u + 1, 2 * v, 0, s->inf_units, -1);
+            if (s->ef[u] == ls) add_arc(s, 2 * u + 1, 2 * v, 0, s->inf_units, -1, edge_keys + p);
         }
     }
 }
@@ -151,6 +158,8 @@ static int bfs_levels(PdCore *s, int64_t src, int64_t dst) {
         for (int64_t e = s->head[u]; e >= 0; e = s->nxt[e])
             if (s->cap[e] > 0 && s->level[s->to[e]] < 0) {
                 s->level[s->to[e]] = s->level[u] + 1;
+                /* Every node of a shorter level is labelled now; deeper ones cannot be on a shortest path. */
+                if (s->to[e] == dst) return 1;
                 s->queue[qt++] = s->to[e];
             }
     }
@@ -204,13 +213,25 @@ static int min_cut(PdCore *s) {
         s->head[i] = -1;
         s->excess[i] = 0;
     }
-    for (int64_t k = 0; k < s->n_arcs; k++) {
+    for (int64_t k = 0; k < s->n_arcs; k++)
         if (s->arc_ub[k] < s->arc_lb[k]) return 0;
-        net_add(s, s->arc_u[k], s->arc_v[k], s->arc_ub[k] - s->arc_lb[k]);
-        s->excess[s->arc_v[k]] += s->arc_lb[k];
-        s->excess[s->arc_u[k]] -= s->arc_lb[k];
+    /* Warm start: every arc starts at its flow in the last iteration's maximum flow, clamped into [lb, ub]
+     * (base b). Forward residual ub - b, backward b - lb; the imbalances of the bases are the demands of the
+     * feasibility flow. Any start gives the same feasibility verdict and, after the maximum flow, the same
+     * minimal minimum cut; a good start only makes both flows short. */
+    for (int64_t k = 0; k < s->n_arcs; k++) {
+        int64_t lb = s->arc_lb[k], ub = s->arc_ub[k], b = s->flow[s->arc_key[k]];
+        b = b < lb ? lb : (b > ub ? ub : b);
+        int64_t e = net_add(s, s->arc_u[k], s->arc_v[k], ub - b);
+        s->cap[e ^ 1] = b - lb;
+        s->arc_net[k] = e;
+        s->excess[s->arc_v[k]] += b;
+        s->excess[s->arc_u[k]] -= b;
     }
-    int64_t back = net_add(s, dst, src, BIG);
+    int64_t back = net_add(s, dst, src, BIG - s->back_flow);
+    s->cap[back ^ 1] = s->back_flow;
+    s->excess[src] += s->back_flow;
+    s->excess[dst] -= s->back_flow;
     for (int64_t i = 0; i < s->nodes; i++) {
         if (s->excess[i] > 0) {
             net_add(s, ss, i, s->excess[i]);
@@ -224,6 +245,13 @@ static int min_cut(PdCore *s) {
     zero_node(s, ss);
     zero_node(s, tt);
     max_flow(s, src, dst);
+    memset(s->flow, 0, sizeof(int64_t) * (size_t)(3 * n + s->e + 2));
+    s->back_flow = 0;
+    for (int64_t k = 0; k < s->n_arcs; k++) {
+        int64_t f = s->arc_lb[k] + s->cap[s->arc_net[k] ^ 1];
+        s->flow[s->arc_key[k]] = f;
+        if (s->arc_u[k] == src) s->back_flow += f;
+    }
     int64_t qh = 0, qt = 0;
     memset(s->seen, 0, (size_t)s->nodes);
     s->seen[src] = 1;
@@ -319,10 +347,36 @@ static PyObject *PdCore_durations(PdCore *s, PyObject *Py_UNUSED(ignored)) {
     return list;
 }
 
+static PyObject *PdCore_set_clock_table(PdCore *s, PyObject *table) {
+    if (!PyTuple_Check(table) || PyTuple_GET_SIZE(table) != (Py_ssize_t)s->cost_ptr[s->n]) {
+        PyErr_SetString(PyExc_ValueError, "set_clock_table: expected a tuple with one item per cost slot");
+        return NULL;
+    }
+    Py_INCREF(table);
+    Py_XSETREF(s->clock_table, table);
+    Py_RETURN_NONE;
+}
+
+static PyObject *PdCore_clocks(PdCore *s, PyObject *Py_UNUSED(ignored)) {
+    if (!s->clock_table) {
+        PyErr_SetString(PyExc_RuntimeError, "clocks: call set_clock_table first");
+        return NULL;
+    }
+    PyObject *clocks = PyTuple_New((Py_ssize_t)s->n);
+    if (!clocks) return NULL;
+    for (int64_t i = 0; i < s->n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(s->clock_table, s->cost_ptr[i] + s->d[i] - s->min_q[i]);
+        Py_INCREF(item);
+        PyTuple_SET_ITEM(clocks, (Py_ssize_t)i, item);
+    }
+    return clocks;
+}
+
 static void PdCore_dealloc(PdCore *s) {
+    Py_CLEAR(s->clock_table);
     void *blocks[] = {s->pred_ptr, s->pred_idx, s->succ_ptr, s->succ_idx, s->topo, s->min_q, s->max_q,
                       s->cost_ptr, s->cost, s->rt, s->re, s->finish, s->d, s->ef, s->lf, s->arc_u, s->arc_v,
-                      s->arc_lb, s->arc_ub, s->arc_comp, s->head, s->nxt, s->to, s->cap, s->level, s->it,
+                      s->arc_lb, s->arc_ub, s->arc_comp, s->arc_key, s->arc_net, s->flow, s->head, s->nxt, s->to, s->cap, s->level, s->it,
                       s->queue, s->path, s->excess, s->seen};
     for (size_t k = 0; k < sizeof(blocks) / sizeof(blocks[0]); k++) free(blocks[k]);
     Py_TYPE(s)->tp_free((PyObject *)s);
@@ -366,6 +420,9 @@ static int allocate_work(PdCore *s) {
     s->arc_lb = zalloc(arcs, 8);
     s->arc_ub = zalloc(arcs, 8);
     s->arc_comp = zalloc(arcs, 8);
+    s->arc_key = zalloc(arcs, 8);
+    s->arc_net = zalloc(arcs, 8);
+    s->flow = zalloc(3 * n + s->e + 2, 8);
     s->head = zalloc(s->nodes, 8);
     s->nxt = zalloc(s->m_max, 8);
     s->to = zalloc(s->m_max, 8);
@@ -377,7 +434,7 @@ static int allocate_work(PdCore *s) {
     s->excess = zalloc(s->nodes, 8);
     s->seen = zalloc(s->nodes, 1);
     return s->succ_ptr && s->succ_idx && s->finish && s->d && s->ef && s->lf && s->arc_u && s->arc_v &&
-           s->arc_lb && s->arc_ub && s->arc_comp && s->head && s->nxt && s->to && s->cap && s->level && s->it &&
+           s->arc_lb && s->arc_ub && s->arc_comp && s->arc_key && s->arc_net && s->flow && s->head && s->nxt && s->to && s->cap && s->level && s->it &&
            s->queue && s->path && s->excess && s->seen;
 }
 
@@ -443,6 +500,10 @@ static PyMethodDef PdCore_methods[] = {
     {"step", (PyCFunction)PdCore_step, METH_NOARGS,
      "One iteration: (0, quant_time, model_cost_j, refined_time_s, refined_energy_j), or None when done."},
     {"durations", (PyCFunction)PdCore_durations, METH_NOARGS, "The current quantised durations."},
+    {"set_clock_table", (PyCFunction)PdCore_set_clock_table, METH_O,
+     "Give the clock of every cost slot (a tuple, one item per slot), for clocks()."},
+    {"clocks", (PyCFunction)PdCore_clocks, METH_NOARGS,
+     "The clock of every computation at the current durations (items of the clock table)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,9 +1,16 @@
 """The convex cost model of one (stage, instruction): effective cost as a function of quantised time.
 
-Section 4 of the solver specification: fit c(q) = a exp(b q) + c0 by non-linear least squares from a grid of
-initial guesses and keep the fit with the lowest mean squared error. Where the reference crashes (no
-accepted fit, fewer points than parameters, costs in unusual units) this module degrades gracefully: it
-retries on normalised costs, then uses the lower convex hull of the options, and says which model it used.
+Section 4 of the solver specification: fit c(q) = a exp(b q) + c0 by least squares and keep the fit with the
+lowest mean squared error. Two methods:
+
+- `fast` (default): the best stationary fit with a > 0, found directly (`exp_fit.py`): for a fixed exponent
+  the model is linear in its other two coefficients, so it is a one-dimensional search; no scipy.
+- `reference`: the specification's grid of 54 scipy `curve_fit` starts (Levenberg-Marquardt), exactly as the
+  reference does. It is about a hundred times slower and, rarely, keeps a worse local optimum.
+
+Where the reference crashes (no accepted fit, fewer points than parameters, costs in unusual units) this
+module degrades gracefully: the reference method retries on normalised costs; both then use the lower convex
+hull of the options, and say which model they used.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from perseusd.errors import PlanningError
+from perseusd.planner.exp_fit import fit_exponential
 from perseusd.planner.options import OptionSet
 
 logger = logging.getLogger(__name__)
@@ -25,6 +34,7 @@ GRID_A = (10.0, 100.0, 1000.0)
 GRID_B_FACTORS = (0.01, 0.02, 0.03, 0.04, 0.05, 0.1)
 GRID_C = (10.0, 100.0, 1000.0)
 MAX_FUNCTION_EVALUATIONS = 50000
+FIT_METHODS = ("fast", "reference")
 
 
 @dataclass(frozen=True)
@@ -117,23 +127,34 @@ def _hull_costs(points: Sequence[tuple[int, float]], lo: int, hi: int) -> list[f
     return costs
 
 
-def fit_cost_model(option_set: OptionSet, unit_time_s: float) -> CostModel:
+def fit_cost_model(option_set: OptionSet, unit_time_s: float, method: str = "fast") -> CostModel:
     """Fit the cost model of one option set, falling back gracefully where the exponential fit fails."""
+    if method not in FIT_METHODS:
+        choices = ", ".join(FIT_METHODS)
+        raise PlanningError(f"unknown cost-model fit method {method!r} (choose from {choices})")
     lo, hi = option_set.min_quant, option_set.max_quant
     points = [(o.quant_time, o.effective_cost_j) for o in option_set.options]
     if lo == hi:
         return CostModel("constant", lo, (points[0][1],))
-    q = np.array([p[0] for p in points])
-    y = np.array([p[1] for p in points])
-    coefficients = _grid_fit(q, y, unit_time_s)
-    if coefficients is not None:
-        return CostModel("exponential", lo, tuple(_evaluate(coefficients, lo, hi, 1.0, 0.0)), coefficients)
-    shift, scale = float(y.min()), float(y.max() - y.min()) or 1.0
-    coefficients = _grid_fit(q, (y - shift) / scale * 100.0, unit_time_s)
+    q = np.array([p[0] for p in points], dtype=np.float64)
+    y = np.array([p[1] for p in points], dtype=np.float64)
     where = f"stage {option_set.stage} {option_set.instruction.value}"
-    if coefficients is not None:
-        logger.warning("%s: exponential fit needed normalised costs", where)
-        costs = _evaluate(coefficients, lo, hi, scale / 100.0, shift)
-        return CostModel("exponential-normalised", lo, tuple(costs), coefficients)
+    if method == "fast":
+        fit = fit_exponential(q, y)
+        if fit is not None:
+            a, b, c = fit[0]
+            curve = a * np.exp(b * np.arange(lo, hi + 1, dtype=np.float64)) + c
+            return CostModel("exponential", lo, tuple(curve.tolist()), fit[0])
+    else:
+        coefficients = _grid_fit(q, y, unit_time_s)
+        if coefficients is not None:
+            costs = _evaluate(coefficients, lo, hi, 1.0, 0.0)
+            return CostModel("exponential", lo, tuple(costs), coefficients)
+        shift, scale = float(y.min()), float(y.max() - y.min()) or 1.0
+        coefficients = _grid_fit(q, (y - shift) / scale * 100.0, unit_time_s)
+        if coefficients is not None:
+            logger.warning("%s: exponential fit needed normalised costs", where)
+            costs = _evaluate(coefficients, lo, hi, scale / 100.0, shift)
+            return CostModel("exponential-normalised", lo, tuple(costs), coefficients)
     logger.warning("%s: no exponential fit; using the lower convex hull of the options", where)
     return CostModel("convex-hull", lo, tuple(_hull_costs(points, lo, hi)))

@@ -32,6 +32,9 @@ class SolverParams:
     p_block_w: float = 0.0
     core: str = "auto"
     """`auto` (C if built), `c` or `python`."""
+    fit: str = "fast"
+    """How the cost models are fitted: `fast` (the best least-squares fit, found directly) or `reference` (the
+    reference's grid of scipy `curve_fit` starts; needs scipy). See `cost_model.py` and docs/solver.md."""
     reference_stop: bool = False
     """Stop at the first cut that changes the cost by less than 1e-6, exactly as the reference does. By
     default free speed-ups are taken instead, so a cost model that is flat at its slow end (plateaus in
@@ -117,7 +120,7 @@ class FrontierSolver:
         for key, option_set in self.option_sets.items():
             points = tuple((o.quant_time, o.effective_cost_j) for o in option_set.options)
             if points not in fits:
-                fits[points] = fit_cost_model(option_set, self.params.unit_time_s)
+                fits[points] = fit_cost_model(option_set, self.params.unit_time_s, self.params.fit)
             models[key] = fits[points]
         return models
 
@@ -203,18 +206,25 @@ class FrontierSolver:
         """Generate the frontier, slowest point first. The all-slowest starting state is not emitted."""
         core, t = self._new_core(), self._tables
         offset = t.cost_ptr[:-1] - t.min_q
-        freq = t.freq_val
+        clock_of_slot = t.freq_val.__getitem__
+        c_clocks = getattr(core, "clocks", None)
+        if c_clocks is not None:
+            core.set_clock_table(t.freq_val)  # type: ignore[attr-defined]
         index = 0
         while (result := core.step()) is not None:
             _, quant_time, cost_j, refined_time_s, refined_energy_j = result
-            slots = (offset + np.asarray(core.durations(), dtype=np.int64)).tolist()
+            if c_clocks is not None:
+                clocks_mhz: tuple[int, ...] = c_clocks()
+            else:
+                slots = (offset + np.fromiter(core.durations(), dtype=np.int64, count=len(offset))).tolist()
+                clocks_mhz = tuple(map(clock_of_slot, slots))
             yield FrontierPoint(
                 index=index,
                 quant_time=quant_time,
                 time_s=quant_time * self.params.unit_time_s,
                 model_energy_j=self.model_energy_j(cost_j, quant_time),
                 refined_energy_j=refined_energy_j,
-                clocks_mhz=tuple(freq[s] for s in slots),
+                clocks_mhz=clocks_mhz,
                 refined_time_s=refined_time_s,
             )
             index += 1
