@@ -175,7 +175,7 @@ def test_requests_from_many_threads_end_at_one_of_the_last(owner: GpuOwner, devi
         for future in futures:
             future.result(timeout=10)
 
-    threads = [threading.Thread(target=submit, args=(600 + 200 * t,)) for t in range(3)]
+    threads = [threading.Thread(target=submit, args=(600 + 210 * t,)) for t in range(3)]
     for thread in threads:
         thread.start()
     for thread in threads:
