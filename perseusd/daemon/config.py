@@ -43,7 +43,8 @@ class DaemonConfig:
     profile_min_clock_mhz: int = 0
     energy_sample_period_s: float = 0.01
     clock_lead_ms: float = 2.0
-    """A higher next clock is set this long before the running computation's expected end (0: at its end)."""
+    """A higher next clock is set the GPU's measured clock-set latency plus this margin before the running
+    computation's expected end (0: no early raise, at its end event only)."""
     solver_unit_time_s: float = 0.0
     default_policy: str = "fastest"
     default_policy_target: float = 0.0

@@ -205,7 +205,7 @@ def plan_book(config: DaemonConfig, registry: GpuRegistry) -> Iterator[PlanBook]
     timer = DeadlineTimer()
     timer.start()
     try:
-        early = EarlyRaise(timer, int(config.clock_lead_ms * 1e6))
+        early = EarlyRaise(timer, int(config.clock_lead_ms * 1e6), registry.clock_set_latency_ns)
         yield PlanBook(registry.submit_locked_sm_clock_mhz, early=early)
     finally:
         timer.stop()

@@ -6,7 +6,9 @@ nothing is logged per event.
 
 When the plan knows how long each computation takes (the daemon's own plans do, from the job's profile) and
 the next computation is planned at a higher clock, the higher clock is submitted `lead` before the running
-computation is expected to end (`EarlyRaise`): a raise that waits for the end event would let the next
+computation is expected to end (`EarlyRaise`); the lead is the GPU's measured clock-set latency (the recent
+median duration of its set calls, ~10-12 ms on an H100, ~0 on simulated GPUs) plus a margin
+(`clock_lead_ms`), so a raise has acted when the next computation begins. A raise that waits for the end event would let the next
 computation, often on the critical path, begin at the lower clock. Lowering always waits for the end event,
 so that no computation runs slower than planned. The expected end is scaled by the plan's pace: the running
 mean of actual / profiled duration (a straggling or throttled GPU runs slower than its profile).
@@ -39,10 +41,22 @@ PACE_RANGE = (0.25, 4.0)
 
 @dataclass(frozen=True)
 class EarlyRaise:
-    """Submit a higher next clock `lead_ns` before the running computation's expected end, on `timer`."""
+    """Submit a higher next clock before the running computation's expected end, on `timer`.
+
+    Attributes:
+        timer: the thread that runs the raises.
+        margin_ns: added to the measured latency (`clock_lead_ms`).
+        latency_ns: a GPU's measured clock-set latency (ns) by UUID; None (or absent) while unmeasured.
+    """
 
     timer: DeadlineTimer
-    lead_ns: int
+    margin_ns: int
+    latency_ns: Callable[[str], int | None] | None = None
+
+    def lead_ns(self, gpu: str) -> int:
+        """How long before the expected end a raise on `gpu` is submitted (ns)."""
+        measured_ns = None if self.latency_ns is None else self.latency_ns(gpu)
+        return self.margin_ns + (measured_ns or 0)
 
 
 def computation_key(instruction: str, microbatch: int, chunk: int) -> ComputationKey:
@@ -182,7 +196,7 @@ class GpuPlan:
         following_mhz = self._clocks_mhz[self._following(position)]
         if following_mhz <= self._clocks_mhz[position]:
             return
-        deadline_ns = started_ns + int(self._times_ns[position] * self.pace) - self._early.lead_ns
+        deadline_ns = started_ns + int(self._times_ns[position] * self.pace) - self._early.lead_ns(self.gpu)
         move = self._moves
         self._early.timer.call_at(deadline_ns, lambda: self._raise(move, following_mhz))
 
