@@ -9,9 +9,10 @@ the next computation is planned at a higher clock, the higher clock is submitted
 computation is expected to end (`EarlyRaise`); the lead is the GPU's measured clock-set latency (the recent
 median duration of its set calls, ~10-12 ms on an H100, ~0 on simulated GPUs) plus a margin
 (`clock_lead_ms`), so a raise has acted when the next computation begins. A raise that waits for the end
-event would let the next computation, often on the critical path, begin at the lower clock. Lowering always waits for the end event,
-so that no computation runs slower than planned. The expected end is scaled by the plan's pace: the running
-mean of actual / profiled duration (a straggling or throttled GPU runs slower than its profile).
+event would let the next computation, often on the critical path, begin at the lower clock.
+Lowering always waits for the end event, so that no computation runs slower than planned. The expected end
+is scaled by the plan's pace: the running mean of actual / profiled duration (a straggling or throttled GPU
+runs slower than its profile).
 """
 
 from __future__ import annotations
