@@ -58,7 +58,8 @@ def jobs_json(jobs: Sequence[JobInfo]) -> list[dict[str, Any]]:
 
 
 def policy_label(policy: str, target: float) -> str:
-    """`fastest`, `slowdown 5 %`, `time 3.2 s` or `min_energy`: the policy with its target in its unit."""
+    """`no_slowdown`, `fastest`, `slowdown 5 %`, `time 3.2 s` or `min_energy`: the policy with its target in
+    its unit."""
     if policy == "slowdown":
         return f"slowdown {100.0 * target:g} %"
     if policy == "time":

@@ -433,13 +433,13 @@ class JobManager:
     # ------------------------------------------------------------------ deployment
 
     def _run(self, job: Job) -> None:
+        if job.all_max is None:
+            job.all_max = self._all_max(job)
         deployed = job.choose_point()
         if deployed is None:
             job.enter(FAILED, "the frontier is empty")
             return
         job.deployed = deployed
-        if job.all_max is None:
-            job.all_max = self._all_max(job)
         for slot in job.slots.values():
             self._sampler.unwatch(slot.gpu)
             slot.sweep = None
@@ -495,6 +495,7 @@ class JobManager:
     def reprofile_with(self, job: Job, profile: Profile, p_block_w: float) -> None:
         """An imported profile replaces the job's: solve again (the running plan stays until then)."""
         job.profile, job.p_block_w, job.cached = profile, p_block_w, False
+        job.all_max = None  # counted again on the new profile
         job.frontier, job.points, job.points_by_index = None, [], {}
         self._store_profile(job)
         for slot in job.profiling_slots():

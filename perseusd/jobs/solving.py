@@ -73,7 +73,10 @@ def solve(task: SolveInput) -> dict[str, Any]:
         params = SolverParams(unit_time_s=task.unit_time_s, p_block_w=task.p_block_w)
         points = list(solve_frontier(dag, profile, params))
         meta = PlanMeta.for_dag(dag, profile, task.unit_time_s, task.p_block_w)
-        return frontier_document(dag, points, meta)
+        document = frontier_document(dag, points, meta)
+        for body, point in zip(document["points"], points, strict=True):
+            body["refined_time_s"] = point.refined_time_s  # the predicted time, measured profile values
+        return document
     except Exception as exc:
         raise PlanningError(f"{type(exc).__name__}: {exc}") from None
 
