@@ -44,6 +44,7 @@ from perseusd.jobs.straggling import StragglerSettings
 from perseusd.planner.baselines import all_max
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv
+from perseusd.profiling.adequacy import plan_problems
 from perseusd.profiling.estimator import OptionEstimate, StageEstimate, estimate_stage
 from perseusd.profiling.sweep import StageSweep, SweepSettings
 from perseusd.profiling.trace import Interval, OptionKey
@@ -263,6 +264,7 @@ class JobManager:
         if len(slot.intervals) < MAX_INTERVALS:
             key = slot.key(message.instruction, message.chunk)
             slot.intervals.append(Interval(key, clock_mhz, started_ns, message.timestamp_ns))
+            slot.timed_computations += 1
 
     # ------------------------------------------------------------------ profiling
 
@@ -334,18 +336,26 @@ class JobManager:
             for s in job.profiling_slots()
             if s.sweep is not None and s.estimate is not None
         }
-        measured = job.measured_profile(kept)
-        if measured is None:
-            job.enter(FAILED, "profiling measured nothing (are computation events sent?)")
-            return False
-        job.profile, job.p_block_w = measured
+        counted = False
+        timed = any(s.timed_computations for s in job.profiling_slots())
         for slot in job.profiling_slots():
             job.profiling_iterations = max(job.profiling_iterations, slot.steps_done)
             samples = self._sampler.samples(slot.gpu, slot.profiling_since_ns)
             if len(samples) >= 2:
+                counted = True
                 job.profiling_energy_j += (samples[-1].energy_mj - samples[0].energy_mj) / 1000.0
             self._sampler.unwatch(slot.gpu)
             slot.intervals.clear()
+        measured = job.measured_profile(kept)
+        counted_j = job.profiling_energy_j if counted else None
+        if measured is None:
+            self._cannot_plan(job, [nothing_measured(counted_j, timed)])
+            return False
+        problems = plan_problems(measured[0], counted_j)
+        if problems:
+            self._cannot_plan(job, problems)
+            return False
+        job.profile, job.p_block_w = measured
         self._store_profile(job)
         logger.info(
             "job %s profiled in %d iterations: %d measurements, blocking power %.1f W",
@@ -355,6 +365,12 @@ class JobManager:
             job.p_block_w,
         )
         return True
+
+    def _cannot_plan(self, job: Job, problems: list[str]) -> None:
+        """The measurements cannot support a plan: never deploy one; say why (jobs table and log)."""
+        message = "no plan: the measurements cannot support one: " + "; ".join(problems)
+        logger.warning("job %s: %s (%d profiling iterations)", job.name, message, job.profiling_iterations)
+        job.enter(FAILED, message)
 
     def _store_profile(self, job: Job) -> None:
         if self._cache is None or job.profile is None:
@@ -504,6 +520,18 @@ class JobManager:
         if job.state in (PROFILING, RUNNING, FAILED):
             job.enter(SOLVING)
         self._advance(job)
+
+
+def nothing_measured(counted_j: float | None, timed: bool) -> str:
+    """Why profiling kept no measurement: no counted energy, no energy per computation, or no events."""
+    if counted_j == 0:
+        return "profiling measured nothing: the energy counters did not move (0 J): nothing drives these GPUs"
+    if timed:
+        return (
+            "profiling measured nothing: no computation's energy stands out from the counters "
+            "(does a workload drive these GPUs?)"
+        )
+    return "profiling measured nothing: no computation was timed (are computation events sent?)"
 
 
 def with_highest_clocks(kept: list[OptionEstimate], estimate: StageEstimate) -> list[OptionEstimate]:

@@ -43,6 +43,8 @@ class StageSlot:
     profiling_steps: int = 0
     open_since_ns: dict[ComputationId, int] = field(default_factory=dict)
     intervals: list[Interval] = field(default_factory=list)
+    timed_computations: int = 0
+    """Computations timed while profiling (their intervals are dropped clock by clock)."""
     estimate: StageEstimate | None = None
     # Iteration times from consecutive step begins.
     last_step_begin_ns: int | None = None
