@@ -34,6 +34,7 @@ from perseusd.gpu.backend import GpuInfo
 from perseusd.jobs.cache import JobCache
 from perseusd.jobs.cluster_link import ClusterLink
 from perseusd.jobs.job import FAILED, PROFILING, REGISTERED, RUNNING, SOLVING, Job
+from perseusd.jobs.metering import MeasuredSaving, iteration_energy_j, job_measurement
 from perseusd.jobs.observed import OrderLearner
 from perseusd.jobs.policy import PointSummary, Policy
 from perseusd.jobs.response import StragglerResponse
@@ -316,6 +317,8 @@ class JobManager:
         )
         sweep.iteration_done(slot.estimate)
         if sweep.current_clock_mhz != clock_mhz:  # the segment is done: keep it, start the next one
+            if clock_mhz == max(slot.supported_clocks_mhz) and slot.all_max_energy_j is None:
+                slot.all_max_energy_j = iteration_energy_j(samples, slot.mean_iteration_time_s())
             slot.done_options.update({k: v for k, v in current.options.items() if k[1] == clock_mhz})
             slot.p_block_w = p_block_w
             slot.intervals.clear()
@@ -457,7 +460,9 @@ class JobManager:
             return
         job.deployed = deployed
         for slot in job.slots.values():
-            self._sampler.unwatch(slot.gpu)
+            if not slot.run_since_ns:  # measure the running plan's energy from the counters
+                self._sampler.watch(slot.gpu)
+                slot.run_since_ns = self._clock_ns()
             slot.sweep = None
             slot.intervals.clear()
         self.response.start(job)
@@ -502,6 +507,22 @@ class JobManager:
         if slot.plan_index is None:
             slot.running_steps = 0
         slot.plan_index = index
+
+    def measured(self, job: Job) -> MeasuredSaving | None:
+        """The job's energy per iteration as the counters measured it (None until every GPU's is)."""
+        per_gpu = [
+            (
+                iteration_energy_j(
+                    self._sampler.samples(slot.gpu, slot.run_since_ns), slot.mean_iteration_time_s()
+                )
+                if slot.run_since_ns
+                else None,
+                slot.all_max_energy_j,
+            )
+            for slot in job.slots.values()
+        ]
+        steps = sum(slot.running_steps for slot in job.slots.values())
+        return job_measurement(per_gpu, steps / len(job.slots) if job.slots else 0.0)
 
     def set_policy(self, job: Job, policy: Policy) -> None:
         job.policy = policy
