@@ -110,6 +110,7 @@ class GpuPlan:
         self._position = {key: i for i, key in enumerate(keys)}
         self._times_ns = None if times_s is None else tuple(int(t * 1e9) for t in times_s)
         self._early = early if self._times_ns is not None else None
+        self._run_left_ns, self._after_run_mhz = run_ends(self._clocks_mhz, self._times_ns or ())
         self._clock_ns = clock_ns
         self._submit = submit
         self._requested_mhz: int | None = None  # the last clock submitted
@@ -191,13 +192,19 @@ class GpuPlan:
         return (position + 1) % len(self._order)  # wraps to the next iteration
 
     def _schedule_raise(self, position: int, started_ns: int) -> None:
-        """If the next computation is planned higher, raise `lead` before this one is expected to end."""
+        """If the run after this computation's run (consecutive computations at one clock) is planned higher,
+        raise `lead` before this run is expected to end, from the computation during which that falls (or
+        at once from the run's first, when the run is shorter than `lead`)."""
         if self._early is None or self._times_ns is None:
             return
-        following_mhz = self._clocks_mhz[self._following(position)]
+        following_mhz = self._after_run_mhz[position]
         if following_mhz <= self._clocks_mhz[position]:
             return
-        deadline_ns = started_ns + int(self._times_ns[position] * self.pace) - self._early.lead_ns(self.gpu)
+        deadline_ns = (
+            started_ns + int(self._run_left_ns[position] * self.pace) - self._early.lead_ns(self.gpu)
+        )
+        if deadline_ns >= started_ns + int(self._times_ns[position] * self.pace):
+            return  # falls during a later computation of the run: scheduled when that one begins
         move = self._moves
         self._early.timer.call_at(deadline_ns, lambda: self._raise(move, following_mhz))
 
@@ -244,6 +251,25 @@ class GpuPlan:
             event_to_clock_p50_ms=_round(statistics.median(samples_ms)) if samples_ms else None,
             event_to_clock_p99_ms=_round(percentile(samples_ms, 0.99)) if samples_ms else None,
         )
+
+
+def run_ends(clocks_mhz: Sequence[int], times_ns: Sequence[int]) -> tuple[list[int], list[int]]:
+    """For each computation: the expected time (ns) from its begin to the end of its run (the consecutive
+    computations at its clock, cyclic), and the clock planned after that run (its own when all are equal)."""
+    n = len(clocks_mhz)
+    left_ns = [0] * n
+    after_mhz = list(clocks_mhz)
+    if not times_ns or len(set(clocks_mhz)) < 2:
+        return left_ns, after_mhz
+    last = next(i for i in range(n) if clocks_mhz[i] != clocks_mhz[(i + 1) % n])  # a run's last computation
+    for step in range(n):  # backwards round the cycle from that run's last computation
+        i = (last - step) % n
+        following = (i + 1) % n
+        if clocks_mhz[following] != clocks_mhz[i]:
+            left_ns[i], after_mhz[i] = times_ns[i], clocks_mhz[following]
+        else:
+            left_ns[i], after_mhz[i] = times_ns[i] + left_ns[following], after_mhz[following]
+    return left_ns, after_mhz
 
 
 def percentile(values: Sequence[float], q: float) -> float:

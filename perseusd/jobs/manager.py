@@ -51,6 +51,8 @@ from perseusd.profiling.sweep import StageSweep, SweepSettings
 from perseusd.profiling.trace import Interval, OptionKey
 
 logger = logging.getLogger(__name__)
+RUNNING_SAMPLE_PERIOD_S = 1.0
+"""How often a running job's energy counters are read (a mean power over many seconds needs no more)."""
 
 MAX_ENDED_JOBS = 32
 
@@ -460,8 +462,8 @@ class JobManager:
             return
         job.deployed = deployed
         for slot in job.slots.values():
-            if not slot.run_since_ns:  # measure the running plan's energy from the counters
-                self._sampler.watch(slot.gpu)
+            if not slot.run_since_ns:  # measure the running plan's energy from the counters, once a second
+                self._sampler.watch(slot.gpu, RUNNING_SAMPLE_PERIOD_S)
                 slot.run_since_ns = self._clock_ns()
             slot.sweep = None
             slot.intervals.clear()

@@ -11,7 +11,7 @@ import pytest
 from perseus_client.protocol import PlanEntry
 
 from perseusd.daemon.deadline_timer import DeadlineTimer
-from perseusd.daemon.plans import MAX_EVENT_AGE_NS, EarlyRaise, GpuPlan, PlanBook, computation_key
+from perseusd.daemon.plans import MAX_EVENT_AGE_NS, EarlyRaise, GpuPlan, PlanBook, computation_key, run_ends
 from perseusd.daemon.registry import GpuRegistry
 from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.sim import SimBackend
@@ -242,3 +242,36 @@ def test_registry_gives_each_gpus_measured_clock_set_latency(tmp_path: Path) -> 
     finally:
         registry.stop()
         backend.close()
+
+
+def test_run_ends() -> None:
+    clocks = [1005, 1005, 1410, 1410, 1005]
+    left_ns, after_mhz = run_ends(clocks, [10, 20, 30, 40, 50])
+    assert left_ns == [30, 20, 70, 40, 80]  # the last 1005 runs on into the next iteration's first two
+    assert after_mhz == [1410, 1410, 1005, 1005, 1410]
+    assert run_ends([900, 900], [1, 2]) == ([0, 0], [900, 900])
+
+
+def test_a_raise_is_scheduled_from_the_computation_where_its_deadline_falls() -> None:
+    """The run before a raise is a long computation then a 1 ms one: the raise is asked for during the long
+    one, `lead` before the run ends, not at the short one's begin (too late on an H100)."""
+    now_ns = 10**12
+    owner, timer = ManualOwner(), ManualTimer()
+    clocks = [1005, 1005, 1410, 1410]
+    plan = GpuPlan(
+        "GPU-a",
+        [F0, F1, B0, B1],
+        clocks,
+        owner.submit,
+        times_s=(0.030, 0.001, 0.010, 0.010),
+        early=EarlyRaise(timer, LEAD_NS, lambda _gpu: 12_000_000),
+        clock_ns=lambda: now_ns,
+    )
+    plan.on_begin(F0, 0, now_ns)
+    [(deadline_ns, _)] = timer.scheduled
+    assert deadline_ns == now_ns + 31_000_000 - LEAD_NS - 12_000_000
+    plan.on_end(F0, 0, now_ns)
+    timer.scheduled.clear()
+    plan.on_begin(B0, 0, now_ns)  # 1410, then B1 at 1410 and F0 at 1005: nothing to raise
+    plan.on_begin(B1, 0, now_ns)
+    assert timer.scheduled == []

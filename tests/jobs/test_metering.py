@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+
 import pytest
 
+from perseusd.daemon.energy_sampler import EnergySampler
 from perseusd.jobs.metering import counter_power_w, iteration_energy_j, job_measurement
 from perseusd.profiling.trace import CounterSample, CounterTrace
 
@@ -20,7 +23,7 @@ def _trace(power_w: float, seconds: float, first_read_ns: int = 37_000_000) -> l
 
 
 def test_power_comes_from_counter_updates_not_reads() -> None:
-    samples = _trace(300.0, 3.0)
+    samples = _trace(300.0, 8.0)
     assert counter_power_w(samples) == pytest.approx(300.0, rel=0.01)
     # Naively over the first and last reads: the first read's value is up to an update old.
     naive_w = (
@@ -30,13 +33,13 @@ def test_power_comes_from_counter_updates_not_reads() -> None:
 
 
 def test_too_short_a_span_is_not_a_measurement() -> None:
-    assert counter_power_w(_trace(300.0, 0.35)) is None
+    assert counter_power_w(_trace(300.0, 4.0)) is None
     assert counter_power_w([]) is None
 
 
 def test_iteration_energy_is_power_times_iteration_time() -> None:
-    assert iteration_energy_j(_trace(250.0, 2.0), 0.5) == pytest.approx(125.0, rel=0.01)
-    assert iteration_energy_j(_trace(250.0, 2.0), None) is None
+    assert iteration_energy_j(_trace(250.0, 8.0), 0.5) == pytest.approx(125.0, rel=0.01)
+    assert iteration_energy_j(_trace(250.0, 8.0), None) is None
 
 
 def test_job_measurement_needs_every_gpu() -> None:
@@ -50,3 +53,20 @@ def test_job_measurement_needs_every_gpu() -> None:
     assert partial.saved_j is None  # never a saving from half the GPUs
     assert job_measurement([(100.0, 120.0), (None, 110.0)], iterations=10) is None
     assert job_measurement([], iterations=0) is None
+
+
+def test_a_slow_watch_reads_every_nth_round() -> None:
+    reads: list[str] = []
+
+    def read(gpu: str) -> Future[tuple[int, int]]:
+        reads.append(gpu)
+        done: Future[tuple[int, int]] = Future()
+        done.set_result((len(reads), len(reads)))
+        return done
+
+    sampler = EnergySampler(read, period_s=0.01)
+    sampler.watch("fast")
+    sampler.watch("slow", period_s=0.05)
+    for _ in range(10):
+        sampler.sample_once()
+    assert (reads.count("fast"), reads.count("slow")) == (10, 2)
