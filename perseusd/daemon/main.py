@@ -143,6 +143,7 @@ def job_settings(config: DaemonConfig) -> JobSettings:
         max_profiling_iterations=config.profile_max_iterations,
         unit_time_s=config.solver_unit_time_s,
         policy=Policy(config.default_policy, config.default_policy_target),
+        clock_lead_s=config.clock_lead_ms / 1000.0,
         sweep=sweep,
         stragglers=stragglers,
     )

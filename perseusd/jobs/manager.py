@@ -45,6 +45,7 @@ from perseusd.jobs.straggling import StragglerSettings
 from perseusd.planner.baselines import all_max
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv
+from perseusd.planner.switching import SwitchModel
 from perseusd.profiling.adequacy import plan_problems
 from perseusd.profiling.estimator import OptionEstimate, StageEstimate, estimate_stage
 from perseusd.profiling.sweep import StageSweep, SweepSettings
@@ -62,6 +63,7 @@ class JobGpus(Protocol):
 
     def info(self, uuid: str) -> GpuInfo: ...
     def submit_locked_sm_clock_mhz(self, uuid: str, clock_mhz: int) -> Future[int]: ...
+    def clock_set_latency_ns(self, uuid: str) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,8 @@ class JobSettings:
     unit_time_s: float = 0.0
     """The solver's time quantum; 0: automatic (shortest computation / 50, on a 1-2-5 step)."""
     policy: Policy = field(default_factory=Policy)
+    clock_lead_s: float = 0.002
+    """The margin added to the measured clock-set latency when raising early (0: raises wait for the end)."""
     sweep: SweepSettings = field(default_factory=SweepSettings)
     stragglers: StragglerSettings = field(default_factory=StragglerSettings)
 
@@ -417,10 +421,21 @@ class JobManager:
             job.profile.source,
             job.p_block_w,
             unit_time_s,
+            self._switch_model(job),
         )
         job.orders = orders
         job.solve_future = self._worker.submit(task)
         logger.info("job %s: solving the frontier (unit %.3g s)", job.name, unit_time_s)
+
+    def _switch_model(self, job: Job) -> SwitchModel | None:
+        """How the job's GPUs switch clocks: the slowest measured clock-set latency (None: none measured)."""
+        measured = [self._gpus.clock_set_latency_ns(slot.gpu) for slot in job.slots.values()]
+        latencies_s = [ns / 1e9 for ns in measured if ns is not None]
+        if not latencies_s:
+            return None
+        latency_s = max(latencies_s)
+        lead_s = latency_s + self.settings.clock_lead_s if self.settings.clock_lead_s > 0 else 0.0
+        return SwitchModel(latency_s, lead_s)
 
     def tick(self) -> None:
         """From the main loop: collect finished solves, retry waiting jobs."""

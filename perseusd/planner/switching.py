@@ -25,6 +25,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from perseusd.planner.dag import ComputationDag, Instruction
+from perseusd.planner.evaluate import evaluate_clocks
+from perseusd.planner.profile import Profile
 
 TimeAt = Callable[[int, int], float]
 """(computation index in the stage's order, clock MHz) -> its time (s)."""
@@ -35,14 +40,14 @@ SnapUp = Callable[[int, int], int]
 @dataclass(frozen=True)
 class SwitchModel:
     """How a GPU switches clocks (s): a request acts `latency_s` after it is made; raises are made `lead_s`
-    before the running computation's expected end."""
+    before the run before them is expected to end (0: at its end)."""
 
     latency_s: float
     lead_s: float
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.latency_s <= self.lead_s:
-            raise ValueError(f"need 0 <= latency_s <= lead_s (got {self.latency_s}, {self.lead_s})")
+        if not (self.latency_s >= 0.0 and self.lead_s >= 0.0):
+            raise ValueError(f"need latency_s, lead_s >= 0 (got {self.latency_s}, {self.lead_s})")
 
 
 def runs_of(clocks_mhz: Sequence[int]) -> list[list[int]]:
@@ -135,3 +140,72 @@ def followable_point(
         changed += sum(1 for old, new in zip(clocks, really, strict=True) if new != old)
         effective.append(tuple(really))
     return FollowablePoint(tuple(effective), changed)
+
+
+def follow_frontier(
+    document: dict[str, Any], dag: ComputationDag, profile: Profile, p_block_w: float, model: SwitchModel
+) -> dict[str, Any]:
+    """A `perseus-frontier` document whose points state what the GPUs will really do under `model`.
+
+    Each point keeps its planned `clocks_mhz` (what gets deployed) and gains `effective_clocks_mhz` (what
+    will really run), `switch_changed` (computations not at their planned clock) and `planned_time_s` /
+    `planned_energy_j` (the solver's refined figures); `refined_time_s` and `refined_energy_j` become the
+    effective plan's, evaluated on the profile. The document gains `switching` (the model). `document` is
+    not changed.
+    """
+    points = []
+    for point in document["points"]:
+        followed = followable_point(
+            point["clocks_mhz"], _stage_time_at(dag, profile), _stage_snap_up(dag, profile), model
+        )
+        node_clocks = [0] * dag.num_computations
+        for ids, clocks in zip(dag.stage_orders, followed.clocks_mhz, strict=True):
+            for node, clock in zip(ids, clocks, strict=True):
+                node_clocks[node] = clock
+        evaluation = evaluate_clocks(dag, profile, node_clocks, p_block_w)
+        points.append(
+            point
+            | {
+                "planned_time_s": point.get("refined_time_s", point["time_s"]),
+                "planned_energy_j": point["refined_energy_j"],
+                "refined_time_s": evaluation.time_s,
+                "refined_energy_j": evaluation.energy_j,
+                "effective_clocks_mhz": [list(clocks) for clocks in followed.clocks_mhz],
+                "switch_changed": followed.changed,
+            }
+        )
+    switching = {"latency_s": model.latency_s, "lead_s": model.lead_s}
+    return document | {"points": points, "switching": switching}
+
+
+def _stage_time_at(dag: ComputationDag, profile: Profile) -> Callable[[int], TimeAt]:
+    def for_stage(stage: int) -> TimeAt:
+        ids = dag.stage_orders[stage]
+
+        def time_at(k: int, clock_mhz: int) -> float:
+            node = ids[k]
+            key = (dag.virtual_stage(node), dag.computations[node].instruction)
+            return profile.lookup(*key, _snap(profile, key, clock_mhz)).time_s
+
+        return time_at
+
+    return for_stage
+
+
+def _stage_snap_up(dag: ComputationDag, profile: Profile) -> Callable[[int], SnapUp]:
+    def for_stage(stage: int) -> SnapUp:
+        ids = dag.stage_orders[stage]
+
+        def snap_up(k: int, clock_mhz: int) -> int:
+            node = ids[k]
+            return _snap(profile, (dag.virtual_stage(node), dag.computations[node].instruction), clock_mhz)
+
+        return snap_up
+
+    return for_stage
+
+
+def _snap(profile: Profile, key: tuple[int, Instruction], clock_mhz: int) -> int:
+    """The lowest clock measured for `key` at or above `clock_mhz`, else its highest."""
+    clocks = [m.freq_mhz for m in profile.options(*key)]
+    return min((c for c in clocks if c >= clock_mhz), default=max(clocks))

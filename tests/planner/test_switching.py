@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
-from perseusd.planner.switching import SwitchModel, followable_point, followable_stage_clocks, runs_of
+from perseusd.planner.dag import ComputationDag, build_dag
+from perseusd.planner.evaluate import evaluate_clocks
+from perseusd.planner.plan import PlanMeta, frontier_document
+from perseusd.planner.profile import Profile
+from perseusd.planner.solver import SolverParams, solve_frontier
+from perseusd.planner.switching import (
+    SwitchModel,
+    follow_frontier,
+    followable_point,
+    followable_stage_clocks,
+    runs_of,
+)
+from tests.support.synthetic import synthetic_profile
 
 H100 = SwitchModel(latency_s=0.012, lead_s=0.014)  # a lock acts ~12 ms after it is asked for
 CLOCKS = (900, 1200, 1500, 1980)
@@ -73,5 +88,46 @@ def test_followable_point_counts_what_changed() -> None:
 
 
 def test_model_is_checked() -> None:
-    with pytest.raises(ValueError, match="latency_s <= lead_s"):
-        SwitchModel(latency_s=0.02, lead_s=0.01)
+    with pytest.raises(ValueError, match="latency_s, lead_s >= 0"):
+        SwitchModel(latency_s=-0.01, lead_s=0.01)
+
+
+def _frontier() -> tuple[dict[str, Any], ComputationDag, Profile]:
+    profile = synthetic_profile(2, seed=3)
+    dag = build_dag("1f1b", 2, 4, 1)
+    points = list(solve_frontier(dag, profile, SolverParams(unit_time_s=0.001, p_block_w=80.0)))
+    document = frontier_document(dag, points, PlanMeta.for_dag(dag, profile, 0.001, 80.0))
+    for body, point in zip(document["points"], points, strict=True):
+        body["refined_time_s"] = point.refined_time_s
+    return document, dag, profile
+
+
+def test_instant_switches_leave_the_frontier_as_solved() -> None:
+    document, dag, profile = _frontier()
+    followed = follow_frontier(document, dag, profile, 80.0, SwitchModel(0.0, 0.0))
+    assert followed["switching"] == {"latency_s": 0.0, "lead_s": 0.0}
+    for before, after in zip(document["points"], followed["points"], strict=True):
+        assert after["effective_clocks_mhz"] == after["clocks_mhz"] == before["clocks_mhz"]
+        assert after["switch_changed"] == 0
+        assert after["refined_energy_j"] == pytest.approx(before["refined_energy_j"])
+        assert after["refined_time_s"] == pytest.approx(before["refined_time_s"])
+
+
+def test_slow_switches_state_what_the_gpus_will_do() -> None:
+    """20 ms computations, switches that act after 30 ms: most planned changes cannot happen in time."""
+    document, dag, profile = _frontier()
+    original = json.dumps(document)
+    followed = follow_frontier(document, dag, profile, 80.0, SwitchModel(0.03, 0.032))
+    assert json.dumps(document) == original  # the caller's document is not changed
+    changed = [p for p in followed["points"] if p["switch_changed"]]
+    assert changed
+    for point in changed:
+        assert point["effective_clocks_mhz"] != point["clocks_mhz"]
+        assert point["planned_energy_j"] != point["refined_energy_j"]
+        node_clocks = [0] * dag.num_computations
+        for ids, clocks in zip(dag.stage_orders, point["effective_clocks_mhz"], strict=True):
+            for node, clock in zip(ids, clocks, strict=True):
+                node_clocks[node] = clock
+        evaluation = evaluate_clocks(dag, profile, node_clocks, 80.0)
+        assert point["refined_time_s"] == pytest.approx(evaluation.time_s)
+        assert point["refined_energy_j"] == pytest.approx(evaluation.energy_j)
