@@ -34,7 +34,7 @@ from perseusd.gpu.backend import GpuInfo
 from perseusd.jobs.cache import JobCache
 from perseusd.jobs.cluster_link import ClusterLink
 from perseusd.jobs.job import FAILED, PROFILING, REGISTERED, RUNNING, SOLVING, Job
-from perseusd.jobs.metering import MeasuredSaving, iteration_energy_j, job_measurement
+from perseusd.jobs.metering import SLOW_READS_MIN_SPAN_S, MeasuredSaving, iteration_energy_j, job_measurement
 from perseusd.jobs.observed import OrderLearner
 from perseusd.jobs.policy import PointSummary, Policy
 from perseusd.jobs.response import StragglerResponse
@@ -530,7 +530,9 @@ class JobManager:
         per_gpu = [
             (
                 iteration_energy_j(
-                    self._sampler.samples(slot.gpu, slot.run_since_ns), slot.mean_iteration_time_s()
+                    self._sampler.samples(slot.gpu, slot.run_since_ns),
+                    slot.mean_iteration_time_s(),
+                    SLOW_READS_MIN_SPAN_S,
                 )
                 if slot.run_since_ns
                 else None,

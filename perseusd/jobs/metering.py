@@ -15,27 +15,31 @@ from dataclasses import dataclass
 
 from perseusd.profiling.trace import CounterSample
 
-MIN_SPAN_S = 5.0
-"""The shortest span between counter updates that gives a power: a read every second sees an update up to
-100 ms old, so the power is within about 2 % after 5 s (and much better over minutes)."""
+MIN_SPAN_S = 0.5
+"""The shortest span between counter updates that gives a power, when the counter is read every 10 ms (each
+kept read is within 10 ms of its update): a 100 ms counter updates 5 times."""
+SLOW_READS_MIN_SPAN_S = 5.0
+"""The same when the counter is read once a second (a read sees an update up to 100 ms old): within ~2 %."""
 
 
-def counter_power_w(samples: Sequence[CounterSample]) -> float | None:
+def counter_power_w(samples: Sequence[CounterSample], min_span_s: float = MIN_SPAN_S) -> float | None:
     """Mean power (W) between the first and the last counter update after the first read; None when the
-    updates span less than `MIN_SPAN_S` (or the counter went backwards)."""
+    updates span less than `min_span_s` (or the counter went backwards)."""
     updates = samples[1:]
     if len(updates) < 2:
         return None
     span_s = (updates[-1].t_ns - updates[0].t_ns) / 1e9
     energy_j = (updates[-1].energy_mj - updates[0].energy_mj) / 1000.0
-    if span_s < MIN_SPAN_S or energy_j < 0:
+    if span_s < min_span_s or energy_j < 0:
         return None
     return energy_j / span_s
 
 
-def iteration_energy_j(samples: Sequence[CounterSample], iteration_s: float | None) -> float | None:
+def iteration_energy_j(
+    samples: Sequence[CounterSample], iteration_s: float | None, min_span_s: float = MIN_SPAN_S
+) -> float | None:
     """One iteration's measured energy on one GPU (J): its mean counter power times its iteration time."""
-    power_w = counter_power_w(samples)
+    power_w = counter_power_w(samples, min_span_s)
     if power_w is None or iteration_s is None or iteration_s <= 0:
         return None
     return power_w * iteration_s

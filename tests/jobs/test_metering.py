@@ -23,7 +23,7 @@ def _trace(power_w: float, seconds: float, first_read_ns: int = 37_000_000) -> l
 
 
 def test_power_comes_from_counter_updates_not_reads() -> None:
-    samples = _trace(300.0, 8.0)
+    samples = _trace(300.0, 3.0)
     assert counter_power_w(samples) == pytest.approx(300.0, rel=0.01)
     # Naively over the first and last reads: the first read's value is up to an update old.
     naive_w = (
@@ -33,7 +33,8 @@ def test_power_comes_from_counter_updates_not_reads() -> None:
 
 
 def test_too_short_a_span_is_not_a_measurement() -> None:
-    assert counter_power_w(_trace(300.0, 4.0)) is None
+    assert counter_power_w(_trace(300.0, 0.35)) is None
+    assert counter_power_w(_trace(300.0, 4.0), min_span_s=5.0) is None
     assert counter_power_w([]) is None
 
 
