@@ -120,6 +120,7 @@ class JobInfo:
     plan_index: int | None
     plan_time_s: float | None
     plan_energy_j: float | None
+    """Predicted: the deployed point's energy per iteration from the profile."""
     fastest_time_s: float | None
     clock_changes_per_iteration: float | None
     wrong_clock_fraction: float | None
@@ -130,11 +131,21 @@ class JobInfo:
     """The iteration time the other pipelines plan for while a straggler runs (None: no straggler)."""
     all_max_time_s: float | None
     all_max_energy_j: float | None
+    """Predicted: all-max clocks' energy per iteration from the profile."""
     energy_saved_j: float
-    """Energy saved against all-max clocks since the plan runs, all of this node's pipelines, from the profile
-    (each iteration at the plan's energy vs all-max's, both waiting at blocking power until its time)."""
+    """Energy saved against all-max clocks since the plan runs, all of this node's pipelines; measured or
+    predicted as `energy_saved_source` says. Measured: (all-max energy per iteration, measured by the counters
+    during profiling's first clock - energy per iteration measured while the plan runs) x iterations run.
+    Predicted: from the profile (each iteration at the plan's energy vs all-max's, both waiting at blocking
+    power until its time)."""
     cluster: str
     """The cluster plane's view of this job: "fresh", "stale", "expired", or "" without a cluster."""
+    energy_saved_source: str = ""
+    """"measured" (energy counters), "predicted" (profile), or "" before a plan runs."""
+    measured_energy_j: float | None = None
+    """Measured: energy per iteration while the plan runs, by the counters, this node's GPUs of the job."""
+    measured_all_max_energy_j: float | None = None
+    """Measured: energy per iteration at all-max clocks, by the counters during profiling's first clock."""
 
 
 @dataclass(frozen=True)

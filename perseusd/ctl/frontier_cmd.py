@@ -1,9 +1,10 @@
 """`perseusctl frontier JOB [--json] [--plot PNG]`: a running job's time-energy frontier, as perseusd has it.
 
-The table lists every point (emission order: slowest first) with its planned time, its model and measured
-energy, how much slower it is and how much energy it saves than the fastest point; the point the job runs
-is marked. `--json` prints the
-daemon's `perseus-frontier` document unchanged; `--plot` draws the frontier and the deployed point.
+The table lists every point (emission order: slowest first) with its planned time and its predicted energy
+(from the solver's cost model, and re-evaluated with the profile's values), how much slower it is and how
+much energy it saves than the fastest point; the point the job runs is marked. Every figure is predicted.
+`--json` prints the daemon's `perseus-frontier` document unchanged; `--plot` draws the frontier and the
+deployed point.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ if TYPE_CHECKING:
 
 EXIT_OK = 0
 DEPLOYED_MARK = "<- deployed"
-HEADER = ("INDEX", "TIME S", "MODEL J", "MEASURED J", "SLOWER", "SAVED", "")
-"""SLOWER (time) and SAVED (measured energy) are relative to the fastest point; the last column marks the
-deployed point."""
+HEADER = ("INDEX", "TIME S", "MODEL J", "PROFILE J", "SLOWER", "SAVED", "")
+"""Predicted figures. SLOWER (time) and SAVED (profile energy) are relative to the fastest point; the last
+column marks the deployed point."""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

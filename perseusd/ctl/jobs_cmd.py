@@ -24,7 +24,18 @@ from perseusd.ctl.terminal import PLACEHOLDER, fmt, fmt_duration, fmt_pct, fmt_u
 
 EXIT_OK = 0
 DEFAULT_WATCH_S = 2.0
-HEADER = ("JOB", "UID", "STATE", "SCHEDULE", "POLICY", "PROFILING", "POINTS", "DEPLOYED", "CHG/IT", "WRONG")
+HEADER = (
+    "JOB",
+    "UID",
+    "STATE",
+    "SCHEDULE",
+    "POLICY",
+    "PROFILING",
+    "POINTS",
+    "DEPLOYED (PREDICTED)",
+    "CHG/IT",
+    "WRONG",
+)
 PIPELINE_HEADER = ("PIPELINE", "NODE", "STAGES", "ITERATIONS", "ITER TIME", "COMPUTE", "PLAN", "SLOWNESS", "")
 """ITER TIME: mean recent iteration; COMPUTE: its median busy part (no waiting for the other pipelines);
 PLAN: the frontier point it runs and that point's planned time; SLOWNESS: COMPUTE / planned time."""
@@ -58,7 +69,8 @@ def jobs_json(jobs: Sequence[JobInfo]) -> list[dict[str, Any]]:
 
 
 def policy_label(policy: str, target: float) -> str:
-    """`fastest`, `slowdown 5 %`, `time 3.2 s` or `min_energy`: the policy with its target in its unit."""
+    """`no_slowdown`, `fastest`, `slowdown 5 %`, `time 3.2 s` or `min_energy`: the policy with its target in
+    its unit."""
     if policy == "slowdown":
         return f"slowdown {100.0 * target:g} %"
     if policy == "time":
@@ -77,7 +89,7 @@ def _profiling(progress: ProfilingInfo | None) -> str:
         return PLACEHOLDER
     return (
         f"{progress.iterations} it, {progress.clocks_done}/{progress.clocks_total} clocks, "
-        f"{progress.energy_j:.0f} J"
+        f"{progress.energy_j:.0f} J measured"
     )
 
 
@@ -115,8 +127,9 @@ def _row(job: JobInfo) -> list[str]:
 
 
 def summary_line(job: JobInfo) -> str | None:
-    """`  straggler: pipeline 1 x1.20 (announced, since step 40), target 0.1440 s per iteration, saved
-    12.3 kJ vs all-max, cluster fresh`: what the job's other lines do not say, each part only when known."""
+    """`  straggler: pipeline 1 x1.20 (announced, since step 40), target 0.1440 s per iteration, measured
+    20.1 J per iteration vs 24.0 J at all-max, saved 12.3 kJ vs all-max (measured), cluster fresh`: what the
+    job's other lines do not say, each part only when known."""
     parts = []
     if job.straggler is not None:
         straggler = job.straggler
@@ -126,8 +139,13 @@ def summary_line(job: JobInfo) -> str | None:
         )
     if job.target_time_s is not None:
         parts.append(f"target {job.target_time_s:.4f} s per iteration")
+    if job.measured_energy_j is not None:
+        all_max = job.measured_all_max_energy_j
+        versus = f" vs {all_max:.1f} J at all-max" if all_max is not None else ""
+        parts.append(f"measured {job.measured_energy_j:.1f} J per iteration{versus}")
     if job.energy_saved_j:
-        parts.append(f"saved {fmt_unit(job.energy_saved_j / 1000.0, 1, 'kJ')} vs all-max")
+        source = f" ({job.energy_saved_source})" if job.energy_saved_source else ""
+        parts.append(f"saved {fmt_unit(job.energy_saved_j / 1000.0, 1, 'kJ')} vs all-max{source}")
     if job.cluster:
         parts.append(f"cluster {job.cluster}")
     return INDENT + ", ".join(parts) if parts else None

@@ -121,10 +121,10 @@ def _print_text(info: dict[str, Any]) -> None:
     )
     print(f"  time       {info['t_min_s']:.4f} .. {info['t_max_s']:.4f} s")
     print(
-        f"  at T_min   {info['energy_at_t_min_j']:.1f} J (model), {info['refined_energy_at_t_min_j']:.1f} J "
-        f"(measured), {saving_pct:.1f} % below all-max"
+        f"  at T_min   predicted {info['energy_at_t_min_j']:.1f} J (cost model), "
+        f"{info['refined_energy_at_t_min_j']:.1f} J (profile), {saving_pct:.1f} % below all-max"
     )
-    print(f"  all-max    {info['all_max_time_s']:.4f} s, {info['all_max_energy_j']:.1f} J")
+    print(f"  all-max    {info['all_max_time_s']:.4f} s, {info['all_max_energy_j']:.1f} J (profile)")
     print(f"  wrote      {info['frontier_csv']}, {info['frontier_json']}")
 
 

@@ -16,7 +16,7 @@ from perseusd.errors import ConfigError
 DEFAULT_CONFIG_PATH = Path("/etc/perseusd/perseusd.toml")
 BACKENDS = ("auto", "nvml", "sim")
 SIM_MODELS = ("a100_sxm", "a40")
-POLICIES = ("fastest", "slowdown", "time", "min_energy")
+POLICIES = ("no_slowdown", "fastest", "slowdown", "time", "min_energy")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 ENV_PREFIX = "PERSEUSD_"
 
@@ -43,9 +43,10 @@ class DaemonConfig:
     profile_min_clock_mhz: int = 0
     energy_sample_period_s: float = 0.01
     clock_lead_ms: float = 2.0
-    """A higher next clock is set this long before the running computation's expected end (0: at its end)."""
+    """A higher next clock is set the GPU's measured clock-set latency plus this margin before the running
+    computation's expected end (0: no early raise, at its end event only)."""
     solver_unit_time_s: float = 0.0
-    default_policy: str = "fastest"
+    default_policy: str = "no_slowdown"
     default_policy_target: float = 0.0
     job_cache: bool = True
     # Stragglers: hysteresis of the detection from pipelines' compute times.

@@ -30,6 +30,8 @@ class EnergySampler:
         self._read_energy = read_energy
         self._period_s = period_s
         self._traces: dict[str, CounterTrace] = {}
+        self._every: dict[str, int] = {}  # sample a GPU every n-th round
+        self._round = 0
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -46,15 +48,20 @@ class EnergySampler:
         if self._thread is not None:
             self._thread.join(timeout=2.0)
 
-    def watch(self, gpu: str) -> None:
-        """Start sampling `gpu` (a fresh trace)."""
+    def watch(self, gpu: str, period_s: float | None = None) -> None:
+        """Start sampling `gpu` (a fresh trace), every `period_s` (rounded to whole sampler periods; None:
+        every period). A long period keeps the reads off a running job's GPUs (a mean power over seconds
+        needs no more)."""
+        every = 1 if period_s is None else max(1, round(period_s / self._period_s))
         with self._lock:
             self._traces[gpu] = CounterTrace()
+            self._every[gpu] = every
         self._wake.set()
 
     def unwatch(self, gpu: str) -> None:
         with self._lock:
             self._traces.pop(gpu, None)
+            self._every.pop(gpu, None)
 
     def samples(self, gpu: str, since_ns: int = 0) -> list[CounterSample]:
         """A copy of the kept samples of `gpu` from `since_ns` on (empty when not watched)."""
@@ -65,7 +72,8 @@ class EnergySampler:
     def sample_once(self) -> None:
         """Read every watched GPU once (in parallel through their owner threads) and keep the changes."""
         with self._lock:
-            gpus = list(self._traces)
+            self._round += 1
+            gpus = [gpu for gpu in self._traces if self._round % self._every.get(gpu, 1) == 0]
         futures = [(gpu, self._read_energy(gpu)) for gpu in gpus]
         for gpu, future in futures:
             try:

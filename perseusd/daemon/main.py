@@ -143,6 +143,7 @@ def job_settings(config: DaemonConfig) -> JobSettings:
         max_profiling_iterations=config.profile_max_iterations,
         unit_time_s=config.solver_unit_time_s,
         policy=Policy(config.default_policy, config.default_policy_target),
+        clock_lead_s=config.clock_lead_ms / 1000.0,
         sweep=sweep,
         stragglers=stragglers,
     )
@@ -205,7 +206,7 @@ def plan_book(config: DaemonConfig, registry: GpuRegistry) -> Iterator[PlanBook]
     timer = DeadlineTimer()
     timer.start()
     try:
-        early = EarlyRaise(timer, int(config.clock_lead_ms * 1e6))
+        early = EarlyRaise(timer, int(config.clock_lead_ms * 1e6), registry.clock_set_latency_ns)
         yield PlanBook(registry.submit_locked_sm_clock_mhz, early=early)
     finally:
         timer.stop()

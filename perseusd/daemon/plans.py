@@ -6,10 +6,13 @@ nothing is logged per event.
 
 When the plan knows how long each computation takes (the daemon's own plans do, from the job's profile) and
 the next computation is planned at a higher clock, the higher clock is submitted `lead` before the running
-computation is expected to end (`EarlyRaise`): a raise that waits for the end event would let the next
-computation, often on the critical path, begin at the lower clock. Lowering always waits for the end event,
-so that no computation runs slower than planned. The expected end is scaled by the plan's pace: the running
-mean of actual / profiled duration (a straggling or throttled GPU runs slower than its profile).
+computation is expected to end (`EarlyRaise`); the lead is the GPU's measured clock-set latency (the recent
+median duration of its set calls, ~10-12 ms on an H100, ~0 on simulated GPUs) plus a margin
+(`clock_lead_ms`), so a raise has acted when the next computation begins. A raise that waits for the end
+event would let the next computation, often on the critical path, begin at the lower clock.
+Lowering always waits for the end event, so that no computation runs slower than planned. The expected end
+is scaled by the plan's pace: the running mean of actual / profiled duration (a straggling or throttled GPU
+runs slower than its profile).
 """
 
 from __future__ import annotations
@@ -39,10 +42,22 @@ PACE_RANGE = (0.25, 4.0)
 
 @dataclass(frozen=True)
 class EarlyRaise:
-    """Submit a higher next clock `lead_ns` before the running computation's expected end, on `timer`."""
+    """Submit a higher next clock before the running computation's expected end, on `timer`.
+
+    Attributes:
+        timer: the thread that runs the raises.
+        margin_ns: added to the measured latency (`clock_lead_ms`).
+        latency_ns: a GPU's measured clock-set latency (ns) by UUID; None (or absent) while unmeasured.
+    """
 
     timer: DeadlineTimer
-    lead_ns: int
+    margin_ns: int
+    latency_ns: Callable[[str], int | None] | None = None
+
+    def lead_ns(self, gpu: str) -> int:
+        """How long before the expected end a raise on `gpu` is submitted (ns)."""
+        measured_ns = None if self.latency_ns is None else self.latency_ns(gpu)
+        return self.margin_ns + (measured_ns or 0)
 
 
 def computation_key(instruction: str, microbatch: int, chunk: int) -> ComputationKey:
@@ -95,6 +110,7 @@ class GpuPlan:
         self._position = {key: i for i, key in enumerate(keys)}
         self._times_ns = None if times_s is None else tuple(int(t * 1e9) for t in times_s)
         self._early = early if self._times_ns is not None else None
+        self._run_left_ns, self._after_run_mhz = run_ends(self._clocks_mhz, self._times_ns or ())
         self._clock_ns = clock_ns
         self._submit = submit
         self._requested_mhz: int | None = None  # the last clock submitted
@@ -176,13 +192,19 @@ class GpuPlan:
         return (position + 1) % len(self._order)  # wraps to the next iteration
 
     def _schedule_raise(self, position: int, started_ns: int) -> None:
-        """If the next computation is planned higher, raise `lead` before this one is expected to end."""
+        """If the run after this computation's run (consecutive computations at one clock) is planned higher,
+        raise `lead` before this run is expected to end, from the computation during which that falls (or
+        at once from the run's first, when the run is shorter than `lead`)."""
         if self._early is None or self._times_ns is None:
             return
-        following_mhz = self._clocks_mhz[self._following(position)]
+        following_mhz = self._after_run_mhz[position]
         if following_mhz <= self._clocks_mhz[position]:
             return
-        deadline_ns = started_ns + int(self._times_ns[position] * self.pace) - self._early.lead_ns
+        deadline_ns = (
+            started_ns + int(self._run_left_ns[position] * self.pace) - self._early.lead_ns(self.gpu)
+        )
+        if deadline_ns >= started_ns + int(self._times_ns[position] * self.pace):
+            return  # falls during a later computation of the run: scheduled when that one begins
         move = self._moves
         self._early.timer.call_at(deadline_ns, lambda: self._raise(move, following_mhz))
 
@@ -229,6 +251,25 @@ class GpuPlan:
             event_to_clock_p50_ms=_round(statistics.median(samples_ms)) if samples_ms else None,
             event_to_clock_p99_ms=_round(percentile(samples_ms, 0.99)) if samples_ms else None,
         )
+
+
+def run_ends(clocks_mhz: Sequence[int], times_ns: Sequence[int]) -> tuple[list[int], list[int]]:
+    """For each computation: the expected time (ns) from its begin to the end of its run (the consecutive
+    computations at its clock, cyclic), and the clock planned after that run (its own when all are equal)."""
+    n = len(clocks_mhz)
+    left_ns = [0] * n
+    after_mhz = list(clocks_mhz)
+    if not times_ns or len(set(clocks_mhz)) < 2:
+        return left_ns, after_mhz
+    last = next(i for i in range(n) if clocks_mhz[i] != clocks_mhz[(i + 1) % n])  # a run's last computation
+    for step in range(n):  # backwards round the cycle from that run's last computation
+        i = (last - step) % n
+        following = (i + 1) % n
+        if clocks_mhz[following] != clocks_mhz[i]:
+            left_ns[i], after_mhz[i] = times_ns[i], clocks_mhz[following]
+        else:
+            left_ns[i], after_mhz[i] = times_ns[i] + left_ns[following], after_mhz[following]
+    return left_ns, after_mhz
 
 
 def percentile(values: Sequence[float], q: float) -> float:

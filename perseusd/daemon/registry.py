@@ -56,6 +56,13 @@ class GpuRegistry:
         """Lock the SM clock without waiting: the Future gives the clock applied (MHz)."""
         return self._owner(uuid).set_locked_sm_clock_mhz(clock_mhz)
 
+    def clock_set_latency_ns(self, uuid: str) -> int | None:
+        """The GPU's measured clock-set latency (recent median set call, ns); None before the first or for
+        an unknown GPU."""
+        owner = self._owners.get(uuid)
+        latency_s = None if owner is None else owner.clock_set_latency_s()
+        return None if latency_s is None else int(latency_s * 1e9)
+
     def submit_read_energy(self, uuid: str) -> Future[tuple[int, int]]:
         """Read the energy counter without waiting: the Future gives (CLOCK_MONOTONIC ns, mJ)."""
         return self._owner(uuid).read_energy()

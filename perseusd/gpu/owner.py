@@ -5,17 +5,27 @@ own writes and from `read()` / `save_state()`, and performs a setter whenever it
 never skips. Every device call is timed; `stats()` gives per-operation counters and `healthy()` turns false
 when a call runs longer than `call_timeout_s` (a hung driver), which the daemon uses to stop feeding the
 systemd watchdog. Errors from the device reach the caller through the `Future` as typed exceptions.
+
+Clock sets never queue behind each other (latest wins): a clock lock blocks its caller ~10 ms on an H100, so
+a plan that asks for clocks faster than that would otherwise build a queue and apply every clock late. While
+a clock set waits in the queue and nothing that changes the GPU's state (a reset, a power limit, a save or a
+restore) was queued after it, a newer clock set replaces its target instead of queueing; the superseded
+request's Future then gives the clock that was applied in its place (counted as `superseded`). Reads do not
+break the slot: they change nothing, so a newer clock may overtake them. `clock_set_latency_s()` is the
+recent median duration of the clock-set calls, what a clock change takes to act.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
+import statistics
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from perseusd.errors import GpuError
@@ -27,7 +37,12 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _UNKNOWN: Any = object()
-_STAT_FIELDS = ("calls", "skipped", "errors", "total_s", "max_s", "last_s")
+_STAT_FIELDS = ("calls", "skipped", "superseded", "errors", "total_s", "max_s", "last_s")
+_SET_CLOCK = "set_locked_sm_clock_mhz"
+_READS = frozenset({"read", "read_energy"})
+"""Operations a newer clock set may overtake: they change nothing on the GPU."""
+LATENCY_WINDOW = 32
+"""Clock-set call durations kept for `clock_set_latency_s()` (the most recent)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +63,10 @@ class _Command:
     op: str
     run: Callable[[], Any]
     future: Future[Any]
+    target_mhz: int = 0
+    """A clock set's clock, replaced by newer requests while the command waits (latest wins)."""
+    followers: list[Future[Any]] = field(default_factory=list)
+    """Futures of the clock sets this command superseded: they get its outcome."""
 
 
 class GpuOwner:
@@ -63,6 +82,8 @@ class GpuOwner:
         self._lock = threading.Lock()
         self._stats: dict[str, dict[str, float]] = {}
         self._call_started_s: float | None = None
+        self._open_clock: _Command | None = None  # a queued clock set that newer ones may replace
+        self._set_clock_s: deque[float] = deque(maxlen=LATENCY_WINDOW)
         # The known state, touched only on the owner thread; _UNKNOWN until known.
         self._locked_mhz: int | None = _UNKNOWN
         self._power_limit_w: float = _UNKNOWN
@@ -102,15 +123,42 @@ class GpuOwner:
         return started_s is None or time.monotonic() - started_s <= self._call_timeout_s
 
     def stats(self) -> dict[str, dict[str, float]]:
-        """Per operation: calls, skipped, errors, total_s, max_s, last_s (a copy)."""
+        """Per operation: calls, skipped, superseded, errors, total_s, max_s, last_s (a copy)."""
         with self._lock:
             return {op: dict(values) for op, values in self._stats.items()}
+
+    def clock_set_latency_s(self) -> float | None:
+        """The median duration of the last `LATENCY_WINDOW` clock-set calls (s); None before the first."""
+        with self._lock:
+            samples = list(self._set_clock_s)
+        return statistics.median(samples) if samples else None
 
     # Commands.
 
     def set_locked_sm_clock_mhz(self, clock_mhz: int) -> Future[int]:
-        """Lock the SM clock (snapped to a supported clock); the Future gives the clock applied (MHz)."""
-        return self._submit("set_locked_sm_clock_mhz", lambda: self._do_set_clock(clock_mhz))
+        """Lock the SM clock (snapped to a supported clock); the Future gives the clock applied (MHz).
+
+        Latest wins: a clock set still waiting in the queue takes this clock instead, and both Futures give
+        the clock applied (see the module's docstring).
+        """
+        future: Future[int] = Future()
+        with self._lock:
+            if self._stopped:
+                future.set_exception(
+                    GpuOwnerStoppedError("GPU owner stopped", uuid=self._info.uuid, op=_SET_CLOCK)
+                )
+                return future
+            waiting = self._open_clock
+            if waiting is not None:
+                waiting.target_mhz = clock_mhz
+                waiting.followers.append(future)
+                self._stats.setdefault(_SET_CLOCK, dict.fromkeys(_STAT_FIELDS, 0.0))["superseded"] += 1
+                return future
+            command = _Command(_SET_CLOCK, lambda: None, future, target_mhz=clock_mhz)
+            command.run = lambda: self._do_set_clock(self._take_target(command))
+            self._open_clock = command
+            self._queue.put(command)
+        return future
 
     def reset_locked_sm_clock(self) -> Future[None]:
         """Unlock the SM clock; skipped when known not to be locked."""
@@ -141,26 +189,61 @@ class GpuOwner:
     def _submit(self, op: str, run: Callable[[], T]) -> Future[T]:
         future: Future[T] = Future()
         with self._lock:
-            stopped = self._stopped
-        if stopped:
-            future.set_exception(GpuOwnerStoppedError("GPU owner stopped", uuid=self._info.uuid, op=op))
-            return future
-        self._queue.put(_Command(op, run, future))
+            if self._stopped:
+                future.set_exception(GpuOwnerStoppedError("GPU owner stopped", uuid=self._info.uuid, op=op))
+                return future
+            if op not in _READS:
+                self._open_clock = None  # a later clock set must not overtake a state change
+            self._queue.put(_Command(op, run, future))
         return future
+
+    def _take_target(self, command: _Command) -> int:
+        """Owner thread: close `command`'s slot (newer requests queue after it) and give its clock."""
+        with self._lock:
+            if self._open_clock is command:
+                self._open_clock = None
+            return command.target_mhz
 
     def _loop(self) -> None:
         while True:
             command = self._queue.get()
             if command is None:
                 return
-            if not command.future.set_running_or_notify_cancel():
-                continue
+            with self._lock:
+                futures = [command.future, *command.followers]
+            live = [future for future in futures if future.set_running_or_notify_cancel()]
+            if not live:  # every request was cancelled, unless one superseded it until now
+                self._take_target(command)
+                with self._lock:
+                    rest = [f for f in command.followers if f not in futures]
+                live = [future for future in rest if future.set_running_or_notify_cancel()]
+                if not live:
+                    continue
             try:
-                command.future.set_result(command.run())
+                result = command.run()
             except BaseException as error:
                 if not isinstance(error, GpuError):
                     logger.exception("GPU %s: %s failed unexpectedly", self._info.uuid, command.op)
-                command.future.set_exception(error)
+                self._settle(command, live, error=error)
+            else:
+                self._settle(command, live, result=result)
+
+    def _settle(
+        self,
+        command: _Command,
+        live: list[Future[Any]],
+        result: Any = None,
+        error: BaseException | None = None,
+    ) -> None:
+        """Give every live Future of `command` its outcome, then those that superseded it while it ran."""
+        with self._lock:
+            late = [f for f in command.followers if f not in live]
+        live += [future for future in late if future.set_running_or_notify_cancel()]
+        for future in live:
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
 
     def _fail_pending(self) -> None:
         while True:
@@ -168,9 +251,12 @@ class GpuOwner:
                 command = self._queue.get_nowait()
             except queue.Empty:
                 return
-            if command is not None and command.future.set_running_or_notify_cancel():
-                error = GpuOwnerStoppedError("GPU owner stopped", uuid=self._info.uuid, op=command.op)
-                command.future.set_exception(error)
+            if command is None:
+                continue
+            for future in [command.future, *command.followers]:
+                if future.set_running_or_notify_cancel():
+                    error = GpuOwnerStoppedError("GPU owner stopped", uuid=self._info.uuid, op=command.op)
+                    future.set_exception(error)
 
     def _call(self, op: str, fn: Callable[..., T], *args: Any) -> T:
         """One timed device call."""
@@ -193,6 +279,8 @@ class GpuOwner:
             values["total_s"] += elapsed_s
             values["max_s"] = max(values["max_s"], elapsed_s)
             values["last_s"] = elapsed_s
+            if op == _SET_CLOCK and not failed:
+                self._set_clock_s.append(elapsed_s)
 
     def _skip(self, op: str) -> None:
         with self._lock:

@@ -158,7 +158,9 @@ class Job:
     def set_frontier(self, frontier: dict[str, Any]) -> None:
         self.frontier = frontier
         self.points = [
-            PointSummary(int(p["index"]), float(p["time_s"]), float(p["refined_energy_j"]))
+            PointSummary(
+                int(p["index"]), float(p.get("refined_time_s", p["time_s"])), float(p["refined_energy_j"])
+            )
             for p in frontier["points"]
         ]
         self.points_by_index = {p.index: p for p in self.points}
@@ -174,9 +176,10 @@ class Job:
     def choose_point(self) -> Deployed | None:
         if not self.points:
             return None
-        fastest = Policy().choose(self.points)
+        fastest = Policy("fastest").choose(self.points)
         slowest = max(self.points, key=lambda p: p.time_s)
-        return Deployed(self.policy.choose(self.points), fastest, slowest)
+        all_max_time_s = None if self.all_max is None else self.all_max.time_s
+        return Deployed(self.policy.choose(self.points, all_max_time_s), fastest, slowest)
 
     def plan_entries(self, stage: int, index: int) -> tuple[PlanEntry, ...]:
         """One stage's plan at frontier point `index`: its computations in order, each with its clock."""

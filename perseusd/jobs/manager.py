@@ -34,6 +34,7 @@ from perseusd.gpu.backend import GpuInfo
 from perseusd.jobs.cache import JobCache
 from perseusd.jobs.cluster_link import ClusterLink
 from perseusd.jobs.job import FAILED, PROFILING, REGISTERED, RUNNING, SOLVING, Job
+from perseusd.jobs.metering import SLOW_READS_MIN_SPAN_S, MeasuredSaving, iteration_energy_j, job_measurement
 from perseusd.jobs.observed import OrderLearner
 from perseusd.jobs.policy import PointSummary, Policy
 from perseusd.jobs.response import StragglerResponse
@@ -44,11 +45,15 @@ from perseusd.jobs.straggling import StragglerSettings
 from perseusd.planner.baselines import all_max
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv
+from perseusd.planner.switching import SwitchModel
+from perseusd.profiling.adequacy import plan_problems
 from perseusd.profiling.estimator import OptionEstimate, StageEstimate, estimate_stage
 from perseusd.profiling.sweep import StageSweep, SweepSettings
 from perseusd.profiling.trace import Interval, OptionKey
 
 logger = logging.getLogger(__name__)
+RUNNING_SAMPLE_PERIOD_S = 1.0
+"""How often a running job's energy counters are read (a mean power over many seconds needs no more)."""
 
 MAX_ENDED_JOBS = 32
 
@@ -58,6 +63,7 @@ class JobGpus(Protocol):
 
     def info(self, uuid: str) -> GpuInfo: ...
     def submit_locked_sm_clock_mhz(self, uuid: str, clock_mhz: int) -> Future[int]: ...
+    def clock_set_latency_ns(self, uuid: str) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,8 @@ class JobSettings:
     unit_time_s: float = 0.0
     """The solver's time quantum; 0: automatic (shortest computation / 50, on a 1-2-5 step)."""
     policy: Policy = field(default_factory=Policy)
+    clock_lead_s: float = 0.002
+    """The margin added to the measured clock-set latency when raising early (0: raises wait for the end)."""
     sweep: SweepSettings = field(default_factory=SweepSettings)
     stragglers: StragglerSettings = field(default_factory=StragglerSettings)
 
@@ -263,6 +271,7 @@ class JobManager:
         if len(slot.intervals) < MAX_INTERVALS:
             key = slot.key(message.instruction, message.chunk)
             slot.intervals.append(Interval(key, clock_mhz, started_ns, message.timestamp_ns))
+            slot.timed_computations += 1
 
     # ------------------------------------------------------------------ profiling
 
@@ -314,6 +323,8 @@ class JobManager:
         )
         sweep.iteration_done(slot.estimate)
         if sweep.current_clock_mhz != clock_mhz:  # the segment is done: keep it, start the next one
+            if clock_mhz == max(slot.supported_clocks_mhz) and slot.all_max_energy_j is None:
+                slot.all_max_energy_j = iteration_energy_j(samples, slot.mean_iteration_time_s())
             slot.done_options.update({k: v for k, v in current.options.items() if k[1] == clock_mhz})
             slot.p_block_w = p_block_w
             slot.intervals.clear()
@@ -334,18 +345,26 @@ class JobManager:
             for s in job.profiling_slots()
             if s.sweep is not None and s.estimate is not None
         }
-        measured = job.measured_profile(kept)
-        if measured is None:
-            job.enter(FAILED, "profiling measured nothing (are computation events sent?)")
-            return False
-        job.profile, job.p_block_w = measured
+        counted = False
+        timed = any(s.timed_computations for s in job.profiling_slots())
         for slot in job.profiling_slots():
             job.profiling_iterations = max(job.profiling_iterations, slot.steps_done)
             samples = self._sampler.samples(slot.gpu, slot.profiling_since_ns)
             if len(samples) >= 2:
+                counted = True
                 job.profiling_energy_j += (samples[-1].energy_mj - samples[0].energy_mj) / 1000.0
             self._sampler.unwatch(slot.gpu)
             slot.intervals.clear()
+        measured = job.measured_profile(kept)
+        counted_j = job.profiling_energy_j if counted else None
+        if measured is None:
+            self._cannot_plan(job, [nothing_measured(counted_j, timed)])
+            return False
+        problems = plan_problems(measured[0], counted_j)
+        if problems:
+            self._cannot_plan(job, problems)
+            return False
+        job.profile, job.p_block_w = measured
         self._store_profile(job)
         logger.info(
             "job %s profiled in %d iterations: %d measurements, blocking power %.1f W",
@@ -355,6 +374,12 @@ class JobManager:
             job.p_block_w,
         )
         return True
+
+    def _cannot_plan(self, job: Job, problems: list[str]) -> None:
+        """The measurements cannot support a plan: never deploy one; say why (jobs table and log)."""
+        message = "no plan: the measurements cannot support one: " + "; ".join(problems)
+        logger.warning("job %s: %s (%d profiling iterations)", job.name, message, job.profiling_iterations)
+        job.enter(FAILED, message)
 
     def _store_profile(self, job: Job) -> None:
         if self._cache is None or job.profile is None:
@@ -396,10 +421,21 @@ class JobManager:
             job.profile.source,
             job.p_block_w,
             unit_time_s,
+            self._switch_model(job),
         )
         job.orders = orders
         job.solve_future = self._worker.submit(task)
         logger.info("job %s: solving the frontier (unit %.3g s)", job.name, unit_time_s)
+
+    def _switch_model(self, job: Job) -> SwitchModel | None:
+        """How the job's GPUs switch clocks: the slowest measured clock-set latency (None: none measured)."""
+        measured = [self._gpus.clock_set_latency_ns(slot.gpu) for slot in job.slots.values()]
+        latencies_s = [ns / 1e9 for ns in measured if ns is not None]
+        if not latencies_s:
+            return None
+        latency_s = max(latencies_s)
+        lead_s = latency_s + self.settings.clock_lead_s if self.settings.clock_lead_s > 0 else 0.0
+        return SwitchModel(latency_s, lead_s)
 
     def tick(self) -> None:
         """From the main loop: collect finished solves, retry waiting jobs."""
@@ -433,15 +469,17 @@ class JobManager:
     # ------------------------------------------------------------------ deployment
 
     def _run(self, job: Job) -> None:
+        if job.all_max is None:
+            job.all_max = self._all_max(job)
         deployed = job.choose_point()
         if deployed is None:
             job.enter(FAILED, "the frontier is empty")
             return
         job.deployed = deployed
-        if job.all_max is None:
-            job.all_max = self._all_max(job)
         for slot in job.slots.values():
-            self._sampler.unwatch(slot.gpu)
+            if not slot.run_since_ns:  # measure the running plan's energy from the counters, once a second
+                self._sampler.watch(slot.gpu, RUNNING_SAMPLE_PERIOD_S)
+                slot.run_since_ns = self._clock_ns()
             slot.sweep = None
             slot.intervals.clear()
         self.response.start(job)
@@ -487,6 +525,24 @@ class JobManager:
             slot.running_steps = 0
         slot.plan_index = index
 
+    def measured(self, job: Job) -> MeasuredSaving | None:
+        """The job's energy per iteration as the counters measured it (None until every GPU's is)."""
+        per_gpu = [
+            (
+                iteration_energy_j(
+                    self._sampler.samples(slot.gpu, slot.run_since_ns),
+                    slot.mean_iteration_time_s(),
+                    SLOW_READS_MIN_SPAN_S,
+                )
+                if slot.run_since_ns
+                else None,
+                slot.all_max_energy_j,
+            )
+            for slot in job.slots.values()
+        ]
+        steps = sum(slot.running_steps for slot in job.slots.values())
+        return job_measurement(per_gpu, steps / len(job.slots) if job.slots else 0.0)
+
     def set_policy(self, job: Job, policy: Policy) -> None:
         job.policy = policy
         if job.state == RUNNING:
@@ -495,6 +551,7 @@ class JobManager:
     def reprofile_with(self, job: Job, profile: Profile, p_block_w: float) -> None:
         """An imported profile replaces the job's: solve again (the running plan stays until then)."""
         job.profile, job.p_block_w, job.cached = profile, p_block_w, False
+        job.all_max = None  # counted again on the new profile
         job.frontier, job.points, job.points_by_index = None, [], {}
         self._store_profile(job)
         for slot in job.profiling_slots():
@@ -503,6 +560,18 @@ class JobManager:
         if job.state in (PROFILING, RUNNING, FAILED):
             job.enter(SOLVING)
         self._advance(job)
+
+
+def nothing_measured(counted_j: float | None, timed: bool) -> str:
+    """Why profiling kept no measurement: no counted energy, no energy per computation, or no events."""
+    if counted_j == 0:
+        return "profiling measured nothing: the energy counters did not move (0 J): nothing drives these GPUs"
+    if timed:
+        return (
+            "profiling measured nothing: no computation's energy stands out from the counters "
+            "(does a workload drive these GPUs?)"
+        )
+    return "profiling measured nothing: no computation was timed (are computation events sent?)"
 
 
 def with_highest_clocks(kept: list[OptionEstimate], estimate: StageEstimate) -> list[OptionEstimate]:

@@ -1,6 +1,10 @@
 """Which frontier point a job runs: the deployment policy.
 
-- `fastest` (default): the fastest point (no slowdown), the lower energy on equal times;
+- `no_slowdown` (default): the least energy whose predicted iteration time is no longer than all-max's
+  (every computation at its highest clock). On a GPU whose top clocks are power-capped the fastest point is
+  faster than all-max, and buying that speed costs energy; this point never does. Without an all-max
+  reference it is the fastest point;
+- `fastest`: the fastest point, the lower energy on equal times;
 - `slowdown`: the least energy among points at most `target` (a fraction) slower than the fastest;
 - `time`: the least energy among points whose iteration time is at most `target` seconds (the fastest
   when none is that fast);
@@ -15,7 +19,10 @@ from dataclasses import dataclass
 
 from perseus_client.protocol import ErrorCode, ProtocolError
 
-POLICIES = ("fastest", "slowdown", "time", "min_energy")
+POLICIES = ("no_slowdown", "fastest", "slowdown", "time", "min_energy")
+DEFAULT_POLICY = "no_slowdown"
+TOLERANCE = 1e-9
+"""Relative slack on time limits, so a point equal to its limit up to rounding still fits."""
 
 
 @dataclass(frozen=True)
@@ -29,7 +36,7 @@ class PointSummary:
 
 @dataclass(frozen=True)
 class Policy:
-    name: str = "fastest"
+    name: str = DEFAULT_POLICY
     target: float = 0.0
 
     def __post_init__(self) -> None:
@@ -40,12 +47,17 @@ class Policy:
         if self.name == "time" and not self.target > 0.0:
             raise ProtocolError(ErrorCode.BAD_FIELD, "time target must be > 0 seconds")
 
-    def choose(self, points: list[PointSummary]) -> PointSummary:
-        """The point this policy runs; `points` must not be empty."""
+    def choose(self, points: list[PointSummary], all_max_time_s: float | None = None) -> PointSummary:
+        """The point this policy runs; `points` must not be empty. `all_max_time_s`: the predicted iteration
+        time at all-max clocks on the same profile (`no_slowdown`'s limit; None: unknown)."""
         fastest = min(points, key=lambda p: (p.time_s, p.energy_j))
         if self.name == "fastest":
             return fastest
-        if self.name == "slowdown":
+        if self.name == "no_slowdown":
+            if all_max_time_s is None:
+                return fastest
+            limit_s = all_max_time_s * (1 + TOLERANCE)
+        elif self.name == "slowdown":
             limit_s = fastest.time_s * (1.0 + self.target) * (1 + 1e-12)
         elif self.name == "time":
             limit_s = self.target

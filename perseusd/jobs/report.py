@@ -10,12 +10,19 @@ from perseus_client.protocol import JobInfo, PipelineInfo, ProfilingInfo, Stragg
 from perseusd.cluster.job_board import PipelineFacts
 from perseusd.daemon.plans import PlanBook
 from perseusd.jobs.job import PROFILING, Job
+from perseusd.jobs.metering import MeasuredSaving
 from perseusd.jobs.slot import StageSlot
 from perseusd.jobs.straggling import target_time_s
 
 
-def job_info(job: Job, plans: PlanBook) -> JobInfo:
+def job_info(job: Job, plans: PlanBook, measured: MeasuredSaving | None = None) -> JobInfo:
+    """The job as `perseusctl jobs` shows it; `measured`: its energy as the counters measured it.
+
+    "Saved vs all-max" is measured (counters: all-max during profiling's first clock, the plan while it runs)
+    where the daemon measured both, else predicted from the profile; `energy_saved_source` says which.
+    """
     deployed = job.deployed
+    saved_j = None if measured is None else measured.saved_j
     changes, late, begins, steps = 0, 0, 0, 0
     for slot in job.slots.values():
         plan = plans.get(slot.gpu)
@@ -51,9 +58,18 @@ def job_info(job: Job, plans: PlanBook) -> JobInfo:
         target_time_s=_round(target_time_s(job.straggler, deployed.fastest if deployed else None)),
         all_max_time_s=job.all_max.time_s if job.all_max else None,
         all_max_energy_j=job.all_max.energy_j if job.all_max else None,
-        energy_saved_j=round(job.energy_saved_j, 3),
+        energy_saved_j=round(job.energy_saved_j if saved_j is None else saved_j, 3),
         cluster=job.remote.state if job.remote is not None else "",
+        energy_saved_source=_saved_source(job, saved_j),
+        measured_energy_j=_round(measured.running_j, 3) if measured is not None else None,
+        measured_all_max_energy_j=_round(measured.all_max_j, 3) if measured is not None else None,
     )
+
+
+def _saved_source(job: Job, measured_saved_j: float | None) -> str:
+    if measured_saved_j is not None:
+        return "measured"
+    return "predicted" if job.deployed is not None and job.all_max is not None else ""
 
 
 def _round(value: float | None, digits: int = 6) -> float | None:

@@ -100,7 +100,9 @@ class JobRequests:
     def visible_jobs(self, caller: Caller) -> tuple[JobInfo, ...]:
         admin = self._is_admin(caller)
         jobs = self._manager.jobs.values()
-        return tuple(job_info(j, self._plans) for j in jobs if admin or j.uid == caller.uid)
+        return tuple(
+            job_info(j, self._plans, self._manager.measured(j)) for j in jobs if admin or j.uid == caller.uid
+        )
 
     def frontier(self, caller: Caller, message: FrontierRequest) -> DocumentReply:
         job = self._own_job(caller, message.job)

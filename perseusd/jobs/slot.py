@@ -43,6 +43,12 @@ class StageSlot:
     profiling_steps: int = 0
     open_since_ns: dict[ComputationId, int] = field(default_factory=dict)
     intervals: list[Interval] = field(default_factory=list)
+    timed_computations: int = 0
+    all_max_energy_j: float | None = None
+    """One iteration's energy at all-max clocks, measured by the counter (profiling's first clock)."""
+    run_since_ns: int = 0
+    """When the counter began to be sampled for the running plan (0: not yet)."""
+    """Computations timed while profiling (their intervals are dropped clock by clock)."""
     estimate: StageEstimate | None = None
     # Iteration times from consecutive step begins.
     last_step_begin_ns: int | None = None

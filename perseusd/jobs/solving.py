@@ -28,6 +28,7 @@ from perseusd.planner.plan import PlanMeta, frontier_document
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import read_profile_stream
 from perseusd.planner.solver import SolverParams, solve_frontier
+from perseusd.planner.switching import SwitchModel, follow_frontier
 
 CLOSE_TIMEOUT_S = 10.0
 """How long `close` waits for the worker after SIGTERM before SIGKILL."""
@@ -47,6 +48,8 @@ class SolveInput:
     profile_source: str
     p_block_w: float
     unit_time_s: float
+    switch: SwitchModel | None = None
+    """The GPUs' clock switching (measured latency); None: switches are taken as instant."""
 
 
 def auto_unit_time_s(profile: Profile) -> float:
@@ -73,7 +76,12 @@ def solve(task: SolveInput) -> dict[str, Any]:
         params = SolverParams(unit_time_s=task.unit_time_s, p_block_w=task.p_block_w)
         points = list(solve_frontier(dag, profile, params))
         meta = PlanMeta.for_dag(dag, profile, task.unit_time_s, task.p_block_w)
-        return frontier_document(dag, points, meta)
+        document = frontier_document(dag, points, meta)
+        for body, point in zip(document["points"], points, strict=True):
+            body["refined_time_s"] = point.refined_time_s  # the predicted time, measured profile values
+        if task.switch is not None:
+            document = follow_frontier(document, dag, profile, task.p_block_w, task.switch)
+        return document
     except Exception as exc:
         raise PlanningError(f"{type(exc).__name__}: {exc}") from None
 

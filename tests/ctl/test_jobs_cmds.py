@@ -66,6 +66,9 @@ RUNNING = JobInfo(
     all_max_energy_j=25.0,
     energy_saved_j=4175.0,
     cluster="",
+    energy_saved_source="measured",
+    measured_energy_j=20.125,
+    measured_all_max_energy_j=24.5,
 )
 PROFILING = JobInfo(
     job="bert",
@@ -98,13 +101,13 @@ PROFILING = JobInfo(
 )
 
 JOBS_GOLDEN = """\
-JOB   UID   STATE               SCHEDULE           POLICY        PROFILING                     POINTS  DEPLOYED                       CHG/IT  WRONG
-gpt3  1000  running 1h02m05s    1f1b 2x2           slowdown 5 %  40 it, 64/64 clocks, 51234 J  3       #1 0.1200 s 21.5 J (+20.00 %)  3.0     1.2 %
-  saved 4.2 kJ vs all-max
+JOB   UID   STATE               SCHEDULE           POLICY        PROFILING                              POINTS  DEPLOYED (PREDICTED)           CHG/IT  WRONG
+gpt3  1000  running 1h02m05s    1f1b 2x2           slowdown 5 %  40 it, 64/64 clocks, 51234 J measured  3       #1 0.1200 s 21.5 J (+20.00 %)  3.0     1.2 %
+  measured 20.1 J per iteration vs 24.5 J at all-max, saved 4.2 kJ vs all-max (measured)
   PIPELINE  NODE   STAGES  ITERATIONS  ITER TIME  COMPUTE   PLAN         SLOWNESS
   0         local  2/2     120         0.1250 s   0.1212 s  #1 0.1200 s  x1.01
   1         local  1/2     0           -          -         -            -
-bert  0     profiling 0h00m05s  interleaved 4x8x2  fastest       3 it, 2/38 clocks, 812 J      0       -                              -       -  ERROR: solver failed: empty frontier"""  # noqa: E501
+bert  0     profiling 0h00m05s  interleaved 4x8x2  fastest       3 it, 2/38 clocks, 812 J measured      0       -                              -       -  ERROR: solver failed: empty frontier"""  # noqa: E501
 
 
 def test_jobs_table_golden() -> None:
@@ -150,9 +153,9 @@ UUID   NAME  SM MHZ  LOCKED  POWER W  LIMIT W  ENERGY J  PLAN                   
 GPU-a  A100  1260    1260    250.0    400      1.5       4 comps, 96 changes (7 early), 2 late, 0 errors, 0.31/1.20 ms  pid 7 uid 1000 gpt3
 GPU-c  A100  ERROR: GPU is lost
 
-JOB   UID   STATE             SCHEDULE  POLICY        PROFILING                     POINTS  DEPLOYED                       CHG/IT  WRONG
-gpt3  1000  running 1h02m05s  1f1b 2x2  slowdown 5 %  40 it, 64/64 clocks, 51234 J  3       #1 0.1200 s 21.5 J (+20.00 %)  3.0     1.2 %
-  saved 4.2 kJ vs all-max
+JOB   UID   STATE             SCHEDULE  POLICY        PROFILING                              POINTS  DEPLOYED (PREDICTED)           CHG/IT  WRONG
+gpt3  1000  running 1h02m05s  1f1b 2x2  slowdown 5 %  40 it, 64/64 clocks, 51234 J measured  3       #1 0.1200 s 21.5 J (+20.00 %)  3.0     1.2 %
+  measured 20.1 J per iteration vs 24.5 J at all-max, saved 4.2 kJ vs all-max (measured)
   pipeline 0: 2/2 stages, 120 iterations, 0.1250 s per iteration
   pipeline 1: 1/2 stages, 0 iterations, - per iteration"""  # noqa: E501
 
@@ -197,14 +200,14 @@ PLAN_TEXT = json.dumps(plan_from_point(DAG, POINTS[1], META))
 
 FRONTIER_GOLDEN = """\
 job gpt3: 3 frontier points, point 1 deployed (synthetic, 1f1b S=2 M=2, unit time 0.01 s)
-INDEX  TIME S  MODEL J  MEASURED J  SLOWER    SAVED
-0      0.1400  18.0     18.5        +40.00 %  22.9 %
-1      0.1200  21.0     21.5        +20.00 %  10.4 %  <- deployed
-2      0.1000  25.0     24.0        +0.00 %   0.0 %"""
+INDEX  TIME S  MODEL J  PROFILE J  SLOWER    SAVED
+0      0.1400  18.0     18.5       +40.00 %  22.9 %
+1      0.1200  21.0     21.5       +20.00 %  10.4 %  <- deployed
+2      0.1000  25.0     24.0       +0.00 %   0.0 %"""
 
 PLAN_GOLDEN = """\
 job gpt3: point 1 of 3, policy slowdown 5 %
-planned   0.1200 s per iteration (+20.00 % vs fastest), 21.0 J (model), 21.5 J (measured)
+planned   0.1200 s per iteration (+20.00 % vs fastest), predicted 21.0 J (cost model), 21.5 J (profile)
 from      synthetic, 1f1b S=2 M=2, unit time 0.01 s, blocking power 60 W
 stage 0: 4 computations, 1200..1410 MHz, 2 clock changes per iteration
   F0@1410 F1@1200

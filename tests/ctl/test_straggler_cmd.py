@@ -62,19 +62,20 @@ STRAGGLING = JobInfo(
     all_max_energy_j=10500.0,
     energy_saved_j=123456.0,
     cluster="fresh",
+    energy_saved_source="predicted",
 )
 
 JOBS_GOLDEN = """\
-JOB    UID   STATE             SCHEDULE  POLICY   PROFILING  POINTS  DEPLOYED                         CHG/IT  WRONG
+JOB    UID   STATE             SCHEDULE  POLICY   PROFILING  POINTS  DEPLOYED (PREDICTED)             CHG/IT  WRONG
 llama  1000  running 0h10m00s  1f1b 4x8  fastest  -          40      #12 2.8000 s 9000.0 J (+0.00 %)  2.5     0.0 %
-  straggler: pipeline 1 x1.20 (announced, since step 240), target 3.3600 s per iteration, saved 123.5 kJ vs all-max, cluster fresh
+  straggler: pipeline 1 x1.20 (announced, since step 240), target 3.3600 s per iteration, saved 123.5 kJ vs all-max (predicted), cluster fresh
   PIPELINE  NODE    STAGES  ITERATIONS  ITER TIME  COMPUTE   PLAN          SLOWNESS
   0         local   4/4     300         2.9000 s   2.8000 s  #12 2.8000 s  x1.00
   1         local   4/4     300         2.9000 s   3.3600 s  #12 2.8000 s  x1.20     <- straggler
   2         node-b  4/4     300         2.9000 s   -         -             -"""  # noqa: E501
 
 BRIEF_TAIL = """\
-  straggler: pipeline 1 x1.20 (announced, since step 240), target 3.3600 s per iteration, saved 123.5 kJ vs all-max, cluster fresh
+  straggler: pipeline 1 x1.20 (announced, since step 240), target 3.3600 s per iteration, saved 123.5 kJ vs all-max (predicted), cluster fresh
   pipeline 0: 4/4 stages, 300 iterations, 2.9000 s per iteration
   pipeline 1: 4/4 stages, 300 iterations, 2.9000 s per iteration
   pipeline 2: 4/4 stages, 300 iterations, 2.9000 s per iteration (node node-b)"""  # noqa: E501

@@ -5,12 +5,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from perseus_client.protocol import PlanEntry
 
 from perseusd.daemon.deadline_timer import DeadlineTimer
-from perseusd.daemon.plans import MAX_EVENT_AGE_NS, EarlyRaise, GpuPlan, PlanBook, computation_key
+from perseusd.daemon.plans import MAX_EVENT_AGE_NS, EarlyRaise, GpuPlan, PlanBook, computation_key, run_ends
+from perseusd.daemon.registry import GpuRegistry
+from perseusd.gpu.owner import GpuOwner
+from perseusd.gpu.sim import SimBackend
 from tests.daemon.test_plans import CLOCKS_MHZ, PLAN, ManualOwner
 
 pytestmark = pytest.mark.timeout(30)
@@ -192,3 +196,82 @@ def test_timer_survives_a_failing_callback_and_drops_pending_on_stop() -> None:
     assert (timer.fired, timer.failed, late, timer.pending()) == (1, 1, [], 0)
     timer.call_at(0, lambda: late.append(2))  # after stop: ignored
     assert timer.pending() == 0
+
+
+def test_lead_is_the_measured_clock_set_latency_plus_the_margin() -> None:
+    """On an H100 a lock blocks ~12 ms: the raise is submitted that much earlier than on a fast GPU."""
+    now_ns = 10**12
+    owner, timer = ManualOwner(), ManualTimer()
+    measured: dict[str, int | None] = {"GPU-a": None}
+    plan = GpuPlan(
+        "GPU-a",
+        [F0, F1, B0, B1],
+        [e.freq_mhz for e in PLAN],
+        owner.submit,
+        times_s=TIMES_S,
+        early=EarlyRaise(timer, LEAD_NS, measured.get),
+        clock_ns=lambda: now_ns,
+    )
+    plan.on_begin(B0, 0, now_ns)  # unmeasured: the margin alone
+    assert timer.scheduled[-1][0] == now_ns + int(TIMES_S[2] * 1e9) - LEAD_NS
+    measured["GPU-a"] = 12_000_000
+    plan.on_end(B0, 0, now_ns)
+    plan.on_begin(B0, 0, now_ns)
+    assert timer.scheduled[-1][0] == now_ns + int(TIMES_S[2] * 1e9 * plan.pace) - LEAD_NS - 12_000_000
+
+
+def test_registry_gives_each_gpus_measured_clock_set_latency(tmp_path: Path) -> None:
+    backend = SimBackend(tmp_path, noise=0.0, gpus=2)
+    slow, fast = backend.sim_devices()
+    slow.inject_fault("set_locked_sm_clock_mhz", "slow", delay_s=0.01)
+    owners = [GpuOwner(device) for device in (slow, fast)]
+    registry = GpuRegistry(owners, call_timeout_s=5.0)
+    for owner in owners:
+        owner.start()
+    try:
+        assert registry.clock_set_latency_ns(slow.info.uuid) is None
+        assert registry.clock_set_latency_ns("GPU-none") is None
+        for clock_mhz in (900, 1005, 1200):
+            registry.set_locked_sm_clock_mhz(slow.info.uuid, clock_mhz)
+            registry.set_locked_sm_clock_mhz(fast.info.uuid, clock_mhz)
+        slow_ns = registry.clock_set_latency_ns(slow.info.uuid)
+        fast_ns = registry.clock_set_latency_ns(fast.info.uuid)
+        assert slow_ns is not None
+        assert fast_ns is not None
+        assert slow_ns >= 10_000_000 > fast_ns
+    finally:
+        registry.stop()
+        backend.close()
+
+
+def test_run_ends() -> None:
+    clocks = [1005, 1005, 1410, 1410, 1005]
+    left_ns, after_mhz = run_ends(clocks, [10, 20, 30, 40, 50])
+    assert left_ns == [30, 20, 70, 40, 80]  # the last 1005 runs on into the next iteration's first two
+    assert after_mhz == [1410, 1410, 1005, 1005, 1410]
+    assert run_ends([900, 900], [1, 2]) == ([0, 0], [900, 900])
+
+
+def test_a_raise_is_scheduled_from_the_computation_where_its_deadline_falls() -> None:
+    """The run before a raise is a long computation then a 1 ms one: the raise is asked for during the long
+    one, `lead` before the run ends, not at the short one's begin (too late on an H100)."""
+    now_ns = 10**12
+    owner, timer = ManualOwner(), ManualTimer()
+    clocks = [1005, 1005, 1410, 1410]
+    plan = GpuPlan(
+        "GPU-a",
+        [F0, F1, B0, B1],
+        clocks,
+        owner.submit,
+        times_s=(0.030, 0.001, 0.010, 0.010),
+        early=EarlyRaise(timer, LEAD_NS, lambda _gpu: 12_000_000),
+        clock_ns=lambda: now_ns,
+    )
+    plan.on_begin(F0, 0, now_ns)
+    [(deadline_ns, _)] = timer.scheduled
+    assert deadline_ns == now_ns + 31_000_000 - LEAD_NS - 12_000_000
+    plan.on_end(F0, 0, now_ns)
+    timer.scheduled.clear()
+    plan.on_begin(B0, 0, now_ns)  # 1410, then B1 at 1410 and F0 at 1005: nothing to raise
+    plan.on_begin(B1, 0, now_ns)
+    assert timer.scheduled == []

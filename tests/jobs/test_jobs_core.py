@@ -16,6 +16,7 @@ from perseus_client.protocol import (
     ComputationEnd,
     DocumentReply,
     ErrorCode,
+    FrontierRequest,
     Hello,
     JobInfo,
     JobsReply,
@@ -110,7 +111,10 @@ def test_imported_profile_is_solved_deployed_and_cached(core: DaemonCore) -> Non
     info = _info(core)["train"]
     assert info.frontier_points > 1
     assert info.plan_index is not None
-    assert info.plan_time_s == pytest.approx(info.fastest_time_s)  # default policy: fastest
+    assert info.policy == "no_slowdown"  # the default: the least energy no slower than all-max
+    assert info.all_max_time_s is not None
+    assert info.plan_time_s is not None
+    assert info.plan_time_s <= info.all_max_time_s * (1 + 1e-9)
     plan = core.handle(ME, PlanRequest("train"))
     assert isinstance(plan, DocumentReply)
     stages = json.loads(plan.document)["stages"]
@@ -214,3 +218,25 @@ def test_registration_and_access_errors(core: DaemonCore) -> None:
     assert "train" not in _info(core, OTHER)  # another user does not see the job
     with pytest.raises(ProtocolError, match="no job 'train'"):
         core.handle(OTHER, PlanRequest("train"))
+
+
+def test_the_frontier_states_what_the_gpus_will_do(core: DaemonCore) -> None:
+    """The solve plays each point out with the GPUs' measured clock-set latency (docs/solver.md)."""
+    for gpu in core.registry.uuids:  # a set call, so that the latency is measured
+        core.registry.set_locked_sm_clock_mhz(gpu, 1200)
+    _claim_all(core)
+    core.handle(ME, ProfileImport("train", _profile_csv(), "synthetic.csv", 80.0))
+    _register(core, 0)
+    _register(core, 1)
+    _wait_for(lambda: _info(core)["train"].state == "running", core)
+    reply = core.handle(ME, FrontierRequest("train"))
+    assert isinstance(reply, DocumentReply)
+    frontier = json.loads(reply.document)
+    latency_s = frontier["switching"]["latency_s"]  # the median set call when the solve was asked for
+    assert 0 < latency_s < 5.0
+    assert frontier["switching"]["lead_s"] == pytest.approx(latency_s + 0.002)
+    info = _info(core)["train"]
+    deployed = frontier["points"][info.plan_index]
+    assert {"effective_clocks_mhz", "switch_changed", "planned_energy_j"} <= set(deployed)
+    assert info.plan_energy_j == deployed["refined_energy_j"]
+    assert info.plan_time_s == deployed["refined_time_s"]

@@ -1,0 +1,211 @@
+"""Plans a GPU can follow: the clocks each computation will really run at, given the clock-switch latency.
+
+A clock change is not instant: on an H100 a lock acts ~10 ms after it is asked for (the set call blocks about
+that long), while computations last 7-45 ms. The daemon asks for a LOWER clock when the previous computation
+ends, so the change acts `latency_s` into the next run of computations (a run: consecutive computations at
+one clock); it asks for a HIGHER clock `lead_s` (the latency plus a margin) before the run before it is
+expected to end, or at that run's begin when the run is shorter than `lead_s`. Per stage, going round its
+computations in schedule order (the last one precedes the first of the next iteration), each clock boundary
+of the plan is played out on that timeline, with each computation's time at its planned clock:
+
+- lowering into a run: the run's first computations that run mostly before the change acts run at the
+  previous, higher clock (energy the plan did not count);
+- raising into a run: the change acts at `max(0, D - lead_s) + latency_s` into the run before it (D: that
+  run's time). Computations of that run mostly after it run at the higher clock; when the run is shorter
+  than `lead_s`, the raised run's first computations that run mostly before it run at the lower clock: the
+  plan is slower than the solver thought.
+
+A computation "runs at" the clock in force for most of its time. The result is what the GPU will really do
+when the plan is deployed as it is; its predicted time and energy are what a frontier point is chosen by.
+Waiting between computations (pipeline bubbles) gives a switch more time and is ignored (conservative).
+Newer requests supersede older ones in the daemon, so requests never queue; this model assumes that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from perseusd.planner.dag import ComputationDag, Instruction
+from perseusd.planner.evaluate import evaluate_clocks
+from perseusd.planner.profile import Profile
+
+TimeAt = Callable[[int, int], float]
+"""(computation index in the stage's order, clock MHz) -> its time (s)."""
+SnapUp = Callable[[int, int], int]
+"""(computation index, clock MHz) -> its lowest measured clock at or above that clock (else its highest)."""
+
+
+@dataclass(frozen=True)
+class SwitchModel:
+    """How a GPU switches clocks (s): a request acts `latency_s` after it is made; raises are made `lead_s`
+    before the run before them is expected to end (0: at its end)."""
+
+    latency_s: float
+    lead_s: float
+
+    def __post_init__(self) -> None:
+        if not (self.latency_s >= 0.0 and self.lead_s >= 0.0):
+            raise ValueError(f"need latency_s, lead_s >= 0 (got {self.latency_s}, {self.lead_s})")
+
+
+def runs_of(clocks_mhz: Sequence[int]) -> list[list[int]]:
+    """The cyclic runs of equal clocks, as lists of indices in order; one run when every clock is equal.
+
+    The run that wraps (the last computations and the first ones of the next iteration) is one run.
+    """
+    n = len(clocks_mhz)
+    starts = [i for i in range(n) if clocks_mhz[i] != clocks_mhz[i - 1]]
+    if not starts:
+        return [list(range(n))] if n else []
+    runs = []
+    for k, start in enumerate(starts):
+        end = starts[(k + 1) % len(starts)]
+        length = (end - start) % n or n
+        runs.append([(start + j) % n for j in range(length)])
+    return runs
+
+
+def followable_stage_clocks(
+    clocks_mhz: Sequence[int], time_at: TimeAt, snap_up: SnapUp, model: SwitchModel
+) -> list[int]:
+    """One stage's planned clocks (schedule order, cyclic) -> the clocks its computations really run at."""
+    effective = list(clocks_mhz)
+    runs = runs_of(clocks_mhz)
+    if len(runs) < 2:
+        return effective
+    times_s = [time_at(i, clock) for i, clock in enumerate(clocks_mhz)]
+    for k, run in enumerate(runs):
+        before = runs[k - 1]
+        before_mhz, own_mhz = clocks_mhz[before[0]], clocks_mhz[run[0]]
+        if own_mhz < before_mhz:
+            for i in _mostly_before(run, times_s, model.latency_s):
+                effective[i] = snap_up(i, before_mhz)
+            continue
+        before_s = sum(times_s[i] for i in before)
+        acts_s = max(0.0, before_s - model.lead_s) + model.latency_s
+        for i in _mostly_after(before, times_s, acts_s):
+            effective[i] = snap_up(i, own_mhz)
+        for i in _mostly_before(run, times_s, acts_s - before_s):
+            effective[i] = snap_up(i, before_mhz)
+    return effective
+
+
+def _mostly_before(run: list[int], times_s: list[float], acts_s: float) -> list[int]:
+    """The computations of `run` (from its begin) that run mostly before `acts_s` after its begin."""
+    elapsed_s = 0.0
+    early = []
+    for i in run:
+        if elapsed_s + times_s[i] / 2 >= acts_s:
+            break
+        early.append(i)
+        elapsed_s += times_s[i]
+    return early
+
+
+def _mostly_after(run: list[int], times_s: list[float], acts_s: float) -> list[int]:
+    """The computations of `run` that run mostly after `acts_s` after its begin."""
+    elapsed_s = 0.0
+    late = []
+    for i in run:
+        if elapsed_s + times_s[i] / 2 >= acts_s:
+            late.append(i)
+        elapsed_s += times_s[i]
+    return late
+
+
+@dataclass(frozen=True)
+class FollowablePoint:
+    """A frontier point as the GPUs will really run it."""
+
+    clocks_mhz: tuple[tuple[int, ...], ...]
+    """Per stage, in schedule order: the clocks the computations will really run at."""
+    changed: int
+    """Computations that will not run at their planned clock."""
+
+
+def followable_point(
+    stage_clocks_mhz: Sequence[Sequence[int]],
+    stage_time_at: Callable[[int], TimeAt],
+    stage_snap_up: Callable[[int], SnapUp],
+    model: SwitchModel,
+) -> FollowablePoint:
+    """Every stage's planned clocks -> what the GPUs will really run (`stage_time_at(s)`, `stage_snap_up(s)`:
+    stage s's time and snapping functions)."""
+    effective = []
+    changed = 0
+    for stage, clocks in enumerate(stage_clocks_mhz):
+        really = followable_stage_clocks(clocks, stage_time_at(stage), stage_snap_up(stage), model)
+        changed += sum(1 for old, new in zip(clocks, really, strict=True) if new != old)
+        effective.append(tuple(really))
+    return FollowablePoint(tuple(effective), changed)
+
+
+def follow_frontier(
+    document: dict[str, Any], dag: ComputationDag, profile: Profile, p_block_w: float, model: SwitchModel
+) -> dict[str, Any]:
+    """A `perseus-frontier` document whose points state what the GPUs will really do under `model`.
+
+    Each point keeps its planned `clocks_mhz` (what gets deployed) and gains `effective_clocks_mhz` (what
+    will really run), `switch_changed` (computations not at their planned clock) and `planned_time_s` /
+    `planned_energy_j` (the solver's refined figures); `refined_time_s` and `refined_energy_j` become the
+    effective plan's, evaluated on the profile. The document gains `switching` (the model). `document` is
+    not changed.
+    """
+    points = []
+    for point in document["points"]:
+        followed = followable_point(
+            point["clocks_mhz"], _stage_time_at(dag, profile), _stage_snap_up(dag, profile), model
+        )
+        node_clocks = [0] * dag.num_computations
+        for ids, clocks in zip(dag.stage_orders, followed.clocks_mhz, strict=True):
+            for node, clock in zip(ids, clocks, strict=True):
+                node_clocks[node] = clock
+        evaluation = evaluate_clocks(dag, profile, node_clocks, p_block_w)
+        points.append(
+            point
+            | {
+                "planned_time_s": point.get("refined_time_s", point["time_s"]),
+                "planned_energy_j": point["refined_energy_j"],
+                "refined_time_s": evaluation.time_s,
+                "refined_energy_j": evaluation.energy_j,
+                "effective_clocks_mhz": [list(clocks) for clocks in followed.clocks_mhz],
+                "switch_changed": followed.changed,
+            }
+        )
+    switching = {"latency_s": model.latency_s, "lead_s": model.lead_s}
+    return document | {"points": points, "switching": switching}
+
+
+def _stage_time_at(dag: ComputationDag, profile: Profile) -> Callable[[int], TimeAt]:
+    def for_stage(stage: int) -> TimeAt:
+        ids = dag.stage_orders[stage]
+
+        def time_at(k: int, clock_mhz: int) -> float:
+            node = ids[k]
+            key = (dag.virtual_stage(node), dag.computations[node].instruction)
+            return profile.lookup(*key, _snap(profile, key, clock_mhz)).time_s
+
+        return time_at
+
+    return for_stage
+
+
+def _stage_snap_up(dag: ComputationDag, profile: Profile) -> Callable[[int], SnapUp]:
+    def for_stage(stage: int) -> SnapUp:
+        ids = dag.stage_orders[stage]
+
+        def snap_up(k: int, clock_mhz: int) -> int:
+            node = ids[k]
+            return _snap(profile, (dag.virtual_stage(node), dag.computations[node].instruction), clock_mhz)
+
+        return snap_up
+
+    return for_stage
+
+
+def _snap(profile: Profile, key: tuple[int, Instruction], clock_mhz: int) -> int:
+    """The lowest clock measured for `key` at or above `clock_mhz`, else its highest."""
+    clocks = [m.freq_mhz for m in profile.options(*key)]
+    return min((c for c in clocks if c >= clock_mhz), default=max(clocks))

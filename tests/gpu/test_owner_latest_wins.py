@@ -1,0 +1,192 @@
+"""Clock sets never queue behind each other: a newer request supersedes one not yet applied (latest wins)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+
+from perseusd.gpu.backend import GpuDevice, GpuInfo
+from perseusd.gpu.owner import GpuOwner
+from perseusd.gpu.sim import SimBackend, SimDevice
+
+SET_CALL_S = 0.01
+"""What a clock lock blocks its caller on an H100 (~10 ms), injected as a "slow" fault."""
+
+
+class TimedDevice(GpuDevice):
+    """Wraps a device; records (start, end, clock) of every clock-set call and the order of all calls."""
+
+    def __init__(self, inner: SimDevice) -> None:
+        self.inner = inner
+        self.sets: list[tuple[float, float, int]] = []
+        self.calls: list[str] = []
+        self.set_started = threading.Event()
+        self.gate = threading.Event()  # clock sets wait for it once they have started
+        self.gate.set()
+
+    @property
+    def info(self) -> GpuInfo:
+        return self.inner.info
+
+    def set_locked_sm_clock_mhz(self, clock_mhz: int) -> int:
+        self.calls.append(f"set {clock_mhz}")
+        started_s = time.monotonic()
+        self.set_started.set()
+        self.gate.wait(10)
+        applied_mhz = self.inner.set_locked_sm_clock_mhz(clock_mhz)
+        self.sets.append((started_s, time.monotonic(), applied_mhz))
+        return applied_mhz
+
+    def reset_locked_sm_clock(self) -> None:
+        self.calls.append("reset")
+        self.inner.reset_locked_sm_clock()
+
+    def locked_sm_clock_mhz(self) -> int | None:
+        return self.inner.locked_sm_clock_mhz()
+
+    def sm_clock_mhz(self) -> int:
+        return self.inner.sm_clock_mhz()
+
+    def set_power_limit_w(self, limit_w: float) -> float:
+        self.calls.append(f"limit {limit_w:g}")
+        return self.inner.set_power_limit_w(limit_w)
+
+    def power_limit_w(self) -> float:
+        return self.inner.power_limit_w()
+
+    def energy_mj(self) -> int:
+        return self.inner.energy_mj()
+
+    def power_w(self) -> float:
+        return self.inner.power_w()
+
+
+@pytest.fixture
+def device(tmp_path: Path) -> Iterator[TimedDevice]:
+    backend = SimBackend(tmp_path, noise=0.0)
+    sim = backend.sim_devices()[0]
+    sim.inject_fault("set_locked_sm_clock_mhz", "slow", delay_s=SET_CALL_S)
+    yield TimedDevice(sim)
+    backend.close()
+
+
+@pytest.fixture
+def owner(device: TimedDevice) -> Iterator[GpuOwner]:
+    gpu = GpuOwner(device, call_timeout_s=5.0)
+    gpu.start()
+    yield gpu
+    gpu.stop()
+
+
+def test_requests_faster_than_a_set_call_never_build_a_queue(owner: GpuOwner, device: TimedDevice) -> None:
+    """Every request is applied by the end of the first set call that starts after it was made: its
+    latency is at most the call running when it came plus its own, however fast requests arrive."""
+    clocks = [1005, 1410] * 50
+    submitted: list[tuple[float, int, Future[int]]] = []
+    resolved_s: dict[int, float] = {}
+    for i, clock_mhz in enumerate(clocks):
+        future = owner.set_locked_sm_clock_mhz(clock_mhz)
+        future.add_done_callback(lambda _f, i=i: resolved_s.__setitem__(i, time.monotonic()))
+        submitted.append((time.monotonic(), clock_mhz, future))
+        time.sleep(SET_CALL_S / 5)
+    results = [future.result(timeout=10) for _, _, future in submitted]
+    assert len(device.sets) <= len(clocks)
+    assert device.sets[-1][2] == clocks[-1] == results[-1]  # the last request wins
+    for i, (submitted_s, _, _) in enumerate(submitted):
+        ends_after = [end_s for start_s, end_s, _ in device.sets if start_s >= submitted_s]
+        bound_s = ends_after[0] if ends_after else device.sets[-1][1]
+        assert resolved_s[i] <= bound_s + 1e-3, f"request {i} waited beyond the next set call"
+    stats = owner.stats()["set_locked_sm_clock_mhz"]
+    assert stats["calls"] + stats["skipped"] + stats["superseded"] == len(clocks)
+
+
+def test_requests_made_during_one_set_call_cost_one_more_call(owner: GpuOwner, device: TimedDevice) -> None:
+    device.gate.clear()
+    first = owner.set_locked_sm_clock_mhz(900)
+    assert device.set_started.wait(5)
+    waiting = [owner.set_locked_sm_clock_mhz(1005 + 15 * (i % 20)) for i in range(200)]
+    device.gate.set()
+    assert first.result(timeout=5) == 900
+    assert {future.result(timeout=5) for future in waiting} == {1005 + 15 * (199 % 20)}
+    assert [clock for _, _, clock in device.sets] == [900, 1005 + 15 * (199 % 20)]
+    assert owner.stats()["set_locked_sm_clock_mhz"]["superseded"] == 199
+
+
+def test_a_superseded_request_gives_the_clock_applied_in_its_place(
+    owner: GpuOwner, device: TimedDevice
+) -> None:
+    device.gate.clear()
+    first = owner.set_locked_sm_clock_mhz(900)  # running until the gate opens
+    assert device.set_started.wait(5)
+    middle = owner.set_locked_sm_clock_mhz(1200)  # queued behind it...
+    last = owner.set_locked_sm_clock_mhz(1395)  # ...and superseded by this one
+    device.gate.set()
+    assert first.result(timeout=5) == 900
+    assert middle.result(timeout=5) == last.result(timeout=5) == 1395
+    assert [clock for _, _, clock in device.sets] == [900, 1395]
+
+
+def test_state_changes_keep_their_order_around_clock_sets(owner: GpuOwner, device: TimedDevice) -> None:
+    """A reset or a power limit queued after a clock set is never overtaken by a newer clock set."""
+    device.gate.clear()
+    owner.set_locked_sm_clock_mhz(900)  # running until the gate opens
+    assert device.set_started.wait(5)
+    owner.set_locked_sm_clock_mhz(1200)  # queued
+    reset = owner.reset_locked_sm_clock()  # a barrier: 1200 must come before it
+    owner.set_locked_sm_clock_mhz(1305)  # queued after the reset...
+    limit = owner.set_power_limit_w(300.0)  # ...and its own barrier
+    final = owner.set_locked_sm_clock_mhz(1395)
+    device.gate.set()
+    reset.result(timeout=5)
+    limit.result(timeout=5)
+    assert final.result(timeout=5) == 1395
+    sets_and_resets = [c for c in device.calls if not c.startswith("limit")]
+    assert sets_and_resets == ["set 900", "set 1200", "reset", "set 1305", "set 1395"]
+    assert device.calls.index("limit 300") == device.calls.index("set 1305") + 1
+    assert device.inner.locked_sm_clock_mhz() == 1395
+
+
+def test_reads_do_not_hold_a_newer_clock_back(owner: GpuOwner, device: TimedDevice) -> None:
+    device.gate.clear()
+    owner.set_locked_sm_clock_mhz(900)  # running until the gate opens
+    assert device.set_started.wait(5)
+    owner.set_locked_sm_clock_mhz(1200)
+    reading = owner.read()
+    energy = owner.read_energy()
+    newest = owner.set_locked_sm_clock_mhz(1395)
+    device.gate.set()
+    assert newest.result(timeout=5) == 1395
+    reading.result(timeout=5)
+    energy.result(timeout=5)
+    assert [clock for _, _, clock in device.sets] == [900, 1395]
+
+
+def test_requests_from_many_threads_end_at_one_of_the_last(owner: GpuOwner, device: TimedDevice) -> None:
+    lasts: list[int] = []
+
+    def submit(base_mhz: int) -> None:
+        futures = [owner.set_locked_sm_clock_mhz(base_mhz + 15 * i) for i in range(20)]
+        lasts.append(base_mhz + 15 * 19)
+        for future in futures:
+            future.result(timeout=10)
+
+    threads = [threading.Thread(target=submit, args=(600 + 210 * t,)) for t in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert device.inner.locked_sm_clock_mhz() in lasts
+
+
+def test_clock_set_latency_is_the_recent_median_call(owner: GpuOwner) -> None:
+    assert owner.clock_set_latency_s() is None
+    for clock_mhz in (900, 1200, 1395):
+        owner.set_locked_sm_clock_mhz(clock_mhz).result(timeout=5)
+    latency_s = owner.clock_set_latency_s()
+    assert latency_s is not None
+    assert latency_s >= SET_CALL_S

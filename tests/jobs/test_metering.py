@@ -1,0 +1,73 @@
+"""Measured energy per iteration from a coarse energy counter."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+import pytest
+
+from perseusd.daemon.energy_sampler import EnergySampler
+from perseusd.jobs.metering import counter_power_w, iteration_energy_j, job_measurement
+from perseusd.profiling.trace import CounterSample, CounterTrace
+
+PERIOD_NS = 100_000_000  # an H100's counter moves every 100 ms
+
+
+def _trace(power_w: float, seconds: float, first_read_ns: int = 37_000_000) -> list[CounterSample]:
+    """What the sampler keeps of a counter updated every 100 ms at `power_w`, read every 10 ms."""
+    trace = CounterTrace()
+    for read_ns in range(first_read_ns, int(seconds * 1e9), 10_000_000):
+        updated_ns = read_ns // PERIOD_NS * PERIOD_NS  # the value holds the energy up to the last update
+        trace.add(read_ns, int(power_w * updated_ns / 1e6))
+    return trace.samples(0)
+
+
+def test_power_comes_from_counter_updates_not_reads() -> None:
+    samples = _trace(300.0, 3.0)
+    assert counter_power_w(samples) == pytest.approx(300.0, rel=0.01)
+    # Naively over the first and last reads: the first read's value is up to an update old.
+    naive_w = (
+        (samples[-1].energy_mj - samples[0].energy_mj) / 1000 / ((samples[-1].t_ns - samples[0].t_ns) / 1e9)
+    )
+    assert abs(naive_w / 300.0 - 1) > abs(counter_power_w(samples) / 300.0 - 1)  # type: ignore[operator]
+
+
+def test_too_short_a_span_is_not_a_measurement() -> None:
+    assert counter_power_w(_trace(300.0, 0.35)) is None
+    assert counter_power_w(_trace(300.0, 4.0), min_span_s=5.0) is None
+    assert counter_power_w([]) is None
+
+
+def test_iteration_energy_is_power_times_iteration_time() -> None:
+    assert iteration_energy_j(_trace(250.0, 8.0), 0.5) == pytest.approx(125.0, rel=0.01)
+    assert iteration_energy_j(_trace(250.0, 8.0), None) is None
+
+
+def test_job_measurement_needs_every_gpu() -> None:
+    measured = job_measurement([(100.0, 120.0), (90.0, 110.0)], iterations=10)
+    assert measured is not None
+    assert (measured.running_j, measured.all_max_j) == (190.0, 230.0)
+    assert measured.saved_j == pytest.approx(400.0)
+    partial = job_measurement([(100.0, 120.0), (90.0, None)], iterations=10)
+    assert partial is not None
+    assert partial.all_max_j is None
+    assert partial.saved_j is None  # never a saving from half the GPUs
+    assert job_measurement([(100.0, 120.0), (None, 110.0)], iterations=10) is None
+    assert job_measurement([], iterations=0) is None
+
+
+def test_a_slow_watch_reads_every_nth_round() -> None:
+    reads: list[str] = []
+
+    def read(gpu: str) -> Future[tuple[int, int]]:
+        reads.append(gpu)
+        done: Future[tuple[int, int]] = Future()
+        done.set_result((len(reads), len(reads)))
+        return done
+
+    sampler = EnergySampler(read, period_s=0.01)
+    sampler.watch("fast")
+    sampler.watch("slow", period_s=0.05)
+    for _ in range(10):
+        sampler.sample_once()
+    assert (reads.count("fast"), reads.count("slow")) == (10, 2)

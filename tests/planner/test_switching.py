@@ -1,0 +1,133 @@
+"""Plans a GPU can follow: what each computation really runs at, given the clock-switch latency."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from perseusd.planner.dag import ComputationDag, build_dag
+from perseusd.planner.evaluate import evaluate_clocks
+from perseusd.planner.plan import PlanMeta, frontier_document
+from perseusd.planner.profile import Profile
+from perseusd.planner.solver import SolverParams, solve_frontier
+from perseusd.planner.switching import (
+    SwitchModel,
+    follow_frontier,
+    followable_point,
+    followable_stage_clocks,
+    runs_of,
+)
+from tests.support.synthetic import synthetic_profile
+
+H100 = SwitchModel(latency_s=0.012, lead_s=0.014)  # a lock acts ~12 ms after it is asked for
+CLOCKS = (900, 1200, 1500, 1980)
+
+
+def _time_at(times_s: list[float]):  # type: ignore[no-untyped-def]
+    """Computation i takes times_s[i] at 1980 MHz and proportionally longer at lower clocks."""
+    return lambda i, clock_mhz: times_s[i] * 1980 / clock_mhz
+
+
+def _snap(_i: int, clock_mhz: int) -> int:
+    return min((c for c in CLOCKS if c >= clock_mhz), default=max(CLOCKS))
+
+
+def test_runs_are_cyclic() -> None:
+    assert runs_of([1, 1, 2, 2, 1]) == [[2, 3], [4, 0, 1]]
+    assert runs_of([3, 3]) == [[0, 1]]
+    assert runs_of([]) == []
+
+
+def test_long_computations_keep_their_clocks() -> None:
+    clocks = [1980, 900, 1500, 1200]
+    assert followable_stage_clocks(clocks, _time_at([0.04] * 4), _snap, H100) == clocks
+
+
+def test_instant_switches_keep_every_clock() -> None:
+    clocks = [1980, 900, 1500, 900, 1980, 1200]
+    instant = SwitchModel(0.0, 0.0)
+    assert followable_stage_clocks(clocks, _time_at([0.001] * 6), _snap, instant) == clocks
+
+
+def test_a_short_valley_runs_at_the_clock_before_it() -> None:
+    """A lowering acts 12 ms into the run: a 5 ms computation at 900 MHz finishes at 1980 MHz."""
+    clocks = [1980, 900, 1980, 1980]
+    times = [0.040, 0.005 * 900 / 1980, 0.040, 0.040]
+    assert followable_stage_clocks(clocks, _time_at(times), _snap, H100) == [1980] * 4
+
+
+def test_only_the_start_of_a_long_lowered_run_runs_high() -> None:
+    clocks = [1980, 1200, 1200, 1200]
+    times = [0.040, 0.008, 0.008, 0.008]  # at 1200 MHz 13 ms each: the lowering acts inside the first
+    assert followable_stage_clocks(clocks, _time_at(times), _snap, H100) == [1980, 1980, 1200, 1200]
+
+
+def test_a_raise_after_a_short_run_comes_late() -> None:
+    """A raise into the 1980 run is asked for at the 5 ms run's begin and acts 12 ms later: that run runs
+    at 1980, and the raised run's first computation (4 ms) mostly before it, at the run's lower clock."""
+    clocks = [900, 1200, 1980, 1980, 900]
+    times = [0.030, 0.004, 0.003, 0.030, 0.030]
+    effective = followable_stage_clocks(clocks, _time_at(times), _snap, H100)
+    assert effective == [900, 1200, 1200, 1980, 900]
+
+
+def test_a_raise_after_a_long_run_is_in_time() -> None:
+    clocks = [900, 900, 1980, 900]
+    times = [0.030, 0.030, 0.030, 0.030]
+    assert followable_stage_clocks(clocks, _time_at(times), _snap, H100) == clocks
+
+
+def test_followable_point_counts_what_changed() -> None:
+    stages = ([1980, 900, 1980, 1980], [1500, 1500, 1500, 1500])
+    times = [0.040, 0.002, 0.040, 0.040]
+    point = followable_point(stages, lambda _s: _time_at(times), lambda _s: _snap, H100)
+    assert point.clocks_mhz == ((1980,) * 4, (1500,) * 4)
+    assert point.changed == 1
+
+
+def test_model_is_checked() -> None:
+    with pytest.raises(ValueError, match="latency_s, lead_s >= 0"):
+        SwitchModel(latency_s=-0.01, lead_s=0.01)
+
+
+def _frontier() -> tuple[dict[str, Any], ComputationDag, Profile]:
+    profile = synthetic_profile(2, seed=3)
+    dag = build_dag("1f1b", 2, 4, 1)
+    points = list(solve_frontier(dag, profile, SolverParams(unit_time_s=0.001, p_block_w=80.0)))
+    document = frontier_document(dag, points, PlanMeta.for_dag(dag, profile, 0.001, 80.0))
+    for body, point in zip(document["points"], points, strict=True):
+        body["refined_time_s"] = point.refined_time_s
+    return document, dag, profile
+
+
+def test_instant_switches_leave_the_frontier_as_solved() -> None:
+    document, dag, profile = _frontier()
+    followed = follow_frontier(document, dag, profile, 80.0, SwitchModel(0.0, 0.0))
+    assert followed["switching"] == {"latency_s": 0.0, "lead_s": 0.0}
+    for before, after in zip(document["points"], followed["points"], strict=True):
+        assert after["effective_clocks_mhz"] == after["clocks_mhz"] == before["clocks_mhz"]
+        assert after["switch_changed"] == 0
+        assert after["refined_energy_j"] == pytest.approx(before["refined_energy_j"])
+        assert after["refined_time_s"] == pytest.approx(before["refined_time_s"])
+
+
+def test_slow_switches_state_what_the_gpus_will_do() -> None:
+    """20 ms computations, switches that act after 30 ms: most planned changes cannot happen in time."""
+    document, dag, profile = _frontier()
+    original = json.dumps(document)
+    followed = follow_frontier(document, dag, profile, 80.0, SwitchModel(0.03, 0.032))
+    assert json.dumps(document) == original  # the caller's document is not changed
+    changed = [p for p in followed["points"] if p["switch_changed"]]
+    assert changed
+    for point in changed:
+        assert point["effective_clocks_mhz"] != point["clocks_mhz"]
+        assert point["planned_energy_j"] != point["refined_energy_j"]
+        node_clocks = [0] * dag.num_computations
+        for ids, clocks in zip(dag.stage_orders, point["effective_clocks_mhz"], strict=True):
+            for node, clock in zip(ids, clocks, strict=True):
+                node_clocks[node] = clock
+        evaluation = evaluate_clocks(dag, profile, node_clocks, 80.0)
+        assert point["refined_time_s"] == pytest.approx(evaluation.time_s)
+        assert point["refined_energy_j"] == pytest.approx(evaluation.energy_j)
