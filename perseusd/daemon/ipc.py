@@ -27,11 +27,11 @@ from perseus_client.protocol import (
     ErrorCode,
     ErrorReply,
     EventAck,
+    Frame,
     Message,
     ProtocolError,
     decode,
     encode,
-    request_id_of,
 )
 
 from perseusd.daemon.access import AccessPolicy
@@ -47,8 +47,13 @@ ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 CONTROL_DOMAIN = b"perseus"
 ADMIN_DOMAIN = b"perseus-admin"
 HARD_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-EVENT_BATCH = 2048
-EVENT_RCVHWM = 100_000
+EVENT_BATCH = 512
+"""Events read per poll before the other sockets (status, claims) get their turn."""
+EVENT_RCVHWM = 1000
+"""Events queued per client in the daemon: with the client's own queue (1000), a flood leaves at most a few
+thousand events per client to drain, so the events of a released lease stop costing work at once and memory
+stays flat; a client that sends faster than the daemon reads finds its queue full and counts the drops."""
+MAX_ERROR_CHARS = 400
 
 
 class RateLimitedLog:
@@ -59,7 +64,8 @@ class RateLimitedLog:
         self._last_s: dict[str, float] = {}
         self._suppressed: Counter[str] = Counter()
 
-    def warning(self, key: str, message: str) -> None:
+    def warning(self, key: str, message: str, *args: object) -> None:
+        """Log `message % args` unless `key` was logged within the interval (formatted only when logged)."""
         now_s = time.monotonic()
         if now_s - self._last_s.get(key, -1e9) < self._interval_s:
             self._suppressed[key] += 1
@@ -67,7 +73,7 @@ class RateLimitedLog:
         self._last_s[key] = now_s
         suppressed = self._suppressed.pop(key, 0)
         extra = f" ({suppressed} similar suppressed)" if suppressed else ""
-        logger.warning("%s%s", message, extra)
+        logger.warning("%s%s", message % args if args else message, extra)
 
 
 @dataclass(frozen=True)
@@ -221,51 +227,74 @@ class IpcServer:
             self._reply(sock, routing_id, request_id, reply)
 
     def _answer(self, caller: Caller | None, data: bytes, *, admin: bool) -> tuple[int, Message]:
-        """The request id and the reply (an `ErrorReply` for anything rejected)."""
+        """The request id and the reply (an `ErrorReply` for anything rejected); never raises.
+
+        The frame is parsed once: a frame that fails to decode names its request id in the error.
+        """
+        request_id = 0
         try:
-            return self._dispatch(caller, data, admin=admin)
+            frame = self._decode_request(caller, data, admin=admin)
+            request_id = frame.request_id
+            return request_id, self._dispatch(caller, frame, admin=admin)
         except ProtocolError as exc:
             reply = self._error(exc.code, exc.message)
+            request_id = request_id or exc.request_id
         except UnknownGpuError as exc:
             reply = self._error(ErrorCode.UNKNOWN_GPU, str(exc))
         except GpuError as exc:
             reply = self._error(ErrorCode.GPU_ERROR, str(exc))
         except Exception as exc:
             logger.exception("internal error handling a request")
-            reply = self._error(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
-        return request_id_of(data), reply
+            reply = self._error(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS])
+        return request_id, reply
 
-    def _dispatch(self, caller: Caller | None, data: bytes, *, admin: bool) -> tuple[int, Message]:
+    def _decode_request(self, caller: Caller | None, data: bytes, *, admin: bool) -> Frame:
         if caller is None or not (
             self._policy.is_admin(caller) if admin else self._policy.may_connect(caller)
         ):
             raise ProtocolError(ErrorCode.PERMISSION_DENIED, "caller not allowed")
-        frame = decode(data, self._max_frame_bytes)
+        return decode(data, self._max_frame_bytes)
+
+    def _dispatch(self, caller: Caller | None, frame: Frame, *, admin: bool) -> Message:
+        assert caller is not None  # checked by _decode_request
         allowed = ADMIN_TYPES if admin else REQUEST_TYPES
         if type(frame.message) not in allowed:
             if not admin and type(frame.message) in ADMIN_TYPES:
                 raise ProtocolError(ErrorCode.PERMISSION_DENIED, "admin requests go to the admin socket")
             raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{frame.message.TYPE} is not accepted here")
         if type(frame.message) in EVENT_TYPES:
-            self._core.tracker.received += 1
-            self._core.on_event(caller, frame.message)
-            return frame.request_id, EventAck()
-        return frame.request_id, self._core.handle(caller, frame.message, admin_socket=admin)
+            core = self._core
+            core.tracker.received += 1
+            try:
+                core.on_event(caller, frame.message)
+            except Exception:
+                core.tracker.dropped += 1
+                core.leases.count_event(caller.pid, dropped=True)
+                raise
+            core.leases.count_event(caller.pid, dropped=False)
+            return EventAck()
+        return self._core.handle(caller, frame.message, admin_socket=admin)
 
     def _error(self, code: ErrorCode, message: str) -> ErrorReply:
         self._core.tracker.reject(code)
-        self._log.warning(code, f"request rejected: {code}: {message}")
+        self._log.warning(code, "request rejected: %s: %s", code, message)
         return ErrorReply(code=code.value, message=message)
 
     def _reply(self, sock: zmq.Socket[bytes], routing_id: bytes, request_id: int, reply: Message) -> None:
         try:
-            sock.send_multipart([routing_id, encode(reply, request_id)], zmq.NOBLOCK)
+            data = encode(reply, request_id)
+        except ValueError as exc:  # a NaN or infinity in a reply: never send non-standard JSON
+            logger.error("reply %s not encodable: %s", reply.TYPE, exc)
+            data = encode(self._error(ErrorCode.INTERNAL, f"{reply.TYPE} reply not encodable"), request_id)
+        try:
+            sock.send_multipart([routing_id, data], zmq.NOBLOCK)
         except zmq.ZMQError as exc:  # the client went away or is not reading: drop the reply
             self._log.warning("reply", f"reply dropped: {exc}")
 
     # ------------------------------------------------------------------ events (hot path: no logging)
 
     def _drain_events(self) -> None:
+        """Read up to EVENT_BATCH events; whatever a frame holds, it is counted and never raises."""
         sock = self._events
         core = self._core
         tracker = core.tracker
@@ -275,6 +304,7 @@ class IpcServer:
             except zmq.Again:
                 return
             tracker.received += 1
+            caller: Caller | None = None
             try:
                 if frame.more:
                     self._discard_rest()
@@ -286,10 +316,19 @@ class IpcServer:
                 if type(message) not in EVENT_TYPES:
                     raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not an event")
                 core.on_event(caller, message)
+                core.leases.count_event(caller.pid, dropped=False)
             except ProtocolError as exc:
-                tracker.dropped += 1
-                tracker.reject(exc.code)
-                self._log.warning(f"event-{exc.code}", f"event dropped: {exc.code}: {exc.message}")
+                self._drop_event(caller, exc.code, exc.message)
+            except Exception as exc:  # a bad frame never takes the daemon down
+                self._drop_event(caller, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+
+    def _drop_event(self, caller: Caller | None, code: ErrorCode, message: str) -> None:
+        tracker = self._core.tracker
+        tracker.dropped += 1
+        tracker.reject(code)
+        if caller is not None:
+            self._core.leases.count_event(caller.pid, dropped=True)
+        self._log.warning(f"event-{code}", "event dropped: %s: %s", code, message)
 
     def _discard_rest(self) -> None:
         while self._events.getsockopt(zmq.RCVMORE):
