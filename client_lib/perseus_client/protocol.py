@@ -267,6 +267,10 @@ class DaemonHealth:
     last_restore_s: float | None
     auth_rejected: int
     persistence_error: str | None = None
+    connections: int = 0
+    """Client connections open now (control, events, admin)."""
+    connections_refused: int = 0
+    """Connections shut down at once because a limit was reached (docs/daemon.md, Limits)."""
 
 
 @dataclass(frozen=True)

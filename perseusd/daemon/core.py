@@ -87,6 +87,8 @@ class DaemonCore:
         self._started_s = clock_s()
         self.last_restore_s: float | None = None
         self.auth_rejected = 0
+        self.connection_counts: Callable[[], tuple[int, int]] = lambda: (0, 0)
+        """(open, refused) client connections, from the IPC layer."""
 
     # ------------------------------------------------------------------ dispatch
 
@@ -347,6 +349,7 @@ class DaemonCore:
 
     def health(self) -> DaemonHealth:
         tracker = self.tracker
+        connections, refused = self.connection_counts()
         return DaemonHealth(
             version=self._version,
             protocol=PROTOCOL_VERSION,
@@ -361,6 +364,8 @@ class DaemonCore:
             last_restore_s=self.last_restore_s,
             auth_rejected=self.auth_rejected,
             persistence_error=self.keeper.persistence_error,
+            connections=connections,
+            connections_refused=refused,
         )
 
     def _gpu_status(

@@ -33,10 +33,12 @@ from perseus_client.protocol import (
     decode,
     encode,
 )
+from zmq.utils.monitor import parse_monitor_message
 
 from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.identity import Caller, parse_peer_address
+from perseusd.daemon.limits import ConnectionBook, ConnectionLimits, peer_uid, shut_down
 from perseusd.daemon.registry import UnknownGpuError
 from perseusd.daemon.runtime_dir import SOCKET_MODE, reclaim_stale_socket, set_group
 from perseusd.errors import GpuError
@@ -54,6 +56,8 @@ EVENT_RCVHWM = 1000
 thousand events per client to drain, so the events of a released lease stop costing work at once and memory
 stays flat; a client that sends faster than the daemon reads finds its queue full and counts the drops."""
 MAX_ERROR_CHARS = 400
+DEFAULT_LIMITS = ConnectionLimits.for_descriptors(1024)
+MONITORED_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
 
 
 class RateLimitedLog:
@@ -80,6 +84,7 @@ class RateLimitedLog:
 class IpcSettings:
     runtime_dir: Path
     max_frame_bytes: int
+    limits: ConnectionLimits = DEFAULT_LIMITS
 
 
 class IpcServer:
@@ -100,6 +105,9 @@ class IpcServer:
         self._events = self._ctx.socket(zmq.PULL)
         self._secure(self._events, CONTROL_DOMAIN)
         self._events.setsockopt(zmq.RCVHWM, EVENT_RCVHWM)
+        self.connections = ConnectionBook(settings.limits, lambda: core.leases.session_count)
+        core.connection_counts = lambda: (self.connections.live, self.connections.refused)
+        self._monitors: list[zmq.Socket[bytes]] = []
         self._poller = zmq.Poller()
         self._polled_pidfds: set[int] = set()
         self._extra_fds: dict[int, Callable[[], None]] = {}
@@ -137,6 +145,10 @@ class IpcServer:
                 os.umask(old_umask)
             os.chmod(path, SOCKET_MODE)
             set_group(path, gid)
+        for sock in (self._control, self._events, self._admin):
+            monitor = sock.get_monitor_socket(MONITORED_EVENTS)
+            self._monitors.append(monitor)
+            self._poller.register(monitor, zmq.POLLIN)
         for sock in (self._zap, self._control, self._events, self._admin):
             self._poller.register(sock, zmq.POLLIN)
 
@@ -149,6 +161,8 @@ class IpcServer:
         self._max_frame_bytes = max_frame_bytes
 
     def close(self) -> None:
+        for monitor in self._monitors:
+            monitor.close(linger=0)
         for path in (CONTROL_SOCKET_NAME, EVENT_SOCKET_NAME, ADMIN_SOCKET_NAME):
             (self._settings.runtime_dir / path).unlink(missing_ok=True)
         self._ctx.destroy(linger=0)
@@ -159,6 +173,9 @@ class IpcServer:
         """Wait up to `timeout_ms` and serve whatever is ready."""
         self._sync_pidfds()
         ready = dict(self._poller.poll(timeout_ms))
+        for monitor in self._monitors:
+            if monitor in ready:
+                self._serve_monitor(monitor)
         for fd in self._polled_pidfds & ready.keys():
             pid = self._core.leases.pid_of_pidfd(fd)
             if pid is not None:
@@ -182,6 +199,27 @@ class IpcServer:
         for fd in current - self._polled_pidfds:
             self._poller.register(fd, zmq.POLLIN)
         self._polled_pidfds = current
+
+    # ------------------------------------------------------------------ connections
+
+    def _serve_monitor(self, monitor: zmq.Socket[bytes]) -> None:
+        """Count connections as they come and go; shut down those over a limit (docs/daemon.md, Limits)."""
+        book = self.connections
+        for _ in range(1024):
+            try:
+                frames = monitor.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            event = parse_monitor_message(frames)
+            fd = int(event["value"])
+            if event["event"] == zmq.EVENT_ACCEPTED:
+                uid = peer_uid(fd)
+                reason = book.accepted(fd, uid)
+                if reason is not None:
+                    shut_down(fd)
+                    self._log.warning("conn-limit", "refused a connection (uid %s): %s", uid, reason)
+            else:
+                book.closed(fd)
 
     # ------------------------------------------------------------------ ZAP
 
