@@ -17,7 +17,7 @@ logger = logging.getLogger(__name__)
 
 RESERVED_DESCRIPTORS = 128
 """Descriptors kept for the daemon itself: ZeroMQ's own, GPU devices, /proc, the state file, the journal."""
-MAX_CONNECTIONS_PER_USER = 1024
+MAX_CONNECTIONS_PER_USER = 512
 """Connections one uid (root excepted) may hold; a client uses two (control and events)."""
 _UCRED = struct.Struct("3i")  # pid, uid, gid
 

@@ -54,7 +54,7 @@ logger = logging.getLogger("perseusd")
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
-WANTED_NOFILE = 65536
+WANTED_NOFILE = 524_288
 LOW_NOFILE_WARNING = 4096
 
 

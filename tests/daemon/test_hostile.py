@@ -77,11 +77,12 @@ def test_regression_frame_on_every_socket(daemon: DaemonProcess, gpu: str, peer:
     assert_error_or_reply(peer.ask(data, admin=True))
     peer.event(data)
     peer.ask(b'{"v":5,"id":3,"type":"release","gpus":[]}')
-    assert daemon.proc is not None and daemon.proc.poll() is None, daemon.log()
+    assert daemon.proc is not None
+    assert daemon.proc.poll() is None, daemon.log()
     assert_serves_and_nothing_locked(daemon.dirs.runtime_dir)
 
 
-def test_register_failure_leaves_no_job(daemon: DaemonProcess, gpu: str, peer: RawPeer) -> None:
+def test_register_failure_leaves_no_job(gpu: str, peer: RawPeer) -> None:
     peer.ask(b'{"v":5,"id":1,"type":"hello","job":"half","client_version":"0"}')
     peer.ask(b'{"v":5,"id":2,"type":"claim","gpus":["%s"],"job":"half"}' % gpu.encode())
     bad = (
@@ -89,7 +90,8 @@ def test_register_failure_leaves_no_job(daemon: DaemonProcess, gpu: str, peer: R
         b'"num_stages":1,"num_microbatches":1,"schedule":"1f1b","chunks":1}' % gpu.encode()
     )
     reply = peer.ask(bad)
-    assert isinstance(reply.message, ErrorReply) and reply.message.code == "BAD_FIELD"
+    assert isinstance(reply.message, ErrorReply)
+    assert reply.message.code == "BAD_FIELD"
     jobs = peer.ask(b'{"v":5,"id":4,"type":"jobs"}')
     assert "half-created" not in [job.job for job in jobs.message.jobs]  # type: ignore[attr-defined]
     peer.ask(b'{"v":5,"id":5,"type":"release","gpus":[]}')
@@ -113,7 +115,8 @@ def test_fuzzed_frames_get_decodable_replies(daemon: DaemonProcess, gpu: str, da
 
 def test_daemon_serves_after_fuzzing(daemon: DaemonProcess) -> None:
     """Runs after the fuzzing above (same module daemon): alive, serving, nothing locked."""
-    assert daemon.proc is not None and daemon.proc.poll() is None, daemon.log()
+    assert daemon.proc is not None
+    assert daemon.proc.poll() is None, daemon.log()
     with PerseusClient(daemon.dirs.runtime_dir, job="admin") as client:
         assert client.daemon_info is not None
     assert_serves_and_nothing_locked(daemon.dirs.runtime_dir)
