@@ -76,11 +76,15 @@ logger = logging.getLogger(__name__)
 
 CLIENT_VERSION = "0.1.0"
 DEFAULT_RUNTIME_DIR = "/run/perseusd"
-EVENT_SNDHWM = 1000
+EVENT_SNDHWM = 500
 """Events queued towards a slow daemon before new ones are dropped (and counted): a small queue keeps the
 daemon's backlog, and so the time it spends on events of a lease already released, short."""
-CLOSE_SETTLE_S = 1.0
-"""At close, how long to wait for the daemon to read the events still queued before counting them lost."""
+EVENT_SNDBUF_BYTES = 64 * 1024
+"""The kernel's share of that queue (the socket buffer), kept small for the same reason."""
+CLOSE_SETTLE_S = 10.0
+CLOSE_STALL_S = 1.0
+"""At close, the client waits until the daemon has read every event it sent, at most CLOSE_SETTLE_S and at
+most CLOSE_STALL_S without progress; events still unread then are counted in `events_lost`."""
 _INSTRUCTIONS = frozenset(("forward", "backward"))
 M = TypeVar("M", bound=Message)
 _COMPUTATION_FORMAT = (
@@ -193,6 +197,7 @@ class PerseusClient:
         events = self._ctx.socket(zmq.PUSH)
         events.setsockopt(zmq.LINGER, 0)
         events.setsockopt(zmq.SNDHWM, EVENT_SNDHWM)
+        events.setsockopt(zmq.SNDBUF, EVENT_SNDBUF_BYTES)
         events.setsockopt(zmq.IMMEDIATE, 1)
         events.connect(f"ipc://{self.runtime_dir / EVENT_SOCKET_NAME}")
         self._control, self._events = control, events
@@ -263,22 +268,25 @@ class PerseusClient:
         """Wait (bounded) until the daemon read every event sent in this session; count the rest as lost."""
         if self._control is None or self._session_sent <= 0:
             return
-        deadline_s = time.monotonic() + CLOSE_SETTLE_S
+        started_s = progress_s = time.monotonic()
         received = 0
         while True:
-            left_s = deadline_s - time.monotonic()
+            now_s = time.monotonic()
             try:
                 reply = request_reply(
                     self._control,
                     EventCount(),
                     EventCountOk,
-                    timeout_s=max(0.05, min(self.timeout_s, left_s)),
+                    timeout_s=max(0.05, min(self.timeout_s, CLOSE_STALL_S)),
                     request_id=next(self._ids),
                 )
             except PerseusClientError:
                 break  # the daemon is gone or does not count: what it did not confirm is lost
-            received = reply.received
-            if received >= self._session_sent or left_s <= 0:
+            if reply.received > received:
+                received, progress_s = reply.received, now_s
+            if received >= self._session_sent:
+                break
+            if now_s - progress_s > CLOSE_STALL_S or now_s - started_s > CLOSE_SETTLE_S:
                 break
             time.sleep(0.01)
         self.events_lost += max(0, self._session_sent - received)

@@ -507,7 +507,7 @@ def _leading_id(data: bytes) -> int:
 def _parse_json(data: bytes) -> Any:
     """The JSON value of a frame, standard JSON only (NaN and Infinity are refused)."""
     try:
-        return json.loads(data, parse_constant=_refuse_constant)
+        return _DECODER.decode(data.decode())
     except ProtocolError:
         raise
     except RecursionError:
@@ -520,6 +520,9 @@ def _parse_json(data: bytes) -> Any:
 
 def _refuse_constant(name: str) -> Any:
     raise ProtocolError(ErrorCode.BAD_FRAME, f"non-standard JSON constant {name} (numbers must be finite)")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 
 
 def _short(value: Any, limit: int = 80) -> str:

@@ -49,12 +49,13 @@ ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 CONTROL_DOMAIN = b"perseus"
 ADMIN_DOMAIN = b"perseus-admin"
 HARD_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-EVENT_BATCH = 512
+EVENT_BATCH = 128
 """Events read per poll before the other sockets (status, claims) get their turn."""
-EVENT_RCVHWM = 1000
-"""Events queued per client in the daemon: with the client's own queue (1000), a flood leaves at most a few
-thousand events per client to drain, so the events of a released lease stop costing work at once and memory
-stays flat; a client that sends faster than the daemon reads finds its queue full and counts the drops."""
+EVENT_RCVHWM = 500
+"""Events queued per client in the daemon: with the client's own queue (500 and a 64 KiB socket buffer), a
+flood leaves about 1,300 events per client to drain, so the events of a released lease stop costing work at
+once and memory stays flat; a client that sends faster than the daemon reads finds its queue full and counts
+the drops."""
 MAX_ERROR_CHARS = 400
 DEFAULT_LIMITS = ConnectionLimits.for_descriptors(1024)
 MONITORED_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED

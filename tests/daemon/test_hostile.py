@@ -4,12 +4,16 @@ is left leased or locked, and every reply decodes."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from perseus_client import PerseusClient
+from perseus_client.client import PerseusClientError
 from perseus_client.protocol import ErrorReply
 
 from tests.support.frames import (
@@ -121,3 +125,39 @@ def test_daemon_serves_after_fuzzing(daemon: DaemonProcess) -> None:
         assert client.daemon_info is not None
     assert_serves_and_nothing_locked(daemon.dirs.runtime_dir)
     assert "Traceback" not in daemon.log()
+
+
+@pytest.mark.parametrize("command", [["status"], ["status", "--json"], ["jobs"]])
+def test_perseusctl_into_a_closed_pipe_prints_no_traceback(daemon: DaemonProcess, command: list[str]) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", str(daemon.dirs.runtime_dir), *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    proc.stdout.close()  # like `| head` that has read enough: every write now fails with EPIPE
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=60) in (0, 141)
+    assert "Traceback" not in err
+    assert "BrokenPipe" not in err
+
+
+def test_unreachable_names_the_socket(tmp_path: Path) -> None:
+    with pytest.raises(PerseusClientError) as unreachable:
+        PerseusClient(tmp_path, job="nobody-home", timeout_s=0.2)
+    assert unreachable.value.code == "UNREACHABLE"
+    assert str(tmp_path / "control.sock") in unreachable.value.message
+
+
+def test_short_flood_accounts_for_every_event() -> None:
+    """benchmarks/bench_flood.py on a small scale: the sums close exactly and the daemon survives; no timing
+    is asserted (the machine may be slow)."""
+    from benchmarks.bench_flood import run
+
+    report = run(clients=3, duration_s=2.0)
+    accounting = report["accounting"]
+    assert accounting["accounted"], report
+    assert accounting["received_by_daemon"] > 0
+    assert report["daemon_alive"]
