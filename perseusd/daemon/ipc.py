@@ -181,14 +181,14 @@ class IpcServer:
             pid = self._core.leases.pid_of_pidfd(fd)
             if pid is not None:
                 self._core.client_died(pid)
-        if self._events in ready:
-            self._drain_events()
         if self._zap in ready:
             self._serve_zap()
-        if self._control in ready:
+        if self._control in ready:  # requests before events: a flood of events never delays a status
             self._serve_router(self._control, admin=False)
         if self._admin in ready:
             self._serve_router(self._admin, admin=True)
+        if self._events in ready:
+            self._drain_events()
         for fd, callback in self._extra_fds.items():
             if fd in ready:
                 callback()
