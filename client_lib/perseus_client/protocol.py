@@ -13,6 +13,9 @@ the `jobs` field of a status reply; event timestamps are CLOCK_MONOTONIC (`time.
 Version 4: stragglers (`announce_straggler`), per-pipeline compute time, plan and slowness in `jobs`, the
 job's straggler, target time and energy saved.
 Version 5: `early_raises` in a plan's status (clocks raised before the running computation's expected end).
+Next version (not yet numbered): `event_count` (a client's events as the daemon counted them), the
+`connections` and `connections_refused` fields of the daemon's health, error code LIMIT; frames are standard
+JSON (NaN and Infinity refused) with integers of at most 64 bits and finite floats.
 """
 
 from __future__ import annotations
