@@ -81,8 +81,8 @@ EVENT_SNDHWM = 500
 daemon's backlog, and so the time it spends on events of a lease already released, short."""
 EVENT_SNDBUF_BYTES = 64 * 1024
 """The kernel's share of that queue (the socket buffer), kept small for the same reason."""
-CLOSE_SETTLE_S = 10.0
-CLOSE_STALL_S = 1.0
+CLOSE_SETTLE_S = 30.0
+CLOSE_STALL_S = 3.0
 """At close, the client waits until the daemon has read every event it sent, at most CLOSE_SETTLE_S and at
 most CLOSE_STALL_S without progress; events still unread then are counted in `events_lost`."""
 _INSTRUCTIONS = frozenset(("forward", "backward"))
