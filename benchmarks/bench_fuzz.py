@@ -100,7 +100,7 @@ def fuzz(daemon: DaemonProcess, frames: int, seed: int) -> dict[str, Any]:
     peer.close()
     verdict = "ok"
     try:
-        assert_serves_and_nothing_locked(runtime_dir)
+        assert_serves_and_nothing_locked(runtime_dir, state_dir=daemon.dirs.state_dir)
     except AssertionError as exc:
         verdict = str(exc)
     health = daemon.status()["daemon"]

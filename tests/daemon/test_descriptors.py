@@ -86,11 +86,13 @@ def test_connection_flood_under_a_low_limit(daemon: DaemonProcess) -> None:
             time.sleep(0.2)
         assert daemon.proc is not None
         assert daemon.proc.poll() is None, daemon.log()
-        assert_serves_and_nothing_locked(daemon.dirs.runtime_dir)  # root still gets through
+        assert_serves_and_nothing_locked(
+            daemon.dirs.runtime_dir, state_dir=daemon.dirs.state_dir
+        )  # root still gets through
     finally:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
-    assert_serves_and_nothing_locked(daemon.dirs.runtime_dir)
+    assert_serves_and_nothing_locked(daemon.dirs.runtime_dir, state_dir=daemon.dirs.state_dir)
     assert daemon.proc.poll() is None, daemon.log()
     assert "refused a connection (uid 65534)" in daemon.log()
     assert daemon.status()["daemon"]["connections"] < MAX_CONNECTIONS_PER_USER  # the flood's are closed

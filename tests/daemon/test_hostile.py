@@ -83,7 +83,7 @@ def test_regression_frame_on_every_socket(daemon: DaemonProcess, gpu: str, peer:
     peer.ask(b'{"v":5,"id":3,"type":"release","gpus":[]}')
     assert daemon.proc is not None
     assert daemon.proc.poll() is None, daemon.log()
-    assert_serves_and_nothing_locked(daemon.dirs.runtime_dir)
+    assert_serves_and_nothing_locked(daemon.dirs.runtime_dir, state_dir=daemon.dirs.state_dir)
 
 
 def test_register_failure_leaves_no_job(gpu: str, peer: RawPeer) -> None:
@@ -123,7 +123,7 @@ def test_daemon_serves_after_fuzzing(daemon: DaemonProcess) -> None:
     assert daemon.proc.poll() is None, daemon.log()
     with PerseusClient(daemon.dirs.runtime_dir, job="admin") as client:
         assert client.daemon_info is not None
-    assert_serves_and_nothing_locked(daemon.dirs.runtime_dir)
+    assert_serves_and_nothing_locked(daemon.dirs.runtime_dir, state_dir=daemon.dirs.state_dir)
     assert "Traceback" not in daemon.log()
 
 

@@ -234,9 +234,11 @@ def assert_error_or_reply(frame: Frame) -> None:
         assert frame.message.message
 
 
-def assert_serves_and_nothing_locked(runtime_dir: Path, *, settle_s: float = 5.0) -> None:
+def assert_serves_and_nothing_locked(
+    runtime_dir: Path, *, state_dir: Path | None = None, settle_s: float = 5.0
+) -> None:
     """A well-behaved client claims, sets a clock, sends events and releases; afterwards no GPU is leased or
-    locked (the daemon restored everything the hostile peers did)."""
+    locked (the daemon restored everything the hostile peers did) and state.json, if any, reads back whole."""
     with PerseusClient(runtime_dir, job="well-behaved", timeout_s=5.0) as client:
         assert client.daemon_info is not None
         gpu = client.daemon_info.gpus[0].uuid
@@ -255,7 +257,15 @@ def assert_serves_and_nothing_locked(runtime_dir: Path, *, settle_s: float = 5.0
         locked = {u: sim_control(runtime_dir, u).locked_sm_clock_mhz for u in uuids}
         leased = [row.uuid for row in status.gpus if row.lease is not None]
         if not leased and all(v is None for v in locked.values()):
+            _assert_state_whole(state_dir)
             return
         if time.monotonic() > deadline_s:
             raise AssertionError(f"GPUs left leased {leased} or locked {locked}")
         time.sleep(0.1)
+
+
+def _assert_state_whole(state_dir: Path | None) -> None:
+    """state.json is absent (nothing to restore) or one whole JSON object."""
+    path = None if state_dir is None else state_dir / "state.json"
+    if path is not None and path.exists():
+        assert isinstance(json.loads(path.read_text()), dict)
