@@ -7,8 +7,10 @@ leased sim GPU, then release and close. Prints JSON:
 - status_ms: `status` round trips of a connected client (what `perseusctl status` waits for once connected)
   idle (the same-run baseline) and during the flood, p50/p99; `perseusctl_ms`: whole `perseusctl status`
   runs (interpreter start-up included) idle and during the flood;
-- drain_s: from the last client's close until the daemon's event count stops moving (events of released
-  leases no longer cost it work), and the daemon's CPU seconds in the 2 s after that.
+- release_to_all_read_s: per client, from its release until the daemon has read its last event (its close
+  waits for that): how long events of a released lease still cost the daemon work;
+- drain_s: from the last client's close until the daemon's event count stops moving, and the daemon's CPU
+  seconds in the 2 s after that.
 
     python benchmarks/bench_flood.py [--clients 16] [--duration-s 30] [--daemon-nice -10]
 
@@ -52,8 +54,10 @@ def _sender(runtime_dir: str, index: int, duration_s: float, go: Any, out: Any) 
             client.computation_end(gpu, 0, "forward", microbatch)
             microbatch += 1
     client.release()
-    client.close()
-    out.put((client.events_sent, client.events_dropped, client.events_lost, time.monotonic()))
+    released_s = time.monotonic()
+    client.close()  # returns once the daemon has read every event sent (or counts them lost)
+    closed_s = time.monotonic()
+    out.put((client.events_sent, client.events_dropped, client.events_lost, closed_s, closed_s - released_s))
 
 
 def _rss_mb(pid: int) -> float:
@@ -130,7 +134,7 @@ def _received(daemon: DaemonProcess) -> int:
 
 def _drain_s(daemon: DaemonProcess, closed_s: float, quiet_s: float = 0.5) -> float:
     """Seconds from `closed_s` to the last change of the daemon's event count (seen `quiet_s` unchanged)."""
-    last, last_change_s = _received(daemon), time.monotonic()
+    last, last_change_s = _received(daemon), closed_s
     while time.monotonic() - last_change_s < quiet_s:
         time.sleep(0.05)
         now = _received(daemon)
@@ -220,6 +224,10 @@ def run(clients: int, duration_s: float, daemon_nice: int = 0) -> dict[str, Any]
                 "flood_failures": flood.failures,
             },
             "perseusctl_ms": {"idle": [round(t) for t in ctl_idle], "flood": [round(t) for t in ctl_flood]},
+            "release_to_all_read_s": {
+                "p50": _pct([r[4] for r in results], 0.5),
+                "max": _pct([r[4] for r in results], 1.0),
+            },
             "drain_s": round(drain_s, 3),
             "cpu_s_in_2s_after_drain": round(cpu_idle_s, 3),
             "daemon_alive": daemon.proc.poll() is None,
