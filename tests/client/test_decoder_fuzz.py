@@ -22,7 +22,7 @@ def _decode_or_error(data: bytes) -> p.Frame | p.ProtocolError:
         return exc
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(frames(GPU))
 def test_decode_raises_only_protocol_error(data: bytes) -> None:
     outcome = _decode_or_error(data)

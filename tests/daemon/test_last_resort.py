@@ -33,6 +33,7 @@ def _locked_service(core: DaemonCore, tmp_path: Path) -> tuple[Service, IpcServe
     core.handle(ME, Claim(gpus=(gpu,), job="t"))
     core.handle(ME, SetClock(gpu=gpu, sm_clock_mhz=1200))
     assert core.registry.read_all()[gpu].locked_sm_clock_mhz == 1200
+    core.busy = lambda: True  # type: ignore[method-assign]  # poll briefly: each iteration is quick
     return Service(config, core, ipc, lambda: config, lambda _new: None), ipc, gpu
 
 
