@@ -40,6 +40,8 @@ from perseus_client.protocol import (
     ClearPlanOk,
     DocumentReply,
     ErrorReply,
+    EventCount,
+    EventCountOk,
     FrontierRequest,
     Hello,
     HelloOk,
@@ -73,8 +75,15 @@ logger = logging.getLogger(__name__)
 
 CLIENT_VERSION = "0.1.0"
 DEFAULT_RUNTIME_DIR = "/run/perseusd"
-EVENT_SNDHWM = 10_000
-CLOSE_LINGER_MS = 200
+EVENT_SNDHWM = 500
+"""Events queued towards a slow daemon before new ones are dropped (and counted): a small queue keeps the
+daemon's backlog, and so the time it spends on events of a lease already released, short."""
+EVENT_SNDBUF_BYTES = 64 * 1024
+"""The kernel's share of that queue (the socket buffer), kept small for the same reason."""
+CLOSE_SETTLE_S = 30.0
+CLOSE_STALL_S = 3.0
+"""At close, the client waits until the daemon has read every event it sent, at most CLOSE_SETTLE_S and at
+most CLOSE_STALL_S without progress; events still unread then are counted in `events_lost`."""
 _INSTRUCTIONS = frozenset(("forward", "backward"))
 M = TypeVar("M", bound=Message)
 _COMPUTATION_FORMAT = (
@@ -147,6 +156,8 @@ class PerseusClient:
         self.timeout_s = timeout_s
         self.events_sent = 0
         self.events_dropped = 0
+        self.events_lost = 0
+        self._session_sent = 0  # events sent since the hello that opened this session with the daemon
         self.reconnects = 0
         self.daemon_info: HelloOk | None = None
         self._claimed: list[str] = []
@@ -185,6 +196,7 @@ class PerseusClient:
         events = self._ctx.socket(zmq.PUSH)
         events.setsockopt(zmq.LINGER, 0)
         events.setsockopt(zmq.SNDHWM, EVENT_SNDHWM)
+        events.setsockopt(zmq.SNDBUF, EVENT_SNDBUF_BYTES)
         events.setsockopt(zmq.IMMEDIATE, 1)
         events.connect(f"ipc://{self.runtime_dir / EVENT_SOCKET_NAME}")
         self._control, self._events = control, events
@@ -223,6 +235,7 @@ class PerseusClient:
             with self._lock:
                 if self._control is None:
                     return
+                self._session_sent = 0  # a new daemon: it counts from its hello
                 self.hello()
                 if self._claimed:
                     self.claim(self._claimed)
@@ -235,18 +248,51 @@ class PerseusClient:
             logger.warning("perseus: re-registering with the daemon failed: %s", exc)
 
     def close(self) -> None:
-        """Close the sockets (the daemon restores this process's GPUs when it exits anyway)."""
+        """Close the sockets (the daemon restores this process's GPUs when it exits anyway).
+
+        Events still queued get up to `CLOSE_SETTLE_S` to reach the daemon; those that did not are counted in
+        `events_lost` (the daemon says how many it read), so `events_sent - events_lost` arrived.
+        """
         self._closing.set()
         if self._monitor is not None:
             self._monitor.join(timeout=1.0)
         with self._lock:
+            self._settle_events()
             if self._control is not None:
                 self._control.close(linger=0)
-            if self._events is not None:  # queued events (a last step_end) get a moment to leave
-                self._events.close(linger=CLOSE_LINGER_MS)
+            if self._events is not None:
+                self._events.close(linger=0)
             if self._ctx is not None:
                 self._ctx.term()
             self._ctx = self._control = self._events = None
+
+    def _settle_events(self) -> None:
+        """Wait (bounded) until the daemon read every event sent in this session; count the rest as lost."""
+        if self._control is None or self._session_sent <= 0:
+            return
+        started_s = progress_s = time.monotonic()
+        received = 0
+        while True:
+            now_s = time.monotonic()
+            try:
+                reply = request_reply(
+                    self._control,
+                    EventCount(),
+                    EventCountOk,
+                    timeout_s=max(0.05, min(self.timeout_s, CLOSE_STALL_S)),
+                    request_id=next(self._ids),
+                )
+            except PerseusClientError:
+                break  # the daemon is gone or does not count: what it did not confirm is lost
+            if reply.received > received:
+                received, progress_s = reply.received, now_s
+            if received >= self._session_sent:
+                break
+            if now_s - progress_s > CLOSE_STALL_S or now_s - started_s > CLOSE_SETTLE_S:
+                break
+            time.sleep(0.01)
+        self.events_lost += max(0, self._session_sent - received)
+        self._session_sent = 0
 
     def __enter__(self) -> PerseusClient:
         return self
@@ -446,6 +492,7 @@ class PerseusClient:
             )
             self._events.send(data, zmq.NOBLOCK)  # type: ignore[union-attr]
             self.events_sent += 1
+            self._session_sent += 1
         except Exception:  # never raise into training
             self.events_dropped += 1
 
@@ -459,6 +506,7 @@ class PerseusClient:
             )
             self._events.send(data, zmq.NOBLOCK)  # type: ignore[union-attr]
             self.events_sent += 1
+            self._session_sent += 1
         except Exception:  # never raise into training
             self.events_dropped += 1
 
@@ -504,12 +552,14 @@ def request_reply(
     """Send one request on a DEALER socket and wait for its reply; raises `PerseusClientError`."""
     deadline_s = time.monotonic() + timeout_s
     if not sock.poll(int(timeout_s * 1000), zmq.POLLOUT):
-        raise _unreachable(client, "the daemon is not reachable")
+        raise _unreachable(client, f"the daemon is not reachable at {_endpoint(sock)}")
     sock.send(encode(request, request_id), zmq.NOBLOCK)
     while True:
         left_ms = int((deadline_s - time.monotonic()) * 1000)
         if left_ms <= 0 or not sock.poll(left_ms, zmq.POLLIN):
-            raise _unreachable(client, f"no reply to {request.TYPE} within {timeout_s:g} s")
+            raise _unreachable(
+                client, f"no reply to {request.TYPE} within {timeout_s:g} s from {_endpoint(sock)}"
+            )
         try:
             frame = decode(sock.recv(zmq.NOBLOCK), 64 * DEFAULT_MAX_FRAME_BYTES)
         except ProtocolError as exc:
@@ -521,6 +571,15 @@ def request_reply(
         if not isinstance(frame.message, expected):
             raise PerseusClientError("BAD_FRAME", f"unexpected reply {frame.message.TYPE}")
         return frame.message
+
+
+def _endpoint(sock: zmq.Socket[bytes]) -> str:
+    """The socket path a client socket connects to (for error messages)."""
+    try:
+        endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+    except zmq.ZMQError:
+        endpoint = ""
+    return endpoint.removeprefix("ipc://") or "the daemon's control socket"
 
 
 def _unreachable(client: PerseusClient | None, message: str) -> PerseusClientError:

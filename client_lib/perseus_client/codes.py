@@ -22,6 +22,8 @@ class ErrorCode(StrEnum):
     GPU_ERROR = "GPU_ERROR"
     INTERNAL = "INTERNAL"
     STATE_WRITE_FAILED = "STATE_WRITE_FAILED"
+    LIMIT = "LIMIT"
+    """A per-user or daemon-wide limit (registered processes, connections, descriptors) was reached."""
 
 
 class ProtocolError(Exception):
@@ -31,3 +33,5 @@ class ProtocolError(Exception):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+        self.request_id = 0
+        """The request id of the frame that was rejected, once the decoder knew it (0: unknown)."""

@@ -13,12 +13,16 @@ the `jobs` field of a status reply; event timestamps are CLOCK_MONOTONIC (`time.
 Version 4: stragglers (`announce_straggler`), per-pipeline compute time, plan and slowness in `jobs`, the
 job's straggler, target time and energy saved.
 Version 5: `early_raises` in a plan's status (clocks raised before the running computation's expected end).
+Next version (not yet numbered): `event_count` (a client's events as the daemon counted them), the
+`connections` and `connections_refused` fields of the daemon's health, error code LIMIT; frames are standard
+JSON (NaN and Infinity refused) with integers of at most 64 bits and finite floats.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -79,6 +83,7 @@ __all__ = [
 
 PROTOCOL_VERSION = 5
 DEFAULT_MAX_FRAME_BYTES = 1 << 20
+MAX_REQUEST_ID = (1 << 63) - 1
 
 CONTROL_SOCKET_NAME = "control.sock"
 EVENT_SOCKET_NAME = "events.sock"
@@ -265,6 +270,10 @@ class DaemonHealth:
     last_restore_s: float | None
     auth_rejected: int
     persistence_error: str | None = None
+    connections: int = 0
+    """Client connections open now (control, events, admin)."""
+    connections_refused: int = 0
+    """Connections shut down at once because a limit was reached (docs/daemon.md, Limits)."""
 
 
 @dataclass(frozen=True)
@@ -353,6 +362,21 @@ class EventAck(Message):
 
 
 @dataclass(frozen=True)
+class EventCount(Message):
+    """How many events the daemon read from the calling process since its hello, and how many of those it
+    dropped. A client asks when it closes, to count what never arrived (`PerseusClient.events_lost`)."""
+
+    TYPE: ClassVar[str] = "event_count"
+
+
+@dataclass(frozen=True)
+class EventCountOk(Message):
+    TYPE: ClassVar[str] = "event_count_ok"
+    received: int
+    dropped: int
+
+
+@dataclass(frozen=True)
 class ErrorReply(Message):
     TYPE: ClassVar[str] = "error"
     code: str
@@ -376,6 +400,7 @@ REQUEST_TYPES: tuple[type[Message], ...] = (
     ProfileExport,
     ProfileImport,
     AnnounceStraggler,
+    EventCount,
     *EVENT_TYPES,
 )
 ADMIN_TYPES: tuple[type[Message], ...] = (AdminReset, AdminSetPowerLimit, StatusRequest)
@@ -397,6 +422,7 @@ REPLY_TYPES: tuple[type[Message], ...] = (
     ProfileReply,
     ProfileImportOk,
     AnnounceStragglerOk,
+    EventCountOk,
     ErrorReply,
 )
 MESSAGE_TYPES: dict[str, type[Message]] = {
@@ -416,44 +442,106 @@ class Frame:
 
 
 def encode(message: Message, request_id: int = 0) -> bytes:
-    """Encode a message as one compact JSON frame."""
+    """Encode a message as one compact, standard JSON frame.
+
+    Raises ValueError when a number is NaN or infinite: such a frame would be refused on the other side.
+    """
     body: dict[str, Any] = {"v": PROTOCOL_VERSION, "id": request_id, "type": message.TYPE}
     body.update(dataclasses.asdict(message))
-    return json.dumps(body, separators=(",", ":")).encode()
+    return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
 
 
 def decode(data: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Frame:
-    """Decode and strictly validate one frame; raises `ProtocolError` with a stable code."""
+    """Decode and strictly validate one frame; raises `ProtocolError` with a stable code.
+
+    Whatever the bytes, only `ProtocolError` comes out: nesting too deep for the parser (RecursionError),
+    non-standard JSON (NaN, Infinity), numbers out of range and memory exhaustion are all BAD_FRAME or
+    BAD_FIELD. The error carries the frame's request id once it is known (`ProtocolError.request_id`), so a
+    reply can be addressed without parsing the frame a second time.
+    """
     if len(data) > max_frame_bytes:
-        raise ProtocolError(ErrorCode.TOO_LARGE, f"frame of {len(data)} bytes exceeds {max_frame_bytes}")
+        error = ProtocolError(ErrorCode.TOO_LARGE, f"frame of {len(data)} bytes exceeds {max_frame_bytes}")
+        error.request_id = _leading_id(data)
+        raise error
     try:
-        body = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ProtocolError(ErrorCode.BAD_FRAME, f"not a JSON frame: {exc}") from None
+        body = _parse_json(data)
+    except ProtocolError as exc:
+        exc.request_id = _leading_id(data)
+        raise
     if not isinstance(body, dict):
         raise ProtocolError(ErrorCode.BAD_FRAME, "frame is not a JSON object")
     version = body.pop("v", None)
     if type(version) is not int:
         raise ProtocolError(ErrorCode.BAD_FRAME, "missing protocol version 'v'")
-    if version != PROTOCOL_VERSION:
-        raise ProtocolError(
-            ErrorCode.VERSION_MISMATCH, f"protocol {version} not supported (daemon speaks {PROTOCOL_VERSION})"
-        )
     request_id = body.pop("id", None)
-    if type(request_id) is not int or request_id < 0:
-        raise ProtocolError(ErrorCode.BAD_FRAME, "missing or bad request id 'id'")
-    msg_type = body.pop("type", None)
-    cls = MESSAGE_TYPES.get(msg_type) if isinstance(msg_type, str) else None
-    if cls is None:
-        raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"unknown message type {msg_type!r}")
-    return Frame(request_id, build(cls, body, msg_type or ""))
+    known_id = request_id if type(request_id) is int and 0 <= request_id <= MAX_REQUEST_ID else 0
+    try:
+        if version != PROTOCOL_VERSION:
+            raise ProtocolError(
+                ErrorCode.VERSION_MISMATCH,
+                f"protocol {version} not supported (this side speaks {PROTOCOL_VERSION})",
+            )
+        if type(request_id) is not int or not 0 <= request_id <= MAX_REQUEST_ID:
+            raise ProtocolError(ErrorCode.BAD_FRAME, f"missing or bad request id 'id' (0..{MAX_REQUEST_ID})")
+        msg_type = body.pop("type", None)
+        cls = MESSAGE_TYPES.get(msg_type) if isinstance(msg_type, str) else None
+        if cls is None:
+            raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"unknown message type {_short(msg_type)}")
+        return Frame(request_id, build(cls, body, msg_type or ""))
+    except ProtocolError as exc:
+        exc.request_id = known_id
+        raise
+    except (RecursionError, MemoryError, ValueError, TypeError) as exc:  # never anything but ProtocolError
+        error = ProtocolError(ErrorCode.BAD_FIELD, f"cannot validate the frame: {type(exc).__name__}")
+        error.request_id = known_id
+        raise error from None
+
+
+_LEADING_ID = re.compile(rb'\A\{"v":\d{1,9},"id":(\d{1,18})[,}]')
+
+
+def _leading_id(data: bytes) -> int:
+    """The request id of a frame that cannot be parsed, when it starts as `encode` writes frames (else 0):
+    a glance at its first bytes, never a second parse."""
+    match = _LEADING_ID.match(data[:64])
+    return int(match.group(1)) if match else 0
+
+
+def _parse_json(data: bytes) -> Any:
+    """The JSON value of a frame, standard JSON only (NaN and Infinity are refused)."""
+    try:
+        return _DECODER.decode(data.decode())
+    except ProtocolError:
+        raise
+    except RecursionError:
+        raise ProtocolError(ErrorCode.BAD_FRAME, "JSON nested too deeply") from None
+    except MemoryError:
+        raise ProtocolError(ErrorCode.TOO_LARGE, "frame too large to parse") from None
+    except (ValueError, UnicodeDecodeError, TypeError) as exc:
+        raise ProtocolError(ErrorCode.BAD_FRAME, f"not a JSON frame: {_short(str(exc))}") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ProtocolError(ErrorCode.BAD_FRAME, f"non-standard JSON constant {name} (numbers must be finite)")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value) if not isinstance(value, str) else value
+    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 def request_id_of(data: bytes) -> int:
-    """Best-effort request id of a frame that failed to decode (0 when unknown), to address the error."""
+    """Best-effort request id of a frame that failed to decode (0 when unknown), to address the error.
+
+    Prefer `ProtocolError.request_id` from `decode`, which parses the frame only once.
+    """
     try:
-        body = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+        decode(data, max(len(data), 1))
+    except ProtocolError as exc:
+        return exc.request_id
+    except Exception:
         return 0
-    rid = body.get("id") if isinstance(body, dict) else None
-    return rid if type(rid) is int and rid >= 0 else 0
+    return 0

@@ -1,19 +1,23 @@
 """Strict validation of decoded JSON bodies against the protocol's message dataclasses (stdlib only).
 
-Every field is checked against its type hint: ints are never bools, floats accept ints, tuples are JSON
-lists, nested dataclasses are objects; missing and extra fields are rejected. Errors are `ProtocolError`
-with code BAD_FIELD and the path of the field (`set_plan.plan[3].freq_mhz`).
+Every field is checked against its type hint: ints are never bools and fit in 64 bits, floats accept ints
+and must be finite (never NaN or infinite), tuples are JSON lists, nested dataclasses are objects; missing
+and extra fields are rejected. Errors are `ProtocolError` with code BAD_FIELD and the path of the field
+(`set_plan.plan[3].freq_mhz`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from typing import Any, Literal
 
 from perseus_client.codes import ErrorCode, ProtocolError
 
+MAX_ABS_INT = (1 << 63) - 1
+"""Integers on the wire fit in 64 bits (larger ones are refused, whatever the field)."""
 _Checker = typing.Callable[[Any, str], Any]
 _FIELD_CACHE: dict[type, tuple[tuple[str, _Checker], ...]] = {}
 
@@ -74,13 +78,21 @@ def _checker_for(hint: Any) -> _Checker:
 def _check_int(value: Any, where: str) -> int:
     if type(value) is not int:
         raise _bad(where, "an integer")
+    if not -MAX_ABS_INT <= value <= MAX_ABS_INT:
+        raise _bad(where, f"an integer of at most 64 bits (|n| <= {MAX_ABS_INT})")
     return value
 
 
 def _check_float(value: Any, where: str) -> float:
     if type(value) not in (int, float):
         raise _bad(where, "a number")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        raise _bad(where, "a finite number") from None
+    if not math.isfinite(number):
+        raise _bad(where, "a finite number")
+    return number
 
 
 def _check_str(value: Any, where: str) -> str:

@@ -75,7 +75,7 @@ def ask(runtime_dir: Path, request: Message, expected: type[M], *, admin: bool, 
         return request_reply(sock, request, expected, timeout_s=timeout_s, request_id=1)
     except PerseusClientError as exc:
         if exc.code in ("UNREACHABLE", "PERMISSION_DENIED"):
-            raise DaemonUnreachableError(f"perseusd at {path}: {exc.message}") from None
+            raise DaemonUnreachableError(f"perseusd: {exc.message}") from None
         raise DaemonRequestError(exc.code, exc.message) from None
     finally:
         sock.close(linger=0)

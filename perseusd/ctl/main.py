@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,6 +23,8 @@ from perseusd.errors import PerseusError
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_UNREACHABLE = 2
+EXIT_BROKEN_PIPE = 141
+"""What a shell reports for a command killed by SIGPIPE: the reader of its output went away."""
 
 # Command name -> module under `perseusd.ctl`, in help order. Each module defines `register(subparsers)`.
 COMMANDS: dict[str, str] = {
@@ -79,7 +82,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     func: Callable[[Any], int] = args.func
     try:
-        return func(args)
+        code = func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        return code
+    except BrokenPipeError:  # `perseusctl status | head`: the reader left; no traceback
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except PerseusError as exc:
         if args.debug:
             raise
@@ -87,6 +95,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return getattr(exc, "exit_code", EXIT_FAILED)
     except KeyboardInterrupt:
         return 130
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's last flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

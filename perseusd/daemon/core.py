@@ -23,6 +23,8 @@ from perseus_client.protocol import (
     ComputationEnd,
     DaemonHealth,
     ErrorCode,
+    EventCount,
+    EventCountOk,
     GpuCapabilities,
     GpuStatus,
     Hello,
@@ -85,6 +87,8 @@ class DaemonCore:
         self._started_s = clock_s()
         self.last_restore_s: float | None = None
         self.auth_rejected = 0
+        self.connection_counts: Callable[[], tuple[int, int]] = lambda: (0, 0)
+        """(open, refused) client connections, from the IPC layer."""
 
     # ------------------------------------------------------------------ dispatch
 
@@ -112,6 +116,7 @@ class DaemonCore:
             SetClock: self._set_clock,
             SetPlan: self._set_plan,
             ClearPlan: self._clear_plan,
+            EventCount: self._event_count,
         }
         if self._job_requests is not None:
             handlers.update(self._job_requests.handlers())
@@ -187,6 +192,14 @@ class DaemonCore:
     def _set_clock(self, caller: Caller, message: SetClock) -> SetClockOk:
         self._require_known(message.gpu)
         self.leases.require_lease(caller, message.gpu)
+        if message.sm_clock_mhz is not None:  # the same range set_plan accepts (then snapped alike)
+            supported_mhz = self.registry.info(message.gpu).supported_sm_clocks_mhz
+            low_mhz, high_mhz = min(supported_mhz, default=1), max(supported_mhz, default=1 << 20)
+            if not low_mhz <= message.sm_clock_mhz <= high_mhz:
+                raise ProtocolError(
+                    ErrorCode.BAD_FIELD,
+                    f"set_clock.sm_clock_mhz: {message.sm_clock_mhz} outside {low_mhz}..{high_mhz} MHz",
+                )
         self.keeper.ensure_saved(message.gpu)
         plan = self.plans.get(message.gpu)
         if plan is not None:
@@ -206,6 +219,10 @@ class DaemonCore:
         self._require_known(message.gpu)
         self.leases.require_lease(caller, message.gpu)
         return ClearPlanOk(gpu=message.gpu, cleared=self.plans.drop(message.gpu))
+
+    def _event_count(self, caller: Caller, _message: EventCount) -> EventCountOk:
+        session = self.leases.require_session(caller)
+        return EventCountOk(received=session.events_received, dropped=session.events_dropped)
 
     def _forget(self, gpu: str) -> None:
         """A lease ended: drop the GPU's open events, its plan and its place in a job."""
@@ -300,11 +317,17 @@ class DaemonCore:
         return outcome
 
     def shutdown(self) -> RestoreOutcome:
-        """SIGTERM: restore every saved GPU and forget all sessions."""
-        self.leases.close()
-        self.plans.clear()
-        if self.jobs is not None:
-            self.jobs.close()
+        """SIGTERM or a dying main loop: restore every saved GPU and forget all sessions.
+
+        Each step is guarded, so that nothing before the restore can keep a GPU locked.
+        """
+        for step in (self.leases.close, self.plans.clear, self.jobs.close if self.jobs else None):
+            if step is None:
+                continue
+            try:
+                step()
+            except Exception:
+                logger.exception("shutdown: %s failed; restoring anyway", getattr(step, "__qualname__", step))
         return self.keeper.restore_all()
 
     # ------------------------------------------------------------------ status
@@ -326,6 +349,7 @@ class DaemonCore:
 
     def health(self) -> DaemonHealth:
         tracker = self.tracker
+        connections, refused = self.connection_counts()
         return DaemonHealth(
             version=self._version,
             protocol=PROTOCOL_VERSION,
@@ -340,6 +364,8 @@ class DaemonCore:
             last_restore_s=self.last_restore_s,
             auth_rejected=self.auth_rejected,
             persistence_error=self.keeper.persistence_error,
+            connections=connections,
+            connections_refused=refused,
         )
 
     def _gpu_status(

@@ -35,9 +35,16 @@ class EventTracker:
         self.errors_by_code[code] += 1
 
     def apply(self, message: Message) -> None:
-        """Apply one event of a GPU the sender holds; raises `ProtocolError(OUT_OF_ORDER)`."""
+        """Apply one event of a GPU the sender holds; raises `ProtocolError` (OUT_OF_ORDER, or BAD_FIELD for
+        a negative stage, microbatch, chunk, step or timestamp)."""
         if isinstance(message, ComputationBegin | ComputationEnd):
+            if min(message.stage, message.microbatch, message.chunk, message.timestamp_ns) < 0:
+                raise ProtocolError(
+                    ErrorCode.BAD_FIELD, f"{message.TYPE}: stage, microbatch, chunk and timestamp_ns are >= 0"
+                )
             self._computation(message)
+        elif isinstance(message, StepBegin | StepEnd) and min(message.step, message.timestamp_ns) < 0:
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"{message.TYPE}: step and timestamp_ns are >= 0")
         elif isinstance(message, StepBegin):
             if message.gpu in self._open_step:
                 raise ProtocolError(ErrorCode.OUT_OF_ORDER, f"step {message.step} begins inside a step")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import grp
 import os
 import pwd
 from dataclasses import dataclass
+
+from perseus_client.protocol import ErrorCode, ProtocolError
 
 
 @dataclass(frozen=True)
@@ -41,10 +44,48 @@ def process_start_time(pid: int) -> int | None:
             stat = handle.read()
     except OSError:
         return None
+    return _start_time_of(stat)
+
+
+def _start_time_of(stat: bytes) -> int | None:
     fields = stat[stat.rfind(b")") + 2 :].split()
     if not fields or fields[0] in (b"Z", b"X"):
         return None
     return int(fields[19])
+
+
+class DescriptorsExhaustedError(OSError):
+    """The daemon is out of file descriptors (EMFILE/ENFILE): not a sign that a process is gone."""
+
+
+def read_start_time(pid: int) -> int | None:
+    """Like `process_start_time`, but raises `DescriptorsExhaustedError` when /proc cannot be opened for
+    lack of descriptors (None still means: no such process, or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError as exc:
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            raise DescriptorsExhaustedError(exc.errno, f"no descriptor to read /proc/{pid}") from None
+        return None
+    return _start_time_of(stat)
+
+
+def out_of_descriptors(exc: OSError) -> ProtocolError:
+    """The error a client gets while the daemon has no file descriptor left (LIMIT: retry later)."""
+    return ProtocolError(ErrorCode.LIMIT, f"perseusd is out of descriptors ({exc.strerror}); retry later")
+
+
+def checked_start_time(pid: int) -> int:
+    """The start time of a live process for registering it; raises `ProtocolError` that says why not:
+    NOT_REGISTERED when the process is gone, LIMIT when the daemon is out of descriptors."""
+    try:
+        start_time = read_start_time(pid)
+    except DescriptorsExhaustedError as exc:
+        raise out_of_descriptors(exc) from None
+    if start_time is None:
+        raise ProtocolError(ErrorCode.NOT_REGISTERED, f"process {pid} is gone")
+    return start_time
 
 
 def same_process_alive(pid: int, start_time: int) -> bool:

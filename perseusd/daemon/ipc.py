@@ -27,16 +27,18 @@ from perseus_client.protocol import (
     ErrorCode,
     ErrorReply,
     EventAck,
+    Frame,
     Message,
     ProtocolError,
     decode,
     encode,
-    request_id_of,
 )
+from zmq.utils.monitor import parse_monitor_message
 
 from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.identity import Caller, parse_peer_address
+from perseusd.daemon.limits import ConnectionBook, ConnectionLimits, peer_uid, shut_down
 from perseusd.daemon.registry import UnknownGpuError
 from perseusd.daemon.runtime_dir import SOCKET_MODE, reclaim_stale_socket, set_group
 from perseusd.errors import GpuError
@@ -47,8 +49,16 @@ ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 CONTROL_DOMAIN = b"perseus"
 ADMIN_DOMAIN = b"perseus-admin"
 HARD_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-EVENT_BATCH = 2048
-EVENT_RCVHWM = 100_000
+EVENT_BATCH = 128
+"""Events read per poll before the other sockets (status, claims) get their turn."""
+EVENT_RCVHWM = 500
+"""Events queued per client in the daemon: with the client's own queue (500 and a 64 KiB socket buffer), a
+flood leaves about 1,300 events per client to drain, so the events of a released lease stop costing work at
+once and memory stays flat; a client that sends faster than the daemon reads finds its queue full and counts
+the drops."""
+MAX_ERROR_CHARS = 400
+DEFAULT_LIMITS = ConnectionLimits.for_descriptors(1024)
+MONITORED_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
 
 
 class RateLimitedLog:
@@ -59,7 +69,8 @@ class RateLimitedLog:
         self._last_s: dict[str, float] = {}
         self._suppressed: Counter[str] = Counter()
 
-    def warning(self, key: str, message: str) -> None:
+    def warning(self, key: str, message: str, *args: object) -> None:
+        """Log `message % args` unless `key` was logged within the interval (formatted only when logged)."""
         now_s = time.monotonic()
         if now_s - self._last_s.get(key, -1e9) < self._interval_s:
             self._suppressed[key] += 1
@@ -67,13 +78,14 @@ class RateLimitedLog:
         self._last_s[key] = now_s
         suppressed = self._suppressed.pop(key, 0)
         extra = f" ({suppressed} similar suppressed)" if suppressed else ""
-        logger.warning("%s%s", message, extra)
+        logger.warning("%s%s", message % args if args else message, extra)
 
 
 @dataclass(frozen=True)
 class IpcSettings:
     runtime_dir: Path
     max_frame_bytes: int
+    limits: ConnectionLimits = DEFAULT_LIMITS
 
 
 class IpcServer:
@@ -94,6 +106,9 @@ class IpcServer:
         self._events = self._ctx.socket(zmq.PULL)
         self._secure(self._events, CONTROL_DOMAIN)
         self._events.setsockopt(zmq.RCVHWM, EVENT_RCVHWM)
+        self.connections = ConnectionBook(settings.limits, lambda: core.leases.session_count)
+        core.connection_counts = lambda: (self.connections.live, self.connections.refused)
+        self._monitors: list[zmq.Socket[bytes]] = []
         self._poller = zmq.Poller()
         self._polled_pidfds: set[int] = set()
         self._extra_fds: dict[int, Callable[[], None]] = {}
@@ -131,6 +146,10 @@ class IpcServer:
                 os.umask(old_umask)
             os.chmod(path, SOCKET_MODE)
             set_group(path, gid)
+        for sock in (self._control, self._events, self._admin):
+            monitor = sock.get_monitor_socket(MONITORED_EVENTS)
+            self._monitors.append(monitor)
+            self._poller.register(monitor, zmq.POLLIN)
         for sock in (self._zap, self._control, self._events, self._admin):
             self._poller.register(sock, zmq.POLLIN)
 
@@ -143,6 +162,8 @@ class IpcServer:
         self._max_frame_bytes = max_frame_bytes
 
     def close(self) -> None:
+        for monitor in self._monitors:
+            monitor.close(linger=0)
         for path in (CONTROL_SOCKET_NAME, EVENT_SOCKET_NAME, ADMIN_SOCKET_NAME):
             (self._settings.runtime_dir / path).unlink(missing_ok=True)
         self._ctx.destroy(linger=0)
@@ -153,18 +174,21 @@ class IpcServer:
         """Wait up to `timeout_ms` and serve whatever is ready."""
         self._sync_pidfds()
         ready = dict(self._poller.poll(timeout_ms))
+        for monitor in self._monitors:
+            if monitor in ready:
+                self._serve_monitor(monitor)
         for fd in self._polled_pidfds & ready.keys():
             pid = self._core.leases.pid_of_pidfd(fd)
             if pid is not None:
                 self._core.client_died(pid)
-        if self._events in ready:
-            self._drain_events()
         if self._zap in ready:
             self._serve_zap()
-        if self._control in ready:
+        if self._control in ready:  # requests before events: a flood of events never delays a status
             self._serve_router(self._control, admin=False)
         if self._admin in ready:
             self._serve_router(self._admin, admin=True)
+        if self._events in ready:
+            self._drain_events()
         for fd, callback in self._extra_fds.items():
             if fd in ready:
                 callback()
@@ -176,6 +200,27 @@ class IpcServer:
         for fd in current - self._polled_pidfds:
             self._poller.register(fd, zmq.POLLIN)
         self._polled_pidfds = current
+
+    # ------------------------------------------------------------------ connections
+
+    def _serve_monitor(self, monitor: zmq.Socket[bytes]) -> None:
+        """Count connections as they come and go; shut down those over a limit (docs/daemon.md, Limits)."""
+        book = self.connections
+        for _ in range(1024):
+            try:
+                frames = monitor.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            event = parse_monitor_message(frames)
+            fd = int(event["value"])
+            if event["event"] == zmq.EVENT_ACCEPTED:
+                uid = peer_uid(fd)
+                reason = book.accepted(fd, uid)
+                if reason is not None:
+                    shut_down(fd)
+                    self._log.warning("conn-limit", "refused a connection (uid %s): %s", uid, reason)
+            else:
+                book.closed(fd)
 
     # ------------------------------------------------------------------ ZAP
 
@@ -221,51 +266,74 @@ class IpcServer:
             self._reply(sock, routing_id, request_id, reply)
 
     def _answer(self, caller: Caller | None, data: bytes, *, admin: bool) -> tuple[int, Message]:
-        """The request id and the reply (an `ErrorReply` for anything rejected)."""
+        """The request id and the reply (an `ErrorReply` for anything rejected); never raises.
+
+        The frame is parsed once: a frame that fails to decode names its request id in the error.
+        """
+        request_id = 0
         try:
-            return self._dispatch(caller, data, admin=admin)
+            frame = self._decode_request(caller, data, admin=admin)
+            request_id = frame.request_id
+            return request_id, self._dispatch(caller, frame, admin=admin)
         except ProtocolError as exc:
             reply = self._error(exc.code, exc.message)
+            request_id = request_id or exc.request_id
         except UnknownGpuError as exc:
             reply = self._error(ErrorCode.UNKNOWN_GPU, str(exc))
         except GpuError as exc:
             reply = self._error(ErrorCode.GPU_ERROR, str(exc))
         except Exception as exc:
             logger.exception("internal error handling a request")
-            reply = self._error(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
-        return request_id_of(data), reply
+            reply = self._error(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS])
+        return request_id, reply
 
-    def _dispatch(self, caller: Caller | None, data: bytes, *, admin: bool) -> tuple[int, Message]:
+    def _decode_request(self, caller: Caller | None, data: bytes, *, admin: bool) -> Frame:
         if caller is None or not (
             self._policy.is_admin(caller) if admin else self._policy.may_connect(caller)
         ):
             raise ProtocolError(ErrorCode.PERMISSION_DENIED, "caller not allowed")
-        frame = decode(data, self._max_frame_bytes)
+        return decode(data, self._max_frame_bytes)
+
+    def _dispatch(self, caller: Caller | None, frame: Frame, *, admin: bool) -> Message:
+        assert caller is not None  # checked by _decode_request
         allowed = ADMIN_TYPES if admin else REQUEST_TYPES
         if type(frame.message) not in allowed:
             if not admin and type(frame.message) in ADMIN_TYPES:
                 raise ProtocolError(ErrorCode.PERMISSION_DENIED, "admin requests go to the admin socket")
             raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{frame.message.TYPE} is not accepted here")
         if type(frame.message) in EVENT_TYPES:
-            self._core.tracker.received += 1
-            self._core.on_event(caller, frame.message)
-            return frame.request_id, EventAck()
-        return frame.request_id, self._core.handle(caller, frame.message, admin_socket=admin)
+            core = self._core
+            core.tracker.received += 1
+            try:
+                core.on_event(caller, frame.message)
+            except Exception:
+                core.tracker.dropped += 1
+                core.leases.count_event(caller.pid, dropped=True)
+                raise
+            core.leases.count_event(caller.pid, dropped=False)
+            return EventAck()
+        return self._core.handle(caller, frame.message, admin_socket=admin)
 
     def _error(self, code: ErrorCode, message: str) -> ErrorReply:
         self._core.tracker.reject(code)
-        self._log.warning(code, f"request rejected: {code}: {message}")
+        self._log.warning(code, "request rejected: %s: %s", code, message)
         return ErrorReply(code=code.value, message=message)
 
     def _reply(self, sock: zmq.Socket[bytes], routing_id: bytes, request_id: int, reply: Message) -> None:
         try:
-            sock.send_multipart([routing_id, encode(reply, request_id)], zmq.NOBLOCK)
+            data = encode(reply, request_id)
+        except ValueError as exc:  # a NaN or infinity in a reply: never send non-standard JSON
+            logger.error("reply %s not encodable: %s", reply.TYPE, exc)
+            data = encode(self._error(ErrorCode.INTERNAL, f"{reply.TYPE} reply not encodable"), request_id)
+        try:
+            sock.send_multipart([routing_id, data], zmq.NOBLOCK)
         except zmq.ZMQError as exc:  # the client went away or is not reading: drop the reply
             self._log.warning("reply", f"reply dropped: {exc}")
 
     # ------------------------------------------------------------------ events (hot path: no logging)
 
     def _drain_events(self) -> None:
+        """Read up to EVENT_BATCH events; whatever a frame holds, it is counted and never raises."""
         sock = self._events
         core = self._core
         tracker = core.tracker
@@ -275,6 +343,7 @@ class IpcServer:
             except zmq.Again:
                 return
             tracker.received += 1
+            caller: Caller | None = None
             try:
                 if frame.more:
                     self._discard_rest()
@@ -286,10 +355,19 @@ class IpcServer:
                 if type(message) not in EVENT_TYPES:
                     raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not an event")
                 core.on_event(caller, message)
+                core.leases.count_event(caller.pid, dropped=False)
             except ProtocolError as exc:
-                tracker.dropped += 1
-                tracker.reject(exc.code)
-                self._log.warning(f"event-{exc.code}", f"event dropped: {exc.code}: {exc.message}")
+                self._drop_event(caller, exc.code, exc.message)
+            except Exception as exc:  # a bad frame never takes the daemon down
+                self._drop_event(caller, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+
+    def _drop_event(self, caller: Caller | None, code: ErrorCode, message: str) -> None:
+        tracker = self._core.tracker
+        tracker.dropped += 1
+        tracker.reject(code)
+        if caller is not None:
+            self._core.leases.count_event(caller.pid, dropped=True)
+        self._log.warning(f"event-{code}", "event dropped: %s: %s", code, message)
 
     def _discard_rest(self) -> None:
         while self._events.getsockopt(zmq.RCVMORE):

@@ -6,13 +6,21 @@ readable pidfd (the process died) to the core, which restores the GPUs that `dro
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from dataclasses import dataclass, field
 
 from perseus_client.protocol import ErrorCode, ProtocolError
 
-from perseusd.daemon.identity import Caller, process_start_time
+from perseusd.daemon.identity import (
+    Caller,
+    DescriptorsExhaustedError,
+    checked_start_time,
+    out_of_descriptors,
+    process_start_time,
+    read_start_time,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -35,12 +43,22 @@ class Session:
     pidfd: int
     job: str
     gpus: set[str] = field(default_factory=set)
+    events_received: int = 0
+    """Events read from this process since it registered (on the event or control socket)."""
+    events_dropped: int = 0
+    """Of those, the ones rejected (bad frame, not leased, out of order, ...)."""
+
+
+MAX_SESSIONS_PER_USER = 256
+"""Registered processes per uid (root excepted): each holds a descriptor (pidfd) in the daemon."""
 
 
 class LeaseBook:
     """Who holds which GPU. All methods run on the daemon's main thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_sessions_per_user: int = MAX_SESSIONS_PER_USER) -> None:
+        self._max_sessions_per_user = max_sessions_per_user
+        self._per_user: dict[int, int] = {}
         self._sessions: dict[int, Session] = {}
         self._leases: dict[str, Lease] = {}
         self._pidfd_to_pid: dict[int, int] = {}
@@ -56,9 +74,13 @@ class LeaseBook:
             return session
         if session is not None:
             raise ProtocolError(ErrorCode.INTERNAL, f"process {caller.pid} changed credentials")
-        start_time = process_start_time(caller.pid)
-        if start_time is None:
-            raise ProtocolError(ErrorCode.NOT_REGISTERED, f"process {caller.pid} is gone")
+        if caller.uid != 0 and self._per_user.get(caller.uid, 0) >= self._max_sessions_per_user:
+            raise ProtocolError(
+                ErrorCode.LIMIT,
+                f"uid {caller.uid} already has {self._max_sessions_per_user} registered processes "
+                "(the per-user limit); close some clients",
+            )
+        start_time = checked_start_time(caller.pid)
         return self._open_session(caller, start_time, job)
 
     def adopt(self, caller: Caller, start_time: int, job: str, gpus: set[str]) -> bool:
@@ -77,13 +99,21 @@ class LeaseBook:
         try:
             pidfd = os.pidfd_open(caller.pid)
         except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise out_of_descriptors(exc) from None
             raise ProtocolError(ErrorCode.NOT_REGISTERED, f"process {caller.pid}: {exc.strerror}") from None
-        if process_start_time(caller.pid) != start_time:  # the pid was reused before we held it
+        try:
+            current = read_start_time(caller.pid)
+        except DescriptorsExhaustedError as exc:
+            os.close(pidfd)
+            raise out_of_descriptors(exc) from None
+        if current != start_time:  # the pid was reused before we held it
             os.close(pidfd)
             raise ProtocolError(ErrorCode.NOT_REGISTERED, f"process {caller.pid} is gone")
         session = Session(caller=caller, start_time=start_time, pidfd=pidfd, job=job)
         self._sessions[caller.pid] = session
         self._pidfd_to_pid[pidfd] = caller.pid
+        self._per_user[caller.uid] = self._per_user.get(caller.uid, 0) + 1
         return session
 
     def session(self, pid: int) -> Session | None:
@@ -102,10 +132,22 @@ class LeaseBook:
             return []
         self._pidfd_to_pid.pop(session.pidfd, None)
         os.close(session.pidfd)
+        left = self._per_user.get(session.caller.uid, 0) - 1
+        if left > 0:
+            self._per_user[session.caller.uid] = left
+        else:
+            self._per_user.pop(session.caller.uid, None)
         gpus = sorted(session.gpus)
         for gpu in gpus:
             self._leases.pop(gpu, None)
         return gpus
+
+    def count_event(self, pid: int, *, dropped: bool) -> None:
+        """Count an event read from process `pid` (its session's counters; nothing without a session)."""
+        session = self._sessions.get(pid)
+        if session is not None:
+            session.events_received += 1
+            session.events_dropped += dropped
 
     def pid_of_pidfd(self, pidfd: int) -> int | None:
         return self._pidfd_to_pid.get(pidfd)

@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import logging
 import os
+import resource
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ from perseusd.daemon.events import EventTracker
 from perseusd.daemon.identity import process_start_time
 from perseusd.daemon.ipc import IpcServer, IpcSettings
 from perseusd.daemon.leases import LeaseBook
+from perseusd.daemon.limits import ConnectionLimits
 from perseusd.daemon.plans import EarlyRaise, PlanBook
 from perseusd.daemon.registry import GpuRegistry
 from perseusd.daemon.restore import RestoreKeeper, reset_node
@@ -52,6 +54,8 @@ logger = logging.getLogger("perseusd")
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+WANTED_NOFILE = 524_288
+LOW_NOFILE_WARNING = 4096
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -181,6 +185,27 @@ def job_manager(
         manager.close()
 
 
+def raise_descriptor_limit(wanted: int = WANTED_NOFILE) -> int:
+    """Raise the soft RLIMIT_NOFILE towards `wanted` (never above the hard limit); returns the soft limit.
+
+    Every client connection and registered process holds a descriptor in the daemon; the usual soft limit
+    (1024) runs out with a few hundred clients. The systemd unit sets LimitNOFILE as well.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            logger.warning("cannot raise the descriptor limit from %d to %d: %s", soft, target, exc)
+    if soft < LOW_NOFILE_WARNING:
+        logger.warning(
+            "descriptor limit is %d: the daemon serves fewer clients (set LimitNOFILE= or ulimit -n)", soft
+        )
+    return soft
+
+
 def run_daemon(config: DaemonConfig, reload_config: Callable[[], DaemonConfig]) -> int:
     """Startup -> main loop -> shutdown."""
     policy = AccessPolicy(config.socket_group, config.admin_group)
@@ -236,7 +261,8 @@ def serve(
     outcome = keeper.reconcile(leases)
     if outcome.restored or outcome.failed:
         logger.warning("reconciled: restored %s; failed %s", list(outcome.restored), list(outcome.failed))
-    ipc = IpcServer(core, policy, IpcSettings(config.runtime_dir, config.max_frame_bytes))
+    limits = ConnectionLimits.for_descriptors(raise_descriptor_limit())
+    ipc = IpcServer(core, policy, IpcSettings(config.runtime_dir, config.max_frame_bytes, limits))
     try:
         ipc.bind()
 

@@ -20,6 +20,9 @@ logger = logging.getLogger(__name__)
 
 IDLE_POLL_S = 1.0
 BUSY_POLL_S = 0.05
+MAX_LOOP_FAILURES = 20
+"""Iterations in a row that may fail before the daemon gives up (restoring every GPU) and exits."""
+EXIT_CRASHED = 1
 
 _Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
@@ -90,10 +93,16 @@ class Service:
         self._signals = SignalState()
         self._watchdog_s = sdnotify.watchdog_interval_s()
         self._next_ping_s = 0.0
+        self.loop_errors = 0
 
     def run(self) -> int:
-        """Serve until asked to stop; restore every GPU on the way out. Returns the exit code."""
+        """Serve until asked to stop; restore every GPU on the way out, whatever ended the loop.
+
+        Returns the exit code: 0 after SIGTERM/SIGINT, 1 when the loop died of an error (systemd restarts
+        the unit; every GPU was restored first).
+        """
         install_signal_handlers(self._signals)
+        crashed = False
         try:
             assert self._signals.wakeup_r is not None
             wakeup = self._signals.wakeup_r
@@ -101,20 +110,37 @@ class Service:
             sdnotify.notify(f"READY=1\nSTATUS={self._status_line()}\nMAINPID={os.getpid()}")
             logger.info("perseusd ready: %s", self._status_line())
             self._loop()
+        except BaseException:  # the last resort: whatever it is, restore every GPU before exiting
+            logger.critical("main loop died: restoring every GPU before exiting", exc_info=True)
+            crashed = True
         finally:
             restore_signal_handlers(self._signals)
-        return self.shutdown()
+        code = self.shutdown()
+        return EXIT_CRASHED if crashed else code
 
     def _loop(self) -> None:
         poll_s = IDLE_POLL_S if self._watchdog_s is None else min(IDLE_POLL_S, self._watchdog_s / 4)
+        failures = 0
         while not self._signals.stop:
-            timeout_s = BUSY_POLL_S if self._core.busy() else poll_s
-            self._ipc.poll_once(int(timeout_s * 1000))
-            self._core.tick()
-            if self._signals.reload:
-                self._signals.reload = False
-                self._reload()
-            self._feed_watchdog()
+            try:
+                self._iterate(poll_s)
+                failures = 0
+            except Exception:  # one bad iteration never ends the daemon; a broken loop does
+                failures += 1
+                self.loop_errors += 1
+                logger.exception("error in the main loop (%d in a row)", failures)
+                if failures >= MAX_LOOP_FAILURES:
+                    raise
+                time.sleep(BUSY_POLL_S)
+
+    def _iterate(self, poll_s: float) -> None:
+        timeout_s = BUSY_POLL_S if self._core.busy() else poll_s
+        self._ipc.poll_once(int(timeout_s * 1000))
+        self._core.tick()
+        if self._signals.reload:
+            self._signals.reload = False
+            self._reload()
+        self._feed_watchdog()
 
     def _feed_watchdog(self) -> None:
         if self._watchdog_s is None:
@@ -142,7 +168,10 @@ class Service:
 
     def shutdown(self) -> int:
         """Restore every GPU (one failing never stops the others), then release everything."""
-        sdnotify.notify("STOPPING=1")
+        try:
+            sdnotify.notify("STOPPING=1")
+        except Exception:
+            logger.exception("sd_notify STOPPING failed")
         outcome = self._core.shutdown()
         if outcome.failed:
             logger.error("shutdown: restore FAILED on %s (perseusd reset retries)", ", ".join(outcome.failed))

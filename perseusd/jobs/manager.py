@@ -127,6 +127,16 @@ class JobManager:
             job = None
         if job is None:
             job = self._new_job(message.job, uid, shape, info.name)
+            try:
+                return self._join(job, uid, shape, message, pid, info)
+            except BaseException:  # never leave a half-created job behind
+                self._drop_job(job)
+                raise
+        return self._join(job, uid, shape, message, pid, info)
+
+    def _join(
+        self, job: Job, uid: int, shape: JobShape, message: Register, pid: int, info: GpuInfo
+    ) -> RegisterOk:
         self._check_joins(job, uid, shape, message)
         current = self._by_gpu.get(message.gpu)
         if current is not None and current is not job:
@@ -211,8 +221,9 @@ class JobManager:
                 self.response.cluster.withdraw(job.name, slot.pipeline)
         if not job.slots and job.active:
             self.response.forget(job)
-            job.enter("ended")
-            logger.info("job %s ended (its last GPU left)", job.name)
+            why = _ended_why(job, slot)
+            job.enter("ended", why)
+            logger.info("job %s ended: %s", job.name, why)
             self._trim_ended()
 
     def _trim_ended(self) -> None:
@@ -572,6 +583,21 @@ def nothing_measured(counted_j: float | None, timed: bool) -> str:
             "(does a workload drive these GPUs?)"
         )
     return "profiling measured nothing: no computation was timed (are computation events sent?)"
+
+
+def _ended_why(job: Job, last: StageSlot | None) -> str:
+    """Why a job ended when its last GPU (`last`) left, for `perseusctl jobs` and the log."""
+    if job.state == PROFILING:
+        done = last.profiling_steps if last is not None else 0
+        return (
+            "its last GPU left while it was profiling (after "
+            f"{done or 'no'} measured iteration(s)); nothing was solved: run it longer, or import a profile"
+        )
+    if job.state == REGISTERED:
+        return "its last GPU left before every stage of a pipeline registered"
+    if job.state == SOLVING:
+        return "its last GPU left while its frontier was being solved"
+    return "its last GPU left"
 
 
 def with_highest_clocks(kept: list[OptionEstimate], estimate: StageEstimate) -> list[OptionEstimate]:

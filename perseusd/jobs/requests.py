@@ -41,12 +41,14 @@ from perseusd.jobs.job import Job
 from perseusd.jobs.manager import JobManager, PendingImport
 from perseusd.jobs.policy import Policy
 from perseusd.jobs.report import document_text, job_info
+from perseusd.jobs.shape import MAX_PIPELINE
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream
 
 MAX_PENDING_IMPORTS_PER_USER = 16
 """Profiles one user may have waiting for jobs not registered yet; each user has their own namespace."""
-MAX_PIPELINE = 1_000_000
+MAX_P_BLOCK_W = 10_000.0
+"""The largest blocking power a profile import may give (W): far above any GPU's."""
 
 Handler = Callable[[Caller, Any], Message]
 
@@ -126,8 +128,10 @@ class JobRequests:
         return ProfileReply(job=job.name, csv=profile_to_csv(job.profile), p_block_w=job.p_block_w)
 
     def profile_import(self, caller: Caller, message: ProfileImport) -> ProfileImportOk:
-        if message.p_block_w < 0:
-            raise ProtocolError(ErrorCode.BAD_FIELD, "profile_import.p_block_w must be >= 0")
+        if not 0 <= message.p_block_w <= MAX_P_BLOCK_W:  # the decoder refused NaN and infinities
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD, f"profile_import.p_block_w must be 0..{MAX_P_BLOCK_W:g} W"
+            )
         profile = _parse_profile(message.csv, message.source or "<import>")
         job = self._manager.jobs.get(message.job)
         if job is None or not job.active:

@@ -16,6 +16,7 @@ MAX_STAGES = 1024
 MAX_MICROBATCHES = 4096
 MAX_CHUNKS = 64
 MAX_JOB_NAME = 128
+MAX_PIPELINE = 1_000_000
 
 StageOrder = tuple[ScheduleStep, ...]
 
@@ -54,8 +55,8 @@ class JobShape:
             raise bad(f"schedule {self.schedule} has one chunk per stage")
         if not 0 <= message.stage < self.num_stages:
             raise bad(f"stage {message.stage} outside 0..{self.num_stages - 1}")
-        if message.pipeline < 0:
-            raise bad("pipeline must be >= 0")
+        if not 0 <= message.pipeline <= MAX_PIPELINE:
+            raise bad(f"pipeline must be 0..{MAX_PIPELINE}")
 
     def describe(self) -> str:
         chunks = f"x{self.chunks}" if self.chunks > 1 else ""

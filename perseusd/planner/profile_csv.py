@@ -6,7 +6,9 @@ instruction `forward` or `backward`, frequency the SM clock in MHz (a positive i
 of one execution in seconds and energy its energy in joules (both finite and positive).
 
 Every problem is a `ProfileError` naming the file, the 1-based line (the header is line 1) and the column.
-Nothing is silently dropped: only blank lines are skipped.
+Nothing is silently dropped: only blank lines are skipped. Stages are at most `MAX_STAGE` and clocks at most
+`MAX_FREQ_MHZ`, so that checking a file takes time and memory linear in its size whatever its numbers say; at
+most `MAX_ERRORS` problems are kept (the rest are counted in the last one's message).
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ COLUMNS: tuple[str, ...] = ("stage", "instruction", "frequency", "time", "energy
 """The required columns, in the order `write_profile` writes them."""
 
 _INSTRUCTIONS = ", ".join(i.value for i in Instruction)
+MAX_STAGE = 65_535
+"""The largest stage number (1,024 stages of 64 chunks each: more than any job the daemon accepts)."""
+MAX_FREQ_MHZ = 100_000
+MAX_ERRORS = 100
 
 
 @dataclass(frozen=True)
@@ -101,20 +107,33 @@ def _parse(stream: IO[str], source: str) -> tuple[list[_Row], list[ProfileError]
     if errors:
         return [], errors
     rows: list[_Row] = []
+    found = 0
     for fields in reader:
         if not any(f.strip() for f in fields):
             continue
         row = _parse_row(fields, len(header), positions, source, reader.line_num)
         if isinstance(row, ProfileError):
-            errors.append(row)
+            found += 1
+            if len(errors) < MAX_ERRORS:
+                errors.append(row)
         else:
             rows.append(row)
     if not rows and not errors:
         errors.append(ProfileError(source, 1, None, "no data rows after the header"))
-    errors.extend(_check_duplicates(rows, source))
+    for error in _check_duplicates(rows, source):
+        found += 1
+        if len(errors) < MAX_ERRORS:
+            errors.append(error)
     if not errors:  # coverage problems would only echo the rows already reported
-        errors.extend(_check_coverage(rows, source))
+        for error in _check_coverage(rows, source):
+            found += 1
+            if len(errors) < MAX_ERRORS:
+                errors.append(error)
     errors.sort(key=lambda e: e.line)
+    if found > len(errors) and errors:
+        last = errors[-1]
+        more = f" (and {found - len(errors)} more problems not listed)"
+        errors[-1] = ProfileError(last.path, last.line, last.column, last.problem + more)
     return rows, errors
 
 
@@ -141,9 +160,17 @@ def _parse_row(
         return ProfileError(source, line, None, f"{len(fields)} fields, but the header has {width}")
     try:
         field = {column: fields[index] for column, index in positions.items()}
-        stage = _parse_int(field["stage"], "stage", minimum=0, what="a non-negative integer")
+        stage = _parse_int(
+            field["stage"], "stage", 0, MAX_STAGE, f"a non-negative integer (at most {MAX_STAGE})"
+        )
         instruction = _parse_instruction(field["instruction"])
-        freq_mhz = _parse_int(field["frequency"], "frequency", minimum=1, what="a positive integer (MHz)")
+        freq_mhz = _parse_int(
+            field["frequency"],
+            "frequency",
+            1,
+            MAX_FREQ_MHZ,
+            f"a positive integer (MHz, at most {MAX_FREQ_MHZ})",
+        )
         time_s = _parse_positive_float(field["time"], "time", "seconds")
         energy_j = _parse_positive_float(field["energy"], "energy", "joules")
     except _FieldError as exc:
@@ -160,15 +187,19 @@ class _FieldError(Exception):
         self.problem = problem
 
 
-def _parse_int(text: str, column: str, minimum: int, what: str) -> int:
+def _parse_int(text: str, column: str, minimum: int, maximum: int, what: str) -> int:
     stripped = text.strip()
     try:
         value = float(stripped)
     except ValueError:
-        raise _FieldError(column, f"'{text}' is not {what}") from None
-    if not math.isfinite(value) or value != int(value) or value < minimum:
-        raise _FieldError(column, f"'{text}' is not {what}")
+        raise _FieldError(column, f"'{_clip(text)}' is not {what}") from None
+    if not math.isfinite(value) or not minimum <= value <= maximum or value != int(value):
+        raise _FieldError(column, f"'{_clip(text)}' is not {what}")
     return int(value)
+
+
+def _clip(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 def _parse_instruction(text: str) -> Instruction:

@@ -12,6 +12,8 @@ from perseusd.planner.bundled import BUNDLED_PROFILES, bundled_profile
 from perseusd.planner.dag import Instruction
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.profile_csv import (
+    MAX_ERRORS,
+    MAX_STAGE,
     check_profile,
     profile_to_csv,
     read_profile,
@@ -198,3 +200,23 @@ def test_every_problem_is_reported_in_line_order(tmp_path: Path) -> None:
 
 def test_a_valid_file_has_no_problems(tmp_path: Path) -> None:
     assert check_profile(write(tmp_path, rows_with())) == []
+
+
+def test_huge_stage_number_is_refused_with_line_and_column() -> None:
+    text = "stage,instruction,frequency,time,energy\n3000000,forward,1410,0.01,2.0\n"
+    with pytest.raises(ProfileError) as refused:
+        read_profile_stream(io.StringIO(text), "huge.csv")
+    assert (refused.value.line, refused.value.column) == (2, "stage")
+    assert f"at most {MAX_STAGE}" in refused.value.problem
+
+
+def test_gaps_up_to_the_largest_stage_and_bad_rows_are_bounded(tmp_path: Path) -> None:
+    """A valid row at the largest stage leaves 65,535 gaps; 10,000 bad rows: both are cut at MAX_ERRORS
+    problems, the last saying how many more there are."""
+    rows = [f"{MAX_STAGE},forward,1410,0.01,2.0", f"{MAX_STAGE},backward,1410,0.01,2.0"]
+    errors = check_profile(write(tmp_path, HEADER + "\n".join(rows) + "\n"))
+    assert len(errors) == MAX_ERRORS
+    assert "more problems not listed" in errors[-1].problem
+    errors = check_profile(write(tmp_path, HEADER + "x,forward,1410,0.01,2.0\n" * 10_000, "bad.csv"))
+    assert len(errors) == MAX_ERRORS
+    assert "9900 more problems" in errors[-1].problem

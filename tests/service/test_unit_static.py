@@ -75,6 +75,13 @@ def test_unit_uses_the_install_path() -> None:
     assert f"ExecStopPost={INSTALLED_BINARY} reset" in lines
 
 
+def test_unit_raises_the_descriptor_limit() -> None:
+    """Hundreds of clients hold descriptors in the daemon: the default soft limit of 1024 runs out."""
+    limits = re.findall(r"^LimitNOFILE=(\d+)$", UNIT.read_text(), re.MULTILINE)
+    assert len(limits) == 1
+    assert int(limits[0]) >= 16384
+
+
 @pytest.mark.parametrize("with_cluster_dropin", [False, True], ids=["unit", "unit+cluster"])
 @needs_analyze
 def test_verify_is_silent(tmp_path: Path, with_cluster_dropin: bool) -> None:
