@@ -13,6 +13,7 @@ the `jobs` field of a status reply; event timestamps are CLOCK_MONOTONIC (`time.
 Version 4: stragglers (`announce_straggler`), per-pipeline compute time, plan and slowness in `jobs`, the
 job's straggler, target time and energy saved.
 Version 5: `early_raises` in a plan's status (clocks raised before the running computation's expected end).
+Next version: `energy_read` / `energy_reading` (energy windows of `perseus_client.energy`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from perseus_client.codes import ErrorCode, ProtocolError
+from perseus_client.energy_messages import EnergyRead, EnergyReading, GpuEnergy
 from perseus_client.job_messages import (
     AnnounceStraggler,
     AnnounceStragglerOk,
@@ -53,8 +55,11 @@ __all__ = [
     "AnnounceStraggler",
     "AnnounceStragglerOk",
     "DocumentReply",
+    "EnergyRead",
+    "EnergyReading",
     "ErrorCode",
     "FrontierRequest",
+    "GpuEnergy",
     "Instruction",
     "JobInfo",
     "JobsReply",
@@ -375,6 +380,7 @@ REQUEST_TYPES: tuple[type[Message], ...] = (
     ProfileExport,
     ProfileImport,
     AnnounceStraggler,
+    EnergyRead,
     *EVENT_TYPES,
 )
 ADMIN_TYPES: tuple[type[Message], ...] = (AdminReset, AdminSetPowerLimit, StatusRequest)
@@ -396,6 +402,7 @@ REPLY_TYPES: tuple[type[Message], ...] = (
     ProfileReply,
     ProfileImportOk,
     AnnounceStragglerOk,
+    EnergyReading,
     ErrorReply,
 )
 MESSAGE_TYPES: dict[str, type[Message]] = {

@@ -33,6 +33,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "profile_cmd",
     "straggler_cmd",
     "stragglers_cmd",
+    "measure_cmd",
 )
 
 

@@ -25,6 +25,7 @@ from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.config import BACKENDS, LOG_LEVELS, SIM_MODELS, DaemonConfig, load_config
 from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.deadline_timer import DeadlineTimer
+from perseusd.daemon.energy_requests import NVML_COUNTER_PERIOD_S, EnergyRequests
 from perseusd.daemon.energy_sampler import EnergySampler
 from perseusd.daemon.events import EventTracker
 from perseusd.daemon.identity import process_start_time
@@ -207,6 +208,7 @@ def run_daemon(config: DaemonConfig, reload_config: Callable[[], DaemonConfig]) 
                 is_admin=policy.is_admin,
                 plans=plans,
                 jobs=jobs,
+                extra_handlers=energy_requests(config, registry).handlers(),
             )
             with metrics_exposure(config, core, calls):
                 return serve(config, reload_config, policy, core)
@@ -225,6 +227,12 @@ def plan_book(config: DaemonConfig, registry: GpuRegistry) -> Iterator[PlanBook]
         yield PlanBook(registry.submit_locked_sm_clock_mhz, early=early)
     finally:
         timer.stop()
+
+
+def energy_requests(config: DaemonConfig, registry: GpuRegistry) -> EnergyRequests:
+    """`energy_read` for energy windows; the counter period is the simulated one, else NVML's worst case."""
+    period_s = config.sim_update_period_s if config.backend == "sim" else NVML_COUNTER_PERIOD_S
+    return EnergyRequests(registry, period_s, config.gpu_call_timeout_s)
 
 
 @contextlib.contextmanager
