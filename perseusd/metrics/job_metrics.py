@@ -23,8 +23,9 @@ logger = logging.getLogger(__name__)
 
 MAX_JOBS = 64
 MAX_PIPELINES = 64
-JOB = ("job", "uid")
-PIPELINE = ("job", "uid", "pipeline")
+# Not "job": Prometheus gives every series a `job` label of its own (the scrape job).
+JOB = ("job_name", "uid")
+PIPELINE = ("job_name", "uid", "pipeline")
 
 
 def job_snapshots(manager: JobManager, plans: PlanBook) -> tuple[list[tuple[JobInfo, int, int]], int]:

@@ -7,6 +7,8 @@ names with `promtool check metrics` where promtool is installed (Debian package 
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import socket
 import stat
@@ -36,6 +38,7 @@ STAGES = 2
 MICROBATCHES = 4
 ITERATIONS = 3
 WAIT_S = 60.0
+DASHBOARD = Path(__file__).resolve().parents[2] / "packaging" / "perseusd-grafana.json"
 
 
 @dataclass
@@ -182,7 +185,7 @@ def test_gpu_call_latency_histogram(scraped: Scraped) -> None:
 
 def test_job_metrics(scraped: Scraped) -> None:
     by_name = samples(scrape(scraped.url))
-    job = {"job": JOB, "uid": "0"}
+    job = {"job_name": JOB, "uid": "0"}
     assert one(by_name, "perseus_job_state", state="running", **job) == 1.0
     assert one(by_name, "perseus_job_state", state="profiling", **job) == 0.0
     assert one(by_name, "perseus_job_plan_iteration_time_seconds", **job) > 0
@@ -237,3 +240,16 @@ def test_a_bad_textfile_directory_fails_the_start(tmp_path: Path) -> None:
         daemon = make(dirs, gpus=1, extra_args=("--config", str(config))).start(wait=False)
         assert daemon.wait() == 1
         assert "metrics:" in daemon.log()
+
+
+def test_grafana_dashboard_uses_only_exposed_metrics(scraped: Scraped) -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    assert len(exprs) >= 10
+    used = {name for expr in exprs for name in re.findall(r"\bperseus_[a-z_]+", expr)}
+    text = scrape(scraped.url)
+    exposed = set(samples(text))  # and families without samples now (no straggler, say):
+    for family in text_string_to_metric_families(text):
+        exposed |= {family.name, f"{family.name}_total", f"{family.name}_bucket"}
+    missing = {name for name in used if name not in exposed}
+    assert not missing, f"the dashboard uses metrics perseusd does not expose: {sorted(missing)}"
