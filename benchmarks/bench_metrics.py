@@ -1,15 +1,19 @@
 """Does scraping the Prometheus metrics cost the event path anything? Prints JSON.
 
 Same run, same machine, alternating rounds: a daemon with metrics off and no scraper (baseline) versus a
-daemon serving metrics over HTTP with a scraper process hitting /metrics every `SCRAPE_PERIOD_S` (far more
-often than Prometheus' usual 15 s). Each round measures
+daemon serving metrics over HTTP with a scraper process hitting /metrics every `--scrape-period-s` (default
+1 s, 15 times Prometheus' usual 15 s). Each round measures
 - client event cost: median per-event time of `computation_begin`/`computation_end` on the calling thread;
 - daemon ingest: events/s the daemon received from `CLIENTS` sender processes.
-The scraper reads every GPU (through the owner threads) and every counter at each scrape.
+The scraper reads every GPU (through the owner threads) and every counter at each scrape. On a machine with
+few cores the scraper process and the daemon's HTTP thread also take CPU from the senders: compare rounds.
+
+    python benchmarks/bench_metrics.py [--scrape-period-s S] [--rounds N]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import multiprocessing
 import os
@@ -32,7 +36,6 @@ CLIENTS = 4
 EVENTS_PER_CLIENT = 20_000
 BATCH = 1000
 BATCHES = 20
-SCRAPE_PERIOD_S = 0.1
 
 
 def _free_port() -> int:
@@ -42,7 +45,7 @@ def _free_port() -> int:
         return port
 
 
-def _scraper(url: str, stop: Any, out: Any) -> None:
+def _scraper(url: str, period_s: float, stop: Any, out: Any) -> None:
     scrapes, durations_s = 0, []
     while not stop.is_set():
         began = time.perf_counter()
@@ -50,7 +53,7 @@ def _scraper(url: str, stop: Any, out: Any) -> None:
             response.read()
         durations_s.append(time.perf_counter() - began)
         scrapes += 1
-        stop.wait(SCRAPE_PERIOD_S)
+        stop.wait(period_s)
     out.put((scrapes, statistics.median(durations_s) if durations_s else 0.0))
 
 
@@ -87,17 +90,19 @@ def _ingest_per_s(daemon: DaemonProcess) -> float:
     procs = [ctx.Process(target=_sender, args=(runtime_dir, i, go, out)) for i in range(CLIENTS)]
     for proc in procs:
         proc.start()
-    while daemon.status()["daemon"]["clients"] < CLIENTS:
-        time.sleep(0.05)
-    start = daemon.status()["daemon"]["events_received"]
-    go.set()
-    samples: list[tuple[float, int]] = []
-    while True:
-        received = daemon.status()["daemon"]["events_received"] - start
-        samples.append((time.monotonic(), received))
-        if len(samples) > 3 and samples[-1][1] == samples[-3][1] and received > 0:
-            break
-        time.sleep(0.1)
+    # Polled through one client with a generous timeout: the machine may be loaded (no subprocess per poll).
+    with PerseusClient(runtime_dir, job="bench-poll", timeout_s=30) as poller:
+        while poller.status().daemon.clients < CLIENTS + 1:
+            time.sleep(0.05)
+        start = poller.status().daemon.events_received
+        go.set()
+        samples: list[tuple[float, int]] = []
+        while True:
+            received = poller.status().daemon.events_received - start
+            samples.append((time.monotonic(), received))
+            if len(samples) > 3 and samples[-1][1] == samples[-3][1] and received > 0:
+                break
+            time.sleep(0.1)
     for _ in procs:
         out.get(timeout=30)
     for proc in procs:
@@ -107,7 +112,7 @@ def _ingest_per_s(daemon: DaemonProcess) -> float:
     return samples[-1][1] / max(last - first, 1e-3)
 
 
-def _round(make: Any, scraped: bool) -> dict[str, Any]:
+def _round(make: Any, scraped: bool, period_s: float) -> dict[str, Any]:
     dirs = DaemonDirs.create()
     extra: tuple[str, ...] = ()
     port = _free_port()
@@ -120,7 +125,7 @@ def _round(make: Any, scraped: bool) -> dict[str, Any]:
     stop, out = ctx.Event(), ctx.Queue()
     scraper = None
     if scraped:
-        scraper = ctx.Process(target=_scraper, args=(f"http://127.0.0.1:{port}/metrics", stop, out))
+        scraper = ctx.Process(target=_scraper, args=(f"http://127.0.0.1:{port}/metrics", period_s, stop, out))
         scraper.start()
     try:
         cost_us = _event_cost_us(daemon)
@@ -137,11 +142,15 @@ def _round(make: Any, scraped: bool) -> dict[str, Any]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--scrape-period-s", type=float, default=1.0)
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    args = parser.parse_args()
     rounds: dict[str, list[dict[str, Any]]] = {"baseline": [], "scraped": []}
     with daemon_processes() as make:
-        for _ in range(ROUNDS):
-            rounds["baseline"].append(_round(make, scraped=False))
-            rounds["scraped"].append(_round(make, scraped=True))
+        for _ in range(args.rounds):
+            rounds["baseline"].append(_round(make, scraped=False, period_s=args.scrape_period_s))
+            rounds["scraped"].append(_round(make, scraped=True, period_s=args.scrape_period_s))
 
     def median(kind: str, key: str) -> float:
         return statistics.median(r[key] for r in rounds[kind])
@@ -149,7 +158,7 @@ def main() -> None:
     result = {
         "benchmark": "metrics_scrape_cost",
         "cpu_count": os.cpu_count(),
-        "scrape_period_s": SCRAPE_PERIOD_S,
+        "scrape_period_s": args.scrape_period_s,
         "rounds": rounds,
         "event_cost_us": {
             "baseline": median("baseline", "event_cost_us"),
