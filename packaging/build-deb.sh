@@ -49,7 +49,11 @@ mkdir -p "$lib" "$root/opt/perseusd/bin" "$root/usr/bin" "$root/DEBIAN"
 echo "build-deb.sh: installing perseusd $VERSION and its dependencies into /opt/perseusd/lib/python"
 # A copy of the tracked source (no .venv, caches or build outputs of this checkout).
 mkdir "$work/src"
-git -C "$SRC" ls-files -z --cached --others --exclude-standard | (cd "$SRC" && xargs -0 cp --parents -t "$work/src")
+if git -C "$SRC" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  git -C "$SRC" ls-files -z --cached --others --exclude-standard | (cd "$SRC" && xargs -0 cp --parents -t "$work/src")
+else  # an unpacked source tarball
+  tar -C "$SRC" --exclude=.venv --exclude=.cache --exclude=build --exclude=dist --exclude=out -cf - . | tar -C "$work/src" -xf -
+fi
 "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-compile --target "$lib" "$work/src[nvml]"
 rm -rf "$lib/bin"
 # Test suites of the dependencies are not needed at run time (a third of scipy's size).
