@@ -45,7 +45,7 @@ def _free_port() -> int:
         return port
 
 
-def _scraper(url: str, period_s: float, stop: Any, out: Any) -> None:
+def _scraper(url: str, period_s: float, ready: Any, stop: Any, out: Any) -> None:
     scrapes, durations_s = 0, []
     while not stop.is_set():
         began = time.perf_counter()
@@ -53,6 +53,7 @@ def _scraper(url: str, period_s: float, stop: Any, out: Any) -> None:
             response.read()
         durations_s.append(time.perf_counter() - began)
         scrapes += 1
+        ready.set()
         stop.wait(period_s)
     out.put((scrapes, statistics.median(durations_s) if durations_s else 0.0))
 
@@ -122,11 +123,15 @@ def _round(make: Any, scraped: bool, period_s: float) -> dict[str, Any]:
         extra = ("--config", str(config))
     daemon = make(dirs, gpus=CLIENTS + 1, extra_args=extra).start()
     ctx = multiprocessing.get_context("spawn")
-    stop, out = ctx.Event(), ctx.Queue()
+    ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
     scraper = None
     if scraped:
-        scraper = ctx.Process(target=_scraper, args=(f"http://127.0.0.1:{port}/metrics", period_s, stop, out))
+        url = f"http://127.0.0.1:{port}/metrics"
+        scraper = ctx.Process(target=_scraper, args=(url, period_s, ready, stop, out))
         scraper.start()
+        # Measure once it scrapes, not while its interpreter starts (a CPU burst of its own).
+        if not ready.wait(60):
+            raise RuntimeError("the scraper did not scrape within 60 s")
     try:
         cost_us = _event_cost_us(daemon)
         ingest = _ingest_per_s(daemon)
