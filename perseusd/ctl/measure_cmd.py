@@ -101,4 +101,4 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({**dataclasses.asdict(m), "exit_code": exit_code}, indent=2), file=sys.stderr)
     else:
         print(render(m, exit_code), file=sys.stderr)
-    return exit_code
+    return exit_code if exit_code >= 0 else 128 - exit_code  # killed by a signal: as a shell reports it

@@ -167,6 +167,8 @@ def test_perseusctl_measure_usage_errors(daemon: DaemonProcess) -> None:
     missing = _measure(daemon.dirs.runtime_dir, "--", "/nonexistent/command")
     assert missing.returncode == 127
     assert "cannot run" in missing.stderr
+    killed = _measure(daemon.dirs.runtime_dir, "--", "sh", "-c", "kill -9 $$")
+    assert killed.returncode == 128 + 9
     unknown = _measure(daemon.dirs.runtime_dir, "--gpu", "7", "--", "true")
     assert unknown.returncode == 1
     assert "no GPU" in unknown.stderr
