@@ -46,8 +46,6 @@ from perseusd.jobs.manager import JobManager, JobSettings
 from perseusd.jobs.policy import Policy
 from perseusd.jobs.solving import SolveWorker
 from perseusd.jobs.straggling import StragglerSettings
-from perseusd.metrics.collector import PerseusCollector
-from perseusd.metrics.exposure import HttpExposure, TextfileExposure, metrics_registry
 from perseusd.metrics.gpu_calls import GpuCallRecorder, TimedDevice
 from perseusd.profiling.sweep import SweepSettings
 
@@ -241,6 +239,10 @@ def metrics_exposure(config: DaemonConfig, core: DaemonCore, calls: GpuCallRecor
     if not config.metrics_enabled:
         yield
         return
+    # Imported here: prometheus-client is needed only when metrics are on.
+    from perseusd.metrics.collector import PerseusCollector
+    from perseusd.metrics.exposure import HttpExposure, TextfileExposure, metrics_registry
+
     registry = metrics_registry(PerseusCollector(core, calls))
     exposures: list[HttpExposure | TextfileExposure] = []
     try:
