@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install perseusd as a systemd service from this source tree (run as root; safe to run again).
 #
-#   packaging/install.sh [--prefix DIR] [--system-site-packages] [--cluster] [--no-start]
+#   packaging/install.sh [--prefix DIR] [--system-site-packages] [--cluster] [--metrics-http]
+#                        [--metrics-textfile] [--no-start]
 #   packaging/install.sh --uninstall [--prefix DIR] [--purge]
 #
 # Installs:
@@ -9,6 +10,8 @@
 #   /usr/local/bin/perseusd, perseusctl              links into it
 #   /etc/systemd/system/perseusd.service             the unit (plus a drop-in when DIR is not the default)
 #   /etc/systemd/system/perseusd.service.d/perseusd-cluster.conf   with --cluster: TCP for the cluster's etcd
+#   .../perseusd-metrics-http.conf, .../perseusd-metrics-textfile.conf   with --metrics-http / --metrics-textfile:
+#                                                    what the Prometheus exposures need (docs/metrics.md)
 #   /etc/sysusers.d/perseusd.conf                    groups perseus and perseus-admin (created now)
 #   /etc/perseusd/perseusd.toml                      the commented example configuration, only if absent
 # and enables and starts perseusd.service when systemd runs (not with --no-start).
@@ -28,10 +31,11 @@ BIN_DIR=/usr/local/bin
 action=install
 site_packages=0
 cluster=0
+metrics_dropins=()
 start=1
 purge=0
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 log() { echo "install.sh: $*"; }
 systemd_running() { [ -d /run/systemd/system ]; }
 
@@ -40,6 +44,8 @@ while [ $# -gt 0 ]; do
     --prefix) PREFIX="${2:?--prefix needs a directory}"; shift ;;
     --system-site-packages) site_packages=1 ;;
     --cluster) cluster=1 ;;
+    --metrics-http) metrics_dropins+=(perseusd-metrics-http.conf) ;;
+    --metrics-textfile) metrics_dropins+=(perseusd-metrics-textfile.conf) ;;
     --no-start) start=0 ;;
     --uninstall) action=uninstall ;;
     --purge) purge=1 ;;
@@ -85,6 +91,9 @@ install_unit() {
   if [ "$cluster" = 1 ]; then
     install -D -m 0644 "$SRC/systemd/perseusd-cluster.conf" "$DROPIN_DIR/perseusd-cluster.conf"
   fi
+  for dropin in "${metrics_dropins[@]}"; do
+    install -D -m 0644 "$SRC/systemd/$dropin" "$DROPIN_DIR/$dropin"
+  done
   install -D -m 0644 "$SRC/packaging/sysusers.d/perseusd.conf" "$SYSUSERS"
   if command -v systemd-sysusers >/dev/null; then
     systemd-sysusers "$SYSUSERS"
@@ -118,7 +127,8 @@ uninstall() {
   if systemd_running; then
     systemctl disable --now perseusd.service 2>/dev/null || true
   fi
-  rm -f "$UNIT" "$DROPIN_DIR/10-prefix.conf" "$DROPIN_DIR/perseusd-cluster.conf" "$SYSUSERS"
+  rm -f "$UNIT" "$DROPIN_DIR/10-prefix.conf" "$DROPIN_DIR/perseusd-cluster.conf" "$SYSUSERS" \
+    "$DROPIN_DIR/perseusd-metrics-http.conf" "$DROPIN_DIR/perseusd-metrics-textfile.conf"
   rmdir "$DROPIN_DIR" 2>/dev/null || true
   for tool in perseusd perseusctl; do
     if [ "$(readlink "$BIN_DIR/$tool" 2>/dev/null)" = "$PREFIX/bin/$tool" ]; then

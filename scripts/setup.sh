@@ -10,8 +10,9 @@ dev=0
 
 if [ "$dev" = 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   need=()
-  # systemd: systemd-analyze (unit checks); procps: /bin/kill (the unit's ExecReload=).
-  for pkg in etcd-server etcd-client systemd systemd-container debootstrap libsystemd-dev pkg-config procps; do
+  # systemd: systemd-analyze (unit checks); procps: /bin/kill (the unit's ExecReload=); prometheus: promtool
+  # (the metrics test checks the exposition with `promtool check metrics`).
+  for pkg in etcd-server etcd-client systemd systemd-container debootstrap libsystemd-dev pkg-config procps prometheus; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   if [ "${#need[@]}" -gt 0 ]; then

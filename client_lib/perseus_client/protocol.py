@@ -15,7 +15,8 @@ job's straggler, target time and energy saved.
 Version 5: `early_raises` in a plan's status (clocks raised before the running computation's expected end).
 Next version (not yet numbered): `event_count` (a client's events as the daemon counted them), the
 `connections` and `connections_refused` fields of the daemon's health, error code LIMIT; frames are standard
-JSON (NaN and Infinity refused) with integers of at most 64 bits and finite floats.
+JSON (NaN and Infinity refused) with integers of at most 64 bits and finite floats; `energy_read` /
+`energy_reading` (energy windows of `perseus_client.energy`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from perseus_client.codes import ErrorCode, ProtocolError
+from perseus_client.energy_messages import EnergyRead, EnergyReading, GpuEnergy
 from perseus_client.job_messages import (
     AnnounceStraggler,
     AnnounceStragglerOk,
@@ -57,8 +59,11 @@ __all__ = [
     "AnnounceStraggler",
     "AnnounceStragglerOk",
     "DocumentReply",
+    "EnergyRead",
+    "EnergyReading",
     "ErrorCode",
     "FrontierRequest",
+    "GpuEnergy",
     "Instruction",
     "JobInfo",
     "JobsReply",
@@ -401,6 +406,7 @@ REQUEST_TYPES: tuple[type[Message], ...] = (
     ProfileImport,
     AnnounceStraggler,
     EventCount,
+    EnergyRead,
     *EVENT_TYPES,
 )
 ADMIN_TYPES: tuple[type[Message], ...] = (AdminReset, AdminSetPowerLimit, StatusRequest)
@@ -423,6 +429,7 @@ REPLY_TYPES: tuple[type[Message], ...] = (
     ProfileImportOk,
     AnnounceStragglerOk,
     EventCountOk,
+    EnergyReading,
     ErrorReply,
 )
 MESSAGE_TYPES: dict[str, type[Message]] = {

@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "profile": "profile_cmd",
     "straggler": "straggler_cmd",
     "stragglers": "stragglers_cmd",
+    "measure": "measure_cmd",
 }
 COMMAND_MODULES: tuple[str, ...] = tuple(COMMANDS.values())
 _OPTIONS_WITH_VALUE = ("--runtime-dir",)

@@ -61,6 +61,12 @@ class DaemonConfig:
     cluster_refresh_interval_s: float = 0.5
     cluster_timeout_s: float = 1.0
     cluster_prefix: str = "/perseus/v1"
+    # Prometheus metrics (docs/metrics.md), both off by default: an HTTP listener (port 0 = off) and/or the
+    # node_exporter textfile collector (a directory; "" = off), rewritten atomically every interval.
+    metrics_http_port: int = 0
+    metrics_http_address: str = "127.0.0.1"
+    metrics_textfile_dir: str = ""
+    metrics_textfile_interval_s: float = 15.0
 
     def __post_init__(self) -> None:
         _require(self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}")
@@ -86,6 +92,15 @@ class DaemonConfig:
         _require(1 <= self.straggler_iterations <= 100, "straggler_iterations must be 1..100")
         _require(self.runtime_dir.is_absolute(), "runtime_dir must be an absolute path")
         _require(self.state_dir.is_absolute(), "state_dir must be an absolute path")
+        _require(0 <= self.metrics_http_port <= 65535, "metrics_http_port must be 0..65535 (0: off)")
+        _require(bool(self.metrics_http_address.strip()), "metrics_http_address must not be empty")
+        _require(
+            not self.metrics_textfile_dir or Path(self.metrics_textfile_dir).is_absolute(),
+            "metrics_textfile_dir must be an absolute path (or empty: off)",
+        )
+        _require(
+            1.0 <= self.metrics_textfile_interval_s <= 3600, "metrics_textfile_interval_s must be 1..3600"
+        )
         self.cluster()  # validates the cluster settings (ConfigError) when endpoints are given
 
     def cluster(self) -> ClusterConfig | None:
@@ -100,6 +115,18 @@ class DaemonConfig:
             timeout_s=self.cluster_timeout_s,
             prefix=self.cluster_prefix,
             refresh_interval_s=self.cluster_refresh_interval_s,
+        )
+
+    @property
+    def metrics_enabled(self) -> bool:
+        return bool(self.metrics_http_port or self.metrics_textfile_dir)
+
+    def metrics_settings(self) -> tuple[object, ...]:
+        return (
+            self.metrics_http_port,
+            self.metrics_http_address,
+            self.metrics_textfile_dir,
+            self.metrics_textfile_interval_s,
         )
 
     def to_toml(self) -> str:

@@ -73,11 +73,13 @@ class DaemonCore:
         clock_s: Callable[[], float] = time.monotonic,
         plans: PlanBook | None = None,
         jobs: JobManager | None = None,
+        extra_handlers: Mapping[type[Message], Callable[[Caller, Any], Message]] | None = None,
     ) -> None:
         self.registry = registry
         self.plans = plans if plans is not None else PlanBook(registry.submit_locked_sm_clock_mhz)
         self.jobs = jobs
         self._job_requests = JobRequests(jobs, self.plans, leases, is_admin) if jobs is not None else None
+        self._extra_handlers = dict(extra_handlers or {})
         self.leases = leases
         self.keeper = keeper
         self.tracker = tracker
@@ -120,6 +122,7 @@ class DaemonCore:
         }
         if self._job_requests is not None:
             handlers.update(self._job_requests.handlers())
+        handlers.update(self._extra_handlers)
         return handlers
 
     def _handle_admin(self, caller: Caller, message: Message) -> Message:

@@ -26,6 +26,7 @@ from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.config import BACKENDS, LOG_LEVELS, SIM_MODELS, DaemonConfig, load_config
 from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.deadline_timer import DeadlineTimer
+from perseusd.daemon.energy_requests import NVML_COUNTER_PERIOD_S, EnergyRequests
 from perseusd.daemon.energy_sampler import EnergySampler
 from perseusd.daemon.events import EventTracker
 from perseusd.daemon.identity import process_start_time
@@ -47,6 +48,7 @@ from perseusd.jobs.manager import JobManager, JobSettings
 from perseusd.jobs.policy import Policy
 from perseusd.jobs.solving import SolveWorker
 from perseusd.jobs.straggling import StragglerSettings
+from perseusd.metrics.gpu_calls import GpuCallRecorder, TimedDevice
 from perseusd.profiling.sweep import SweepSettings
 
 logger = logging.getLogger("perseusd")
@@ -99,8 +101,8 @@ def configure_logging(level: str) -> None:
 
 
 @contextlib.contextmanager
-def gpu_registry(config: DaemonConfig) -> Iterator[GpuRegistry]:
-    """Open the backend and one owner thread per GPU; stop them all on exit."""
+def gpu_registry(config: DaemonConfig, calls: GpuCallRecorder | None = None) -> Iterator[GpuRegistry]:
+    """Open the backend and one owner thread per GPU (device calls timed into `calls`); stop them on exit."""
     backend = open_backend(
         config.backend,
         sim_gpus=config.sim_gpus,
@@ -111,7 +113,8 @@ def gpu_registry(config: DaemonConfig) -> Iterator[GpuRegistry]:
     owners: list[GpuOwner] = []
     try:
         for device in backend.devices():
-            owner = GpuOwner(device, call_timeout_s=config.gpu_call_timeout_s)
+            timed = TimedDevice(device, calls) if calls is not None else device
+            owner = GpuOwner(timed, call_timeout_s=config.gpu_call_timeout_s)
             owner.start()
             owners.append(owner)
         registry = GpuRegistry(owners, config.gpu_call_timeout_s)
@@ -209,7 +212,8 @@ def raise_descriptor_limit(wanted: int = WANTED_NOFILE) -> int:
 def run_daemon(config: DaemonConfig, reload_config: Callable[[], DaemonConfig]) -> int:
     """Startup -> main loop -> shutdown."""
     policy = AccessPolicy(config.socket_group, config.admin_group)
-    with locked_runtime_dir(config, policy), gpu_registry(config) as registry:
+    calls = GpuCallRecorder() if config.metrics_enabled else None
+    with locked_runtime_dir(config, policy), gpu_registry(config, calls) as registry:
         ensure_state_dir(config.state_dir)
         pid = os.getpid()
         keeper = RestoreKeeper(registry, state_path(config.state_dir), pid, process_start_time(pid) or 0)
@@ -219,7 +223,19 @@ def run_daemon(config: DaemonConfig, reload_config: Callable[[], DaemonConfig]) 
             cluster_link(config) as cluster,
             job_manager(config, registry, plans, cluster) as jobs,
         ):
-            return serve(config, reload_config, policy, registry, keeper, leases, plans, jobs)
+            core = DaemonCore(
+                registry,
+                leases,
+                keeper,
+                EventTracker(),
+                version=__version__,
+                is_admin=policy.is_admin,
+                plans=plans,
+                jobs=jobs,
+                extra_handlers=energy_requests(config, registry).handlers(),
+            )
+            with metrics_exposure(config, core, calls):
+                return serve(config, reload_config, policy, core)
 
 
 @contextlib.contextmanager
@@ -237,27 +253,46 @@ def plan_book(config: DaemonConfig, registry: GpuRegistry) -> Iterator[PlanBook]
         timer.stop()
 
 
+def energy_requests(config: DaemonConfig, registry: GpuRegistry) -> EnergyRequests:
+    """`energy_read` for energy windows; the counter period is the simulated one, else NVML's worst case."""
+    period_s = config.sim_update_period_s if config.backend == "sim" else NVML_COUNTER_PERIOD_S
+    return EnergyRequests(registry, period_s, config.gpu_call_timeout_s)
+
+
+@contextlib.contextmanager
+def metrics_exposure(config: DaemonConfig, core: DaemonCore, calls: GpuCallRecorder | None) -> Iterator[None]:
+    """The Prometheus exposures the configuration turns on (none by default); stopped on exit."""
+    if not config.metrics_enabled:
+        yield
+        return
+    # Imported here: prometheus-client is needed only when metrics are on.
+    from perseusd.metrics.collector import PerseusCollector
+    from perseusd.metrics.exposure import HttpExposure, TextfileExposure, metrics_registry
+
+    registry = metrics_registry(PerseusCollector(core, calls))
+    exposures: list[HttpExposure | TextfileExposure] = []
+    try:
+        if config.metrics_http_port:
+            exposures.append(HttpExposure(registry, config.metrics_http_address, config.metrics_http_port))
+        if config.metrics_textfile_dir:
+            directory = Path(config.metrics_textfile_dir)
+            exposures.append(TextfileExposure(registry, directory, config.metrics_textfile_interval_s))
+    except OSError as exc:
+        for exposure in exposures:
+            exposure.stop()
+        raise ConfigError(f"metrics: {exc}") from exc
+    try:
+        yield
+    finally:
+        for exposure in exposures:
+            exposure.stop()
+
+
 def serve(
-    config: DaemonConfig,
-    reload_config: Callable[[], DaemonConfig],
-    policy: AccessPolicy,
-    registry: GpuRegistry,
-    keeper: RestoreKeeper,
-    leases: LeaseBook,
-    plans: PlanBook,
-    jobs: JobManager,
+    config: DaemonConfig, reload_config: Callable[[], DaemonConfig], policy: AccessPolicy, core: DaemonCore
 ) -> int:
     """Reconcile the state file, bind the sockets and run the service until it stops."""
-    core = DaemonCore(
-        registry,
-        leases,
-        keeper,
-        EventTracker(),
-        version=__version__,
-        is_admin=policy.is_admin,
-        plans=plans,
-        jobs=jobs,
-    )
+    registry, keeper, leases = core.registry, core.keeper, core.leases
     outcome = keeper.reconcile(leases)
     if outcome.restored or outcome.failed:
         logger.warning("reconciled: restored %s; failed %s", list(outcome.restored), list(outcome.failed))
@@ -277,6 +312,8 @@ def serve(
                 config.state_dir,
             ):
                 logger.warning("backend, runtime_dir and state_dir changes need a restart")
+            if new.metrics_settings() != config.metrics_settings():
+                logger.warning("metrics_* changes need a restart")
 
         return Service(config, core, ipc, reload_config, apply_config).run()
     finally:

@@ -33,6 +33,9 @@ def test_precedence_file_env_flags(tmp_path: Path) -> None:
         ("colour = 1", "unknown setting"),
         ("sim_gpus = [", "not valid TOML"),
         ('runtime_dir = "relative"', "absolute"),
+        ("metrics_http_port = 70000", "metrics_http_port"),
+        ('metrics_textfile_dir = "relative/dir"', "metrics_textfile_dir"),
+        ("metrics_textfile_interval_s = 0.1", "metrics_textfile_interval_s"),
     ],
 )
 def test_bad_files_fail_with_the_setting_named(tmp_path: Path, text: str, problem: str) -> None:
@@ -72,3 +75,9 @@ def test_check_config_prints_effective_toml(tmp_path: Path) -> None:
     assert values["sim_gpus"] == 4
     assert values["backend"] == "sim"
     assert set(values) == {f.name for f in dataclasses.fields(DaemonConfig)}
+
+
+def test_metrics_are_off_by_default() -> None:
+    assert not DaemonConfig().metrics_enabled
+    assert DaemonConfig(metrics_http_port=9464).metrics_enabled
+    assert DaemonConfig(metrics_textfile_dir="/var/lib/prometheus/node-exporter").metrics_enabled

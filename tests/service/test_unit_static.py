@@ -21,6 +21,13 @@ from perseusd.daemon.config import DaemonConfig, load_config
 REPO_ROOT = Path(__file__).resolve().parents[2]
 UNIT = REPO_ROOT / "systemd" / "perseusd.service"
 CLUSTER_DROPIN = REPO_ROOT / "systemd" / "perseusd-cluster.conf"
+METRICS_HTTP_DROPIN = REPO_ROOT / "systemd" / "perseusd-metrics-http.conf"
+METRICS_TEXTFILE_DROPIN = REPO_ROOT / "systemd" / "perseusd-metrics-textfile.conf"
+DROPINS = {
+    "cluster": CLUSTER_DROPIN,
+    "metrics-http": METRICS_HTTP_DROPIN,
+    "metrics-textfile": METRICS_TEXTFILE_DROPIN,
+}
 INSTALLED_BINARY = "/opt/perseusd/bin/perseusd"
 MAX_EXPOSURE = 2.5
 ANALYZE_TIMEOUT_S = 60
@@ -35,8 +42,9 @@ needs_analyze = pytest.mark.skipif(
 )
 
 
-def _stage_unit(tmp_path: Path, with_cluster_dropin: bool) -> Path:
-    """Copy the unit (and optionally the cluster drop-in) to `tmp_path`, the install path on a stub."""
+def _stage_unit(tmp_path: Path, with_cluster_dropin: bool, dropin: Path | None = None) -> Path:
+    """Copy the unit (and optionally the cluster or another drop-in) to `tmp_path`, the install path on a
+    stub."""
     stub = tmp_path / "bin" / "perseusd"
     stub.parent.mkdir(parents=True)
     stub.write_text("#!/bin/sh\nexit 0\n")
@@ -44,9 +52,11 @@ def _stage_unit(tmp_path: Path, with_cluster_dropin: bool) -> Path:
     unit = tmp_path / UNIT.name
     unit.write_text(UNIT.read_text().replace(INSTALLED_BINARY, str(stub)))
     if with_cluster_dropin:
+        dropin = CLUSTER_DROPIN
+    if dropin is not None:
         dropin_dir = tmp_path / f"{UNIT.name}.d"
         dropin_dir.mkdir()
-        shutil.copy(CLUSTER_DROPIN, dropin_dir / CLUSTER_DROPIN.name)
+        shutil.copy(dropin, dropin_dir / dropin.name)
     return unit
 
 
@@ -91,6 +101,22 @@ def test_verify_is_silent(tmp_path: Path, with_cluster_dropin: bool) -> None:
     proc = _analyze("verify", str(unit), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "", f"systemd-analyze verify complained:\n{proc.stderr}"
+
+
+@pytest.mark.parametrize("dropin", ["metrics-http", "metrics-textfile"])
+@needs_analyze
+def test_verify_is_silent_with_metrics_dropins(tmp_path: Path, dropin: str) -> None:
+    unit = _stage_unit(tmp_path, with_cluster_dropin=False, dropin=DROPINS[dropin])
+    proc = _analyze("verify", str(unit), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", f"systemd-analyze verify complained:\n{proc.stderr}"
+
+
+@needs_analyze
+def test_exposure_with_metrics_http_dropin_is_low(tmp_path: Path) -> None:
+    plain = _exposure(_stage_unit(tmp_path / "plain", with_cluster_dropin=False))
+    http = _exposure(_stage_unit(tmp_path / "http", with_cluster_dropin=False, dropin=METRICS_HTTP_DROPIN))
+    assert plain < http <= MAX_EXPOSURE
 
 
 @needs_analyze

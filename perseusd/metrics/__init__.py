@@ -1,0 +1,1 @@
+"""Prometheus metrics of the daemon: a collector over the core's counters and its two exposures."""

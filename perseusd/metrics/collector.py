@@ -1,0 +1,203 @@
+"""The Prometheus collector: reads the daemon core's counters and snapshots at scrape time.
+
+Nothing is counted for the metrics on the event path: the core already counts events, rejections and
+restores; GPU readings go through the owner threads like `perseusctl status`; the GPU call histogram is
+recorded on the owner threads (`gpu_calls.TimedDevice`). Naming follows Prometheus: base units (seconds,
+joules, watts, hertz), `_total` on counters, `perseus_` prefix. Later features add their families here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from perseus_client.codes import ErrorCode
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from perseusd.daemon.core import DaemonCore
+from perseusd.gpu.backend import GpuInfo
+from perseusd.gpu.owner import GpuReading
+from perseusd.metrics.families import PREFIX, counter, gauge, mhz_to_hz
+from perseusd.metrics.gpu_calls import GpuCallRecorder
+from perseusd.metrics.job_metrics import job_families, job_snapshots
+
+GPU = ("uuid", "name", "index")
+MALFORMED_CODES = (
+    ErrorCode.BAD_FRAME,
+    ErrorCode.UNKNOWN_TYPE,
+    ErrorCode.BAD_FIELD,
+    ErrorCode.TOO_LARGE,
+    ErrorCode.VERSION_MISMATCH,
+)
+
+
+class PerseusCollector(Collector):
+    """Every perseusd metric, built fresh at each scrape."""
+
+    def __init__(self, core: DaemonCore, calls: GpuCallRecorder | None = None) -> None:
+        self._core = core
+        self._calls = calls
+
+    def collect(self) -> Iterable[Metric]:
+        yield from self._daemon()
+        yield from self._gpus()
+        if self._calls is not None:
+            yield from self._gpu_calls(self._calls)
+        if self._core.jobs is not None:
+            snapshots, omitted = job_snapshots(self._core.jobs, self._core.plans)
+            yield from job_families(snapshots)
+            left_out = gauge("metrics_series_omitted", "Jobs left out of the metrics (cardinality bound)")
+            left_out.add_metric([], omitted)
+            yield left_out
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # built at scrape time only (registering must not read GPUs)
+
+    # ------------------------------------------------------------------ daemon health
+
+    def _daemon(self) -> Iterator[Metric]:
+        core = self._core
+        health = core.health()
+        info = gauge("daemon_info", "perseusd version and wire protocol (always 1)", ("version", "protocol"))
+        info.add_metric([health.version, str(health.protocol)], 1)
+        uptime = gauge("daemon_uptime_seconds", "Seconds since the daemon started")
+        uptime.add_metric([], health.uptime_s)
+        clients = gauge("daemon_clients", "Client processes connected (sessions)")
+        clients.add_metric([], health.clients)
+        received = counter("events_received", "Events received (event socket and control socket)")
+        received.add_metric([], health.events_received)
+        dropped = counter("events_dropped", "Events dropped (malformed, out of order, sender without lease)")
+        dropped.add_metric([], health.events_dropped)
+        rejected = counter("messages_rejected", "Requests and events rejected, by error code", ("code",))
+        for code in ErrorCode:
+            rejected.add_metric([code.value], health.errors_by_code.get(code.value, 0))
+        malformed = counter("messages_malformed", "Frames that failed to decode or validate")
+        malformed.add_metric([], sum(health.errors_by_code.get(c.value, 0) for c in MALFORMED_CODES))
+        auth = counter("auth_rejections", "Connections refused by the kernel-credential check (ZAP)")
+        auth.add_metric([], health.auth_rejected)
+        restores = counter("gpu_restores", "GPUs restored to their saved state")
+        restores.add_metric([], health.restores)
+        failures = counter("gpu_restore_failures", "GPU restores that failed")
+        failures.add_metric([], health.restore_failures)
+        yield from (info, uptime, clients, received, dropped, rejected, malformed, auth, restores, failures)
+        if health.last_restore_s is not None:
+            last = gauge("last_client_restore_duration_seconds", "Time to restore a dead client's GPUs")
+            last.add_metric([], health.last_restore_s)
+            yield last
+
+    # ------------------------------------------------------------------ GPUs
+
+    def _gpus(self) -> Iterator[Metric]:
+        core = self._core
+        readings = core.registry.read_all()
+        leases = core.leases.leases()
+        f = _GpuFamilies()
+        for index, info in enumerate(core.registry.infos()):
+            labels = [info.uuid, info.name, str(index)]
+            f.add_reading(labels, info, readings[info.uuid])
+            f.default.add_metric(labels, info.power_limit_default_w)
+            lease = leases.get(info.uuid)
+            f.leased.add_metric(labels, 0.0 if lease is None else 1.0)
+            if lease is not None:
+                f.holder.add_metric(labels, lease.uid)
+            plan = core.plans.get(info.uuid)
+            if plan is not None:
+                f.changes.add_metric(labels, plan.clock_changes)
+                f.late.add_metric(labels, plan.late)
+        yield from f.all()
+
+    def _gpu_calls(self, calls: GpuCallRecorder) -> Iterator[Metric]:
+        hist = HistogramMetricFamily(
+            PREFIX + "gpu_call_duration_seconds",
+            "Duration of the device (NVML) calls made by the GPU owner threads",
+            labels=["uuid", "op"],
+        )
+        for (gpu, op), h in sorted(calls.histograms().items()):
+            cumulative, buckets = 0, []
+            for bound, count in zip((*calls.buckets_s, float("inf")), h.bucket_counts, strict=True):
+                cumulative += count
+                buckets.append(("+Inf" if bound == float("inf") else repr(bound), float(cumulative)))
+            hist.add_metric([gpu, op], buckets, h.sum_s)
+        errors = counter(
+            "gpu_call_errors", "Failed device calls by NVML return code (or error type)", ("uuid", "code")
+        )
+        for (gpu, code), count in sorted(calls.errors().items()):
+            errors.add_metric([gpu, code], count)
+        yield from (hist, errors)
+
+
+@dataclass
+class _GpuFamilies:
+    """The per-GPU families of one scrape."""
+
+    up: GaugeMetricFamily = field(default_factory=lambda: gauge("gpu_up", "1 when every value was read", GPU))
+    energy: CounterMetricFamily = field(
+        default_factory=lambda: counter(
+            "gpu_energy_joules", "GPU energy counter since the driver loaded", GPU
+        )
+    )
+    power: GaugeMetricFamily = field(default_factory=lambda: gauge("gpu_power_watts", "GPU power draw", GPU))
+    clock: GaugeMetricFamily = field(
+        default_factory=lambda: gauge("gpu_sm_clock_hertz", "Applied (current) SM clock", GPU)
+    )
+    locked: GaugeMetricFamily = field(
+        default_factory=lambda: gauge("gpu_locked_sm_clock_hertz", "Locked SM clock (absent: unlocked)", GPU)
+    )
+    is_locked: GaugeMetricFamily = field(
+        default_factory=lambda: gauge("gpu_clock_locked", "1 when the SM clock is locked", GPU)
+    )
+    limit: GaugeMetricFamily = field(
+        default_factory=lambda: gauge("gpu_power_limit_watts", "Enforced power limit", GPU)
+    )
+    default: GaugeMetricFamily = field(
+        default_factory=lambda: gauge("gpu_power_limit_default_watts", "Default power limit", GPU)
+    )
+    capped: GaugeMetricFamily = field(
+        default_factory=lambda: gauge("gpu_power_capped", "1 when the power limit is below the default", GPU)
+    )
+    leased: GaugeMetricFamily = field(
+        default_factory=lambda: gauge("gpu_leased", "1 when a client holds the GPU's lease", GPU)
+    )
+    holder: GaugeMetricFamily = field(
+        default_factory=lambda: gauge("gpu_lease_holder_uid", "User id of the lease holder", GPU)
+    )
+    changes: CounterMetricFamily = field(
+        default_factory=lambda: counter("gpu_plan_clock_changes", "Clock changes by the GPU's plan", GPU)
+    )
+    late: CounterMetricFamily = field(
+        default_factory=lambda: counter("gpu_plan_wrong_clock_starts", "Begun before the planned clock", GPU)
+    )
+
+    def add_reading(self, labels: list[str], info: GpuInfo, reading: GpuReading) -> None:
+        self.up.add_metric(labels, 0.0 if reading.error else 1.0)
+        if reading.energy_mj is not None:
+            self.energy.add_metric(labels, reading.energy_mj / 1000.0)
+        if reading.power_w is not None:
+            self.power.add_metric(labels, reading.power_w)
+        if reading.sm_clock_mhz is not None:
+            self.clock.add_metric(labels, mhz_to_hz(reading.sm_clock_mhz))
+        if reading.locked_sm_clock_mhz is not None:
+            self.locked.add_metric(labels, mhz_to_hz(reading.locked_sm_clock_mhz))
+        if reading.error is None or "locked_sm_clock_mhz" not in reading.error:
+            self.is_locked.add_metric(labels, 0.0 if reading.locked_sm_clock_mhz is None else 1.0)
+        if reading.power_limit_w is not None:
+            self.limit.add_metric(labels, reading.power_limit_w)
+            self.capped.add_metric(labels, float(reading.power_limit_w < info.power_limit_default_w))
+
+    def all(self) -> tuple[Metric, ...]:
+        return (
+            self.up,
+            self.energy,
+            self.power,
+            self.clock,
+            self.locked,
+            self.is_locked,
+            self.limit,
+            self.default,
+            self.capped,
+            self.leased,
+            self.holder,
+            self.changes,
+            self.late,
+        )

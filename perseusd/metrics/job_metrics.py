@@ -1,0 +1,98 @@
+"""Per-job and per-pipeline metrics, from the job manager's jobs as `perseusctl jobs` shows them.
+
+Cardinality is bounded: at most `MAX_JOBS` jobs (the manager keeps few ended ones) and `MAX_PIPELINES`
+pipelines per job; what is left out is counted in `perseus_metrics_series_omitted`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from perseus_client.message import JOB_STATES
+from perseus_client.protocol import JobInfo
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from perseusd.daemon.plans import PlanBook
+from perseusd.jobs.job import Job
+from perseusd.jobs.manager import JobManager
+from perseusd.jobs.report import job_info
+from perseusd.metrics.families import counter, gauge
+
+logger = logging.getLogger(__name__)
+
+MAX_JOBS = 64
+MAX_PIPELINES = 64
+# Not "job": Prometheus gives every series a `job` label of its own (the scrape job).
+JOB = ("job_name", "uid")
+PIPELINE = ("job_name", "uid", "pipeline")
+
+
+def job_snapshots(manager: JobManager, plans: PlanBook) -> tuple[list[tuple[JobInfo, int, int]], int]:
+    """(info, clock changes, wrong-clock starts) of each exported job, and how many jobs were left out.
+
+    Runs on the scrape thread while the main loop may change a job: a job that changes under the read is
+    retried once and otherwise skipped for this scrape (its counters are cumulative, nothing is lost)."""
+    jobs = list(manager.jobs.values())
+    snapshots = []
+    for job in jobs[:MAX_JOBS]:
+        for _attempt in range(2):
+            try:
+                snapshots.append(_snapshot(job, plans))
+                break
+            except RuntimeError as exc:  # a dict changed size during iteration
+                logger.debug("job %s changed while scraped: %s", job.name, exc)
+    return snapshots, max(0, len(jobs) - MAX_JOBS)
+
+
+def _snapshot(job: Job, plans: PlanBook) -> tuple[JobInfo, int, int]:
+    changes, late = 0, 0
+    for slot in list(job.slots.values()):
+        plan = plans.get(slot.gpu)
+        if plan is not None:
+            changes += plan.clock_changes
+            late += plan.late
+    return job_info(job, plans), changes, late
+
+
+def job_families(snapshots: list[tuple[JobInfo, int, int]]) -> Iterator[Metric]:
+    state = gauge("job_state", "1 for the job's current state, 0 for the others", (*JOB, "state"))
+    plan_time = gauge("job_plan_iteration_time_seconds", "Deployed point's predicted iteration time", JOB)
+    plan_energy = gauge(
+        "job_plan_iteration_energy_joules", "Deployed point's predicted iteration energy", JOB
+    )
+    max_time = gauge("job_all_max_iteration_time_seconds", "Predicted iteration time at all-max clocks", JOB)
+    max_energy = gauge("job_all_max_iteration_energy_joules", "Predicted iteration energy, all-max", JOB)
+    saved = gauge("job_energy_saved_joules", "Energy saved versus all-max clocks since the plan runs", JOB)
+    changes = counter("job_clock_changes", "SM clock changes made by the job's plans", JOB)
+    late = counter("job_wrong_clock_starts", "Computations that began before their planned clock", JOB)
+    straggling = gauge("job_straggler_factor", "Slowdown factor of the job's straggler pipeline", PIPELINE)
+    iteration = gauge("pipeline_iteration_time_seconds", "Mean measured iteration time", PIPELINE)
+    iterations = counter("pipeline_iterations", "Iterations measured", PIPELINE)
+    slowness = gauge("pipeline_slowness_ratio", "Compute time over the plan's time (1: on plan)", PIPELINE)
+    for info, clock_changes, wrong_starts in snapshots:
+        key = [info.job, str(info.uid)]
+        for name in JOB_STATES:
+            state.add_metric([*key, name], 1.0 if info.state == name else 0.0)
+        _maybe(plan_time, key, info.plan_time_s)
+        _maybe(plan_energy, key, info.plan_energy_j)
+        _maybe(max_time, key, info.all_max_time_s)
+        _maybe(max_energy, key, info.all_max_energy_j)
+        saved.add_metric(key, info.energy_saved_j)
+        changes.add_metric(key, clock_changes)
+        late.add_metric(key, wrong_starts)
+        if info.straggler is not None:
+            straggling.add_metric([*key, str(info.straggler.pipeline)], info.straggler.factor)
+        for pipe in info.pipelines[:MAX_PIPELINES]:
+            pkey = [*key, str(pipe.pipeline)]
+            _maybe(iteration, pkey, pipe.iteration_time_s)
+            if not pipe.node:  # this node's pipelines only (others are the other nodes' metrics)
+                iterations.add_metric(pkey, pipe.iterations)
+            _maybe(slowness, pkey, pipe.slowness)
+    yield from (state, plan_time, plan_energy, max_time, max_energy, saved, changes, late, straggling)
+    yield from (iteration, iterations, slowness)
+
+
+def _maybe(family: GaugeMetricFamily, labels: list[str], value: float | None) -> None:
+    if value is not None:
+        family.add_metric(labels, value)

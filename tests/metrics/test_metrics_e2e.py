@@ -1,0 +1,256 @@
+"""Prometheus metrics of a real perseusd on simulated GPUs, scraped over HTTP and read from the textfile.
+
+One daemon (module fixture) with both exposures on runs a 2-stage job to `running` and a lease-holding
+client; the tests scrape it with a real HTTP client, parse with prometheus_client's parser, and check the
+names with `promtool check metrics` where promtool is installed (Debian package `prometheus`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import stat
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import zmq
+from perseus_client.client import PerseusClient
+from perseus_client.protocol import EVENT_SOCKET_NAME
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from perseusd.planner.dag import build_dag
+from perseusd.planner.profile_csv import profile_to_csv
+from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
+from tests.support.synthetic import synthetic_profile
+
+pytestmark = pytest.mark.timeout(180)
+
+JOB = "metrics-e2e"
+STAGES = 2
+MICROBATCHES = 4
+ITERATIONS = 3
+WAIT_S = 60.0
+DASHBOARD = Path(__file__).resolve().parents[2] / "packaging" / "perseusd-grafana.json"
+
+
+@dataclass
+class Scraped:
+    url: str
+    textfile: Path
+    runtime_dir: Path
+    gpus: list[str]
+    daemon: DaemonProcess
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain")
+        text: str = response.read().decode()
+        return text
+
+
+def samples(text: str) -> dict[str, list[Sample]]:
+    by_name: dict[str, list[Sample]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            by_name.setdefault(sample.name, []).append(sample)
+    return by_name
+
+
+def one(by_name: dict[str, list[Sample]], name: str, **labels: str) -> float:
+    found = [s.value for s in by_name.get(name, []) if all(s.labels.get(k) == v for k, v in labels.items())]
+    assert len(found) == 1, f"{name}{labels}: {found} in {sorted(by_name)}"
+    return found[0]
+
+
+def _wait(predicate: object, what: str) -> None:
+    deadline_s = time.monotonic() + WAIT_S
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline_s, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def scraped() -> Iterator[Scraped]:
+    with daemon_processes() as make:
+        dirs = DaemonDirs.create()
+        textfile_dir = dirs.base / "textfile"
+        textfile_dir.mkdir()
+        port = free_port()
+        config = dirs.base / "perseusd.toml"
+        config.write_text(
+            f'metrics_http_port = {port}\nmetrics_textfile_dir = "{textfile_dir}"\n'
+            "metrics_textfile_interval_s = 1.0\n"
+        )
+        daemon = make(dirs, gpus=STAGES, extra_args=("--config", str(config))).start()
+        url = f"http://127.0.0.1:{port}/metrics"
+        with PerseusClient(dirs.runtime_dir, job=JOB, timeout_s=10.0) as client:
+            assert client.daemon_info is not None
+            gpus = [gpu.uuid for gpu in client.daemon_info.gpus]
+            profile = synthetic_profile(STAGES, seed=3, clocks_mhz=tuple(range(1410, 885, -90)))
+            client.profile_import(profile_to_csv(profile), source="synthetic", p_block_w=80.0)
+            client.claim(gpus)
+            for stage, gpu in enumerate(gpus):
+                client.register(gpu, stage=stage, num_stages=STAGES, num_microbatches=MICROBATCHES)
+            _wait(lambda: client.jobs().jobs[0].state in ("running", "failed"), "the job to run")
+            assert client.jobs().jobs[0].state == "running", client.jobs()
+            dag = build_dag("1f1b", STAGES, MICROBATCHES, 1)
+            for step in range(ITERATIONS):
+                for stage, gpu in enumerate(gpus):
+                    with client.step(gpu, step):
+                        for node in dag.stage_orders[stage]:
+                            comp = dag.computations[node]
+                            with client.computation(gpu, stage, comp.instruction.value, comp.microbatch):
+                                pass
+            _wait(lambda: client.jobs().jobs[0].pipelines[0].iterations >= ITERATIONS, "the iterations")
+            yield Scraped(url, textfile_dir / "perseusd.prom", dirs.runtime_dir, gpus, daemon)
+
+
+def test_gpu_metrics_follow_the_gpus(scraped: Scraped) -> None:
+    by_name = samples(scrape(scraped.url))
+    status = {gpu["uuid"]: gpu for gpu in scraped.daemon.status()["gpus"]}
+    for index, uuid in enumerate(scraped.gpus):
+        labels = {"uuid": uuid, "index": str(index)}
+        assert one(by_name, "perseus_gpu_up", **labels) == 1.0
+        assert one(by_name, "perseus_gpu_leased", **labels) == 1.0
+        assert one(by_name, "perseus_gpu_lease_holder_uid", **labels) == 0.0  # we are root
+        assert one(by_name, "perseus_gpu_energy_joules_total", **labels) > 0
+        assert one(by_name, "perseus_gpu_power_watts", **labels) > 0
+        assert one(by_name, "perseus_gpu_power_limit_watts", **labels) == pytest.approx(
+            status[uuid]["power_limit_w"]
+        )
+        assert one(by_name, "perseus_gpu_power_capped", **labels) == 0.0
+        locked = status[uuid]["locked_clock_mhz"]
+        assert one(by_name, "perseus_gpu_clock_locked", **labels) == (0.0 if locked is None else 1.0)
+        clock_hz = one(by_name, "perseus_gpu_sm_clock_hertz", **labels)
+        assert 100e6 < clock_hz < 3000e6  # hertz, not MHz
+
+
+def test_daemon_health_counts_events_and_malformed_frames(scraped: Scraped) -> None:
+    before = samples(scrape(scraped.url))
+    received = one(before, "perseus_events_received_total")
+    assert received >= ITERATIONS * STAGES * 2  # steps begin and end at least
+    malformed = one(before, "perseus_messages_malformed_total")
+    ctx = zmq.Context()
+    try:
+        push = ctx.socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 1000)
+        push.connect(f"ipc://{scraped.runtime_dir / EVENT_SOCKET_NAME}")
+        push.send(b"{not json")
+        push.close()
+    finally:
+        ctx.term()
+
+    def counted() -> bool:
+        return one(samples(scrape(scraped.url)), "perseus_messages_malformed_total") >= malformed + 1
+
+    _wait(counted, "the malformed frame to be counted")
+    after = samples(scrape(scraped.url))
+    assert one(after, "perseus_events_dropped_total") >= 1
+    assert one(after, "perseus_messages_rejected_total", code="BAD_FRAME") >= 1
+    assert one(after, "perseus_events_received_total") == received + 1
+
+
+def test_gpu_call_latency_histogram(scraped: Scraped) -> None:
+    by_name = samples(scrape(scraped.url))
+    gpu = scraped.gpus[0]
+    count = one(by_name, "perseus_gpu_call_duration_seconds_count", uuid=gpu, op="power_w")
+    inf = one(by_name, "perseus_gpu_call_duration_seconds_bucket", uuid=gpu, op="power_w", le="+Inf")
+    assert count >= 1
+    assert inf == count
+    buckets = [
+        (float(s.labels["le"]), s.value)
+        for s in by_name["perseus_gpu_call_duration_seconds_bucket"]
+        if s.labels["uuid"] == gpu and s.labels["op"] == "power_w"
+    ]
+    values = [value for _, value in sorted(buckets)]
+    assert values == sorted(values)  # cumulative
+
+
+def test_job_metrics(scraped: Scraped) -> None:
+    by_name = samples(scrape(scraped.url))
+    job = {"job_name": JOB, "uid": "0"}
+    assert one(by_name, "perseus_job_state", state="running", **job) == 1.0
+    assert one(by_name, "perseus_job_state", state="profiling", **job) == 0.0
+    assert one(by_name, "perseus_job_plan_iteration_time_seconds", **job) > 0
+    assert one(by_name, "perseus_job_plan_iteration_energy_joules", **job) > 0
+    assert one(by_name, "perseus_pipeline_iterations_total", pipeline="0", **job) >= ITERATIONS
+    assert one(by_name, "perseus_job_clock_changes_total", **job) >= 0
+    assert one(by_name, "perseus_metrics_series_omitted") == 0
+
+
+def test_promtool_accepts_the_metrics(scraped: Scraped) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip(
+            "promtool is not installed (Debian package prometheus; scripts/setup.sh --dev installs it)"
+        )
+    text = scrape(scraped.url)
+    check = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_textfile_is_replaced_atomically_and_readable(scraped: Scraped) -> None:
+    path = scraped.textfile
+    _wait(path.exists, "the textfile")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    first_inode = path.stat().st_ino
+    _wait(lambda: path.stat().st_ino != first_inode, "the textfile to be rewritten")
+    by_name = samples(path.read_text())
+    assert one(by_name, "perseus_gpu_up", uuid=scraped.gpus[1]) == 1.0
+    # No temporary file left behind (one may exist for a moment while a write is under way).
+    _wait(lambda: [p.name for p in path.parent.iterdir()] == ["perseusd.prom"], "only perseusd.prom")
+
+
+def test_textfile_removed_when_the_daemon_stops(tmp_path: Path) -> None:
+    with daemon_processes() as make:
+        dirs = DaemonDirs.create()
+        config = dirs.base / "perseusd.toml"
+        config.write_text(f'metrics_textfile_dir = "{tmp_path}"\n')
+        daemon = make(dirs, gpus=1, extra_args=("--config", str(config))).start()
+        assert (tmp_path / "perseusd.prom").exists()
+        daemon.stop()
+        assert daemon.proc is not None
+        assert daemon.proc.returncode == 0
+        assert not (tmp_path / "perseusd.prom").exists()
+
+
+def test_a_bad_textfile_directory_fails_the_start(tmp_path: Path) -> None:
+    with daemon_processes() as make:
+        dirs = DaemonDirs.create()
+        config = dirs.base / "perseusd.toml"
+        config.write_text(f'metrics_textfile_dir = "{tmp_path / "missing"}"\n')
+        daemon = make(dirs, gpus=1, extra_args=("--config", str(config))).start(wait=False)
+        assert daemon.wait() == 1
+        assert "metrics:" in daemon.log()
+
+
+def test_grafana_dashboard_uses_only_exposed_metrics(scraped: Scraped) -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    assert len(exprs) >= 10
+    used = {name for expr in exprs for name in re.findall(r"\bperseus_[a-z_]+", expr)}
+    text = scrape(scraped.url)
+    exposed = set(samples(text))  # and families without samples now (no straggler, say):
+    for family in text_string_to_metric_families(text):
+        exposed |= {family.name, f"{family.name}_total", f"{family.name}_bucket"}
+    missing = {name for name in used if name not in exposed}
+    assert not missing, f"the dashboard uses metrics perseusd does not expose: {sorted(missing)}"
