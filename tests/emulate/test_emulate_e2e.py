@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from perseusd.gpu.sim_boards import load_board
 
 from perseusd.emulate.topology import PipelineShape
 from perseusd.emulate.trace import read_trace
-from perseusd.gpu.sim_models import load_sim_model
 from perseusd.planner.bundled import bundled_profile
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.emulate.helpers import (
@@ -30,7 +30,7 @@ from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_proces
 
 GPUS = 4
 MAX_CLOCK_MHZ = 1410
-A100_BLOCKING_W = load_sim_model("a100_sxm").spec.blocking_power_w
+A100_BLOCKING_W = load_board("a100_sxm").blocking_power_w
 TINY = ("--profile", "a100_sxm", "--stages", "2", "--microbatches", "4")
 LEASE_GONE_TIMEOUT_S = 20.0
 
