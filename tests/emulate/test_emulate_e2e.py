@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from perseusd.gpu.sim_boards import load_board
 
 from perseusd.emulate.topology import PipelineShape
 from perseusd.emulate.trace import read_trace
+from perseusd.gpu.sim_boards import load_board
 from perseusd.planner.bundled import bundled_profile
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.emulate.helpers import (

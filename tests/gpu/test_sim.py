@@ -12,8 +12,8 @@ from perseusd.gpu.select import open_backend
 from perseusd.gpu.sim import SimBackend, SimDevice
 from perseusd.gpu.sim_boards import load_board
 from perseusd.gpu.sim_costs import WorkloadCosts
-from perseusd.planner.bundled import bundled_profile
 from perseusd.gpu.sim_workload import SimGpuHandle
+from perseusd.planner.bundled import bundled_profile
 
 from .conftest import FakeClock
 

@@ -14,8 +14,8 @@ from perseusd.gpu.errors import GpuInvalidArgumentError
 from perseusd.gpu.sim import SimBackend
 from perseusd.gpu.sim_boards import load_board
 from perseusd.gpu.sim_costs import WorkloadCosts
-from perseusd.planner.bundled import bundled_profile
 from perseusd.gpu.sim_workload import SimGpuHandle, list_sim_gpus
+from perseusd.planner.bundled import bundled_profile
 
 WORKER = Path(__file__).with_name("sim_worker.py")
 A100_BLOCKING_W = 83.64

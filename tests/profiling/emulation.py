@@ -13,9 +13,8 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
-from perseusd.gpu.sim_costs import WorkloadCosts
-
 from perseusd.gpu.sim import SimBackend
+from perseusd.gpu.sim_costs import WorkloadCosts
 from perseusd.gpu.sim_workload import RunRecord, SimGpuHandle
 from perseusd.planner.dag import ComputationDag, build_dag
 from perseusd.profiling.trace import CounterTrace, Interval, OptionKey
