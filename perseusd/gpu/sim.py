@@ -146,23 +146,27 @@ class SimDevice(GpuDevice):
         return self._state.read_control().locked_sm_clock_mhz
 
     def sm_clock_mhz(self) -> int:
-        """The clock the running (or last) computation ran at since the lock; else the lock or the top."""
+        """The clock the GPU runs at: the power-capped clock of the running (or last) computation, if capped
+        below the lock; else the locked clock, or the highest when unlocked."""
         self._faults.check("sm_clock_mhz")
-        locked_mhz = self._state.read_control().locked_sm_clock_mhz
-        target_mhz = locked_mhz if locked_mhz is not None else self._info.supported_sm_clocks_mhz[0]
-        busy = self._busy.read()
-        if busy.active_capped and 0 < busy.active_clock_mhz < target_mhz:
-            return busy.active_clock_mhz
-        return target_mhz
+        capped_mhz = self._capped_clock_mhz()
+        return capped_mhz if capped_mhz is not None else self._target_clock_mhz()
 
     def clock_event_reasons(self) -> int:
+        """`CLOCK_EVENT_SW_POWER_CAP` while the power cap holds the clock below the lock, else 0."""
         self._faults.check("clock_event_reasons")
-        busy = self._busy.read()
+        return CLOCK_EVENT_SW_POWER_CAP if self._capped_clock_mhz() is not None else 0
+
+    def _target_clock_mhz(self) -> int:
         locked_mhz = self._state.read_control().locked_sm_clock_mhz
-        target_mhz = locked_mhz if locked_mhz is not None else self._info.supported_sm_clocks_mhz[0]
-        if busy.active_capped and 0 < busy.active_clock_mhz < target_mhz:
-            return CLOCK_EVENT_SW_POWER_CAP
-        return 0
+        return locked_mhz if locked_mhz is not None else self._info.supported_sm_clocks_mhz[0]
+
+    def _capped_clock_mhz(self) -> int | None:
+        """The clock the last computation ran at when the power cap held it below the clock in force."""
+        busy = self._busy.read()
+        if busy.active_capped and 0 < busy.active_clock_mhz < self._target_clock_mhz():
+            return busy.active_clock_mhz
+        return None
 
     def set_power_limit_w(self, limit_w: float) -> float:
         self._faults.check("set_power_limit_w")
