@@ -252,6 +252,8 @@ class StageWorker:
                             "chunk": chunk,
                             "profile_stage": run.stage,
                             "clock_mhz": run.clock_mhz,
+                            "ran_mhz": run.ran_mhz,
+                            "capped": run.capped,
                             "throttle": throttle,
                             "start_s": run.start_s,
                             "end_s": run.start_s + run.duration_s,
