@@ -1,12 +1,23 @@
 """The closed loop measured end to end: a real daemon on simulated GPUs and `perseus-emulate`; prints JSON.
 
-For each case a fresh daemon (`--backend sim`, fresh job cache) and one emulated job: the all-max baseline,
-then online profiling, solving and the deployed plan, all measured from the simulated GPUs' energy counters in
-the same invocation. Cases: GPT-3 175B on the A100 SXM profile with 8 stages and 12, 24 and 48 microbatches,
-and on the A40 profile with 12. The published intrinsic saving for A100 8x12 is 15.2 % (no slowdown).
+For each case a fresh daemon (`--backend sim --sim-model BOARD`, fresh job cache) and one emulated job: the
+all-max baseline, then online profiling, solving and the deployed plan, all measured from the simulated GPUs'
+energy counters in the same invocation. Cases:
 
-    python benchmarks/bench_closed_loop.py [--cases a100x12,a100x24,a100x48,a40x12] [--time-scale 1.0]
-        [--iterations 8] [--pipelines 1] [--timeout-s 3600]
+- GPT-3 175B on the A100 SXM board with 8 stages and 12, 24 and 48 microbatches, and on the A40 with 12
+  (the published intrinsic saving for A100 8x12 is 15.2 %, no slowdown);
+- the `h100_sxm` board (power capping, 9-15 ms clock locks, clock-dependent idle power) with the GPT 4-stage
+  profile measured on a real H100, 8 and 16 microbatches (`h100x8`, `h100x16`; run them at `--time-scale 1`:
+  the lock latency does not scale);
+- the `h100_sxm` board with a synthetic profile (`synthx8`, see `synthetic_profile_csv`): not a measurement,
+  a second workload to check that profiling, solving and switching generalise.
+
+Each result has a `summary`: profiling iterations, the planned saving (the daemon's plan against its all-max),
+the measured saving and slowdown against the all-max baseline measured in the same run, clock changes per
+iteration and the fraction of computations that began before their planned clock was applied.
+
+    python benchmarks/bench_closed_loop.py [--cases a100x12,a100x24,a100x48,a40x12,h100x8,h100x16,synthx8]
+        [--time-scale 1.0] [--iterations 8] [--pipelines 1] [--timeout-s 3600]
 """
 
 from __future__ import annotations
@@ -24,21 +35,66 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess
 
-CASES = {
-    "a100x12": ("a100_sxm", 12),
-    "a100x24": ("a100_sxm", 24),
-    "a100x48": ("a100_sxm", 48),
-    "a40x12": ("a40", 12),
+SYNTHETIC = "synthetic"
+
+CASES: dict[str, tuple[str, str, int, int]] = {
+    "a100x12": ("a100_sxm", "a100_sxm", 8, 12),
+    "a100x24": ("a100_sxm", "a100_sxm", 8, 24),
+    "a100x48": ("a100_sxm", "a100_sxm", 8, 48),
+    "a40x12": ("a40", "a40", 8, 12),
+    "h100x8": ("h100_sxm", "h100_sxm", 4, 8),
+    "h100x16": ("h100_sxm", "h100_sxm", 4, 16),
+    "synthx8": ("h100_sxm", SYNTHETIC, 4, 8),
 }
-STAGES = 8
+"""name -> (board, profile: a bundled name or SYNTHETIC, stages, microbatches)."""
+
+
+def synthetic_profile_csv() -> str:
+    """A synthetic 4-stage profile for the H100 board (made up, not measured), every 60 MHz from 900 to 1980.
+
+    Forward time at 1980 MHz 10, 10, 10 and 13 ms (the last stage is heavier), backward twice the forward; a
+    quarter of the time does not scale with the clock: t(f) = t0 (0.25 + 0.75 * 1980 / f). Power
+    90 + 360 (f / 1980)^2.5 W (backward 5 % more), so it is never power-capped at 700 W and its least energy
+    lies at low clocks: a workload unlike the measured one (capped top clocks, flat top times)."""
+    rows = ["stage,instruction,frequency,time,energy"]
+    for stage, forward_ms in enumerate((10.0, 10.0, 10.0, 13.0)):
+        for instruction, time_factor, power_factor in (("forward", 1.0, 1.0), ("backward", 2.0, 1.05)):
+            for clock_mhz in range(900, 1981, 60):
+                time_s = forward_ms / 1000 * time_factor * (0.25 + 0.75 * 1980 / clock_mhz)
+                power_w = (90.0 + 360.0 * (clock_mhz / 1980) ** 2.5) * power_factor
+                rows.append(f"{stage},{instruction},{clock_mhz},{time_s:.7f},{power_w * time_s:.6f}")
+    return "\n".join(rows) + "\n"
+
+
+def summary(result: dict[str, Any]) -> dict[str, Any]:
+    """The figures the H100 issue asks for, from the emulator's JSON."""
+    plan = result.get("plan") or {}
+    jobs = [job for job in result.get("daemon_jobs") or [] if job]
+    all_max_j = jobs[0].get("all_max_energy_j") if jobs else None
+    plan_j = plan.get("plan_energy_j")
+    planned = round(100.0 * (1.0 - plan_j / all_max_j), 2) if plan_j and all_max_j else None
+    profiling = result.get("profiling") or {}
+    return {
+        "profiling_iterations": profiling.get("iterations"),
+        "planned_saving_pct": planned,
+        "measured_saving_pct": result.get("saving_pct"),
+        "slowdown_pct": result.get("slowdown_pct"),
+        "clock_changes_per_iteration": plan.get("clock_changes_per_iteration"),
+        "began_before_clock_fraction": plan.get("wrong_clock_fraction"),
+    }
 
 
 def run_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    model, microbatches = CASES[name]
-    gpus = STAGES * args.pipelines
+    board, profile, stages, microbatches = CASES[name]
+    gpus = stages * args.pipelines
     # Counters update every 100 ms of emulated time: a faster world gets faster counters.
     counters = {"PERSEUSD_SIM_UPDATE_PERIOD_S": str(0.1 * args.time_scale)}
-    daemon = DaemonProcess(DaemonDirs.create(), gpus=gpus, extra_args=("--sim-model", model), env=counters)
+    dirs = DaemonDirs.create()
+    if profile == SYNTHETIC:
+        path = dirs.base / "synthetic-h100.csv"
+        path.write_text(synthetic_profile_csv())
+        profile = str(path)
+    daemon = DaemonProcess(dirs, gpus=gpus, extra_args=("--sim-model", board), env=counters)
     daemon.start()
     started_s = time.monotonic()
     try:
@@ -47,9 +103,9 @@ def run_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
             "-m",
             "perseusd.emulate.main",
             "--profile",
-            model,
+            profile,
             "--stages",
-            str(STAGES),
+            str(stages),
             "--microbatches",
             str(microbatches),
             "--pipelines",
@@ -75,12 +131,13 @@ def run_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
         daemon.wait()
     return {
         "case": name,
-        "model": model,
-        "stages": STAGES,
+        "board": board,
+        "stages": stages,
         "microbatches": microbatches,
         "pipelines": args.pipelines,
         "time_scale": args.time_scale,
         "wall_s": round(time.monotonic() - started_s, 1),
+        "summary": summary(result),
         **result,
     }
 

@@ -258,6 +258,9 @@ class GpuStatus:
     error: str | None
     call_ms: dict[str, float]
     plan: PlanStats | None = None
+    power_capped: bool | None = None
+    """The power cap holds the SM clock (`sm_clock_mhz`, the clock it actually runs at) below the locked or
+    top clock: NVML's clock-event reasons; the simulator's: its last computation was capped. None: unknown."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from perseusd.planner.profile import Profile
 
 DEFAULT_UNIT_TIME_S = 0.001
-BUNDLED_NAMES = ("a100_sxm", "a40")
+BUNDLED_NAMES = ("a100_sxm", "a40", "h100_sxm")
 """Bundled profile names (kept in sync with `perseusd.planner.bundled.BUNDLED_PROFILES` by a test)."""
 
 

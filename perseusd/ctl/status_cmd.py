@@ -1,5 +1,8 @@
 """`perseusctl status [--json] [--watch SEC]`: GPUs, leases and daemon health from a running perseusd.
 
+SM MHZ is the clock each GPU actually runs at, marked `capped` when the power cap holds it below the locked
+(or top) clock (NVML's clock-event reasons; on simulated GPUs, the last computation's).
+
 A GPU running a plan gets a PLAN column (computations, clock changes and early raises, late switches,
 event -> clock p50/p99);
 when the daemon runs jobs, the job rows of `perseusctl jobs` follow the GPU table, each with its straggler,
@@ -52,6 +55,12 @@ def _lease(gpu: GpuStatus) -> str:
     return f"pid {gpu.lease.pid} uid {gpu.lease.uid}{job}"
 
 
+def _sm_clock(gpu: GpuStatus) -> str:
+    """The clock the GPU runs at, marked when the power cap holds it below the lock: `1710 capped`."""
+    clock = fmt(gpu.sm_clock_mhz)
+    return f"{clock} capped" if gpu.power_capped else clock
+
+
 def plan_cell(stats: PlanStats | None) -> str:
     """A GPU's plan switching in one cell: `24 comps, 96 changes (7 early), 2 late, 0 errors, 0.31/1.20 ms`.
 
@@ -74,7 +83,7 @@ def _row(gpu: GpuStatus, with_plan: bool) -> list[str]:
     row = [
         gpu.uuid,
         gpu.name,
-        fmt(gpu.sm_clock_mhz),
+        _sm_clock(gpu),
         fmt(gpu.locked_clock_mhz),
         fmt(gpu.power_w, 1),
         fmt(gpu.power_limit_w, 0),

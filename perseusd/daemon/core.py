@@ -51,6 +51,7 @@ from perseusd.daemon.plans import PlanBook
 from perseusd.daemon.registry import GpuRegistry
 from perseusd.daemon.restore import RestoreKeeper, RestoreOutcome
 from perseusd.daemon.state_file import StateWriteError
+from perseusd.gpu.backend import power_capped
 from perseusd.gpu.owner import GpuReading
 from perseusd.jobs.manager import JobManager
 from perseusd.jobs.requests import JobRequests
@@ -401,6 +402,7 @@ class DaemonCore:
             error=error,
             call_ms=call_times_ms(stats.get(uuid, {})),
             plan=self.plans.stats(uuid),
+            power_capped=_capped(reading.clock_event_reasons),
         )
 
     def _require_known(self, gpu: str) -> None:
@@ -424,3 +426,7 @@ def call_times_ms(op_stats: Mapping[str, Mapping[str, float]]) -> dict[str, floa
         if calls > 0 and "total_s" in values:
             times[op] = round(values["total_s"] / calls * 1e3, 4)
     return times
+
+
+def _capped(reasons: int | None) -> bool | None:
+    return None if reasons is None else power_capped(reasons)

@@ -1,6 +1,6 @@
 """`perseusd`: the composition root. Builds every component from one frozen `DaemonConfig` and runs it.
 
-    perseusd [--config FILE] [--backend auto|nvml|sim] [--sim-gpus N] [--sim-model a100_sxm|a40]
+    perseusd [--config FILE] [--backend auto|nvml|sim] [--sim-gpus N] [--sim-model a100_sxm|a40|h100_sxm]
              [--runtime-dir DIR] [--state-dir DIR] [--log-level L] [--check-config] [reset]
 
 `perseusd reset` restores every GPU recorded in the state file and unlocks clocks on all GPUs (the service's

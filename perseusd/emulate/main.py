@@ -1,6 +1,6 @@
 """`perseus-emulate`: run an emulated pipeline-training job against perseusd on simulated GPUs.
 
-    perseus-emulate --profile FILE|a100_sxm|a40 --stages S --microbatches M [--pipelines P]
+    perseus-emulate --profile FILE|a100_sxm|a40|h100_sxm --stages S --microbatches M [--pipelines P]
                     [--schedule 1f1b|gpipe|interleaved|observed] [--chunks C] [--iterations N]
                     [--time-scale X] --runtime-dir DIR [--runtime-dir DIR2 ...]
                     [--straggler PIPELINE:FACTOR[:FROM[:TO]]] [--no-dp-sync] [--json] ...
@@ -59,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add = parser.add_argument
     add(
-        "--profile", required=True, help="a100_sxm, a40, or a profile CSV (must be the simulated GPUs' model)"
+        "--profile",
+        required=True,
+        help="a profile CSV, or a bundled one (a100_sxm, a40, h100_sxm); its clocks must be the board's",
     )
     add("--stages", type=positive_int, required=True, help="pipeline stages (GPUs per pipeline)")
     add("--microbatches", type=positive_int, required=True, help="microbatches per iteration")
@@ -145,7 +147,7 @@ def _run(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
     job = args.job or f"emulate-{os.getpid()}"
     with _connect_all(args.runtime_dir, job) as clients:
-        layout = lay_out(clients, shape, args.pipelines, profile, args.profile, args.time_scale)
+        layout = lay_out(clients, shape, args.pipelines, profile, args.time_scale)
         run = RunDescription(job, layout, args.schedule, args.time_scale, straggler, args.dp_sync)
         progress = sys.stderr if args.json else sys.stdout
         print(header(run), file=progress, flush=True)
@@ -162,7 +164,7 @@ def _run(args: argparse.Namespace) -> int:
         imported = None
         if args.import_profile:
             csv = scaled_profile_csv(profile, shape, args.time_scale)
-            imported = ProfileToImport(csv, profile.source, layout.model.spec.blocking_power_w)
+            imported = ProfileToImport(csv, profile.source, layout.board.blocking_power_w)
         options = CoordinatorOptions(job, phases, args.timeout_s, args.policy, args.target, imported)
         trace = TraceWriter(args.trace)
         try:

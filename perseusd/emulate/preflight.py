@@ -8,7 +8,6 @@ daemon that does not run simulated GPUs or has too few, a profile that is not th
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,15 +17,15 @@ from perseus_client.protocol import StatusReply
 
 from perseusd.emulate.topology import PipelineShape
 from perseusd.errors import PerseusError, PlanningError, ProfileError
-from perseusd.gpu.sim_models import SimModel, load_sim_model
+from perseusd.gpu.errors import GpuInvalidArgumentError
+from perseusd.gpu.sim_boards import Board, load_board
+from perseusd.gpu.sim_costs import check_profile_fits
 from perseusd.gpu.sim_shared import StateMap, state_path
 from perseusd.planner.baselines import all_max
 from perseusd.planner.bundled import BUNDLED_PROFILES, bundled_profile
 from perseusd.planner.dag import build_dag
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv, read_profile
-
-_COST_REL_TOLERANCE = 1e-6
 
 
 class UsageError(PerseusError):
@@ -47,7 +46,7 @@ class ModelPrediction:
 
 @dataclass(frozen=True)
 class JobLayout:
-    """The checked job: its pipelines' shape, daemons and GPUs, and the simulated GPUs' model."""
+    """The checked job: its pipelines' shape, daemons and GPUs, the simulated GPUs' board and the profile."""
 
     shape: PipelineShape
     gpus: tuple[tuple[str, ...], ...]
@@ -55,9 +54,13 @@ class JobLayout:
     daemons: tuple[int, ...]
     """daemons[pipeline]: the index (in `runtime_dirs`) of the daemon that runs the pipeline."""
     runtime_dirs: tuple[Path, ...]
-    model: SimModel
-    profile_source: str
+    board: Board
+    profile: Profile
     all_max: ModelPrediction
+
+    @property
+    def profile_source(self) -> str:
+        return self.profile.source
 
     @property
     def num_pipelines(self) -> int:
@@ -81,7 +84,7 @@ class JobLayout:
 
     @property
     def max_clock_mhz(self) -> int:
-        return self.model.clocks_mhz[0]
+        return self.board.max_clock_mhz
 
     def sim_dir(self, pipeline: int) -> Path:
         """The sim directory of the daemon that runs `pipeline`."""
@@ -130,12 +133,11 @@ def lay_out(
     shape: PipelineShape,
     pipelines: int,
     profile: Profile,
-    profile_spec: str,
     time_scale: float,
 ) -> JobLayout:
-    """Check the run against every daemon (sim GPUs, their model, how many are free) and pick the GPUs.
+    """Check the run against every daemon (sim GPUs, their board, how many are free) and pick the GPUs.
 
-    `shape` passed `check_shape` and `profile` was loaded from `profile_spec` (both before connecting).
+    `shape` passed `check_shape` and `profile` was loaded (both before connecting).
     """
     if len(clients) > pipelines:
         raise UsageError(f"{len(clients)} daemons (--runtime-dir) but only {pipelines} pipeline(s) to run")
@@ -145,9 +147,9 @@ def lay_out(
         _sim_model_name(c.runtime_dir / "sim", status) for c, status in zip(clients, statuses, strict=True)
     }
     if len(models) != 1:
-        raise UsageError(f"the daemons' simulated GPUs are of different models: {sorted(models)}")
-    model = load_sim_model(models.pop())
-    _check_profile(profile, profile_spec, model, shape)
+        raise UsageError(f"the daemons' simulated GPUs are of different boards: {sorted(models)}")
+    board = load_board(models.pop())
+    _check_profile(profile, board, shape)
     free = [
         _free_gpus(status, client.runtime_dir, daemons.count(d), shape, pipelines)
         for d, (client, status) in enumerate(zip(clients, statuses, strict=True))
@@ -161,9 +163,9 @@ def lay_out(
         gpus,
         daemons,
         tuple(client.runtime_dir for client in clients),
-        model,
-        profile.source,
-        _predict(shape, pipelines, profile, model, time_scale),
+        board,
+        profile,
+        _predict(shape, pipelines, profile, board, time_scale),
     )
 
 
@@ -188,7 +190,7 @@ def _free_gpus(
 
 
 def _sim_model_name(sim_dir: Path, status: StatusReply) -> str:
-    """The model of the daemon's simulated GPUs, read from their shared files."""
+    """The board of the daemon's simulated GPUs, read from their shared files."""
     models: set[str] = set()
     for gpu in status.gpus:
         try:
@@ -201,31 +203,18 @@ def _sim_model_name(sim_dir: Path, status: StatusReply) -> str:
         models.add(state.header.model)
         state.close()
     if len(models) != 1:
-        raise UsageError(f"the daemon's simulated GPUs are of {len(models)} models: {sorted(models)}")
+        raise UsageError(f"the daemon's simulated GPUs are of {len(models)} boards: {sorted(models)}")
     return models.pop()
 
 
-def _check_profile(profile: Profile, spec: str, model: SimModel, shape: PipelineShape) -> None:
-    if spec in BUNDLED_PROFILES and spec != model.name:
+def _check_profile(profile: Profile, board: Board, shape: PipelineShape) -> None:
+    try:
+        check_profile_fits(profile, board)
+    except GpuInvalidArgumentError as exc:
         raise UsageError(
-            f"profile {spec} does not match the simulated GPUs' model {model.name}: the simulated GPUs "
-            f"draw their model's costs; use --profile {model.name} or start perseusd with --sim-model {spec}"
-        )
-    for m in profile.measurements:
-        cost = model.costs.get((m.stage, m.instruction.value), {}).get(m.freq_mhz)
-        if cost is None or not (
-            math.isclose(cost.time_s, m.time_s, rel_tol=_COST_REL_TOLERANCE)
-            and math.isclose(cost.energy_j, m.energy_j, rel_tol=_COST_REL_TOLERANCE)
-        ):
-            found = (
-                "is not in the model" if cost is None else f"is {cost.time_s:g} s, {cost.energy_j:g} J there"
-            )
-            raise UsageError(
-                f"profile {profile.source} does not match the simulated GPUs' model {model.name}: stage "
-                f"{m.stage} {m.instruction.value} at {m.freq_mhz} MHz is {m.time_s:g} s, {m.energy_j:g} J "
-                f"in the file but {found}; the simulated GPUs draw their model's costs "
-                f"(use --profile {model.name})"
-            )
+            f"{exc.detail}: start perseusd with --sim-model naming a board that has them, or give a profile "
+            "measured at the board's clocks"
+        ) from None
     if profile.num_stages < shape.num_virtual_stages:
         raise UsageError(
             f"profile {profile.source} has {profile.num_stages} stages, but {shape.num_stages} stages x "
@@ -241,9 +230,9 @@ def scaled_profile_csv(profile: Profile, shape: PipelineShape, time_scale: float
 
 
 def _predict(
-    shape: PipelineShape, pipelines: int, profile: Profile, model: SimModel, time_scale: float
+    shape: PipelineShape, pipelines: int, profile: Profile, board: Board, time_scale: float
 ) -> ModelPrediction:
     schedule = "1f1b" if shape.schedule == "observed" else shape.schedule
     dag = build_dag(schedule, shape.num_stages, shape.num_microbatches, shape.num_chunks)
-    point = all_max(dag, profile.scaled(time_scale, time_scale), model.spec.blocking_power_w)
+    point = all_max(dag, profile.scaled(time_scale, time_scale), board.blocking_power_w)
     return ModelPrediction(point.time_s, point.energy_j * pipelines)

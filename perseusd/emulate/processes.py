@@ -77,6 +77,7 @@ class StageGroup:
                     trace_path=settings.trace_path,
                     straggler=straggler if straggler and straggler.pipeline == pipeline else None,
                     warmup_iterations=settings.warmup_iterations,
+                    profile=layout.profile,
                 )
                 commands.append(context.Queue())
                 barrier = self._barriers[stage] if self._barriers else None

@@ -32,7 +32,7 @@ def header(run: RunDescription) -> str:
     lines = [
         f"perseus-emulate: job {run.job}: {layout.num_pipelines} pipeline(s) x {shape.num_stages} stages "
         f"({run.register_schedule}, {shape.num_microbatches} microbatches{chunks}) on "
-        f"{len(layout.all_gpus)} simulated {layout.model.name} GPUs{daemons}, time scale {run.time_scale:g}",
+        f"{len(layout.all_gpus)} simulated {layout.board.name} GPUs{daemons}, time scale {run.time_scale:g}",
         f"  profile {layout.profile_source}; all-max by the profile: {prediction.iteration_time_s:.4f} s, "
         f"{prediction.energy_per_iteration_j:.1f} J per iteration",
     ]
@@ -166,7 +166,8 @@ def to_json(run: RunDescription, result: RunResult) -> dict[str, Any]:
     return {
         "job": run.job,
         "profile": layout.profile_source,
-        "model": layout.model.name,
+        "model": layout.board.name,
+        "board": layout.board.name,
         "schedule": run.register_schedule,
         "stages": shape.num_stages,
         "microbatches": shape.num_microbatches,

@@ -48,6 +48,7 @@ from perseusd.emulate.topology import PipelineShape
 from perseusd.emulate.trace import TraceWriter
 from perseusd.gpu.sim_workload import SimGpuHandle
 from perseusd.planner.dag import Instruction
+from perseusd.planner.profile import Profile
 
 CONTROL_TIMEOUT_S = 10.0
 """Control calls of a stage (claim, set_clock, register) are rare; a loaded machine may be slow to answer."""
@@ -75,6 +76,8 @@ class StageSpec:
     straggler: StragglerSpec | None = None
     """Set on the stages of the straggler pipeline only."""
     warmup_iterations: int = 1
+    profile: Profile | None = None
+    """The job's per-clock costs, which the stage brings to its simulated GPU (None: the board's bundled)."""
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,7 @@ class StageWorker:
         self._dp_barrier = queues.dp_barrier
         self._trace = TraceWriter(None if spec.trace_path is None else Path(spec.trace_path))
         with contextlib.ExitStack() as stack:
-            self._handle = stack.enter_context(SimGpuHandle.open(spec.sim_dir, spec.gpu))
+            self._handle = stack.enter_context(SimGpuHandle.open(spec.sim_dir, spec.gpu, spec.profile))
             self._client = stack.enter_context(
                 PerseusClient(spec.runtime_dir, spec.job, timeout_s=CONTROL_TIMEOUT_S)
             )
@@ -249,6 +252,8 @@ class StageWorker:
                             "chunk": chunk,
                             "profile_stage": run.stage,
                             "clock_mhz": run.clock_mhz,
+                            "ran_mhz": run.ran_mhz,
+                            "capped": run.capped,
                             "throttle": throttle,
                             "start_s": run.start_s,
                             "end_s": run.start_s + run.duration_s,

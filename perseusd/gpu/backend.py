@@ -10,6 +10,17 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+CLOCK_EVENT_SW_POWER_CAP = 0x4
+"""NVML's clock-event (throttle) reason bit: the software power cap lowered the SM clock."""
+CLOCK_EVENT_HW_POWER_BRAKE = 0x80
+CLOCK_EVENT_SW_THERMAL = 0x20
+CLOCK_EVENT_HW_SLOWDOWN = 0x8
+
+
+def power_capped(reasons: int) -> bool:
+    """Whether clock-event reasons say the clock is lowered to fit the power limit."""
+    return bool(reasons & (CLOCK_EVENT_SW_POWER_CAP | CLOCK_EVENT_HW_POWER_BRAKE))
+
 
 @dataclass(frozen=True)
 class GpuInfo:
@@ -59,6 +70,10 @@ class GpuDevice(ABC):
     @abstractmethod
     def sm_clock_mhz(self) -> int:
         """The current SM clock (MHz)."""
+
+    def clock_event_reasons(self) -> int:
+        """NVML's clock-event (throttle) reasons bitmask now (`CLOCK_EVENT_*`); 0: none known."""
+        return 0
 
     @abstractmethod
     def set_power_limit_w(self, limit_w: float) -> float:

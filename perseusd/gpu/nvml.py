@@ -134,6 +134,13 @@ class NvmlDevice(GpuDevice):
     def sm_clock_mhz(self) -> int:
         return int(self._call("sm_clock_mhz", self._nvml.nvmlDeviceGetClockInfo, self._nvml.NVML_CLOCK_SM))
 
+    def clock_event_reasons(self) -> int:
+        """`nvmlDeviceGetCurrentClocksEventReasons` (the throttle reasons of older drivers' bindings)."""
+        getter = getattr(self._nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        if getter is None:
+            getter = self._nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        return int(self._call("clock_event_reasons", getter))
+
     def set_power_limit_w(self, limit_w: float) -> float:
         info = self._info
         target_w = clamp(limit_w, info.power_limit_min_w, info.power_limit_max_w)

@@ -56,6 +56,8 @@ class GpuReading:
     power_limit_w: float | None
     energy_mj: int | None
     error: str | None = None
+    clock_event_reasons: int | None = None
+    """NVML's clock-event reasons bitmask (`perseusd.gpu.backend.CLOCK_EVENT_*`), None: unavailable."""
 
 
 @dataclass
@@ -349,8 +351,16 @@ class GpuOwner:
             power_w=attempt("power_w", device.power_w),
             power_limit_w=power_limit_w,
             energy_mj=energy_mj,
+            clock_event_reasons=self._optional_reasons(),
             error="; ".join(errors) or None,
         )
+
+    def _optional_reasons(self) -> int | None:
+        """The clock-event reasons, or None where the GPU or driver has none (not an error of the reading)."""
+        try:
+            return self._call("clock_event_reasons", self._device.clock_event_reasons)
+        except Exception:
+            return None
 
     def _do_read_energy(self) -> tuple[int, int]:
         energy_mj = self._call("energy_mj", self._device.energy_mj)

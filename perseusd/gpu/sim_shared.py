@@ -4,18 +4,21 @@ Each simulated GPU has two small fixed-layout files in the sim directory (the da
 `<runtime_dir>/sim`), each mapped with `mmap` by the daemon and by workload processes. All integers and floats
 are little-endian.
 
-`<uuid>.state` (128 bytes), written only by the daemon; workloads map it read-only, so they can never change
+`<uuid>.state` (160 bytes), written only by the daemon; workloads map it read-only, so they can never change
 the clock::
 
     offset size  field
          0    8  magic b"PRSGPU01"
-         8    4  layout version (u32) = 1
+         8    4  layout version (u32) = 2
         16   64  GPU UUID (ASCII, NUL padded)
-        80   16  model name (ASCII, NUL padded), e.g. "a100_sxm"
+        80   16  board name (ASCII, NUL padded), e.g. "a100_sxm" (`perseusd.gpu.sim_boards`)
         96    8  created_s (f64): CLOCK_MONOTONIC when the GPU was created: energy counts from here
        104    4  control seqlock counter (u32; odd while the daemon writes)
        108    4  locked SM clock (u32 MHz; 0 = not locked)
        112    8  power limit (f64 W)
+       120    8  idle_folded_j (f64): idle energy up to folded_at_s (idle power depends on the clock)
+       128    8  folded_at_s (f64): when the idle energy was last folded (at every clock change)
+       136    8  folded_busy_s (f64): busy time of the workloads at folded_at_s
 
 `<uuid>.busy` (64 bytes), written only by workload processes (each holds an exclusive `flock` on the file
 while its computation runs, so computations on one GPU never overlap); the daemon maps it read-only::
@@ -29,7 +32,9 @@ while its computation runs, so computations on one GPU never overlap); the daemo
         32    8  active_start_s (f64): start of the running computation (CLOCK_MONOTONIC)
         40    8  active_duration_s (f64)
         48    8  active_energy_j (f64)
-        56    4  active clock (u32 MHz)
+        56    4  active clock (u32 MHz): the clock the computation runs at (lower than the lock if capped);
+                 kept when it ends, as the clock the GPU last ran at
+        60    4  active capped (u32): 1 if that computation is power-capped (kept when it ends)
 
 Each section has one writer at a time and is guarded by a seqlock: the writer makes the counter odd, writes,
 then makes it even; a reader retries while the counter is odd or changed under it. Aligned 4- and 8-byte
@@ -53,14 +58,14 @@ from typing import Any
 
 STATE_MAGIC = b"PRSGPU01"
 BUSY_MAGIC = b"PRSBUSY1"
-LAYOUT_VERSION = 1
-STATE_SIZE = 128
+LAYOUT_VERSION = 2
+STATE_SIZE = 160
 BUSY_SIZE = 64
 _HEADER = struct.Struct("<8sI4x64s16sd")
-_CONTROL = struct.Struct("<Id")  # locked MHz, power limit W
+_CONTROL = struct.Struct("<Idddd")  # locked MHz, power limit W, idle folded J, folded at s, folded busy s
 _CONTROL_SEQ_OFFSET = 104
 _CONTROL_OFFSET = 108
-_BUSY = struct.Struct("<Iddddd I")  # active, done s, done J, start s, duration s, energy J, clock MHz
+_BUSY = struct.Struct("<IdddddII")  # active, done s, done J, start s, duration s, energy J, clock MHz, capped
 _BUSY_SEQ_OFFSET = 8
 _BUSY_OFFSET = 12
 _SEQ = struct.Struct("<I")
@@ -78,10 +83,14 @@ class StateHeader:
 
 @dataclass(frozen=True)
 class ControlState:
-    """What the daemon controls: the locked SM clock (MHz, None = not locked) and the power limit (W)."""
+    """What the daemon controls: the locked SM clock (MHz, None = not locked) and the power limit (W), and
+    the idle energy accounted up to the last clock change (idle power depends on the clock)."""
 
     locked_sm_clock_mhz: int | None
     power_limit_w: float
+    idle_folded_j: float = 0.0
+    folded_at_s: float = 0.0
+    folded_busy_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +104,7 @@ class BusyState:
     active_duration_s: float = 0.0
     active_energy_j: float = 0.0
     active_clock_mhz: int = 0
+    active_capped: bool = False
 
     def _active_fraction(self, now_s: float) -> float:
         if not self.active or self.active_duration_s <= 0:
@@ -146,11 +156,21 @@ def create_gpu_files(
     _HEADER.pack_into(
         state, 0, STATE_MAGIC, LAYOUT_VERSION, header.uuid.encode(), header.model.encode(), header.created_s
     )
-    _CONTROL.pack_into(state, _CONTROL_OFFSET, control.locked_sm_clock_mhz or 0, control.power_limit_w)
+    _CONTROL.pack_into(state, _CONTROL_OFFSET, *_control_values(control))
     busy = bytearray(BUSY_SIZE)
     busy[:8] = BUSY_MAGIC
     _write_atomically(busy_path(sim_dir, header.uuid), bytes(busy), busy_mode)
     _write_atomically(state_path(sim_dir, header.uuid), bytes(state), state_mode)
+
+
+def _control_values(control: ControlState) -> tuple[object, ...]:
+    return (
+        control.locked_sm_clock_mhz or 0,
+        control.power_limit_w,
+        control.idle_folded_j,
+        control.folded_at_s,
+        control.folded_busy_s,
+    )
 
 
 def _map(path: Path, size: int, writable: bool) -> tuple[int, mmap.mmap]:
@@ -218,12 +238,19 @@ class StateMap(_SeqlockMap):
         )
 
     def read_control(self) -> ControlState:
-        locked_mhz, power_limit_w = self._read_section(_CONTROL, _CONTROL_OFFSET)
-        return ControlState(locked_sm_clock_mhz=int(locked_mhz) or None, power_limit_w=float(power_limit_w))
+        locked_mhz, power_limit_w, folded_j, folded_at_s, folded_busy_s = self._read_section(
+            _CONTROL, _CONTROL_OFFSET
+        )
+        return ControlState(
+            locked_sm_clock_mhz=int(locked_mhz) or None,
+            power_limit_w=float(power_limit_w),
+            idle_folded_j=float(folded_j),
+            folded_at_s=float(folded_at_s),
+            folded_busy_s=float(folded_busy_s),
+        )
 
     def write_control(self, control: ControlState) -> None:
-        values = (control.locked_sm_clock_mhz or 0, control.power_limit_w)
-        self._write_section(_CONTROL, _CONTROL_OFFSET, values)
+        self._write_section(_CONTROL, _CONTROL_OFFSET, _control_values(control))
 
 
 class BusyMap(_SeqlockMap):
@@ -236,7 +263,7 @@ class BusyMap(_SeqlockMap):
             raise ValueError(f"{path}: not a simulated GPU busy file")
 
     def read(self) -> BusyState:
-        active, done_s, done_j, start_s, duration_s, energy_j, clock_mhz = self._read_section(
+        active, done_s, done_j, start_s, duration_s, energy_j, clock_mhz, capped = self._read_section(
             _BUSY, _BUSY_OFFSET
         )
         return BusyState(
@@ -247,6 +274,7 @@ class BusyMap(_SeqlockMap):
             active_duration_s=float(duration_s),
             active_energy_j=float(energy_j),
             active_clock_mhz=int(clock_mhz),
+            active_capped=bool(capped),
         )
 
     def write(self, busy: BusyState) -> None:
@@ -258,6 +286,7 @@ class BusyMap(_SeqlockMap):
             busy.active_duration_s,
             busy.active_energy_j,
             busy.active_clock_mhz,
+            int(busy.active_capped),
         )
         self._write_section(_BUSY, _BUSY_OFFSET, values)
 

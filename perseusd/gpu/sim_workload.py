@@ -1,25 +1,29 @@
 """The workload side of a simulated GPU: what an emulated training process uses instead of a real GPU.
 
-A workload process opens a simulated GPU by UUID in the daemon's sim directory, then runs computations on it:
-`run(stage, instruction)` looks up the profile's time and energy at the clock in force (the daemon's locked
-clock, or the highest clock when unlocked), holds the GPU for that time (a clock changed while it runs applies
-to the work left; computations on one GPU never overlap: a second process waits, as contexts time-slice on a
-real GPU) and records the computation, so the daemon's energy counter sees it. A workload maps the daemon's
-control file read-only: it can never change clocks. The file layout is documented in
-`perseusd.gpu.sim_shared`.
+A workload process opens a simulated GPU by UUID in the daemon's sim directory with its own profile (any
+profile in the shared CSV format whose clocks the board supports; see `perseusd.gpu.sim_costs` for how clocks
+the profile lacks are filled in), then runs computations on it: `run(stage, instruction)` looks up the
+profile's time and energy at the clock in force (the daemon's locked clock, or the highest clock when
+unlocked; lower if the board's power cap says so), holds the GPU for that time (a clock or power limit changed
+while it runs applies to the work left; computations on one GPU never overlap: a second process waits, as
+contexts time-slice on a real GPU) and records the computation, so the daemon's energy counter sees it. A
+workload maps the daemon's control file read-only: it can never change clocks. The file layout is documented
+in `perseusd.gpu.sim_shared`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 
 from perseusd.gpu.errors import GpuInvalidArgumentError
-from perseusd.gpu.sim_models import ComputationCost, SimModel, load_sim_model
-from perseusd.gpu.sim_shared import BusyMap, BusyState, StateMap, busy_path, state_path
+from perseusd.gpu.sim_boards import load_board
+from perseusd.gpu.sim_costs import ComputationCost, RunCost, WorkloadCosts
+from perseusd.gpu.sim_shared import BusyMap, BusyState, ControlState, StateMap, busy_path, state_path
+from perseusd.planner.profile import Profile
 
 DEFAULT_CLOCK_POLL_S = 0.001
 
@@ -35,6 +39,8 @@ class RunRecord:
     duration_s: float
     energy_j: float
     clock_switches: int = 0  # clock changes the daemon made while it ran (clock_mhz is the first clock)
+    ran_mhz: int = 0  # the clock it began running at: clock_mhz, or lower when power-capped
+    capped: bool = False  # the power cap lowered its clock (at its start)
 
 
 def list_sim_gpus(sim_dir: Path | str) -> list[str]:
@@ -49,7 +55,7 @@ class SimGpuHandle:
         self,
         state: StateMap,
         busy: BusyMap,
-        model: SimModel,
+        costs: WorkloadCosts,
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
@@ -57,7 +63,7 @@ class SimGpuHandle:
     ) -> None:
         self._state = state
         self._busy = busy
-        self._model = model
+        self._costs = costs
         self._clock = clock
         self._sleep = sleep
         self._throttle = 1.0
@@ -68,6 +74,7 @@ class SimGpuHandle:
         cls,
         sim_dir: Path | str,
         uuid: str,
+        profile: Profile | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
@@ -75,6 +82,9 @@ class SimGpuHandle:
     ) -> SimGpuHandle:
         """Open simulated GPU `uuid` in `sim_dir` (control file read-only, busy record writable).
 
+        `profile`: the workload's per-clock costs; None: the profile bundled under the board's name (the
+        GPT-3 ones for `a100_sxm` and `a40`, the GPT 4-stage one for `h100_sxm`). Raises
+        `GpuInvalidArgumentError` if the profile has clocks the board does not support.
         `clock_poll_s`: how often a running computation looks for a clock change (None: only at its start).
         """
         sim_dir = Path(sim_dir)
@@ -83,29 +93,41 @@ class SimGpuHandle:
         except (OSError, ValueError) as error:
             raise GpuInvalidArgumentError(f"no simulated GPU here ({error})", uuid=uuid, op="open") from error
         try:
+            board = load_board(state.header.model)
+            if profile is None:
+                from perseusd.planner.bundled import bundled_profile
+
+                profile = bundled_profile(board.name)
+            costs = WorkloadCosts(profile, board)
             busy = BusyMap(busy_path(sim_dir, uuid), writable=True)
-            model = load_sim_model(state.header.model)
         except BaseException:
             state.close()
             raise
-        return cls(state, busy, model, clock=clock, sleep=sleep, clock_poll_s=clock_poll_s)
+        return cls(state, busy, costs, clock=clock, sleep=sleep, clock_poll_s=clock_poll_s)
 
     @property
     def uuid(self) -> str:
         return self._state.header.uuid
 
     @property
-    def model(self) -> SimModel:
-        return self._model
+    def costs(self) -> WorkloadCosts:
+        """The workload's costs at every clock of the board."""
+        return self._costs
 
     def current_clock_mhz(self) -> int:
-        """The clock computations run at now (MHz): the locked clock, or the highest clock when unlocked."""
-        locked_mhz = self._state.read_control().locked_sm_clock_mhz
-        return locked_mhz if locked_mhz is not None else self._model.clocks_mhz[0]
+        """The clock in force now (MHz): the locked clock, or the highest clock when unlocked."""
+        return self._target_mhz(self._state.read_control())
+
+    def _target_mhz(self, control: ControlState) -> int:
+        locked_mhz = control.locked_sm_clock_mhz
+        return locked_mhz if locked_mhz is not None else self._costs.board.max_clock_mhz
 
     def power_limit_w(self) -> float:
-        """The power limit the daemon set (W); recorded only, it does not slow computations."""
+        """The power limit the daemon set (W): on boards that cap, computations above it run slower."""
         return self._state.read_control().power_limit_w
+
+    def _run_cost(self, stage: int, instruction: str, control: ControlState) -> RunCost:
+        return self._costs.run_cost(stage, instruction, self._target_mhz(control), control.power_limit_w)
 
     def throttle(self, factor: float) -> None:
         """Make every later computation `factor` times longer at the same power (straggler emulation)."""
@@ -116,8 +138,9 @@ class SimGpuHandle:
         self._throttle = factor
 
     def cost(self, stage: int, instruction: str, time_scale: float = 1.0) -> ComputationCost:
-        """What `run` would take now: time (s) and energy (J) at the current clock, throttle and scale in."""
-        base = self._model.cost(stage, instruction, self.current_clock_mhz())
+        """What `run` would take now: time (s) and energy (J) at the current clock (power-capped), throttle
+        and scale in."""
+        base = self._run_cost(stage, instruction, self._state.read_control()).cost
         scale = time_scale * self._throttle
         return ComputationCost(time_s=base.time_s * scale, energy_j=base.energy_j * scale)
 
@@ -134,38 +157,46 @@ class SimGpuHandle:
         with self._busy.exclusive():
             done = _fold_stale(self._busy.read())
             start_s = self._clock()
-            first_clock_mhz = clock_mhz = self.current_clock_mhz()
-            work_left, segment_start_s, switches = 1.0, start_s, 0
+            control = self._state.read_control()
+            first, first_mhz = self._run_cost(stage, instruction, control), self._target_mhz(control)
+            run, work_left, segment_start_s, switches = first, 1.0, start_s, 0
             busy_s, energy_j = done.done_busy_s, done.done_energy_j
             while True:
-                base = self._model.cost(stage, instruction, clock_mhz)
                 scale = time_scale * self._throttle * work_left
-                seg_s, seg_j = base.time_s * scale, base.energy_j * scale
-                self._busy.write(BusyState(busy_s, energy_j, True, segment_start_s, seg_s, seg_j, clock_mhz))
-                new_clock_mhz = self._hold(segment_start_s + seg_s, clock_mhz)
-                if new_clock_mhz is None:
+                seg_s, seg_j = run.cost.time_s * scale, run.cost.energy_j * scale
+                active = BusyState(busy_s, energy_j, True, segment_start_s, seg_s, seg_j, run.clock_mhz)
+                self._busy.write(replace(active, active_capped=run.capped))
+                new_control = self._hold(segment_start_s + seg_s, control)
+                if new_control is None:
                     busy_s, energy_j = busy_s + seg_s, energy_j + seg_j
                     break
                 now_s = self._clock()
                 fraction = min(1.0, max(0.0, (now_s - segment_start_s) / seg_s)) if seg_s > 0 else 1.0
                 busy_s, energy_j = busy_s + fraction * seg_s, energy_j + fraction * seg_j
                 work_left *= 1.0 - fraction
-                clock_mhz, segment_start_s, switches = new_clock_mhz, now_s, switches + 1
-            self._busy.write(BusyState(busy_s, energy_j))
+                control, segment_start_s, switches = new_control, now_s, switches + 1
+                run = self._run_cost(stage, instruction, control)
+            last = BusyState(busy_s, energy_j, active_clock_mhz=run.clock_mhz, active_capped=run.capped)
+            self._busy.write(last)
         duration_s = self._clock() - start_s if switches else busy_s - done.done_busy_s
         total_j = energy_j - done.done_energy_j
-        return RunRecord(stage, instruction, first_clock_mhz, start_s, duration_s, total_j, switches)
+        record = RunRecord(stage, instruction, first_mhz, start_s, duration_s, total_j, switches)
+        return replace(record, ran_mhz=first.clock_mhz, capped=first.capped)
 
-    def _hold(self, end_s: float, clock_mhz: int) -> int | None:
-        """Sleep until `end_s`; the new clock if the daemon changes it before then, else None."""
+    def _hold(self, end_s: float, control: ControlState) -> ControlState | None:
+        """Sleep until `end_s`; the new control if the daemon changes the clock or power limit before then."""
         if self._clock_poll_s is None:
             self._sleep(max(0.0, end_s - self._clock()))
             return None
         while (left_s := end_s - self._clock()) > 0:
             self._sleep(min(self._clock_poll_s, left_s))
-            now_mhz = self.current_clock_mhz()
-            if now_mhz != clock_mhz and end_s - self._clock() > 0:
-                return now_mhz
+            now = self._state.read_control()
+            changed = (now.locked_sm_clock_mhz, now.power_limit_w) != (
+                control.locked_sm_clock_mhz,
+                control.power_limit_w,
+            )
+            if changed and end_s - self._clock() > 0:
+                return now
         return None
 
     def close(self) -> None:

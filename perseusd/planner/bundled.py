@@ -1,4 +1,7 @@
-"""Profiles bundled with the package (GPT-3 175B, bf16, 8 stages), by short name, with their blocking power.
+"""Profiles bundled with the package, by short name (the name of the board they were measured on), with
+their blocking power: GPT-3 175B bf16, 8 stages, on A100 SXM and A40 (the Perseus artifact), and a GPT-style
+4-stage pipeline on H100 SXM (measured for this project). This is the one table of bundled profiles: the
+planner, `perseusctl`, the emulator and the simulated GPUs' workload handles all read it.
 
 Bundled files are read through `importlib.resources`, so they work from a wheel or a zip as well as from a
 source tree. Only the fixed names below resolve; no other text ever becomes a path here.
@@ -22,19 +25,43 @@ class BundledProfile:
     file_name: str
     p_block_w: float
     description: str
+    origin: str
+    """Where the file comes from, relative to the project's shared data folder (the files are unmodified)."""
+    num_stages: int
 
 
 BUNDLED_PROFILES: dict[str, BundledProfile] = {
     "a100_sxm": BundledProfile(
-        "a100_sxm", "gpt3-175b+a100_sxm_bf16.csv", 83.64, "GPT-3 175B bf16, 8 stages, NVIDIA A100 SXM 80GB"
+        "a100_sxm",
+        "gpt3-175b+a100_sxm_bf16.csv",
+        83.64,
+        "GPT-3 175B bf16, 8 stages, NVIDIA A100 SXM 80GB",
+        "perseus-artifact/profiles/gpt3-175b+a100_sxm_bf16.csv",
+        8,
     ),
-    "a40": BundledProfile("a40", "gpt3-175b+a40_bf16.csv", 70.38, "GPT-3 175B bf16, 8 stages, NVIDIA A40"),
+    "a40": BundledProfile(
+        "a40",
+        "gpt3-175b+a40_bf16.csv",
+        70.38,
+        "GPT-3 175B bf16, 8 stages, NVIDIA A40",
+        "perseus-artifact/profiles/gpt3-175b+a40_bf16.csv",
+        8,
+    ),
+    "h100_sxm": BundledProfile(
+        "h100_sxm",
+        "gpt-4stage+h100_sxm_bf16.csv",
+        130.19,
+        "GPT-style 4-stage pipeline (4 layers d4096 per stage) bf16, NVIDIA H100 80GB HBM3, 900-1980 MHz",
+        "h100/gpt-4stage-profile.csv",
+        4,
+    ),
 }
-"""Bundled profiles by short name. Blocking powers are the measured values of the Perseus paper (W)."""
+"""Bundled profiles by short name. Blocking powers are measured: the Perseus paper's for A100 SXM and A40,
+idle power locked at 1980 MHz for H100 SXM (W)."""
 
 
 def bundled_profile(name: str) -> Profile:
-    """Read a bundled profile by short name (`a100_sxm`, `a40`); its source is `bundled:<name>`.
+    """Read a bundled profile by short name (`a100_sxm`, `a40`, `h100_sxm`); its source is `bundled:<name>`.
 
     Raises:
         KeyError: `name` is not a bundled profile.

@@ -12,6 +12,8 @@ import pytest
 from perseus_client.protocol import PROTOCOL_VERSION, DaemonHealth, GpuStatus, LeaseInfo, StatusReply
 
 from perseusd.ctl.status_cmd import render_table, status_json
+from perseusd.gpu.sim_workload import SimGpuHandle
+from perseusd.planner.bundled import bundled_profile
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 
 pytestmark = pytest.mark.timeout(60)
@@ -23,6 +25,7 @@ REPLY = StatusReply(
             "GPU-a", "A100", 1200, 1200, 250.25, 400.0, 12.5, LeaseInfo(7, 0, "train"), None, {"read": 0.02}
         ),
         GpuStatus("GPU-b", "A100", 1410, None, None, 400.0, None, None, None, {}),
+        GpuStatus("GPU-d", "H100", 1710, 1980, 690.0, 700.0, 9.5, None, None, {}, power_capped=True),
         GpuStatus("GPU-c", "A100", None, None, None, None, None, None, "GPU is lost", {}),
     ),
 )
@@ -32,9 +35,10 @@ perseusd 0.1.0 (protocol 1), pid 42, up 1h02m05s, 1 client(s)
 events: 100 received, 2 dropped; restores: 3 (0 failed); refused connections: 0
 GPU call mean ms (worst GPU): read 0.020
 
-UUID   NAME  SM MHZ  LOCKED  POWER W  LIMIT W  ENERGY J  LEASE
-GPU-a  A100  1200    1200    250.2    400      12.5      pid 7 uid 0 train
-GPU-b  A100  1410    -       -        400      -         -
+UUID   NAME  SM MHZ       LOCKED  POWER W  LIMIT W  ENERGY J  LEASE
+GPU-a  A100  1200         1200    250.2    400      12.5      pid 7 uid 0 train
+GPU-b  A100  1410         -       -        400      -         -
+GPU-d  H100  1710 capped  1980    690.0    700      9.5       -
 GPU-c  A100  ERROR: GPU is lost"""
 
 
@@ -90,6 +94,23 @@ def test_status_and_reset_against_real_daemon(daemon: DaemonProcess) -> None:
     reset = _ctl(daemon.dirs.runtime_dir, "reset")
     assert reset.returncode == 0, reset.stderr
     assert reset.stdout.count("reset GPU-") == 2
+    assert body["gpus"][0]["power_capped"] is False
     bad = _ctl(daemon.dirs.runtime_dir, "reset", "GPU-nope")
     assert bad.returncode == 1
     assert "UNKNOWN_GPU" in bad.stderr
+
+
+def test_status_shows_the_clock_a_power_capped_h100_runs_at() -> None:
+    """A dense stage on the simulated H100 (unlocked) runs at the power-capped clock; status says so."""
+    with daemon_processes() as make:
+        daemon = make(DaemonDirs.create(), gpus=1, extra_args=("--sim-model", "h100_sxm")).start()
+        runtime_dir = daemon.dirs.runtime_dir
+        uuid = json.loads(_ctl(runtime_dir, "status", "--json").stdout)["gpus"][0]["uuid"]
+        with SimGpuHandle.open(runtime_dir / "sim", uuid, bundled_profile("h100_sxm")) as gpu:
+            record = gpu.run(0, "backward")
+        out = _ctl(runtime_dir, "status", "--json")
+        assert out.returncode == 0, out.stderr
+        row = json.loads(out.stdout)["gpus"][0]
+        assert record.capped
+        assert (row["sm_clock_mhz"], row["power_capped"]) == (record.ran_mhz, True)
+        assert f"{record.ran_mhz} capped" in _ctl(runtime_dir, "status").stdout

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,11 @@ import pytest
 
 from perseusd.emulate.topology import PipelineShape
 from perseusd.emulate.trace import read_trace
-from perseusd.gpu.sim_models import load_sim_model
+from perseusd.gpu.sim_boards import load_board
+from perseusd.planner.baselines import all_max
 from perseusd.planner.bundled import bundled_profile
+from perseusd.planner.dag import build_dag
+from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.emulate.helpers import (
     computations,
@@ -30,7 +34,7 @@ from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_proces
 
 GPUS = 4
 MAX_CLOCK_MHZ = 1410
-A100_BLOCKING_W = load_sim_model("a100_sxm").spec.blocking_power_w
+A100_BLOCKING_W = load_board("a100_sxm").blocking_power_w
 TINY = ("--profile", "a100_sxm", "--stages", "2", "--microbatches", "4")
 LEASE_GONE_TIMEOUT_S = 20.0
 
@@ -135,12 +139,12 @@ def test_interleaved_pipelines_respect_the_ring_dependencies(daemon: DaemonProce
     assert order_violations(runs, shape) == []
 
 
-def _mismatching_csv(tmp_path: Path) -> Path:
-    profile = bundled_profile("a100_sxm")
-    lines = profile_to_csv(profile).splitlines()
-    stage, instruction, freq, time_s, energy_j = lines[1].split(",")
-    lines[1] = ",".join((stage, instruction, freq, time_s, str(float(energy_j) * 1.1)))
-    path = tmp_path / "edited.csv"
+def _off_board_csv(tmp_path: Path) -> Path:
+    """The A100 profile with one row moved to 1000 MHz, a clock the A100 board does not have."""
+    lines = profile_to_csv(bundled_profile("a100_sxm")).splitlines()
+    stage, instruction, _freq, time_s, energy_j = lines[1].split(",")
+    lines[1] = ",".join((stage, instruction, "1000", time_s, energy_j))
+    path = tmp_path / "off-board.csv"
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -149,21 +153,54 @@ def _mismatching_csv(tmp_path: Path) -> Path:
     ("args", "message"),
     [
         (("--profile", "a100_sxm", "--stages", "5", "--microbatches", "4"), "--sim-gpus 5"),
-        (("--profile", "a40", "--stages", "2", "--microbatches", "4"), "does not match"),
+        (
+            ("--profile", "a40", "--stages", "2", "--microbatches", "4"),
+            "a100_sxm board does not support: 1425,",
+        ),
         ((*TINY, "--schedule", "zigzag"), "invalid choice"),
         ((*TINY, "--schedule", "interleaved"), "--chunks 2"),
         ((*TINY, "--time-scale", "0"), "positive"),
-        (("--profile", "EDITED", "--stages", "2", "--microbatches", "4"), "does not match"),
+        (
+            ("--profile", "OFF_BOARD", "--stages", "2", "--microbatches", "4"),
+            "1000 MHz (the board supports 855-1410",
+        ),
     ],
 )
 def test_usage_errors_exit_2_with_a_clear_message(
     daemon: DaemonProcess, tmp_path: Path, args: tuple[str, ...], message: str
 ) -> None:
-    args = tuple(str(_mismatching_csv(tmp_path)) if arg == "EDITED" else arg for arg in args)
+    args = tuple(str(_off_board_csv(tmp_path)) if arg == "OFF_BOARD" else arg for arg in args)
     out = run_emulate(daemon.dirs.runtime_dir, *args)
     assert out.returncode == 2, out.stderr
     assert message in out.stderr
     assert _leases(daemon) == []
+
+
+def test_a_profile_of_ones_own_runs_at_its_own_costs(daemon: DaemonProcess, tmp_path: Path) -> None:
+    """Any profile the board supports runs: the stages draw its costs, not the bundled profile's."""
+    bundled = bundled_profile("a100_sxm")
+    hungrier = Profile.from_measurements(
+        (replace(m, energy_j=m.energy_j * 1.5) for m in bundled.measurements), source="hungrier.csv"
+    )
+    path = tmp_path / "hungrier.csv"
+    path.write_text(profile_to_csv(hungrier))
+    out = run_emulate(
+        daemon.dirs.runtime_dir,
+        "--profile", str(path), "--stages", "2", "--microbatches", "4",
+        "--time-scale", "0.5", "--iterations", "6", "--baseline-only", "--json",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["profile"].endswith("hungrier.csv")
+    predicted_j = report["model_all_max"]["energy_per_iteration_j"]
+    measured_j = report["baseline"]["energy_per_iteration_j"]
+    assert measured_j == pytest.approx(predicted_j, rel=0.2)
+    assert measured_j > 1.2 * _baseline_prediction_j(bundled)
+
+
+def _baseline_prediction_j(profile: Profile) -> float:
+    dag = build_dag("1f1b", 2, 4, 1)
+    return all_max(dag, profile.scaled(0.5, 0.5), A100_BLOCKING_W).energy_j
 
 
 def test_no_daemon_is_a_usage_error(tmp_path: Path) -> None:
@@ -216,3 +253,26 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"
+
+
+def test_the_h100_board_runs_its_profile_and_refuses_clocks_it_lacks(tmp_path: Path) -> None:
+    """`--sim-model h100_sxm`: the bundled H100 profile runs; a profile at 1000 MHz is refused."""
+    with daemon_processes() as make:
+        h100 = make(DaemonDirs.create(), gpus=2, extra_args=("--sim-model", "h100_sxm")).start()
+        out = run_emulate(
+            h100.dirs.runtime_dir,
+            "--profile", "h100_sxm", "--stages", "2", "--microbatches", "4",
+            "--iterations", "4", "--baseline-only", "--json",
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        report = json.loads(out.stdout)
+        assert report["board"] == "h100_sxm"
+        assert report["baseline"]["energy_per_iteration_j"] == pytest.approx(
+            report["model_all_max"]["energy_per_iteration_j"], rel=0.2
+        )
+        off_board = str(_off_board_csv(tmp_path))
+        refused = run_emulate(
+            h100.dirs.runtime_dir, "--profile", off_board, "--stages", "2", "--microbatches", "4"
+        )
+        assert refused.returncode == 2
+        assert "h100_sxm board does not support: 1000 MHz (the board supports 345-1980 MHz" in refused.stderr

@@ -116,7 +116,7 @@ def test_a_sample_is_the_exact_energy_when_the_counter_changes(tmp_path: Path) -
         span = window(first, second)
         busy_j = 7 * handle.cost(0, "forward").energy_j
         idle_s = span.duration_s - 7 * handle.cost(0, "forward").time_s
-        assert span.energy_j == pytest.approx(busy_j + idle_s * device.model.spec.blocking_power_w, abs=2e-3)
+        assert span.energy_j == pytest.approx(busy_j + idle_s * device.board.blocking_power_w, abs=2e-3)
         assert span.power_w == pytest.approx(span.energy_j / span.duration_s)
     finally:
         handle.close()

@@ -35,6 +35,7 @@ class FakeGpu:
     limit_mw: int = 400_000
     energy_mj: int = 1_000_000
     sm_clock_mhz: int = 1410
+    clock_event_reasons: int = 0
     power_usage_mw: int = 90_000
     instant_power_mw: int | None = 95_500
     energy_supported: bool = True
@@ -148,6 +149,9 @@ class FakeNvml:
     def nvmlDeviceGetClockInfo(self, h: int, clock_type: int) -> int:  # noqa: N802
         assert clock_type == 1
         return self.gpus[h].sm_clock_mhz
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:  # noqa: N802
+        return self.gpus[h].clock_event_reasons
 
     def nvmlDeviceGetPowerUsage(self, h: int) -> int:  # noqa: N802
         return self.gpus[h].power_usage_mw

@@ -10,6 +10,7 @@ import pytest
 
 import perseusd.gpu
 from perseusd.errors import GpuError
+from perseusd.gpu.backend import CLOCK_EVENT_SW_POWER_CAP, power_capped
 from perseusd.gpu.errors import (
     GpuLostError,
     GpuNotSupportedError,
@@ -49,6 +50,18 @@ def test_set_locked_clock_snaps_and_tells_nvml_min_equal_max(fake_nvml: FakeNvml
     device.reset_locked_sm_clock()
     assert fake_nvml.calls_to("nvmlDeviceResetGpuLockedClocks") == [(0,)]
     assert device.locked_sm_clock_mhz() is None
+
+
+def test_clock_event_reasons_tell_a_power_capped_clock(fake_nvml: FakeNvml) -> None:
+    device = NvmlBackend().devices()[0]
+    assert device.clock_event_reasons() == 0
+    fake_nvml.gpus[0].clock_event_reasons = CLOCK_EVENT_SW_POWER_CAP | 0x1  # power cap, GPU idle
+    fake_nvml.gpus[0].sm_clock_mhz = 1710
+    assert power_capped(device.clock_event_reasons())
+    assert device.sm_clock_mhz() == 1710
+    assert fake_nvml.calls_to("nvmlDeviceGetCurrentClocksEventReasons")[-1] == (0,)
+    fake_nvml.gpus[0].clock_event_reasons = 0x1
+    assert not power_capped(device.clock_event_reasons())
 
 
 def test_power_limit_is_sent_in_milliwatts_and_enforced_is_read_back(fake_nvml: FakeNvml) -> None:

@@ -10,26 +10,31 @@ import pytest
 from perseusd.gpu.errors import GpuInvalidArgumentError, GpuLostError, GpuPermissionError, GpuTimeoutError
 from perseusd.gpu.select import open_backend
 from perseusd.gpu.sim import SimBackend, SimDevice
-from perseusd.gpu.sim_models import load_sim_model
+from perseusd.gpu.sim_boards import load_board
+from perseusd.gpu.sim_costs import WorkloadCosts
 from perseusd.gpu.sim_workload import SimGpuHandle
+from perseusd.planner.bundled import bundled_profile
 
 from .conftest import FakeClock
 
 A100_BLOCKING_W = 83.64
+A100 = WorkloadCosts(bundled_profile("a100_sxm"), load_board("a100_sxm"))
+"""The GPT-3 workload on the A100 board: what the tests' workloads bring (the handle's default)."""
 
 
-def test_models_come_from_the_bundled_profiles() -> None:
-    a100 = load_sim_model("a100_sxm")
+def test_boards_keep_the_a100_and_a40_facts() -> None:
+    a100 = load_board("a100_sxm")
     assert a100.clocks_mhz == tuple(range(1410, 854, -15))
-    cost = a100.cost(0, "forward", 1410)
+    assert (a100.power_capping, a100.idle_power_w(1005), a100.idle_power_w(None)) == (False, 83.64, 83.64)
+    cost = A100.cost(0, "forward", 1410)
     assert cost.time_s == pytest.approx(0.05016166687011708)
     assert cost.energy_j == pytest.approx(23.80547200000007)
-    a40 = load_sim_model("a40")
+    a40 = load_board("a40")
     assert a40.clocks_mhz[0] == 1740
     assert a40.clocks_mhz[-1] == 855
-    assert a40.spec.power_limit_max_w == 300.0
-    with pytest.raises(GpuInvalidArgumentError, match="known: a100_sxm, a40"):
-        load_sim_model("h100")
+    assert a40.power_limit_max_w == 300.0
+    with pytest.raises(GpuInvalidArgumentError, match="known: a100_sxm, a40, h100_sxm"):
+        load_board("h100")
 
 
 def test_idle_energy_is_blocking_power_published_once_per_period(
@@ -53,7 +58,7 @@ def test_busy_energy_follows_the_profile_at_the_locked_clock(
 ) -> None:
     device = sim_backend.sim_devices()[0]
     assert device.set_locked_sm_clock_mhz(1000) == 1005
-    cost = device.model.cost(3, "backward", 1005)
+    cost = A100.cost(3, "backward", 1005)
     seen_power_w: list[float] = []
 
     def sleep_and_look(duration_s: float) -> None:
@@ -89,7 +94,7 @@ def test_a_clock_change_mid_computation_applies_to_the_work_left(
     sim_backend: SimBackend, fake_clock: FakeClock
 ) -> None:
     device = sim_backend.sim_devices()[0]
-    high, low = device.model.cost(2, "forward", 1410), device.model.cost(2, "forward", 1005)
+    high, low = A100.cost(2, "forward", 1410), A100.cost(2, "forward", 1005)
     switch_at_s = fake_clock() + high.time_s / 4
 
     def sleep_and_switch(duration_s: float) -> None:
@@ -116,7 +121,7 @@ def test_a_clock_change_mid_computation_applies_to_the_work_left(
 
 def test_without_polling_the_clock_is_read_once(sim_backend: SimBackend, fake_clock: FakeClock) -> None:
     device = sim_backend.sim_devices()[0]
-    high = device.model.cost(2, "forward", 1410)
+    high = A100.cost(2, "forward", 1410)
 
     def sleep_and_switch(duration_s: float) -> None:
         fake_clock.advance(duration_s)

@@ -12,7 +12,10 @@ import pytest
 
 from perseusd.gpu.errors import GpuInvalidArgumentError
 from perseusd.gpu.sim import SimBackend
+from perseusd.gpu.sim_boards import load_board
+from perseusd.gpu.sim_costs import WorkloadCosts
 from perseusd.gpu.sim_workload import SimGpuHandle, list_sim_gpus
+from perseusd.planner.bundled import bundled_profile
 
 WORKER = Path(__file__).with_name("sim_worker.py")
 A100_BLOCKING_W = 83.64
@@ -23,7 +26,7 @@ def test_workload_process_consumes_time_and_energy_at_the_daemon_clock(tmp_path:
     backend = SimBackend(tmp_path, noise=0.0, update_period_s=0.02)
     after_s = time.monotonic()
     device = backend.sim_devices()[0]
-    model = device.model
+    model = WorkloadCosts(bundled_profile("a100_sxm"), load_board("a100_sxm"))
     assert list_sim_gpus(tmp_path) == sorted(d.info.uuid for d in backend.devices())
     assert device.set_locked_sm_clock_mhz(1005) == 1005
     slow = model.cost(0, "forward", 1005)

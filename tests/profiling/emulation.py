@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from perseusd.gpu.sim import SimBackend
-from perseusd.gpu.sim_models import SimModel
+from perseusd.gpu.sim_costs import WorkloadCosts
 from perseusd.gpu.sim_workload import RunRecord, SimGpuHandle
 from perseusd.planner.dag import ComputationDag, build_dag
 from perseusd.profiling.trace import CounterTrace, Interval, OptionKey
@@ -99,8 +99,9 @@ class StageEmulator:
         self._gap_ns = round(gap_s * NS_PER_S)
 
     @property
-    def model(self) -> SimModel:
-        return self.device.model
+    def model(self) -> WorkloadCosts:
+        """The workload's costs on the board (the bundled profile of the board's name)."""
+        return self.handle.costs
 
     @property
     def keys(self) -> list[OptionKey]:

@@ -47,7 +47,7 @@ def sweep_to_the_end(stage: StageEmulator, settings: SweepSettings) -> tuple[Sta
 
 
 def assert_p_block_close(stage: StageEmulator, estimate: StageEstimate) -> None:
-    truth_w = stage.model.spec.blocking_power_w
+    truth_w = stage.model.board.blocking_power_w
     assert estimate.p_block_w is not None
     assert estimate.p_block_w == pytest.approx(truth_w, rel=P_BLOCK_TOLERANCE)
 
@@ -129,7 +129,7 @@ def test_a_known_blocking_power_is_used(make_stage: Callable[..., StageEmulator]
     for clock in (1740, 1200):
         for _ in range(3):
             stage.run_iteration(clock)
-    p_block_w = stage.model.spec.blocking_power_w
+    p_block_w = stage.model.board.blocking_power_w
     estimate = estimate_stage(stage.intervals, stage.trace.samples(), p_block_w=p_block_w)
     assert estimate.p_block_w == p_block_w
     assert_matches_records(stage, estimate)
