@@ -12,11 +12,11 @@ from typing import Any
 
 from perseusd.cluster.config import ClusterConfig
 from perseusd.errors import ConfigError
+from perseusd.jobs.policy import POLICIES
 
 DEFAULT_CONFIG_PATH = Path("/etc/perseusd/perseusd.toml")
 BACKENDS = ("auto", "nvml", "sim")
 SIM_MODELS = ("a100_sxm", "a40", "h100_sxm")
-POLICIES = ("no_slowdown", "fastest", "slowdown", "time", "min_energy")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 ENV_PREFIX = "PERSEUSD_"
 

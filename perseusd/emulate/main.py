@@ -43,11 +43,11 @@ from perseusd.emulate.results import IterationRow
 from perseusd.emulate.straggler import StragglerSpec, parse_straggler
 from perseusd.emulate.topology import SCHEDULES, PipelineShape
 from perseusd.emulate.trace import TraceWriter
+from perseusd.jobs.policy import POLICIES
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
-POLICIES = ("fastest", "slowdown", "time", "min_energy")
 CONTROL_TIMEOUT_S = 5.0
 
 

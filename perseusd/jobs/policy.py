@@ -16,10 +16,13 @@ Energies are the frontier's (computation energy plus blocking power while waitin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import get_args
 
+from perseus_client.message import Policy as PolicyName
 from perseus_client.protocol import ErrorCode, ProtocolError
 
-POLICIES = ("no_slowdown", "fastest", "slowdown", "time", "min_energy")
+POLICIES: tuple[str, ...] = get_args(PolicyName)
+"""Every policy name, from the wire protocol's `Policy` literal."""
 DEFAULT_POLICY = "no_slowdown"
 TOLERANCE = 1e-9
 """Relative slack on time limits, so a point equal to its limit up to rounding still fits."""
