@@ -17,6 +17,17 @@ CLOCK_EVENT_SW_THERMAL = 0x20
 CLOCK_EVENT_HW_SLOWDOWN = 0x8
 
 
+CLOCK_SLOWDOWN_REASONS = (
+    CLOCK_EVENT_SW_POWER_CAP | CLOCK_EVENT_HW_SLOWDOWN | CLOCK_EVENT_SW_THERMAL | CLOCK_EVENT_HW_POWER_BRAKE
+)
+"""The clock-event reasons that slow the SM clock below what was asked (power, thermal, hardware)."""
+
+
+def throttled(reasons: int) -> bool:
+    """Whether clock-event reasons say the SM clock is held below what was asked, for any reason."""
+    return bool(reasons & CLOCK_SLOWDOWN_REASONS)
+
+
 def power_capped(reasons: int) -> bool:
     """Whether clock-event reasons say the clock is lowered to fit the power limit."""
     return bool(reasons & (CLOCK_EVENT_SW_POWER_CAP | CLOCK_EVENT_HW_POWER_BRAKE))

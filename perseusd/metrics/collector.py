@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.gpu.backend import GpuInfo
+from perseusd.gpu.backend import GpuInfo, power_capped, throttled
 from perseusd.gpu.owner import GpuReading
 from perseusd.metrics.families import PREFIX, counter, gauge, mhz_to_hz
 from perseusd.metrics.gpu_calls import GpuCallRecorder
@@ -154,7 +154,19 @@ class _GpuFamilies:
         default_factory=lambda: gauge("gpu_power_limit_default_watts", "Default power limit", GPU)
     )
     capped: GaugeMetricFamily = field(
-        default_factory=lambda: gauge("gpu_power_capped", "1 when the power limit is below the default", GPU)
+        default_factory=lambda: gauge(
+            "gpu_power_capped", "1 when the power cap holds the SM clock (clock-event reasons)", GPU
+        )
+    )
+    throttled: GaugeMetricFamily = field(
+        default_factory=lambda: gauge(
+            "gpu_clock_throttled", "1 when power, thermal or hardware slowdown holds the SM clock", GPU
+        )
+    )
+    lowered: GaugeMetricFamily = field(
+        default_factory=lambda: gauge(
+            "gpu_power_limit_lowered", "1 when the power limit is below the default", GPU
+        )
     )
     leased: GaugeMetricFamily = field(
         default_factory=lambda: gauge("gpu_leased", "1 when a client holds the GPU's lease", GPU)
@@ -183,7 +195,10 @@ class _GpuFamilies:
             self.is_locked.add_metric(labels, 0.0 if reading.locked_sm_clock_mhz is None else 1.0)
         if reading.power_limit_w is not None:
             self.limit.add_metric(labels, reading.power_limit_w)
-            self.capped.add_metric(labels, float(reading.power_limit_w < info.power_limit_default_w))
+            self.lowered.add_metric(labels, float(reading.power_limit_w < info.power_limit_default_w))
+        if reading.clock_event_reasons is not None:
+            self.capped.add_metric(labels, float(power_capped(reading.clock_event_reasons)))
+            self.throttled.add_metric(labels, float(throttled(reading.clock_event_reasons)))
 
     def all(self) -> tuple[Metric, ...]:
         return (
@@ -196,6 +211,8 @@ class _GpuFamilies:
             self.limit,
             self.default,
             self.capped,
+            self.throttled,
+            self.lowered,
             self.leased,
             self.holder,
             self.changes,

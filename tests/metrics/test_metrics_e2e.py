@@ -135,7 +135,10 @@ def test_gpu_metrics_follow_the_gpus(scraped: Scraped) -> None:
         assert one(by_name, "perseus_gpu_power_limit_watts", **labels) == pytest.approx(
             status[uuid]["power_limit_w"]
         )
+        # Nothing runs at a clock the A100 board caps, and no limit was lowered: the flags are present and 0.
         assert one(by_name, "perseus_gpu_power_capped", **labels) == 0.0
+        assert one(by_name, "perseus_gpu_clock_throttled", **labels) == 0.0
+        assert one(by_name, "perseus_gpu_power_limit_lowered", **labels) == 0.0
         locked = status[uuid]["locked_clock_mhz"]
         assert one(by_name, "perseus_gpu_clock_locked", **labels) == (0.0 if locked is None else 1.0)
         clock_hz = one(by_name, "perseus_gpu_sm_clock_hertz", **labels)
