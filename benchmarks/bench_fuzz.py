@@ -23,7 +23,7 @@ import zmq
 from perseus_client import PerseusClient
 from perseus_client.protocol import ErrorReply, ProtocolError, decode
 
-from tests.support.frames import RawPeer, assert_serves_and_nothing_locked, random_frame, regression_frames
+from tests.support.frames import RawPeer, V, assert_serves_and_nothing_locked, random_frame, regression_frames
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 
 BATCH = 200
@@ -47,8 +47,8 @@ def _collect(sock: zmq.Socket[bytes], expected: int, tally: Counter[str]) -> int
 
 def _session(peer: RawPeer, gpu: str) -> None:
     """Say hello and claim, so that lease-holder paths are fuzzed too."""
-    peer.ask(b'{"v":5,"id":1,"type":"hello","job":"fuzz","client_version":"0"}')
-    peer.ask(b'{"v":5,"id":2,"type":"claim","gpus":["%s"],"job":"fuzz"}' % gpu.encode())
+    peer.ask(V + b'"id":1,"type":"hello","job":"fuzz","client_version":"0"}')
+    peer.ask(V + b'"id":2,"type":"claim","gpus":["%s"],"job":"fuzz"}' % gpu.encode())
 
 
 def fuzz(daemon: DaemonProcess, frames: int, seed: int) -> dict[str, Any]:
@@ -96,7 +96,7 @@ def fuzz(daemon: DaemonProcess, frames: int, seed: int) -> dict[str, Any]:
         if done % 10_000 < BATCH:
             _session(peer, gpu)  # a release or admin reset among the frames ends the session's lease
     elapsed_s = time.monotonic() - started_s
-    peer.ask(b'{"v":5,"id":9,"type":"release","gpus":[]}')  # this process lives on: release, not die
+    peer.ask(V + b'"id":9,"type":"release","gpus":[]}')  # this process lives on: release, not die
     peer.close()
     verdict = "ok"
     try:

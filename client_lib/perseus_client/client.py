@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import os
+import struct
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -207,15 +208,12 @@ class PerseusClient:
 
     def _watch_connection(self, monitor: zmq.Socket[bytes]) -> None:
         """Re-register after the daemon comes back (a handshake after a disconnect)."""
-        # Imported here: zmq.utils.monitor loads asyncio, which costs every short-lived caller (perseusctl).
-        from zmq.utils.monitor import recv_monitor_message
-
         disconnected = False
         try:
             while not self._closing.is_set():
                 if not monitor.poll(100):
                     continue
-                event = recv_monitor_message(monitor)["event"]
+                event = monitor_event(monitor.recv_multipart())
                 if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
                     self._auth_failed = True
                 elif event == zmq.EVENT_DISCONNECTED:
@@ -588,3 +586,13 @@ def _unreachable(client: PerseusClient | None, message: str) -> PerseusClientErr
             "PERMISSION_DENIED", "the daemon refused this user; ask an admin to add you to group perseus"
         )
     return PerseusClientError("UNREACHABLE", message)
+
+
+def monitor_event(frames: list[bytes]) -> int:
+    """The event number of a ZeroMQ socket-monitor message (first frame: uint16 event, uint32 value).
+
+    Parsed here rather than with `zmq.utils.monitor`, which imports asyncio: that costs every short-lived
+    caller (perseusctl), and a process that dropped privileges may no longer be able to import it.
+    """
+    event: int = struct.unpack_from("=H", frames[0])[0]
+    return event

@@ -13,10 +13,12 @@ the `jobs` field of a status reply; event timestamps are CLOCK_MONOTONIC (`time.
 Version 4: stragglers (`announce_straggler`), per-pipeline compute time, plan and slowness in `jobs`, the
 job's straggler, target time and energy saved.
 Version 5: `early_raises` in a plan's status (clocks raised before the running computation's expected end).
-Next version (not yet numbered): `event_count` (a client's events as the daemon counted them), the
+Version 6: `event_count` (a client's events as the daemon counted them), the
 `connections` and `connections_refused` fields of the daemon's health, error code LIMIT; frames are standard
 JSON (NaN and Infinity refused) with integers of at most 64 bits and finite floats; `energy_read` /
-`energy_reading` (energy windows of `perseus_client.energy`).
+`energy_reading` (energy windows of `perseus_client.energy`); error code STATE_WRITE_FAILED and the
+daemon's `persistence_error`; a GPU row's `power_capped`; the `no_slowdown` policy; measured/predicted energy
+fields of `jobs`.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ __all__ = [
     "StragglerInfo",
 ]
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 DEFAULT_MAX_FRAME_BYTES = 1 << 20
 MAX_REQUEST_ID = (1 << 63) - 1
 

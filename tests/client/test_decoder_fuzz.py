@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from perseus_client import protocol as p
 
-from tests.support.frames import frames, regression_frames, valid_bodies
+from tests.support.frames import V, frames, regression_frames, valid_bodies
 
 GPU = "GPU-0"
 
@@ -72,7 +72,7 @@ def test_valid_bodies_round_trip() -> None:
     ],
 )
 def test_non_finite_numbers_refused(text: str, code: p.ErrorCode) -> None:
-    data = ('{"v":5,"id":12,"type":"set_policy","job":"j","policy":"time",' + text + "}").encode()
+    data = (V.decode() + '"id":12,"type":"set_policy","job":"j","policy":"time",' + text + "}").encode()
     with pytest.raises(p.ProtocolError) as refused:
         p.decode(data)
     assert refused.value.code == code
@@ -81,11 +81,11 @@ def test_non_finite_numbers_refused(text: str, code: p.ErrorCode) -> None:
 
 def test_deep_nesting_is_bad_frame_with_the_id_when_readable() -> None:
     with pytest.raises(p.ProtocolError) as deep:
-        p.decode(b'{"v":5,"id":33,"type":"status","x":' + b"[" * 100_000)
+        p.decode(V + b'"id":33,"type":"status","x":' + b"[" * 100_000)
     assert deep.value.code == p.ErrorCode.BAD_FRAME
     assert deep.value.request_id == 33
     with pytest.raises(p.ProtocolError) as too_large:
-        p.decode(b'{"v":5,"id":34,' + b" " * 100, max_frame_bytes=50)
+        p.decode(V + b'"id":34,' + b" " * 100, max_frame_bytes=50)
     assert too_large.value.code == p.ErrorCode.TOO_LARGE
     assert too_large.value.request_id == 34
 
@@ -98,6 +98,6 @@ def test_encode_refuses_non_finite_numbers() -> None:
 def test_integers_beyond_64_bits_refused() -> None:
     body = {"type": "set_clock", "gpu": GPU, "sm_clock_mhz": 2**63}
     with pytest.raises(p.ProtocolError) as refused:
-        p.decode(json.dumps({"v": 5, "id": 1, **body}).encode())
+        p.decode(json.dumps({"v": p.PROTOCOL_VERSION, "id": 1, **body}).encode())
     assert refused.value.code == p.ErrorCode.BAD_FIELD
     assert "64 bits" in refused.value.message

@@ -7,6 +7,8 @@ import json
 import pytest
 from perseus_client import protocol as p
 
+from tests.support.frames import V
+
 
 def _code(data: bytes, max_bytes: int = p.DEFAULT_MAX_FRAME_BYTES) -> str:
     with pytest.raises(p.ProtocolError) as info:
@@ -47,19 +49,19 @@ def test_frames_are_compact_json_with_version_id_type() -> None:
 def test_rejections_have_stable_codes() -> None:
     assert _code(b"\xff\x00") == "BAD_FRAME"
     assert _code(b"[1,2]") == "BAD_FRAME"
-    assert _code(b'{"v":5,"id":1,"type":"stat') == "BAD_FRAME"
+    assert _code(V + b'"id":1,"type":"stat') == "BAD_FRAME"
     assert _code(b'{"id":1,"type":"status"}') == "BAD_FRAME"
     assert _code(b'{"v":1,"id":1,"type":"status"}') == "VERSION_MISMATCH"
-    assert _code(b'{"v":5,"id":-1,"type":"status"}') == "BAD_FRAME"
-    assert _code(b'{"v":5,"id":1,"type":"nope"}') == "UNKNOWN_TYPE"
-    assert _code(b'{"v":5,"id":1,"type":"status","extra":1}') == "BAD_FIELD"
-    assert _code(b'{"v":5,"id":1,"type":"claim","gpus":["a"]}') == "BAD_FIELD"
-    assert _code(b'{"v":5,"id":1,"type":"claim","gpus":[1],"job":"j"}') == "BAD_FIELD"
-    assert _code(b'{"v":5,"id":1,"type":"set_clock","gpu":"a","sm_clock_mhz":true}') == "BAD_FIELD"
-    bad_instruction = b'{"v":5,"id":0,"type":"comp_begin","gpu":"a","stage":0,"instruction":"up",' \
+    assert _code(V + b'"id":-1,"type":"status"}') == "BAD_FRAME"
+    assert _code(V + b'"id":1,"type":"nope"}') == "UNKNOWN_TYPE"
+    assert _code(V + b'"id":1,"type":"status","extra":1}') == "BAD_FIELD"
+    assert _code(V + b'"id":1,"type":"claim","gpus":["a"]}') == "BAD_FIELD"
+    assert _code(V + b'"id":1,"type":"claim","gpus":[1],"job":"j"}') == "BAD_FIELD"
+    assert _code(V + b'"id":1,"type":"set_clock","gpu":"a","sm_clock_mhz":true}') == "BAD_FIELD"
+    bad_instruction = V + b'"id":0,"type":"comp_begin","gpu":"a","stage":0,"instruction":"up",' \
         b'"microbatch":0,"chunk":0,"timestamp_ns":0}'  # fmt: skip
     assert _code(bad_instruction) == "BAD_FIELD"
-    assert _code(b'{"v":5,"id":1,"type":"status"}' + b" " * 2000, max_bytes=1024) == "TOO_LARGE"
+    assert _code(V + b'"id":1,"type":"status"}' + b" " * 2000, max_bytes=1024) == "TOO_LARGE"
 
 
 def test_request_id_of_bad_frame_is_best_effort() -> None:

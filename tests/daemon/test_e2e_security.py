@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import zmq
 from perseus_client import PerseusClient
-from perseus_client.protocol import ErrorReply, decode
+from perseus_client.protocol import PROTOCOL_VERSION, ErrorReply, decode
 
+from tests.support.frames import V
 from tests.support.perseusd_proc import (
     NOBODY_UID,
     DaemonDirs,
@@ -103,13 +104,13 @@ def test_garbage_truncated_and_huge_frames_get_errors(
         good.claim([uuid])
         cases = {
             "BAD_FRAME": [b"\x00\xffgarbage"],
-            "BAD_FRAME ": [b'{"v":5,"id":7,"type":"cla'],  # truncated
-            "TOO_LARGE": [b'{"v":5,"id":8,"type":"status","x":"' + b"a" * (1 << 20) + b'"}'],
-            "UNKNOWN_TYPE": [b'{"v":5,"id":9,"type":"format_disk"}'],
+            "BAD_FRAME ": [V + b'"id":7,"type":"cla'],  # truncated
+            "TOO_LARGE": [V + b'"id":8,"type":"status","x":"' + b"a" * (1 << 20) + b'"}'],
+            "UNKNOWN_TYPE": [V + b'"id":9,"type":"format_disk"}'],
             "VERSION_MISMATCH": [b'{"v":99,"id":10,"type":"status"}'],
-            "BAD_FIELD": [b'{"v":5,"id":11,"type":"claim","gpus":"all","job":"x"}'],
+            "BAD_FIELD": [V + b'"id":11,"type":"claim","gpus":"all","job":"x"}'],
             "BAD_FRAME  ": [b"{}", b"two frames"],
-            "PERMISSION_DENIED": [b'{"v":5,"id":13,"type":"admin_reset","gpus":[]}'],
+            "PERMISSION_DENIED": [V + b'"id":13,"type":"admin_reset","gpus":[]}'],
         }
         for expected, frames in cases.items():
             reply = _raw_request(raw, frames)
@@ -118,7 +119,9 @@ def test_garbage_truncated_and_huge_frames_get_errors(
         # Out of order: an end without its begin, sent on the control socket to see the answer (the raw socket
         # lives in this process, which holds the GPU through `good`: identity is per process).
         raw.send(
-            json.dumps({"v": 5, "id": 14, "type": "hello", "job": "raw", "client_version": "x"}).encode()
+            json.dumps(
+                {"v": PROTOCOL_VERSION, "id": 14, "type": "hello", "job": "raw", "client_version": "x"}
+            ).encode()
         )
         assert raw.poll(5000)
         raw.recv()
@@ -130,14 +133,16 @@ def test_garbage_truncated_and_huge_frames_get_errors(
             "chunk": 0,
             "timestamp_ns": 1,
         }
-        reply = _raw_request(raw, [json.dumps({"v": 5, "id": 15, "type": "comp_end", **end}).encode()])
+        reply = _raw_request(
+            raw, [json.dumps({"v": PROTOCOL_VERSION, "id": 15, "type": "comp_end", **end}).encode()]
+        )
         assert reply.code == "OUT_OF_ORDER"
         good.computation_end(uuid, 0, "forward", 0)  # out of order on the event socket: dropped and counted
         # Garbage on the event socket: dropped and counted, never a crash.
         push = ctx.socket(zmq.PUSH)
         push.setsockopt(zmq.LINGER, 0)
         push.connect(f"ipc://{dirs.runtime_dir / 'events.sock'}")
-        for junk in (b"junk", b'{"v":5,"id":0,"type":"status"}', b"x" * 200_000):
+        for junk in (b"junk", V + b'"id":0,"type":"status"}', b"x" * 200_000):
             push.send(junk)
         with good.computation(uuid, 0, "forward", 1):
             pass

@@ -18,6 +18,7 @@ from perseus_client.protocol import ErrorReply
 
 from tests.support.frames import (
     RawPeer,
+    V,
     assert_error_or_reply,
     assert_serves_and_nothing_locked,
     frames,
@@ -69,8 +70,8 @@ def peer(daemon: DaemonProcess) -> Iterator[RawPeer]:
 @pytest.mark.parametrize("name", sorted(regression_frames(GPU)))
 def test_regression_frame_on_every_socket(daemon: DaemonProcess, gpu: str, peer: RawPeer, name: str) -> None:
     data = regression_frames(gpu)[name]
-    peer.ask(b'{"v":5,"id":1,"type":"hello","job":"hostile","client_version":"0"}')
-    peer.ask(b'{"v":5,"id":2,"type":"claim","gpus":["%s"],"job":"hostile"}' % gpu.encode())
+    peer.ask(V + b'"id":1,"type":"hello","job":"hostile","client_version":"0"}')
+    peer.ask(V + b'"id":2,"type":"claim","gpus":["%s"],"job":"hostile"}' % gpu.encode())
     reply = peer.ask(data)
     assert_error_or_reply(reply)
     if name in EXPECTED_CODES:
@@ -80,25 +81,25 @@ def test_regression_frame_on_every_socket(daemon: DaemonProcess, gpu: str, peer:
         assert reply.request_id == 41  # the error is addressed to the request, parsed once
     assert_error_or_reply(peer.ask(data, admin=True))
     peer.event(data)
-    peer.ask(b'{"v":5,"id":3,"type":"release","gpus":[]}')
+    peer.ask(V + b'"id":3,"type":"release","gpus":[]}')
     assert daemon.proc is not None
     assert daemon.proc.poll() is None, daemon.log()
     assert_serves_and_nothing_locked(daemon.dirs.runtime_dir, state_dir=daemon.dirs.state_dir)
 
 
 def test_register_failure_leaves_no_job(gpu: str, peer: RawPeer) -> None:
-    peer.ask(b'{"v":5,"id":1,"type":"hello","job":"half","client_version":"0"}')
-    peer.ask(b'{"v":5,"id":2,"type":"claim","gpus":["%s"],"job":"half"}' % gpu.encode())
+    peer.ask(V + b'"id":1,"type":"hello","job":"half","client_version":"0"}')
+    peer.ask(V + b'"id":2,"type":"claim","gpus":["%s"],"job":"half"}' % gpu.encode())
     bad = (
-        b'{"v":5,"id":3,"type":"register","gpu":"%s","job":"half-created","pipeline":1000001,"stage":0,'
+        V + b'"id":3,"type":"register","gpu":"%s","job":"half-created","pipeline":1000001,"stage":0,'
         b'"num_stages":1,"num_microbatches":1,"schedule":"1f1b","chunks":1}' % gpu.encode()
     )
     reply = peer.ask(bad)
     assert isinstance(reply.message, ErrorReply)
     assert reply.message.code == "BAD_FIELD"
-    jobs = peer.ask(b'{"v":5,"id":4,"type":"jobs"}')
+    jobs = peer.ask(V + b'"id":4,"type":"jobs"}')
     assert "half-created" not in [job.job for job in jobs.message.jobs]  # type: ignore[attr-defined]
-    peer.ask(b'{"v":5,"id":5,"type":"release","gpus":[]}')
+    peer.ask(V + b'"id":5,"type":"release","gpus":[]}')
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
@@ -107,12 +108,12 @@ def test_fuzzed_frames_get_decodable_replies(daemon: DaemonProcess, gpu: str, da
     frame = data.draw(frames(gpu))
     peer = RawPeer(daemon.dirs.runtime_dir)
     try:
-        peer.ask(b'{"v":5,"id":1,"type":"hello","job":"fuzz","client_version":"0"}')
-        peer.ask(b'{"v":5,"id":2,"type":"claim","gpus":["%s"],"job":"fuzz"}' % gpu.encode())
+        peer.ask(V + b'"id":1,"type":"hello","job":"fuzz","client_version":"0"}')
+        peer.ask(V + b'"id":2,"type":"claim","gpus":["%s"],"job":"fuzz"}' % gpu.encode())
         assert_error_or_reply(peer.ask(frame))
         assert_error_or_reply(peer.ask(frame, admin=True))
         peer.event(frame)
-        peer.ask(b'{"v":5,"id":7,"type":"release","gpus":[]}')
+        peer.ask(V + b'"id":7,"type":"release","gpus":[]}')
     finally:
         peer.close()
 

@@ -20,6 +20,9 @@ from perseus_client.protocol import PROTOCOL_VERSION, ErrorCode, ErrorReply, Fra
 
 from tests.support.perseusd_proc import sim_control
 
+V = b'{"v":%d,' % PROTOCOL_VERSION
+"""How a frame of the current protocol version starts (tests never spell the version out)."""
+
 REPLY_TIMEOUT_MS = 5000
 DEEP = 100_000
 
@@ -99,7 +102,7 @@ def regression_frames(gpu: str) -> dict[str, bytes]:
         "set_clock_far_above": frame_bytes({"type": "set_clock", "gpu": gpu, "sm_clock_mhz": 10**9}),
         "huge_id": b'{"v":%d,"id":%d,"type":"status"}' % (PROTOCOL_VERSION, 2**80),
         "huge_int_text": b'{"v":%d,"id":1,"type":"status","x":%s}' % (PROTOCOL_VERSION, b"9" * 5000),
-        "not_utf8": b'{"v":5,"id":1,"type":"\xff\xfe"}',
+        "not_utf8": V + b'"id":1,"type":"\xff\xfe"}',
         "empty": b"",
     }
 
@@ -146,7 +149,7 @@ def frames(gpu: str) -> st.SearchStrategy[bytes]:
         st.integers(min_value=-5, max_value=2**64) | st.integers(min_value=0, max_value=10),
     )
     raw_json = json_values.map(lambda v: json.dumps(v, allow_nan=True).encode())
-    deep = st.tuples(st.sampled_from([b"[", b'{"a":', b'{"v":5,"id":9,"x":[']), st.integers(1, 20_000)).map(
+    deep = st.tuples(st.sampled_from([b"[", b'{"a":', V + b'"id":9,"x":[']), st.integers(1, 20_000)).map(
         lambda t: t[0] * t[1]
     )
     return mutated | raw_json | st.binary(max_size=200) | deep
@@ -189,7 +192,7 @@ def random_frame(rng: random.Random, gpu: str) -> bytes:
         return json.dumps(_random_value(rng), allow_nan=True).encode()
     if kind < 95:
         return rng.randbytes(rng.randrange(200))
-    return rng.choice([b"[", b'{"a":', b'{"v":5,"id":9,"x":[']) * rng.randrange(1, DEEP)
+    return rng.choice([b"[", b'{"a":', V + b'"id":9,"x":[']) * rng.randrange(1, DEEP)
 
 
 # ------------------------------------------------------------------ raw peers and checks
