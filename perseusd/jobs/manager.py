@@ -223,7 +223,7 @@ class JobManager:
             self.response.forget(job)
             why = _ended_why(job, slot)
             job.enter("ended", why)
-            logger.info("job %s ended: %s", job.name, why)
+            logger.info("job %s ended%s", job.name, f": {why}" if why else "")
             self._trim_ended()
 
     def _trim_ended(self) -> None:
@@ -586,7 +586,8 @@ def nothing_measured(counted_j: float | None, timed: bool) -> str:
 
 
 def _ended_why(job: Job, last: StageSlot | None) -> str:
-    """Why a job ended when its last GPU (`last`) left, for `perseusctl jobs` and the log."""
+    """Why a job ended early when its last GPU (`last`) left, for `perseusctl jobs` and the log; "" for a job
+    that ended while running its plan (the normal end of training, which needs no explanation)."""
     if job.state == PROFILING:
         done = last.profiling_steps if last is not None else 0
         return (
@@ -597,7 +598,7 @@ def _ended_why(job: Job, last: StageSlot | None) -> str:
         return "its last GPU left before every stage of a pipeline registered"
     if job.state == SOLVING:
         return "its last GPU left while its frontier was being solved"
-    return "its last GPU left"
+    return ""
 
 
 def with_highest_clocks(kept: list[OptionEstimate], estimate: StageEstimate) -> list[OptionEstimate]:

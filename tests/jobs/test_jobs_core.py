@@ -148,6 +148,18 @@ def test_imported_profile_is_solved_deployed_and_cached(core: DaemonCore) -> Non
     assert _register(core, 1).state == "running"
 
 
+def test_job_that_ends_after_running_its_plan_reports_no_error(core: DaemonCore) -> None:
+    _claim_all(core)
+    core.handle(ME, ProfileImport("train", _profile_csv(), "synthetic.csv", 80.0))
+    _register(core, 0)
+    _register(core, 1)
+    _wait_for(lambda: _info(core)["train"].state == "running", core)
+    core.handle(ME, Release(gpus=()))  # training finished: the normal end
+    ended = _info(core)["train"]
+    assert ended.state == "ended"
+    assert ended.error == ""
+
+
 def test_policies_choose_frontier_points(core: DaemonCore) -> None:
     _claim_all(core)
     core.handle(ME, ProfileImport("train", _profile_csv(), "synthetic.csv", 80.0))
