@@ -36,7 +36,9 @@ RESTORE_ROUNDS = 20
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
-def _sender(runtime_dir: str, index: int, go: Any, out: Any) -> None:
+def sender(runtime_dir: str, index: int, go: Any, out: Any) -> None:
+    """One sender process: claim GPU `index`, wait for `go`, send `EVENTS_PER_CLIENT` events flat out, put
+    (events sent, events dropped) on `out`, then hold the lease while the daemon drains."""
     with PerseusClient(runtime_dir, job=f"bench-{index}", timeout_s=10) as client:
         gpu = client.daemon_info.gpus[index].uuid  # type: ignore[union-attr]
         client.claim([gpu])
@@ -57,7 +59,7 @@ def bench_ingest(make: Any) -> dict[str, Any]:
     ctx = multiprocessing.get_context("spawn")
     go, out = ctx.Event(), ctx.Queue()
     procs = [
-        ctx.Process(target=_sender, args=(str(daemon.dirs.runtime_dir), i, go, out)) for i in range(CLIENTS)
+        ctx.Process(target=sender, args=(str(daemon.dirs.runtime_dir), i, go, out)) for i in range(CLIENTS)
     ]
     for proc in procs:
         proc.start()

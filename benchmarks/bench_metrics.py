@@ -29,11 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perseus_client import PerseusClient
 
+from benchmarks.bench_daemon import sender
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 
 ROUNDS = 3
 CLIENTS = 4
-EVENTS_PER_CLIENT = 20_000
 BATCH = 1000
 BATCHES = 20
 
@@ -58,18 +58,6 @@ def _scraper(url: str, period_s: float, ready: Any, stop: Any, out: Any) -> None
     out.put((scrapes, statistics.median(durations_s) if durations_s else 0.0))
 
 
-def _sender(runtime_dir: str, index: int, go: Any, out: Any) -> None:
-    with PerseusClient(runtime_dir, job=f"bench-{index}", timeout_s=10) as client:
-        gpu = client.daemon_info.gpus[index].uuid  # type: ignore[union-attr]
-        client.claim([gpu])
-        go.wait()
-        for microbatch in range(EVENTS_PER_CLIENT // 2):
-            client.computation_begin(gpu, 0, "forward", microbatch)
-            client.computation_end(gpu, 0, "forward", microbatch)
-        out.put(client.events_sent)
-        time.sleep(2)  # keep the lease while the daemon drains
-
-
 def _event_cost_us(daemon: DaemonProcess) -> float:
     with PerseusClient(daemon.dirs.runtime_dir, job="bench-cost") as client:
         gpu = client.daemon_info.gpus[CLIENTS].uuid  # type: ignore[union-attr]
@@ -88,7 +76,7 @@ def _ingest_per_s(daemon: DaemonProcess) -> float:
     ctx = multiprocessing.get_context("spawn")
     go, out = ctx.Event(), ctx.Queue()
     runtime_dir = str(daemon.dirs.runtime_dir)
-    procs = [ctx.Process(target=_sender, args=(runtime_dir, i, go, out)) for i in range(CLIENTS)]
+    procs = [ctx.Process(target=sender, args=(runtime_dir, i, go, out)) for i in range(CLIENTS)]
     for proc in procs:
         proc.start()
     # Polled through one client with a generous timeout: the machine may be loaded (no subprocess per poll).
