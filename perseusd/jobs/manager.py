@@ -523,8 +523,9 @@ class JobManager:
 
     def _follow_grid(self, job: Job) -> None:
         """A running job and the grid: count its carbon; a carbon job's point for the new interval."""
-        if self.carbon.due(job) and job.deployed is not None:
-            steered = self.carbon.steer(job, job.deployed, self._reference_power_w(job))
+        default = job.choose_point() if self.carbon.due(job) else None  # the policy's default point
+        if default is not None and job.deployed is not None:
+            steered = self.carbon.steer(job, default, self._reference_power_w(job))
             if steered.point != job.deployed.point:
                 job.deployed = steered
                 self.response.decide(job)  # every pipeline switches at its next iteration boundary
