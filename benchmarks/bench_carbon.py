@@ -211,6 +211,10 @@ def summarise(
     base: Choice,
 ) -> dict[str, Any]:
     reference = results["all_max"]
+    gains = {  # how much less a perfect forecast would have emitted (the forecast's upper bound)
+        name: round(results[name]["carbon_g"] - results[f"{name}_perfect"]["carbon_g"], 3)
+        for name in ("carbon_policy", "chase")
+    }
     for result in results.values():
         result["carbon_saving_pct"] = round(100 * (1 - result["carbon_g"] / reference["carbon_g"]), 2)
         result["slowdown_pct"] = round(100 * (result["time_s"] / reference["time_s"] - 1), 2)
@@ -227,6 +231,7 @@ def summarise(
         "results": results,
         "bar_met": policy["carbon_g"] < chase["carbon_g"]
         and policy["time_s"] <= chase["time_s"] * (1 + 1e-9),
+        "perfect_forecast_gain_g": gains,
     }
 
 
