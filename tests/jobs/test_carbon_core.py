@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from perseus_client.protocol import (
+    AnnounceStraggler,
     Claim,
     DocumentReply,
     FrontierRequest,
@@ -63,17 +64,19 @@ def world() -> World:
     return World()
 
 
-@pytest.fixture
-def core(tmp_path: Path, world: World) -> Iterator[DaemonCore]:
+@pytest.fixture(params=[1])
+def core(tmp_path: Path, world: World, request: pytest.FixtureRequest) -> Iterator[DaemonCore]:
+    pipelines: int = request.param
     steering = CarbonSteering(world.keeper, SETTINGS, clock_s=lambda: world.now_s)
-    with sim_core(tmp_path, gpus=STAGES, jobs=JobSettings(), carbon=steering) as built:
+    with sim_core(tmp_path, gpus=STAGES * pipelines, jobs=JobSettings(), carbon=steering) as built:
         built.handle(ME, Hello(job="train", client_version="test"))
         built.handle(ME, Claim(gpus=built.registry.uuids, job="train"))
         csv = profile_to_csv(synthetic_profile(STAGES, seed=3, clocks_mhz=A100_CLOCKS_MHZ))
         built.handle(ME, ProfileImport("train", csv, "synthetic.csv", 80.0))
-        for stage in range(STAGES):
-            gpu = built.registry.uuids[stage]
-            built.handle(ME, Register(gpu, "train", 0, stage, STAGES, MICROBATCHES, "1f1b", 1))
+        for pipeline in range(pipelines):
+            for stage in range(STAGES):
+                gpu = built.registry.uuids[pipeline * STAGES + stage]
+                built.handle(ME, Register(gpu, "train", pipeline, stage, STAGES, MICROBATCHES, "1f1b", 1))
         deadline_s = time.monotonic() + 60
         while _info(built).state != "running":
             assert time.monotonic() < deadline_s, "the job never ran"
@@ -109,9 +112,8 @@ def _expected(core: DaemonCore, intensity: float) -> PointSummary:
 
 
 def _step(core: DaemonCore, step: int) -> None:
-    """Every stage begins and ends `step` (an iteration boundary: pending switches apply)."""
-    for stage in range(STAGES):
-        gpu = core.registry.uuids[stage]
+    """Every stage of every pipeline begins and ends `step` (an iteration boundary: switches apply)."""
+    for gpu in core.registry.uuids:
         core.on_event(ME, StepBegin(gpu, step, time.monotonic_ns()))
         core.on_event(ME, StepEnd(gpu, step, time.monotonic_ns()))
 
@@ -182,3 +184,33 @@ def test_carbon_is_counted_from_the_counters_with_all_max_beside_it(core: Daemon
     assert carbon.carbon_g == pytest.approx(carbon.energy_j / 3.6e6 * 500.0, rel=1e-3)  # info rounds to 1 µg
     assert carbon.all_max_basis == "predicted"  # an imported profile: all-max was never measured
     assert carbon.basis == ""  # not a carbon job
+
+
+@pytest.mark.parametrize("core", [2], indirect=True)
+def test_straggler_slack_comes_first_and_never_runs_faster_than_the_carbon_point(
+    core: DaemonCore, world: World
+) -> None:
+    world.grid(5.0)  # clean: the carbon point is fast
+    core.handle(ME, SetPolicy("train", "carbon", ALLOWED_SLOWDOWN))
+    clean = _info(core)
+    assert clean.plan_time_s is not None
+    core.handle(ME, AnnounceStraggler("train", 1, 1.25, False))
+    _step(core, 0)
+    info = _info(core)
+    plans = {p.pipeline: p for p in info.pipelines}
+    assert plans[1].plan_index == Policy("fastest").choose(_points(core)).index  # the straggler: fastest
+    slack = plans[0].plan_time_s
+    assert slack is not None
+    assert (
+        slack > clean.plan_time_s
+    )  # the other pipeline uses the slack: slower, cheaper than the carbon point
+
+    world.grid(2000.0)  # dirty: a carbon point slower than the straggler's pace
+    world.now_s += SETTINGS.interval_s
+    core.tick()
+    _step(core, 1)
+    dirty = _info(core)
+    assert dirty.plan_time_s is not None
+    assert dirty.plan_time_s > slack
+    plans = {p.pipeline: p for p in dirty.pipelines}
+    assert plans[0].plan_index == dirty.plan_index  # never faster than the carbon point
