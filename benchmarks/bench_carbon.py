@@ -22,7 +22,8 @@ interval's actual intensity. Methods:
 Per-point time and energy are the model's, not emulated runs: each frontier point's and each power limit's
 iteration time and energy are evaluated on the job's DAG from the bundled measured profile (the same
 evaluation the daemon's solver and the simulated GPUs use, blocking power included), once, and the trace is
-replayed over them. Running 167 intervals of the emulated jobs on a shared 2-core machine would take hours.
+replayed over them. Running 167 intervals of the emulated jobs on a shared 2-core machine would take hours,
+and short emulated runs there measure the machine's load more than the methods (docs/carbon.md).
 
     python benchmarks/bench_carbon.py [--cases a100x12,h100x8] [--iterations-per-interval 4]
         [--forecaster auto|svr|persistence] [--limit-step-w 10]
