@@ -5,7 +5,8 @@
 #
 # The package installs
 #   /opt/perseusd/lib/python        perseusd, perseus_client and their Python dependencies (numpy, scipy,
-#                                   pyzmq, prometheus-client, nvidia-ml-py), for Debian's python3 (3.11)
+#                                   scikit-learn, pyzmq, prometheus-client, nvidia-ml-py), for Debian's
+#                                   python3 (3.11)
 #   /opt/perseusd/bin/perseusd, perseusctl   entry points (the unit's ExecStart= path), linked from /usr/bin
 #   /lib/systemd/system/perseusd.service     the unit, unchanged
 #   /usr/share/perseusd/systemd/*.conf       the optional drop-ins (cluster, metrics over HTTP or textfile)

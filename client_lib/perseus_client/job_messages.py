@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from perseus_client.carbon_messages import CarbonInfo
 from perseus_client.message import Message, Policy, Schedule
 
 
@@ -146,6 +147,8 @@ class JobInfo:
     """Measured: energy per iteration while the plan runs, by the counters, this node's GPUs of the job."""
     measured_all_max_energy_j: float | None = None
     """Measured: energy per iteration at all-max clocks, by the counters during profiling's first clock."""
+    carbon: CarbonInfo | None = None
+    """The job's carbon so far (None: the node has no grid signal configured)."""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import ClassVar, Literal, TypeAlias
 Instruction: TypeAlias = Literal["forward", "backward"]
 Schedule: TypeAlias = Literal["1f1b", "gpipe", "interleaved", "observed"]
 """How a job's stages order their computations; "observed": learned from the first iterations' events."""
-Policy: TypeAlias = Literal["no_slowdown", "fastest", "slowdown", "time", "min_energy"]
+Policy: TypeAlias = Literal["no_slowdown", "fastest", "slowdown", "time", "min_energy", "carbon"]
 """Which frontier point a job runs: the least energy no slower than all-max clocks (default), the fastest,
 the least energy within `target` slowdown (a fraction: 0.05 = 5 %), the least energy within `target`
 seconds per iteration, or the least energy."""

@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from perseus_client.carbon_messages import CarbonInfo, SignalInfo
 from perseus_client.codes import ErrorCode, ProtocolError
 from perseus_client.energy_messages import EnergyRead, EnergyReading, GpuEnergy
 from perseus_client.job_messages import (
@@ -60,6 +61,7 @@ __all__ = [
     "JOB_STATES",
     "AnnounceStraggler",
     "AnnounceStragglerOk",
+    "CarbonInfo",
     "DocumentReply",
     "EnergyRead",
     "EnergyReading",
@@ -85,6 +87,7 @@ __all__ = [
     "Schedule",
     "SetPolicy",
     "SetPolicyOk",
+    "SignalInfo",
     "StragglerInfo",
 ]
 
@@ -292,6 +295,8 @@ class StatusReply(Message):
     daemon: DaemonHealth
     gpus: tuple[GpuStatus, ...]
     jobs: tuple[JobInfo, ...] = ()
+    signal: SignalInfo | None = None
+    """The node's grid signal (None: none configured)."""
 
 
 @dataclass(frozen=True)

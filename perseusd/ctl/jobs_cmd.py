@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from perseus_client.protocol import JobInfo, PipelineInfo, ProfilingInfo
+from perseus_client.protocol import CarbonInfo, JobInfo, PipelineInfo, ProfilingInfo
 
 from perseusd.ctl.daemon_link import fetch_jobs
 from perseusd.ctl.terminal import PLACEHOLDER, fmt, fmt_duration, fmt_pct, fmt_unit, format_table, watch
@@ -71,8 +71,8 @@ def jobs_json(jobs: Sequence[JobInfo]) -> list[dict[str, Any]]:
 def policy_label(policy: str, target: float) -> str:
     """`no_slowdown`, `fastest`, `slowdown 5 %`, `time 3.2 s` or `min_energy`: the policy with its target in
     its unit."""
-    if policy == "slowdown":
-        return f"slowdown {100.0 * target:g} %"
+    if policy in ("slowdown", "carbon"):
+        return f"{policy} {100.0 * target:g} %"
     if policy == "time":
         return f"time {target:g} s"
     return policy
@@ -146,9 +146,23 @@ def summary_line(job: JobInfo) -> str | None:
     if job.energy_saved_j:
         source = f" ({job.energy_saved_source})" if job.energy_saved_source else ""
         parts.append(f"saved {fmt_unit(job.energy_saved_j / 1000.0, 1, 'kJ')} vs all-max{source}")
+    if job.carbon is not None:
+        parts.append(carbon_part(job.carbon))
     if job.cluster:
         parts.append(f"cluster {job.cluster}")
     return INDENT + ", ".join(parts) if parts else None
+
+
+def carbon_part(carbon: CarbonInfo) -> str:
+    """`carbon 12.3 g vs 14.1 g at all-max (measured), forecast 612.3 gCO2eq/kWh`."""
+    text = f"carbon {carbon.carbon_g:.3g} g"
+    if carbon.all_max_carbon_g is not None:
+        text += f" vs {carbon.all_max_carbon_g:.3g} g at all-max ({carbon.all_max_basis})"
+    if carbon.uncounted_energy_j:
+        text += f", {fmt_unit(carbon.uncounted_energy_j / 1000.0, 1, 'kJ')} without a signal"
+    if carbon.basis:
+        text += f", point by {carbon.basis}"
+    return text
 
 
 def _is_straggler(job: JobInfo, pipeline: PipelineInfo) -> bool:

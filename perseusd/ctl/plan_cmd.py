@@ -3,7 +3,8 @@
 Each stage's computations are listed in schedule order with their clocks, `F0@1410 B0@1260 ...`
 (F/B: forward/backward, then the microbatch, `c1` for chunk 1 of an interleaved schedule, `@` the SM clock
 in MHz), wrapped to the terminal. `--policy` first chooses which frontier point the job runs (`set_policy`):
-`fastest`, `slowdown --target 5%` (or 0.05), `time --target 3.2` (seconds per iteration), `min_energy`.
+`fastest`, `slowdown --target 5%` (or 0.05), `time --target 3.2` (seconds per iteration), `min_energy`,
+`carbon [--target 5%]` (follow the grid signal within that slowdown, docs/carbon.md).
 """
 
 from __future__ import annotations
@@ -31,7 +32,11 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_USAGE = 2
 POLICIES: tuple[str, ...] = get_args(Policy)
-TARGETED = {"slowdown": "a slowdown such as 5% or 0.05", "time": "seconds per iteration such as 3.2"}
+TARGETED = {
+    "slowdown": "a slowdown such as 5% or 0.05",
+    "time": "seconds per iteration such as 3.2",
+    "carbon": "an allowed slowdown such as 5% or 0.05",
+}
 INDENT = "  "
 
 
@@ -65,11 +70,13 @@ def parse_target(policy: str, text: str | None) -> float:
         if text is not None:
             raise UsageError(f"--target is not used by policy {policy}")
         return 0.0
+    if text is None and policy == "carbon":
+        return 0.0  # no slowdown allowed beyond all-max's time
     if text is None:
         raise UsageError(f"policy {policy} needs --target ({TARGETED[policy]})")
     raw = text.strip()
     scale = 1.0
-    if policy == "slowdown" and raw.endswith("%"):
+    if policy in ("slowdown", "carbon") and raw.endswith("%"):
         raw, scale = raw[:-1], 0.01
     elif policy == "time" and raw.endswith("s"):
         raw = raw[:-1]

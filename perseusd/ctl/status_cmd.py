@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from perseus_client.protocol import GpuStatus, PlanStats, StatusReply, StatusRequest
+from perseus_client.protocol import GpuStatus, PlanStats, SignalInfo, StatusReply, StatusRequest
 
 from perseusd.ctl.daemon_link import admin_socket_usable, ask
 from perseusd.ctl.jobs_cmd import jobs_json, render_jobs_brief
@@ -45,7 +45,28 @@ def status_json(reply: StatusReply) -> dict[str, Any]:
         "daemon": dataclasses.asdict(reply.daemon),
         "gpus": [dataclasses.asdict(gpu) for gpu in reply.gpus],
         "jobs": jobs_json(reply.jobs),
+        "signal": None if reply.signal is None else dataclasses.asdict(reply.signal),
     }
+
+
+def signal_line(signal: SignalInfo) -> str:
+    """`grid signal: trace x.csv, ok: 612.3 gCO2eq/kWh, forecast 610.1 (persistence; MAPE ...), 12 s old`; a
+    signal without a usable value says that carbon-aware jobs run their default point."""
+    head = f"grid signal: {signal.source}, {signal.state}"
+    if signal.value is None:
+        why = f" ({signal.error})" if signal.error else ""
+        return f"{head}{why}: carbon-aware jobs run their default point"
+    mape = ", ".join(f"{name} {value:.2f} %" for name, value in sorted(signal.mape_pct.items()))
+    parts = [f"{head}: {signal.value:.1f} {signal.unit}"]
+    if signal.forecast is not None:
+        parts.append(
+            f"forecast {signal.forecast:.1f} ({signal.forecaster}{'; MAPE ' + mape if mape else ''})"
+        )
+    if signal.age_s is not None:
+        parts.append(f"{fmt_duration(signal.age_s)} old")
+    if signal.error:
+        parts.append(f"failing: {signal.error}")
+    return ", ".join(parts)
 
 
 def _lease(gpu: GpuStatus) -> str:
@@ -120,6 +141,8 @@ def render_table(reply: StatusReply) -> str:
     ]
     if daemon.persistence_error:
         lines.append(f"PERSISTENCE FAILING: {daemon.persistence_error}")
+    if reply.signal is not None:
+        lines.append(signal_line(reply.signal))
     lines.append("")
     with_plan = any(gpu.plan is not None for gpu in reply.gpus)
     header = ["UUID", "NAME", "SM MHZ", "LOCKED", "POWER W", "LIMIT W", "ENERGY J"]

@@ -17,6 +17,8 @@ from perseusd.jobs.policy import POLICIES
 DEFAULT_CONFIG_PATH = Path("/etc/perseusd/perseusd.toml")
 BACKENDS = ("auto", "nvml", "sim")
 SIM_MODELS = ("a100_sxm", "a40", "h100_sxm")
+SIGNAL_SOURCES = ("off", "trace", "electricitymaps")
+FORECASTERS = ("auto", "svr", "persistence")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 ENV_PREFIX = "PERSEUSD_"
 
@@ -67,6 +69,24 @@ class DaemonConfig:
     metrics_http_address: str = "127.0.0.1"
     metrics_textfile_dir: str = ""
     metrics_textfile_interval_s: float = 15.0
+    # The grid signal (docs/carbon.md), off by default: a replayed trace file or the Electricity Maps API.
+    signal_source: str = "off"
+    signal_trace: str = ""
+    """The trace file to replay (CSV with timestamp,value or Electricity Maps history JSON)."""
+    signal_trace_speed: float = 1.0
+    """Trace seconds per wall second (> 1 replays a day faster, for demos and benchmarks)."""
+    signal_zone: str = ""
+    signal_token_file: Path = Path("/etc/perseusd/electricitymaps.token")
+    signal_api_url: str = "https://api.electricitymap.org/v3"
+    signal_unit: str = "gCO2eq/kWh"
+    signal_poll_s: float = 300.0
+    signal_max_age_s: float = 3600.0
+    """A failing source's last value is kept this long after its last success, then jobs run their default."""
+    carbon_forecaster: str = "auto"
+    carbon_interval_s: float = 1800.0
+    carbon_eta: float = 0.24
+    carbon_reference_intensity: float = 0.0
+    """Chase's reference intensity (0: the highest value of the signal's last day)."""
 
     def __post_init__(self) -> None:
         _require(self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}")
@@ -101,6 +121,7 @@ class DaemonConfig:
         _require(
             1.0 <= self.metrics_textfile_interval_s <= 3600, "metrics_textfile_interval_s must be 1..3600"
         )
+        _check_signal(self)
         self.cluster()  # validates the cluster settings (ConfigError) when endpoints are given
 
     def cluster(self) -> ClusterConfig | None:
@@ -135,6 +156,31 @@ class DaemonConfig:
         for field in dataclasses.fields(self):
             lines.append(f"{field.name} = {_toml_value(getattr(self, field.name))}")
         return "\n".join(lines) + "\n"
+
+
+def _check_signal(config: DaemonConfig) -> None:
+    _require(
+        config.signal_source in SIGNAL_SOURCES, f"signal_source must be one of {', '.join(SIGNAL_SOURCES)}"
+    )
+    _require(
+        config.signal_source != "trace" or Path(config.signal_trace).is_absolute(),
+        "signal_trace must be an absolute path when signal_source is trace",
+    )
+    _require(
+        config.signal_source != "electricitymaps" or bool(config.signal_zone.strip()),
+        "signal_zone must be set when signal_source is electricitymaps (for example US-MIDW-MISO)",
+    )
+    _require(config.signal_token_file.is_absolute(), "signal_token_file must be an absolute path")
+    _require(config.signal_api_url.startswith(("https://", "http://")), "signal_api_url must be http(s)://")
+    _require(0 < config.signal_trace_speed <= 1e6, "signal_trace_speed must be in (0, 1e6]")
+    _require(0.01 <= config.signal_poll_s <= 86400, "signal_poll_s must be 0.01..86400")
+    _require(config.signal_max_age_s > 0, "signal_max_age_s must be positive")
+    _require(
+        config.carbon_forecaster in FORECASTERS, f"carbon_forecaster must be one of {', '.join(FORECASTERS)}"
+    )
+    _require(config.carbon_interval_s > 0, "carbon_interval_s must be positive")
+    _require(0.0 <= config.carbon_eta <= 1.0, "carbon_eta must be 0..1")
+    _require(config.carbon_reference_intensity >= 0, "carbon_reference_intensity must be >= 0 (0: automatic)")
 
 
 def _require(condition: bool, problem: str) -> None:

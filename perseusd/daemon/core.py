@@ -346,7 +346,8 @@ class DaemonCore:
             )
             for info in self.registry.infos()
         )
-        return StatusReply(daemon=self.health(), gpus=rows, jobs=self._visible_jobs(caller))
+        signal = self.jobs.carbon.signal_info() if self.jobs is not None else None
+        return StatusReply(daemon=self.health(), gpus=rows, jobs=self._visible_jobs(caller), signal=signal)
 
     def _visible_jobs(self, caller: Caller) -> tuple[JobInfo, ...]:
         return self._job_requests.visible_jobs(caller) if self._job_requests is not None else ()

@@ -29,6 +29,7 @@ from perseusd.daemon.deadline_timer import DeadlineTimer
 from perseusd.daemon.energy_requests import NVML_COUNTER_PERIOD_S, EnergyRequests
 from perseusd.daemon.energy_sampler import EnergySampler
 from perseusd.daemon.events import EventTracker
+from perseusd.daemon.grid import carbon_steering
 from perseusd.daemon.identity import process_start_time
 from perseusd.daemon.ipc import IpcServer, IpcSettings
 from perseusd.daemon.leases import LeaseBook
@@ -179,13 +180,16 @@ def job_manager(
     sampler = EnergySampler(registry.submit_read_energy, config.energy_sample_period_s)
     cache = JobCache(config.state_dir / "jobs") if config.job_cache else None
     settings = job_settings(config)
-    manager = JobManager(registry, plans, sampler, SolveWorker(), cache, settings, cluster=cluster)
-    sampler.start()
-    try:
-        yield manager
-    finally:
-        sampler.stop()
-        manager.close()
+    with carbon_steering(config) as carbon:
+        manager = JobManager(
+            registry, plans, sampler, SolveWorker(), cache, settings, cluster=cluster, carbon=carbon
+        )
+        sampler.start()
+        try:
+            yield manager
+        finally:
+            sampler.stop()
+            manager.close()
 
 
 def raise_descriptor_limit(wanted: int = WANTED_NOFILE) -> int:

@@ -32,6 +32,7 @@ from perseusd.daemon.plans import PlanBook
 from perseusd.errors import PerseusError
 from perseusd.gpu.backend import GpuInfo
 from perseusd.jobs.cache import JobCache
+from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
 from perseusd.jobs.cluster_link import ClusterLink
 from perseusd.jobs.job import FAILED, PROFILING, REGISTERED, RUNNING, SOLVING, Job
 from perseusd.jobs.metering import SLOW_READS_MIN_SPAN_S, MeasuredSaving, iteration_energy_j, job_measurement
@@ -102,6 +103,7 @@ class JobManager:
         settings: JobSettings,
         clock_ns: Callable[[], int] = time.monotonic_ns,
         cluster: ClusterLink | None = None,
+        carbon: CarbonSteering | None = None,
     ) -> None:
         self._gpus = gpus
         self._plans = plans
@@ -114,6 +116,7 @@ class JobManager:
         self._by_gpu: dict[str, Job] = {}
         self.pending_imports: dict[tuple[int, str], PendingImport] = {}  # by (uid, job name)
         self.response = StragglerResponse(settings.stragglers, self._deploy_point, cluster)
+        self.carbon = carbon or CarbonSteering(None, CarbonSettings())
 
     # ------------------------------------------------------------------ registration
 
@@ -236,6 +239,7 @@ class JobManager:
             self._by_gpu.pop(gpu, None)
             self._sampler.unwatch(gpu)
         self.jobs.pop(job.name, None)
+        self.carbon.forget(job.name)
 
     def close(self) -> None:
         self._worker.close()
@@ -457,6 +461,7 @@ class JobManager:
                 self._advance(job)
             elif job.state == RUNNING:
                 self.response.tick(job)
+                self._follow_grid(job)
 
     def _collect_solve(self, job: Job) -> None:
         future = job.solve_future
@@ -486,6 +491,7 @@ class JobManager:
         if deployed is None:
             job.enter(FAILED, "the frontier is empty")
             return
+        deployed = self.carbon.steer(job, deployed, self._reference_power_w(job))
         job.deployed = deployed
         for slot in job.slots.values():
             if not slot.run_since_ns:  # measure the running plan's energy from the counters, once a second
@@ -509,6 +515,21 @@ class JobManager:
             deployed.fastest.time_s,
             deployed.point.energy_j,
         )
+
+    def _reference_power_w(self, job: Job) -> float:
+        """Chase's reference power for one pipeline: its stages times their GPUs' maximum power limit."""
+        limits_w = [self._gpus.info(gpu).power_limit_max_w for gpu in job.slots]
+        return job.shape.num_stages * max(limits_w, default=0.0)
+
+    def _follow_grid(self, job: Job) -> None:
+        """A running job and the grid: count its carbon; a carbon job's point for the new interval."""
+        default = job.choose_point() if self.carbon.due(job) else None  # the policy's default point
+        if default is not None and job.deployed is not None:
+            steered = self.carbon.steer(job, default, self._reference_power_w(job))
+            if steered.point != job.deployed.point:
+                job.deployed = steered
+                self.response.decide(job)  # every pipeline switches at its next iteration boundary
+        self.carbon.count(job, self._sampler.samples, self._clock_ns())
 
     def _all_max(self, job: Job) -> PointSummary | None:
         """All-max clocks on the job's profile: what the energy saved is counted against."""

@@ -8,7 +8,10 @@
 - `slowdown`: the least energy among points at most `target` (a fraction) slower than the fastest;
 - `time`: the least energy among points whose iteration time is at most `target` seconds (the fastest
   when none is that fast);
-- `min_energy`: the least energy of all points.
+- `min_energy`: the least energy of all points;
+- `carbon`: follows the grid (docs/carbon.md): every interval the point of least Chase cost among those at
+  most `target` (a fraction) slower than all-max, chosen by `perseusd.jobs.carbon_steering`; while the node
+  has no usable grid signal it runs its default point, `no_slowdown`'s, which is what `choose` returns.
 
 Energies are the frontier's (computation energy plus blocking power while waiting inside the iteration).
 """
@@ -45,8 +48,10 @@ class Policy:
     def __post_init__(self) -> None:
         if self.name not in POLICIES:
             raise ProtocolError(ErrorCode.BAD_FIELD, f"policy must be one of {', '.join(POLICIES)}")
-        if self.name == "slowdown" and not 0.0 <= self.target <= 10.0:
-            raise ProtocolError(ErrorCode.BAD_FIELD, "slowdown target is a fraction 0..10 (0.05 = 5 %)")
+        if self.name in ("slowdown", "carbon") and not 0.0 <= self.target <= 10.0:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD, f"{self.name} target is a slowdown fraction 0..10 (0.05 = 5 %)"
+            )
         if self.name == "time" and not self.target > 0.0:
             raise ProtocolError(ErrorCode.BAD_FIELD, "time target must be > 0 seconds")
 
@@ -56,7 +61,7 @@ class Policy:
         fastest = min(points, key=lambda p: (p.time_s, p.energy_j))
         if self.name == "fastest":
             return fastest
-        if self.name == "no_slowdown":
+        if self.name in ("no_slowdown", "carbon"):
             if all_max_time_s is None:
                 return fastest
             limit_s = all_max_time_s * (1 + TOLERANCE)

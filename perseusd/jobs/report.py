@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from perseus_client.protocol import JobInfo, PipelineInfo, ProfilingInfo, StragglerInfo
+from perseus_client.protocol import CarbonInfo, JobInfo, PipelineInfo, ProfilingInfo, StragglerInfo
 
 from perseusd.cluster.job_board import PipelineFacts
 from perseusd.daemon.plans import PlanBook
@@ -15,7 +15,9 @@ from perseusd.jobs.slot import StageSlot
 from perseusd.jobs.straggling import target_time_s
 
 
-def job_info(job: Job, plans: PlanBook, measured: MeasuredSaving | None = None) -> JobInfo:
+def job_info(
+    job: Job, plans: PlanBook, measured: MeasuredSaving | None = None, carbon: CarbonInfo | None = None
+) -> JobInfo:
     """The job as `perseusctl jobs` shows it; `measured`: its energy as the counters measured it.
 
     "Saved vs all-max" is measured (counters: all-max during profiling's first clock, the plan while it runs)
@@ -63,6 +65,7 @@ def job_info(job: Job, plans: PlanBook, measured: MeasuredSaving | None = None) 
         energy_saved_source=_saved_source(job, saved_j),
         measured_energy_j=_round(measured.running_j, 3) if measured is not None else None,
         measured_all_max_energy_j=_round(measured.all_max_j, 3) if measured is not None else None,
+        carbon=carbon,
     )
 
 

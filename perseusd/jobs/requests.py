@@ -103,7 +103,9 @@ class JobRequests:
         admin = self._is_admin(caller)
         jobs = self._manager.jobs.values()
         return tuple(
-            job_info(j, self._plans, self._manager.measured(j)) for j in jobs if admin or j.uid == caller.uid
+            job_info(j, self._plans, self._manager.measured(j), self._manager.carbon.info(j))
+            for j in jobs
+            if admin or j.uid == caller.uid
         )
 
     def frontier(self, caller: Caller, message: FrontierRequest) -> DocumentReply:

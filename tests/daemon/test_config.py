@@ -81,3 +81,39 @@ def test_metrics_are_off_by_default() -> None:
     assert not DaemonConfig().metrics_enabled
     assert DaemonConfig(metrics_http_port=9464).metrics_enabled
     assert DaemonConfig(metrics_textfile_dir="/var/lib/prometheus/node-exporter").metrics_enabled
+
+
+@pytest.mark.parametrize(
+    ("settings", "problem"),
+    [
+        ({"signal_source": "weather"}, "signal_source must be one of off, trace, electricitymaps"),
+        ({"signal_source": "trace", "signal_trace": "grid.csv"}, "signal_trace must be an absolute path"),
+        ({"signal_source": "electricitymaps"}, "signal_zone must be set"),
+        ({"signal_token_file": "token"}, "signal_token_file must be an absolute path"),
+        ({"signal_api_url": "ftp://x"}, "signal_api_url must be http"),
+        ({"signal_max_age_s": "0"}, "signal_max_age_s must be positive"),
+        ({"carbon_forecaster": "oracle"}, "carbon_forecaster must be one of auto, svr, persistence"),
+        ({"carbon_eta": "1.5"}, "carbon_eta must be 0..1"),
+        ({"carbon_interval_s": "-1"}, "carbon_interval_s must be positive"),
+    ],
+)
+def test_bad_signal_settings_are_named(tmp_path: Path, settings: dict[str, str], problem: str) -> None:
+    empty = tmp_path / "perseusd.toml"
+    empty.write_text("")
+    with pytest.raises(ConfigError, match=problem):
+        load_config(empty, {}, settings)
+
+
+def test_the_signal_is_off_by_default_and_the_carbon_policy_can_be_the_default(tmp_path: Path) -> None:
+    empty = tmp_path / "perseusd.toml"
+    empty.write_text("")
+    config = load_config(empty, {}, {"default_policy": "carbon", "default_policy_target": "0.05"})
+    assert config.signal_source == "off"
+    assert config.default_policy == "carbon"
+    assert (config.carbon_interval_s, config.carbon_eta) == (1800.0, 0.24)
+
+
+def test_scikit_learn_stays_off_the_daemon_and_ctl_import_paths() -> None:
+    code = "import sys, perseusd.daemon.main, perseusd.ctl.main; print('sklearn' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "False"

@@ -17,13 +17,19 @@ from perseusd.daemon.restore import RestoreKeeper
 from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.sim import SimBackend
 from perseusd.jobs.cache import JobCache
+from perseusd.jobs.carbon_steering import CarbonSteering
 from perseusd.jobs.manager import JobManager, JobSettings
 from perseusd.jobs.solving import SolveWorker
 
 
 @contextmanager
 def sim_core(
-    tmp_path: Path, gpus: int, *, jobs: JobSettings | None = None, model: str = "a100_sxm"
+    tmp_path: Path,
+    gpus: int,
+    *,
+    jobs: JobSettings | None = None,
+    model: str = "a100_sxm",
+    carbon: CarbonSteering | None = None,
 ) -> Iterator[DaemonCore]:
     """A `DaemonCore` over `gpus` simulated GPUs with started owner threads; everything stopped on exit.
 
@@ -41,7 +47,7 @@ def sim_core(
     manager = None
     if jobs is not None:
         cache = JobCache(tmp_path / "jobs")
-        manager = JobManager(registry, plans, sampler, SolveWorker(), cache, jobs)
+        manager = JobManager(registry, plans, sampler, SolveWorker(), cache, jobs, carbon=carbon)
         sampler.start()
     try:
         yield DaemonCore(

@@ -1,0 +1,104 @@
+"""The carbon policy end to end: a real daemon replaying a fast trace that alternates a clean and a dirty
+grid, a job driven with the client library: its point follows the grid, and `perseusctl jobs --json` shows
+its carbon so far beside the same iterations' at all-max."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from perseus_client.client import PerseusClient
+
+from perseusd.planner.dag import build_dag
+from perseusd.planner.profile_csv import profile_to_csv
+from tests.support.perseusd_proc import DaemonDirs, daemon_processes
+from tests.support.synthetic import synthetic_profile
+
+pytestmark = pytest.mark.timeout(180)
+
+JOB, STAGES, MICROBATCHES = "green", 2, 4
+WAIT_S = 90.0
+
+
+def _trace(path: Path) -> Path:
+    """Hourly points alternating a clean (50) and a dirty (2000) grid for two days."""
+    rows = ["timestamp,value"]
+    for hour in range(48):
+        rows.append(f"2024-01-0{1 + hour // 24}T{hour % 24:02d}:00:00+00:00,{2000 if hour % 2 else 50}")
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def _jobs(runtime_dir: Path) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", str(runtime_dir), "jobs", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    job: dict[str, Any] = {j["job"]: j for j in json.loads(out.stdout)["jobs"]}[JOB]
+    return job
+
+
+def _iteration(client: PerseusClient, gpus: list[str], step: int) -> None:
+    dag = build_dag("1f1b", STAGES, MICROBATCHES, 1)
+    for stage, gpu in enumerate(gpus):
+        with client.step(gpu, step):
+            for node in dag.stage_orders[stage]:
+                comp = dag.computations[node]
+                with client.computation(gpu, stage, comp.instruction.value, comp.microbatch):
+                    pass
+
+
+def test_a_carbon_job_follows_the_grid_and_counts_its_carbon(tmp_path: Path) -> None:
+    env = {
+        "PERSEUSD_SIGNAL_SOURCE": "trace",
+        "PERSEUSD_SIGNAL_TRACE": str(_trace(tmp_path / "grid.csv")),
+        "PERSEUSD_SIGNAL_TRACE_SPEED": "1800",  # an hour of the trace every 2 s
+        "PERSEUSD_SIGNAL_POLL_S": "0.2",
+        "PERSEUSD_CARBON_INTERVAL_S": "0.5",
+        "PERSEUSD_CARBON_ETA": "0.9",
+        "PERSEUSD_CARBON_FORECASTER": "persistence",
+    }
+    with daemon_processes() as make:
+        daemon = make(DaemonDirs.create(), gpus=STAGES, env=env).start()
+        runtime_dir = daemon.dirs.runtime_dir
+        with PerseusClient(runtime_dir, job=JOB, timeout_s=10.0) as client:
+            assert client.daemon_info is not None
+            gpus = [gpu.uuid for gpu in client.daemon_info.gpus]
+            profile = synthetic_profile(STAGES, seed=3, clocks_mhz=tuple(range(1410, 885, -45)))
+            client.profile_import(profile_to_csv(profile), source="synthetic", p_block_w=80.0)
+            client.claim(gpus)
+            for stage, gpu in enumerate(gpus):
+                client.register(gpu, stage=stage, num_stages=STAGES, num_microbatches=MICROBATCHES)
+            client.set_policy("carbon", 0.3)
+            points: set[int] = set()
+            bases: set[str] = set()
+            step = 0
+            deadline_s = time.monotonic() + WAIT_S
+            job = _jobs(runtime_dir)
+            while time.monotonic() < deadline_s:
+                if job["state"] == "running":
+                    _iteration(client, gpus, step)
+                    step += 1
+                job = _jobs(runtime_dir)
+                assert job["state"] in ("registered", "solving", "running"), job
+                if job["plan_index"] is not None and job["carbon"]["basis"].startswith("forecast"):
+                    points.add(job["plan_index"])
+                    bases.add(job["carbon"]["basis"].split()[1])
+                if len(points) >= 2 and job["carbon"]["carbon_g"] > 0 and job["carbon"]["all_max_carbon_g"]:
+                    break
+                time.sleep(0.1)
+    assert bases == {"50.0", "2000.0"}, (bases, job)
+    assert len(points) >= 2, (points, job)
+    carbon = job["carbon"]
+    assert carbon["carbon_g"] > 0
+    assert carbon["all_max_basis"] == "predicted"  # the profile was imported: all-max never measured
+    assert carbon["all_max_carbon_g"] > 0
+    assert job["policy"] == "carbon"

@@ -1,0 +1,216 @@
+"""The carbon policy inside a daemon core (no sockets): each interval the point of least Chase cost for the
+forecast, within the allowed slowdown, switched at an iteration boundary; the default point while the signal
+is unusable; carbon counted from the energy counters, all-max beside it."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from perseus_client.protocol import (
+    AnnounceStraggler,
+    Claim,
+    DocumentReply,
+    FrontierRequest,
+    Hello,
+    JobInfo,
+    JobsReply,
+    JobsRequest,
+    ProfileImport,
+    Register,
+    SetPolicy,
+    StepBegin,
+    StepEnd,
+)
+
+from perseusd.carbon.choice import ChaseWeights, allowed_points, choose_point
+from perseusd.carbon.keeper import SignalKeeper
+from perseusd.carbon.traces import SignalPoint
+from perseusd.daemon.core import DaemonCore
+from perseusd.daemon.identity import Caller
+from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
+from perseusd.jobs.manager import JobSettings
+from perseusd.jobs.policy import PointSummary, Policy
+from perseusd.planner.profile_csv import profile_to_csv
+from tests.support.daemon_core import sim_core
+from tests.support.synthetic import synthetic_profile
+
+pytestmark = pytest.mark.timeout(120)
+
+A100_CLOCKS_MHZ = tuple(range(1410, 850, -45))
+STAGES, MICROBATCHES = 2, 4
+ME = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
+SETTINGS = CarbonSettings(interval_s=1800.0, eta=0.9, reference_intensity=1000.0)
+ALLOWED_SLOWDOWN = 0.3
+
+
+class World:
+    """The test's clock (for the keeper and the steering) and the signal's history."""
+
+    def __init__(self) -> None:
+        self.now_s = 0.0
+        self.keeper = SignalKeeper("test", "gCO2eq/kWh", 3600.0, "persistence", clock_s=lambda: self.now_s)
+
+    def grid(self, value: float) -> None:
+        self.keeper.update([SignalPoint(1800.0 * i, value) for i in range(4)])
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+@pytest.fixture(params=[1])
+def core(tmp_path: Path, world: World, request: pytest.FixtureRequest) -> Iterator[DaemonCore]:
+    pipelines: int = request.param
+    steering = CarbonSteering(world.keeper, SETTINGS, clock_s=lambda: world.now_s)
+    with sim_core(tmp_path, gpus=STAGES * pipelines, jobs=JobSettings(), carbon=steering) as built:
+        built.handle(ME, Hello(job="train", client_version="test"))
+        built.handle(ME, Claim(gpus=built.registry.uuids, job="train"))
+        csv = profile_to_csv(synthetic_profile(STAGES, seed=3, clocks_mhz=A100_CLOCKS_MHZ))
+        built.handle(ME, ProfileImport("train", csv, "synthetic.csv", 80.0))
+        for pipeline in range(pipelines):
+            for stage in range(STAGES):
+                gpu = built.registry.uuids[pipeline * STAGES + stage]
+                built.handle(ME, Register(gpu, "train", pipeline, stage, STAGES, MICROBATCHES, "1f1b", 1))
+        deadline_s = time.monotonic() + 60
+        while _info(built).state != "running":
+            assert time.monotonic() < deadline_s, "the job never ran"
+            built.tick()
+            time.sleep(0.02)
+        yield built
+
+
+def _info(core: DaemonCore) -> JobInfo:
+    reply = core.handle(ME, JobsRequest())
+    assert isinstance(reply, JobsReply)
+    return reply.jobs[0]
+
+
+def _points(core: DaemonCore) -> list[PointSummary]:
+    reply = core.handle(ME, FrontierRequest("train"))
+    assert isinstance(reply, DocumentReply)
+    document = json.loads(reply.document)
+    return [
+        PointSummary(
+            int(p["index"]), float(p.get("refined_time_s", p["time_s"])), float(p["refined_energy_j"])
+        )
+        for p in document["points"]
+    ]
+
+
+def _expected(core: DaemonCore, intensity: float) -> PointSummary:
+    info = _info(core)
+    assert info.all_max_time_s is not None
+    allowed = allowed_points(_points(core), info.all_max_time_s * (1 + ALLOWED_SLOWDOWN))
+    power_w = STAGES * core.registry.info(core.registry.uuids[0]).power_limit_max_w
+    return choose_point(allowed, intensity, ChaseWeights(SETTINGS.eta, SETTINGS.reference_intensity, power_w))
+
+
+def _step(core: DaemonCore, step: int) -> None:
+    """Every stage of every pipeline begins and ends `step` (an iteration boundary: switches apply)."""
+    for gpu in core.registry.uuids:
+        core.on_event(ME, StepBegin(gpu, step, time.monotonic_ns()))
+        core.on_event(ME, StepEnd(gpu, step, time.monotonic_ns()))
+
+
+def test_the_point_follows_the_forecast_each_interval_within_the_allowed_slowdown(
+    core: DaemonCore, world: World
+) -> None:
+    world.grid(2000.0)  # a dirty grid
+    core.handle(ME, SetPolicy("train", "carbon", ALLOWED_SLOWDOWN))
+    dirty = _info(core)
+    assert dirty.policy == "carbon"
+    assert dirty.target == ALLOWED_SLOWDOWN
+    assert dirty.plan_index == _expected(core, 2000.0).index
+    assert dirty.carbon is not None
+    assert dirty.carbon.basis == "forecast 2000.0 gCO2eq/kWh"
+    assert dirty.all_max_time_s is not None
+    assert dirty.plan_time_s is not None
+    assert dirty.plan_time_s <= dirty.all_max_time_s * (1 + ALLOWED_SLOWDOWN) * (1 + 1e-9)
+
+    world.grid(5.0)  # the grid turns clean, but the interval has not passed: nothing moves
+    world.now_s += 600.0
+    core.tick()
+    assert _info(core).plan_index == dirty.plan_index
+
+    world.now_s += 1200.0  # the next interval
+    core.tick()
+    _step(core, 0)
+    clean = _info(core)
+    assert clean.plan_index == _expected(core, 5.0).index
+    assert clean.plan_time_s is not None
+    assert clean.plan_time_s < dirty.plan_time_s
+    assert clean.pipelines[0].plan_index == clean.plan_index  # switched at the iteration boundary
+
+
+def test_an_expired_signal_falls_back_to_the_default_point_and_says_so(
+    core: DaemonCore, world: World
+) -> None:
+    world.grid(2000.0)
+    core.handle(ME, SetPolicy("train", "carbon", ALLOWED_SLOWDOWN))
+    default = _info(core)
+    world.now_s += 3601.0  # no fetch for longer than the bounded age
+    world.keeper.failed("the API is down")
+    core.tick()
+    _step(core, 0)
+    info = _info(core)
+    assert info.carbon is not None
+    assert info.carbon.basis == "default (signal expired)"
+    points = _points(core)
+    assert info.all_max_time_s is not None
+    expected = Policy("no_slowdown").choose(points, info.all_max_time_s)
+    assert info.plan_index == expected.index != default.plan_index
+
+
+def test_carbon_is_counted_from_the_counters_with_all_max_beside_it(core: DaemonCore, world: World) -> None:
+    world.grid(500.0)
+    deadline_s = time.monotonic() + 30
+    step = 0
+    while True:
+        _step(core, step)
+        step += 1
+        core.tick()
+        carbon = _info(core).carbon
+        assert carbon is not None
+        if carbon.carbon_g > 0 and carbon.all_max_carbon_g:
+            break
+        assert time.monotonic() < deadline_s, "no carbon was counted"
+        time.sleep(0.1)
+    assert carbon.carbon_g == pytest.approx(carbon.energy_j / 3.6e6 * 500.0, rel=1e-3)  # info rounds to 1 µg
+    assert carbon.all_max_basis == "predicted"  # an imported profile: all-max was never measured
+    assert carbon.basis == ""  # not a carbon job
+
+
+@pytest.mark.parametrize("core", [2], indirect=True)
+def test_straggler_slack_comes_first_and_never_runs_faster_than_the_carbon_point(
+    core: DaemonCore, world: World
+) -> None:
+    world.grid(5.0)  # clean: the carbon point is fast
+    core.handle(ME, SetPolicy("train", "carbon", ALLOWED_SLOWDOWN))
+    clean = _info(core)
+    assert clean.plan_time_s is not None
+    core.handle(ME, AnnounceStraggler("train", 1, 1.25, False))
+    _step(core, 0)
+    info = _info(core)
+    plans = {p.pipeline: p for p in info.pipelines}
+    assert plans[1].plan_index == Policy("fastest").choose(_points(core)).index  # the straggler: fastest
+    slack = plans[0].plan_time_s
+    assert slack is not None
+    assert (
+        slack > clean.plan_time_s
+    )  # the other pipeline uses the slack: slower, cheaper than the carbon point
+
+    world.grid(2000.0)  # dirty: a carbon point slower than the straggler's pace
+    world.now_s += SETTINGS.interval_s
+    core.tick()
+    _step(core, 1)
+    dirty = _info(core)
+    assert dirty.plan_time_s is not None
+    assert dirty.plan_time_s > slack
+    plans = {p.pipeline: p for p in dirty.pipelines}
+    assert plans[0].plan_index == dirty.plan_index  # never faster than the carbon point
