@@ -34,7 +34,9 @@ def test_impossible_budget_is_reported_and_still_never_exceeded() -> None:
     needs = [NodeNeed("a", 500, 300), NodeNeed("b", 500, 300)]
     allocation = allocate(450, needs)
     assert not allocation.feasible
-    assert allocation.problem is not None and "below the sum of the nodes' floors 600.0 W" in allocation.problem
+    assert (
+        allocation.problem is not None and "below the sum of the nodes' floors 600.0 W" in allocation.problem
+    )
     assert sum(allocation.grants_w.values()) <= 450
     assert allocation.grants_w == {"a": 225.0, "b": 225.0}
 
