@@ -93,7 +93,8 @@ def test_budget_changes_join_kill_and_clear(run: PoolRun) -> None:
     run.set_budget(150)  # below the floors (200 W): reported, never exceeded, GPUs at their minimum
     _settle(run, 150)
     status = run.status()
-    assert status.problem is not None and "below the sum of the nodes' floors" in status.problem
+    assert status.problem is not None
+    assert "below the sum of the nodes' floors" in status.problem
     assert status.granted_w <= 150
     assert run.gpu_limits_w("node-a") == 2 * MIN_W
 

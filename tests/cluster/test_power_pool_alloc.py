@@ -34,9 +34,8 @@ def test_impossible_budget_is_reported_and_still_never_exceeded() -> None:
     needs = [NodeNeed("a", 500, 300), NodeNeed("b", 500, 300)]
     allocation = allocate(450, needs)
     assert not allocation.feasible
-    assert (
-        allocation.problem is not None and "below the sum of the nodes' floors 600.0 W" in allocation.problem
-    )
+    assert allocation.problem is not None
+    assert "below the sum of the nodes' floors 600.0 W" in allocation.problem
     assert sum(allocation.grants_w.values()) <= 450
     assert allocation.grants_w == {"a": 225.0, "b": 225.0}
 
@@ -91,6 +90,7 @@ def test_uniform_limits_sum_to_the_grant_within_constraints() -> None:
     assert sum(limits.values()) == pytest.approx(900, abs=1e-6)
     assert sum(limits.values()) <= 900
     assert limits["g1"] == 250  # at its maximum; the others share the rest alike
-    assert limits["g0"] == pytest.approx(325) and limits["g2"] == pytest.approx(325)
+    assert limits["g0"] == pytest.approx(325)
+    assert limits["g2"] == pytest.approx(325)
     assert uniform_limits_w(100, gpus) == {"g0": 100, "g1": 100, "g2": 150}  # impossible: the minimums
     assert uniform_limits_w(5000, gpus) == {"g0": 400, "g1": 250, "g2": 400}

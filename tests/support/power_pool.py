@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from perseusd.cluster.config import parse_endpoint
 from perseusd.cluster.etcd_store import EtcdStore
-from perseusd.cluster.power_pool_alloc import allocate
 from perseusd.cluster.power_pool_admin import PoolStatus, pool_status, set_budget
+from perseusd.cluster.power_pool_alloc import allocate
 from perseusd.cluster.power_pool_keys import PoolKeys
 from perseusd.cluster.power_pool_view import read_pool
 from perseusd.gpu.sim_shared import StateMap
