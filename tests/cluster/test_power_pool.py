@@ -8,6 +8,7 @@ hold, never how fast a loaded machine got there.
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections.abc import Iterator
@@ -63,9 +64,22 @@ def test_budget_changes_join_kill_and_clear(run: PoolRun) -> None:
     first = run.revision()
     run.start_node("node-a")
     run.start_node("node-b")
-    run.set_budget(1000)
+    done = run.ctl("node-a", "cap-pool", "set", "--pool", run.pool, "--budget", "1000")
+    assert done.returncode == 0, done.stderr
+    assert "budget 1000.0 W requested (by root (uid 0) pid" in done.stdout
     _settle(run, 1000)
     assert _grants(run) == {"node-a": 500.0, "node-b": 500.0}
+    shown = json.loads(run.ctl("node-b", "cap-pool", "status", "--pool", run.pool, "--json").stdout)
+    assert shown["active_w"] == 1000.0
+    assert shown["requested_by"].startswith("root (uid 0)")
+    assert [(n["node"], n["grant_w"], n["applied_w"]) for n in shown["nodes"]] == [
+        ("node-a", 500.0, 500.0),
+        ("node-b", 500.0, 500.0),
+    ]
+    assert "budget set to 1000.0 W by root (uid 0)" in run.daemons["node-a"].log()
+    refused = run.ctl("node-a", "cap-pool", "set", "--pool", "no/slash", "--budget", "10")
+    assert refused.returncode != 0
+    assert "pool name" in refused.stderr + refused.stdout
     # The grant is enforced as uniform GPU power limits summing to it.
     assert run.gpu_limits_w("node-a") == pytest.approx(500, abs=0.5)
 

@@ -8,6 +8,8 @@ invariant at every etcd revision of a run by reading the pool as of each revisio
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -68,6 +70,12 @@ class PoolRun:
 
     def set_budget(self, budget_w: float | None) -> None:
         set_budget(self.store, self.keys, budget_w, "test")
+
+    def ctl(self, node: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """`perseusctl` against `node`'s daemon (as root: its admin socket)."""
+        runtime_dir = str(self.daemons[node].dirs.runtime_dir)
+        command = [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", runtime_dir, *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
 
     def status(self) -> PoolStatus:
         return pool_status(self.store, self.keys)
