@@ -21,6 +21,8 @@ from perseusd.gpu.owner import GpuReading
 logger = logging.getLogger(__name__)
 
 BISECTION_STEPS = 60
+HOLD_TOLERANCE_W = 1.0
+"""A limit within this of the wanted one is left alone (drivers round limits to their own steps)."""
 
 
 class GpuLimits(Protocol):
@@ -57,6 +59,7 @@ class UniformPowerTarget:
         self._infos = gpus.infos()
         self._originals_w = {g.uuid: gpus.save_state(g.uuid).power_limit_w for g in self._infos}
         self._lock = threading.Lock()
+        self._granted = False
         self.limits_w: Mapping[str, float] = dict(self._originals_w)
         """The limits requested last (W)."""
 
@@ -88,11 +91,25 @@ class UniformPowerTarget:
                 except Exception as exc:  # one GPU failing never stops the others
                     logger.error("power limit %.1f W on GPU %s failed: %s", limit_w, uuid, exc)
             self.limits_w = limits_w
+            self._granted = grant_w is not None
 
-    def measured_power_w(self) -> float | None:
-        """The node's GPUs' power now (W), None when a GPU cannot say."""
-        readings = self._gpus.read_all().values()
-        values = [r.power_w for r in readings]
+    def measure_and_hold_w(self) -> float | None:
+        """The node's GPUs' power now (W; None when a GPU cannot say), and every limit something else moved
+        (a restore after a client released its GPU puts back the limit saved at its claim) set again."""
+        readings = self._gpus.read_all()
+        with self._lock:
+            held = self.limits_w if self._granted else {}  # uncapped: an admin's own limits are left alone
+            for uuid, limit_w in held.items():
+                held_w = readings[uuid].power_limit_w if uuid in readings else None
+                if held_w is not None and abs(held_w - limit_w) > HOLD_TOLERANCE_W:
+                    logger.warning(
+                        "GPU %s power limit %.1f W moved from %.1f W: set again", uuid, held_w, limit_w
+                    )
+                    try:
+                        self._gpus.set_power_limit_w(uuid, limit_w)
+                    except Exception as exc:
+                        logger.error("power limit %.1f W on GPU %s failed: %s", limit_w, uuid, exc)
+        values = [r.power_w for r in readings.values()]
         if not values or any(v is None for v in values):
             return None
         return sum(v for v in values if v is not None)

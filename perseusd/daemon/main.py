@@ -191,7 +191,7 @@ def power_pool(config: DaemonConfig, registry: GpuRegistry) -> Iterator[Mapping[
     if config.power_pool:
         target = UniformPowerTarget(registry)
         settings = PoolSettings(config.power_pool, config.power_pool_safe_cap_w)
-        agent = PoolAgent(cluster, settings, target, target.measured_power_w)
+        agent = PoolAgent(cluster, settings, target, target.measure_and_hold_w)
         agent.start()
         logger.info("power pool %s: node %s joined", config.power_pool, cluster.node_name)
     try:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from perseusd.cluster.config import parse_endpoint
 from perseusd.cluster.etcd_store import EtcdStore
@@ -93,6 +93,15 @@ class PoolRun:
             finally:
                 state.close()
         return total_w
+
+    def move_gpu_limit(self, node: str, limit_w: float) -> None:
+        """Set the first simulated GPU's limit behind the daemon's back (as a restore of another's would)."""
+        path = sorted((self.daemons[node].dirs.runtime_dir / "sim").glob("*.state"))[0]
+        state = StateMap(path, writable=True)
+        try:
+            state.write_control(replace(state.read_control(), power_limit_w=limit_w))
+        finally:
+            state.close()
 
     def settled(self, budget_w: float) -> Callable[[], bool]:
         """A predicate: the active budget is `budget_w`, every node reporting has the grant the allocation
