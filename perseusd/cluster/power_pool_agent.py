@@ -187,7 +187,8 @@ class PoolAgent:
             self._written = value
 
     def _measured_w(self) -> float | None:
-        """Measured node power, read at most every `MEASURE_EVERY_S` (each change is an etcd write)."""
+        """Measured node power, read at most every `MEASURE_EVERY_S` (each change is an etcd write); the
+        target's measure averages over the time between two reads."""
         now_s = self._clock()
         if self._measured_at_s is None or now_s - self._measured_at_s >= MEASURE_EVERY_S:
             value_w = self._measure_w()

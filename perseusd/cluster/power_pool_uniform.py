@@ -5,14 +5,16 @@ node's limits sum to the grant (a GPU at its maximum leaves the rest to the othe
 of the minimum limits cannot be met: every GPU is held at its minimum and the shortfall is logged, never
 applied as an impossible limit. Demand is the sum of the maximum limits, the floor the sum of the minimum
 ones, all of it in priority tier 0. No grant (None) puts back the limits the GPUs had when this target was
-built. Safe to call from any thread (one lock; the GPUs' owner threads make the calls).
+built. Measured power is the energy counters' average between two readings. Safe to call from any thread
+(one lock; the GPUs' owner threads make the calls).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from perseusd.gpu.backend import GpuInfo, GpuState
@@ -54,8 +56,9 @@ def uniform_limits_w(grant_w: float, gpus: Sequence[GpuInfo]) -> dict[str, float
 class UniformPowerTarget:
     """A `NodePowerTarget` through uniform per-GPU power limits (see module)."""
 
-    def __init__(self, gpus: GpuLimits) -> None:
-        self._gpus = gpus
+    def __init__(self, gpus: GpuLimits, clock: Callable[[], float] = time.monotonic) -> None:
+        self._gpus, self._clock = gpus, clock
+        self._last_energy: tuple[float, int] | None = None
         self._infos = gpus.infos()
         self._originals_w = {g.uuid: gpus.save_state(g.uuid).power_limit_w for g in self._infos}
         self._lock = threading.Lock()
@@ -109,6 +112,18 @@ class UniformPowerTarget:
                         self._gpus.set_power_limit_w(uuid, limit_w)
                     except Exception as exc:
                         logger.error("power limit %.1f W on GPU %s failed: %s", limit_w, uuid, exc)
+        return self._average_w(readings, self._clock())
+
+    def _average_w(self, readings: Mapping[str, GpuReading], now_s: float) -> float | None:
+        """Energy counters' growth since the last call over the time between (W); the instant power
+        on the first call or when a counter cannot be read."""
+        energies = [r.energy_mj for r in readings.values()]
+        previous, self._last_energy = self._last_energy, None
+        if energies and all(e is not None for e in energies):
+            total_mj = sum(e for e in energies if e is not None)
+            self._last_energy = (now_s, total_mj)
+            if previous is not None and now_s > previous[0] and total_mj >= previous[1]:
+                return (total_mj - previous[1]) / 1000.0 / (now_s - previous[0])
         values = [r.power_w for r in readings.values()]
         if not values or any(v is None for v in values):
             return None

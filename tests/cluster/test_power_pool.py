@@ -57,6 +57,12 @@ def _grants(run: PoolRun) -> dict[str, float | None]:
     return {n.node: n.grant_w for n in run.status().nodes}
 
 
+def _power_w(run: PoolRun, node: str) -> float:
+    """The node's published measured power (W; -1 while it has not published one)."""
+    power_w = next(n.power_w for n in run.status().nodes if n.node == node)
+    return -1.0 if power_w is None else power_w
+
+
 def _assert_invariant(run: PoolRun, first: int) -> None:
     check = run.check_invariant(first, run.revision())
     assert check.violations == []
@@ -80,6 +86,7 @@ def test_budget_changes_join_kill_and_clear(run: PoolRun) -> None:
         ("node-b", 500.0, 500.0),
     ]
     assert "budget set to 1000.0 W by root (uid 0)" in run.daemons["node-a"].log()
+    assert wait_for(lambda: 0 < _power_w(run, "node-a") <= 500, SETTLE_S) is not None  # measured, idle GPUs
     run.move_gpu_limit("node-a", MAX_W)  # moved behind the pool's back: set again within a few rounds
     assert wait_for(lambda: run.gpu_limits_w("node-a") == pytest.approx(500, abs=0.5), SETTLE_S) is not None
     refused = run.ctl("node-a", "cap-pool", "set", "--pool", "no/slash", "--budget", "10")
