@@ -105,12 +105,16 @@ class PoolAgent:
         self._stopping.set()
         if self._thread is not None:
             self._thread.join(timeout=2 * self._store.attempts * self._cluster.timeout_s + 1.0)
-        if revoke and self._lease_id is not None:
-            try:
-                self._store.revoke(self._lease_id)
-            except ClusterError as exc:
-                logger.warning("power pool: could not revoke lease %x on stop: %s", self._lease_id, exc)
-        self._store.close()
+        if self._thread is not None and self._thread.is_alive():
+            # Stuck on etcd: the store is the thread's; the lease expires by itself.
+            logger.warning("power pool: the agent did not stop in time; its lease will expire")
+        else:
+            if revoke and self._lease_id is not None:
+                try:
+                    self._store.revoke(self._lease_id)
+                except ClusterError as exc:
+                    logger.warning("power pool: could not revoke lease %x on stop: %s", self._lease_id, exc)
+            self._store.close()
         if uncap:
             self._apply(None, UNCAPPED)
 

@@ -148,6 +148,10 @@ def test_allocator_killed_another_takes_over(run: PoolRun) -> None:
     run.set_budget(600)
     _settle(run, 600)
     assert _grants(run) == dict.fromkeys(survivors, 300.0)
+    leaving, staying = survivors
+    run.daemons[leaving].stop()  # SIGTERM: lease revoked, limits put back, its share to the other
+    assert run.gpu_limits_w(leaving) == 2 * MAX_W
+    assert wait_for(lambda: _grants(run) == {staying: 600.0}, SETTLE_S) is not None
     _assert_invariant(run, first)
 
 
