@@ -22,7 +22,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from perseusd.cluster.etcd_store import EtcdStore, compare_create, compare_mod, delete_op, put_op
+from perseusd.cluster.etcd_store import (
+    EtcdStore,
+    LeaseLostError,
+    compare_create,
+    compare_mod,
+    delete_op,
+    put_op,
+)
 from perseusd.cluster.power_pool_alloc import Allocation, allocate, plan_moves
 from perseusd.cluster.power_pool_keys import PoolKeys, encode_grant
 from perseusd.cluster.power_pool_view import PoolView
@@ -141,7 +148,10 @@ class PoolAllocator:
     def _commit(
         self, what: str, guard: list[dict[str, Any]], ops: list[dict[str, Any]], view: PoolView
     ) -> None:
-        applied, revision = self._store.txn(guard, ops)
+        try:
+            applied, revision = self._store.txn(guard, ops)
+        except LeaseLostError:  # a node's lease expired since the read (not ours): read again
+            applied, revision = False, view.revision
         if applied:
             self.moves += 1
             logger.debug(

@@ -206,5 +206,28 @@ def test_a_stale_allocator_cannot_write(run: PoolRun) -> None:
     new.round(view(), new_lease)  # lowers step: sets the active budget
     new.round(view(), new_lease)  # raises: the grant
     assert {n: g.grant_w for n, g in view().grants.items()} == {"n1": 600.0}
-    for lease in (node_lease, new_lease):
+    # A node whose lease expires between the allocator's read and its write: refused, read again.
+    other_lease = store.grant_lease(30)
+    store.put(keys.node("n2"), NodeReport(800, 200, {0: 600}).encode(), other_lease)
+    before_gone = view()
+    store.revoke(node_lease)  # n1 goes, with its grant
+    moves = new.moves
+    new.round(before_gone, new_lease)  # would lower n1 to 500 W under its (gone) lease
+    assert new.moves == moves
+    assert view().grants == {}
+    new.round(view(), new_lease)  # n2 alone: granted all it asks up to the budget
+    new.round(view(), new_lease)
+    assert {n: g.grant_w for n, g in view().grants.items()} == {"n2": 600.0}
+    # A raise for a node whose lease is gone (its grant would be attached to it): etcd refuses the lease.
+    third_lease = store.grant_lease(30)
+    store.put(keys.node("n3"), NodeReport(800, 200, {0: 600}).encode(), third_lease)
+    run.set_budget(2000)
+    new.round(view(), new_lease)  # the active budget first
+    before_gone = view()
+    store.revoke(third_lease)
+    moves = new.moves
+    new.round(before_gone, new_lease)  # n2 to 800 W, n3 to 800 W under its gone lease: refused whole
+    assert new.moves == moves
+    assert {n: g.grant_w for n, g in view().grants.items()} == {"n2": 600.0}
+    for lease in (other_lease, new_lease):
         store.revoke(lease)
