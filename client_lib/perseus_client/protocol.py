@@ -54,11 +54,20 @@ from perseus_client.job_messages import (
     StragglerInfo,
 )
 from perseus_client.message import JOB_STATES, Instruction, Message, Policy, Schedule
+from perseus_client.pool_messages import (
+    AdminPoolSetBudget,
+    AdminPoolStatus,
+    PoolBudgetOk,
+    PoolNode,
+    PoolStatusReply,
+)
 from perseus_client.validation import build
 
 # Re-exported: one import for every message; job messages live in job_messages, the base in message.
 __all__ = [
     "JOB_STATES",
+    "AdminPoolSetBudget",
+    "AdminPoolStatus",
     "AnnounceStraggler",
     "AnnounceStragglerOk",
     "CarbonInfo",
@@ -76,6 +85,9 @@ __all__ = [
     "PipelineInfo",
     "PlanRequest",
     "Policy",
+    "PoolBudgetOk",
+    "PoolNode",
+    "PoolStatusReply",
     "ProfileExport",
     "ProfileImport",
     "ProfileImportOk",
@@ -419,7 +431,13 @@ REQUEST_TYPES: tuple[type[Message], ...] = (
     EnergyRead,
     *EVENT_TYPES,
 )
-ADMIN_TYPES: tuple[type[Message], ...] = (AdminReset, AdminSetPowerLimit, StatusRequest)
+ADMIN_TYPES: tuple[type[Message], ...] = (
+    AdminReset,
+    AdminSetPowerLimit,
+    StatusRequest,
+    AdminPoolSetBudget,
+    AdminPoolStatus,
+)
 REPLY_TYPES: tuple[type[Message], ...] = (
     HelloOk,
     ClaimOk,
@@ -440,6 +458,8 @@ REPLY_TYPES: tuple[type[Message], ...] = (
     AnnounceStragglerOk,
     EventCountOk,
     EnergyReading,
+    PoolBudgetOk,
+    PoolStatusReply,
     ErrorReply,
 )
 MESSAGE_TYPES: dict[str, type[Message]] = {

@@ -11,10 +11,12 @@ Not thread-safe: the cluster plane's thread owns its store. Imported only when t
 
 from __future__ import annotations
 
+import base64
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from etcd3gw.client import Etcd3Client
 from etcd3gw.exceptions import (
@@ -46,6 +48,17 @@ class ClusterError(PerseusError):
 
 class LeaseLostError(ClusterError):
     """The lease is unknown to etcd (it expired or was revoked): grant a new one and publish again."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One key as etcd holds it, with its revisions and lease (0: none)."""
+
+    key: str
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    lease_id: int
 
 
 class EtcdStore:
@@ -140,6 +153,36 @@ class EtcdStore:
         entries = self._call(f"range {prefix}", lambda c: c.get_prefix(prefix))
         return [(meta["key"].decode("utf-8", "replace"), value) for value, meta in entries]
 
+    def range_prefix(self, prefix: str, revision: int = 0) -> tuple[int, list[Entry]]:
+        """The store's revision and every key under `prefix` with its metadata (linearizable), as of
+        `revision` (0: now; an older one reads history, until etcd compacts it)."""
+        body: dict[str, Any] = {"key": _b64(prefix), "range_end": _b64(_prefix_end(prefix))}
+        if revision:
+            body["revision"] = revision
+        reply = self._call(f"range {prefix}", lambda c: c.post(c.get_url("/kv/range"), json=body))
+        entries = [
+            Entry(
+                base64.b64decode(kv["key"]).decode("utf-8", "replace"),
+                base64.b64decode(kv.get("value", "")),
+                int(kv.get("create_revision", 0)),
+                int(kv.get("mod_revision", 0)),
+                int(kv.get("lease", 0)),
+            )
+            for kv in reply.get("kvs", [])
+        ]
+        return int(reply["header"]["revision"]), entries
+
+    def txn(self, compare: list[dict[str, Any]], success: list[dict[str, Any]]) -> tuple[bool, int]:
+        """One transaction (gateway JSON; see `compare_*`, `put_op`, `delete_op`): whether every comparison
+        held (then `success` was applied) and the revision after it.
+
+        A call retried after a timeout may find its first attempt applied: its comparisons then fail, so
+        write them to fail on a second application (on revisions), and read again after a failure.
+        """
+        body = {"compare": compare, "success": success, "failure": []}
+        reply = self._call("txn", lambda c: c.post(c.get_url("/kv/txn"), json=body))
+        return bool(reply.get("succeeded", False)), int(reply["header"]["revision"])
+
     def close(self) -> None:
         """Close every endpoint's HTTP connections."""
         for client in self._clients:
@@ -151,3 +194,33 @@ def _describe(exc: Exception | None) -> str:
         return "no attempt was made"
     text = (exc.detail_text if isinstance(exc, Etcd3Exception) else None) or str(exc) or type(exc).__name__
     return " ".join(text.split())[:300]
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def _prefix_end(prefix: str) -> str:
+    """The first key after every key starting with `prefix` (ASCII prefixes, as the plane's are)."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def compare_create(key: str, revision: int) -> dict[str, Any]:
+    """Holds when `key` was created at `revision` (0: the key does not exist)."""
+    return {"key": _b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": revision}
+
+
+def compare_mod(key: str, revision: int) -> dict[str, Any]:
+    """Holds when `key` was last written at `revision` (0: the key does not exist)."""
+    return {"key": _b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": revision}
+
+
+def put_op(key: str, value: str, lease_id: int = 0) -> dict[str, Any]:
+    request: dict[str, Any] = {"key": _b64(key), "value": _b64(value)}
+    if lease_id:
+        request["lease"] = str(lease_id)
+    return {"request_put": request}
+
+
+def delete_op(key: str) -> dict[str, Any]:
+    return {"request_delete_range": {"key": _b64(key)}}

@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "straggler": "straggler_cmd",
     "stragglers": "stragglers_cmd",
     "measure": "measure_cmd",
+    "cap-pool": "cap_pool_cmd",
 }
 COMMAND_MODULES: tuple[str, ...] = tuple(COMMANDS.values())
 _OPTIONS_WITH_VALUE = ("--runtime-dir",)

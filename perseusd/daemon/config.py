@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from perseusd.cluster.config import ClusterConfig
+from perseusd.cluster.power_pool_keys import POOL_PATTERN
 from perseusd.errors import ConfigError
 from perseusd.jobs.policy import POLICIES
 
@@ -63,6 +64,10 @@ class DaemonConfig:
     cluster_refresh_interval_s: float = 0.5
     cluster_timeout_s: float = 1.0
     cluster_prefix: str = "/perseus/v1"
+    # A cluster power pool (docs/power-pool.md), only with etcd: this node's pool ("" = none) and the cap it
+    # falls back to without a grant (W; 0 = its floor, the GPUs' minimum power limits).
+    power_pool: str = ""
+    power_pool_safe_cap_w: float = 0.0
     # Prometheus metrics (docs/metrics.md), both off by default: an HTTP listener (port 0 = off) and/or the
     # node_exporter textfile collector (a directory; "" = off), rewritten atomically every interval.
     metrics_http_port: int = 0
@@ -123,6 +128,15 @@ class DaemonConfig:
         )
         _check_signal(self)
         self.cluster()  # validates the cluster settings (ConfigError) when endpoints are given
+        if self.power_pool:
+            _require(
+                POOL_PATTERN.fullmatch(self.power_pool) is not None,
+                "power_pool must match " + POOL_PATTERN.pattern,
+            )
+            _require(
+                bool(self.etcd_endpoints.strip()), "power_pool needs etcd_endpoints (the pool lives in etcd)"
+            )
+        _require(0 <= self.power_pool_safe_cap_w < 1e7, "power_pool_safe_cap_w must be 0 (the floor)..1e7 W")
 
     def cluster(self) -> ClusterConfig | None:
         """The cluster plane's settings, None when no etcd endpoint is configured (one node alone)."""

@@ -75,12 +75,14 @@ class DaemonCore:
         plans: PlanBook | None = None,
         jobs: JobManager | None = None,
         extra_handlers: Mapping[type[Message], Callable[[Caller, Any], Message]] | None = None,
+        admin_handlers: Mapping[type[Message], Callable[[Caller, Any], Message]] | None = None,
     ) -> None:
         self.registry = registry
         self.plans = plans if plans is not None else PlanBook(registry.submit_locked_sm_clock_mhz)
         self.jobs = jobs
         self._job_requests = JobRequests(jobs, self.plans, leases, is_admin) if jobs is not None else None
         self._extra_handlers = dict(extra_handlers or {})
+        self._admin_handlers = dict(admin_handlers or {})
         self.leases = leases
         self.keeper = keeper
         self.tracker = tracker
@@ -138,6 +140,9 @@ class DaemonCore:
                 return self._admin_set_power_limit(message)
             except StateWriteError as exc:
                 raise _not_persisted(exc) from None
+        handler = self._admin_handlers.get(type(message))
+        if handler is not None:
+            return handler(caller, message)
         raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not an admin request")
 
     # ------------------------------------------------------------------ client requests

@@ -16,8 +16,10 @@ import logging
 import os
 import resource
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+
+from perseus_client.message import Message
 
 from perseusd import __version__
 from perseusd.cluster import start_plane
@@ -26,7 +28,7 @@ from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.config import BACKENDS, LOG_LEVELS, SIM_MODELS, DaemonConfig, load_config
 from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.deadline_timer import DeadlineTimer
-from perseusd.daemon.energy_requests import NVML_COUNTER_PERIOD_S, EnergyRequests
+from perseusd.daemon.energy_requests import NVML_COUNTER_PERIOD_S, EnergyRequests, Handler
 from perseusd.daemon.energy_sampler import EnergySampler
 from perseusd.daemon.events import EventTracker
 from perseusd.daemon.grid import carbon_steering
@@ -173,6 +175,34 @@ def cluster_link(config: DaemonConfig) -> Iterator[ClusterLink | None]:
 
 
 @contextlib.contextmanager
+def power_pool(config: DaemonConfig, registry: GpuRegistry) -> Iterator[Mapping[type[Message], Handler]]:
+    """With etcd: the pool admin requests; with a pool too, this node's pool agent applying its grant as
+    uniform GPU power limits (stopped on exit: lease revoked, limits put back). Nothing without etcd."""
+    cluster = config.cluster()
+    if cluster is None:
+        yield {}
+        return
+    from perseusd.cluster.power_pool_agent import PoolAgent, PoolSettings
+    from perseusd.cluster.power_pool_requests import PoolRequests
+    from perseusd.cluster.power_pool_uniform import UniformPowerTarget
+
+    requests = PoolRequests(cluster)
+    agent = None
+    if config.power_pool:
+        target = UniformPowerTarget(registry)
+        settings = PoolSettings(config.power_pool, config.power_pool_safe_cap_w)
+        agent = PoolAgent(cluster, settings, target, target.measure_and_hold_w)
+        agent.start()
+        logger.info("power pool %s: node %s joined", config.power_pool, cluster.node_name)
+    try:
+        yield requests.handlers()
+    finally:
+        if agent is not None:
+            agent.stop(revoke=True)
+        requests.close()
+
+
+@contextlib.contextmanager
 def job_manager(
     config: DaemonConfig, registry: GpuRegistry, plans: PlanBook, cluster: ClusterLink | None
 ) -> Iterator[JobManager]:
@@ -226,6 +256,7 @@ def run_daemon(config: DaemonConfig, reload_config: Callable[[], DaemonConfig]) 
             plan_book(config, registry) as plans,
             cluster_link(config) as cluster,
             job_manager(config, registry, plans, cluster) as jobs,
+            power_pool(config, registry) as pool_handlers,
         ):
             core = DaemonCore(
                 registry,
@@ -237,6 +268,7 @@ def run_daemon(config: DaemonConfig, reload_config: Callable[[], DaemonConfig]) 
                 plans=plans,
                 jobs=jobs,
                 extra_handlers=energy_requests(config, registry).handlers(),
+                admin_handlers=pool_handlers,
             )
             with metrics_exposure(config, core, calls):
                 return serve(config, reload_config, policy, core)

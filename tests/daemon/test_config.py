@@ -117,3 +117,17 @@ def test_scikit_learn_stays_off_the_daemon_and_ctl_import_paths() -> None:
     code = "import sys, perseusd.daemon.main, perseusd.ctl.main; print('sklearn' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "False"
+
+
+def test_a_power_pool_needs_etcd_and_a_key_safe_name() -> None:
+    with pytest.raises(ConfigError, match="power_pool needs etcd_endpoints"):
+        DaemonConfig(power_pool="row-3")
+    with pytest.raises(ConfigError, match="power_pool must match"):
+        DaemonConfig(power_pool="row/3", etcd_endpoints="127.0.0.1:2379")
+    with pytest.raises(ConfigError, match="power_pool_safe_cap_w"):
+        DaemonConfig(power_pool_safe_cap_w=-1)
+    config = load_config(
+        None, {"PERSEUSD_ETCD_ENDPOINTS": "127.0.0.1:2379", "PERSEUSD_POWER_POOL": "row-3"}, {}
+    )
+    assert config.power_pool == "row-3"
+    assert config.power_pool_safe_cap_w == 0.0

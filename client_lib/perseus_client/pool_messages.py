@@ -1,0 +1,67 @@
+"""Power-pool admin messages of the wire protocol (admin socket only): set a pool's budget, read its status.
+
+The daemon that receives them talks to etcd for the admin (it must be configured with the pool's etcd
+endpoints). `perseus_client.protocol` registers them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from perseus_client.message import Message
+
+
+@dataclass(frozen=True)
+class AdminPoolSetBudget(Message):
+    """Set `pool`'s budget (W); None clears it (every node of the pool uncapped)."""
+
+    TYPE: ClassVar[str] = "admin_pool_set_budget"
+    pool: str
+    budget_w: float | None
+
+
+@dataclass(frozen=True)
+class PoolBudgetOk(Message):
+    TYPE: ClassVar[str] = "pool_budget_ok"
+    pool: str
+    budget_w: float | None
+    by: str
+    """Who set it, as logged (user and pid)."""
+
+
+@dataclass(frozen=True)
+class AdminPoolStatus(Message):
+    """Read `pool`'s budget, grants and node reports."""
+
+    TYPE: ClassVar[str] = "admin_pool_status"
+    pool: str
+
+
+@dataclass(frozen=True)
+class PoolNode:
+    """One node of a pool (W; None: unknown)."""
+
+    node: str
+    grant_w: float | None
+    demand_w: float
+    floor_w: float
+    applied_w: float | None
+    power_w: float | None
+    """Measured node power as the node last published it."""
+
+
+@dataclass(frozen=True)
+class PoolStatusReply(Message):
+    TYPE: ClassVar[str] = "pool_status"
+    pool: str
+    revision: int
+    requested_w: float | None
+    requested_by: str
+    active_w: float | None
+    """The budget the grants are held to (differs from `requested_w` while grants move)."""
+    granted_w: float
+    allocator: str | None
+    problem: str | None
+    """Why the budget cannot be met (below the sum of the floors), None when it can."""
+    nodes: tuple[PoolNode, ...]

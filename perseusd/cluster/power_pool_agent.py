@@ -1,0 +1,245 @@
+"""`PoolAgent`: a node's part in a power pool, on a thread of its own (only when a pool is configured).
+
+Every round (`refresh_interval_s`): keep this node's lease alive (every third of the TTL), publish its report
+(demand, floor, priority mix, safe cap, the grant it applies, measured power) when it changed, read the pool,
+apply this node's grant through its `NodePowerTarget`, and take its turn as allocator (`PoolAllocator`).
+
+What is applied:
+- no budget in the pool: nothing (uncapped);
+- a grant attached to this node's current lease: that grant;
+- a budget but no grant for this node yet (it just joined, or came back under a new lease): the safe cap,
+  never above the last grant it applied;
+- etcd unreachable: the last grant, until the lease would have expired (no renewal for a whole TTL; by then
+  the allocator has handed its share to the others), then the safe cap, never above the last grant.
+
+The safe cap is the configured `safe_cap_w` (0: the node's floor). Nothing here blocks the daemon: the
+target is called from this thread, which is why targets must be safe to call from any thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from perseusd.cluster.config import ClusterConfig
+from perseusd.cluster.etcd_store import ClusterError, EtcdStore, LeaseLostError
+from perseusd.cluster.power_pool_allocator import PoolAllocator
+from perseusd.cluster.power_pool_keys import NodeReport, PoolKeys, check_pool
+from perseusd.cluster.power_pool_view import PoolView, read_pool
+from perseusd.power.target import NodePowerTarget
+
+logger = logging.getLogger(__name__)
+
+UNCAPPED = "uncapped"
+MEASURE_EVERY_S = 2.0
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """Which pool this node joins and where it falls back to (W; 0 = its floor)."""
+
+    pool: str
+    safe_cap_w: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_pool(self.pool)
+        if not 0 <= self.safe_cap_w < 1e7:
+            raise ValueError("power pool safe cap must be 0 (the floor) .. 10 MW")
+
+
+@dataclass(frozen=True)
+class AgentStatus:
+    """What this node applies and why."""
+
+    pool: str
+    applied_w: float | None
+    reason: str
+    """"uncapped", "grant", "safe cap (no grant yet)", "last grant (etcd unreachable)" or
+    "safe cap (lease lapsed)"."""
+    allocator: bool
+    last_error: str | None
+
+
+class PoolAgent:
+    """A node's pool membership and allocator role (see module)."""
+
+    def __init__(
+        self,
+        cluster: ClusterConfig,
+        settings: PoolSettings,
+        target: NodePowerTarget,
+        measure_w: Callable[[], float | None] = lambda: None,
+        store: EtcdStore | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._cluster, self._settings, self._target = cluster, settings, target
+        self._measure_w, self._clock = measure_w, clock
+        self._store = store or EtcdStore(cluster.parsed_endpoints, cluster.timeout_s)
+        self._keys = PoolKeys(cluster.prefix, settings.pool)
+        self._node = cluster.node_name
+        self._allocator = PoolAllocator(self._store, self._keys, self._node, cluster.lease_ttl_s, clock)
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._lease_id: int | None = None
+        self._kept_alive_at_s: float | None = None
+        self._written: str | None = None
+        self._applied: tuple[float | None, str] | None = None
+        self._last_grant_w: float | None = None
+        self._budget_seen = False
+        self._last_error: str | None = None
+        self._measured: float | None = None
+        self._measured_at_s: float | None = None
+
+    # -- life cycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="perseusd-power-pool", daemon=True)
+        self._thread.start()
+
+    def stop(self, revoke: bool = True, uncap: bool = True) -> None:
+        """Stop; with `revoke`, drop out of the pool at once; with `uncap`, lift this node's cap."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2 * self._store.attempts * self._cluster.timeout_s + 1.0)
+        if self._thread is not None and self._thread.is_alive():
+            # Stuck on etcd: the store is the thread's; the lease expires by itself.
+            logger.warning("power pool: the agent did not stop in time; its lease will expire")
+        else:
+            if revoke and self._lease_id is not None:
+                try:
+                    self._store.revoke(self._lease_id)
+                except ClusterError as exc:
+                    logger.warning("power pool: could not revoke lease %x on stop: %s", self._lease_id, exc)
+            self._store.close()
+        if uncap:
+            self._apply(None, UNCAPPED)
+
+    def status(self) -> AgentStatus:
+        with self._lock:
+            applied = self._applied or (None, UNCAPPED)
+            error = self._last_error
+        return AgentStatus(self._settings.pool, applied[0], applied[1], self._allocator.leader, error)
+
+    def _run(self) -> None:
+        interval_s = self._cluster.refresh_interval_s
+        while not self._stopping.is_set():
+            self._round()
+            self._stopping.wait(interval_s)
+
+    # -- one round ---------------------------------------------------------------------------------
+
+    def _round(self) -> None:
+        try:
+            lease_id = self._ensure_lease()
+            self._publish(lease_id)
+            revision, entries = self._store.range_prefix(self._keys.root)
+            view = read_pool(self._keys, revision, entries)
+            self._follow(view, lease_id)
+            self._allocator.round(view, lease_id)
+        except LeaseLostError as exc:
+            self._failed(exc)
+            self._lease_id = None  # a new lease next round; the report is written again under it
+        except ClusterError as exc:
+            self._failed(exc)
+            self._hold_while_lease_lives()
+        else:
+            with self._lock:
+                if self._last_error is not None:
+                    logger.info("power pool %s: etcd is reachable again", self._settings.pool)
+                self._last_error = None
+
+    def _failed(self, exc: ClusterError) -> None:
+        with self._lock:
+            if self._last_error is None:
+                logger.warning("power pool %s: %s", self._settings.pool, exc)
+            self._last_error = str(exc)
+
+    def _ensure_lease(self) -> int:
+        now_s, ttl_s = self._clock(), self._cluster.lease_ttl_s
+        last_s = self._kept_alive_at_s
+        if self._lease_id is not None and last_s is not None and now_s - last_s >= ttl_s:
+            self._lease_id = None  # lapsed here: never revived, replaced (its keys are gone or going)
+        if self._lease_id is None:
+            self._lease_id, self._written = self._store.grant_lease(ttl_s), None
+            self._kept_alive_at_s = now_s
+            logger.info(
+                "power pool %s: lease %x granted (TTL %d s)", self._settings.pool, self._lease_id, ttl_s
+            )
+        elif last_s is None or now_s - last_s >= self._cluster.keepalive_interval_s:
+            self._store.keep_alive(self._lease_id)
+            self._kept_alive_at_s = now_s
+        return self._lease_id
+
+    def _publish(self, lease_id: int) -> None:
+        with self._lock:
+            applied_w = None if self._applied is None else self._applied[0]
+        report = NodeReport(
+            round(self._target.power_demand_w(), 1),
+            round(self._target.power_floor_w(), 1),
+            {t: round(w, 1) for t, w in self._target.priority_demand_w().items()},
+            self._settings.safe_cap_w,
+            applied_w,
+            self._measured_w(),
+        )
+        value = report.encode()
+        if value != self._written:
+            self._store.put(self._keys.node(self._node), value, lease_id)
+            self._written = value
+
+    def _measured_w(self) -> float | None:
+        """Measured node power, read at most every `MEASURE_EVERY_S` (each change is an etcd write); the
+        target's measure averages over the time between two reads."""
+        now_s = self._clock()
+        if self._measured_at_s is None or now_s - self._measured_at_s >= MEASURE_EVERY_S:
+            value_w = self._measure_w()
+            self._measured = None if value_w is None else round(value_w)
+            self._measured_at_s = now_s
+        return self._measured
+
+    def _follow(self, view: PoolView, lease_id: int) -> None:
+        """Apply what the pool says for this node (see module)."""
+        self._budget_seen = view.request is not None or view.active is not None
+        grant = view.grants.get(self._node)
+        if not self._budget_seen:
+            self._last_grant_w = None
+            self._apply(None, UNCAPPED)
+        elif grant is not None and grant.entry.lease_id == lease_id:
+            self._last_grant_w = grant.grant_w
+            self._apply(grant.grant_w, "grant")
+        else:
+            self._apply(self._safe_cap_w(), "safe cap (no grant yet)")
+
+    def _hold_while_lease_lives(self) -> None:
+        """etcd is unreachable: keep the last grant while the lease may live, then the safe cap."""
+        last_s = self._kept_alive_at_s
+        if not self._budget_seen or last_s is None:
+            return
+        if self._clock() - last_s >= self._cluster.lease_ttl_s:
+            self._apply(self._safe_cap_w(), "safe cap (lease lapsed)")
+        elif self._applied is not None and self._applied[1] == "grant":
+            self._apply(self._applied[0], "last grant (etcd unreachable)")
+
+    def _safe_cap_w(self) -> float:
+        safe_w = self._settings.safe_cap_w or self._target.power_floor_w()
+        return safe_w if self._last_grant_w is None else min(safe_w, self._last_grant_w)
+
+    def _apply(self, grant_w: float | None, reason: str) -> None:
+        with self._lock:
+            previous = self._applied
+            self._applied = (grant_w, reason)
+        if previous is None or previous[1] != reason:
+            logger.info("power pool %s: %s (%s)", self._settings.pool, _watts(grant_w), reason)
+        if previous is not None and previous[0] == grant_w:
+            return
+        try:
+            self._target.apply_grant_w(grant_w)
+        except Exception:  # the target's own failure never stops the pool
+            logger.exception("power pool %s: applying %s failed", self._settings.pool, _watts(grant_w))
+
+
+def _watts(grant_w: float | None) -> str:
+    return "no cap" if grant_w is None else f"{grant_w:.1f} W"

@@ -1,0 +1,172 @@
+"""`PoolAllocator`: every node runs one; the one holding the pool's `allocator` key moves the grants.
+
+Election: the key is created only if absent, attached to the candidate's lease; it dies with that lease, and
+the next candidate's round takes it. Every write of the allocator is a transaction that holds only if its
+key still has the creation revision it won with, and if every grant is still at the revision it read: a
+stale allocator (its lease expired while it was cut off) cannot write, and neither can one that read an old
+view.
+
+Each round works from one read of the pool (`PoolView`) and makes at most one move:
+
+1. Lower: grants above their new targets are lowered, grants of nodes that left are deleted, and the active
+   budget is set to the requested one, in one transaction. Afterwards every grant is at most its target, so
+   the sum is at most the new budget.
+2. Raise, once no lower is left and every node whose grant was lowered reports it applied (or `ack_timeout_s`
+   passed: a node that does not answer loses its lease soon): grants below their targets are raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from perseusd.cluster.etcd_store import (
+    EtcdStore,
+    LeaseLostError,
+    compare_create,
+    compare_mod,
+    delete_op,
+    put_op,
+)
+from perseusd.cluster.power_pool_alloc import Allocation, allocate, plan_moves
+from perseusd.cluster.power_pool_keys import PoolKeys, encode_grant
+from perseusd.cluster.power_pool_view import PoolView
+
+logger = logging.getLogger(__name__)
+
+ACK_TOLERANCE_W = 0.05
+
+
+class PoolAllocator:
+    """One node's allocator role (see module). Not thread-safe: the pool agent's thread owns it."""
+
+    def __init__(
+        self,
+        store: EtcdStore,
+        keys: PoolKeys,
+        node: str,
+        ack_timeout_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store, self._keys, self._node = store, keys, node
+        self._ack_timeout_s, self._clock = ack_timeout_s, clock
+        self._waiting_since_s: float | None = None
+        self._problem: str | None = None
+        self.leader = False
+        self.moves = 0
+        self.last_allocation: Allocation | None = None
+
+    def round(self, view: PoolView, lease_id: int) -> None:
+        """Campaign if nobody allocates; if this node does, make the next move (see module)."""
+        allocator = view.allocator
+        if allocator is None:
+            won, _ = self._store.txn(
+                [compare_create(self._keys.allocator, 0)],
+                [put_op(self._keys.allocator, self._node, lease_id)],
+            )
+            if won:
+                logger.info("power pool %s: this node (%s) allocates", self._keys.pool, self._node)
+            return  # the next round reads the key back and acts
+        self.leader = allocator.lease_id == lease_id
+        if self.leader:
+            self._move(view, allocator.create_revision)
+
+    def _move(self, view: PoolView, won_at: int) -> None:
+        guard = [compare_create(self._keys.allocator, won_at)]
+        guard += [compare_mod(self._keys.grant(n), g.entry.mod_revision) for n, g in view.grants.items()]
+        if view.request is None:
+            self._clear(view, guard)
+            return
+        needs = [r.report.need(node) for node, r in sorted(view.reports.items())]
+        allocation = allocate(view.request.budget_w, needs)
+        self.last_allocation = allocation
+        self._report_problem(allocation)
+        current = {n: g.grant_w for n, g in view.grants.items() if self._same_lease(view, n)}
+        stale = [n for n in view.grants if n not in current]  # the node came back under a new lease
+        moves = plan_moves(current, allocation.grants_w)
+        set_active = view.active is None or view.active.budget_w != view.request.budget_w
+        if moves.lowers or moves.drops or stale or set_active:
+            ops = [self._put_grant(view, n, w) for n, w in moves.lowers.items()]
+            ops += [delete_op(self._keys.grant(n)) for n in (*moves.drops, *stale)]
+            if set_active:
+                ops.append(put_op(self._keys.active, view.request.encode()))
+            self._commit("lower", guard, ops, view)
+            self._waiting_since_s = None
+            return
+        if not moves.raises:
+            self._waiting_since_s = None
+            return
+        if self._waiting_for_acks(view):
+            return
+        guard += [compare_create(self._keys.grant(n), 0) for n in moves.raises if n not in view.grants]
+        if view.active_entry is not None:
+            guard.append(compare_mod(self._keys.active, view.active_entry.mod_revision))
+        self._commit("raise", guard, [self._put_grant(view, n, w) for n, w in moves.raises.items()], view)
+
+    def _clear(self, view: PoolView, guard: list[dict[str, Any]]) -> None:
+        """No budget requested: every grant and the active budget go, in one transaction."""
+        ops = [delete_op(self._keys.grant(n)) for n in view.grants]
+        if view.active_entry is not None:
+            ops.append(delete_op(self._keys.active))
+        if ops:
+            self._commit("clear", guard, ops, view)
+
+    def _waiting_for_acks(self, view: PoolView) -> bool:
+        """Whether a node still runs above its (lowered) grant, for less than `ack_timeout_s` so far."""
+        behind = [
+            node
+            for node, grant in view.grants.items()
+            if node in view.reports
+            and (applied_w := view.reports[node].report.applied_w) is not None
+            and applied_w > grant.grant_w + ACK_TOLERANCE_W
+        ]
+        if not behind:
+            self._waiting_since_s = None
+            return False
+        now_s = self._clock()
+        if self._waiting_since_s is None:
+            self._waiting_since_s = now_s
+        if now_s - self._waiting_since_s < self._ack_timeout_s:
+            return True
+        logger.warning(
+            "power pool %s: %s did not apply a lowered grant within %.1f s; raising the others",
+            self._keys.pool,
+            ", ".join(sorted(behind)),
+            self._ack_timeout_s,
+        )
+        return False
+
+    def _same_lease(self, view: PoolView, node: str) -> bool:
+        report = view.reports.get(node)
+        return report is not None and report.entry.lease_id == view.grants[node].entry.lease_id
+
+    def _put_grant(self, view: PoolView, node: str, grant_w: float) -> dict[str, Any]:
+        return put_op(self._keys.grant(node), encode_grant(grant_w), view.reports[node].entry.lease_id)
+
+    def _commit(
+        self, what: str, guard: list[dict[str, Any]], ops: list[dict[str, Any]], view: PoolView
+    ) -> None:
+        try:
+            applied, revision = self._store.txn(guard, ops)
+        except LeaseLostError:  # a node's lease expired since the read (not ours): read again
+            applied, revision = False, view.revision
+        if applied:
+            self.moves += 1
+            logger.debug(
+                "power pool %s: %s at revision %d (read %d)", self._keys.pool, what, revision, view.revision
+            )
+        else:
+            logger.debug(
+                "power pool %s: %s not applied (the pool changed); reading again", self._keys.pool, what
+            )
+
+    def _report_problem(self, allocation: Allocation) -> None:
+        problem = allocation.problem
+        if problem != self._problem:
+            if problem is not None:
+                logger.error("power pool %s: %s", self._keys.pool, problem)
+            elif self._problem is not None:
+                logger.info("power pool %s: the budget covers the floors again", self._keys.pool)
+            self._problem = problem

@@ -1,0 +1,104 @@
+"""`perseusctl cap-pool set|clear|status --pool NAME` (admin): a cluster power pool's budget, through the
+admin socket of a daemon configured with the pool's etcd (the daemon logs who made each change).
+
+    perseusctl cap-pool set --pool NAME --budget WATTS
+    perseusctl cap-pool clear --pool NAME
+    perseusctl cap-pool status --pool NAME [--json]
+
+`set_pool_budget`, `fetch_pool_status` and `format_pool_status` are what a `perseusctl cap ... --pool`
+front end calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+from perseus_client.pool_messages import (
+    AdminPoolSetBudget,
+    AdminPoolStatus,
+    PoolBudgetOk,
+    PoolStatusReply,
+)
+
+from perseusd.ctl.daemon_link import ask
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+TIMEOUT_S = 10.0
+"""The daemon answers after etcd did (a try on each endpoint)."""
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("cap-pool", help="admin: a cluster power pool's budget (etcd)")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    set_parser = actions.add_parser("set", help="set the pool's budget")
+    set_parser.add_argument("--pool", required=True)
+    set_parser.add_argument("--budget", type=float, required=True, metavar="WATTS")
+    set_parser.set_defaults(func=run_set)
+    clear_parser = actions.add_parser("clear", help="remove the pool's budget (every node uncapped)")
+    clear_parser.add_argument("--pool", required=True)
+    clear_parser.set_defaults(func=run_clear)
+    status_parser = actions.add_parser("status", help="budget, grants, demand, floor and power per node")
+    status_parser.add_argument("--pool", required=True)
+    status_parser.add_argument("--json", action="store_true")
+    status_parser.set_defaults(func=run_status)
+
+
+def set_pool_budget(runtime_dir: Path, pool: str, budget_w: float | None) -> PoolBudgetOk:
+    request = AdminPoolSetBudget(pool=pool, budget_w=budget_w)
+    return ask(runtime_dir, request, PoolBudgetOk, admin=True, timeout_s=TIMEOUT_S)
+
+
+def fetch_pool_status(runtime_dir: Path, pool: str) -> PoolStatusReply:
+    return ask(runtime_dir, AdminPoolStatus(pool=pool), PoolStatusReply, admin=True, timeout_s=TIMEOUT_S)
+
+
+def run_set(args: argparse.Namespace) -> int:
+    if not math.isfinite(args.budget) or args.budget < 0:
+        print("perseusctl cap-pool set: --budget must be a finite number of watts >= 0")
+        return EXIT_USAGE
+    reply = set_pool_budget(Path(args.runtime_dir), args.pool, args.budget)
+    print(f"pool {reply.pool}: budget {reply.budget_w:.1f} W requested (by {reply.by})")
+    return EXIT_OK
+
+
+def run_clear(args: argparse.Namespace) -> int:
+    reply = set_pool_budget(Path(args.runtime_dir), args.pool, None)
+    print(f"pool {reply.pool}: budget cleared (by {reply.by})")
+    return EXIT_OK
+
+
+def run_status(args: argparse.Namespace) -> int:
+    reply = fetch_pool_status(Path(args.runtime_dir), args.pool)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(reply), indent=2))
+    else:
+        print(format_pool_status(reply))
+    return EXIT_OK
+
+
+def format_pool_status(reply: PoolStatusReply) -> str:
+    """The pool as a table (W)."""
+    lines = [
+        f"pool {reply.pool} (etcd revision {reply.revision}, allocator {reply.allocator or '-'})",
+        f"budget: requested {_w(reply.requested_w)}"
+        + (f" by {reply.requested_by}" if reply.requested_by else "")
+        + f", active {_w(reply.active_w)}, granted {reply.granted_w:.1f} W",
+    ]
+    if reply.problem:
+        lines.append(f"CANNOT BE MET: {reply.problem}")
+    lines.append(f"{'node':<24} {'grant':>9} {'applied':>9} {'power':>9} {'demand':>9} {'floor':>9}")
+    for n in reply.nodes:
+        lines.append(
+            f"{n.node:<24} {_w(n.grant_w):>9} {_w(n.applied_w):>9} {_w(n.power_w):>9} "
+            f"{n.demand_w:>8.1f}W {n.floor_w:>8.1f}W"
+        )
+    return "\n".join(lines)
+
+
+def _w(value_w: float | None) -> str:
+    return "-" if value_w is None else f"{value_w:.1f}W"

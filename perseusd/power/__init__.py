@@ -1,0 +1,1 @@
+"""Power caps: what a node offers a power budget (`target.NodePowerTarget`)."""

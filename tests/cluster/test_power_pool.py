@@ -1,0 +1,233 @@
+"""A cluster power pool on a real 3-member etcd with real daemons on simulated A100s (100-400 W limits):
+budget changes, a node joining, a node SIGKILLed, the allocator killed, an impossible budget, quorum loss.
+
+Every test reads the pool at every etcd revision of its run afterwards and asserts the grant invariant (the
+sum of the grants never exceeds the active budget). Timeouts are generous; what is asserted is what must
+hold, never how fast a loaded machine got there.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from perseusd.cluster.power_pool_allocator import PoolAllocator
+from perseusd.cluster.power_pool_keys import NodeReport
+from perseusd.cluster.power_pool_view import PoolView, read_pool
+from tests.support.etcd_cluster import EtcdCluster, requires_etcd
+from tests.support.power_pool import PoolRun, wait_for
+
+pytestmark = [requires_etcd, pytest.mark.timeout(300)]
+
+TTL_S = 3
+SETTLE_S = 30.0
+MIN_W, MAX_W = 100.0, 400.0
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    cluster = EtcdCluster(tmp_path_factory.mktemp("etcd"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def run(etcd: EtcdCluster, request: pytest.FixtureRequest) -> Iterator[PoolRun]:
+    etcd.restart()
+    pool = PoolRun(etcd, f"pool-{request.node.name.replace('_', '-')[:40]}", ttl_s=TTL_S)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+def _settle(run: PoolRun, budget_w: float) -> None:
+    if wait_for(run.settled(budget_w), SETTLE_S) is None:
+        pytest.fail(f"pool never settled at {budget_w} W: {run.status()}")
+
+
+def _grants(run: PoolRun) -> dict[str, float | None]:
+    return {n.node: n.grant_w for n in run.status().nodes}
+
+
+def _power_w(run: PoolRun, node: str) -> float:
+    """The node's published measured power (W; -1 while it has not published one)."""
+    power_w = next(n.power_w for n in run.status().nodes if n.node == node)
+    return -1.0 if power_w is None else power_w
+
+
+def _assert_invariant(run: PoolRun, first: int) -> None:
+    check = run.check_invariant(first, run.revision())
+    assert check.violations == []
+    assert check.grant_revisions >= 5  # the run really moved grants
+
+
+def test_budget_changes_join_kill_and_clear(run: PoolRun) -> None:
+    first = run.revision()
+    run.start_node("node-a")
+    run.start_node("node-b")
+    done = run.ctl("node-a", "cap-pool", "set", "--pool", run.pool, "--budget", "1000")
+    assert done.returncode == 0, done.stderr
+    assert "budget 1000.0 W requested (by root (uid 0) pid" in done.stdout
+    _settle(run, 1000)
+    assert _grants(run) == {"node-a": 500.0, "node-b": 500.0}
+    shown = json.loads(run.ctl("node-b", "cap-pool", "status", "--pool", run.pool, "--json").stdout)
+    assert shown["active_w"] == 1000.0
+    assert shown["requested_by"].startswith("root (uid 0)")
+    assert [(n["node"], n["grant_w"], n["applied_w"]) for n in shown["nodes"]] == [
+        ("node-a", 500.0, 500.0),
+        ("node-b", 500.0, 500.0),
+    ]
+    assert "budget set to 1000.0 W by root (uid 0)" in run.daemons["node-a"].log()
+    assert wait_for(lambda: 0 < _power_w(run, "node-a") <= 500, SETTLE_S) is not None  # measured, idle GPUs
+    run.move_gpu_limit("node-a", MAX_W)  # moved behind the pool's back: set again within a few rounds
+    assert wait_for(lambda: run.gpu_limits_w("node-a") == pytest.approx(500, abs=0.5), SETTLE_S) is not None
+    refused = run.ctl("node-a", "cap-pool", "set", "--pool", "no/slash", "--budget", "10")
+    assert refused.returncode != 0
+    assert "pool name" in refused.stderr + refused.stdout
+    # The grant is enforced as uniform GPU power limits summing to it.
+    assert run.gpu_limits_w("node-a") == pytest.approx(500, abs=0.5)
+
+    run.set_budget(700)
+    _settle(run, 700)
+    assert _grants(run) == {"node-a": 350.0, "node-b": 350.0}
+    run.set_budget(5000)  # more than the demand: each node gets its demand, no more
+    _settle(run, 5000)
+    assert _grants(run) == {"node-a": 2 * MAX_W, "node-b": 2 * MAX_W}
+
+    run.set_budget(1500)
+    run.start_node("node-c", gpus=3)  # joins: floor 300 W, demand 1200 W
+    wait_for(lambda: len(run.status().nodes) == 3, SETTLE_S)
+    _settle(run, 1500)
+    grants = _grants(run)
+    # Floors 700 W, then the 800 W left in proportion to what each asks above its floor (600, 600, 900).
+    assert grants == {"node-a": pytest.approx(428.5, abs=0.2), "node-b": pytest.approx(428.5, abs=0.2),
+                      "node-c": pytest.approx(642.8, abs=0.2)}  # fmt: skip
+    assert run.gpu_limits_w("node-c") == pytest.approx(grants["node-c"], abs=0.5)
+
+    run.daemons["node-c"].kill()  # SIGKILL: its lease expires, its grant with it, its share goes back
+    redistributed = wait_for(lambda: _grants(run) == {"node-a": 750.0, "node-b": 750.0}, SETTLE_S)
+    assert redistributed is not None, run.status()
+
+    run.set_budget(150)  # below the floors (200 W): reported, never exceeded, GPUs at their minimum
+    _settle(run, 150)
+    status = run.status()
+    assert status.problem is not None
+    assert "below the sum of the nodes' floors" in status.problem
+    assert status.granted_w <= 150
+    assert run.gpu_limits_w("node-a") == 2 * MIN_W
+
+    run.set_budget(None)  # no budget: grants withdrawn, the GPUs' own limits back
+    assert wait_for(lambda: run.gpu_limits_w("node-b") == 2 * MAX_W, SETTLE_S) is not None
+    assert all(n.grant_w is None for n in run.status().nodes)
+    _assert_invariant(run, first)
+
+
+def test_allocator_killed_another_takes_over(run: PoolRun) -> None:
+    first = run.revision()
+    for node in ("node-a", "node-b", "node-c"):
+        run.start_node(node)
+    run.set_budget(900)
+    _settle(run, 900)
+    allocator = run.status().allocator
+    assert allocator in run.daemons
+    run.daemons[allocator].signal(signal.SIGKILL)
+    run.daemons[allocator].wait()
+    taken = wait_for(lambda: run.status().allocator not in (None, allocator), SETTLE_S)
+    assert taken is not None
+    survivors = sorted(n for n in run.daemons if n != allocator)
+    # The dead node's share goes to the two others (each at most its 800 W demand), then a new budget.
+    assert wait_for(lambda: _grants(run) == dict.fromkeys(survivors, 450.0), SETTLE_S) is not None
+    run.set_budget(600)
+    _settle(run, 600)
+    assert _grants(run) == dict.fromkeys(survivors, 300.0)
+    leaving, staying = survivors
+    run.daemons[leaving].stop()  # SIGTERM: lease revoked, limits put back, its share to the other
+    assert run.gpu_limits_w(leaving) == 2 * MAX_W
+    assert wait_for(lambda: _grants(run) == {staying: 600.0}, SETTLE_S) is not None
+    _assert_invariant(run, first)
+
+
+def test_quorum_loss_keeps_the_grant_then_the_safe_cap(run: PoolRun, etcd: EtcdCluster) -> None:
+    first = run.revision()
+    run.start_node("node-a", safe_cap_w=300)  # below its grant: falls to 300 W
+    run.start_node("node-b", safe_cap_w=0)  # 0: its floor (200 W)
+    run.start_node("node-c", safe_cap_w=5000)  # above its grant: never above the last grant
+    run.set_budget(1500)
+    _settle(run, 1500)
+    assert _grants(run) == dict.fromkeys(run.daemons, 500.0)
+
+    lost_at_s = time.monotonic()
+    etcd.kill_quorum()
+    limits = {node: run.gpu_limits_w(node) for node in run.daemons}
+    if time.monotonic() - lost_at_s < TTL_S / 2:  # checked early enough to be within the lease's life
+        assert limits == dict.fromkeys(run.daemons, 500.0)
+    fallback = {"node-a": 300.0, "node-b": 2 * MIN_W, "node-c": 500.0}
+    reached = wait_for(lambda: {n: run.gpu_limits_w(n) for n in run.daemons} == fallback, SETTLE_S)
+    assert reached is not None, {n: run.gpu_limits_w(n) for n in run.daemons}
+    assert time.monotonic() - lost_at_s >= TTL_S * 2 / 3  # not before the lease would have expired (its
+    # last renewal was at most a third of the TTL before etcd went)
+
+    etcd.restart()  # back: new leases, new grants
+    _settle(run, 1500)
+    assert _grants(run) == dict.fromkeys(run.daemons, 500.0)
+    _assert_invariant(run, first)
+
+
+def test_a_stale_allocator_cannot_write(run: PoolRun) -> None:
+    """An allocator whose lease is gone (cut off, replaced) fails its transactions, even from a view in
+    which it was the allocator."""
+    store, keys = run.store, run.keys
+    node_lease = store.grant_lease(30)
+    store.put(keys.node("n1"), NodeReport(800, 200, {0: 600}).encode(), node_lease)
+    run.set_budget(600)
+    old_lease, new_lease = store.grant_lease(30), store.grant_lease(30)
+    old, new = PoolAllocator(store, keys, "old", 3.0), PoolAllocator(store, keys, "new", 3.0)
+
+    def view() -> PoolView:
+        return read_pool(keys, *store.range_prefix(keys.root))
+
+    old.round(view(), old_lease)  # wins the election
+    stale_view = view()
+    assert stale_view.allocator_node == "old"
+    store.revoke(old_lease)  # its key goes with its lease
+    new.round(view(), new_lease)  # wins
+    assert view().allocator_node == "new"
+    old.round(stale_view, old_lease)  # acts on its old view: refused by etcd
+    assert old.moves == 0
+    assert view().grants == {}
+    new.round(view(), new_lease)  # lowers step: sets the active budget
+    new.round(view(), new_lease)  # raises: the grant
+    assert {n: g.grant_w for n, g in view().grants.items()} == {"n1": 600.0}
+    # A node whose lease expires between the allocator's read and its write: refused, read again.
+    other_lease = store.grant_lease(30)
+    store.put(keys.node("n2"), NodeReport(800, 200, {0: 600}).encode(), other_lease)
+    before_gone = view()
+    store.revoke(node_lease)  # n1 goes, with its grant
+    moves = new.moves
+    new.round(before_gone, new_lease)  # would lower n1 to 500 W under its (gone) lease
+    assert new.moves == moves
+    assert view().grants == {}
+    new.round(view(), new_lease)  # n2 alone: granted all it asks up to the budget
+    new.round(view(), new_lease)
+    assert {n: g.grant_w for n, g in view().grants.items()} == {"n2": 600.0}
+    # A raise for a node whose lease is gone (its grant would be attached to it): etcd refuses the lease.
+    third_lease = store.grant_lease(30)
+    store.put(keys.node("n3"), NodeReport(800, 200, {0: 600}).encode(), third_lease)
+    run.set_budget(2000)
+    new.round(view(), new_lease)  # the active budget first
+    before_gone = view()
+    store.revoke(third_lease)
+    moves = new.moves
+    new.round(before_gone, new_lease)  # n2 to 800 W, n3 to 800 W under its gone lease: refused whole
+    assert new.moves == moves
+    assert {n: g.grant_w for n, g in view().grants.items()} == {"n2": 600.0}
+    for lease in (other_lease, new_lease):
+        store.revoke(lease)

@@ -1,0 +1,163 @@
+"""A power pool of real daemons (simulated GPUs) on a real etcd, for tests and the benchmark.
+
+`PoolRun` starts daemons that join one pool, sets budgets as an admin would (the same functions the admin
+socket calls), reads the pool, reads each daemon's simulated GPUs' power limits, and checks the grant
+invariant at every etcd revision of a run by reading the pool as of each revision (etcd's history).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from perseusd.cluster.config import parse_endpoint
+from perseusd.cluster.etcd_store import EtcdStore
+from perseusd.cluster.power_pool_admin import PoolStatus, pool_status, set_budget
+from perseusd.cluster.power_pool_alloc import allocate
+from perseusd.cluster.power_pool_keys import PoolKeys
+from perseusd.cluster.power_pool_view import read_pool
+from perseusd.gpu.sim_shared import StateMap
+from tests.support.etcd_cluster import EtcdCluster
+from tests.support.perseusd_proc import DaemonDirs, DaemonProcess
+
+PREFIX = "/perseus/v1"
+TOLERANCE_W = 1e-6
+
+
+@dataclass
+class InvariantCheck:
+    """The grant invariant over a range of revisions: every revision read, every violation listed."""
+
+    first: int
+    last: int
+    revisions: int = 0
+    grant_revisions: int = 0
+    """Revisions at which at least one grant existed."""
+    violations: list[str] = field(default_factory=list)
+    max_ratio: float = 0.0
+    """The largest sum of grants / active budget seen."""
+
+
+class PoolRun:
+    """Daemons in one pool (see module). `close()` stops every daemon and removes their directories."""
+
+    def __init__(self, etcd: EtcdCluster, pool: str, ttl_s: int = 3, interval_s: float = 0.2) -> None:
+        self.etcd, self.pool, self.ttl_s, self.interval_s = etcd, pool, ttl_s, interval_s
+        self.keys = PoolKeys(PREFIX, pool)
+        self.store = EtcdStore([parse_endpoint(e) for e in etcd.endpoints], timeout_s=1.0, attempts=9)
+        self.daemons: dict[str, DaemonProcess] = {}
+
+    def env(self, node: str, safe_cap_w: float = 0.0) -> dict[str, str]:
+        return {
+            "PERSEUSD_ETCD_ENDPOINTS": ",".join(self.etcd.endpoints),
+            "PERSEUSD_CLUSTER_NODE_NAME": node,
+            "PERSEUSD_CLUSTER_LEASE_TTL_S": str(self.ttl_s),
+            "PERSEUSD_CLUSTER_REFRESH_INTERVAL_S": str(self.interval_s),
+            "PERSEUSD_CLUSTER_TIMEOUT_S": "0.5",
+            "PERSEUSD_JOB_CACHE": "false",
+            "PERSEUSD_POWER_POOL": self.pool,
+            "PERSEUSD_POWER_POOL_SAFE_CAP_W": str(safe_cap_w),
+        }
+
+    def start_node(self, node: str, gpus: int = 2, safe_cap_w: float = 0.0) -> DaemonProcess:
+        daemon = DaemonProcess(DaemonDirs.create(), gpus=gpus, env=self.env(node, safe_cap_w))
+        self.daemons[node] = daemon
+        return daemon.start()
+
+    def set_budget(self, budget_w: float | None) -> None:
+        set_budget(self.store, self.keys, budget_w, "test")
+
+    def ctl(self, node: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """`perseusctl` against `node`'s daemon (as root: its admin socket)."""
+        runtime_dir = str(self.daemons[node].dirs.runtime_dir)
+        command = [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", runtime_dir, *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+    def status(self) -> PoolStatus:
+        return pool_status(self.store, self.keys)
+
+    def revision(self) -> int:
+        return self.store.range_prefix(self.keys.root)[0]
+
+    def gpu_limits_w(self, node: str) -> float:
+        """The sum of the power limits the node's simulated GPUs hold now (W)."""
+        total_w = 0.0
+        for path in sorted((self.daemons[node].dirs.runtime_dir / "sim").glob("*.state")):
+            state = StateMap(path, writable=False)
+            try:
+                total_w += state.read_control().power_limit_w
+            finally:
+                state.close()
+        return total_w
+
+    def move_gpu_limit(self, node: str, limit_w: float) -> None:
+        """Set the first simulated GPU's limit behind the daemon's back (as a restore of another's would)."""
+        path = sorted((self.daemons[node].dirs.runtime_dir / "sim").glob("*.state"))[0]
+        state = StateMap(path, writable=True)
+        try:
+            state.write_control(replace(state.read_control(), power_limit_w=limit_w))
+        finally:
+            state.close()
+
+    def settled(self, budget_w: float) -> Callable[[], bool]:
+        """A predicate: the active budget is `budget_w`, every node reporting has the grant the allocation
+        gives it, and applies it."""
+
+        def check() -> bool:
+            revision, entries = self.store.range_prefix(self.keys.root)
+            view = read_pool(self.keys, revision, entries)
+            if view.active is None or view.active.budget_w != budget_w or not view.reports:
+                return False
+            needs = [r.report.need(n) for n, r in sorted(view.reports.items())]
+            wanted = allocate(budget_w, needs).grants_w
+            grants = {n: g.grant_w for n, g in view.grants.items()}
+            applied = {n: r.report.applied_w for n, r in view.reports.items()}
+            return grants == wanted and applied == wanted
+
+        return check
+
+    def check_invariant(self, first: int, last: int) -> InvariantCheck:
+        """Read the pool as of every revision in [first, last]: the sum of the grants never exceeds the
+        active budget, and no grant exists without one."""
+        result = InvariantCheck(first, last)
+        for revision in range(first, last + 1):
+            view = read_pool(self.keys, revision, self.store.range_prefix(self.keys.root, revision)[1])
+            result.revisions += 1
+            if not view.grants:
+                continue
+            result.grant_revisions += 1
+            if view.active is None:
+                result.violations.append(f"revision {revision}: grants without an active budget")
+                continue
+            granted_w = view.granted_w
+            if view.active.budget_w > 0:
+                result.max_ratio = max(result.max_ratio, granted_w / view.active.budget_w)
+            if granted_w > view.active.budget_w + TOLERANCE_W:
+                result.violations.append(
+                    f"revision {revision}: grants {granted_w:.1f} W > budget {view.active.budget_w:.1f} W"
+                )
+        return result
+
+    def close(self) -> None:
+        for daemon in self.daemons.values():
+            daemon.stop()
+        for daemon in self.daemons.values():
+            shutil.rmtree(daemon.dirs.base, ignore_errors=True)
+        self.store.close()
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float, poll_s: float = 0.05) -> float | None:
+    """Seconds until `predicate` held, None if it did not within `timeout_s` (etcd errors count as no)."""
+    start_s = time.monotonic()
+    while time.monotonic() - start_s <= timeout_s:
+        try:
+            if predicate():
+                return time.monotonic() - start_s
+        except Exception:  # a transient etcd error while members restart: try again
+            pass
+        time.sleep(poll_s)
+    return None
