@@ -29,6 +29,16 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from perseus_client.cap_messages import (
+    AdminCapStatus,
+    AdminClearCap,
+    AdminSetCap,
+    AdminSetJobPriority,
+    CapGpu,
+    CapJob,
+    CapStatusReply,
+    JobPriorityOk,
+)
 from perseus_client.carbon_messages import CarbonInfo, SignalInfo
 from perseus_client.codes import ErrorCode, ProtocolError
 from perseus_client.energy_messages import EnergyRead, EnergyReading, GpuEnergy
@@ -66,10 +76,17 @@ from perseus_client.validation import build
 # Re-exported: one import for every message; job messages live in job_messages, the base in message.
 __all__ = [
     "JOB_STATES",
+    "AdminCapStatus",
+    "AdminClearCap",
     "AdminPoolSetBudget",
     "AdminPoolStatus",
+    "AdminSetCap",
+    "AdminSetJobPriority",
     "AnnounceStraggler",
     "AnnounceStragglerOk",
+    "CapGpu",
+    "CapJob",
+    "CapStatusReply",
     "CarbonInfo",
     "DocumentReply",
     "EnergyRead",
@@ -79,6 +96,7 @@ __all__ = [
     "GpuEnergy",
     "Instruction",
     "JobInfo",
+    "JobPriorityOk",
     "JobsReply",
     "JobsRequest",
     "Message",
@@ -437,6 +455,10 @@ ADMIN_TYPES: tuple[type[Message], ...] = (
     StatusRequest,
     AdminPoolSetBudget,
     AdminPoolStatus,
+    AdminSetCap,
+    AdminClearCap,
+    AdminCapStatus,
+    AdminSetJobPriority,
 )
 REPLY_TYPES: tuple[type[Message], ...] = (
     HelloOk,
@@ -460,6 +482,8 @@ REPLY_TYPES: tuple[type[Message], ...] = (
     EnergyReading,
     PoolBudgetOk,
     PoolStatusReply,
+    CapStatusReply,
+    JobPriorityOk,
     ErrorReply,
 )
 MESSAGE_TYPES: dict[str, type[Message]] = {

@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "stragglers": "stragglers_cmd",
     "measure": "measure_cmd",
     "cap-pool": "cap_pool_cmd",
+    "cap": "cap_cmd",
 }
 COMMAND_MODULES: tuple[str, ...] = tuple(COMMANDS.values())
 _OPTIONS_WITH_VALUE = ("--runtime-dir",)

@@ -56,6 +56,9 @@ class DaemonConfig:
     straggler_threshold: float = 0.05
     straggler_clear_threshold: float = 0.02
     straggler_iterations: int = 3
+    # Power caps (docs/power-caps.md): the window node power is held over, and how limits enforce it.
+    power_cap_window_s: float = 1.0
+    power_cap_enforcement: str = "window"
     # The cluster plane (etcd), only when endpoints are given: comma-separated http(s)://HOST:PORT.
     etcd_endpoints: str = ""
     cluster_node_name: str = ""
@@ -115,6 +118,11 @@ class DaemonConfig:
             "straggler_clear_threshold must be 0..straggler_threshold",
         )
         _require(1 <= self.straggler_iterations <= 100, "straggler_iterations must be 1..100")
+        _require(0.1 <= self.power_cap_window_s <= 60, "power_cap_window_s must be 0.1..60")
+        _require(
+            self.power_cap_enforcement in ("window", "strict"),
+            "power_cap_enforcement must be window or strict",
+        )
         _require(self.runtime_dir.is_absolute(), "runtime_dir must be an absolute path")
         _require(self.state_dir.is_absolute(), "state_dir must be an absolute path")
         _require(0 <= self.metrics_http_port <= 65535, "metrics_http_port must be 0..65535 (0: off)")

@@ -55,6 +55,8 @@ from perseusd.gpu.backend import power_capped
 from perseusd.gpu.owner import GpuReading
 from perseusd.jobs.manager import JobManager
 from perseusd.jobs.requests import JobRequests
+from perseusd.power.cap_requests import CapRequests
+from perseusd.power.node_cap import NodeCap
 
 logger = logging.getLogger(__name__)
 
@@ -76,8 +78,11 @@ class DaemonCore:
         jobs: JobManager | None = None,
         extra_handlers: Mapping[type[Message], Callable[[Caller, Any], Message]] | None = None,
         admin_handlers: Mapping[type[Message], Callable[[Caller, Any], Message]] | None = None,
+        power_cap: NodeCap | None = None,
     ) -> None:
         self.registry = registry
+        self.power_cap = power_cap
+        self._cap_requests = CapRequests(power_cap) if power_cap is not None else None
         self.plans = plans if plans is not None else PlanBook(registry.submit_locked_sm_clock_mhz)
         self.jobs = jobs
         self._job_requests = JobRequests(jobs, self.plans, leases, is_admin) if jobs is not None else None
@@ -143,6 +148,9 @@ class DaemonCore:
         handler = self._admin_handlers.get(type(message))
         if handler is not None:
             return handler(caller, message)
+        cap_handler = self._cap_requests.handlers().get(type(message)) if self._cap_requests else None
+        if cap_handler is not None:
+            return cap_handler(caller, message)
         raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not an admin request")
 
     # ------------------------------------------------------------------ client requests
@@ -196,6 +204,7 @@ class DaemonCore:
             self.leases.release(gpu)
             self._forget(gpu)
         outcome = self.keeper.restore(gpus)
+        self._restored()
         return ReleaseOk(gpus=outcome.restored, failed=outcome.failed)
 
     def _set_clock(self, caller: Caller, message: SetClock) -> SetClockOk:
@@ -233,6 +242,11 @@ class DaemonCore:
         session = self.leases.require_session(caller)
         return EventCountOk(received=session.events_received, dropped=session.events_dropped)
 
+    def _restored(self) -> None:
+        """GPUs went back to their originals: the power cap writes its limits again."""
+        if self.power_cap is not None:
+            self.power_cap.after_restore()
+
     def _forget(self, gpu: str) -> None:
         """A lease ended: drop the GPU's open events, its plan and its place in a job."""
         self.tracker.forget(gpu)
@@ -262,9 +276,16 @@ class DaemonCore:
         self.keeper.retry_persist()
         if self.jobs is not None:
             self.jobs.tick()
+        if self.power_cap is not None:
+            try:
+                self.power_cap.tick()
+            except Exception:  # the cap's trouble never stops the main loop; it is retried next tick
+                logger.exception("power cap: tick failed")
 
     def busy(self) -> bool:
         """Whether a job is waiting for something the main loop must check soon."""
+        if self.power_cap is not None and self.power_cap.active:
+            return True
         return self.jobs is not None and any(
             job.state in ("registered", "profiling", "solving", "running") for job in self.jobs.jobs.values()
         )
@@ -288,6 +309,7 @@ class DaemonCore:
             if lease is not None:
                 logger.warning("admin reset: dropped lease of GPU %s held by pid %d", gpu, lease.pid)
         outcome = self.keeper.restore(gpus)
+        self._restored()
         failed = list(outcome.failed)
         for gpu in gpus:
             try:
@@ -314,6 +336,7 @@ class DaemonCore:
         for gpu in gpus:
             self._forget(gpu)
         outcome = self.keeper.restore(gpus)
+        self._restored()
         if gpus:
             self.last_restore_s = self._clock_s() - started_s
             logger.info(

@@ -52,6 +52,7 @@ from perseusd.jobs.policy import Policy
 from perseusd.jobs.solving import SolveWorker
 from perseusd.jobs.straggling import StragglerSettings
 from perseusd.metrics.gpu_calls import GpuCallRecorder, TimedDevice
+from perseusd.power.node_cap import CapSettings, NodeCap
 from perseusd.profiling.sweep import SweepSettings
 
 logger = logging.getLogger("perseusd")
@@ -258,6 +259,7 @@ def run_daemon(config: DaemonConfig, reload_config: Callable[[], DaemonConfig]) 
             job_manager(config, registry, plans, cluster) as jobs,
             power_pool(config, registry) as pool_handlers,
         ):
+            cap_settings = CapSettings(config.power_cap_window_s, config.power_cap_enforcement)
             core = DaemonCore(
                 registry,
                 leases,
@@ -269,6 +271,7 @@ def run_daemon(config: DaemonConfig, reload_config: Callable[[], DaemonConfig]) 
                 jobs=jobs,
                 extra_handlers=energy_requests(config, registry).handlers(),
                 admin_handlers=pool_handlers,
+                power_cap=NodeCap(registry, keeper, leases, jobs, cap_settings),
             )
             with metrics_exposure(config, core, calls):
                 return serve(config, reload_config, policy, core)

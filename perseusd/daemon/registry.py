@@ -74,6 +74,14 @@ class GpuRegistry:
         """Request a power limit (W); returns the enforced limit (W)."""
         return self._wait(uuid, self._owner(uuid).set_power_limit_w(limit_w))
 
+    def submit_power_limit_w(self, uuid: str, limit_w: float) -> Future[float]:
+        """Request a power limit (W) without waiting: the Future gives the enforced limit (W)."""
+        return self._owner(uuid).set_power_limit_w(limit_w)
+
+    def wait(self, uuid: str, future: Future[T]) -> T:
+        """Wait for a submitted call at most `call_timeout_s`; `GpuError` when it fails or times out."""
+        return self._wait(uuid, future)
+
     def save_state(self, uuid: str) -> GpuState:
         return self._wait(uuid, self._owner(uuid).save_state())
 

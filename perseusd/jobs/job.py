@@ -81,6 +81,8 @@ class Job:
         self.remote: RemoteView | None = None
         self.all_max: PointSummary | None = None
         self.energy_saved_j = 0.0
+        # Power cap: the slowest-needed point the node cap allows (None: uncapped) and the job's tier.
+        self.cap_index: int | None = None
 
     # ------------------------------------------------------------------ state
 

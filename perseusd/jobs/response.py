@@ -230,6 +230,7 @@ class StragglerResponse:
                 job.shape.num_stages,
                 job.p_block_w,
             )
+            point = capped(job, point)
             if point.index != run.target_index():
                 self._schedule(job, run, point.index)
                 replanned = True
@@ -261,3 +262,10 @@ class StragglerResponse:
         if all(s.plan_index == index for s in stages):
             run.point_index, run.pending, run.plan_since_step = index, None, from_step
             run.compute_times_s.clear()  # times of the previous plan would read as a slowness change
+
+
+def capped(job: Job, point: PointSummary) -> PointSummary:
+    """`point`, or the node power cap's point when that is slower: the cap is a constraint on top of what the
+    policy and the straggler slack choose (a slower point of the frontier draws less power)."""
+    cap = job.point(job.cap_index)
+    return cap if cap is not None and cap.time_s > point.time_s else point

@@ -1,0 +1,127 @@
+"""`perseusctl cap model`: the analytic mode of power caps at scale (offline: no daemon, no GPU).
+
+A pool of 128-1,024 GPUs running GPT-3 pipelines (8 stages x TP 8, 12 microbatches on the A100 board by
+default) under a budget sweep: the time each way loses against all-max, (a) a uniform power limit vs (c)
+perseusd's frontier-aware cap, as a table, JSON or a plot (see `perseusd.power.pool_model`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from perseusd.argtypes import positive_int
+
+if TYPE_CHECKING:
+    from perseusd.power.pool_model import PoolRow
+
+DEFAULT_GPUS = (128, 256, 512, 1024)
+DEFAULT_BUDGETS = (0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
+BOARDS = ("a100_sxm", "a40", "h100_sxm")
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"a budget is a fraction of all-max power in (0, 1], not {text}")
+    return value
+
+
+def add_model_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    model = actions.add_parser(
+        "model",
+        help="offline: time lost under a pool budget, uniform power limit vs perseusd",
+        description="Analytic mode: a pool of GPUs running pipelines under a budget sweep (no daemon).",
+    )
+    model.add_argument("--board", choices=BOARDS, default="a100_sxm", help="board and its bundled profile")
+    model.add_argument("--stages", type=positive_int, default=8, metavar="S", help="default: %(default)s")
+    model.add_argument(
+        "--microbatches", type=positive_int, default=12, metavar="M", help="default: %(default)s"
+    )
+    model.add_argument(
+        "--tensor-parallel", type=positive_int, default=8, metavar="TP", help="GPUs per stage (default: 8)"
+    )
+    model.add_argument(
+        "--gpus", type=positive_int, nargs="+", default=DEFAULT_GPUS, metavar="N", help="pool sizes"
+    )
+    model.add_argument(
+        "--budgets",
+        type=_fraction,
+        nargs="+",
+        default=DEFAULT_BUDGETS,
+        metavar="F",
+        help="fractions of all-max",
+    )
+    model.add_argument("--plot", metavar="PNG", help="draw slowdown vs budget, (a) and (c) per pool size")
+    model.add_argument("--json", action="store_true", help="print the rows as JSON")
+    model.set_defaults(func=run_model)
+
+
+def plot_rows(rows: list[PoolRow], path: str) -> None:
+    """Slowdown vs budget: (a) dashed, (c) solid, one colour per pool size (matplotlib imported only here)."""
+    from perseusd.errors import PerseusError
+
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise PerseusError("plots need matplotlib: pip install 'perseusd[plot]'") from exc
+    figure = Figure(figsize=(7.0, 4.5), dpi=120)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    for gpus in dict.fromkeys(r.gpus for r in rows):
+        mine = [r for r in rows if r.gpus == gpus]
+        x = [r.budget_fraction * 100 for r in mine]
+        (line,) = axes.plot(
+            x, [r.perseusd_slowdown * 100 for r in mine], "o-", ms=4, label=f"{gpus} GPUs: perseusd"
+        )
+        axes.plot(
+            x,
+            [r.uniform_slowdown * 100 for r in mine],
+            "s--",
+            ms=4,
+            color=line.get_color(),
+            label=f"{gpus}: uniform",
+        )
+    axes.set_title("Pool power budget: iteration slowdown vs all-max")
+    axes.set_xlabel("budget (% of all-max power)")
+    axes.set_ylabel("slowdown (%)")
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path)
+
+
+def run_model(args: argparse.Namespace) -> int:
+    from perseusd.power.pool_model import format_rows, pool_rows
+    from perseusd.power.scenario import scenario_for
+
+    started_s = time.perf_counter()
+    scenario = scenario_for(args.board, args.stages, args.microbatches)
+    rows = pool_rows(scenario, args.gpus, args.budgets, args.tensor_parallel)
+    if args.plot:
+        plot_rows(rows, args.plot)
+    if args.json:
+        doc = {
+            "board": args.board,
+            "stages": args.stages,
+            "microbatches": args.microbatches,
+            "tensor_parallel": args.tensor_parallel,
+            "all_max_time_s": scenario.all_max.time_s,
+            "all_max_power_per_pipeline_gpu_w": scenario.all_max.mean_power_w / args.stages,
+            "seconds": round(time.perf_counter() - started_s, 2),
+            "rows": [r.to_json() for r in rows],
+        }
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        header = (
+            f"Pool budget, time lost vs all-max: (a) uniform power limit vs (c) perseusd ({args.board}, "
+            f"{args.stages} stages x TP {args.tensor_parallel}, {args.microbatches} microbatches; "
+            '"(limits)": no point fits, power limits hold the pool)'
+        )
+        print(format_rows(rows, header))
+    return 0

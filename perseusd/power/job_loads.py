@@ -1,0 +1,140 @@
+"""Running jobs as the node cap sees them (`JobLoad`): each frontier point's power on each of the job's GPUs,
+from the job's profile and the point's clocks.
+
+A GPU running stage s at a point draws, averaged over an iteration, (its computations' energy + blocking
+power x the rest of the iteration) / the iteration time; its peak is its most power-hungry computation
+(energy / time at its clock). The job's worst window (`perseusd.power.aliasing`) comes from the point's
+schedule: each local pipeline's stages on this node, summed over the pipelines. Jobs not running a plan
+(profiling, solving) have no points: their GPUs are unmanaged and held by their power limits alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from perseusd.errors import PerseusError
+from perseusd.jobs.job import RUNNING, Job
+from perseusd.jobs.policy import PointSummary
+from perseusd.planner.dag import ComputationDag, Instruction, from_stage_orders
+from perseusd.power.aliasing import periodic_worst_window_w, schedule
+from perseusd.power.allocate import DEFAULT_PRIORITY, CapPoint, JobLoad, stage_power_w
+
+logger = logging.getLogger(__name__)
+
+
+MAX_CAP_POINTS = 64
+"""Frontier points the cap considers per job (spread evenly in time, with the job's current points): a fine
+frontier has thousands, and each costs a schedule to model."""
+
+
+@dataclass
+class _Cached:
+    frontier: object
+    gpus: tuple[str, ...]
+    dag: ComputationDag
+    points: dict[int, CapPoint]
+
+
+class JobLoads:
+    """Running jobs as `JobLoad`s; each job's points are computed once per frontier and set of GPUs."""
+
+    def __init__(self, window_s: float = 1.0) -> None:
+        self.window_s = window_s
+        self._cache: dict[str, _Cached] = {}
+
+    def loads(self, jobs: Iterable[Job], priorities: Mapping[str, int]) -> list[JobLoad]:
+        """Every running job with a frontier and a profile (others are left out: limits alone hold them)."""
+        loads = []
+        seen = set()
+        for job in jobs:
+            if job.state != RUNNING or job.deployed is None or job.frontier is None or job.profile is None:
+                continue
+            base = _base_index(job)
+            try:
+                points = self._job_points(job, base)
+            except (PerseusError, KeyError, IndexError, ValueError) as exc:
+                logger.warning("job %s: no power model for the cap (%s): limits alone hold it", job.name, exc)
+                continue
+            seen.add(job.name)
+            loads.append(JobLoad(job.name, priorities.get(job.name, DEFAULT_PRIORITY), points, base))
+        for name in set(self._cache) - seen:
+            del self._cache[name]
+        return loads
+
+    def _job_points(self, job: Job, base: int) -> tuple[CapPoint, ...]:
+        gpus = tuple(sorted(job.slots))
+        cached = self._cache.get(job.name)
+        if cached is None or cached.frontier is not job.frontier or cached.gpus != gpus:
+            dag = _job_dag(job)
+            cached = self._cache[job.name] = _Cached(job.frontier, gpus, dag, {})
+            for index in candidate_indices(job.points, MAX_CAP_POINTS):
+                cached.points[index] = self._point(job, cached.dag, index)
+        if base not in cached.points:  # a straggler or policy moved the job off the candidates
+            cached.points[base] = self._point(job, cached.dag, base)
+        return tuple(cached.points.values())
+
+    def _point(self, job: Job, dag: ComputationDag, index: int) -> CapPoint:
+        summary = job.points_by_index[index]
+        return _cap_point(job, dag, index, summary.time_s, self.window_s)
+
+
+def candidate_indices(points: Sequence[PointSummary], count: int) -> list[int]:
+    """Up to `count` points spread evenly in iteration time (the fastest and slowest always among them)."""
+    ordered = sorted(points, key=lambda p: (p.time_s, p.energy_j))
+    if len(ordered) <= count:
+        return [p.index for p in ordered]
+    fastest_s, slowest_s = ordered[0].time_s, ordered[-1].time_s
+    chosen: dict[int, None] = {}
+    at = 0
+    for k in range(count):
+        target_s = fastest_s + (slowest_s - fastest_s) * k / (count - 1)
+        while at < len(ordered) - 1 and ordered[at].time_s < target_s:
+            at += 1
+        chosen[ordered[at].index] = None
+    chosen[ordered[-1].index] = None
+    return list(chosen)
+
+
+def _base_index(job: Job) -> int:
+    """The fastest point any local pipeline would run uncapped (the policy's, or a straggler's fastest)."""
+    assert job.deployed is not None
+    base = job.deployed.point
+    if job.straggler is not None and job.straggler.pipeline in job.runs:
+        base = job.deployed.fastest
+    return base.index
+
+
+def _job_dag(job: Job) -> ComputationDag:
+    """The DAG of the job's frontier: its nodes numbered stage by stage in the frontier's order."""
+    assert job.frontier is not None
+    orders = [[(Instruction(i), int(mb), int(c)) for i, mb, c in stage] for stage in job.frontier["order"]]
+    return from_stage_orders(orders, job.shape.num_microbatches, job.shape.chunks, job.shape.schedule)
+
+
+def _cap_point(job: Job, dag: ComputationDag, index: int, time_s: float, window_s: float) -> CapPoint:
+    """Each GPU's average and peak power at point `index`, and the worst window of the job's local power."""
+    assert job.profile is not None
+    durations = [0.0] * dag.num_computations
+    powers = [0.0] * dag.num_computations
+    stage_costs: list[list[tuple[float, float]]] = []
+    for stage, nodes in enumerate(dag.stage_orders):
+        costs = []
+        for node, entry in zip(nodes, job.plan_entries(stage, index), strict=True):
+            measured = job.profile.lookup(
+                entry.chunk * job.shape.num_stages + stage, Instruction(entry.instruction), entry.freq_mhz
+            )
+            costs.append((measured.time_s, measured.energy_j))
+            durations[node] = measured.time_s
+            powers[node] = measured.energy_j / measured.time_s if measured.time_s > 0 else 0.0
+        stage_costs.append(costs)
+    stage_power = [stage_power_w(costs, time_s, job.p_block_w) for costs in stage_costs]
+    period_s, segments = schedule(dag, durations, powers, job.p_block_w)
+    window_w = 0.0
+    for slots in job.pipelines().values():  # each local pipeline's stages draw together
+        local = [segment for slot in slots for segment in segments[slot.stage]]
+        window_w += periodic_worst_window_w(local, period_s, job.p_block_w * len(slots), window_s)
+    power = {slot.gpu: stage_power[slot.stage][0] for slot in job.slots.values()}
+    peak = {slot.gpu: stage_power[slot.stage][1] for slot in job.slots.values()}
+    return CapPoint(index, time_s, power, peak, window_w)
