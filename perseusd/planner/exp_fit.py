@@ -7,8 +7,9 @@ lowest-error stationary point with a >= 0; a >= 0 is r(b) > 0. So the best fit i
 r over b: found by scanning a grid of exponents and solving dr/db = 0 inside every bracket (regula falsi), to
 full floating-point precision.
 
-Pure Python (`math` only): an option set has tens of points, so importing numpy would cost far more than the
-fit itself (numpy's import is most of a `perseusctl solve` run otherwise).
+No numpy: an option set has tens of points, so importing numpy would cost more than the fit itself. The
+moments at the 192 grid exponents are the inner loop; they run in C (`_fitcore`, the same bits) when it was
+built, else in Python (`_moments`, its executable specification).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from operator import mul
+from typing import Any
 
 MIN_POINTS = 4
 """Three parameters need more than three points: the reference rejects an exact fit (infinite covariance)."""
@@ -59,6 +61,27 @@ def _moments(u: Sequence[float], y_c: Sequence[float], s: float) -> tuple[float,
     return cov_ey, var_e, slope
 
 
+def _load_c_moments() -> Any | None:
+    try:
+        from perseusd.planner import _fitcore  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _fitcore.moments
+
+
+_C_MOMENTS = _load_c_moments()
+
+
+def moments_at(
+    u: Sequence[float], y_c: Sequence[float], spans: Sequence[float], use_c: bool = True
+) -> list[tuple[float, float, float]]:
+    """`_moments` at every span exponent of `spans`, in C when it was built (and `use_c`)."""
+    if use_c and _C_MOMENTS is not None:
+        result: list[tuple[float, float, float]] = _C_MOMENTS(u, y_c, spans)
+        return result
+    return [_moments(u, y_c, s) for s in spans]
+
+
 def _refine(
     u: Sequence[float], y_c: Sequence[float], lo: float, hi: float, f_lo: float, f_hi: float
 ) -> float:
@@ -77,7 +100,7 @@ def _refine(
             mid = 0.5 * (lo + hi)
             if mid in (lo, hi):
                 break
-        f_mid = _moments(u, y_c, mid)[2]
+        f_mid = moments_at(u, y_c, (mid,))[0][2]
         if f_mid > 0:
             lo, f_lo = mid, f_mid
             f_hi = f_hi * 0.5 if side == 1 else f_hi
@@ -91,7 +114,7 @@ def _refine(
 
 def _best_span_exponent(u: Sequence[float], y_c: Sequence[float]) -> float | None:
     """The span exponent of the highest local maximum of r with r > 0, or None."""
-    grid = [_moments(u, y_c, s) for s in SPAN_EXPONENTS]
+    grid = moments_at(u, y_c, SPAN_EXPONENTS)
     best: tuple[float, float] | None = None
     for i in range(len(SPAN_EXPONENTS) - 1):
         s_lo, s_hi = SPAN_EXPONENTS[i], SPAN_EXPONENTS[i + 1]
@@ -100,7 +123,7 @@ def _best_span_exponent(u: Sequence[float], y_c: Sequence[float]) -> float | Non
         if s_lo < 0 < s_hi or not (slope_lo > 0 >= slope_hi) or max(cov_lo, cov_hi) <= 0:
             continue
         s = _refine(u, y_c, s_lo, s_hi, slope_lo, slope_hi)
-        cov_ey, var_e, _ = _moments(u, y_c, s)
+        cov_ey, var_e, _ = moments_at(u, y_c, (s,))[0]
         if cov_ey <= 0 or not var_e > 0:
             continue
         score = cov_ey * cov_ey / var_e
@@ -124,7 +147,7 @@ def fit_exponential(q: Sequence[float], y: Sequence[float]) -> tuple[Coefficient
     if s is None:
         return None
     e = _exps(u, s)
-    cov_ey, var_e, _ = _moments(u, y_c, s)
+    cov_ey, var_e, _ = moments_at(u, y_c, (s,))[0]
     a_scaled = cov_ey / var_e
     c0 = sum(y) / len(y) - a_scaled * (sum(e) / len(e))
     b = s / span
