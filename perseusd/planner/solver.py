@@ -137,17 +137,23 @@ class FrontierSolver:
         rt_val: list[float] = []
         re_val: list[float] = []
         freq_val: list[int] = []
+        # Per (stage, instruction), the option of every quantised time: computed once, copied per node.
+        slots: dict[tuple[int, Instruction], tuple[list[float], list[float], list[int]]] = {}
+        for key, model in self.cost_models.items():
+            option_for = self.option_sets[key].option_for
+            chosen = [option_for(q) for q in range(model.min_quant, model.max_quant + 1)]
+            times_s, energies_j = [o.time_s for o in chosen], [o.energy_j for o in chosen]
+            slots[key] = (times_s, energies_j, [o.freq_mhz for o in chosen])
         for node, comp in enumerate(dag.computations):
             key = (dag.virtual_stage(node), comp.instruction)
-            options, model = self.option_sets[key], self.cost_models[key]
+            model = self.cost_models[key]
             min_q.append(model.min_quant)
             max_q.append(model.max_quant)
             cost_val.extend(model.costs_j)
-            for q in range(model.min_quant, model.max_quant + 1):
-                option = options.option_for(q)
-                rt_val.append(option.time_s)
-                re_val.append(option.energy_j)
-                freq_val.append(option.freq_mhz)
+            times_s, energies_j, freqs_mhz = slots[key]
+            rt_val.extend(times_s)
+            re_val.extend(energies_j)
+            freq_val.extend(freqs_mhz)
             cost_ptr.append(len(cost_val))
         interned = {f: f for f in freq_val}
         return _Tables(
