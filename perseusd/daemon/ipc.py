@@ -51,6 +51,9 @@ ADMIN_DOMAIN = b"perseus-admin"
 HARD_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 EVENT_BATCH = 128
 """Events read per poll before the other sockets (status, claims) get their turn."""
+REQUEST_CHECK_EVENTS = 16
+"""Within a batch, every this many events the daemon looks for a waiting request and serves it first: under
+a flood the daemon runs in short CPU slices, and a request should not wait for a whole batch of events."""
 EVENT_RCVHWM = 500
 """Events queued per client in the daemon: with the client's own queue (500 and a 64 KiB socket buffer), a
 flood leaves about 1,300 events per client to drain, so the events of a released lease stop costing work at
@@ -342,7 +345,9 @@ class IpcServer:
         core = self._core
         tracker = core.tracker
         holds_lease = core.leases.holds_lease
-        for _ in range(EVENT_BATCH):
+        for count in range(EVENT_BATCH):
+            if count and count % REQUEST_CHECK_EVENTS == 0 and self._requests_waiting():
+                return
             try:
                 frame = sock.recv(zmq.NOBLOCK, copy=False)
             except zmq.Again:
@@ -368,6 +373,14 @@ class IpcServer:
                 self._drop_event(caller, exc.code, exc.message)
             except Exception as exc:  # a bad frame never takes the daemon down
                 self._drop_event(caller, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+
+    def _requests_waiting(self) -> bool:
+        """Whether a request (or a new connection's ZAP handshake) is ready: served before more events."""
+        for sock in (self._zap, self._control, self._admin):
+            flags = sock.getsockopt(zmq.EVENTS)
+            if isinstance(flags, int) and flags & zmq.POLLIN:
+                return True
+        return False
 
     def _drop_event(self, caller: Caller | None, code: ErrorCode, message: str) -> None:
         tracker = self._core.tracker
