@@ -16,14 +16,21 @@ _MARK_JSON = json.dumps(_MARK)
 _INT_ONLY = {int}
 
 
-def _row_text(row: list[int]) -> str:
-    if set(map(type, row)) == _INT_ONLY:
-        return str(list(row))  # a list of plain ints: its repr is its JSON
-    return json.dumps(row, allow_nan=False)
+def _row_text(row: list[int], names: dict[int, str]) -> str:
+    """The JSON of one row of clocks; `names` caches the text of every plain int seen (there are few)."""
+    if set(map(type, row)) != _INT_ONLY:
+        return json.dumps(row, allow_nan=False)
+    try:
+        return "[" + ", ".join(map(names.__getitem__, row)) + "]"
+    except KeyError:  # a clock not seen yet (only plain ints get here: True never finds 1's text)
+        for clock in row:
+            names.setdefault(clock, str(clock))
+        return "[" + ", ".join(map(names.__getitem__, row)) + "]"
 
 
 def _clock_texts(points: list[dict[str, Any]]) -> list[str]:
     """The JSON of every point's clocks (a list of per-stage rows)."""
+    names: dict[int, str] = {}
     last_rows: list[Any] = []
     last_texts: list[str] = []
     out = []
@@ -34,7 +41,7 @@ def _clock_texts(points: list[dict[str, Any]]) -> list[str]:
         for i, row in enumerate(rows):
             # Equal rows of plain ints have the same JSON ([1] == [True] == [1.0] otherwise).
             if row != last_rows[i] or set(map(type, row)) != _INT_ONLY:
-                last_rows[i], last_texts[i] = row, _row_text(row)
+                last_rows[i], last_texts[i] = row, _row_text(row, names)
         out.append("[" + ", ".join(last_texts) + "]")
     return out
 
