@@ -1,15 +1,24 @@
-"""Build the optional C core of the frontier solver; everything else is declared in pyproject.toml."""
+"""Build the optional C cores of the frontier solver and of its cost-model fit; everything else is declared
+in pyproject.toml."""
 
 from setuptools import Extension, setup
+
+# No contraction into fused multiply-adds: results must match the Python references bit for bit.
+C_FLAGS = ["-O2", "-ffp-contract=off", "-std=c11"]
 
 setup(
     ext_modules=[
         Extension(
             "perseusd.planner._pdcore",
             ["perseusd/planner/_pdcore.c"],
-            # No contraction into fused multiply-adds: results must match the Python reference bit for bit.
-            extra_compile_args=["-O2", "-ffp-contract=off", "-std=c11"],
+            extra_compile_args=C_FLAGS,
             optional=True,
-        )
+        ),
+        Extension(
+            "perseusd.planner._fitcore",
+            ["perseusd/planner/_fitcore.c"],
+            extra_compile_args=C_FLAGS,
+            optional=True,
+        ),
     ]
 )

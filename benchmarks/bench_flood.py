@@ -7,8 +7,14 @@ leased sim GPU, then release and close. Prints JSON:
 - status_ms: `status` round trips of a connected client (what `perseusctl status` waits for once connected)
   idle (the same-run baseline) and during the flood, p50/p99; `perseusctl_ms`: whole `perseusctl status`
   runs (interpreter start-up included) idle and during the flood;
-- release_to_all_read_s: per client, from its release until the daemon has read its last event (its close
-  waits for that): how long events of a released lease still cost the daemon work;
+- released_lease: how long events of a released lease still cost the daemon work. From the moment the
+  daemon has handled a release, it drops that process's events unread (no decoding) once it holds no lease;
+  `release_to_unread_s` is, per client, from its release call to the daemon's reply (after which every event
+  of the lease is dropped unread), and `dropped_unread` checks it: the daemon's NOT_LEASED count (nothing
+  else sends such events here) lies within `events_read_after_release_bounds`, the events it read from the
+  clients after their release (bounded by counts asked just before and just after each release).
+  `release_to_all_read_s`: until the daemon has read its last event (the close waits for it): reading the
+  backlog, fair-queued with the other senders, at the unread cost;
 - drain_s: from the last client's close until the daemon's event count stops moving, and the daemon's CPU
   seconds in the 2 s after that.
 
@@ -53,11 +59,28 @@ def _sender(runtime_dir: str, index: int, duration_s: float, go: Any, out: Any) 
             client.computation_begin(gpu, 0, "forward", microbatch)
             client.computation_end(gpu, 0, "forward", microbatch)
             microbatch += 1
+    read_before = client.event_count().received
+    release_s = time.monotonic()
     client.release()
     released_s = time.monotonic()
+    read_after = client.event_count().received
+    # The daemon handled the release between these two counts: from then on it read this client's events
+    # unread (NOT_LEASED). So read - read_after <= events dropped unread <= read - read_before.
+    sent = client.events_sent
     client.close()  # returns once the daemon has read every event sent (or counts them lost)
     closed_s = time.monotonic()
-    out.put((client.events_sent, client.events_dropped, client.events_lost, closed_s, closed_s - released_s))
+    read = sent - client.events_lost
+    out.put(
+        (
+            client.events_sent,
+            client.events_dropped,
+            client.events_lost,
+            closed_s,
+            closed_s - release_s,
+            released_s - release_s,
+            (read - read_after, read - read_before),
+        )
+    )
 
 
 def _rss_mb(pid: int) -> float:
@@ -72,10 +95,10 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
 
 
-def _pct(values: list[float], q: float) -> float | None:
+def _pct(values: list[float], q: float, digits: int = 2) -> float | None:
     if not values:
         return None
-    return round(sorted(values)[min(len(values) - 1, int(q * len(values)))], 2)
+    return round(sorted(values)[min(len(values) - 1, int(q * len(values)))], digits)
 
 
 class Watcher(threading.Thread):
@@ -159,6 +182,7 @@ def run(clients: int, duration_s: float, daemon_nice: int = 0) -> dict[str, Any]
         idle = _watch(daemon, 2.0)
         ctl_idle = _perseusctl_ms(daemon.dirs.runtime_dir, 3)
         received_before = _received(daemon)
+        not_leased_before = daemon.status()["daemon"]["errors_by_code"].get("NOT_LEASED", 0)
         ctx = multiprocessing.get_context("spawn")
         go, out = ctx.Event(), ctx.Queue()
         runtime_dir = str(daemon.dirs.runtime_dir)
@@ -191,6 +215,8 @@ def run(clients: int, duration_s: float, daemon_nice: int = 0) -> dict[str, Any]
         sent = sum(r[0] for r in results)
         dropped = sum(r[1] for r in results)
         lost = sum(r[2] for r in results)
+        after_release = [sum(r[6][0] for r in results), sum(r[6][1] for r in results)]
+        unread = health["errors_by_code"].get("NOT_LEASED", 0) - not_leased_before
         return {
             "clients": clients,
             "duration_s": duration_s,
@@ -224,9 +250,18 @@ def run(clients: int, duration_s: float, daemon_nice: int = 0) -> dict[str, Any]
                 "flood_failures": flood.failures,
             },
             "perseusctl_ms": {"idle": [round(t) for t in ctl_idle], "flood": [round(t) for t in ctl_flood]},
-            "release_to_all_read_s": {
-                "p50": _pct([r[4] for r in results], 0.5),
-                "max": _pct([r[4] for r in results], 1.0),
+            "released_lease": {
+                "release_to_unread_s": {
+                    "p50": _pct([r[5] for r in results], 0.5, 3),
+                    "max": _pct([r[5] for r in results], 1.0, 3),
+                },
+                "events_read_after_release_bounds": after_release,
+                "dropped_unread": unread,
+                "all_after_release_unread": after_release[0] <= unread <= after_release[1],
+                "release_to_all_read_s": {
+                    "p50": _pct([r[4] for r in results], 0.5),
+                    "max": _pct([r[4] for r in results], 1.0),
+                },
             },
             "drain_s": round(drain_s, 3),
             "cpu_s_in_2s_after_drain": round(cpu_idle_s, 3),

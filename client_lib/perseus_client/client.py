@@ -433,6 +433,10 @@ class PerseusClient:
         request = ProfileImport(job=job or self.job, csv=csv_text, source=source, p_block_w=p_block_w)
         return self._call(request, ProfileImportOk)
 
+    def event_count(self) -> EventCountOk:
+        """How many of this process's events the daemon has read, and how many of those it dropped."""
+        return self._call(EventCount(), EventCountOk)
+
     def _call(self, request: Message, expected: type[M]) -> M:
         with self._lock:
             if self._control is None:

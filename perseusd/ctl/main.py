@@ -59,11 +59,42 @@ def command_in(argv: Sequence[str]) -> str | None:
     return None
 
 
+def _terminal_columns() -> int:
+    """The terminal's width as `shutil.get_terminal_size` finds it (COLUMNS, stdout's terminal, else 80)."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, given its width: argparse makes one per option, and without a width each one
+    imports shutil to ask (and with it zlib, bz2 and lzma): most of building a command's parser."""
+
+    def __init__(
+        self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None
+    ) -> None:
+        width = _terminal_columns() - 2 if width is None else width
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser (and its command parsers) with `_HelpFormatter` unless told otherwise."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The `perseusctl` parser: every command registered, or only the command `only`."""
-    parser = argparse.ArgumentParser(
-        prog="perseusctl", description=__doc__.splitlines()[0] if __doc__ else None
-    )
+    parser = _Parser(prog="perseusctl", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"perseusctl {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     parser.add_argument(

@@ -149,6 +149,11 @@ class LeaseBook:
             session.events_received += 1
             session.events_dropped += dropped
 
+    def holds_lease(self, pid: int) -> bool:
+        """Whether process `pid` holds a lease now (the event path's first, cheapest check)."""
+        session = self._sessions.get(pid)
+        return session is not None and bool(session.gpus)
+
     def pid_of_pidfd(self, pidfd: int) -> int | None:
         return self._pidfd_to_pid.get(pidfd)
 

@@ -19,7 +19,8 @@ from typing import Any
 
 from perseusd.errors import PerseusError
 from perseusd.jobs.shape import JobShape
-from perseusd.planner.plan import parse_frontier, save_json
+from perseusd.planner.frontier_text import frontier_json
+from perseusd.planner.plan import parse_frontier, save_json, save_json_text
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream
 
@@ -75,7 +76,7 @@ class JobCache:
     def store_frontier(self, signature: str, frontier: dict[str, Any]) -> None:
         folder = self._dir(signature)
         if folder.is_dir():
-            save_json(frontier, folder / "frontier.json")
+            save_json_text(frontier_json(frontier), folder / "frontier.json")
 
 
 def _load_frontier(path: Path, shape: JobShape) -> dict[str, Any] | None:

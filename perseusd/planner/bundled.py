@@ -3,16 +3,19 @@ their blocking power: GPT-3 175B bf16, 8 stages, on A100 SXM and A40 (the Perseu
 4-stage pipeline on H100 SXM (measured for this project). This is the one table of bundled profiles: the
 planner, `perseusctl`, the emulator and the simulated GPUs' workload handles all read it.
 
-Bundled files are read through `importlib.resources`, so they work from a wheel or a zip as well as from a
-source tree. Only the fixed names below resolve; no other text ever becomes a path here.
+Bundled files are read through the package's loader (what `pkgutil.get_data` does, without importing
+`importlib.resources`, which costs more than reading a profile), falling back to `importlib.resources`, so
+they work from a wheel or a zip as well as from a source tree. Only the fixed names below resolve; no other
+text ever becomes a path here.
 """
 
 from __future__ import annotations
 
 import io
+import os
 from dataclasses import dataclass
-from importlib import resources
 
+import perseusd
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import read_profile_stream
 
@@ -66,7 +69,21 @@ def bundled_profile(name: str) -> Profile:
     Raises:
         KeyError: `name` is not a bundled profile.
     """
-    entry = BUNDLED_PROFILES[name]
-    resource = resources.files("perseusd").joinpath("data", "profiles", entry.file_name)
-    text = resource.read_text(encoding="utf-8-sig")
+    text = _read_data_file("profiles", BUNDLED_PROFILES[name].file_name).decode("utf-8-sig")
     return read_profile_stream(io.StringIO(text, newline=""), source=f"bundled:{name}")
+
+
+def _read_data_file(*parts: str) -> bytes:
+    """The bytes of `perseusd/data/<parts>`, through the package's loader where it can read files."""
+    spec, package_file = perseusd.__spec__, perseusd.__file__
+    get_data = getattr(spec.loader, "get_data", None) if spec is not None else None
+    if get_data is not None and package_file is not None:
+        path = os.path.join(os.path.dirname(package_file), "data", *parts)
+        try:
+            data: bytes = get_data(path)
+            return data
+        except OSError:
+            pass
+    from importlib import resources
+
+    return resources.files("perseusd").joinpath("data", *parts).read_bytes()

@@ -21,12 +21,14 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from perseusd.errors import PlanningError
 from perseusd.planner.exp_fit import fit_exponential
 from perseusd.planner.options import OptionSet
+
+if TYPE_CHECKING:
+    import numpy as np
 
 logger = logging.getLogger(__name__)
 
@@ -58,12 +60,15 @@ class CostModel:
 
 
 def _exp_model(q: object, a: float, b: float, c: float) -> object:
+    import numpy as np  # the reference method only: the fast path does not load numpy
+
     return a * np.exp(b * q) + c  # type: ignore[operator]
 
 
 def _try_fit(
     q: np.ndarray, y: np.ndarray, guess: tuple[float, float, float]
 ) -> tuple[tuple[float, float, float], float] | None:
+    import numpy as np
     from scipy.optimize import curve_fit
 
     try:
@@ -136,16 +141,19 @@ def fit_cost_model(option_set: OptionSet, unit_time_s: float, method: str = "fas
     points = [(o.quant_time, o.effective_cost_j) for o in option_set.options]
     if lo == hi:
         return CostModel("constant", lo, (points[0][1],))
-    q = np.array([p[0] for p in points], dtype=np.float64)
-    y = np.array([p[1] for p in points], dtype=np.float64)
     where = f"stage {option_set.stage} {option_set.instruction.value}"
     if method == "fast":
-        fit = fit_exponential(q, y)
+        fit = fit_exponential([p[0] for p in points], [p[1] for p in points])
         if fit is not None:
             a, b, c = fit[0]
-            curve = a * np.exp(b * np.arange(lo, hi + 1, dtype=np.float64)) + c
-            return CostModel("exponential", lo, tuple(curve.tolist()), fit[0])
+            curve = tuple(a * math.exp(b * q) + c for q in range(lo, hi + 1))
+            if all(map(math.isfinite, curve)):
+                return CostModel("exponential", lo, curve, fit[0])
     else:
+        import numpy as np
+
+        q = np.array([p[0] for p in points], dtype=np.float64)
+        y = np.array([p[1] for p in points], dtype=np.float64)
         coefficients = _grid_fit(q, y, unit_time_s)
         if coefficients is not None:
             costs = _evaluate(coefficients, lo, hi, 1.0, 0.0)

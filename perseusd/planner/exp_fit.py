@@ -5,52 +5,86 @@ squared error of the best fit with exponent b is n var(y) (1 - r(b)^2), where r(
 exp(b q) and the costs. The reference (a grid of 54 Levenberg-Marquardt starts, `cost_model.py`) keeps the
 lowest-error stationary point with a >= 0; a >= 0 is r(b) > 0. So the best fit is the highest local maximum of
 r over b: found by scanning a grid of exponents and solving dr/db = 0 inside every bracket (regula falsi), to
-full floating-point precision. Only numpy is needed.
+full floating-point precision.
+
+No numpy: an option set has tens of points, so importing numpy would cost more than the fit itself. The
+moments at the 192 grid exponents are the inner loop; they run in C (`_fitcore`, the same bits) when it was
+built, else in Python (`_moments`, its executable specification).
 """
 
 from __future__ import annotations
 
 import math
-
-import numpy as np
+from collections.abc import Sequence
+from operator import mul
+from typing import Any
 
 MIN_POINTS = 4
 """Three parameters need more than three points: the reference rejects an exact fit (infinite covariance)."""
-SPAN_EXPONENTS = np.concatenate([-np.geomspace(80.0, 1e-3, 96), np.geomspace(1e-3, 80.0, 96)])
-"""The scanned b * (q_max - q_min): from nearly linear to a single kink."""
+_HALF_GRID = 96
+SPAN_EXPONENTS: tuple[float, ...] = tuple(
+    [-80.0 * (1e-3 / 80.0) ** (i / (_HALF_GRID - 1)) for i in range(_HALF_GRID)]
+    + [1e-3 * (80.0 / 1e-3) ** (i / (_HALF_GRID - 1)) for i in range(_HALF_GRID)]
+)
+"""The scanned b * (q_max - q_min), geometric on each side of zero: from nearly linear to a single kink."""
 MAX_REFINE_STEPS = 200
 
+Coefficients = tuple[float, float, float]
 
-def _moments(u: np.ndarray, y: np.ndarray, s: float) -> tuple[float, float, float]:
-    """cov(e, y), var(e) and the numerator of dr/ds at span exponent `s` (e = exp(s u), u in [0, 1])."""
-    e = np.exp(s * (u - 1.0)) if s > 0 else np.exp(s * u)
-    de = u * e
-    e_c = e - e.mean()
-    y_c = y - y.mean()
-    cov_ey = float(e_c @ y_c)
-    var_e = float(e_c @ e_c)
+
+def _dot(x: Sequence[float], y: Sequence[float]) -> float:
+    return float(sum(map(mul, x, y)))
+
+
+def _centred(x: Sequence[float]) -> list[float]:
+    mean = sum(x) / len(x)
+    return [v - mean for v in x]
+
+
+def _exps(u: Sequence[float], s: float) -> list[float]:
+    """exp(s u), shifted by exp(-s) for s > 0 so that no value overflows (u in [0, 1])."""
+    exp = math.exp
+    if s > 0:
+        return [exp(s * (v - 1.0)) for v in u]
+    return [exp(s * v) for v in u]
+
+
+def _moments(u: Sequence[float], y_c: Sequence[float], s: float) -> tuple[float, float, float]:
+    """cov(e, y), var(e) and the numerator of dr/ds at span exponent `s` (e = exp(s u), y_c centred)."""
+    e = _exps(u, s)
+    e_c = _centred(e)
+    de_c = _centred(list(map(mul, u, e)))
+    cov_ey = _dot(e_c, y_c)
+    var_e = _dot(e_c, e_c)
     # d/ds [cov(e,y) / sqrt(var(e))] has the sign of cov(e',y) var(e) - cov(e,y) cov(e,e').
-    slope = float((de - de.mean()) @ y_c) * var_e - cov_ey * float((de - de.mean()) @ e_c)
+    slope = _dot(de_c, y_c) * var_e - cov_ey * _dot(de_c, e_c)
     return cov_ey, var_e, slope
 
 
-def _correlations(u: np.ndarray, y: np.ndarray, spans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """r(s) and the sign of dr/ds on a grid of span exponents, vectorised."""
-    shifted = np.where(spans[:, None] > 0, u[None, :] - 1.0, u[None, :])
-    e = np.exp(spans[:, None] * shifted)
-    de = u[None, :] * e
-    e_c = e - e.mean(axis=1, keepdims=True)
-    de_c = de - de.mean(axis=1, keepdims=True)
-    y_c = y - y.mean()
-    cov_ey = e_c @ y_c
-    var_e = np.einsum("ij,ij->i", e_c, e_c)
-    with np.errstate(all="ignore"):
-        r = cov_ey / np.sqrt(var_e * float(y_c @ y_c))
-    slope = (de_c @ y_c) * var_e - cov_ey * np.einsum("ij,ij->i", de_c, e_c)
-    return np.nan_to_num(r, nan=-np.inf), slope
+def _load_c_moments() -> Any | None:
+    try:
+        from perseusd.planner import _fitcore  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _fitcore.moments
 
 
-def _refine(u: np.ndarray, y: np.ndarray, lo: float, hi: float, f_lo: float, f_hi: float) -> float:
+_C_MOMENTS = _load_c_moments()
+
+
+def moments_at(
+    u: Sequence[float], y_c: Sequence[float], spans: Sequence[float], use_c: bool = True
+) -> list[tuple[float, float, float]]:
+    """`_moments` at every span exponent of `spans`, in C when it was built (and `use_c`)."""
+    if use_c and _C_MOMENTS is not None:
+        result: list[tuple[float, float, float]] = _C_MOMENTS(u, y_c, spans)
+        return result
+    return [_moments(u, y_c, s) for s in spans]
+
+
+def _refine(
+    u: Sequence[float], y_c: Sequence[float], lo: float, hi: float, f_lo: float, f_hi: float
+) -> float:
     """The root of dr/ds in [lo, hi], where the slope is positive at lo and not positive at hi.
 
     Regula falsi with the Illinois correction, falling back to bisection, until the bracket cannot shrink.
@@ -66,7 +100,7 @@ def _refine(u: np.ndarray, y: np.ndarray, lo: float, hi: float, f_lo: float, f_h
             mid = 0.5 * (lo + hi)
             if mid in (lo, hi):
                 break
-        f_mid = _moments(u, y, mid)[2]
+        f_mid = moments_at(u, y_c, (mid,))[0][2]
         if f_mid > 0:
             lo, f_lo = mid, f_mid
             f_hi = f_hi * 0.5 if side == 1 else f_hi
@@ -78,51 +112,51 @@ def _refine(u: np.ndarray, y: np.ndarray, lo: float, hi: float, f_lo: float, f_h
     return 0.5 * (lo + hi)
 
 
-def _coefficients(u: np.ndarray, y: np.ndarray, s: float, q_ref: float, span: float) -> tuple[float, ...]:
-    cov_ey, var_e, _ = _moments(u, y, s)
-    e = np.exp(s * (u - 1.0)) if s > 0 else np.exp(s * u)
-    a_scaled = cov_ey / var_e
-    c0 = float(y.mean() - a_scaled * e.mean())
-    b = s / span
-    # e = exp(b (q - q_ref)), q_ref the fastest (s < 0) or slowest (s > 0) time: a = a_scaled exp(-b q_ref).
-    return a_scaled * math.exp(-b * q_ref), b, c0
-
-
-def fit_exponential(q: np.ndarray, y: np.ndarray) -> tuple[tuple[float, float, float], float] | None:
-    """The best (a, b, c0) with a > 0 and its mean squared error; None when no stationary fit has a > 0."""
-    q = np.asarray(q, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    if q.size < MIN_POINTS or not (np.all(np.isfinite(q)) and np.all(np.isfinite(y))):
-        return None
-    q_min, q_max = float(q.min()), float(q.max())
-    span = q_max - q_min
-    if span <= 0 or float(np.ptp(y)) == 0.0:
-        return None
-    u = (q - q_min) / span
-    r, slope = _correlations(u, y, SPAN_EXPONENTS)
+def _best_span_exponent(u: Sequence[float], y_c: Sequence[float]) -> float | None:
+    """The span exponent of the highest local maximum of r with r > 0, or None."""
+    grid = moments_at(u, y_c, SPAN_EXPONENTS)
     best: tuple[float, float] | None = None
     for i in range(len(SPAN_EXPONENTS) - 1):
-        s_lo, s_hi = float(SPAN_EXPONENTS[i]), float(SPAN_EXPONENTS[i + 1])
-        if s_lo < 0 < s_hi or not (slope[i] > 0 >= slope[i + 1]):
+        s_lo, s_hi = SPAN_EXPONENTS[i], SPAN_EXPONENTS[i + 1]
+        (cov_lo, _, slope_lo), (cov_hi, _, slope_hi) = grid[i], grid[i + 1]
+        # r > 0 is cov(e, y) > 0 (var(e) > 0 away from s = 0, which the grid skips).
+        if s_lo < 0 < s_hi or not (slope_lo > 0 >= slope_hi) or max(cov_lo, cov_hi) <= 0:
             continue
-        if max(r[i], r[i + 1]) <= 0:
-            continue
-        s = _refine(u, y, s_lo, s_hi, float(slope[i]), float(slope[i + 1]))
-        cov_ey, var_e, _ = _moments(u, y, s)
-        if cov_ey <= 0:
+        s = _refine(u, y_c, s_lo, s_hi, slope_lo, slope_hi)
+        cov_ey, var_e, _ = moments_at(u, y_c, (s,))[0]
+        if cov_ey <= 0 or not var_e > 0:
             continue
         score = cov_ey * cov_ey / var_e
         if best is None or score > best[1]:
             best = (s, score)
-    if best is None:
+    return None if best is None else best[0]
+
+
+def fit_exponential(q: Sequence[float], y: Sequence[float]) -> tuple[Coefficients, float] | None:
+    """The best (a, b, c0) with a > 0 and its mean squared error; None when no stationary fit has a > 0."""
+    q, y = [float(v) for v in q], [float(v) for v in y]
+    if len(q) < MIN_POINTS or len(q) != len(y) or not all(map(math.isfinite, q + y)):
         return None
-    s = best[0]
-    coefficients = _coefficients(u, y, s, q_max if s > 0 else q_min, span)
-    a, b, c0 = coefficients
-    if not all(math.isfinite(v) for v in coefficients):
+    q_min, q_max = min(q), max(q)
+    span = q_max - q_min
+    if span <= 0 or max(y) == min(y):
         return None
-    with np.errstate(all="ignore"):
-        mse = float(np.mean(np.square(y - (a * np.exp(b * q) + c0))))
-    if not math.isfinite(mse):
+    u = [(v - q_min) / span for v in q]
+    y_c = _centred(y)
+    s = _best_span_exponent(u, y_c)
+    if s is None:
+        return None
+    e = _exps(u, s)
+    cov_ey, var_e, _ = moments_at(u, y_c, (s,))[0]
+    a_scaled = cov_ey / var_e
+    c0 = sum(y) / len(y) - a_scaled * (sum(e) / len(e))
+    b = s / span
+    # e = exp(b (q - q_ref)), q_ref the slowest (s > 0) or fastest (s < 0) time: a = a_scaled exp(-b q_ref).
+    try:
+        a = a_scaled * math.exp(-b * (q_max if s > 0 else q_min))
+        mse = sum((yi - (a * math.exp(b * qi) + c0)) ** 2 for qi, yi in zip(q, y, strict=True)) / len(q)
+    except OverflowError:
+        return None
+    if not all(map(math.isfinite, (a, b, c0, mse))):
         return None
     return (a, b, c0), mse

@@ -8,6 +8,9 @@ filter) to get its effective cost.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -63,13 +66,29 @@ def quantise(time_s: float, unit_time_s: float) -> int:
     return int(time_s // unit_time_s)
 
 
+def _dominated(rows: Sequence[Measurement], noise: float) -> list[bool]:
+    """Per row: whether another row is faster and cheaper, each by the factor `noise`.
+
+    Some o has o.time < t and o.energy < e exactly when the least energy of the rows faster than t is
+    below e: with the rows sorted by time and a running minimum of energy, one binary search per row.
+    """
+    if not all(math.isfinite(m.time_s) and math.isfinite(m.energy_j) for m in rows):  # no order: compare all
+        return [
+            any(o.time_s < m.time_s * noise and o.energy_j < m.energy_j * noise for o in rows) for m in rows
+        ]
+    fastest_first = sorted(rows, key=lambda m: m.time_s)
+    times_s = [m.time_s for m in fastest_first]
+    least_energy_j = list(itertools.accumulate((m.energy_j for m in fastest_first), min))
+    dominated = []
+    for m in rows:
+        faster = bisect.bisect_left(times_s, m.time_s * noise)  # rows with time < m.time_s * noise
+        dominated.append(faster > 0 and least_energy_j[faster - 1] < m.energy_j * noise)
+    return dominated
+
+
 def _pareto_filter(rows: Sequence[Measurement], unit_time_s: float, noise: float) -> list[Measurement]:
     by_time = sorted(rows, key=lambda m: m.time_s, reverse=True)
-    front = [
-        m
-        for m in by_time
-        if not any(o.time_s < m.time_s * noise and o.energy_j < m.energy_j * noise for o in by_time)
-    ]
+    front = [m for m, dominated in zip(by_time, _dominated(by_time, noise), strict=True) if not dominated]
     front.sort(key=lambda m: m.energy_j, reverse=True)
     seen: set[int] = set()
     kept: list[Measurement] = []

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -180,14 +179,24 @@ def frontier_document(dag: ComputationDag, points: Iterable[PlanPoint], meta: Pl
 
 def save_json(doc: dict[str, Any], path: str | os.PathLike[str], indent: int | None = None) -> None:
     """Write `doc` to `path` atomically (a temporary file in the same folder, fsync, rename)."""
+    save_json_text(json.dumps(doc, indent=indent, allow_nan=False), path)
+
+
+def save_json_text(text: str, path: str | os.PathLike[str], durable: bool = True) -> None:
+    """Write JSON text (see `frontier_text.frontier_json`) to `path` atomically, as `save_json` does.
+
+    Readers never see a partial file either way; `durable=False` skips the fsync (which makes the file
+    survive a power loss), for a command's output that can be made again, as compilers do.
+    """
     target = Path(path)
-    text = json.dumps(doc, indent=indent, allow_nan=False) + "\n"
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    text += "\n"
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:
         with open(tmp, "x", encoding="utf-8") as stream:
             stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
+            if durable:
+                stream.flush()
+                os.fsync(stream.fileno())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

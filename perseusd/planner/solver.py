@@ -9,11 +9,11 @@ pure-Python reference (`perseusd.planner.pd_core`); both give identical results.
 from __future__ import annotations
 
 import logging
+import math
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
-
-import numpy as np
 
 from perseusd.errors import PlanningError
 from perseusd.planner.cost_model import CostModel, fit_cost_model
@@ -67,17 +67,18 @@ class _Core(Protocol):
 
 @dataclass(frozen=True)
 class _Tables:
-    """Flat per-computation arrays shared by both cores."""
+    """Flat per-computation arrays shared by both cores (`array`s of int64 `q` and float64 `d`: the C core
+    reads them through the buffer protocol; numpy is not needed, and not imported, on the solve path)."""
 
-    pred_ptr: np.ndarray
-    pred_idx: np.ndarray
-    topo: np.ndarray
-    min_q: np.ndarray
-    max_q: np.ndarray
-    cost_ptr: np.ndarray
-    cost_val: np.ndarray
-    rt_val: np.ndarray
-    re_val: np.ndarray
+    pred_ptr: array[int]
+    pred_idx: array[int]
+    topo: array[int]
+    min_q: array[int]
+    max_q: array[int]
+    cost_ptr: array[int]
+    cost_val: array[float]
+    rt_val: array[float]
+    re_val: array[float]
     freq_val: tuple[int, ...]
 
 
@@ -106,7 +107,7 @@ class FrontierSolver:
             {(self.dag.virtual_stage(n), c.instruction) for n, c in enumerate(self.dag.computations)}
         )
         p = self.params
-        if not (p.p_block_w >= 0 and np.isfinite(p.p_block_w)):
+        if not (p.p_block_w >= 0 and math.isfinite(p.p_block_w)):
             raise PlanningError(f"blocking power must be a finite non-negative number (got {p.p_block_w})")
         return {
             key: build_option_set(key[0], key[1], self.profile.options(*key), p.unit_time_s, p.p_block_w)
@@ -136,30 +137,35 @@ class FrontierSolver:
         rt_val: list[float] = []
         re_val: list[float] = []
         freq_val: list[int] = []
+        # Per (stage, instruction), the option of every quantised time: computed once, copied per node.
+        slots: dict[tuple[int, Instruction], tuple[list[float], list[float], list[int]]] = {}
+        for key, model in self.cost_models.items():
+            option_for = self.option_sets[key].option_for
+            chosen = [option_for(q) for q in range(model.min_quant, model.max_quant + 1)]
+            times_s, energies_j = [o.time_s for o in chosen], [o.energy_j for o in chosen]
+            slots[key] = (times_s, energies_j, [o.freq_mhz for o in chosen])
         for node, comp in enumerate(dag.computations):
             key = (dag.virtual_stage(node), comp.instruction)
-            options, model = self.option_sets[key], self.cost_models[key]
+            model = self.cost_models[key]
             min_q.append(model.min_quant)
             max_q.append(model.max_quant)
             cost_val.extend(model.costs_j)
-            for q in range(model.min_quant, model.max_quant + 1):
-                option = options.option_for(q)
-                rt_val.append(option.time_s)
-                re_val.append(option.energy_j)
-                freq_val.append(option.freq_mhz)
+            times_s, energies_j, freqs_mhz = slots[key]
+            rt_val.extend(times_s)
+            re_val.extend(energies_j)
+            freq_val.extend(freqs_mhz)
             cost_ptr.append(len(cost_val))
         interned = {f: f for f in freq_val}
-        i64 = np.int64
         return _Tables(
-            np.array(pred_ptr, i64),
-            np.array(pred_idx, i64),
-            np.array(dag.topological_order, i64),
-            np.array(min_q, i64),
-            np.array(max_q, i64),
-            np.array(cost_ptr, i64),
-            np.array(cost_val, np.float64),
-            np.array(rt_val, np.float64),
-            np.array(re_val, np.float64),
+            array("q", pred_ptr),
+            array("q", pred_idx),
+            array("q", dag.topological_order),
+            array("q", min_q),
+            array("q", max_q),
+            array("q", cost_ptr),
+            array("d", cost_val),
+            array("d", rt_val),
+            array("d", re_val),
             tuple(interned[f] for f in freq_val),
         )
 
@@ -205,7 +211,8 @@ class FrontierSolver:
     def points(self) -> Iterator[FrontierPoint]:
         """Generate the frontier, slowest point first. The all-slowest starting state is not emitted."""
         core, t = self._new_core(), self._tables
-        offset = t.cost_ptr[:-1] - t.min_q
+        # The slot of a computation's duration in the flat tables: its offset plus the duration.
+        offset = [ptr - q for ptr, q in zip(t.cost_ptr[:-1], t.min_q, strict=True)]
         clock_of_slot = t.freq_val.__getitem__
         c_clocks = getattr(core, "clocks", None)
         if c_clocks is not None:
@@ -216,7 +223,7 @@ class FrontierSolver:
             if c_clocks is not None:
                 clocks_mhz: tuple[int, ...] = c_clocks()
             else:
-                slots = (offset + np.fromiter(core.durations(), dtype=np.int64, count=len(offset))).tolist()
+                slots = map(int.__add__, offset, map(int, core.durations()))
                 clocks_mhz = tuple(map(clock_of_slot, slots))
             yield FrontierPoint(
                 index=index,

@@ -161,4 +161,6 @@ def test_short_flood_accounts_for_every_event() -> None:
     accounting = report["accounting"]
     assert accounting["accounted"], report
     assert accounting["received_by_daemon"] > 0
+    # Whatever the daemon read from a client after its release, it dropped unread.
+    assert report["released_lease"]["all_after_release_unread"], report
     assert report["daemon_alive"]

@@ -123,3 +123,38 @@ def test_daemon_solve_worker_does_not_load_scipy() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.split() == ["False", "False"]
+
+
+def test_c_moments_give_the_same_bits_as_the_python_reference() -> None:
+    from perseusd.planner import exp_fit
+
+    if exp_fit._C_MOMENTS is None:
+        pytest.skip("the C fit core is not built")
+    rng = np.random.default_rng(7)
+    cases = [
+        (q.tolist(), y.tolist())
+        for q, y in (arrays(s) for s in option_sets(bundled_profile("a40"), 0.0001, 70.38))
+    ]
+    for n in (4, 9, 40):
+        q = np.sort(rng.choice(np.arange(1, 500), size=n, replace=False)).astype(float)
+        cases.append((q.tolist(), rng.uniform(-10.0, 1e4, size=n).tolist()))
+    for q, y in cases:
+        span = max(q) - min(q)
+        u = [(v - min(q)) / span for v in q]
+        y_c = exp_fit._centred(y)
+        spans = [*exp_fit.SPAN_EXPONENTS, 0.0, 1e-300, -700.0]
+        assert exp_fit.moments_at(u, y_c, spans) == exp_fit.moments_at(u, y_c, spans, use_c=False)
+
+
+def test_c_moments_reject_bad_input() -> None:
+    from perseusd.planner import exp_fit
+
+    if exp_fit._C_MOMENTS is None:
+        pytest.skip("the C fit core is not built")
+    with pytest.raises(ValueError, match="same, non-zero length"):
+        exp_fit.moments_at([0.0, 1.0], [1.0], [0.5])
+    with pytest.raises(ValueError, match="same, non-zero length"):
+        exp_fit.moments_at([], [], [0.5])
+    with pytest.raises(TypeError):
+        exp_fit.moments_at([0.0, "x"], [1.0, 2.0], [0.5])
+    assert exp_fit.moments_at([0.0, 1.0], [1.0, -1.0], []) == []
