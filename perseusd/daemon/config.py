@@ -22,6 +22,7 @@ SIGNAL_SOURCES = ("off", "trace", "electricitymaps")
 FORECASTERS = ("auto", "svr", "persistence")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 ENV_PREFIX = "PERSEUSD_"
+POOL_TARGETS = ("frontier", "uniform")
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,9 @@ class DaemonConfig:
     # falls back to without a grant (W; 0 = its floor, the GPUs' minimum power limits).
     power_pool: str = ""
     power_pool_safe_cap_w: float = 0.0
+    power_pool_target: str = "frontier"
+    """How a grant is held: "frontier" (the node cap: frontier points, then limits) or "uniform" (one GPU
+    power limit level summing to the grant, for nodes whose jobs are not under perseusd)."""
     # Prometheus metrics (docs/metrics.md), both off by default: an HTTP listener (port 0 = off) and/or the
     # node_exporter textfile collector (a directory; "" = off), rewritten atomically every interval.
     metrics_http_port: int = 0
@@ -144,6 +148,10 @@ class DaemonConfig:
             _require(
                 bool(self.etcd_endpoints.strip()), "power_pool needs etcd_endpoints (the pool lives in etcd)"
             )
+        _require(
+            self.power_pool_target in POOL_TARGETS,
+            "power_pool_target must be one of " + ", ".join(POOL_TARGETS),
+        )
         _require(0 <= self.power_pool_safe_cap_w < 1e7, "power_pool_safe_cap_w must be 0 (the floor)..1e7 W")
 
     def cluster(self) -> ClusterConfig | None:

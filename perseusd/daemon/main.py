@@ -176,9 +176,12 @@ def cluster_link(config: DaemonConfig) -> Iterator[ClusterLink | None]:
 
 
 @contextlib.contextmanager
-def power_pool(config: DaemonConfig, registry: GpuRegistry) -> Iterator[Mapping[type[Message], Handler]]:
-    """With etcd: the pool admin requests; with a pool too, this node's pool agent applying its grant as
-    uniform GPU power limits (stopped on exit: lease revoked, limits put back). Nothing without etcd."""
+def power_pool(
+    config: DaemonConfig, registry: GpuRegistry, node_cap: NodeCap
+) -> Iterator[Mapping[type[Message], Handler]]:
+    """With etcd: the pool admin requests; with a pool too, this node's pool agent applying its grant through
+    the node cap (`power_pool_target = "frontier"`) or as uniform GPU power limits (stopped on exit: lease
+    revoked, limits put back). Nothing without etcd."""
     cluster = config.cluster()
     if cluster is None:
         yield {}
@@ -190,9 +193,12 @@ def power_pool(config: DaemonConfig, registry: GpuRegistry) -> Iterator[Mapping[
     requests = PoolRequests(cluster)
     agent = None
     if config.power_pool:
-        target = UniformPowerTarget(registry)
         settings = PoolSettings(config.power_pool, config.power_pool_safe_cap_w)
-        agent = PoolAgent(cluster, settings, target, target.measure_and_hold_w)
+        if config.power_pool_target == "uniform":
+            uniform = UniformPowerTarget(registry)
+            agent = PoolAgent(cluster, settings, uniform, uniform.measure_and_hold_w)
+        else:
+            agent = PoolAgent(cluster, settings, node_cap, node_cap.measured_w)
         agent.start()
         logger.info("power pool %s: node %s joined", config.power_pool, cluster.node_name)
     try:
@@ -257,24 +263,25 @@ def run_daemon(config: DaemonConfig, reload_config: Callable[[], DaemonConfig]) 
             plan_book(config, registry) as plans,
             cluster_link(config) as cluster,
             job_manager(config, registry, plans, cluster) as jobs,
-            power_pool(config, registry) as pool_handlers,
         ):
             cap_settings = CapSettings(config.power_cap_window_s, config.power_cap_enforcement)
-            core = DaemonCore(
-                registry,
-                leases,
-                keeper,
-                EventTracker(),
-                version=__version__,
-                is_admin=policy.is_admin,
-                plans=plans,
-                jobs=jobs,
-                extra_handlers=energy_requests(config, registry).handlers(),
-                admin_handlers=pool_handlers,
-                power_cap=NodeCap(registry, keeper, leases, jobs, cap_settings),
-            )
-            with metrics_exposure(config, core, calls):
-                return serve(config, reload_config, policy, core)
+            node_cap = NodeCap(registry, keeper, leases, jobs, cap_settings)
+            with power_pool(config, registry, node_cap) as pool_handlers:
+                core = DaemonCore(
+                    registry,
+                    leases,
+                    keeper,
+                    EventTracker(),
+                    version=__version__,
+                    is_admin=policy.is_admin,
+                    plans=plans,
+                    jobs=jobs,
+                    extra_handlers=energy_requests(config, registry).handlers(),
+                    admin_handlers=pool_handlers,
+                    power_cap=node_cap,
+                )
+                with metrics_exposure(config, core, calls):
+                    return serve(config, reload_config, policy, core)
 
 
 @contextlib.contextmanager

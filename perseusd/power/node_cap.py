@@ -117,6 +117,7 @@ class NodeCap:
         self.last_loads: list[JobLoad] = []
         self._demand_w = sum(i.power_limit_max_w for i in registry.infos())
         self._priority_demand_w: dict[int, float] = {}
+        self._measured_w: float | None = None
         self.ranges = self._ranges = tuple(
             GpuRange(i.uuid, i.power_limit_min_w, i.power_limit_max_w) for i in registry.infos()
         )
@@ -135,6 +136,11 @@ class NodeCap:
         """As of the last tick (any thread may ask)."""
         with self._lock:
             return dict(self._priority_demand_w)
+
+    def measured_w(self) -> float | None:
+        """The node's power over the last enforcement window (W, from the counters; any thread may ask)."""
+        with self._lock:
+            return self._measured_w
 
     def apply_grant_w(self, grant_w: float | None) -> None:
         with self._lock:
@@ -236,6 +242,9 @@ class NodeCap:
                 stamps.append(t_ns)
             if stamps:
                 self.window.add(sum(stamps) / len(stamps) / 1e9, energies)
+                reading = self.window.power()
+                with self._lock:
+                    self._measured_w = reading.power_w if reading is not None else None
             self._reads = {}
         if not self._reads and now_s >= self._next_sample_s:
             self._next_sample_s = now_s + (SAMPLE_PERIOD_S if self.active else IDLE_SAMPLE_PERIOD_S)

@@ -12,6 +12,7 @@ import json
 import signal
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -178,6 +179,39 @@ def test_quorum_loss_keeps_the_grant_then_the_safe_cap(run: PoolRun, etcd: EtcdC
     etcd.restart()  # back: new leases, new grants
     _settle(run, 1500)
     assert _grants(run) == dict.fromkeys(run.daemons, 500.0)
+    _assert_invariant(run, first)
+
+
+def test_the_node_cap_holds_a_pool_grant(run: PoolRun) -> None:
+    """With the default target the grant goes to the node cap (docs/power-caps.md): `cap status` shows it,
+    the idle GPUs' limits sum to at most the grant, and a withdrawn grant gives the limits back."""
+    first = run.revision()
+    run.start_node("node-a", target="frontier")
+    run.start_node("node-b", target="frontier")
+    run.set_budget(1000)
+    _settle(run, 1000)
+    assert _grants(run) == {"node-a": 500.0, "node-b": 500.0}
+
+    def cap_status(node: str) -> dict[str, Any]:
+        shown = run.ctl(node, "cap", "status", "--json")
+        assert shown.returncode == 0, shown.stderr
+        result: dict[str, Any] = json.loads(shown.stdout)
+        return result
+
+    for node in ("node-a", "node-b"):
+        assert wait_for(lambda n=node: cap_status(n)["pool_grant_w"] == 500.0, SETTLE_S) is not None  # type: ignore[misc]
+        status = cap_status(node)
+        assert status["grant_w"] == 500.0
+        assert status["feasible"] is True
+        held = wait_for(lambda n=node: 2 * MIN_W <= run.gpu_limits_w(n) <= 500.0 + 0.5, SETTLE_S)  # type: ignore[misc]
+        assert held is not None, run.gpu_limits_w(node)
+
+    run.daemons["node-a"].stop()  # SIGTERM: lease revoked, limits put back, its share to node-b
+    assert run.gpu_limits_w("node-a") == 2 * MAX_W
+    assert wait_for(lambda: _grants(run) == {"node-b": 800.0}, SETTLE_S) is not None
+    run.set_budget(None)
+    assert wait_for(lambda: run.gpu_limits_w("node-b") == 2 * MAX_W, SETTLE_S) is not None
+    assert wait_for(lambda: cap_status("node-b")["grant_w"] is None, SETTLE_S) is not None
     _assert_invariant(run, first)
 
 

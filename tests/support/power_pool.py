@@ -51,7 +51,7 @@ class PoolRun:
         self.store = EtcdStore([parse_endpoint(e) for e in etcd.endpoints], timeout_s=1.0, attempts=9)
         self.daemons: dict[str, DaemonProcess] = {}
 
-    def env(self, node: str, safe_cap_w: float = 0.0) -> dict[str, str]:
+    def env(self, node: str, safe_cap_w: float = 0.0, target: str = "uniform") -> dict[str, str]:
         return {
             "PERSEUSD_ETCD_ENDPOINTS": ",".join(self.etcd.endpoints),
             "PERSEUSD_CLUSTER_NODE_NAME": node,
@@ -61,10 +61,15 @@ class PoolRun:
             "PERSEUSD_JOB_CACHE": "false",
             "PERSEUSD_POWER_POOL": self.pool,
             "PERSEUSD_POWER_POOL_SAFE_CAP_W": str(safe_cap_w),
+            "PERSEUSD_POWER_POOL_TARGET": target,
         }
 
-    def start_node(self, node: str, gpus: int = 2, safe_cap_w: float = 0.0) -> DaemonProcess:
-        daemon = DaemonProcess(DaemonDirs.create(), gpus=gpus, env=self.env(node, safe_cap_w))
+    def start_node(
+        self, node: str, gpus: int = 2, safe_cap_w: float = 0.0, target: str = "uniform"
+    ) -> DaemonProcess:
+        """A daemon in the pool; `target` is its `power_pool_target` (the tests of the pool's own mechanics
+        use "uniform": its limits are the grant, to the watt)."""
+        daemon = DaemonProcess(DaemonDirs.create(), gpus=gpus, env=self.env(node, safe_cap_w, target))
         self.daemons[node] = daemon
         return daemon.start()
 
