@@ -30,7 +30,8 @@ from perseus_client.protocol import (
 from perseusd.daemon.energy_sampler import EnergySampler
 from perseusd.daemon.plans import PlanBook
 from perseusd.errors import PerseusError
-from perseusd.gpu.backend import GpuInfo
+from perseusd.gpu.backend import GpuInfo, power_capped
+from perseusd.gpu.owner import GpuReading
 from perseusd.jobs.cache import JobCache
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
 from perseusd.jobs.cluster_link import ClusterLink
@@ -57,6 +58,12 @@ RUNNING_SAMPLE_PERIOD_S = 1.0
 """How often a running job's energy counters are read (a mean power over many seconds needs no more)."""
 
 MAX_ENDED_JOBS = 32
+CAPPING_READS = 8
+"""GPU reads at the highest clock, while computations run, to see whether and where it is power-capped."""
+
+
+def _finished(futures: list[Future[GpuReading]]) -> list[GpuReading]:
+    return [f.result() for f in futures if f.done() and f.exception() is None]
 
 
 class JobGpus(Protocol):
@@ -65,6 +72,7 @@ class JobGpus(Protocol):
     def info(self, uuid: str) -> GpuInfo: ...
     def submit_locked_sm_clock_mhz(self, uuid: str, clock_mhz: int) -> Future[int]: ...
     def clock_set_latency_ns(self, uuid: str) -> int | None: ...
+    def submit_read(self, uuid: str) -> Future[GpuReading]: ...
 
 
 @dataclass(frozen=True)
@@ -259,6 +267,7 @@ class JobManager:
                 slot.open_since_ns[(message.instruction, message.microbatch, message.chunk)] = (
                     message.timestamp_ns
                 )
+                self._read_capping(slot)
         elif isinstance(message, ComputationEnd):
             self._computation_end(slot, message)
             if job.state == RUNNING:
@@ -282,6 +291,13 @@ class JobManager:
         started_ns = slot.open_since_ns.pop((message.instruction, message.microbatch, message.chunk), None)
         clock_mhz = slot.iteration_clock_mhz
         if started_ns is None or clock_mhz is None or message.timestamp_ns <= started_ns:
+            return
+        applied_ns = slot.clock_applied_ns
+        if applied_ns is None or started_ns < applied_ns:
+            # Began before the iteration's clock was applied: it ran at a mix of clocks. Not a measurement,
+            # and the counter windows it overlaps are dropped.
+            if len(slot.blind_spans) < MAX_INTERVALS:
+                slot.blind_spans.append((started_ns, message.timestamp_ns))
             return
         if len(slot.intervals) < MAX_INTERVALS:
             key = slot.key(message.instruction, message.chunk)
@@ -308,13 +324,45 @@ class JobManager:
         if clock_mhz is None or (clock_mhz == slot.requested_mhz and slot.clock_future is not None):
             return
         slot.requested_mhz = clock_mhz
-        slot.clock_future = self._gpus.submit_locked_sm_clock_mhz(slot.gpu, clock_mhz)
+        slot.clock_applied_ns = None
+        future = self._gpus.submit_locked_sm_clock_mhz(slot.gpu, clock_mhz)
+        slot.clock_future = future
+
+        def applied(done: Future[int]) -> None:
+            # On the GPU's owner thread: when the lock call returned, the new clock was in force.
+            if slot.clock_future is done and done.exception() is None:
+                slot.clock_applied_ns = self._clock_ns()
+
+        future.add_done_callback(applied)
+
+    def _read_capping(self, slot: StageSlot) -> None:
+        """At the highest clock, read the GPU while it computes (a few reads per iteration): the clock it
+        really runs and whether the power limit holds it down."""
+        sweep = slot.sweep
+        if sweep is None or sweep.clocks_done > 0 or len(slot.capping_reads) >= CAPPING_READS:
+            return
+        if slot.clock_applied_ns is None:
+            return
+        slot.capping_reads.append(self._gpus.submit_read(slot.gpu))
+
+    def _capped_clock_mhz(self, slot: StageSlot) -> int | None:
+        """The clock the GPU ran while power-capped at the highest clock (median of the reads that say
+        capped; None when none did)."""
+        clocks = sorted(
+            reading.sm_clock_mhz
+            for reading in _finished(slot.capping_reads)
+            if reading.sm_clock_mhz is not None
+            and reading.clock_event_reasons is not None
+            and power_capped(reading.clock_event_reasons)
+        )
+        return clocks[len(clocks) // 2] if clocks else None
 
     def _iteration_done(self, job: Job, slot: StageSlot) -> None:
         if job.state not in (REGISTERED, PROFILING) or slot.sweep is None or slot.sweep.done:
             return
         if slot.steps_done <= self.settings.warmup_iterations:
             slot.intervals.clear()  # warm-up iterations are discarded
+            slot.blind_spans.clear()
             slot.profiling_since_ns = slot.segment_since_ns = self._clock_ns()
             self._request_clock(slot, slot.sweep.current_clock_mhz)
             return
@@ -331,18 +379,25 @@ class JobManager:
         of the first segment reused) and let the sweep decide; a finished segment's options are kept."""
         clock_mhz = sweep.current_clock_mhz
         samples = self._sampler.samples(slot.gpu, slot.segment_since_ns)
-        current = estimate_stage(slot.intervals, samples, p_block_w=slot.p_block_w)
+        # The blocking power is regressed per clock (a GPU idles at a power that follows its locked clock);
+        # a segment with no idle time to tell it apart falls back on the first segment's.
+        blind = slot.blind_spans
+        current = estimate_stage(slot.intervals, samples, blind=blind)
+        if current.p_block_w is None and slot.p_block_w is not None:
+            current = estimate_stage(slot.intervals, samples, p_block_w=slot.p_block_w, blind=blind)
         p_block_w = slot.p_block_w if slot.p_block_w is not None else current.p_block_w
         slot.estimate = StageEstimate(
             options={**slot.done_options, **current.options}, p_block_w=p_block_w, windows=current.windows
         )
-        sweep.iteration_done(slot.estimate)
+        capped_mhz = self._capped_clock_mhz(slot) if sweep.clocks_done == 0 else None
+        sweep.iteration_done(slot.estimate, capped_clock_mhz=capped_mhz)
         if sweep.current_clock_mhz != clock_mhz:  # the segment is done: keep it, start the next one
             if clock_mhz == max(slot.supported_clocks_mhz) and slot.all_max_energy_j is None:
                 slot.all_max_energy_j = iteration_energy_j(samples, slot.mean_iteration_time_s())
             slot.done_options.update({k: v for k, v in current.options.items() if k[1] == clock_mhz})
             slot.p_block_w = p_block_w
             slot.intervals.clear()
+            slot.blind_spans.clear()
             slot.segment_since_ns = self._clock_ns()
 
     def _profiling_finished(self, job: Job) -> bool:

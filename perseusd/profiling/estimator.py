@@ -137,7 +137,11 @@ class _Fit:
 
 
 def estimate_stage(
-    intervals: Sequence[Interval], samples: Sequence[CounterSample], *, p_block_w: float | None = None
+    intervals: Sequence[Interval],
+    samples: Sequence[CounterSample],
+    *,
+    p_block_w: float | None = None,
+    blind: Sequence[tuple[int, int]] = (),
 ) -> StageEstimate:
     """Estimate every (key, clock)'s time and energy per computation on one GPU (see the module docstring).
 
@@ -145,6 +149,8 @@ def estimate_stage(
         intervals: the GPU's computations, in any order.
         samples: the GPU's kept counter samples (`CounterTrace.samples`), in any order.
         p_block_w: the GPU's blocking power when known; None: regress it too.
+        blind: (start_ns, end_ns) of computations that ran but are not in `intervals` (their clock is not
+            known): windows overlapping them are dropped.
     """
     if not intervals:
         return StageEstimate({}, p_block_w, 0)
@@ -153,6 +159,9 @@ def estimate_stage(
     if not groups:
         return StageEstimate({}, p_block_w, 0)
     windows = _usable_windows(samples, groups, origin_ns)
+    if blind:
+        spans = np.array(sorted(blind), dtype=np.int64).reshape(-1, 2) - origin_ns
+        windows = windows.select(_overlap_s(windows, spans[:, 0], spans[:, 1]) <= 0)
     fit_keys, overlaps_s = _overlap_matrix(windows, groups)
     fit = _fit_powers(windows, overlaps_s, p_block_w)
     if fit is None:
