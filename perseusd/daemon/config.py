@@ -45,7 +45,7 @@ class DaemonConfig:
     profile_max_iterations: int = 300
     profile_clock_stride: int = 1
     profile_min_clock_mhz: int = 0
-    profile_iteration_budget: int = 48
+    profile_iteration_budget: int = 40
     """Space the profiled clocks so that they fit about this many iterations at the pace the highest clock
     took (0: profile every clock the stride allows)."""
     energy_sample_period_s: float = 0.01

@@ -49,7 +49,7 @@ from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv
 from perseusd.planner.switching import SwitchModel
 from perseusd.profiling.adequacy import plan_problems
-from perseusd.profiling.estimator import OptionEstimate, StageEstimate, estimate_stage
+from perseusd.profiling.estimator import OptionEstimate, StageEstimate, estimate_segment
 from perseusd.profiling.sweep import StageSweep, SweepSettings
 from perseusd.profiling.trace import Interval, OptionKey
 
@@ -379,12 +379,9 @@ class JobManager:
         of the first segment reused) and let the sweep decide; a finished segment's options are kept."""
         clock_mhz = sweep.current_clock_mhz
         samples = self._sampler.samples(slot.gpu, slot.segment_since_ns)
-        # The blocking power is regressed per clock (a GPU idles at a power that follows its locked clock);
-        # a segment with no idle time to tell it apart falls back on the first segment's.
-        blind = slot.blind_spans
-        current = estimate_stage(slot.intervals, samples, blind=blind)
-        if current.p_block_w is None and slot.p_block_w is not None:
-            current = estimate_stage(slot.intervals, samples, p_block_w=slot.p_block_w, blind=blind)
+        current = estimate_segment(
+            slot.intervals, samples, blind=slot.blind_spans, fallback_p_block_w=slot.p_block_w
+        )
         p_block_w = slot.p_block_w if slot.p_block_w is not None else current.p_block_w
         slot.estimate = StageEstimate(
             options={**slot.done_options, **current.options}, p_block_w=p_block_w, windows=current.windows

@@ -77,15 +77,19 @@ class SweepSettings:
 
 
 ONLINE_SWEEP: dict[str, int] = {
-    "rise_limit": 2,
+    "rise_limit": 1,
     "max_iterations_per_clock": 8,
     "hard_max_iterations_per_clock": 12,
     "min_windows_per_clock": 40,
     "min_precise_windows": 24,
 }
 """The daemon's per-clock settings (docs/profiling.md, "The sweep"): a clock is precise with 24 windows and
-a 1 % standard error, or given up after 8 iterations and 40 windows (12 iterations at most); two rises in a
-row stop the sweep (the spaced clocks are far enough apart that noise rarely fakes two)."""
+a 1 % standard error, or given up after 8 iterations and 40 windows (12 iterations at most); one rise stops
+the sweep (the budget spaces clocks ~200 MHz apart on an H100: a rise that far is real, and one faked by
+noise near the flat minimum costs only clocks below the least energy)."""
+
+RISE_MIN_SLOWER = 0.005
+"""A lower clock counts as a rise only when it is also this much slower than the higher one."""
 
 BUDGET_RANGE = 0.5
 """A budget is spread over the clocks down to this fraction of the highest: GPUs' least energy lies above
@@ -212,7 +216,10 @@ class StageSweep:
             lower = estimate.options.get((key, lower_mhz))
             if higher is None or lower is None:
                 continue
-            self._rises[key] = self._rises[key] + 1 if lower.energy_j > higher.energy_j else 0
+            # A rise needs a slower lower clock too: under a power cap the top clocks run alike (flat time),
+            # and noise there says nothing about the curve below.
+            slower = lower.time_s > higher.time_s * (1.0 + RISE_MIN_SLOWER)
+            self._rises[key] = self._rises[key] + 1 if slower and lower.energy_j > higher.energy_j else 0
 
     def kept(self, estimate: StageEstimate) -> list[OptionEstimate]:
         """This stage's measured options that can be Pareto-optimal, per key in (time, energy).
