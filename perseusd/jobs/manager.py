@@ -598,9 +598,14 @@ class JobManager:
     def _deploy_point(self, job: Job, slot: StageSlot, index: int) -> None:
         """Install frontier point `index`'s plan on one GPU of the job."""
         entries = job.plan_entries(slot.stage, index)
+        slack = job.plan_slack_s(index)
         try:
             self._plans.set(
-                slot.gpu, entries, slot.supported_clocks_mhz, job.plan_times_s(slot.stage, entries)
+                slot.gpu,
+                entries,
+                slot.supported_clocks_mhz,
+                job.plan_times_s(slot.stage, entries),
+                slack_s=None if slack is None else slack[slot.stage],
             )
         except ProtocolError as exc:
             job.enter(FAILED, f"deploying the plan on {slot.gpu} failed: {exc.message}")
