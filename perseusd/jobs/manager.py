@@ -346,16 +346,17 @@ class JobManager:
         slot.capping_reads.append(self._gpus.submit_read(slot.gpu))
 
     def _capped_clock_mhz(self, slot: StageSlot) -> int | None:
-        """The clock the GPU ran while power-capped at the highest clock (median of the reads that say
-        capped; None when none did)."""
-        clocks = sorted(
-            reading.sm_clock_mhz
-            for reading in _finished(slot.capping_reads)
-            if reading.sm_clock_mhz is not None
-            and reading.clock_event_reasons is not None
-            and power_capped(reading.clock_event_reasons)
-        )
-        return clocks[len(clocks) // 2] if clocks else None
+        """The clock the GPU ran at the highest clock when every read found it power-capped: the highest
+        clock read (None when any read found it running uncapped, or none finished). A lock above it changes
+        nothing for any computation; when only some computations are capped, the others need those clocks."""
+        readings = [
+            r
+            for r in _finished(slot.capping_reads)
+            if r.sm_clock_mhz is not None and r.clock_event_reasons is not None
+        ]
+        if not readings or not all(power_capped(r.clock_event_reasons or 0) for r in readings):
+            return None
+        return max(r.sm_clock_mhz or 0 for r in readings)
 
     def _iteration_done(self, job: Job, slot: StageSlot) -> None:
         if job.state not in (REGISTERED, PROFILING) or slot.sweep is None or slot.sweep.done:

@@ -38,7 +38,9 @@ class SweepSettings:
     """How a stage's sweep decides when a clock is done and when to stop."""
 
     rise_limit: int = 5
-    """Stop a key after its energy rose this many times in a row (clock by clock, going down)."""
+    """Stop a key after its energy rose this many times in a row (clock by clock, going down) ..."""
+    rise_span_mhz: int = 0
+    """... and over at least this many MHz (more rises when the clocks are close; 0: `rise_limit` only)."""
     min_computations: int = 8
     """Computations per (key, clock) before a clock is done ..."""
     target_energy_rel_err: float = 0.01
@@ -78,15 +80,17 @@ class SweepSettings:
 
 ONLINE_SWEEP: dict[str, int] = {
     "rise_limit": 1,
+    "rise_span_mhz": 75,
     "max_iterations_per_clock": 8,
     "hard_max_iterations_per_clock": 12,
     "min_windows_per_clock": 40,
     "min_precise_windows": 24,
 }
 """The daemon's per-clock settings (docs/profiling.md, "The sweep"): a clock is precise with 24 windows and
-a 1 % standard error, or given up after 8 iterations and 40 windows (12 iterations at most); one rise stops
-the sweep (the budget spaces clocks ~200 MHz apart on an H100: a rise that far is real, and one faked by
-noise near the flat minimum costs only clocks below the least energy)."""
+a 1 % standard error, or given up after 8 iterations and 40 windows (12 iterations at most); rises over
+75 MHz stop the sweep (one rise where the budget spaces clocks ~200 MHz apart, as on an H100: a rise that far
+is real, and one faked by noise near the flat minimum costs only clocks below the least energy; five where
+every 15 MHz clock is profiled, as on an A100)."""
 
 RISE_MIN_SLOWER = 0.005
 """A lower clock counts as a rise only when it is also this much slower than the higher one."""
@@ -167,7 +171,7 @@ class StageSweep:
             self._plan_rest(self._iterations)
         self._index += 1
         self._iterations = 0
-        stopped = all(rises >= self._settings.rise_limit for rises in self._rises.values())
+        stopped = all(rises >= self._rises_needed() for rises in self._rises.values())
         self._done = stopped or self._index == len(self._clocks_mhz)
 
     def _plan_rest(self, first_iterations: int) -> None:
@@ -206,6 +210,15 @@ class StageSweep:
             return False
         options = [estimate.options.get((key, clock_mhz)) for key in self._keys]
         return all(o is not None and o.windows >= settings.min_windows_per_clock for o in options)
+
+    def _rises_needed(self) -> int:
+        """`rise_limit`, or more when the profiled clocks are close together: the rises in a row must span at
+        least `rise_span_mhz` (noise fakes a rise between clocks 15 MHz apart, rarely over 75)."""
+        span_mhz = self._settings.rise_span_mhz
+        if len(self._clocks_mhz) < 2 or span_mhz <= 0:
+            return self._settings.rise_limit
+        spacing_mhz = max(1, self._clocks_mhz[-2] - self._clocks_mhz[-1])
+        return max(self._settings.rise_limit, -(-span_mhz // spacing_mhz))
 
     def _count_rises(self, estimate: StageEstimate, higher_mhz: int, lower_mhz: int) -> None:
         """Per key not yet stopped: one more rise in a row, or back to zero; unchanged without both values."""

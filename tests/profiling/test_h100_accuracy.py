@@ -86,14 +86,16 @@ def profile_stage(stage: StageEmulator) -> Profiled:
         first_record = len(stage.records)
         stage.run_iteration(clock)
         iterations += 1
-        capped = [r.clock_mhz for r in stage.records[first_record:] if r.capped]
+        ran = stage.records[first_record:]
+        # As the daemon reads the GPU: the highest clock it ran, when every computation was power-capped.
+        all_capped = bool(ran) and all(r.capped for r in ran)
         intervals = stage.intervals[segment_start:]
         since_ns = intervals[0].start_ns - 20_000_000
         samples = [s for s in stage.trace.samples() if s.t_ns >= since_ns]
         current = estimate_segment(intervals, samples, fallback_p_block_w=p_block_w)
         p_block_w = p_block_w if p_block_w is not None else current.p_block_w
         estimate = StageEstimate({**done, **current.options}, p_block_w, current.windows)
-        capped_mhz = sorted(capped)[len(capped) // 2] if capped and sweep.clocks_done == 0 else None
+        capped_mhz = max(r.clock_mhz for r in ran) if all_capped and sweep.clocks_done == 0 else None
         sweep.iteration_done(estimate, capped_clock_mhz=capped_mhz)
         if sweep.current_clock_mhz != clock:
             done.update({k: v for k, v in current.options.items() if k[1] == clock})
