@@ -222,8 +222,9 @@ class StageSweep:
 
     def _count_rises(self, estimate: StageEstimate, higher_mhz: int, lower_mhz: int) -> None:
         """Per key not yet stopped: one more rise in a row, or back to zero; unchanged without both values."""
+        needed = self._rises_needed()
         for key in self._keys:
-            if self._rises[key] >= self._settings.rise_limit:
+            if self._rises[key] >= needed:
                 continue
             higher = estimate.options.get((key, higher_mhz))
             lower = estimate.options.get((key, lower_mhz))
