@@ -30,9 +30,10 @@ from perseus_client.protocol import (
 from perseusd.daemon.energy_sampler import EnergySampler
 from perseusd.daemon.plans import PlanBook
 from perseusd.errors import PerseusError
-from perseusd.gpu.backend import GpuInfo, power_capped
+from perseusd.gpu.backend import GpuInfo
 from perseusd.gpu.owner import GpuReading
 from perseusd.jobs.cache import JobCache
+from perseusd.jobs.capping import CAPPING_READS, capped_clock_mhz, finished_readings
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
 from perseusd.jobs.cluster_link import ClusterLink
 from perseusd.jobs.job import FAILED, PROFILING, REGISTERED, RUNNING, SOLVING, Job
@@ -58,12 +59,6 @@ RUNNING_SAMPLE_PERIOD_S = 1.0
 """How often a running job's energy counters are read (a mean power over many seconds needs no more)."""
 
 MAX_ENDED_JOBS = 32
-CAPPING_READS = 8
-"""GPU reads at the highest clock, while computations run, to see whether and where it is power-capped."""
-
-
-def _finished(futures: list[Future[GpuReading]]) -> list[GpuReading]:
-    return [f.result() for f in futures if f.done() and f.exception() is None]
 
 
 class JobGpus(Protocol):
@@ -345,19 +340,6 @@ class JobManager:
             return
         slot.capping_reads.append(self._gpus.submit_read(slot.gpu))
 
-    def _capped_clock_mhz(self, slot: StageSlot) -> int | None:
-        """The clock the GPU ran at the highest clock when every read found it power-capped: the highest
-        clock read (None when any read found it running uncapped, or none finished). A lock above it changes
-        nothing for any computation; when only some computations are capped, the others need those clocks."""
-        readings = [
-            r
-            for r in _finished(slot.capping_reads)
-            if r.sm_clock_mhz is not None and r.clock_event_reasons is not None
-        ]
-        if not readings or not all(power_capped(r.clock_event_reasons or 0) for r in readings):
-            return None
-        return max(r.sm_clock_mhz or 0 for r in readings)
-
     def _iteration_done(self, job: Job, slot: StageSlot) -> None:
         if job.state not in (REGISTERED, PROFILING) or slot.sweep is None or slot.sweep.done:
             return
@@ -387,7 +369,9 @@ class JobManager:
         slot.estimate = StageEstimate(
             options={**slot.done_options, **current.options}, p_block_w=p_block_w, windows=current.windows
         )
-        capped_mhz = self._capped_clock_mhz(slot) if sweep.clocks_done == 0 else None
+        capped_mhz = (
+            capped_clock_mhz(finished_readings(slot.capping_reads)) if sweep.clocks_done == 0 else None
+        )
         sweep.iteration_done(slot.estimate, capped_clock_mhz=capped_mhz)
         if sweep.current_clock_mhz != clock_mhz:  # the segment is done: keep it, start the next one
             if clock_mhz == max(slot.supported_clocks_mhz) and slot.all_max_energy_j is None:
