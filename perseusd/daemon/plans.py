@@ -41,6 +41,9 @@ MAX_EVENT_AGE_NS = 1_000_000_000
 PACE_WEIGHT = 0.1
 """Weight of each computation's actual / profiled duration in the plan's running pace."""
 PACE_RANGE = (0.25, 4.0)
+LOWER_SLACK_FACTOR = 2
+"""An early lowering needs this many times the time it runs low in slack: the slack is computed from the
+profile's times, and real computations run a little longer (event overhead, a busy host)."""
 
 
 @dataclass(frozen=True)
@@ -227,7 +230,7 @@ class GpuPlan:
             return
         lead_ns = self._early.lead_ns(self.gpu)
         expected_ns = int(self._times_ns[position] * self.pace)
-        if self._slack_ns[position] < min(lead_ns, expected_ns):
+        if self._slack_ns[position] < LOWER_SLACK_FACTOR * min(lead_ns, expected_ns):
             return
         move = self._moves
         self._early.timer.call_at(

@@ -361,6 +361,7 @@ class JobManager:
         """Estimate the current clock's segment (cheap: only its intervals and samples, the blocking power
         of the first segment reused) and let the sweep decide; a finished segment's options are kept."""
         clock_mhz = sweep.current_clock_mhz
+        slot.segment_iterations += 1
         samples = self._sampler.samples(slot.gpu, slot.segment_since_ns)
         current = estimate_segment(
             slot.intervals, samples, blind=slot.blind_spans, fallback_p_block_w=slot.p_block_w
@@ -374,6 +375,15 @@ class JobManager:
         )
         sweep.iteration_done(slot.estimate, capped_clock_mhz=capped_mhz)
         if sweep.current_clock_mhz != clock_mhz:  # the segment is done: keep it, start the next one
+            logger.info(
+                "gpu %s: profiled %d MHz in %d iterations%s; clocks %s",
+                slot.gpu,
+                clock_mhz,
+                slot.segment_iterations,
+                f" (power-capped at {capped_mhz} MHz)" if capped_mhz is not None else "",
+                ", ".join(str(c) for c in sweep.clocks_mhz),
+            )
+            slot.segment_iterations = 0
             if clock_mhz == max(slot.supported_clocks_mhz) and slot.all_max_energy_j is None:
                 slot.all_max_energy_j = iteration_energy_j(samples, slot.mean_iteration_time_s())
             slot.done_options.update({k: v for k, v in current.options.items() if k[1] == clock_mhz})

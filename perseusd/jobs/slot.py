@@ -45,6 +45,8 @@ class StageSlot:
     iteration_clock_mhz: int | None = None
     profiling_since_ns: int = 0
     segment_since_ns: int = 0
+    segment_iterations: int = 0
+    """Profiling iterations at the current clock so far."""
     """Start of the current clock's segment: only its intervals and samples are estimated each iteration."""
     done_options: dict[tuple[OptionKey, int], OptionEstimate] = field(default_factory=dict)
     p_block_w: float | None = None
