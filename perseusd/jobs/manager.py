@@ -59,6 +59,8 @@ RUNNING_SAMPLE_PERIOD_S = 1.0
 """How often a running job's energy counters are read (a mean power over many seconds needs no more)."""
 
 MAX_ENDED_JOBS = 32
+MIN_RUN_LEADS = 2.0
+"""Lowered runs shorter than this many clock leads are merged into a higher neighbour before deployment."""
 
 
 class JobGpus(Protocol):
@@ -497,7 +499,7 @@ class JobManager:
             return None
         latency_s = max(latencies_s)
         lead_s = latency_s + self.settings.clock_lead_s if self.settings.clock_lead_s > 0 else 0.0
-        return SwitchModel(latency_s, lead_s)
+        return SwitchModel(latency_s, lead_s, min_run_s=MIN_RUN_LEADS * lead_s)
 
     def tick(self) -> None:
         """From the main loop: collect finished solves, retry waiting jobs."""
