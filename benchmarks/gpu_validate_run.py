@@ -1,8 +1,9 @@
 """The GPU side of `benchmarks/gpu_validate.py`: torch, NVML and the daemon (imported only on a GPU machine).
 
-Energy is read from the GPU's counter, which moves every ~100 ms: a measurement waits for an update at both
-ends of a steady run (polled every 1 ms) and divides by the time between the two updates, so it is a mean
-power over whole counter periods; per-execution energy is that power times the mean execution time.
+Energy is read from the GPU's counter, which moves every ~100 ms: a measurement keeps the GPU busy and takes
+the counter's updates at both ends of a window of at least 1 s (read right after the update, while the work
+still runs), so it is the mean power over whole counter periods of steady work; per-execution energy is that
+power times the mean execution time, timed separately with synchronization at both ends.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from perseusd.gpu.probe import energy_counter_period
 
 JOB = "gpu-validate"
 SWEEP_WINDOW_S = 1.2
+SWEEP_CALLS = 20
+JOB_WINDOW_S = 2.0
 DAEMON_READY_S = 30.0
 SETTLE_ITERATIONS = 3
 
@@ -56,20 +59,43 @@ def wait_update(device: GpuDevice, timeout_s: float = 1.0) -> tuple[float, float
     return time.monotonic(), device.energy_mj() / 1000.0
 
 
-def mean_power_w(device: GpuDevice, work: Callable[[], None], window_s: float) -> tuple[float, float, int]:
-    """Run `work` back to back for at least `window_s` between two counter updates: (mean power W, mean
-    time per call s, calls)."""
-    work()
-    torch.cuda.synchronize()
-    t0, e0 = wait_update(device)
-    calls, begun = 0, time.monotonic()
+def _work_until_update(device: GpuDevice, work: Callable[[], None]) -> tuple[float, float]:
+    """Keep the GPU busy with `work` until the counter moves: (time s, energy J) of that update."""
+    start_mj = device.energy_mj()
+    for _ in range(10_000):
+        work()
+        value_mj = device.energy_mj()
+        if value_mj != start_mj:
+            return time.monotonic(), value_mj / 1000.0
+    raise RuntimeError("the energy counter did not move")
+
+
+def busy_power_w(device: GpuDevice, work: Callable[[], None], window_s: float) -> float:
+    """Mean power while `work` runs back to back, between two counter updates at least `window_s` apart,
+    both read while the GPU is busy (an idle tail would bias it low)."""
+    t0, e0 = _work_until_update(device, work)
     while time.monotonic() - t0 < window_s:
         work()
-        calls += 1
+    t1, e1 = _work_until_update(device, work)
     torch.cuda.synchronize()
-    ended = time.monotonic()
-    t1, e1 = wait_update(device)  # the GPU idles from `ended`: the power is biased low by at most one period
-    return (e1 - e0) / (t1 - t0), (ended - begun) / calls, calls
+    return (e1 - e0) / (t1 - t0)
+
+
+def mean_time_s(work: Callable[[], None], calls: int) -> float:
+    """Mean time of `work` over `calls` back-to-back calls, synchronized at both ends."""
+    torch.cuda.synchronize()
+    begun = time.monotonic()
+    for _ in range(calls):
+        work()
+    torch.cuda.synchronize()
+    return (time.monotonic() - begun) / calls
+
+
+def measure(device: GpuDevice, work: Callable[[], None], window_s: float, calls: int) -> tuple[float, float]:
+    """(mean power W while busy, mean time per call s)."""
+    work()
+    time_s = mean_time_s(work, calls)
+    return busy_power_w(device, work, window_s), time_s
 
 
 def build_stage_module(args: argparse.Namespace) -> nn.Module:
@@ -104,8 +130,8 @@ def locked_sweep(device: GpuDevice, module: nn.Module, x: torch.Tensor, clocks: 
     rows = []
     for clock in clocks:
         device.set_locked_sm_clock_mhz(clock)
-        f_w, f_s, _ = mean_power_w(device, forward, SWEEP_WINDOW_S)
-        fb_w, fb_s, _ = mean_power_w(device, forward_backward, SWEEP_WINDOW_S)
+        f_w, f_s = measure(device, forward, SWEEP_WINDOW_S, SWEEP_CALLS)
+        fb_w, fb_s = measure(device, forward_backward, SWEEP_WINDOW_S, SWEEP_CALLS)
         module.zero_grad(set_to_none=True)
         rows.append(SweepRow(clock, f_s, f_w * f_s, fb_s - f_s, fb_w * fb_s - f_w * f_s))
     device.reset_locked_sm_clock()
@@ -130,16 +156,8 @@ def job_iterations(
 
     for _ in range(SETTLE_ITERATIONS):
         step()
-    torch.cuda.synchronize()
-    t0, e0 = wait_update(device)
-    begun = time.monotonic()
-    for _ in range(count):
-        step()
-    torch.cuda.synchronize()
-    ended = time.monotonic()
-    t1, e1 = wait_update(device)
-    time_s = (ended - begun) / count
-    return {"time_s": time_s, "energy_j": (e1 - e0) / (t1 - t0) * time_s}
+    power_w, time_s = measure(device, step, JOB_WINDOW_S, count)
+    return {"time_s": time_s, "energy_j": power_w * time_s}
 
 
 def idle_power_w(device: GpuDevice, clock_mhz: int) -> float:
@@ -225,7 +243,7 @@ def _profile_and_run(
     result: dict[str, Any] = {
         "state": None if info is None else info.state,
         "error": None if info is None else info.error,
-        "profiling_iterations": None if info is None else info.profiling.get("iterations"),
+        "profiling_iterations": None if info is None else (info.profiling or {}).get("iterations"),
         "iterations_run": iterations,
     }
     if info is None or info.state != "running":
