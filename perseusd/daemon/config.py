@@ -45,6 +45,9 @@ class DaemonConfig:
     profile_max_iterations: int = 300
     profile_clock_stride: int = 1
     profile_min_clock_mhz: int = 0
+    profile_iteration_budget: int = 40
+    """Space the profiled clocks so that they fit about this many iterations at the pace the highest clock
+    took (0: profile every clock the stride allows)."""
     energy_sample_period_s: float = 0.01
     clock_lead_ms: float = 2.0
     """A higher next clock is set the GPU's measured clock-set latency plus this margin before the running
@@ -112,6 +115,7 @@ class DaemonConfig:
         _require(self.profile_max_iterations >= 1, "profile_max_iterations must be >= 1")
         _require(self.profile_clock_stride >= 1, "profile_clock_stride must be >= 1")
         _require(self.profile_min_clock_mhz >= 0, "profile_min_clock_mhz must be >= 0")
+        _require(self.profile_iteration_budget >= 0, "profile_iteration_budget must be >= 0")
         _require(0.001 <= self.energy_sample_period_s <= 1.0, "energy_sample_period_s must be 0.001..1")
         _require(0 <= self.clock_lead_ms <= 100, "clock_lead_ms must be 0..100")
         _require(self.solver_unit_time_s >= 0, "solver_unit_time_s must be >= 0 (0: automatic)")

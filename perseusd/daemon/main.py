@@ -53,7 +53,7 @@ from perseusd.jobs.solving import SolveWorker
 from perseusd.jobs.straggling import StragglerSettings
 from perseusd.metrics.gpu_calls import GpuCallRecorder, TimedDevice
 from perseusd.power.node_cap import CapSettings, NodeCap
-from perseusd.profiling.sweep import SweepSettings
+from perseusd.profiling.sweep import ONLINE_SWEEP, SweepSettings
 
 logger = logging.getLogger("perseusd")
 
@@ -142,7 +142,10 @@ def locked_runtime_dir(config: DaemonConfig, policy: AccessPolicy) -> Iterator[N
 
 def job_settings(config: DaemonConfig) -> JobSettings:
     sweep = SweepSettings(
-        clock_stride=config.profile_clock_stride, min_clock_mhz=config.profile_min_clock_mhz
+        clock_stride=config.profile_clock_stride,
+        min_clock_mhz=config.profile_min_clock_mhz,
+        iteration_budget=config.profile_iteration_budget,
+        **ONLINE_SWEEP,
     )
     stragglers = StragglerSettings(
         threshold=config.straggler_threshold,

@@ -10,7 +10,10 @@ computation is expected to end (`EarlyRaise`); the lead is the GPU's measured cl
 median duration of its set calls, ~10-12 ms on an H100, ~0 on simulated GPUs) plus a margin
 (`clock_lead_ms`), so a raise has acted when the next computation begins. A raise that waits for the end
 event would let the next computation, often on the critical path, begin at the lower clock.
-Lowering always waits for the end event, so that no computation runs slower than planned. The expected end
+A lower next clock waits for the end event, except where the plan gives each computation's slack (how late
+it may end without delaying the iteration, `perseusd.planner.slack`): a computation that ends its run and has
+the slack to run its last `lead` at the lower clock lowers `lead` before its expected end, so the lowered run
+begins at its clock instead of ~10 ms into it (an H100's lock latency). The expected end
 is scaled by the plan's pace: the running mean of actual / profiled duration (a straggling or throttled GPU
 runs slower than its profile).
 """
@@ -38,6 +41,9 @@ MAX_EVENT_AGE_NS = 1_000_000_000
 PACE_WEIGHT = 0.1
 """Weight of each computation's actual / profiled duration in the plan's running pace."""
 PACE_RANGE = (0.25, 4.0)
+LOWER_SLACK_FACTOR = 2
+"""An early lowering needs this many times the time it runs low in slack: the slack is computed from the
+profile's times, and real computations run a little longer (event overhead, a busy host)."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,7 @@ class GpuPlan:
         times_s: Sequence[float] | None = None,
         early: EarlyRaise | None = None,
         clock_ns: Callable[[], int] = time.monotonic_ns,
+        slack_s: Sequence[float] | None = None,
     ) -> None:
         self.gpu = gpu
         self._order = tuple(keys)
@@ -111,6 +118,7 @@ class GpuPlan:
         self._times_ns = None if times_s is None else tuple(int(t * 1e9) for t in times_s)
         self._early = early if self._times_ns is not None else None
         self._run_left_ns, self._after_run_mhz = run_ends(self._clocks_mhz, self._times_ns or ())
+        self._slack_ns = None if slack_s is None else tuple(int(t * 1e9) for t in slack_s)
         self._clock_ns = clock_ns
         self._submit = submit
         self._requested_mhz: int | None = None  # the last clock submitted
@@ -126,6 +134,7 @@ class GpuPlan:
         self.unplanned = 0
         self.errors = 0
         self.early_raises = 0
+        self.early_lowerings = 0
         self._latencies_ns: deque[int] = deque(maxlen=LATENCY_SAMPLES)
         self._lock = threading.Lock()  # latency samples and applied clock (owner thread)
         self._move_lock = threading.Lock()  # moves and the requested clock (event and timer threads)
@@ -164,6 +173,7 @@ class GpuPlan:
             started_ns = self._trusted(begun_ns)
             self._begun = (position, started_ns)
             self._schedule_raise(position, started_ns)
+            self._schedule_lowering(position, started_ns)
 
     def on_end(self, key: ComputationKey, received_ns: int, ended_ns: int | None = None) -> None:
         """A computation ended (`ended_ns`: when, CLOCK_MONOTONIC, by the sender's account)."""
@@ -207,6 +217,33 @@ class GpuPlan:
             return  # falls during a later computation of the run: scheduled when that one begins
         move = self._moves
         self._early.timer.call_at(deadline_ns, lambda: self._raise(move, following_mhz))
+
+    def _schedule_lowering(self, position: int, started_ns: int) -> None:
+        """If this computation ends its run and the next run is planned lower, and it has the slack to run
+        its last `lead` at the lower clock without delaying the iteration, lower `lead` before its expected
+        end, so that the lowered run begins at its clock (a lowering that waits for the end event acts
+        ~10 ms into the next computation on an H100)."""
+        if self._early is None or self._times_ns is None or self._slack_ns is None:
+            return
+        following_mhz = self._clocks_mhz[self._following(position)]
+        if following_mhz >= self._clocks_mhz[position]:
+            return
+        lead_ns = self._early.lead_ns(self.gpu)
+        expected_ns = int(self._times_ns[position] * self.pace)
+        if self._slack_ns[position] < LOWER_SLACK_FACTOR * min(lead_ns, expected_ns):
+            return
+        move = self._moves
+        self._early.timer.call_at(
+            max(started_ns, started_ns + expected_ns - lead_ns), lambda: self._lower(move, following_mhz)
+        )
+
+    def _lower(self, move: int, clock_mhz: int) -> None:
+        """Timer thread: submit `clock_mhz` unless an event arrived since the lowering was scheduled."""
+        with self._move_lock:
+            if self.retired or move != self._moves:
+                return
+            self.early_lowerings += 1
+            self.ensure(clock_mhz, time.perf_counter_ns())
 
     def _raise(self, move: int, clock_mhz: int) -> None:
         """Timer thread: submit `clock_mhz` unless an event arrived since the raise was scheduled."""
@@ -302,17 +339,24 @@ class PlanBook:
         plan: Sequence[PlanEntry],
         supported_clocks_mhz: Sequence[int],
         times_s: Sequence[float] | None = None,
+        slack_s: Sequence[float] | None = None,
     ) -> GpuPlan:
         """Validate and install a plan (replacing any), and submit its first computation's clock.
 
         `times_s`: each computation's expected time at its planned clock, which lets higher clocks be
         raised early; without it, every change waits for the previous computation's end event.
+        `slack_s`: how late each computation may end without delaying the iteration, which lets lower
+        clocks be set early from computations that have the slack.
         """
         clocks_mhz = validate_plan(plan, supported_clocks_mhz)
         if times_s is not None and len(times_s) != len(plan):
             raise ValueError(f"{len(times_s)} expected times for a plan of {len(plan)} computations")
         keys = [computation_key(e.instruction, e.microbatch, e.chunk) for e in plan]
-        gpu_plan = GpuPlan(gpu, keys, clocks_mhz, self._submit, times_s=times_s, early=self._early)
+        if slack_s is not None and len(slack_s) != len(plan):
+            raise ValueError(f"{len(slack_s)} slacks for a plan of {len(plan)} computations")
+        gpu_plan = GpuPlan(
+            gpu, keys, clocks_mhz, self._submit, times_s=times_s, early=self._early, slack_s=slack_s
+        )
         self.drop(gpu)
         self._plans[gpu] = gpu_plan
         gpu_plan.start(self._clock_ns())

@@ -56,6 +56,10 @@ class GpuRegistry:
         """Lock the SM clock without waiting: the Future gives the clock applied (MHz)."""
         return self._owner(uuid).set_locked_sm_clock_mhz(clock_mhz)
 
+    def submit_read(self, uuid: str) -> Future[GpuReading]:
+        """Read the GPU without waiting (clocks, clock-event reasons, power, energy)."""
+        return self._owner(uuid).read()
+
     def clock_set_latency_ns(self, uuid: str) -> int | None:
         """The GPU's measured clock-set latency (recent median set call, ns); None before the first or for
         an unknown GPU."""

@@ -24,6 +24,7 @@ from perseusd.jobs.slot import StageSlot
 from perseusd.jobs.straggling import ActiveStraggler, PipelineRun
 from perseusd.planner.dag import Instruction
 from perseusd.planner.profile import Measurement, Profile
+from perseusd.planner.slack import stage_slack_s
 from perseusd.profiling.estimator import OptionEstimate
 
 REGISTERED, PROFILING, SOLVING, RUNNING, ENDED, FAILED = (
@@ -206,6 +207,21 @@ class Job:
                 for e in entries
             )
         except PerseusError:
+            return None
+
+    def plan_slack_s(self, index: int) -> list[list[float]] | None:
+        """Per stage, in plan order, how late each computation of point `index` may end without delaying
+        the iteration (from the profile's times at the planned clocks); None when not computable."""
+        if self.orders is None or self.frontier is None:
+            return None
+        times = [
+            self.plan_times_s(stage, self.plan_entries(stage, index)) for stage in range(len(self.orders))
+        ]
+        if any(t is None for t in times):
+            return None
+        try:
+            return stage_slack_s(self.shape.dag(self.orders), [t for t in times if t is not None])
+        except (PerseusError, ValueError):
             return None
 
     def plan_document(self) -> dict[str, Any] | None:

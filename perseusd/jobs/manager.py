@@ -31,7 +31,9 @@ from perseusd.daemon.energy_sampler import EnergySampler
 from perseusd.daemon.plans import PlanBook
 from perseusd.errors import PerseusError
 from perseusd.gpu.backend import GpuInfo
+from perseusd.gpu.owner import GpuReading
 from perseusd.jobs.cache import JobCache
+from perseusd.jobs.capping import CAPPING_READS, capped_clock_mhz, finished_readings
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
 from perseusd.jobs.cluster_link import ClusterLink
 from perseusd.jobs.job import FAILED, PROFILING, REGISTERED, RUNNING, SOLVING, Job
@@ -48,7 +50,7 @@ from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv
 from perseusd.planner.switching import SwitchModel
 from perseusd.profiling.adequacy import plan_problems
-from perseusd.profiling.estimator import OptionEstimate, StageEstimate, estimate_stage
+from perseusd.profiling.estimator import OptionEstimate, StageEstimate, estimate_segment
 from perseusd.profiling.sweep import StageSweep, SweepSettings
 from perseusd.profiling.trace import Interval, OptionKey
 
@@ -57,6 +59,8 @@ RUNNING_SAMPLE_PERIOD_S = 1.0
 """How often a running job's energy counters are read (a mean power over many seconds needs no more)."""
 
 MAX_ENDED_JOBS = 32
+MIN_RUN_LEADS = 2.0
+"""Lowered runs shorter than this many clock leads are merged into a higher neighbour before deployment."""
 
 
 class JobGpus(Protocol):
@@ -65,6 +69,7 @@ class JobGpus(Protocol):
     def info(self, uuid: str) -> GpuInfo: ...
     def submit_locked_sm_clock_mhz(self, uuid: str, clock_mhz: int) -> Future[int]: ...
     def clock_set_latency_ns(self, uuid: str) -> int | None: ...
+    def submit_read(self, uuid: str) -> Future[GpuReading]: ...
 
 
 @dataclass(frozen=True)
@@ -259,6 +264,7 @@ class JobManager:
                 slot.open_since_ns[(message.instruction, message.microbatch, message.chunk)] = (
                     message.timestamp_ns
                 )
+                self._read_capping(slot)
         elif isinstance(message, ComputationEnd):
             self._computation_end(slot, message)
             if job.state == RUNNING:
@@ -282,6 +288,13 @@ class JobManager:
         started_ns = slot.open_since_ns.pop((message.instruction, message.microbatch, message.chunk), None)
         clock_mhz = slot.iteration_clock_mhz
         if started_ns is None or clock_mhz is None or message.timestamp_ns <= started_ns:
+            return
+        applied_ns = slot.clock_applied_ns
+        if applied_ns is None or started_ns < applied_ns:
+            # Began before the iteration's clock was applied: it ran at a mix of clocks. Not a measurement,
+            # and the counter windows it overlaps are dropped.
+            if len(slot.blind_spans) < MAX_INTERVALS:
+                slot.blind_spans.append((started_ns, message.timestamp_ns))
             return
         if len(slot.intervals) < MAX_INTERVALS:
             key = slot.key(message.instruction, message.chunk)
@@ -308,13 +321,33 @@ class JobManager:
         if clock_mhz is None or (clock_mhz == slot.requested_mhz and slot.clock_future is not None):
             return
         slot.requested_mhz = clock_mhz
-        slot.clock_future = self._gpus.submit_locked_sm_clock_mhz(slot.gpu, clock_mhz)
+        slot.clock_applied_ns = None
+        future = self._gpus.submit_locked_sm_clock_mhz(slot.gpu, clock_mhz)
+        slot.clock_future = future
+
+        def applied(done: Future[int]) -> None:
+            # On the GPU's owner thread: when the lock call returned, the new clock was in force.
+            if slot.clock_future is done and done.exception() is None:
+                slot.clock_applied_ns = self._clock_ns()
+
+        future.add_done_callback(applied)
+
+    def _read_capping(self, slot: StageSlot) -> None:
+        """At the highest clock, read the GPU while it computes (a few reads per iteration): the clock it
+        really runs and whether the power limit holds it down."""
+        sweep = slot.sweep
+        if sweep is None or sweep.clocks_done > 0 or len(slot.capping_reads) >= CAPPING_READS:
+            return
+        if slot.clock_applied_ns is None:
+            return
+        slot.capping_reads.append(self._gpus.submit_read(slot.gpu))
 
     def _iteration_done(self, job: Job, slot: StageSlot) -> None:
         if job.state not in (REGISTERED, PROFILING) or slot.sweep is None or slot.sweep.done:
             return
         if slot.steps_done <= self.settings.warmup_iterations:
             slot.intervals.clear()  # warm-up iterations are discarded
+            slot.blind_spans.clear()
             slot.profiling_since_ns = slot.segment_since_ns = self._clock_ns()
             self._request_clock(slot, slot.sweep.current_clock_mhz)
             return
@@ -330,19 +363,35 @@ class JobManager:
         """Estimate the current clock's segment (cheap: only its intervals and samples, the blocking power
         of the first segment reused) and let the sweep decide; a finished segment's options are kept."""
         clock_mhz = sweep.current_clock_mhz
+        slot.segment_iterations += 1
         samples = self._sampler.samples(slot.gpu, slot.segment_since_ns)
-        current = estimate_stage(slot.intervals, samples, p_block_w=slot.p_block_w)
+        current = estimate_segment(
+            slot.intervals, samples, blind=slot.blind_spans, fallback_p_block_w=slot.p_block_w
+        )
         p_block_w = slot.p_block_w if slot.p_block_w is not None else current.p_block_w
         slot.estimate = StageEstimate(
             options={**slot.done_options, **current.options}, p_block_w=p_block_w, windows=current.windows
         )
-        sweep.iteration_done(slot.estimate)
+        capped_mhz = (
+            capped_clock_mhz(finished_readings(slot.capping_reads)) if sweep.clocks_done == 0 else None
+        )
+        sweep.iteration_done(slot.estimate, capped_clock_mhz=capped_mhz)
         if sweep.current_clock_mhz != clock_mhz:  # the segment is done: keep it, start the next one
+            logger.info(
+                "gpu %s: profiled %d MHz in %d iterations%s; clocks %s",
+                slot.gpu,
+                clock_mhz,
+                slot.segment_iterations,
+                f" (power-capped at {capped_mhz} MHz)" if capped_mhz is not None else "",
+                ", ".join(str(c) for c in sweep.clocks_mhz),
+            )
+            slot.segment_iterations = 0
             if clock_mhz == max(slot.supported_clocks_mhz) and slot.all_max_energy_j is None:
                 slot.all_max_energy_j = iteration_energy_j(samples, slot.mean_iteration_time_s())
             slot.done_options.update({k: v for k, v in current.options.items() if k[1] == clock_mhz})
             slot.p_block_w = p_block_w
             slot.intervals.clear()
+            slot.blind_spans.clear()
             slot.segment_since_ns = self._clock_ns()
 
     def _profiling_finished(self, job: Job) -> bool:
@@ -450,7 +499,7 @@ class JobManager:
             return None
         latency_s = max(latencies_s)
         lead_s = latency_s + self.settings.clock_lead_s if self.settings.clock_lead_s > 0 else 0.0
-        return SwitchModel(latency_s, lead_s)
+        return SwitchModel(latency_s, lead_s, min_run_s=MIN_RUN_LEADS * lead_s)
 
     def tick(self) -> None:
         """From the main loop: collect finished solves, retry waiting jobs."""
@@ -546,9 +595,14 @@ class JobManager:
     def _deploy_point(self, job: Job, slot: StageSlot, index: int) -> None:
         """Install frontier point `index`'s plan on one GPU of the job."""
         entries = job.plan_entries(slot.stage, index)
+        slack = job.plan_slack_s(index)
         try:
             self._plans.set(
-                slot.gpu, entries, slot.supported_clocks_mhz, job.plan_times_s(slot.stage, entries)
+                slot.gpu,
+                entries,
+                slot.supported_clocks_mhz,
+                job.plan_times_s(slot.stage, entries),
+                slack_s=None if slack is None else slack[slot.stage],
             )
         except ProtocolError as exc:
             job.enter(FAILED, f"deploying the plan on {slot.gpu} failed: {exc.message}")

@@ -6,6 +6,7 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from perseusd.gpu.owner import GpuReading
 from perseusd.jobs.observed import OrderLearner
 from perseusd.profiling.estimator import OptionEstimate, StageEstimate
 from perseusd.profiling.sweep import StageSweep
@@ -34,9 +35,18 @@ class StageSlot:
     # Profiling: the clock of the current iteration and whether it was applied before the iteration began.
     requested_mhz: int | None = None
     clock_future: Future[int] | None = None
+    clock_applied_ns: int | None = None
+    """When the requested clock's lock call returned (None: not yet): computations that began earlier ran
+    at a mix of clocks."""
+    blind_spans: list[tuple[int, int]] = field(default_factory=list)
+    """(start, end) ns of the current segment's computations that began before its clock was applied."""
+    capping_reads: list[Future[GpuReading]] = field(default_factory=list)
+    """Reads of the GPU while it computed at the highest clock (is it power-capped, and where)."""
     iteration_clock_mhz: int | None = None
     profiling_since_ns: int = 0
     segment_since_ns: int = 0
+    segment_iterations: int = 0
+    """Profiling iterations at the current clock so far."""
     """Start of the current clock's segment: only its intervals and samples are estimated each iteration."""
     done_options: dict[tuple[OptionKey, int], OptionEstimate] = field(default_factory=dict)
     p_block_w: float | None = None
@@ -74,7 +84,9 @@ class StageSlot:
         self.last_step_begin_ns = t_ns
         self.in_step = True
         self.open_since_ns.clear()
-        self.iteration_clock_mhz = self.requested_mhz if self.clock_applied() else None
+        future = self.clock_future
+        pending_or_applied = future is not None and (not future.done() or future.exception() is None)
+        self.iteration_clock_mhz = self.requested_mhz if pending_or_applied else None
 
     def mean_iteration_time_s(self) -> float | None:
         times = self.iteration_times_s

@@ -44,6 +44,8 @@ class SwitchModel:
 
     latency_s: float
     lead_s: float
+    min_run_s: float = 0.0
+    """Lowered runs shorter than this are merged into a higher neighbour before deployment (0: none)."""
 
     def __post_init__(self) -> None:
         if not (self.latency_s >= 0.0 and self.lead_s >= 0.0):
@@ -65,6 +67,36 @@ def runs_of(clocks_mhz: Sequence[int]) -> list[list[int]]:
         length = (end - start) % n or n
         runs.append([(start + j) % n for j in range(length)])
     return runs
+
+
+def merged_stage_clocks(
+    clocks_mhz: Sequence[int], time_at: TimeAt, snap_up: SnapUp, min_run_s: float
+) -> list[int]:
+    """One stage's planned clocks with every run shorter than `min_run_s` that is lower than a neighbouring
+    run raised to the lower of its higher neighbours (it joins that run), shortest first, until none is left.
+
+    A lowering acts `latency_s` late (or, early, costs slack), so a short lowered run saves little and makes
+    its first computations begin before their clock is applied; raising it never slows the plan. Short runs
+    higher than both neighbours stay (an early raise serves them)."""
+    merged = list(clocks_mhz)
+    while True:
+        runs = runs_of(merged)
+        if len(runs) < 2:
+            return merged
+        candidates = []
+        for k, run in enumerate(runs):
+            own_mhz = merged[run[0]]
+            higher = [
+                merged[runs[j][0]] for j in (k - 1, (k + 1) % len(runs)) if merged[runs[j][0]] > own_mhz
+            ]
+            run_s = sum(time_at(i, merged[i]) for i in run)
+            if higher and run_s < min_run_s:
+                candidates.append((run_s, k, min(higher)))
+        if not candidates:
+            return merged
+        _, k, target_mhz = min(candidates)
+        for i in runs[k]:
+            merged[i] = snap_up(i, target_mhz)
 
 
 def followable_stage_clocks(
@@ -147,17 +179,25 @@ def follow_frontier(
 ) -> dict[str, Any]:
     """A `perseus-frontier` document whose points state what the GPUs will really do under `model`.
 
-    Each point keeps its planned `clocks_mhz` (what gets deployed) and gains `effective_clocks_mhz` (what
-    will really run), `switch_changed` (computations not at their planned clock) and `planned_time_s` /
+    With `model.min_run_s`, each point's short lowered runs are first merged into a higher neighbour
+    (`merged_stage_clocks`): its `clocks_mhz` become the merged ones (what gets deployed) and the solver's
+    are kept as `solved_clocks_mhz`. Each point keeps its planned `clocks_mhz`, gains `effective_clocks_mhz`
+    (what will really run), `switch_changed` (computations not at their planned clock) and `planned_time_s` /
     `planned_energy_j` (the solver's refined figures); `refined_time_s` and `refined_energy_j` become the
     effective plan's, evaluated on the profile. The document gains `switching` (the model). `document` is
     not changed.
     """
     points = []
-    for point in document["points"]:
-        followed = followable_point(
-            point["clocks_mhz"], _stage_time_at(dag, profile), _stage_snap_up(dag, profile), model
-        )
+    time_at, snap_up = _stage_time_at(dag, profile), _stage_snap_up(dag, profile)
+    for solved in document["points"]:
+        point = solved
+        if model.min_run_s > 0:
+            merged = [
+                merged_stage_clocks(clocks, time_at(stage), snap_up(stage), model.min_run_s)
+                for stage, clocks in enumerate(solved["clocks_mhz"])
+            ]
+            point = solved | {"clocks_mhz": merged, "solved_clocks_mhz": solved["clocks_mhz"]}
+        followed = followable_point(point["clocks_mhz"], time_at, snap_up, model)
         node_clocks = [0] * dag.num_computations
         for ids, clocks in zip(dag.stage_orders, followed.clocks_mhz, strict=True):
             for node, clock in zip(ids, clocks, strict=True):
@@ -174,7 +214,7 @@ def follow_frontier(
                 "switch_changed": followed.changed,
             }
         )
-    switching = {"latency_s": model.latency_s, "lead_s": model.lead_s}
+    switching = {"latency_s": model.latency_s, "lead_s": model.lead_s, "min_run_s": model.min_run_s}
     return document | {"points": points, "switching": switching}
 
 

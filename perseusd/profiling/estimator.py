@@ -137,7 +137,11 @@ class _Fit:
 
 
 def estimate_stage(
-    intervals: Sequence[Interval], samples: Sequence[CounterSample], *, p_block_w: float | None = None
+    intervals: Sequence[Interval],
+    samples: Sequence[CounterSample],
+    *,
+    p_block_w: float | None = None,
+    blind: Sequence[tuple[int, int]] = (),
 ) -> StageEstimate:
     """Estimate every (key, clock)'s time and energy per computation on one GPU (see the module docstring).
 
@@ -145,6 +149,8 @@ def estimate_stage(
         intervals: the GPU's computations, in any order.
         samples: the GPU's kept counter samples (`CounterTrace.samples`), in any order.
         p_block_w: the GPU's blocking power when known; None: regress it too.
+        blind: (start_ns, end_ns) of computations that ran but are not in `intervals` (their clock is not
+            known): windows overlapping them are dropped.
     """
     if not intervals:
         return StageEstimate({}, p_block_w, 0)
@@ -153,6 +159,9 @@ def estimate_stage(
     if not groups:
         return StageEstimate({}, p_block_w, 0)
     windows = _usable_windows(samples, groups, origin_ns)
+    if blind:
+        spans = np.array(sorted(blind), dtype=np.int64).reshape(-1, 2) - origin_ns
+        windows = windows.select(_overlap_s(windows, spans[:, 0], spans[:, 1]) <= 0)
     fit_keys, overlaps_s = _overlap_matrix(windows, groups)
     fit = _fit_powers(windows, overlaps_s, p_block_w)
     if fit is None:
@@ -326,3 +335,19 @@ def _option(
         energy_rel_err=math.hypot(power_rel_err, time_rel_err),
         windows=windows,
     )
+
+
+def estimate_segment(
+    intervals: Sequence[Interval],
+    samples: Sequence[CounterSample],
+    *,
+    blind: Sequence[tuple[int, int]] = (),
+    fallback_p_block_w: float | None = None,
+) -> StageEstimate:
+    """One clock's segment of online profiling: `estimate_stage` with the blocking power regressed for this
+    segment (a GPU idles at a power that follows its locked clock: an H100 draws 130 W at 1980 MHz, 79 W at
+    900), or, when the segment has no idle time to tell it apart, `fallback_p_block_w`."""
+    current = estimate_stage(intervals, samples, blind=blind)
+    if current.p_block_w is None and fallback_p_block_w is not None:
+        current = estimate_stage(intervals, samples, p_block_w=fallback_p_block_w, blind=blind)
+    return current

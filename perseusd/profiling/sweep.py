@@ -11,8 +11,15 @@ What it skips, and why that loses no Pareto-optimal option:
   costlier than one already measured, so it cannot be Pareto-optimal: the key needs no more clocks, and the
   sweep ends when every key of the stage is there (the clock is shared by all of a GPU's computations).
   Requiring several rises in a row keeps measurement noise near the minimum from ending the sweep early.
-- `clock_stride` profiles only every k-th clock and `min_clock_mhz` none below a floor, to bound the time
-  spent profiling.
+- `clock_stride` profiles only every k-th clock, `max_clocks` at most that many clocks spread evenly over
+  the range, `iteration_budget` as many as fit a budget of iterations at the pace the highest clock took,
+  and `min_clock_mhz` none below a floor, to bound the time spent profiling. The curves are smooth, so a
+  subset loses little; the planner uses the clocks measured (nothing is interpolated: a real GPU's curve
+  wiggles by a few percent between neighbouring clocks, more than the profile's error bound).
+- Power capping: a lock above the clock the power limit allows changes nothing but the label (the GPU runs
+  the capped clock whatever the lock says). When the daemon saw the GPU power-capped at the highest clock,
+  it passes the clock that really ran (`iteration_done(..., capped_clock_mhz=...)`) and the sweep goes on
+  from the highest clock at or below it: the clocks in between would measure the same computation again.
 - `kept` drops, per key, every measured clock that is both slower and costlier than (or as slow and as
   costly as) another measured clock of that key.
 """
@@ -31,7 +38,9 @@ class SweepSettings:
     """How a stage's sweep decides when a clock is done and when to stop."""
 
     rise_limit: int = 5
-    """Stop a key after its energy rose this many times in a row (clock by clock, going down)."""
+    """Stop a key after its energy rose this many times in a row (clock by clock, going down) ..."""
+    rise_span_mhz: int = 0
+    """... and over at least this many MHz (more rises when the clocks are close; 0: `rise_limit` only)."""
     min_computations: int = 8
     """Computations per (key, clock) before a clock is done ..."""
     target_energy_rel_err: float = 0.01
@@ -47,6 +56,14 @@ class SweepSettings:
     counter windows (a short iteration gives few windows, so it gets more iterations) ..."""
     hard_max_iterations_per_clock: int = 30
     """... and after this many iterations at one clock in any case."""
+    min_precise_windows: int = 0
+    """A clock is precise only once every key's computations at it overlapped this many counter windows
+    (a fit of few windows underestimates its own error)."""
+    max_clocks: int = 0
+    """Profile at most this many clocks (the highest always), evenly spaced; 0: no limit."""
+    iteration_budget: int = 0
+    """Space the clocks below the highest so that, at the pace the highest clock took (iterations per
+    clock), they fit about this many iterations (at least 3 clocks); 0: no budget."""
 
     def __post_init__(self) -> None:
         counts = (self.rise_limit, self.min_computations, self.max_iterations_per_clock, self.clock_stride)
@@ -55,8 +72,34 @@ class SweepSettings:
                 "rise_limit, min_computations, max_iterations_per_clock and clock_stride must be >= 1, "
                 "hard_max_iterations_per_clock >= max_iterations_per_clock"
             )
+        if min(self.max_clocks, self.iteration_budget, self.min_precise_windows) < 0:
+            raise ValueError("max_clocks, iteration_budget and min_precise_windows must be >= 0")
         if not self.target_energy_rel_err > 0:
             raise ValueError(f"target_energy_rel_err must be > 0 (got {self.target_energy_rel_err})")
+
+
+ONLINE_SWEEP: dict[str, int] = {
+    "rise_limit": 1,
+    "rise_span_mhz": 75,
+    "max_iterations_per_clock": 8,
+    "hard_max_iterations_per_clock": 12,
+    "min_windows_per_clock": 40,
+    "min_precise_windows": 24,
+}
+"""The daemon's per-clock settings (docs/profiling.md, "The sweep"): a clock is precise with 24 windows and
+a 1 % standard error, or given up after 8 iterations and 40 windows (12 iterations at most); rises over
+75 MHz stop the sweep (one rise where the budget spaces clocks ~200 MHz apart, as on an H100: a rise that far
+is real, and one faked by noise near the flat minimum costs only clocks below the least energy; five where
+every 15 MHz clock is profiled, as on an A100)."""
+
+RISE_MIN_SLOWER = 0.005
+"""A lower clock counts as a rise only when it is also this much slower than the higher one."""
+
+BUDGET_RANGE = 0.5
+"""A budget is spread over the clocks down to this fraction of the highest: GPUs' least energy lies above
+it (H100 ~1000 of 1980 MHz); below it the sweep goes on at the same spacing until the rise stop."""
+MIN_BUDGET_CLOCKS = 3
+"""Clocks a budget always allows (a plan needs a curve: the highest, the lowest and one between)."""
 
 
 class StageSweep:
@@ -69,7 +112,12 @@ class StageSweep:
         self, supported_clocks_mhz: Sequence[int], keys: Sequence[OptionKey], settings: SweepSettings
     ) -> None:
         candidates = sorted({c for c in supported_clocks_mhz if c >= settings.min_clock_mhz}, reverse=True)
-        self._clocks_mhz = candidates[:: settings.clock_stride]
+        self._candidates_mhz = candidates
+        self._stride = settings.clock_stride
+        if settings.max_clocks > 0:
+            self._stride = max(self._stride, -(-len(candidates) // settings.max_clocks))
+        self._clocks_mhz = candidates[:: self._stride]
+        self._capped_mhz: int | None = None
         self._keys = tuple(dict.fromkeys(keys))
         self._settings = settings
         self._index = 0
@@ -96,29 +144,59 @@ class StageSweep:
         """Clocks the sweep would profile without stopping early."""
         return len(self._clocks_mhz)
 
-    def iteration_done(self, estimate: StageEstimate) -> None:
+    @property
+    def clocks_mhz(self) -> tuple[int, ...]:
+        """The clocks the sweep profiles (or profiled), highest first."""
+        return tuple(self._clocks_mhz)
+
+    def iteration_done(self, estimate: StageEstimate, capped_clock_mhz: int | None = None) -> None:
         """Account one profiling iteration at the current clock.
 
         `estimate` covers ALL of this stage's intervals so far (earlier clocks' estimates sharpen too). The
         sweep moves to the next clock once the current one is precise enough or has had its iterations.
+        `capped_clock_mhz`: at the highest clock, the clock the GPU really ran while it reported power
+        capping (None: not capped, or not known); the clocks above it are skipped.
         """
         if self._done:
             return
         self._iterations += 1
         clock_mhz = self._clocks_mhz[self._index]
+        if self._index == 0 and capped_clock_mhz is not None:
+            self._capped_mhz = capped_clock_mhz
         if not self._precise(estimate, clock_mhz) and not self._give_up(estimate, clock_mhz):
             return
         if self._index > 0:
             self._count_rises(estimate, self._clocks_mhz[self._index - 1], clock_mhz)
+        else:
+            self._plan_rest(self._iterations)
         self._index += 1
         self._iterations = 0
-        stopped = all(rises >= self._settings.rise_limit for rises in self._rises.values())
+        stopped = all(rises >= self._rises_needed() for rises in self._rises.values())
         self._done = stopped or self._index == len(self._clocks_mhz)
+
+    def _plan_rest(self, first_iterations: int) -> None:
+        """Once the highest clock is done: the clocks below it, spaced so that they fit `iteration_budget` at
+        the highest clock's pace (and `max_clocks`), from one stride below the highest or, when the GPU was
+        power-capped there, from the capped clock if that is lower."""
+        top = self._clocks_mhz[0]
+        below = [c for c in self._candidates_mhz if c < top]
+        budget = self._settings.iteration_budget
+        if budget > 0 and below:
+            pace = min(max(first_iterations, 1), self._settings.max_iterations_per_clock)
+            affordable = max(MIN_BUDGET_CLOCKS, budget // pace) - 1
+            useful = [c for c in below if c >= top * BUDGET_RANGE]
+            self._stride = max(self._stride, -(-len(useful) // affordable))
+        start_mhz = below[self._stride - 1] if len(below) >= self._stride else top
+        if self._capped_mhz is not None:
+            start_mhz = min(start_mhz, self._capped_mhz)
+        self._clocks_mhz = [top, *[c for c in below if c <= start_mhz][:: self._stride]]
 
     def _precise(self, estimate: StageEstimate, clock_mhz: int) -> bool:
         for key in self._keys:
             option = estimate.options.get((key, clock_mhz))
             if option is None or option.count < self._settings.min_computations:
+                return False
+            if option.windows < self._settings.min_precise_windows:
                 return False
             if not option.energy_rel_err < self._settings.target_energy_rel_err:
                 return False
@@ -133,16 +211,29 @@ class StageSweep:
         options = [estimate.options.get((key, clock_mhz)) for key in self._keys]
         return all(o is not None and o.windows >= settings.min_windows_per_clock for o in options)
 
+    def _rises_needed(self) -> int:
+        """`rise_limit`, or more when the profiled clocks are close together: the rises in a row must span at
+        least `rise_span_mhz` (noise fakes a rise between clocks 15 MHz apart, rarely over 75)."""
+        span_mhz = self._settings.rise_span_mhz
+        if len(self._clocks_mhz) < 2 or span_mhz <= 0:
+            return self._settings.rise_limit
+        spacing_mhz = max(1, self._clocks_mhz[-2] - self._clocks_mhz[-1])
+        return max(self._settings.rise_limit, -(-span_mhz // spacing_mhz))
+
     def _count_rises(self, estimate: StageEstimate, higher_mhz: int, lower_mhz: int) -> None:
         """Per key not yet stopped: one more rise in a row, or back to zero; unchanged without both values."""
+        needed = self._rises_needed()
         for key in self._keys:
-            if self._rises[key] >= self._settings.rise_limit:
+            if self._rises[key] >= needed:
                 continue
             higher = estimate.options.get((key, higher_mhz))
             lower = estimate.options.get((key, lower_mhz))
             if higher is None or lower is None:
                 continue
-            self._rises[key] = self._rises[key] + 1 if lower.energy_j > higher.energy_j else 0
+            # A rise needs a slower lower clock too: under a power cap the top clocks run alike (flat time),
+            # and noise there says nothing about the curve below.
+            slower = lower.time_s > higher.time_s * (1.0 + RISE_MIN_SLOWER)
+            self._rises[key] = self._rises[key] + 1 if slower and lower.energy_j > higher.energy_j else 0
 
     def kept(self, estimate: StageEstimate) -> list[OptionEstimate]:
         """This stage's measured options that can be Pareto-optimal, per key in (time, energy).

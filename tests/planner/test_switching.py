@@ -17,6 +17,7 @@ from perseusd.planner.switching import (
     follow_frontier,
     followable_point,
     followable_stage_clocks,
+    merged_stage_clocks,
     runs_of,
 )
 from tests.support.synthetic import synthetic_profile
@@ -105,7 +106,7 @@ def _frontier() -> tuple[dict[str, Any], ComputationDag, Profile]:
 def test_instant_switches_leave_the_frontier_as_solved() -> None:
     document, dag, profile = _frontier()
     followed = follow_frontier(document, dag, profile, 80.0, SwitchModel(0.0, 0.0))
-    assert followed["switching"] == {"latency_s": 0.0, "lead_s": 0.0}
+    assert followed["switching"] == {"latency_s": 0.0, "lead_s": 0.0, "min_run_s": 0.0}
     for before, after in zip(document["points"], followed["points"], strict=True):
         assert after["effective_clocks_mhz"] == after["clocks_mhz"] == before["clocks_mhz"]
         assert after["switch_changed"] == 0
@@ -131,3 +132,17 @@ def test_slow_switches_state_what_the_gpus_will_do() -> None:
         evaluation = evaluate_clocks(dag, profile, node_clocks, 80.0)
         assert point["refined_time_s"] == pytest.approx(evaluation.time_s)
         assert point["refined_energy_j"] == pytest.approx(evaluation.energy_j)
+
+
+def test_short_lowered_runs_join_a_higher_neighbour() -> None:
+    """A 10 ms run at 1005 between runs at 1410 and 1200 joins the 1200 run (the lower higher neighbour);
+    a short run higher than both neighbours stays; a long lowered run stays."""
+    clocks = [1410, 1410, 1005, 1200, 1200, 1500, 1005, 1005, 1005]
+    times = [0.02, 0.02, 0.01, 0.02, 0.02, 0.005, 0.02, 0.02, 0.02]
+
+    def time_at(i: int, _clock: int) -> float:
+        return times[i]
+
+    merged = merged_stage_clocks(clocks, time_at, lambda _i, clock: clock, 0.03)
+    assert merged == [1410, 1410, 1200, 1200, 1200, 1500, 1005, 1005, 1005]
+    assert merged_stage_clocks(clocks, time_at, lambda _i, clock: clock, 0.0) == clocks

@@ -91,6 +91,8 @@ class StageEmulator:
         self.trace = CounterTrace()
         self.intervals: list[Interval] = []
         self.records: list[RunRecord] = []
+        self.locks_mhz: list[int] = []
+        """The locked clock of each record (a record's own clock is the one that ran, lower when capped)."""
         self.time.on_sample = self._sample
         schedule = "interleaved" if num_chunks > 1 else "1f1b"
         self.dag: ComputationDag = build_dag(schedule, num_stages, num_microbatches, num_chunks)
@@ -144,8 +146,10 @@ class StageEmulator:
             start_ns = self.time.now_ns
             record = self.handle.run(self.dag.virtual_stage(node), computation.instruction.value, scale)
             self.records.append(record)
+            self.locks_mhz.append(clock_mhz)
             key = (record.stage, record.instruction)
-            self.intervals.append(Interval(key, record.clock_mhz, start_ns, self.time.now_ns))
+            # labelled by the lock, as the daemon labels them
+            self.intervals.append(Interval(key, clock_mhz, start_ns, self.time.now_ns))
         self.time.advance_to(max(begin_ns + length_ns, self.time.now_ns) + self._gap_ns)
 
     def close(self) -> None:

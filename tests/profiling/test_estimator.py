@@ -212,3 +212,19 @@ def test_indistinguishable_groups_are_left_out() -> None:
     assert estimate.options == {}
     alone = estimate_stage([i for i in intervals if i.key == FWD], samples, p_block_w=P_BLOCK_W)
     assert set(alone.options) == {(FWD, 1410)}
+
+
+def test_windows_over_blind_computations_are_dropped() -> None:
+    """Computations that ran but are not intervals (they began before their clock applied) are unknown
+    energy: as blind spans, every window over them goes, and the rest give the exact powers."""
+    intervals = pipeline_intervals(6, [1410])
+    samples = counter_samples(intervals)
+    hidden = [i for n, i in enumerate(intervals) if n % 16 < 2]  # each iteration's first two, as after a lock
+    kept = [i for i in intervals if i not in hidden]
+    spans = [(i.start_ns, i.end_ns) for i in hidden]
+    clean = estimate_stage(kept, samples, p_block_w=P_BLOCK_W, blind=spans)
+    for key in (FWD, BWD):
+        true_j = POWERS_W[(key, 1410)] * clean.options[(key, 1410)].time_s
+        assert clean.options[(key, 1410)].energy_j == pytest.approx(true_j, rel=1e-3)
+    everything = [(intervals[0].start_ns, intervals[-1].end_ns)]
+    assert estimate_stage(kept, samples, p_block_w=P_BLOCK_W, blind=everything).options == {}

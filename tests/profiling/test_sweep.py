@@ -163,3 +163,46 @@ def test_degenerate_sweeps_are_done_at_once() -> None:
         SweepSettings(clock_stride=0)
     with pytest.raises(ValueError, match="target_energy_rel_err"):
         SweepSettings(target_energy_rel_err=0.0)
+
+
+H100_CLOCKS = list(range(1980, 344, -15))
+
+
+def test_a_budget_spaces_the_clocks_at_the_pace_of_the_highest() -> None:
+    settings = SweepSettings(iteration_budget=40, max_iterations_per_clock=8, hard_max_iterations_per_clock=8)
+    sweep = StageSweep(H100_CLOCKS, [FWD, BWD], settings)
+    imprecise = estimate_of([1980], lambda _k, _c: 20.0, energy_rel_err=0.05, windows=10)
+    for _ in range(8):  # the highest clock takes 8 iterations: 40 / 8 = 5 clocks in all
+        sweep.iteration_done(imprecise)
+    # 4 clocks below 1980 over the 66 clocks down to 990 MHz: every 17th, from one stride below the top.
+    assert sweep.clocks_mhz[:5] == (1980, 1725, 1470, 1215, 960)
+    assert sweep.current_clock_mhz == 1725
+    fast = StageSweep(H100_CLOCKS, [FWD, BWD], SweepSettings(iteration_budget=40))
+    fast.iteration_done(estimate_of([1980], lambda _k, _c: 20.0))  # 1 iteration: 39 more fit, every 2nd
+    assert fast.clocks_mhz[:3] == (1980, 1950, 1920)
+
+
+def test_clocks_above_the_capped_clock_are_skipped() -> None:
+    settings = SweepSettings(iteration_budget=40, max_iterations_per_clock=8, hard_max_iterations_per_clock=8)
+    sweep = StageSweep(H100_CLOCKS, [FWD, BWD], settings)
+    imprecise = estimate_of([1980], lambda _k, _c: 20.0, energy_rel_err=0.05, windows=10)
+    for _ in range(8):
+        sweep.iteration_done(imprecise, capped_clock_mhz=1655)  # the GPU ran ~1655 MHz whatever the lock
+    assert sweep.clocks_mhz[:4] == (1980, 1650, 1395, 1140)
+    uncapped = StageSweep(H100_CLOCKS, [FWD, BWD], settings)
+    for _ in range(8):
+        uncapped.iteration_done(imprecise, capped_clock_mhz=1970)  # barely capped: the stride decides
+    assert uncapped.clocks_mhz[1] == 1725
+
+
+def test_a_rise_needs_a_slower_clock_and_a_span() -> None:
+    flat_top = StageSweep(H100_CLOCKS[::17], [FWD], SweepSettings(rise_limit=1))
+    # Capped top: 1980 and 1725 take the same time; noise makes 1725 costlier. Not a rise: go on.
+    flat = {1980: (0.05, 20.0), 1725: (0.05, 20.3), 1470: (0.055, 18.0)}
+    for clock in (1980, 1725):
+        options = {(FWD, c): option(FWD, c, *flat[c]) for c in flat if c >= clock}
+        flat_top.iteration_done(StageEstimate(options, 80.0, 100))
+    assert flat_top.current_clock_mhz == 1470
+    close = SweepSettings(rise_limit=1, rise_span_mhz=75)
+    sweep = StageSweep(CLOCKS, [FWD, BWD], close)  # 15 MHz apart: 5 rises in a row
+    assert run_sweep(sweep, valley(bottom_fwd=1290, bottom_bwd=1200))[-1] == 1125

@@ -1,0 +1,234 @@
+"""The closed loop on a real NVIDIA GPU in one command; prints one JSON report.
+
+    sudo python benchmarks/gpu_validate.py [--gpu 0] [--microbatches 8] [--layers 4] [--d-model 4096]
+        [--seq 2048] [--sweep-clocks 10] [--iterations 12] [--out report.json]
+
+Needs root (clock locks), an NVIDIA GPU, `pynvml` and PyTorch with CUDA; takes at most ~10 minutes. Without
+them it refuses with a JSON report saying why (exit 2) and touches nothing. What it does:
+
+1. The NVML probe (`benchmarks/nvml_probe.py`'s facts, a lock and reset, the energy counter's period).
+2. Without the daemon: a locked-clock sweep of the job's stage (forward, and forward+backward, each in a
+   window of at least 1 s per clock: the ground truth); the whole job at all-max clocks (iteration time and
+   energy) and the idle power locked at the top clock; the job locked at the best single clock for each
+   time target (the lowest-energy swept clock whose predicted iteration time fits it).
+3. `perseusd --backend nvml` in a temporary runtime directory, and the job (a one-stage
+   `torch.distributed.pipelining` `Schedule1F1B`, GPT-like `TransformerEncoderLayer`s in bf16) through the
+   client library (`perseus_client.torch_pipelining.instrument`): online profiling until the job runs, the
+   profile it measured against the sweep, then the job at iteration-time targets of 1.0, 1.15 and 1.3 times
+   the all-max time (`set_policy time`: a one-stage job with a time target is what a stage off the critical
+   path is). Each target's measured energy per iteration is compared with the all-max job padded to the same
+   time at the top clock's idle power, and with the best single clock's.
+
+The GPU's clocks are reset and the daemon stopped at the end, whatever happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TARGET_FACTORS = (1.0, 1.15, 1.3)
+EXIT_REFUSED = 2
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """The ground truth at one locked clock: per execution of the stage's forward and backward."""
+
+    clock_mhz: int
+    forward_s: float
+    forward_j: float
+    backward_s: float
+    backward_j: float
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--gpu", type=int, default=0, help="NVML index of the GPU")
+    parser.add_argument("--microbatches", type=int, default=8)
+    parser.add_argument("--layers", type=int, default=4, help="transformer layers in the stage")
+    parser.add_argument("--d-model", type=int, default=4096)
+    parser.add_argument("--seq", type=int, default=2048, help="tokens per microbatch")
+    parser.add_argument("--sweep-clocks", type=int, default=10, help="clocks in the ground-truth sweep")
+    parser.add_argument("--iterations", type=int, default=12, help="measured iterations per run")
+    parser.add_argument("--max-profiling-iterations", type=int, default=300)
+    parser.add_argument("--out", type=Path, help="also write the report here")
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
+    for name in ("microbatches", "layers", "d_model", "seq", "sweep_clocks", "iterations"):
+        if getattr(args, name) < 1:
+            build_parser().error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.sweep_clocks < 3:
+        build_parser().error("--sweep-clocks must be >= 3 (a curve needs three clocks)")
+    return args
+
+
+def refusal() -> str | None:
+    """Why this machine cannot run the check (None: it can). Touches no GPU state."""
+    if os.geteuid() != 0:
+        return "needs root: locking GPU clocks needs root or CAP_SYS_ADMIN (run it with sudo)"
+    try:
+        import pynvml  # noqa: F401  (only perseusd.gpu.nvml uses it; this only checks it is there)
+    except ImportError:
+        return "needs pynvml: pip install 'perseusd[nvml]'"
+    try:
+        import torch
+    except ImportError:
+        return "needs PyTorch with CUDA"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU visible to PyTorch"
+    from perseusd.errors import GpuError
+    from perseusd.gpu.nvml import NvmlBackend
+
+    try:
+        backend = NvmlBackend()
+    except (GpuError, OSError) as error:
+        return f"NVML is not usable: {error}"
+    try:
+        if not backend.devices():
+            return "NVML sees no GPU"
+    finally:
+        backend.close()
+    return None
+
+
+def sweep_at(sweep: Sequence[SweepRow], clock_mhz: int) -> SweepRow | None:
+    """The sweep at `clock_mhz`, linear between swept clocks; None outside the swept range."""
+    rows = sorted(sweep, key=lambda r: r.clock_mhz)
+    for row in rows:
+        if row.clock_mhz == clock_mhz:
+            return row
+    for low, high in itertools.pairwise(rows):
+        if low.clock_mhz < clock_mhz < high.clock_mhz:
+            w = (clock_mhz - low.clock_mhz) / (high.clock_mhz - low.clock_mhz)
+            values = [
+                a + w * (b - a)
+                for a, b in zip(
+                    (low.forward_s, low.forward_j, low.backward_s, low.backward_j),
+                    (high.forward_s, high.forward_j, high.backward_s, high.backward_j),
+                    strict=True,
+                )
+            ]
+            return SweepRow(clock_mhz, *values)
+    return None
+
+
+def profile_error(profile_csv: str, sweep: Sequence[SweepRow]) -> dict[str, Any]:
+    """Each row of the daemon's profile against the sweep: relative time and energy errors, and the worst."""
+    rows: list[dict[str, Any]] = []
+    for line in profile_csv.strip().splitlines()[1:]:
+        stage, instruction, clock, time_s, energy_j = line.split(",")
+        truth = sweep_at(sweep, int(clock))
+        if truth is None:
+            rows.append({"instruction": instruction, "clock_mhz": int(clock), "outside_sweep": True})
+            continue
+        true_s, true_j = (
+            (truth.forward_s, truth.forward_j)
+            if instruction == "forward"
+            else (truth.backward_s, truth.backward_j)
+        )
+        rows.append(
+            {
+                "stage": int(stage),
+                "instruction": instruction,
+                "clock_mhz": int(clock),
+                "time_err": round(float(time_s) / true_s - 1.0, 4),
+                "energy_err": round(float(energy_j) / true_j - 1.0, 4),
+            }
+        )
+    compared = [r for r in rows if "time_err" in r]
+    return {
+        "rows": rows,
+        "worst_time_err": max((abs(r["time_err"]) for r in compared), default=None),
+        "worst_energy_err": max((abs(r["energy_err"]) for r in compared), default=None),
+        "within_bounds": bool(compared)
+        and all(abs(r["time_err"]) <= 0.02 and abs(r["energy_err"]) <= 0.03 for r in compared),
+    }
+
+
+def padded_energy_j(all_max_j: float, all_max_s: float, idle_w: float, time_s: float) -> float:
+    """The all-max iteration's energy padded with idle power to `time_s` (never less than all-max's)."""
+    return all_max_j + idle_w * max(0.0, time_s - all_max_s)
+
+
+def best_single_clock(sweep: Sequence[SweepRow], all_max_s: float, target_s: float) -> int | None:
+    """The lowest-energy swept clock whose iteration, scaled from all-max by the stage's compute time,
+    fits `target_s` (None when none does)."""
+    top = max(sweep, key=lambda r: r.clock_mhz)
+    top_s = top.forward_s + top.backward_s
+    fitting = [r for r in sweep if all_max_s * (r.forward_s + r.backward_s) / top_s <= target_s]
+    if not fitting:
+        return None
+    return min(fitting, key=lambda r: r.forward_j + r.backward_j).clock_mhz
+
+
+def saving_pct(energy_j: float, reference_j: float) -> float:
+    return round(100.0 * (1.0 - energy_j / reference_j), 2)
+
+
+def target_row(
+    factor: float,
+    measured: Mapping[str, float],
+    all_max: Mapping[str, float],
+    idle_w: float,
+    single: Mapping[str, float] | None,
+) -> dict[str, Any]:
+    """One target's line: the daemon's run against all-max padded to its time, and the single clock's."""
+    reference_j = padded_energy_j(all_max["energy_j"], all_max["time_s"], idle_w, measured["time_s"])
+    row: dict[str, Any] = {
+        "factor": factor,
+        "target_s": round(factor * all_max["time_s"], 4),
+        "time_s": round(measured["time_s"], 4),
+        "energy_j": round(measured["energy_j"], 2),
+        "all_max_padded_j": round(reference_j, 2),
+        "saving_pct": saving_pct(measured["energy_j"], reference_j),
+        "single_clock": None,
+        "of_single_clock_saving": None,
+    }
+    if single is not None:
+        single_ref_j = padded_energy_j(all_max["energy_j"], all_max["time_s"], idle_w, single["time_s"])
+        single_saving = saving_pct(single["energy_j"], single_ref_j)
+        row["single_clock"] = {**{k: round(v, 4) for k, v in single.items()}, "saving_pct": single_saving}
+        if single_saving > 0:
+            row["of_single_clock_saving"] = round(row["saving_pct"] / single_saving, 3)
+    return row
+
+
+def refused_report(reason: str) -> dict[str, Any]:
+    return {"benchmark": "gpu_validate", "ok": False, "refused": reason}
+
+
+def emit(report: Mapping[str, Any], out: Path | None) -> None:
+    text = json.dumps(report, indent=2)
+    print(text)
+    if out is not None:
+        out.write_text(text + "\n", encoding="utf-8")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    reason = refusal()
+    if reason is not None:
+        emit(refused_report(reason), args.out)
+        return EXIT_REFUSED
+    from benchmarks.gpu_validate_run import run  # torch and NVML from here on
+
+    report = run(args)
+    emit(report, args.out)
+    return 0 if report.get("ok") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

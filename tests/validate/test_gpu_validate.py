@@ -1,0 +1,116 @@
+"""`benchmarks/gpu_validate.py` without a GPU: arguments, the report's arithmetic, and the clear refusal.
+
+The run itself (NVML, torch on CUDA, the daemon on `--backend nvml`) needs a real GPU and root: the last test
+is marked `gpu` and runs the whole command there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.gpu_validate import (
+    SweepRow,
+    best_single_clock,
+    padded_energy_j,
+    parse_args,
+    profile_error,
+    refusal,
+    sweep_at,
+    target_row,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+SWEEP = [
+    SweepRow(1980, 0.010, 5.0, 0.020, 12.0),
+    SweepRow(1500, 0.012, 4.5, 0.024, 10.8),
+    SweepRow(1020, 0.016, 4.4, 0.032, 10.6),
+]
+
+
+def test_arguments_have_defaults_and_bad_values_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    args = parse_args([])
+    assert (args.gpu, args.microbatches, args.sweep_clocks, args.out) == (0, 8, 10, None)
+    for bad in (["--microbatches", "0"], ["--sweep-clocks", "2"], ["--layers", "x"]):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
+    assert "must be >= " in capsys.readouterr().err
+
+
+def test_sweep_is_interpolated_between_swept_clocks_only() -> None:
+    middle = sweep_at(SWEEP, 1740)
+    assert middle is not None
+    assert middle.forward_s == pytest.approx(0.011)
+    assert middle.backward_j == pytest.approx(11.4)
+    assert sweep_at(SWEEP, 1980) == SWEEP[0]
+    assert sweep_at(SWEEP, 900) is None
+
+
+def test_profile_error_compares_each_row_with_the_sweep() -> None:
+    csv = "stage,instruction,frequency,time,energy\n0,forward,1980,0.0101,5.1\n0,backward,1500,0.024,10.0\n"
+    csv += "0,forward,900,0.02,4.9\n"
+    error = profile_error(csv, SWEEP)
+    assert [r.get("outside_sweep") for r in error["rows"]] == [None, None, True]
+    assert error["rows"][0]["time_err"] == pytest.approx(0.01)
+    assert error["rows"][1]["energy_err"] == pytest.approx(10.0 / 10.8 - 1, abs=1e-4)
+    assert error["worst_energy_err"] == pytest.approx(0.0741, abs=1e-4)
+    assert error["within_bounds"] is False  # backward at 1500 is 7.4 % low
+    assert profile_error("stage,instruction,frequency,time,energy\n", SWEEP)["within_bounds"] is False
+
+
+def test_targets_are_compared_with_all_max_padded_at_idle_power() -> None:
+    assert padded_energy_j(100.0, 0.5, 120.0, 0.6) == pytest.approx(112.0)
+    assert padded_energy_j(100.0, 0.5, 120.0, 0.4) == 100.0  # never below all-max
+    # All-max 0.3 s: 1.15x allows 0.345 s; 1500 MHz takes 0.36 s (too slow), so 1980 is the only fit.
+    assert best_single_clock(SWEEP, 0.3, 0.345) == 1980
+    assert best_single_clock(SWEEP, 0.3, 0.5) == 1020  # every clock fits: the least energy
+    assert best_single_clock(SWEEP, 0.3, 0.2) is None
+    all_max = {"time_s": 0.5, "energy_j": 100.0}
+    single = {"clock_mhz": 1500.0, "time_s": 0.6, "energy_j": 100.0}
+    row = target_row(1.15, {"time_s": 0.57, "energy_j": 95.0}, all_max, 120.0, single)
+    assert row["all_max_padded_j"] == pytest.approx(108.4)
+    assert row["saving_pct"] == pytest.approx(12.36, abs=0.01)
+    assert row["single_clock"]["saving_pct"] == pytest.approx(10.71, abs=0.01)
+    assert row["of_single_clock_saving"] == pytest.approx(1.154, abs=0.001)
+    assert target_row(1.0, {"time_s": 0.5, "energy_j": 90.0}, all_max, 120.0, None)["single_clock"] is None
+
+
+@pytest.mark.skipif(refusal() is None, reason="this machine can run the real check")
+def test_without_a_gpu_or_root_it_refuses_clearly(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_validate.py"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] is False
+    assert report["refused"] == refusal()
+    assert json.loads(out.read_text()) == report
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(os.geteuid() != 0 or refusal() is not None, reason="needs an NVIDIA GPU and root")
+def test_the_whole_check_on_a_real_gpu(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_validate.py"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    report = json.loads(out.read_text())
+    assert report["closed_loop"]["state"] == "running"
+    assert report["closed_loop"]["profiling_iterations"] <= 80
+    assert [t["factor"] for t in report["targets"]] == [1.0, 1.15, 1.3]
