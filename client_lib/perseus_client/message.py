@@ -17,6 +17,7 @@ JOB_STATES = ("registered", "profiling", "solving", "running", "ended", "failed"
 
 @dataclass(frozen=True)
 class Message:
-    """Base of every message; `TYPE` is the wire `type`."""
+    """Base of every message; `TYPE` is the wire `type`, `SINCE` the minor of the major that added it."""
 
     TYPE: ClassVar[str] = ""
+    SINCE: ClassVar[int] = 0

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import zmq
 from perseus_client import PerseusClient
-from perseus_client.protocol import PROTOCOL_VERSION, ErrorReply, decode
+from perseus_client.protocol import PROTOCOL_VERSION, ErrorReply, decode_reply
 
 from tests.support.frames import V
 from tests.support.perseusd_proc import (
@@ -85,7 +85,7 @@ def test_lease_of_another_users_gpu_rejected(
 def _raw_request(sock: zmq.Socket[bytes], frames: list[bytes]) -> ErrorReply:
     sock.send_multipart(frames)
     assert sock.poll(5000), "no reply to a bad frame"
-    reply = decode(sock.recv(), 1 << 24).message
+    reply = decode_reply(sock.recv(), 1 << 24).message
     assert isinstance(reply, ErrorReply)
     return reply
 
