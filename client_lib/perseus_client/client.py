@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 import zmq
 
+from perseus_client.envelope import MINOR_REFUSED
 from perseus_client.protocol import (
     CONTROL_SOCKET_NAME,
     DEFAULT_MAX_FRAME_BYTES,
@@ -571,15 +572,11 @@ def request_reply(
     try:
         return _exchange(sock, request, expected, deadline_s, timeout_s, request_id, client, minor)
     except PerseusClientError as exc:
-        if minor == 0 or exc.code != "BAD_FIELD" or not exc.message.endswith(_MINOR_REFUSED):
+        if minor == 0 or exc.code != "BAD_FIELD" or not exc.message.endswith(MINOR_REFUSED):
             raise
     if client is not None:
         client.protocol_minor = 0
     return _exchange(sock, request, expected, deadline_s, timeout_s, request_id, client, 0)
-
-
-_MINOR_REFUSED = ": unexpected field(s) ['m']"
-"""How a daemon that predates minors (protocol 6.0 as first released) refuses a frame's "m"."""
 
 
 def _exchange(

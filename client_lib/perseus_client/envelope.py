@@ -20,8 +20,15 @@ from perseus_client.validation import Schema, build
 from perseus_client.version import PROTOCOL_MAJOR, PROTOCOL_MINOR, unsupported_major, version_text
 
 DEFAULT_MAX_FRAME_BYTES = 1 << 20
+CONTROL_SOCKET_NAME = "control.sock"
+EVENT_SOCKET_NAME = "events.sock"
+ADMIN_SOCKET_NAME = "admin.sock"
+"""The daemon's sockets in its runtime directory."""
 MAX_REQUEST_ID = (1 << 63) - 1
 MAX_MINOR = (1 << 31) - 1
+MINOR_REFUSED = ": unexpected field(s) ['m']"
+"""How a daemon that predates minors (protocol 6.0 as first released) ends its refusal of a frame's "m": a
+client then asks again in minor 0 and keeps to it."""
 ERROR_TYPE = "error"
 """The error reply's type: `{code, message}` in every version, decodable whatever its major."""
 

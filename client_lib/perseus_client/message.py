@@ -21,3 +21,13 @@ class Message:
 
     TYPE: ClassVar[str] = ""
     SINCE: ClassVar[int] = 0
+
+
+@dataclass(frozen=True)
+class ErrorReply(Message):
+    """A request refused: a stable `ErrorCode` and why. The same in every version (never add a field), so
+    that any client reads why it was refused."""
+
+    TYPE: ClassVar[str] = "error"
+    code: str
+    message: str

@@ -41,7 +41,10 @@ from perseus_client.carbon_messages import CarbonInfo, SignalInfo
 from perseus_client.codes import ErrorCode, ProtocolError
 from perseus_client.energy_messages import EnergyRead, EnergyReading, GpuEnergy
 from perseus_client.envelope import (
+    ADMIN_SOCKET_NAME,
+    CONTROL_SOCKET_NAME,
     DEFAULT_MAX_FRAME_BYTES,
+    EVENT_SOCKET_NAME,
     MAX_REQUEST_ID,
     Frame,
     _leading_id,
@@ -69,13 +72,21 @@ from perseus_client.job_messages import (
     SetPolicyOk,
     StragglerInfo,
 )
-from perseus_client.message import JOB_STATES, Instruction, Message, Policy, Schedule
+from perseus_client.message import JOB_STATES, ErrorReply, Instruction, Message, Policy, Schedule
 from perseus_client.pool_messages import (
     AdminPoolSetBudget,
     AdminPoolStatus,
     PoolBudgetOk,
     PoolNode,
     PoolStatusReply,
+)
+from perseus_client.status_messages import (
+    DaemonHealth,
+    GpuStatus,
+    LeaseInfo,
+    PlanStats,
+    StatusReply,
+    StatusRequest,
 )
 from perseus_client.validation import Schema
 from perseus_client.version import PROTOCOL_MAJOR, PROTOCOL_MINOR, since
@@ -95,21 +106,26 @@ __all__ = [
     "CapJob",
     "CapStatusReply",
     "CarbonInfo",
+    "DaemonHealth",
     "DocumentReply",
     "EnergyRead",
     "EnergyReading",
     "ErrorCode",
+    "ErrorReply",
     "Frame",
     "FrontierRequest",
     "GpuEnergy",
+    "GpuStatus",
     "Instruction",
     "JobInfo",
     "JobPriorityOk",
     "JobsReply",
     "JobsRequest",
+    "LeaseInfo",
     "Message",
     "PipelineInfo",
     "PlanRequest",
+    "PlanStats",
     "Policy",
     "PoolBudgetOk",
     "PoolNode",
@@ -126,16 +142,23 @@ __all__ = [
     "SetPolicy",
     "SetPolicyOk",
     "SignalInfo",
+    "StatusReply",
+    "StatusRequest",
     "StragglerInfo",
 ]
 
 PROTOCOL_VERSION = PROTOCOL_MAJOR
 """The frame's "v": the protocol's major (kept under its old name; see `perseus_client.version`)."""
-__all__ += ["DEFAULT_MAX_FRAME_BYTES", "MAX_REQUEST_ID", "PROTOCOL_MAJOR", "PROTOCOL_MINOR", "since"]
-
-CONTROL_SOCKET_NAME = "control.sock"
-EVENT_SOCKET_NAME = "events.sock"
-ADMIN_SOCKET_NAME = "admin.sock"
+__all__ += [
+    "ADMIN_SOCKET_NAME",
+    "CONTROL_SOCKET_NAME",
+    "DEFAULT_MAX_FRAME_BYTES",
+    "EVENT_SOCKET_NAME",
+    "MAX_REQUEST_ID",
+    "PROTOCOL_MAJOR",
+    "PROTOCOL_MINOR",
+    "since",
+]
 
 
 # --------------------------------------------------------------------------------------------- messages
@@ -262,87 +285,6 @@ class ClearPlanOk(Message):
 
 
 @dataclass(frozen=True)
-class StatusRequest(Message):
-    TYPE: ClassVar[str] = "status"
-
-
-@dataclass(frozen=True)
-class LeaseInfo:
-    pid: int
-    uid: int
-    job: str
-
-
-@dataclass(frozen=True)
-class PlanStats:
-    """Per-computation switching of one GPU's plan: counters and event -> clock applied latency (ms)."""
-
-    computations: int
-    clock_changes: int
-    skipped: int
-    late: int
-    unplanned: int
-    errors: int
-    early_raises: int
-    """Higher clocks submitted before the running computation's expected end rather than at its end."""
-    event_to_clock_p50_ms: float | None
-    event_to_clock_p99_ms: float | None
-
-
-@dataclass(frozen=True)
-class GpuStatus:
-    """One GPU row of a status reply; None means unavailable. `error` set: the GPU failed to answer."""
-
-    uuid: str
-    name: str
-    sm_clock_mhz: int | None
-    locked_clock_mhz: int | None
-    power_w: float | None
-    power_limit_w: float | None
-    energy_j: float | None
-    lease: LeaseInfo | None
-    error: str | None
-    call_ms: dict[str, float]
-    plan: PlanStats | None = None
-    power_capped: bool | None = None
-    """The power cap holds the SM clock (`sm_clock_mhz`, the clock it actually runs at) below the locked or
-    top clock: NVML's clock-event reasons; the simulator's: its last computation was capped. None: unknown."""
-
-
-@dataclass(frozen=True)
-class DaemonHealth:
-    version: str
-    protocol: int
-    pid: int
-    uptime_s: float
-    clients: int
-    events_received: int
-    events_dropped: int
-    errors_by_code: dict[str, int]
-    restores: int
-    restore_failures: int
-    last_restore_s: float | None
-    auth_rejected: int
-    persistence_error: str | None = None
-    connections: int = 0
-    """Client connections open now (control, events, admin)."""
-    connections_refused: int = 0
-    """Connections shut down at once because a limit was reached (docs/daemon.md, Limits)."""
-    protocol_minor: int = since(1, 0)
-    """The newest minor of `protocol` the daemon speaks."""
-
-
-@dataclass(frozen=True)
-class StatusReply(Message):
-    TYPE: ClassVar[str] = "status_ok"
-    daemon: DaemonHealth
-    gpus: tuple[GpuStatus, ...]
-    jobs: tuple[JobInfo, ...] = ()
-    signal: SignalInfo | None = None
-    """The node's grid signal (None: none configured)."""
-
-
-@dataclass(frozen=True)
 class AdminReset(Message):
     """Admin: restore saved originals, unlock clocks and drop leases (empty tuple: every GPU)."""
 
@@ -432,13 +374,6 @@ class EventCountOk(Message):
     TYPE: ClassVar[str] = "event_count_ok"
     received: int
     dropped: int
-
-
-@dataclass(frozen=True)
-class ErrorReply(Message):
-    TYPE: ClassVar[str] = "error"
-    code: str
-    message: str
 
 
 EVENT_TYPES: tuple[type[Message], ...] = (ComputationBegin, ComputationEnd, StepBegin, StepEnd)

@@ -10,7 +10,8 @@
   of the older one's minor.
 
 Minor history of major 6: 0, protocol 6 as first released (docs/daemon.md lists what each earlier major
-added); 1, `protocol_minor` in `hello_ok` and in the daemon's `status` health, the `"m"` frame field.
+added); 1, `protocol_minor` in `hello_ok` and in the daemon's `status` health, the `"m"` frame field; the
+`carbon` policy, status's `signal` and a job's `carbon`.
 
 Adding a message or a field: see docs/protocol.md ("Changing the protocol"); in short, bump
 `PROTOCOL_MINOR`, give a new message type `SINCE = PROTOCOL_MINOR` and a new field of an existing message a

@@ -17,7 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from perseus_client.protocol import GpuStatus, PlanStats, SignalInfo, StatusReply, StatusRequest
+from perseus_client.carbon_messages import SignalInfo
+from perseus_client.status_messages import GpuStatus, PlanStats, StatusReply, StatusRequest
 
 from perseusd.ctl.daemon_link import admin_socket_usable, ask
 from perseusd.ctl.jobs_cmd import jobs_json, render_jobs_brief
@@ -31,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("status", help="show GPUs, leases and daemon health")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--watch", type=float, metavar="SEC", help="refresh every SEC seconds until Ctrl-C")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, logs=False)  # nothing it imports logs: no need to load logging
 
 
 def fetch_status(runtime_dir: Path) -> StatusReply:
@@ -132,7 +133,7 @@ def render_table(reply: StatusReply) -> str:
     """
     daemon = reply.daemon
     lines = [
-        f"perseusd {daemon.version} (protocol {daemon.protocol}), pid {daemon.pid}, "
+        f"perseusd {daemon.version} (protocol {daemon.protocol}.{daemon.protocol_minor}), pid {daemon.pid}, "
         f"up {fmt_duration(daemon.uptime_s)}, {daemon.clients} client(s)",
         f"events: {daemon.events_received} received, {daemon.events_dropped} dropped; "
         f"restores: {daemon.restores} ({daemon.restore_failures} failed); "

@@ -71,7 +71,18 @@ def test_request_id_of_bad_frame_is_best_effort() -> None:
 
 
 @pytest.mark.parametrize(
-    "module", ["protocol", "codes", "validation", "envelope", "version", "message", "job_messages"]
+    "module",
+    [
+        "protocol",
+        "codes",
+        "validation",
+        "envelope",
+        "version",
+        "message",
+        "job_messages",
+        "job_info",
+        "status_messages",
+    ],
 )
 def test_protocol_modules_import_only_stdlib(module: str) -> None:
     import ast
