@@ -155,3 +155,4 @@ def test_status_imports_only_what_it_needs(daemon: DaemonProcess, tmp_path: Path
     unwanted = [m for m in loaded if any(m == n or m.startswith(f"{n}.") for n in STATUS_NEVER_LOADS)]
     assert not unwanted
     assert "perseus_client.protocol" not in loaded  # the status messages only, not every message class
+    assert "perseusd.ctl.jobs_cmd" not in loaded  # the jobs' rendering only when there are jobs
