@@ -49,25 +49,31 @@ def request(path: Path, payload: bytes, timeout_s: float) -> bytes:
         try:
             sock.connect(str(path))
         except OSError as exc:
-            raise ZmtpUnreachableError(f"cannot connect to {path}: {exc.strerror or exc}") from None
+            raise ZmtpUnreachableError(
+                f"the daemon is not reachable at {path} ({exc.strerror or exc})"
+            ) from None
         link = _Link(sock, deadline_s, path)
-        link.send(GREETING)
         try:
+            link.send(GREETING)
             greeting = link.read(GREETING_BYTES)
         except _ClosedError:
-            raise ZmtpUnreachableError(f"{path} closed the connection at once") from None
+            raise ZmtpUnreachableError(
+                f"the daemon is not reachable at {path} (it closed the connection)"
+            ) from None
         if greeting[:1] != b"\xff" or greeting[9:10] != b"\x7f" or greeting[10] < 3:
             raise ZmtpUnreachableError(f"{path} did not greet as ZeroMQ 3")
-        link.send(_frame(_ready(b"DEALER"), FLAG_COMMAND))
         try:
+            link.send(_frame(_ready(b"DEALER"), FLAG_COMMAND))
             _expect_ready(link)
         except _ClosedError:  # ZeroMQ may close without a word when its handshake refuses the caller
             raise ZmtpRefusedError("the daemon closed the connection during the handshake") from None
-        link.send(_frame(payload, 0))
         try:
+            link.send(_frame(payload, 0))
             return link.message()
         except _ClosedError:
-            raise ZmtpUnreachableError(f"{path} closed the connection before replying") from None
+            raise ZmtpUnreachableError(
+                f"the daemon at {path} closed the connection before replying"
+            ) from None
     finally:
         sock.close()
 
@@ -107,15 +113,21 @@ class _Link:
     def _left_s(self) -> float:
         left_s = self._deadline_s - time.monotonic()
         if left_s <= 0:
-            raise ZmtpUnreachableError(f"no reply from {self.path} in time")
+            raise ZmtpUnreachableError(f"the daemon is not reachable at {self.path} (no reply in time)")
         return left_s
 
     def send(self, data: bytes) -> None:
         try:
             self._sock.settimeout(self._left_s())
             self._sock.sendall(data)
-        except OSError as exc:  # TimeoutError included
-            raise ZmtpUnreachableError(f"{self.path}: {exc.strerror or 'timed out'}") from None
+        except OSError as exc:
+            raise self._error(exc) from None
+
+    def _error(self, exc: OSError) -> Exception:
+        if isinstance(exc, BrokenPipeError | ConnectionResetError):
+            return _ClosedError()
+        reason = "no reply in time" if isinstance(exc, TimeoutError) else exc.strerror
+        return ZmtpUnreachableError(f"the daemon is not reachable at {self.path} ({reason})")
 
     def read(self, count: int) -> bytes:
         while len(self._buffer) < count:
@@ -123,7 +135,7 @@ class _Link:
                 self._sock.settimeout(self._left_s())
                 chunk = self._sock.recv(max(65536, count - len(self._buffer)))
             except OSError as exc:
-                raise ZmtpUnreachableError(f"{self.path}: {exc.strerror or 'timed out'}") from None
+                raise self._error(exc) from None
             if not chunk:
                 raise _ClosedError
             self._buffer += chunk
