@@ -15,11 +15,15 @@ from perseus_client.version import since
 
 @dataclass(frozen=True)
 class StatusRequest(Message):
+    """The daemon's health, its GPUs and jobs (on the admin socket: the full view)."""
+
     TYPE: ClassVar[str] = "status"
 
 
 @dataclass(frozen=True)
 class LeaseInfo:
+    """Who holds a GPU's lease: the process, its uid, its job (hidden from other non-admin users)."""
+
     pid: int
     uid: int
     job: str
@@ -63,6 +67,8 @@ class GpuStatus:
 
 @dataclass(frozen=True)
 class DaemonHealth:
+    """The daemon's version, protocol, uptime and counters."""
+
     version: str
     protocol: int
     pid: int
@@ -86,6 +92,11 @@ class DaemonHealth:
 
 @dataclass(frozen=True)
 class StatusReply(Message):
+    """The daemon's health, one row per GPU, the jobs the caller may see.
+
+    (Every class of this module has a docstring: a dataclass without one costs a signature at import.)
+    """
+
     TYPE: ClassVar[str] = "status_ok"
     daemon: DaemonHealth
     gpus: tuple[GpuStatus, ...]

@@ -11,10 +11,9 @@ path of the field (`set_plan.plan[3].freq_mhz`).
 from __future__ import annotations
 
 import dataclasses
-import math
 import types
 import typing
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from perseus_client.codes import ErrorCode, ProtocolError
 
@@ -23,17 +22,19 @@ MAX_ABS_INT = (1 << 63) - 1
 _Checker = typing.Callable[[Any, str], Any]
 
 
-@dataclasses.dataclass(frozen=True)
-class Schema:
-    """How a body is checked: `strict` refuses unknown fields; fields newer than `minor` count as unknown."""
+class Schema(NamedTuple):
+    """How a body is checked: `strict` refuses unknown fields; fields newer than `minor` count as unknown.
+
+    (A named tuple, not a dataclass: each dataclass costs about a millisecond at import, and short-lived
+    readers such as `perseusctl status` import this module.)
+    """
 
     strict: bool
     minor: int
     """Fields whose `since` (field metadata, see `perseus_client.version.since`) exceeds it are unknown."""
 
 
-@dataclasses.dataclass(frozen=True)
-class _Field:
+class _Field(NamedTuple):
     name: str
     check: _Checker
     required: bool
@@ -118,7 +119,7 @@ def _check_float(value: Any, where: str) -> float:
         number = float(value)
     except OverflowError:
         raise _bad(where, "a finite number") from None
-    if not math.isfinite(number):
+    if number - number != 0.0:  # NaN or infinite (math.isfinite without importing math)
         raise _bad(where, "a finite number")
     return number
 
