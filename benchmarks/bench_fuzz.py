@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import zmq
 from perseus_client import PerseusClient
-from perseus_client.protocol import ErrorReply, ProtocolError, decode
+from perseus_client.protocol import ErrorReply, ProtocolError, decode_reply
 
 from tests.support.frames import RawPeer, V, assert_serves_and_nothing_locked, random_frame, regression_frames
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
@@ -37,7 +37,7 @@ def _collect(sock: zmq.Socket[bytes], expected: int, tally: Counter[str]) -> int
         data = sock.recv()
         got += 1
         try:
-            frame = decode(data, 1 << 30)
+            frame = decode_reply(data, 1 << 30)
         except ProtocolError:
             tally["undecodable"] += 1
             continue

@@ -15,6 +15,7 @@ class AdminSetCap(Message):
     """Hold this node's GPUs within `budget_w` watts (replaces any earlier node budget)."""
 
     TYPE: ClassVar[str] = "admin_set_cap"
+    SINCE: ClassVar[int] = 1
     budget_w: float
 
 
@@ -23,11 +24,13 @@ class AdminClearCap(Message):
     """Drop the node budget: power limits the cap wrote go back to what they were."""
 
     TYPE: ClassVar[str] = "admin_clear_cap"
+    SINCE: ClassVar[int] = 1
 
 
 @dataclass(frozen=True)
 class AdminCapStatus(Message):
     TYPE: ClassVar[str] = "admin_cap_status"
+    SINCE: ClassVar[int] = 1
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class AdminSetJobPriority(Message):
     slowed first. A job not (yet) on this node keeps the tier for when it comes."""
 
     TYPE: ClassVar[str] = "admin_set_job_priority"
+    SINCE: ClassVar[int] = 1
     job: str
     priority: int
 
@@ -43,6 +47,7 @@ class AdminSetJobPriority(Message):
 @dataclass(frozen=True)
 class JobPriorityOk(Message):
     TYPE: ClassVar[str] = "job_priority_ok"
+    SINCE: ClassVar[int] = 1
     job: str
     priority: int
 
@@ -79,6 +84,7 @@ class CapJob:
 @dataclass(frozen=True)
 class CapStatusReply(Message):
     TYPE: ClassVar[str] = "cap_status"
+    SINCE: ClassVar[int] = 1
     active: bool
     budget_w: float | None
     """The node budget set with `perseusctl cap set --node` (None: none)."""

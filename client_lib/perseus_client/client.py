@@ -28,11 +28,13 @@ from typing import Any, TypeVar
 
 import zmq
 
+from perseus_client.envelope import MINOR_REFUSED
 from perseus_client.protocol import (
     CONTROL_SOCKET_NAME,
     DEFAULT_MAX_FRAME_BYTES,
     EVENT_SOCKET_NAME,
-    PROTOCOL_VERSION,
+    PROTOCOL_MAJOR,
+    PROTOCOL_MINOR,
     AnnounceStraggler,
     AnnounceStragglerOk,
     Claim,
@@ -68,7 +70,7 @@ from perseus_client.protocol import (
     SetPolicyOk,
     StatusReply,
     StatusRequest,
-    decode,
+    decode_reply,
     encode,
 )
 
@@ -87,11 +89,12 @@ CLOSE_STALL_S = 3.0
 most CLOSE_STALL_S without progress; events still unread then are counted in `events_lost`."""
 _INSTRUCTIONS = frozenset(("forward", "backward"))
 M = TypeVar("M", bound=Message)
+# Events are written in minor 0 (no "m"): every daemon of the major reads them, and they stay short.
 _COMPUTATION_FORMAT = (
-    b'{"v":%d,"id":0,' % PROTOCOL_VERSION
+    b'{"v":%d,"id":0,' % PROTOCOL_MAJOR
     + b'"type":"%s","gpu":%s,"stage":%d,"instruction":"%s","microbatch":%d,"chunk":%d,"timestamp_ns":%d}'
 )
-_STEP_FORMAT = b'{"v":%d,"id":0,' % PROTOCOL_VERSION + b'"type":"%s","gpu":%s,"step":%d,"timestamp_ns":%d}'
+_STEP_FORMAT = b'{"v":%d,"id":0,' % PROTOCOL_MAJOR + b'"type":"%s","gpu":%s,"step":%d,"timestamp_ns":%d}'
 
 
 class PerseusClientError(Exception):
@@ -161,6 +164,8 @@ class PerseusClient:
         self._session_sent = 0  # events sent since the hello that opened this session with the daemon
         self.reconnects = 0
         self.daemon_info: HelloOk | None = None
+        self.protocol_minor = PROTOCOL_MINOR
+        """The minor this client writes in: its own, or the daemon's when older (known from the hello)."""
         self._claimed: list[str] = []
         self._plans: dict[str, tuple[PlanEntry, ...]] = {}
         self._registrations: dict[str, Register] = {}
@@ -279,6 +284,7 @@ class PerseusClient:
                     EventCountOk,
                     timeout_s=max(0.05, min(self.timeout_s, CLOSE_STALL_S)),
                     request_id=next(self._ids),
+                    client=self,
                 )
             except PerseusClientError:
                 break  # the daemon is gone or does not count: what it did not confirm is lost
@@ -303,8 +309,12 @@ class PerseusClient:
     # ------------------------------------------------------------------ control calls
 
     def hello(self) -> HelloOk:
+        """Register this process; the reply says which GPUs the daemon has and the protocol it speaks (from
+        then on this client writes the older of the two minors)."""
+        self.protocol_minor = PROTOCOL_MINOR  # the daemon may have been replaced by another version
         reply = self._call(Hello(job=self.job, client_version=CLIENT_VERSION), HelloOk)
         self.daemon_info = reply
+        self.protocol_minor = min(PROTOCOL_MINOR, reply.protocol_minor)
         return reply
 
     def claim(self, gpus: Sequence[str]) -> tuple[str, ...]:
@@ -551,11 +561,37 @@ def request_reply(
     request_id: int,
     client: PerseusClient | None = None,
 ) -> M:
-    """Send one request on a DEALER socket and wait for its reply; raises `PerseusClientError`."""
+    """Send one request on a DEALER socket and wait for its reply; raises `PerseusClientError`.
+
+    The request is written in the client's minor (`PerseusClient.protocol_minor`, else the newest). A daemon
+    of protocol 6 as first released refuses the minor field "m" itself: the request is then sent again in
+    minor 0, and the client keeps to it.
+    """
     deadline_s = time.monotonic() + timeout_s
-    if not sock.poll(int(timeout_s * 1000), zmq.POLLOUT):
+    minor = client.protocol_minor if client is not None else PROTOCOL_MINOR
+    try:
+        return _exchange(sock, request, expected, deadline_s, timeout_s, request_id, client, minor)
+    except PerseusClientError as exc:
+        if minor == 0 or exc.code != "BAD_FIELD" or not exc.message.endswith(MINOR_REFUSED):
+            raise
+    if client is not None:
+        client.protocol_minor = 0
+    return _exchange(sock, request, expected, deadline_s, timeout_s, request_id, client, 0)
+
+
+def _exchange(
+    sock: zmq.Socket[bytes],
+    request: Message,
+    expected: type[M],
+    deadline_s: float,
+    timeout_s: float,
+    request_id: int,
+    client: PerseusClient | None,
+    minor: int,
+) -> M:
+    if not sock.poll(max(0, int((deadline_s - time.monotonic()) * 1000)), zmq.POLLOUT):
         raise _unreachable(client, f"the daemon is not reachable at {_endpoint(sock)}")
-    sock.send(encode(request, request_id), zmq.NOBLOCK)
+    sock.send(encode(request, request_id, minor, keep_newer_values=True), zmq.NOBLOCK)
     while True:
         left_ms = int((deadline_s - time.monotonic()) * 1000)
         if left_ms <= 0 or not sock.poll(left_ms, zmq.POLLIN):
@@ -563,7 +599,7 @@ def request_reply(
                 client, f"no reply to {request.TYPE} within {timeout_s:g} s from {_endpoint(sock)}"
             )
         try:
-            frame = decode(sock.recv(zmq.NOBLOCK), 64 * DEFAULT_MAX_FRAME_BYTES)
+            frame = decode_reply(sock.recv(zmq.NOBLOCK), 64 * DEFAULT_MAX_FRAME_BYTES)
         except ProtocolError as exc:
             raise PerseusClientError(exc.code, f"bad reply from the daemon: {exc.message}") from None
         if frame.request_id != request_id:

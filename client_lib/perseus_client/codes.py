@@ -35,3 +35,6 @@ class ProtocolError(Exception):
         self.message = message
         self.request_id = 0
         """The request id of the frame that was rejected, once the decoder knew it (0: unknown)."""
+        self.frame_major: int | None = None
+        """The major (`"v"`) of the frame that was rejected, once the decoder knew it: the error reply is
+        written in it, so that the sender can read it whatever its version."""

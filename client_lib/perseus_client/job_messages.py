@@ -7,8 +7,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from perseus_client.carbon_messages import CarbonInfo
+from perseus_client.job_info import JobInfo, PipelineInfo, ProfilingInfo, StragglerInfo
 from perseus_client.message import Message, Policy, Schedule
+
+__all__ = [
+    "AnnounceStraggler",
+    "AnnounceStragglerOk",
+    "DocumentReply",
+    "FrontierRequest",
+    "JobInfo",
+    "JobsReply",
+    "JobsRequest",
+    "PipelineInfo",
+    "PlanRequest",
+    "ProfileExport",
+    "ProfileImport",
+    "ProfileImportOk",
+    "ProfileReply",
+    "ProfilingInfo",
+    "Register",
+    "RegisterOk",
+    "SetPolicy",
+    "SetPolicyOk",
+    "StragglerInfo",
+]
 
 
 @dataclass(frozen=True)
@@ -53,102 +75,6 @@ class SetPolicyOk(Message):
     job: str
     policy: str
     target: float
-
-
-@dataclass(frozen=True)
-class PipelineInfo:
-    """One data-parallel pipeline of a job on this node."""
-
-    pipeline: int
-    stages_registered: int
-    iterations: int
-    iteration_time_s: float | None
-    """Mean of the recent iterations (step begin to step begin of its first stage)."""
-    compute_time_s: float | None
-    """Median of the recent iterations' busy time: first step begin to last computation end of any of its
-    stages, so waiting for other pipelines after the last computation (gradient sync) is left out."""
-    plan_index: int | None
-    """The frontier point this pipeline runs (None: no plan yet)."""
-    plan_time_s: float | None
-    plan_since_step: int | None
-    """The step (iteration number of the step events) from which every stage runs this plan."""
-    slowness: float | None
-    """compute_time_s over plan_time_s: about 1 for a healthy pipeline, the factor for a straggler."""
-    node: str
-    """The node that runs it: "" for this node, else its cluster node name (from etcd)."""
-
-
-@dataclass(frozen=True)
-class StragglerInfo:
-    """A job's straggler: which pipeline, by what factor, and who said so ("detected", "announced", or
-    "cluster" for another node's detection or announcement)."""
-
-    pipeline: int
-    factor: float
-    source: str
-    since_step: int
-    """The straggler pipeline's step when it was detected or announced (the others re-plan from then)."""
-
-
-@dataclass(frozen=True)
-class ProfilingInfo:
-    """Online profiling progress: iterations so far, clocks measured out of those planned, energy spent."""
-
-    iterations: int
-    clocks_done: int
-    clocks_total: int
-    energy_j: float
-
-
-@dataclass(frozen=True)
-class JobInfo:
-    """A job as `perseusctl jobs` shows it. Times in seconds; `plan_*` describe the deployed point."""
-
-    job: str
-    uid: int
-    state: str
-    state_for_s: float
-    schedule: str
-    num_stages: int
-    num_microbatches: int
-    chunks: int
-    pipelines: tuple[PipelineInfo, ...]
-    policy: str
-    target: float
-    cached: bool
-    profiling: ProfilingInfo | None
-    frontier_points: int
-    plan_index: int | None
-    plan_time_s: float | None
-    plan_energy_j: float | None
-    """Predicted: the deployed point's energy per iteration from the profile."""
-    fastest_time_s: float | None
-    clock_changes_per_iteration: float | None
-    wrong_clock_fraction: float | None
-    """Computations that began before their planned clock was applied, as a fraction of all planned."""
-    error: str
-    straggler: StragglerInfo | None
-    target_time_s: float | None
-    """The iteration time the other pipelines plan for while a straggler runs (None: no straggler)."""
-    all_max_time_s: float | None
-    all_max_energy_j: float | None
-    """Predicted: all-max clocks' energy per iteration from the profile."""
-    energy_saved_j: float
-    """Energy saved against all-max clocks since the plan runs, all of this node's pipelines; measured or
-    predicted as `energy_saved_source` says. Measured: (all-max energy per iteration, measured by the counters
-    during profiling's first clock - energy per iteration measured while the plan runs) x iterations run.
-    Predicted: from the profile (each iteration at the plan's energy vs all-max's, both waiting at blocking
-    power until its time)."""
-    cluster: str
-    """The cluster plane's view of this job: "fresh", "stale", "expired", or "" without a cluster."""
-    energy_saved_source: str = ""
-    """"measured" (energy counters), "predicted" (profile), or "" before a plan runs."""
-    measured_energy_j: float | None = None
-    """Measured: energy per iteration while the plan runs, by the counters, this node's GPUs of the job."""
-    measured_all_max_energy_j: float | None = None
-    """Measured: energy per iteration at all-max clocks, by the counters during profiling's first clock."""
-    carbon: CarbonInfo | None = None
-    """The job's carbon so far (None: the node has no grid signal configured)."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,17 @@ JOB_STATES = ("registered", "profiling", "solving", "running", "ended", "failed"
 
 @dataclass(frozen=True)
 class Message:
-    """Base of every message; `TYPE` is the wire `type`."""
+    """Base of every message; `TYPE` is the wire `type`, `SINCE` the minor of the major that added it."""
 
     TYPE: ClassVar[str] = ""
+    SINCE: ClassVar[int] = 0
+
+
+@dataclass(frozen=True)
+class ErrorReply(Message):
+    """A request refused: a stable `ErrorCode` and why. The same in every version (never add a field), so
+    that any client reads why it was refused."""
+
+    TYPE: ClassVar[str] = "error"
+    code: str
+    message: str

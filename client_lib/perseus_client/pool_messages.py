@@ -17,6 +17,7 @@ class AdminPoolSetBudget(Message):
     """Set `pool`'s budget (W); None clears it (every node of the pool uncapped)."""
 
     TYPE: ClassVar[str] = "admin_pool_set_budget"
+    SINCE: ClassVar[int] = 1
     pool: str
     budget_w: float | None
 
@@ -24,6 +25,7 @@ class AdminPoolSetBudget(Message):
 @dataclass(frozen=True)
 class PoolBudgetOk(Message):
     TYPE: ClassVar[str] = "pool_budget_ok"
+    SINCE: ClassVar[int] = 1
     pool: str
     budget_w: float | None
     by: str
@@ -35,6 +37,7 @@ class AdminPoolStatus(Message):
     """Read `pool`'s budget, grants and node reports."""
 
     TYPE: ClassVar[str] = "admin_pool_status"
+    SINCE: ClassVar[int] = 1
     pool: str
 
 
@@ -54,6 +57,7 @@ class PoolNode:
 @dataclass(frozen=True)
 class PoolStatusReply(Message):
     TYPE: ClassVar[str] = "pool_status"
+    SINCE: ClassVar[int] = 1
     pool: str
     revision: int
     requested_w: float | None

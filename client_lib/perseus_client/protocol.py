@@ -1,33 +1,31 @@
 """The Perseus wire protocol, shared by the daemon and the client library (stdlib only).
 
-Every frame is one compact JSON object: ``{"v": PROTOCOL_VERSION, "id": REQUEST_ID, "type": TYPE, ...}``.
-Requests on the control and admin sockets carry an id (an int > 0) that the reply echoes; events on the
-event socket are fire-and-forget and carry id 0. GPUs are named by UUID on the wire, never by index.
-Decoding is strict: unknown types, missing or extra fields and wrong field types are rejected with a
-stable `ErrorCode`.
+Every frame is one compact JSON object: ``{"v": MAJOR, "id": REQUEST_ID, "m": MINOR, "type": TYPE, ...}``
+(`perseus_client.envelope`; "m" is left out for minor 0). Requests on the control and admin sockets carry
+an id (an int > 0) that the reply echoes; events on the event socket are fire-and-forget and carry id 0.
+GPUs are named by UUID on the wire, never by index. The daemon decodes requests strictly (`decode`: unknown
+types, missing or extra fields and wrong field types are rejected with a stable `ErrorCode`); the client
+decodes replies tolerantly (`decode_reply`: fields it does not know are ignored, error replies decode
+whatever their version).
 
-The protocol version is separate from the package version: bump it on any incompatible change.
-Version 2: `set_plan` / `clear_plan` requests and the `plan` field of a status GPU row.
-Version 3: jobs (`register`, `set_policy`, `jobs`, `frontier`, `plan`, `profile_export`, `profile_import`),
-the `jobs` field of a status reply; event timestamps are CLOCK_MONOTONIC (`time.monotonic_ns()`).
-Version 4: stragglers (`announce_straggler`), per-pipeline compute time, plan and slowness in `jobs`, the
-job's straggler, target time and energy saved.
-Version 5: `early_raises` in a plan's status (clocks raised before the running computation's expected end).
-Version 6: `event_count` (a client's events as the daemon counted them), the
-`connections` and `connections_refused` fields of the daemon's health, error code LIMIT; frames are standard
-JSON (NaN and Infinity refused) with integers of at most 64 bits and finite floats; `energy_read` /
-`energy_reading` (energy windows of `perseus_client.energy`); error code STATE_WRITE_FAILED and the
-daemon's `persistence_error`; a GPU row's `power_capped`; the `no_slowdown` policy; measured/predicted energy
-fields of `jobs`.
+The protocol version, (major, minor), is separate from the package version (`perseus_client.version`):
+additive changes bump the minor and never break; see docs/protocol.md for how to add a message. Majors
+before 6 (one integer, equality on every frame): 2 `set_plan` / `clear_plan` and the `plan` field of a
+status GPU row; 3 jobs (`register`, `set_policy`, `jobs`, `frontier`, `plan`, `profile_export`,
+`profile_import`), the `jobs` field of a status reply, CLOCK_MONOTONIC event timestamps
+(`time.monotonic_ns()`); 4 stragglers (`announce_straggler`), per-pipeline compute time, plan and slowness
+in `jobs`, the job's straggler, target time and energy saved; 5 `early_raises` in a plan's status.
+Major 6 (minor 0): `event_count`, the `connections` and `connections_refused` fields of the daemon's
+health, error code LIMIT; frames are standard JSON (NaN and Infinity refused) with integers of at most 64
+bits and finite floats; `energy_read` / `energy_reading`; error code STATE_WRITE_FAILED and the daemon's
+`persistence_error`; a GPU row's `power_capped`; the `no_slowdown` policy; measured/predicted energy fields
+of `jobs`. Minor 1: see `perseus_client.version`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import re
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from perseus_client.cap_messages import (
     AdminCapStatus,
@@ -42,6 +40,17 @@ from perseus_client.cap_messages import (
 from perseus_client.carbon_messages import CarbonInfo, SignalInfo
 from perseus_client.codes import ErrorCode, ProtocolError
 from perseus_client.energy_messages import EnergyRead, EnergyReading, GpuEnergy
+from perseus_client.envelope import (
+    ADMIN_SOCKET_NAME,
+    CONTROL_SOCKET_NAME,
+    DEFAULT_MAX_FRAME_BYTES,
+    EVENT_SOCKET_NAME,
+    MAX_REQUEST_ID,
+    Frame,
+    _leading_id,
+    decode_frame,
+    encode_frame,
+)
 from perseus_client.job_messages import (
     AnnounceStraggler,
     AnnounceStragglerOk,
@@ -63,7 +72,7 @@ from perseus_client.job_messages import (
     SetPolicyOk,
     StragglerInfo,
 )
-from perseus_client.message import JOB_STATES, Instruction, Message, Policy, Schedule
+from perseus_client.message import JOB_STATES, ErrorReply, Instruction, Message, Policy, Schedule
 from perseus_client.pool_messages import (
     AdminPoolSetBudget,
     AdminPoolStatus,
@@ -71,7 +80,16 @@ from perseus_client.pool_messages import (
     PoolNode,
     PoolStatusReply,
 )
-from perseus_client.validation import build
+from perseus_client.status_messages import (
+    DaemonHealth,
+    GpuStatus,
+    LeaseInfo,
+    PlanStats,
+    StatusReply,
+    StatusRequest,
+)
+from perseus_client.validation import Schema
+from perseus_client.version import PROTOCOL_MAJOR, PROTOCOL_MINOR, since
 
 # Re-exported: one import for every message; job messages live in job_messages, the base in message.
 __all__ = [
@@ -88,20 +106,26 @@ __all__ = [
     "CapJob",
     "CapStatusReply",
     "CarbonInfo",
+    "DaemonHealth",
     "DocumentReply",
     "EnergyRead",
     "EnergyReading",
     "ErrorCode",
+    "ErrorReply",
+    "Frame",
     "FrontierRequest",
     "GpuEnergy",
+    "GpuStatus",
     "Instruction",
     "JobInfo",
     "JobPriorityOk",
     "JobsReply",
     "JobsRequest",
+    "LeaseInfo",
     "Message",
     "PipelineInfo",
     "PlanRequest",
+    "PlanStats",
     "Policy",
     "PoolBudgetOk",
     "PoolNode",
@@ -118,16 +142,23 @@ __all__ = [
     "SetPolicy",
     "SetPolicyOk",
     "SignalInfo",
+    "StatusReply",
+    "StatusRequest",
     "StragglerInfo",
 ]
 
-PROTOCOL_VERSION = 6
-DEFAULT_MAX_FRAME_BYTES = 1 << 20
-MAX_REQUEST_ID = (1 << 63) - 1
-
-CONTROL_SOCKET_NAME = "control.sock"
-EVENT_SOCKET_NAME = "events.sock"
-ADMIN_SOCKET_NAME = "admin.sock"
+PROTOCOL_VERSION = PROTOCOL_MAJOR
+"""The frame's "v": the protocol's major (kept under its old name; see `perseus_client.version`)."""
+__all__ += [
+    "ADMIN_SOCKET_NAME",
+    "CONTROL_SOCKET_NAME",
+    "DEFAULT_MAX_FRAME_BYTES",
+    "EVENT_SOCKET_NAME",
+    "MAX_REQUEST_ID",
+    "PROTOCOL_MAJOR",
+    "PROTOCOL_MINOR",
+    "since",
+]
 
 
 # --------------------------------------------------------------------------------------------- messages
@@ -160,7 +191,10 @@ class HelloOk(Message):
     TYPE: ClassVar[str] = "hello_ok"
     daemon_version: str
     protocol: int
+    """The daemon's major (the only one it speaks)."""
     gpus: tuple[GpuCapabilities, ...]
+    protocol_minor: int = since(1, 0)
+    """The newest minor of `protocol` the daemon speaks (it speaks every older one too)."""
 
 
 @dataclass(frozen=True)
@@ -248,85 +282,6 @@ class ClearPlanOk(Message):
     TYPE: ClassVar[str] = "clear_plan_ok"
     gpu: str
     cleared: bool
-
-
-@dataclass(frozen=True)
-class StatusRequest(Message):
-    TYPE: ClassVar[str] = "status"
-
-
-@dataclass(frozen=True)
-class LeaseInfo:
-    pid: int
-    uid: int
-    job: str
-
-
-@dataclass(frozen=True)
-class PlanStats:
-    """Per-computation switching of one GPU's plan: counters and event -> clock applied latency (ms)."""
-
-    computations: int
-    clock_changes: int
-    skipped: int
-    late: int
-    unplanned: int
-    errors: int
-    early_raises: int
-    """Higher clocks submitted before the running computation's expected end rather than at its end."""
-    event_to_clock_p50_ms: float | None
-    event_to_clock_p99_ms: float | None
-
-
-@dataclass(frozen=True)
-class GpuStatus:
-    """One GPU row of a status reply; None means unavailable. `error` set: the GPU failed to answer."""
-
-    uuid: str
-    name: str
-    sm_clock_mhz: int | None
-    locked_clock_mhz: int | None
-    power_w: float | None
-    power_limit_w: float | None
-    energy_j: float | None
-    lease: LeaseInfo | None
-    error: str | None
-    call_ms: dict[str, float]
-    plan: PlanStats | None = None
-    power_capped: bool | None = None
-    """The power cap holds the SM clock (`sm_clock_mhz`, the clock it actually runs at) below the locked or
-    top clock: NVML's clock-event reasons; the simulator's: its last computation was capped. None: unknown."""
-
-
-@dataclass(frozen=True)
-class DaemonHealth:
-    version: str
-    protocol: int
-    pid: int
-    uptime_s: float
-    clients: int
-    events_received: int
-    events_dropped: int
-    errors_by_code: dict[str, int]
-    restores: int
-    restore_failures: int
-    last_restore_s: float | None
-    auth_rejected: int
-    persistence_error: str | None = None
-    connections: int = 0
-    """Client connections open now (control, events, admin)."""
-    connections_refused: int = 0
-    """Connections shut down at once because a limit was reached (docs/daemon.md, Limits)."""
-
-
-@dataclass(frozen=True)
-class StatusReply(Message):
-    TYPE: ClassVar[str] = "status_ok"
-    daemon: DaemonHealth
-    gpus: tuple[GpuStatus, ...]
-    jobs: tuple[JobInfo, ...] = ()
-    signal: SignalInfo | None = None
-    """The node's grid signal (None: none configured)."""
 
 
 @dataclass(frozen=True)
@@ -421,13 +376,6 @@ class EventCountOk(Message):
     dropped: int
 
 
-@dataclass(frozen=True)
-class ErrorReply(Message):
-    TYPE: ClassVar[str] = "error"
-    code: str
-    message: str
-
-
 EVENT_TYPES: tuple[type[Message], ...] = (ComputationBegin, ComputationEnd, StepBegin, StepEnd)
 REQUEST_TYPES: tuple[type[Message], ...] = (
     Hello,
@@ -491,107 +439,49 @@ MESSAGE_TYPES: dict[str, type[Message]] = {
 }
 
 
-@dataclass(frozen=True)
-class Frame:
-    """A decoded frame: the request id and the typed message."""
-
-    request_id: int
-    message: Message
+STRICT = Schema(strict=True, minor=PROTOCOL_MINOR)
+TOLERANT = Schema(strict=False, minor=PROTOCOL_MINOR)
 
 
 # --------------------------------------------------------------------------------------------- encoding
 
 
-def encode(message: Message, request_id: int = 0) -> bytes:
-    """Encode a message as one compact, standard JSON frame.
+def encode(
+    message: Message,
+    request_id: int = 0,
+    minor: int = PROTOCOL_MINOR,
+    *,
+    major: int = PROTOCOL_MAJOR,
+    keep_newer_values: bool = False,
+) -> bytes:
+    """Encode a message as one compact, standard JSON frame in protocol `major`.`minor` (default: newest).
 
-    Raises ValueError when a number is NaN or infinite: such a frame would be refused on the other side.
+    Fields newer than `minor` are left out (with `keep_newer_values`, only those at their default). Raises
+    ValueError when a number is NaN or infinite: such a frame would be refused on the other side.
     """
-    body: dict[str, Any] = {"v": PROTOCOL_VERSION, "id": request_id, "type": message.TYPE}
-    body.update(dataclasses.asdict(message))
-    return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+    return encode_frame(message, request_id, minor, major=major, keep_newer_values=keep_newer_values)
 
 
-def decode(data: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Frame:
-    """Decode and strictly validate one frame; raises `ProtocolError` with a stable code.
+def decode(data: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, minor: int = PROTOCOL_MINOR) -> Frame:
+    """Decode and strictly validate one request or event (the daemon's side); raises `ProtocolError`.
 
-    Whatever the bytes, only `ProtocolError` comes out: nesting too deep for the parser (RecursionError),
-    non-standard JSON (NaN, Infinity), numbers out of range and memory exhaustion are all BAD_FRAME or
-    BAD_FIELD. The error carries the frame's request id once it is known (`ProtocolError.request_id`), so a
-    reply can be addressed without parsing the frame a second time.
+    Unknown types and fields are refused; so are types and fields newer than `minor` (a daemon speaking an
+    older minor). Whatever the bytes, only `ProtocolError` comes out, carrying the frame's request id and
+    major once known (`ProtocolError.request_id`, `frame_major`).
     """
-    if len(data) > max_frame_bytes:
-        error = ProtocolError(ErrorCode.TOO_LARGE, f"frame of {len(data)} bytes exceeds {max_frame_bytes}")
-        error.request_id = _leading_id(data)
-        raise error
-    try:
-        body = _parse_json(data)
-    except ProtocolError as exc:
-        exc.request_id = _leading_id(data)
-        raise
-    if not isinstance(body, dict):
-        raise ProtocolError(ErrorCode.BAD_FRAME, "frame is not a JSON object")
-    version = body.pop("v", None)
-    if type(version) is not int:
-        raise ProtocolError(ErrorCode.BAD_FRAME, "missing protocol version 'v'")
-    request_id = body.pop("id", None)
-    known_id = request_id if type(request_id) is int and 0 <= request_id <= MAX_REQUEST_ID else 0
-    try:
-        if version != PROTOCOL_VERSION:
-            raise ProtocolError(
-                ErrorCode.VERSION_MISMATCH,
-                f"protocol {version} not supported (this side speaks {PROTOCOL_VERSION})",
-            )
-        if type(request_id) is not int or not 0 <= request_id <= MAX_REQUEST_ID:
-            raise ProtocolError(ErrorCode.BAD_FRAME, f"missing or bad request id 'id' (0..{MAX_REQUEST_ID})")
-        msg_type = body.pop("type", None)
-        cls = MESSAGE_TYPES.get(msg_type) if isinstance(msg_type, str) else None
-        if cls is None:
-            raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"unknown message type {_short(msg_type)}")
-        return Frame(request_id, build(cls, body, msg_type or ""))
-    except ProtocolError as exc:
-        exc.request_id = known_id
-        raise
-    except (RecursionError, MemoryError, ValueError, TypeError) as exc:  # never anything but ProtocolError
-        error = ProtocolError(ErrorCode.BAD_FIELD, f"cannot validate the frame: {type(exc).__name__}")
-        error.request_id = known_id
-        raise error from None
+    schema = STRICT if minor == PROTOCOL_MINOR else Schema(strict=True, minor=minor)
+    return decode_frame(
+        data, max_frame_bytes, MESSAGE_TYPES, schema=schema, peer="the client", we_are="perseusd"
+    )
 
 
-_LEADING_ID = re.compile(rb'\A\{"v":\d{1,9},"id":(\d{1,18})[,}]')
-
-
-def _leading_id(data: bytes) -> int:
-    """The request id of a frame that cannot be parsed, when it starts as `encode` writes frames (else 0):
-    a glance at its first bytes, never a second parse."""
-    match = _LEADING_ID.match(data[:64])
-    return int(match.group(1)) if match else 0
-
-
-def _parse_json(data: bytes) -> Any:
-    """The JSON value of a frame, standard JSON only (NaN and Infinity are refused)."""
-    try:
-        return _DECODER.decode(data.decode())
-    except ProtocolError:
-        raise
-    except RecursionError:
-        raise ProtocolError(ErrorCode.BAD_FRAME, "JSON nested too deeply") from None
-    except MemoryError:
-        raise ProtocolError(ErrorCode.TOO_LARGE, "frame too large to parse") from None
-    except (ValueError, UnicodeDecodeError, TypeError) as exc:
-        raise ProtocolError(ErrorCode.BAD_FRAME, f"not a JSON frame: {_short(str(exc))}") from None
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ProtocolError(ErrorCode.BAD_FRAME, f"non-standard JSON constant {name} (numbers must be finite)")
-
-
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value) if not isinstance(value, str) else value
-    return text if len(text) <= limit else f"{text[:limit]}..."
+def decode_reply(data: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Frame:
+    """Decode one reply (the client's side): fields this library does not know (a newer minor's) are
+    ignored, fields it knows but the reply left out (an older minor's) take their defaults, and an error
+    reply decodes whatever its major. Anything else malformed raises `ProtocolError`."""
+    return decode_frame(
+        data, max_frame_bytes, MESSAGE_TYPES, schema=TOLERANT, peer="perseusd", we_are="this client"
+    )
 
 
 def request_id_of(data: bytes) -> int:
@@ -604,5 +494,5 @@ def request_id_of(data: bytes) -> int:
     except ProtocolError as exc:
         return exc.request_id
     except Exception:
-        return 0
+        return _leading_id(data)
     return 0

@@ -1,55 +1,84 @@
 """Strict validation of decoded JSON bodies against the protocol's message dataclasses (stdlib only).
 
 Every field is checked against its type hint: ints are never bools and fit in 64 bits, floats accept ints
-and must be finite (never NaN or infinite), tuples are JSON lists, nested dataclasses are objects; missing
-and extra fields are rejected. Errors are `ProtocolError` with code BAD_FIELD and the path of the field
-(`set_plan.plan[3].freq_mhz`).
+and must be finite (never NaN or infinite), tuples are JSON lists, nested dataclasses are objects. A missing
+field is rejected unless it has a default (a field added in a later minor: a frame of an older minor leaves
+it out). Extra fields are rejected (`Schema.strict`, requests on the daemon) or ignored (`Schema.tolerant`,
+replies on the client: fields added in a newer minor). Errors are `ProtocolError` with code BAD_FIELD and the
+path of the field (`set_plan.plan[3].freq_mhz`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import types
 import typing
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from perseus_client.codes import ErrorCode, ProtocolError
 
 MAX_ABS_INT = (1 << 63) - 1
 """Integers on the wire fit in 64 bits (larger ones are refused, whatever the field)."""
 _Checker = typing.Callable[[Any, str], Any]
-_FIELD_CACHE: dict[type, tuple[tuple[str, _Checker], ...]] = {}
 
 
-def build(cls: type[Any], body: dict[str, Any], where: str) -> Any:
-    fields = _fields_of(cls)
-    names = {name for name, _ in fields}
-    extra = set(body) - names
-    if extra:
-        raise ProtocolError(ErrorCode.BAD_FIELD, f"{where}: unexpected field(s) {sorted(extra)}")
+class Schema(NamedTuple):
+    """How a body is checked: `strict` refuses unknown fields; fields newer than `minor` count as unknown.
+
+    (A named tuple, not a dataclass: each dataclass costs about a millisecond at import, and short-lived
+    readers such as `perseusctl status` import this module.)
+    """
+
+    strict: bool
+    minor: int
+    """Fields whose `since` (field metadata, see `perseus_client.version.since`) exceeds it are unknown."""
+
+
+class _Field(NamedTuple):
+    name: str
+    check: _Checker
+    required: bool
+
+
+_FIELD_CACHE: dict[tuple[type, Schema], tuple[dict[str, _Field], frozenset[str]]] = {}
+
+
+def build(cls: type[Any], body: dict[str, Any], where: str, schema: Schema) -> Any:
+    fields, names = _fields_of(cls, schema)
+    if schema.strict and not names.issuperset(body):
+        extra = sorted(set(body) - names)
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"{where}: unexpected field(s) {extra}")
     kwargs: dict[str, Any] = {}
-    for name, check in fields:
-        if name not in body:
+    for name, spec in fields.items():
+        if name in body:
+            kwargs[name] = spec.check(body[name], f"{where}.{name}")
+        elif spec.required:
             raise ProtocolError(ErrorCode.BAD_FIELD, f"{where}: missing field '{name}'")
-        kwargs[name] = check(body[name], f"{where}.{name}")
     return cls(**kwargs)
 
 
-def _fields_of(cls: type[Any]) -> tuple[tuple[str, _Checker], ...]:
-    cached = _FIELD_CACHE.get(cls)
+def _fields_of(cls: type[Any], schema: Schema) -> tuple[dict[str, _Field], frozenset[str]]:
+    cached = _FIELD_CACHE.get((cls, schema))
     if cached is None:
         hints = typing.get_type_hints(cls)
-        cached = tuple((f.name, _checker_for(hints[f.name])) for f in dataclasses.fields(cls))
-        _FIELD_CACHE[cls] = cached
+        fields = {
+            f.name: _Field(f.name, _checker_for(hints[f.name], schema), _required(f))
+            for f in dataclasses.fields(cls)
+            if f.metadata.get("since", 0) <= schema.minor
+        }
+        cached = _FIELD_CACHE[(cls, schema)] = (fields, frozenset(fields))
     return cached
+
+
+def _required(f: dataclasses.Field[Any]) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
 def _bad(where: str, expected: str) -> ProtocolError:
     return ProtocolError(ErrorCode.BAD_FIELD, f"{where}: expected {expected}")
 
 
-def _checker_for(hint: Any) -> _Checker:
+def _checker_for(hint: Any, schema: Schema) -> _Checker:
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if hint is int:
@@ -64,14 +93,14 @@ def _checker_for(hint: Any) -> _Checker:
         return _literal_checker(args)
     if origin in (typing.Union, types.UnionType) and type(None) in args:
         (inner,) = [a for a in args if a is not type(None)]
-        return _optional_checker(_checker_for(inner))
+        return _optional_checker(_checker_for(inner, schema))
     if origin is tuple:
-        return _tuple_checker(_checker_for(args[0]))
+        return _tuple_checker(_checker_for(args[0], schema))
     if origin is dict:
-        return _dict_checker(_checker_for(args[1]))
+        return _dict_checker(_checker_for(args[1], schema))
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         cls: type[Any] = hint
-        return lambda value, where: _check_object(cls, value, where)
+        return lambda value, where: _check_object(cls, value, where, schema)
     raise TypeError(f"unsupported protocol field type {hint!r}")
 
 
@@ -90,7 +119,7 @@ def _check_float(value: Any, where: str) -> float:
         number = float(value)
     except OverflowError:
         raise _bad(where, "a finite number") from None
-    if not math.isfinite(number):
+    if number - number != 0.0:  # NaN or infinite (math.isfinite without importing math)
         raise _bad(where, "a finite number")
     return number
 
@@ -107,10 +136,10 @@ def _check_bool(value: Any, where: str) -> bool:
     return value
 
 
-def _check_object(cls: type[Any], value: Any, where: str) -> Any:
+def _check_object(cls: type[Any], value: Any, where: str, schema: Schema) -> Any:
     if not isinstance(value, dict):
         raise _bad(where, "an object")
-    return build(cls, dict(value), where)
+    return build(cls, value, where, schema)
 
 
 def _literal_checker(allowed: tuple[Any, ...]) -> _Checker:

@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from perseus_client.protocol import CarbonInfo, JobInfo, PipelineInfo, ProfilingInfo
+from perseus_client.carbon_messages import CarbonInfo
+from perseus_client.job_info import JobInfo, PipelineInfo, ProfilingInfo
 
 from perseusd.ctl.daemon_link import fetch_jobs
 from perseusd.ctl.terminal import PLACEHOLDER, fmt, fmt_duration, fmt_pct, fmt_unit, format_table, watch

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -111,9 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run `perseusctl`; returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(command_in(argv)).parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(message)s"
-    )
+    if args.debug or getattr(args, "logs", True):
+        _configure_logging(args.debug)
     func: Callable[[Any], int] = args.func
     try:
         code = func(args)
@@ -129,6 +127,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return getattr(exc, "exit_code", EXIT_FAILED)
     except KeyboardInterrupt:
         return 130
+
+
+def _configure_logging(debug: bool) -> None:
+    """Warnings (everything with `--debug`) as one line each on stderr. Skipped for a command whose
+    parser says it logs nothing (`set_defaults(logs=False)`): importing logging is a tenth of the
+    short commands' run."""
+    import logging
+
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(message)s")
 
 
 def _silence_stdout() -> None:

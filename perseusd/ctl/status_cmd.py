@@ -17,10 +17,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from perseus_client.protocol import GpuStatus, PlanStats, SignalInfo, StatusReply, StatusRequest
+from perseus_client.carbon_messages import SignalInfo
+from perseus_client.status_messages import GpuStatus, PlanStats, StatusReply, StatusRequest
 
 from perseusd.ctl.daemon_link import admin_socket_usable, ask
-from perseusd.ctl.jobs_cmd import jobs_json, render_jobs_brief
 from perseusd.ctl.terminal import PLACEHOLDER, fmt, fmt_duration, format_table, watch
 
 EXIT_OK = 0
@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("status", help="show GPUs, leases and daemon health")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--watch", type=float, metavar="SEC", help="refresh every SEC seconds until Ctrl-C")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, logs=False)  # nothing it imports logs: no need to load logging
 
 
 def fetch_status(runtime_dir: Path) -> StatusReply:
@@ -44,7 +44,7 @@ def status_json(reply: StatusReply) -> dict[str, Any]:
     return {
         "daemon": dataclasses.asdict(reply.daemon),
         "gpus": [dataclasses.asdict(gpu) for gpu in reply.gpus],
-        "jobs": jobs_json(reply.jobs),
+        "jobs": _jobs_json(reply),
         "signal": None if reply.signal is None else dataclasses.asdict(reply.signal),
     }
 
@@ -67,6 +67,14 @@ def signal_line(signal: SignalInfo) -> str:
     if signal.error:
         parts.append(f"failing: {signal.error}")
     return ", ".join(parts)
+
+
+def _jobs_json(reply: StatusReply) -> list[dict[str, Any]]:
+    if not reply.jobs:
+        return []
+    from perseusd.ctl.jobs_cmd import jobs_json  # only with jobs: most nodes have none
+
+    return jobs_json(reply.jobs)
 
 
 def _lease(gpu: GpuStatus) -> str:
@@ -132,7 +140,7 @@ def render_table(reply: StatusReply) -> str:
     """
     daemon = reply.daemon
     lines = [
-        f"perseusd {daemon.version} (protocol {daemon.protocol}), pid {daemon.pid}, "
+        f"perseusd {daemon.version} (protocol {daemon.protocol}.{daemon.protocol_minor}), pid {daemon.pid}, "
         f"up {fmt_duration(daemon.uptime_s)}, {daemon.clients} client(s)",
         f"events: {daemon.events_received} received, {daemon.events_dropped} dropped; "
         f"restores: {daemon.restores} ({daemon.restore_failures} failed); "
@@ -149,6 +157,8 @@ def render_table(reply: StatusReply) -> str:
     header += ["PLAN", "LEASE"] if with_plan else ["LEASE"]
     lines += format_table([header, *(_row(gpu, with_plan) for gpu in reply.gpus)])
     if reply.jobs:
+        from perseusd.ctl.jobs_cmd import render_jobs_brief  # only with jobs: most nodes have none
+
         lines += ["", render_jobs_brief(reply.jobs)]
     return "\n".join(lines)
 

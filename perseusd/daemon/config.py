@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perseus_client.version import PROTOCOL_MINOR
+
 from perseusd.cluster.config import ClusterConfig
 from perseusd.cluster.power_pool_keys import POOL_PATTERN
 from perseusd.errors import ConfigError
@@ -39,6 +41,9 @@ class DaemonConfig:
     admin_group: str = "perseus-admin"
     log_level: str = "INFO"
     max_frame_bytes: int = 1 << 20
+    protocol_minor: int = -1
+    """The newest protocol minor the daemon speaks (-1: the newest it knows). An older one makes it answer
+    as a daemon of that minor would (docs/protocol.md): for compatibility tests and staged roll-outs."""
     gpu_call_timeout_s: float = 5.0
     # Jobs: online profiling, solving and deployment.
     profile_warmup_iterations: int = 2
@@ -110,6 +115,10 @@ class DaemonConfig:
         _require(self.sim_update_period_s > 0, "sim_update_period_s must be positive")
         _require(self.log_level in LOG_LEVELS, f"log_level must be one of {', '.join(LOG_LEVELS)}")
         _require(1024 <= self.max_frame_bytes <= 16 * 1024 * 1024, "max_frame_bytes must be 1 KiB..16 MiB")
+        _require(
+            -1 <= self.protocol_minor <= PROTOCOL_MINOR,
+            f"protocol_minor must be -1 (newest) or 0..{PROTOCOL_MINOR}",
+        )
         _require(self.gpu_call_timeout_s > 0, "gpu_call_timeout_s must be positive")
         _require(0 <= self.profile_warmup_iterations <= 100, "profile_warmup_iterations must be 0..100")
         _require(self.profile_max_iterations >= 1, "profile_max_iterations must be >= 1")
@@ -171,6 +180,11 @@ class DaemonConfig:
             prefix=self.cluster_prefix,
             refresh_interval_s=self.cluster_refresh_interval_s,
         )
+
+    @property
+    def speaks_minor(self) -> int:
+        """The protocol minor the daemon speaks (`protocol_minor`, -1 resolved to the newest)."""
+        return PROTOCOL_MINOR if self.protocol_minor < 0 else self.protocol_minor
 
     @property
     def metrics_enabled(self) -> bool:

@@ -11,7 +11,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from perseus_client.protocol import (
-    PROTOCOL_VERSION,
+    PROTOCOL_MAJOR,
+    PROTOCOL_MINOR,
     AdminReset,
     AdminResetOk,
     AdminSetPowerLimit,
@@ -79,6 +80,7 @@ class DaemonCore:
         extra_handlers: Mapping[type[Message], Callable[[Caller, Any], Message]] | None = None,
         admin_handlers: Mapping[type[Message], Callable[[Caller, Any], Message]] | None = None,
         power_cap: NodeCap | None = None,
+        protocol_minor: int = PROTOCOL_MINOR,
     ) -> None:
         self.registry = registry
         self.power_cap = power_cap
@@ -92,6 +94,8 @@ class DaemonCore:
         self.keeper = keeper
         self.tracker = tracker
         self._version = version
+        self.protocol_minor = protocol_minor
+        """The newest minor of `PROTOCOL_MAJOR` this daemon speaks (advertised in hello and status)."""
         self._is_admin = is_admin
         self._clock_s = clock_s
         self._started_s = clock_s()
@@ -169,7 +173,12 @@ class DaemonCore:
             )
             for info in self.registry.infos()
         )
-        return HelloOk(daemon_version=self._version, protocol=PROTOCOL_VERSION, gpus=gpus)
+        return HelloOk(
+            daemon_version=self._version,
+            protocol=PROTOCOL_MAJOR,
+            gpus=gpus,
+            protocol_minor=self.protocol_minor,
+        )
 
     def _claim(self, caller: Caller, message: Claim) -> ClaimOk:
         session = self.leases.require_session(caller)
@@ -385,7 +394,7 @@ class DaemonCore:
         connections, refused = self.connection_counts()
         return DaemonHealth(
             version=self._version,
-            protocol=PROTOCOL_VERSION,
+            protocol=PROTOCOL_MAJOR,
             pid=os.getpid(),
             uptime_s=round(self._clock_s() - self._started_s, 3),
             clients=self.leases.session_count,
@@ -399,6 +408,7 @@ class DaemonCore:
             persistence_error=self.keeper.persistence_error,
             connections=connections,
             connections_refused=refused,
+            protocol_minor=self.protocol_minor,
         )
 
     def _gpu_status(

@@ -23,6 +23,8 @@ from perseus_client.protocol import (
     CONTROL_SOCKET_NAME,
     EVENT_SOCKET_NAME,
     EVENT_TYPES,
+    PROTOCOL_MAJOR,
+    PROTOCOL_MINOR,
     REQUEST_TYPES,
     ErrorCode,
     ErrorReply,
@@ -60,6 +62,7 @@ flood leaves about 1,300 events per client to drain, so the events of a released
 once and memory stays flat; a client that sends faster than the daemon reads finds its queue full and counts
 the drops."""
 MAX_ERROR_CHARS = 400
+MAX_ECHOED_MAJOR = (1 << 31) - 1
 DEFAULT_LIMITS = ConnectionLimits.for_descriptors(1024)
 MONITORED_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
 
@@ -89,6 +92,8 @@ class IpcSettings:
     runtime_dir: Path
     max_frame_bytes: int
     limits: ConnectionLimits = DEFAULT_LIMITS
+    protocol_minor: int = PROTOCOL_MINOR
+    """The newest minor the daemon speaks: newer message types and fields are refused as unknown."""
 
 
 class IpcServer:
@@ -99,6 +104,7 @@ class IpcServer:
         self._policy = policy
         self._settings = settings
         self._max_frame_bytes = settings.max_frame_bytes
+        self._minor = settings.protocol_minor
         self._log = RateLimitedLog()
         self._callers: dict[str, Caller | None] = {}
         self._ctx = zmq.Context()
@@ -263,24 +269,29 @@ class IpcServer:
                 continue
             routing_id, payload = frames[0].bytes, frames[1]
             data = payload.bytes
-            request_id, reply = self._answer(
-                self._caller(str(payload.get("Peer-Address"))), data, admin=admin
-            )
-            self._reply(sock, routing_id, request_id, reply)
+            answer = self._answer(self._caller(str(payload.get("Peer-Address"))), data, admin=admin)
+            self._reply(sock, routing_id, *answer)
 
-    def _answer(self, caller: Caller | None, data: bytes, *, admin: bool) -> tuple[int, Message]:
-        """The request id and the reply (an `ErrorReply` for anything rejected); never raises.
+    def _answer(self, caller: Caller | None, data: bytes, *, admin: bool) -> tuple[int, Message, int, int]:
+        """The request id, the reply (an `ErrorReply` for anything rejected) and the major and minor to write
+        it in; never raises.
 
-        The frame is parsed once: a frame that fails to decode names its request id in the error.
+        A reply is written in the request's minor when that is older than the daemon's (the requester does
+        not know the newer fields); an error in the request's major, so that a client of any version reads
+        why it was refused. The frame is parsed once: a frame that fails to decode names its request id and
+        major in the error.
         """
         request_id = 0
         try:
             frame = self._decode_request(caller, data, admin=admin)
             request_id = frame.request_id
-            return request_id, self._dispatch(caller, frame, admin=admin)
+            reply = self._dispatch(caller, frame, admin=admin)
+            return request_id, reply, PROTOCOL_MAJOR, min(frame.minor, self._minor)
         except ProtocolError as exc:
             reply = self._error(exc.code, exc.message)
             request_id = request_id or exc.request_id
+            if exc.frame_major is not None and 0 <= exc.frame_major <= MAX_ECHOED_MAJOR:
+                return request_id, reply, exc.frame_major, 0
         except UnknownGpuError as exc:
             reply = self._error(ErrorCode.UNKNOWN_GPU, str(exc))
         except GpuError as exc:
@@ -288,14 +299,14 @@ class IpcServer:
         except Exception as exc:
             logger.exception("internal error handling a request")
             reply = self._error(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS])
-        return request_id, reply
+        return request_id, reply, PROTOCOL_MAJOR, 0
 
     def _decode_request(self, caller: Caller | None, data: bytes, *, admin: bool) -> Frame:
         if caller is None or not (
             self._policy.is_admin(caller) if admin else self._policy.may_connect(caller)
         ):
             raise ProtocolError(ErrorCode.PERMISSION_DENIED, "caller not allowed")
-        return decode(data, self._max_frame_bytes)
+        return decode(data, self._max_frame_bytes, self._minor)
 
     def _dispatch(self, caller: Caller | None, frame: Frame, *, admin: bool) -> Message:
         assert caller is not None  # checked by _decode_request
@@ -322,9 +333,18 @@ class IpcServer:
         self._log.warning(code, "request rejected: %s: %s", code, message)
         return ErrorReply(code=code.value, message=message)
 
-    def _reply(self, sock: zmq.Socket[bytes], routing_id: bytes, request_id: int, reply: Message) -> None:
+    def _reply(
+        self,
+        sock: zmq.Socket[bytes],
+        routing_id: bytes,
+        request_id: int,
+        reply: Message,
+        major: int = PROTOCOL_MAJOR,
+        minor: int = 0,
+    ) -> None:
+        """Send `reply` written in `major`.`minor` (an error reply in minor 0: the same in every version)."""
         try:
-            data = encode(reply, request_id)
+            data = encode(reply, request_id, 0 if isinstance(reply, ErrorReply) else minor, major=major)
         except ValueError as exc:  # a NaN or infinity in a reply: never send non-standard JSON
             logger.error("reply %s not encodable: %s", reply.TYPE, exc)
             data = encode(self._error(ErrorCode.INTERNAL, f"{reply.TYPE} reply not encodable"), request_id)
@@ -364,7 +384,7 @@ class IpcServer:
                 if not holds_lease(caller.pid):
                     self._drop_unleased(caller)
                     continue
-                message = decode(frame.bytes, self._max_frame_bytes).message
+                message = decode(frame.bytes, self._max_frame_bytes, self._minor).message
                 if type(message) not in EVENT_TYPES:
                     raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not an event")
                 core.on_event(caller, message)

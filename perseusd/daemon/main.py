@@ -282,6 +282,7 @@ def run_daemon(config: DaemonConfig, reload_config: Callable[[], DaemonConfig]) 
                     extra_handlers=energy_requests(config, registry).handlers(),
                     admin_handlers=pool_handlers,
                     power_cap=node_cap,
+                    protocol_minor=config.speaks_minor,
                 )
                 with metrics_exposure(config, core, calls):
                     return serve(config, reload_config, policy, core)
@@ -346,7 +347,9 @@ def serve(
     if outcome.restored or outcome.failed:
         logger.warning("reconciled: restored %s; failed %s", list(outcome.restored), list(outcome.failed))
     limits = ConnectionLimits.for_descriptors(raise_descriptor_limit())
-    ipc = IpcServer(core, policy, IpcSettings(config.runtime_dir, config.max_frame_bytes, limits))
+    ipc = IpcServer(
+        core, policy, IpcSettings(config.runtime_dir, config.max_frame_bytes, limits, config.speaks_minor)
+    )
     try:
         ipc.bind()
 

@@ -59,7 +59,8 @@ def test_regression_frames_decode_to_protocol_errors(name: str) -> None:
 def test_valid_bodies_round_trip() -> None:
     for body in valid_bodies(GPU):
         frame = p.decode(json.dumps({"v": p.PROTOCOL_VERSION, "id": 5, **body}).encode())
-        assert p.decode(p.encode(frame.message, 5)) == frame
+        assert p.decode(p.encode(frame.message, 5, 0)) == frame
+        assert p.decode(p.encode(frame.message, 5)).message == frame.message
 
 
 @pytest.mark.parametrize(

@@ -38,12 +38,13 @@ def _code(data: bytes, max_bytes: int = p.DEFAULT_MAX_FRAME_BYTES) -> str:
 )
 def test_round_trip(message: p.Message) -> None:
     frame = p.decode(p.encode(message, 42))
-    assert frame == p.Frame(42, message)
+    assert frame == p.Frame(42, message, p.PROTOCOL_MINOR)
 
 
 def test_frames_are_compact_json_with_version_id_type() -> None:
     body = json.loads(p.encode(p.StatusRequest(), 3))
-    assert body == {"v": p.PROTOCOL_VERSION, "id": 3, "type": "status"}
+    assert body == {"v": p.PROTOCOL_MAJOR, "id": 3, "m": p.PROTOCOL_MINOR, "type": "status"}
+    assert json.loads(p.encode(p.StatusRequest(), 3, 0)) == {"v": p.PROTOCOL_MAJOR, "id": 3, "type": "status"}
 
 
 def test_rejections_have_stable_codes() -> None:
@@ -69,7 +70,20 @@ def test_request_id_of_bad_frame_is_best_effort() -> None:
     assert p.request_id_of(b"junk") == 0
 
 
-@pytest.mark.parametrize("module", ["protocol", "codes", "validation"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "protocol",
+        "codes",
+        "validation",
+        "envelope",
+        "version",
+        "message",
+        "job_messages",
+        "job_info",
+        "status_messages",
+    ],
+)
 def test_protocol_modules_import_only_stdlib(module: str) -> None:
     import ast
     import sys

@@ -9,7 +9,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from perseus_client.protocol import PROTOCOL_VERSION, DaemonHealth, GpuStatus, LeaseInfo, StatusReply
+from perseus_client.protocol import (
+    PROTOCOL_MAJOR,
+    PROTOCOL_MINOR,
+    DaemonHealth,
+    GpuStatus,
+    LeaseInfo,
+    StatusReply,
+)
 
 from perseusd.ctl.status_cmd import render_table, status_json
 from perseusd.gpu.sim_workload import SimGpuHandle
@@ -31,7 +38,7 @@ REPLY = StatusReply(
 )
 
 GOLDEN = """\
-perseusd 0.1.0 (protocol 1), pid 42, up 1h02m05s, 1 client(s)
+perseusd 0.1.0 (protocol 1.0), pid 42, up 1h02m05s, 1 client(s)
 events: 100 received, 2 dropped; restores: 3 (0 failed); refused connections: 0
 GPU call mean ms (worst GPU): read 0.020
 
@@ -85,7 +92,8 @@ def test_status_and_reset_against_real_daemon(daemon: DaemonProcess) -> None:
     out = _ctl(daemon.dirs.runtime_dir, "status", "--json")
     assert out.returncode == 0, out.stderr
     body = json.loads(out.stdout)
-    assert body["daemon"]["protocol"] == PROTOCOL_VERSION
+    assert body["daemon"]["protocol"] == PROTOCOL_MAJOR
+    assert body["daemon"]["protocol_minor"] == PROTOCOL_MINOR
     assert len(body["gpus"]) == 2
     assert body["gpus"][0]["locked_clock_mhz"] is None
     table = _ctl(daemon.dirs.runtime_dir, "status")
@@ -114,3 +122,37 @@ def test_status_shows_the_clock_a_power_capped_h100_runs_at() -> None:
         assert record.capped
         assert (row["sm_clock_mhz"], row["power_capped"]) == (record.ran_mhz, True)
         assert f"{record.ran_mhz} capped" in _ctl(runtime_dir, "status").stdout
+
+
+STATUS_NEVER_LOADS = (
+    "numpy",
+    "scipy",
+    "matplotlib",
+    "zmq",
+    "asyncio",
+    "perseusd.planner",
+    "perseus_client.client",
+)
+"""What `perseusctl status` has no use for: the solver's stack, pyzmq (it speaks ZeroMQ's wire protocol
+with the standard library) and the client library."""
+
+
+def test_status_imports_only_what_it_needs(daemon: DaemonProcess, tmp_path: Path) -> None:
+    """The modules a real `perseusctl status` run loaded, from a fresh interpreter (not from its source)."""
+    loaded_path = tmp_path / "modules.json"
+    code = (
+        "import json, sys; from perseusd.ctl.main import main; "
+        f"code = main(['--runtime-dir', {str(daemon.dirs.runtime_dir)!r}, 'status']); "
+        f"open({str(loaded_path)!r}, 'w').write(json.dumps(sorted(sys.modules))); sys.exit(code)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert "GPU-" in out.stdout
+    loaded = json.loads(loaded_path.read_text())
+    assert "perseus_client.status_messages" in loaded
+    unwanted = [m for m in loaded if any(m == n or m.startswith(f"{n}.") for n in STATUS_NEVER_LOADS)]
+    assert not unwanted
+    assert "perseus_client.protocol" not in loaded  # the status messages only, not every message class
+    assert "perseusd.ctl.jobs_cmd" not in loaded  # the jobs' rendering only when there are jobs

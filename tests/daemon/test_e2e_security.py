@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import zmq
 from perseus_client import PerseusClient
-from perseus_client.protocol import PROTOCOL_VERSION, ErrorReply, decode
+from perseus_client.protocol import PROTOCOL_VERSION, ErrorReply, StatusReply, StatusRequest, decode_reply
 
+from perseusd.ctl.daemon_link import DaemonUnreachableError, ask
 from tests.support.frames import V
 from tests.support.perseusd_proc import (
     NOBODY_UID,
@@ -49,6 +50,9 @@ def test_process_of_another_uid_rejected(make_daemon: Callable[..., DaemonProces
     runtime_dir = dirs.runtime_dir
     code, message = run_as_user(lambda: client_outcome(runtime_dir, lambda c: c.hello()))
     assert code == "PERMISSION_DENIED", message
+    for admin in (False, True):  # perseusctl's own ZeroMQ link meets the same handshake
+        ctl_message = run_as_user(lambda admin=admin: _ctl_outcome(runtime_dir, admin=admin))
+        assert "refused this user" in ctl_message, ctl_message
     health = daemon.status()["daemon"]
     assert health["auth_rejected"] >= 1  # type: ignore[index]
     assert health["clients"] == 0  # type: ignore[index]
@@ -82,10 +86,19 @@ def test_lease_of_another_users_gpu_rejected(
         assert owner.set_clock(uuids[0], 1005) is not None
 
 
+def _ctl_outcome(runtime_dir: Path, *, admin: bool) -> str:
+    """What perseusctl's link to the daemon says when asking for the status."""
+    try:
+        ask(runtime_dir, StatusRequest(), StatusReply, admin=admin)
+    except DaemonUnreachableError as exc:
+        return str(exc)
+    return "ok"
+
+
 def _raw_request(sock: zmq.Socket[bytes], frames: list[bytes]) -> ErrorReply:
     sock.send_multipart(frames)
     assert sock.poll(5000), "no reply to a bad frame"
-    reply = decode(sock.recv(), 1 << 24).message
+    reply = decode_reply(sock.recv(), 1 << 24).message
     assert isinstance(reply, ErrorReply)
     return reply
 

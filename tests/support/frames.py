@@ -16,7 +16,7 @@ from typing import Any
 import zmq
 from hypothesis import strategies as st
 from perseus_client import PerseusClient
-from perseus_client.protocol import PROTOCOL_VERSION, ErrorCode, ErrorReply, Frame, decode
+from perseus_client.protocol import PROTOCOL_VERSION, ErrorCode, ErrorReply, Frame, decode_reply
 
 from tests.support.perseusd_proc import sim_control
 
@@ -219,7 +219,7 @@ class RawPeer:
         sock.send(data)
         if not sock.poll(REPLY_TIMEOUT_MS):
             raise AssertionError(f"no reply within {REPLY_TIMEOUT_MS} ms to {data[:80]!r}")
-        return decode(sock.recv(), 1 << 30)
+        return decode_reply(sock.recv(), 1 << 30)
 
     def event(self, data: bytes) -> None:
         self.events.send(data)

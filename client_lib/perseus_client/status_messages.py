@@ -1,0 +1,105 @@
+"""The status messages of the wire protocol: GPUs, leases, plans and the daemon's health (`perseusctl
+status`). Kept apart so that a reader of status loads only these (`perseus_client.protocol` re-exports them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from perseus_client.carbon_messages import SignalInfo
+from perseus_client.job_info import JobInfo
+from perseus_client.message import Message
+from perseus_client.version import since
+
+
+@dataclass(frozen=True)
+class StatusRequest(Message):
+    """The daemon's health, its GPUs and jobs (on the admin socket: the full view)."""
+
+    TYPE: ClassVar[str] = "status"
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """Who holds a GPU's lease: the process, its uid, its job (hidden from other non-admin users)."""
+
+    pid: int
+    uid: int
+    job: str
+
+
+@dataclass(frozen=True)
+class PlanStats:
+    """Per-computation switching of one GPU's plan: counters and event -> clock applied latency (ms)."""
+
+    computations: int
+    clock_changes: int
+    skipped: int
+    late: int
+    unplanned: int
+    errors: int
+    early_raises: int
+    """Higher clocks submitted before the running computation's expected end rather than at its end."""
+    event_to_clock_p50_ms: float | None
+    event_to_clock_p99_ms: float | None
+
+
+@dataclass(frozen=True)
+class GpuStatus:
+    """One GPU row of a status reply; None means unavailable. `error` set: the GPU failed to answer."""
+
+    uuid: str
+    name: str
+    sm_clock_mhz: int | None
+    locked_clock_mhz: int | None
+    power_w: float | None
+    power_limit_w: float | None
+    energy_j: float | None
+    lease: LeaseInfo | None
+    error: str | None
+    call_ms: dict[str, float]
+    plan: PlanStats | None = None
+    power_capped: bool | None = None
+    """The power cap holds the SM clock (`sm_clock_mhz`, the clock it actually runs at) below the locked or
+    top clock: NVML's clock-event reasons; the simulator's: its last computation was capped. None: unknown."""
+
+
+@dataclass(frozen=True)
+class DaemonHealth:
+    """The daemon's version, protocol, uptime and counters."""
+
+    version: str
+    protocol: int
+    pid: int
+    uptime_s: float
+    clients: int
+    events_received: int
+    events_dropped: int
+    errors_by_code: dict[str, int]
+    restores: int
+    restore_failures: int
+    last_restore_s: float | None
+    auth_rejected: int
+    persistence_error: str | None = None
+    connections: int = 0
+    """Client connections open now (control, events, admin)."""
+    connections_refused: int = 0
+    """Connections shut down at once because a limit was reached (docs/daemon.md, Limits)."""
+    protocol_minor: int = since(1, 0)
+    """The newest minor of `protocol` the daemon speaks."""
+
+
+@dataclass(frozen=True)
+class StatusReply(Message):
+    """The daemon's health, one row per GPU, the jobs the caller may see.
+
+    (Every class of this module has a docstring: a dataclass without one costs a signature at import.)
+    """
+
+    TYPE: ClassVar[str] = "status_ok"
+    daemon: DaemonHealth
+    gpus: tuple[GpuStatus, ...]
+    jobs: tuple[JobInfo, ...] = ()
+    signal: SignalInfo | None = since(1, None)
+    """The node's grid signal (None: none configured)."""
