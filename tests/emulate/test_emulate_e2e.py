@@ -236,7 +236,13 @@ def test_a_stopped_emulator_leaves_no_lease(daemon: DaemonProcess, signum: int) 
     proc = _start_long_run(daemon)
     stage_pids = [lease["pid"] for lease in _leases(daemon)]
     proc.send_signal(signum)
-    _, err = proc.communicate(timeout=30)
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # never left behind: its pipes and process go with the failure
+        out, err = proc.communicate(timeout=10)
+        name = signal.Signals(signum).name
+        pytest.fail(f"the emulator outlived {name} by 30 s: {out[-2000:]} {err[-2000:]}")
     if signum != signal.SIGKILL:
         assert proc.returncode == 1
         assert "interrupted" in err
