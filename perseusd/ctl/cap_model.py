@@ -62,16 +62,11 @@ def add_model_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser
 
 def plot_rows(rows: list[PoolRow], path: str) -> None:
     """Slowdown vs budget: (a) dashed, (c) solid, one colour per pool size (matplotlib imported only here)."""
-    from perseusd.errors import PerseusError
+    from perseusd.planner.plot import new_axes, save_figure
 
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as exc:
-        raise PerseusError("plots need matplotlib: pip install 'perseusd[plot]'") from exc
-    figure = Figure(figsize=(7.0, 4.5), dpi=120)
-    FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
+    figure, axes = new_axes(
+        "Pool power budget: iteration slowdown vs all-max", "budget (% of all-max power)", "slowdown (%)"
+    )
     for gpus in dict.fromkeys(r.gpus for r in rows):
         mine = [r for r in rows if r.gpus == gpus]
         x = [r.budget_fraction * 100 for r in mine]
@@ -86,13 +81,8 @@ def plot_rows(rows: list[PoolRow], path: str) -> None:
             color=line.get_color(),
             label=f"{gpus}: uniform",
         )
-    axes.set_title("Pool power budget: iteration slowdown vs all-max")
-    axes.set_xlabel("budget (% of all-max power)")
-    axes.set_ylabel("slowdown (%)")
-    axes.grid(True, alpha=0.3)
     axes.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path)
+    save_figure(figure, path)
 
 
 def run_model(args: argparse.Namespace) -> int:

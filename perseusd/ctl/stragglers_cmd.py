@@ -130,27 +130,17 @@ def format_table(rows: list[JobEnergy], frontiers: list[tuple[int, PipelineFront
 
 def plot_savings(rows: list[JobEnergy], path: str) -> None:
     """Saving vs straggler factor, one line per pipeline count (matplotlib imported only here)."""
-    from perseusd.errors import PerseusError
+    from perseusd.planner.plot import new_axes, save_figure
 
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as exc:
-        raise PerseusError("plots need matplotlib: pip install 'perseusd[plot]'") from exc
-    figure = Figure(figsize=(7.0, 4.5), dpi=120)
-    FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
+    figure, axes = new_axes(
+        "One straggler pipeline: job energy saving vs all-max", "straggler factor", "energy saving (%)"
+    )
     for count in dict.fromkeys(r.num_pipelines for r in rows):
         mine = [r for r in rows if r.num_pipelines == count]
         label = f"{count} pipelines ({mine[0].num_gpus} GPUs)"
         axes.plot([r.factor for r in mine], [r.saving_pct for r in mine], "o-", ms=4, label=label)
-    axes.set_title("One straggler pipeline: job energy saving vs all-max")
-    axes.set_xlabel("straggler factor")
-    axes.set_ylabel("energy saving (%)")
-    axes.grid(True, alpha=0.3)
     axes.legend()
-    figure.tight_layout()
-    figure.savefig(path)
+    save_figure(figure, path)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,7 +20,10 @@ TimeEnergy = tuple[float, float]
 """A point as (time_s, energy_j)."""
 
 
-def _new_axes(title: str) -> tuple[Figure, Axes]:
+def new_axes(
+    title: str, xlabel: str = "iteration time (s)", ylabel: str = "iteration energy (J)"
+) -> tuple[Figure, Axes]:
+    """A figure on the Agg canvas with one gridded, labelled axes (every plot of perseusctl starts here)."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -30,13 +33,13 @@ def _new_axes(title: str) -> tuple[Figure, Axes]:
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     axes.set_title(title)
-    axes.set_xlabel("iteration time (s)")
-    axes.set_ylabel("iteration energy (J)")
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
     axes.grid(True, alpha=0.3)
     return figure, axes
 
 
-def _save(figure: Figure, path: str | os.PathLike[str]) -> None:
+def save_figure(figure: Figure, path: str | os.PathLike[str]) -> None:
     figure.tight_layout()
     figure.savefig(os.fspath(path))
 
@@ -48,13 +51,13 @@ def plot_frontier(
     all_max: TimeEnergy | None = None,
 ) -> None:
     """Draw one frontier (and the all-max point) to an image file (format from the extension, e.g. PNG)."""
-    figure, axes = _new_axes(title)
+    figure, axes = new_axes(title)
     times_s, energies_j = [p[0] for p in points], [p[1] for p in points]
     axes.plot(times_s, energies_j, "-", lw=1.5, label="Perseus frontier")
     if all_max is not None:
         axes.plot([all_max[0]], [all_max[1]], "k*", ms=10, label="all-max")
     axes.legend()
-    _save(figure, path)
+    save_figure(figure, path)
 
 
 def plot_comparison(
@@ -64,7 +67,7 @@ def plot_comparison(
     all_max: TimeEnergy | None = None,
 ) -> None:
     """Draw several planners' points on one chart: lines for point sets, markers for single plans."""
-    figure, axes = _new_axes(title)
+    figure, axes = new_axes(title)
     for name, points in series.items():
         style = "o" if len(points) == 1 else ".-"
         times_s, energies_j = [p[0] for p in points], [p[1] for p in points]
@@ -72,4 +75,4 @@ def plot_comparison(
     if all_max is not None:
         axes.plot([all_max[0]], [all_max[1]], "k*", ms=10, label="all-max")
     axes.legend()
-    _save(figure, path)
+    save_figure(figure, path)
