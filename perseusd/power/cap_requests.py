@@ -83,6 +83,8 @@ class CapRequests:
 
 def cap_status(cap: NodeCap) -> CapStatusReply:
     """The cap as `perseusctl cap status` shows it."""
+    if cap.grant_w is None:
+        cap.refresh_demand()  # uncapped, the main loop does not keep the jobs' loads up to date
     allocation = cap.allocation
     measured = cap.measured()
     managed = {}
@@ -126,7 +128,7 @@ def cap_status(cap: NodeCap) -> CapStatusReply:
         measured_w=None if measured is None else round(measured.power_w, 3),
         measured_span_s=0.0 if measured is None else round(measured.span_s, 3),
         floor_w=cap.power_floor_w(),
-        demand_w=round(cap.power_demand_w(), 3),
+        demand_w=round(cap.demand_w, 3),
         planned_w=None if allocation is None else round(allocation.planned_w, 3),
         plan_target_w=None if cap.plan_target_w is None else round(cap.plan_target_w, 3),
         feasible=allocation.feasible if allocation is not None else True,

@@ -117,6 +117,9 @@ class NodeCap:
         self.last_loads: list[JobLoad] = []
         self._demand_w = sum(i.power_limit_max_w for i in registry.infos())
         self._priority_demand_w: dict[int, float] = {}
+        self._demand_asked = False
+        """Whether a pool agent asks for the demand: only then (or under a grant) the jobs' loads are kept
+        up to date every `RECOMPUTE_S`; a node with no cap and no pool models nothing."""
         self._measured_w: float | None = None
         self.ranges = self._ranges = tuple(
             GpuRange(i.uuid, i.power_limit_min_w, i.power_limit_max_w) for i in registry.infos()
@@ -127,14 +130,22 @@ class NodeCap:
     def power_demand_w(self) -> float:
         """As of the last tick (any thread may ask: the main loop refreshes it every `RECOMPUTE_S`)."""
         with self._lock:
+            self._demand_asked = True
             return self._demand_w
 
     def power_floor_w(self) -> float:
         return node_floor_w(self._ranges)
 
+    @property
+    def demand_w(self) -> float:
+        """The demand as last computed, without counting as a pool agent's question."""
+        with self._lock:
+            return self._demand_w
+
     def priority_demand_w(self) -> dict[int, float]:
         """As of the last tick (any thread may ask)."""
         with self._lock:
+            self._demand_asked = True
             return dict(self._priority_demand_w)
 
     def measured_w(self) -> float | None:
@@ -199,11 +210,13 @@ class NodeCap:
             return
         self._dirty = False
         self._next_recompute_s = now_s + RECOMPUTE_S
-        loads = self.last_loads = self._loads()
-        with self._lock:
-            self._demand_w = node_demand_w(self._ranges, loads)
-            self._priority_demand_w = node_priority_demand_w(self._ranges, loads)
         grant_w = self.grant_w
+        with self._lock:
+            demand_asked = self._demand_asked
+        if grant_w is None and not demand_asked:
+            self._uncap()
+            return
+        loads = self.refresh_demand()
         if grant_w is None:
             self._uncap()
             return
@@ -219,6 +232,14 @@ class NodeCap:
         self.allocation = allocation
         self._apply_points(allocation)
         self._write_limits(allocation.limits_w)
+
+    def refresh_demand(self) -> list[JobLoad]:
+        """Model the running jobs' loads now (main loop) and the node's demand; returns the loads."""
+        loads = self.last_loads = self._loads()
+        with self._lock:
+            self._demand_w = node_demand_w(self._ranges, loads)
+            self._priority_demand_w = node_priority_demand_w(self._ranges, loads)
+        return loads
 
     def measured(self) -> WindowPower | None:
         return self.window.power()
