@@ -1,7 +1,10 @@
 """The closed loop on a real NVIDIA GPU in one command; prints one JSON report.
 
     sudo python benchmarks/gpu_validate.py [--gpu 0] [--microbatches 8] [--layers 4] [--d-model 4096]
-        [--seq 2048] [--sweep-clocks 10] [--iterations 12] [--out report.json]
+        [--seq 2048] [--sweep-clocks 10] [--iterations 12] [--out report.json] [--markdown report.md]
+
+`--markdown` also writes the report as the Markdown section that docs/gpu-backends.md keeps ("Measured on a
+real GPU"): paste it there in place of the "pending a GPU machine" paragraph.
 
 Needs root (clock locks), an NVIDIA GPU, `pynvml` and PyTorch with CUDA; takes at most ~10 minutes. Without
 them it refuses with a JSON report saying why (exit 2) and touches nothing. What it does:
@@ -62,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--iterations", type=int, default=12, help="measured iterations per run")
     parser.add_argument("--max-profiling-iterations", type=int, default=300)
     parser.add_argument("--out", type=Path, help="also write the report here")
+    parser.add_argument(
+        "--markdown", type=Path, help="also write the report as a Markdown section for docs/gpu-backends.md"
+    )
     return parser
 
 
@@ -89,6 +95,10 @@ def refusal() -> str | None:
         return "needs PyTorch with CUDA"
     if not torch.cuda.is_available():
         return "no CUDA GPU visible to PyTorch"
+    try:
+        import torch.distributed.pipelining  # PyTorch 2.4 or later
+    except ImportError:
+        return "needs PyTorch 2.4 or later (torch.distributed.pipelining)"
     from perseusd.errors import GpuError
     from perseusd.gpu.nvml import NvmlBackend
 
@@ -210,23 +220,83 @@ def refused_report(reason: str) -> dict[str, Any]:
     return {"benchmark": "gpu_validate", "ok": False, "refused": reason}
 
 
-def emit(report: Mapping[str, Any], out: Path | None) -> None:
+def _fmt(value: Any, digits: int = 1, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def markdown(report: Mapping[str, Any]) -> str:
+    """The report as the Markdown section docs/gpu-backends.md keeps: the GPU, the profiling, the profile's
+    error and one row per time target (a refused or failed run says so)."""
+    lines = ["### Measured on a real GPU (`benchmarks/gpu_validate.py`)", ""]
+    if report.get("refused"):
+        return "\n".join([*lines, f"Refused: {report['refused']}", ""])
+    info = (report.get("probe") or {}).get("info") or {}
+    clocks = info.get("supported_sm_clocks_mhz") or []
+    args = report.get("args") or {}
+    lines.append(
+        f"{info.get('name', 'GPU ?')}, {len(clocks)} SM clocks"
+        + (f" ({min(clocks)}-{max(clocks)} MHz)" if clocks else "")
+        + f"; job: 1 stage, {args.get('layers', '?')} layers, d_model {args.get('d_model', '?')}, "
+        + f"{args.get('microbatches', '?')} microbatches of {args.get('seq', '?')} tokens."
+    )
+    all_max = report.get("all_max") or {}
+    loop = report.get("closed_loop") or {}
+    lines += [
+        "",
+        f"- All-max: {_fmt(all_max.get('time_s'), 4, ' s')}, {_fmt(all_max.get('energy_j'), 1, ' J')} per "
+        f"iteration; idle {_fmt(all_max.get('idle_w'), 1, ' W')} at the top clock.",
+        f"- Online profiling: {loop.get('profiling_iterations', '-')} iterations, job state "
+        f"`{loop.get('state')}`" + (f" ({loop['error']})" if loop.get("error") else "") + ".",
+    ]
+    error = report.get("profile_error")
+    if error:
+        worst_s, worst_j = error.get("worst_time_err"), error.get("worst_energy_err")
+        lines.append(
+            f"- Profile against the locked-clock sweep: worst time error "
+            f"{_fmt(None if worst_s is None else 100 * worst_s, 1, ' %')}, worst energy error "
+            f"{_fmt(None if worst_j is None else 100 * worst_j, 1, ' %')} (bounds 2 % and 3 %: "
+            f"{'met' if error.get('within_bounds') else 'not met'})."
+        )
+    targets = report.get("targets") or []
+    if targets:
+        lines += [
+            "",
+            "| target (x all-max) | time (s) | energy (J) | all-max padded (J) | saving | best single clock "
+            "| its saving | share of it |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for row in targets:
+            single = row.get("single_clock") or {}
+            clock = single.get("clock_mhz")
+            lines.append(
+                f"| {row['factor']} | {row['time_s']} | {row['energy_j']} | {row['all_max_padded_j']} | "
+                f"{_fmt(row['saving_pct'], 2, ' %')} | {'-' if clock is None else f'{clock:.0f} MHz'} | "
+                f"{_fmt(single.get('saving_pct'), 2, ' %')} | {_fmt(row.get('of_single_clock_saving'), 2)} |"
+            )
+    if not report.get("ok"):
+        lines += ["", "The run did not complete: see the JSON report."]
+    return "\n".join([*lines, ""])
+
+
+def emit(report: Mapping[str, Any], out: Path | None, markdown_out: Path | None = None) -> None:
     text = json.dumps(report, indent=2)
     print(text)
     if out is not None:
         out.write_text(text + "\n", encoding="utf-8")
+    if markdown_out is not None:
+        markdown_out.write_text(markdown(report), encoding="utf-8")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     reason = refusal()
     if reason is not None:
-        emit(refused_report(reason), args.out)
+        emit(refused_report(reason), args.out, args.markdown)
         return EXIT_REFUSED
     from benchmarks.gpu_validate_run import run  # torch and NVML from here on
 
     report = run(args)
-    emit(report, args.out)
+    emit(report, args.out, args.markdown)
     return 0 if report.get("ok") else 1
 
 

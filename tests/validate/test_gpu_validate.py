@@ -17,6 +17,7 @@ import pytest
 from benchmarks.gpu_validate import (
     SweepRow,
     best_single_clock,
+    markdown,
     padded_energy_j,
     parse_args,
     profile_error,
@@ -80,11 +81,43 @@ def test_targets_are_compared_with_all_max_padded_at_idle_power() -> None:
     assert target_row(1.0, {"time_s": 0.5, "energy_j": 90.0}, all_max, 120.0, None)["single_clock"] is None
 
 
+def test_the_report_renders_as_a_markdown_section_for_the_docs() -> None:
+    all_max = {"time_s": 0.5, "energy_j": 100.0, "idle_w": 120.0}
+    single = {"clock_mhz": 1500.0, "time_s": 0.6, "energy_j": 100.0}
+    report = {
+        "ok": True,
+        "args": {"layers": "4", "d_model": "4096", "microbatches": "8", "seq": "2048"},
+        "probe": {"info": {"name": "NVIDIA H100 80GB HBM3", "supported_sm_clocks_mhz": [1980, 1965, 345]}},
+        "all_max": all_max,
+        "closed_loop": {"state": "running", "error": None, "profiling_iterations": 44},
+        "profile_error": {"worst_time_err": 0.004, "worst_energy_err": 0.021, "within_bounds": True},
+        "targets": [target_row(1.15, {"time_s": 0.57, "energy_j": 95.0}, all_max, 120.0, single)],
+    }
+    text = markdown(report)
+    assert text.startswith("### Measured on a real GPU")
+    assert "NVIDIA H100 80GB HBM3, 3 SM clocks (345-1980 MHz)" in text
+    assert "Online profiling: 44 iterations, job state `running`." in text
+    assert "worst energy error 2.1 % (bounds 2 % and 3 %: met)" in text
+    assert "| 1.15 | 0.57 | 95.0 | 108.4 | 12.36 % | 1500 MHz | 10.71 % | 1.15 |" in text
+    assert "did not complete" not in text
+    failed = markdown({"ok": False, "closed_loop": {"state": "failed", "error": "energy does not move"}})
+    assert "job state `failed` (energy does not move)" in failed
+    assert "did not complete" in failed
+    assert markdown({"ok": False, "refused": "needs root"}).endswith("Refused: needs root\n")
+
+
 @pytest.mark.skipif(refusal() is None, reason="this machine can run the real check")
 def test_without_a_gpu_or_root_it_refuses_clearly(tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "gpu_validate.py"), "--out", str(out)],
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "gpu_validate.py"),
+            "--out",
+            str(out),
+            "--markdown",
+            str(tmp_path / "report.md"),
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -96,6 +129,7 @@ def test_without_a_gpu_or_root_it_refuses_clearly(tmp_path: Path) -> None:
     assert report["ok"] is False
     assert report["refused"] == refusal()
     assert json.loads(out.read_text()) == report
+    assert (tmp_path / "report.md").read_text().endswith(f"Refused: {refusal()}\n")
 
 
 @pytest.mark.gpu
