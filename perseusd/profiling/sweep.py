@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from perseusd.profiling.estimator import OptionEstimate, StageEstimate
 from perseusd.profiling.trace import OptionKey
@@ -57,8 +58,9 @@ class SweepSettings:
     hard_max_iterations_per_clock: int = 30
     """... and after this many iterations at one clock in any case."""
     min_precise_windows: int = 0
-    """A clock is precise only once every key's computations at it overlapped this many counter windows
-    (a fit of few windows underestimates its own error)."""
+    """A clock is precise only once its segment's fit used this many counter windows (a fit of few windows
+    underestimates its own error: every standard error comes from the residuals of all of them) and every
+    key's computations overlapped `MIN_KEY_WINDOWS` of them (or this many, if fewer)."""
     max_clocks: int = 0
     """Profile at most this many clocks (the highest always), evenly spaced; 0: no limit."""
     iteration_budget: int = 0
@@ -78,7 +80,8 @@ class SweepSettings:
             raise ValueError(f"target_energy_rel_err must be > 0 (got {self.target_energy_rel_err})")
 
 
-ONLINE_SWEEP: dict[str, int] = {
+ONLINE_SWEEP: dict[str, Any] = {
+    "target_energy_rel_err": 0.0075,
     "rise_limit": 1,
     "rise_span_mhz": 75,
     "max_iterations_per_clock": 8,
@@ -86,11 +89,12 @@ ONLINE_SWEEP: dict[str, int] = {
     "min_windows_per_clock": 40,
     "min_precise_windows": 24,
 }
-"""The daemon's per-clock settings (docs/profiling.md, "The sweep"): a clock is precise with 24 windows and
-a 1 % standard error, or given up after 8 iterations and 40 windows (12 iterations at most); rises over
-75 MHz stop the sweep (one rise where the budget spaces clocks ~200 MHz apart, as on an H100: a rise that far
-is real, and one faked by noise near the flat minimum costs only clocks below the least energy; five where
-every 15 MHz clock is profiled, as on an A100)."""
+"""The daemon's per-clock settings (docs/profiling.md, "The sweep"): a clock is precise once its fit used 24
+windows and every key's energy has a standard error below 0.75 % (over 40 seeded H100 profiles the worst of
+~1,600 options lies up to ~4 standard errors off: 1 % let it reach 3.9 %), or given up after 8 iterations and
+40 windows (12 iterations at most); rises over 75 MHz stop the sweep (one rise where the budget spaces clocks
+~200 MHz apart, as on an H100: a rise that far is real, and one faked by noise near the flat minimum costs
+only clocks below the least energy; five where every 15 MHz clock is profiled, as on an A100)."""
 
 RISE_MIN_SLOWER = 0.005
 """A lower clock counts as a rise only when it is also this much slower than the higher one."""
@@ -100,6 +104,9 @@ BUDGET_RANGE = 0.5
 it (H100 ~1000 of 1980 MHz); below it the sweep goes on at the same spacing until the rise stop."""
 MIN_BUDGET_CLOCKS = 3
 """Clocks a budget always allows (a plan needs a curve: the highest, the lowest and one between)."""
+
+MIN_KEY_WINDOWS = 8
+"""A key's computations must overlap at least this many of the fit's windows for its clock to be precise."""
 
 
 class StageSweep:
@@ -192,11 +199,13 @@ class StageSweep:
         self._clocks_mhz = [top, *[c for c in below if c <= start_mhz][:: self._stride]]
 
     def _precise(self, estimate: StageEstimate, clock_mhz: int) -> bool:
+        if estimate.windows < self._settings.min_precise_windows:
+            return False  # every standard error rests on the fit's residuals: too few windows, too few
         for key in self._keys:
             option = estimate.options.get((key, clock_mhz))
             if option is None or option.count < self._settings.min_computations:
                 return False
-            if option.windows < self._settings.min_precise_windows:
+            if option.windows < min(self._settings.min_precise_windows, MIN_KEY_WINDOWS):
                 return False
             if not option.energy_rel_err < self._settings.target_energy_rel_err:
                 return False

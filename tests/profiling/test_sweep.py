@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
 from perseusd.profiling.estimator import OptionEstimate, StageEstimate
-from perseusd.profiling.sweep import StageSweep, SweepSettings, pareto_options
+from perseusd.profiling.sweep import MIN_KEY_WINDOWS, StageSweep, SweepSettings, pareto_options
 from perseusd.profiling.trace import OptionKey
 
 FWD: OptionKey = (0, "forward")
@@ -98,6 +99,25 @@ def test_a_clock_waits_for_computations_and_precision() -> None:
     assert sweep.current_clock_mhz == 1410
     sweep.iteration_done(estimate_of([1410], flat, count=12, energy_rel_err=0.005))
     assert (sweep.current_clock_mhz, sweep.clocks_done) == (1395, 1)
+
+
+def test_precision_needs_a_fit_of_enough_windows_and_a_few_per_key() -> None:
+    """`min_precise_windows` counts the fit's windows (every standard error rests on all its residuals): one
+    long iteration (an A100's, ~28 windows) can finish a clock although each key overlapped fewer, but a
+    key must overlap `MIN_KEY_WINDOWS` of them, and a fit of fewer windows never finishes one."""
+    settings = SweepSettings(min_precise_windows=24, max_iterations_per_clock=5, min_windows_per_clock=100)
+    flat = valley(0, 0)
+
+    def clocks_done_after(fit_windows: int, **extra: float) -> int:
+        sweep = StageSweep(CLOCKS, [FWD, BWD], settings)
+        sweep.iteration_done(replace(estimate_of([1410], flat, **extra), windows=fit_windows))
+        return sweep.clocks_done
+
+    assert clocks_done_after(28, energy_rel_err=0.009, windows=12) == 1
+    assert clocks_done_after(28, energy_rel_err=0.009, windows=MIN_KEY_WINDOWS) == 1
+    assert clocks_done_after(28, energy_rel_err=0.009, windows=MIN_KEY_WINDOWS - 1) == 0
+    assert clocks_done_after(23, energy_rel_err=0.001, windows=23) == 0
+    assert clocks_done_after(28, energy_rel_err=0.011, windows=28) == 0
 
 
 def test_giving_up_on_precision_waits_for_enough_counter_windows() -> None:
