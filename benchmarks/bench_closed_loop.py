@@ -12,9 +12,16 @@ energy counters in the same invocation. Cases:
 - the `h100_sxm` board with a synthetic profile (`synthx8`, see `synthetic_profile_csv`): not a measurement,
   a second workload to check that profiling, solving and switching generalise.
 
-Each result has a `summary`: profiling iterations, the planned saving (the daemon's plan against its all-max),
-the measured saving and slowdown against the all-max baseline measured in the same run, clock changes per
-iteration and the fraction of computations that began before their planned clock was applied.
+Each result has a `summary`: profiling iterations, the planned saving (the daemon's plan against its all-max,
+both predicted from the profile it measured), the measured saving and slowdown against the all-max baseline
+measured in the same run, clock changes per iteration and the fraction of computations that began before
+their planned clock was applied. For a bundled profile it adds the planner's own no-slowdown saving
+(`perseusctl compare`'s "Perseus, no slowdown") on two profiles, and the measured saving as a share of each:
+`reference_shipped_pct` on the shipped profile (what the issue's 16.6 / 18.5 % for the H100 come from) and
+`reference_board_pct` on the board's effective costs (the shipped profile as the board runs it: on the
+`h100_sxm` board a computation drawing over the power limit runs at a lower clock, forward and backward
+each on its own, so the top clocks cost what the board really runs). Both use the daemon's unit time and
+the board's idle power at its top clock.
 
     python benchmarks/bench_closed_loop.py [--cases a100x12,a100x24,a100x48,a40x12,h100x8,h100x16,synthx8]
         [--time-scale 1.0] [--iterations 8] [--pipelines 1] [--timeout-s 3600]
@@ -27,12 +34,19 @@ import json
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from perseusd.gpu.sim_boards import load_board
+from perseusd.gpu.sim_costs import WorkloadCosts
+from perseusd.jobs.solving import auto_unit_time_s
+from perseusd.planner.bundled import bundled_profile
+from perseusd.planner.profile import Measurement, Profile
+from perseusd.planner.profile_csv import write_profile
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess
 
 SYNTHETIC = "synthetic"
@@ -66,22 +80,69 @@ def synthetic_profile_csv() -> str:
     return "\n".join(rows) + "\n"
 
 
-def summary(result: dict[str, Any]) -> dict[str, Any]:
-    """The figures the H100 issue asks for, from the emulator's JSON."""
+def board_effective_profile(profile: Profile, board_name: str) -> Profile:
+    """`profile` as the board runs it at its default power limit: each row's cost at the clock really run."""
+    board = load_board(board_name)
+    costs = WorkloadCosts(profile, board)
+    rows = []
+    for m in profile.measurements:
+        ran = costs.run_cost(m.stage, m.instruction.value, m.freq_mhz, board.power_limit_default_w).cost
+        rows.append(Measurement(m.stage, m.instruction, m.freq_mhz, ran.time_s, ran.energy_j))
+    return Profile.from_measurements(rows, source=f"{profile.source} on {board_name}")
+
+
+def planner_no_slowdown_pct(profile: Profile, stages: int, microbatches: int, board_name: str) -> float:
+    """`perseusctl compare`'s no-slowdown saving (%) for `profile`, at the daemon's unit time."""
+    board = load_board(board_name)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "profile.csv"
+        write_profile(profile, path)
+        command = [sys.executable, "-m", "perseusd.ctl.main", "compare", "--profile", str(path)]
+        command += ["--stages", str(stages), "--microbatches", str(microbatches), "--json"]
+        command += ["--unit-time", str(auto_unit_time_s(profile)), "--factors", "1.05"]
+        command += ["--p2p-power", str(board.idle_power_w(board.max_clock_mhz))]
+        out = subprocess.run(command, capture_output=True, text=True, check=True, timeout=600)
+    found: float = json.loads(out.stdout)["planners"]["perseus_no_slowdown"]["none"]["saving_pct"]
+    return round(found, 2)
+
+
+def references(name: str) -> dict[str, float]:
+    """The planner's no-slowdown saving on the shipped profile and on the board's effective costs."""
+    board, profile_name, stages, microbatches = CASES[name]
+    if profile_name == SYNTHETIC:
+        return {}
+    shipped = bundled_profile(profile_name)
+    return {
+        "reference_shipped_pct": planner_no_slowdown_pct(shipped, stages, microbatches, board),
+        "reference_board_pct": planner_no_slowdown_pct(
+            board_effective_profile(shipped, board), stages, microbatches, board
+        ),
+    }
+
+
+def summary(result: dict[str, Any], reference: dict[str, float] | None = None) -> dict[str, Any]:
+    """The figures the H100 issue asks for, from the emulator's JSON; with `reference` (`references`), the
+    measured saving as a share of each."""
     plan = result.get("plan") or {}
     jobs = [job for job in result.get("daemon_jobs") or [] if job]
     all_max_j = jobs[0].get("all_max_energy_j") if jobs else None
     plan_j = plan.get("plan_energy_j")
     planned = round(100.0 * (1.0 - plan_j / all_max_j), 2) if plan_j and all_max_j else None
     profiling = result.get("profiling") or {}
-    return {
+    measured = result.get("saving_pct")
+    figures: dict[str, Any] = {
         "profiling_iterations": profiling.get("iterations"),
         "planned_saving_pct": planned,
-        "measured_saving_pct": result.get("saving_pct"),
+        "measured_saving_pct": measured,
         "slowdown_pct": result.get("slowdown_pct"),
         "clock_changes_per_iteration": plan.get("clock_changes_per_iteration"),
         "began_before_clock_fraction": plan.get("wrong_clock_fraction"),
     }
+    for name, value in (reference or {}).items():
+        figures[name] = value
+        share = name.removeprefix("reference_").removesuffix("_pct")
+        figures[f"of_{share}_reference"] = round(measured / value, 3) if measured and value > 0 else None
+    return figures
 
 
 def run_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -137,7 +198,7 @@ def run_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "pipelines": args.pipelines,
         "time_scale": args.time_scale,
         "wall_s": round(time.monotonic() - started_s, 1),
-        "summary": summary(result),
+        "summary": summary(result, references(name)),
         **result,
     }
 
