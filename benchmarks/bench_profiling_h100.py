@@ -8,7 +8,14 @@ and energy error of every kept option against `gpt-4stage-sweep.json` (against w
 board caps a computation the real GPU did not). The board is driven by the shipped profile, itself from
 that sweep: this measures the profiling method, not a real GPU's noise.
 
-    python benchmarks/bench_profiling_h100.py [--seeds 20] [--microbatches 8,16]
+With `--plan`, each case's measured profile (the 4 stages' kept options) is also planned as the daemon plans
+it (its unit time, the least-energy point no slower than all-max on that profile), and the point's clocks are
+evaluated on the board's effective costs (`bench_closed_loop.board_effective_profile`, at every board clock):
+the saving the plan would deliver with instant clock switches, against all-max on the same costs, beside the
+planner's saving on those costs themselves (`reference_board_pct`). It does not depend on the machine's load,
+which the closed loop (`bench_closed_loop.py`) does.
+
+    python benchmarks/bench_profiling_h100.py [--seeds 20] [--microbatches 8,16] [--plan]
 """
 
 from __future__ import annotations
@@ -22,14 +29,78 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.bench_closed_loop import board_effective_profile
+from perseusd.ctl.compare_cmd import no_slowdown_point
+from perseusd.ctl.planning_inputs import PlanningInputs
+from perseusd.ctl.solve_cmd import solve_points
+from perseusd.gpu.sim_boards import load_board
+from perseusd.gpu.sim_costs import WorkloadCosts
+from perseusd.jobs.solving import auto_unit_time_s
+from perseusd.planner.baselines import all_max, evaluate_point
+from perseusd.planner.bundled import bundled_profile
+from perseusd.planner.dag import Instruction, build_dag
+from perseusd.planner.profile import Measurement, Profile
+from perseusd.profiling.estimator import OptionEstimate
 from tests.profiling.emulation import StageEmulator
 from tests.profiling.test_h100_accuracy import ground_truth, profile_stage, truth_at
 
+BOARD = "h100_sxm"
 
-def run_case(microbatches: int, seed: int) -> dict[str, Any]:
+
+def board_costs() -> Profile:
+    """The shipped profile as the board runs it, at every board clock from 450 MHz."""
+    board = load_board(BOARD)
+    costs = WorkloadCosts(bundled_profile(BOARD), board)
+    rows = [
+        Measurement(stage, Instruction(instruction), clock, *_cost(costs.cost(stage, instruction, clock)))
+        for stage, instruction in costs.keys
+        for clock in board.clocks_mhz
+        if clock >= 450
+    ]
+    return board_effective_profile(Profile.from_measurements(rows, source=BOARD), BOARD)
+
+
+def _cost(cost: Any) -> tuple[float, float]:
+    return cost.time_s, cost.energy_j
+
+
+def plan_figures(kept: list[OptionEstimate], microbatches: int, truth: Profile) -> dict[str, float]:
+    """Plan the measured profile's no-slowdown point; its saving and slowdown on the board's costs."""
+    p_block_w = load_board(BOARD).idle_power_w(load_board(BOARD).max_clock_mhz)
+    measured = Profile.from_measurements(
+        [Measurement(o.key[0], Instruction(o.key[1]), o.clock_mhz, o.time_s, o.energy_j) for o in kept]
+    )
+    dag = build_dag("1f1b", 4, microbatches)
+    points, _ = solve_points(
+        PlanningInputs(measured, dag, auto_unit_time_s(measured), p_block_w), show_progress=False
+    )
+    candidates = [evaluate_point(dag, measured, p.clocks_mhz, p_block_w) for p in points]
+    predicted_max = all_max(dag, measured, p_block_w)
+    chosen = candidates.index(no_slowdown_point(candidates, predicted_max.time_s))
+    real = evaluate_point(dag, truth, points[chosen].clocks_mhz, p_block_w)
+    real_max = all_max(dag, truth, p_block_w)
+    reference = no_slowdown_point(
+        [
+            evaluate_point(dag, truth, p.clocks_mhz, p_block_w)
+            for p in solve_points(
+                PlanningInputs(truth, dag, auto_unit_time_s(truth), p_block_w), show_progress=False
+            )[0]
+        ],
+        real_max.time_s,
+    )
+    return {
+        "planned_pct": round(100 * (1 - candidates[chosen].energy_j / predicted_max.energy_j), 2),
+        "on_board_pct": round(100 * (1 - real.energy_j / real_max.energy_j), 2),
+        "on_board_slowdown_pct": round(100 * (real.time_s / real_max.time_s - 1), 2),
+        "reference_board_pct": round(100 * (1 - reference.energy_j / real_max.energy_j), 2),
+    }
+
+
+def run_case(microbatches: int, seed: int, truth_costs: Profile | None = None) -> dict[str, Any]:
     truth = ground_truth()
     iterations, clocks, worst_time, worst_energy = [], [], 0.0, 0.0
     worst_option: dict[str, Any] = {}
+    kept: list[OptionEstimate] = []
     for index in range(4):
         with tempfile.TemporaryDirectory() as tmp:
             stage = StageEmulator(
@@ -45,6 +116,7 @@ def run_case(microbatches: int, seed: int) -> dict[str, Any]:
             finally:
                 stage.close()
         iterations.append(profiled.iterations)
+        kept.extend(profiled.kept)
         clocks.append(sorted({int(o.clock_mhz) for o in profiled.kept}, reverse=True))
         for option in profiled.kept:
             group = (option.key, option.clock_mhz)
@@ -64,7 +136,9 @@ def run_case(microbatches: int, seed: int) -> dict[str, Any]:
                     "energy_rel_err": round(option.energy_rel_err, 4),  # its standard error
                     "windows": option.windows,
                 }
+    plan = {} if truth_costs is None else {"plan": plan_figures(kept, microbatches, truth_costs)}
     return {
+        **plan,
         "microbatches": microbatches,
         "seed": seed,
         "iterations_per_stage": iterations,
@@ -79,8 +153,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--microbatches", default="8,16")
+    parser.add_argument("--plan", action="store_true", help="also plan each measured profile (see above)")
     args = parser.parse_args()
-    cases = [run_case(int(m), s) for m in args.microbatches.split(",") for s in range(args.seeds)]
+    truth_costs = board_costs() if args.plan else None
+    cases = [
+        run_case(int(m), s, truth_costs) for m in args.microbatches.split(",") for s in range(args.seeds)
+    ]
     summary = {
         "max_iterations": max(max(c["iterations_per_stage"]) for c in cases),
         "worst_time_err": max(c["worst_time_err"] for c in cases),
@@ -90,6 +168,15 @@ def main() -> int:
         ),
         "cases": len(cases),
     }
+    plans = [c["plan"] for c in cases if "plan" in c]
+    if plans:
+        shares = [p["on_board_pct"] / p["reference_board_pct"] for p in plans]
+        summary["plan_on_board_pct"] = [
+            min(p["on_board_pct"] for p in plans),
+            max(p["on_board_pct"] for p in plans),
+        ]
+        summary["plan_share_of_board_reference"] = [round(min(shares), 3), round(max(shares), 3)]
+        summary["plan_worst_slowdown_pct"] = max(p["on_board_slowdown_pct"] for p in plans)
     report = {"benchmark": "profiling_h100", "summary": summary, "cases": cases}
     print(json.dumps(report, indent=2, default=lambda value: value.item()))  # numpy scalars
     return 0
