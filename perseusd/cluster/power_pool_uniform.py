@@ -7,6 +7,10 @@ applied as an impossible limit. Demand is the sum of the maximum limits, the flo
 ones, all of it in priority tier 0. No grant (None) puts back the limits the GPUs had when this target was
 built. Measured power is the energy counters' average between two readings. Safe to call from any thread
 (one lock; the GPUs' owner threads make the calls).
+
+With a state directory, those originals are durably saved (`pool_limits_file`) before the first limit of a
+grant is written, and the file removed once they are back: a daemon that crashes under a grant has its
+GPUs' limits put back when it starts again. A grant whose originals cannot be saved is not applied.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Protocol
 
+from perseusd.cluster.pool_limits_file import PoolLimitsFileError, remove_originals, save_originals
 from perseusd.gpu.backend import GpuInfo, GpuState
 from perseusd.gpu.owner import GpuReading
 
@@ -56,8 +62,12 @@ def uniform_limits_w(grant_w: float, gpus: Sequence[GpuInfo]) -> dict[str, float
 class UniformPowerTarget:
     """A `NodePowerTarget` through uniform per-GPU power limits (see module)."""
 
-    def __init__(self, gpus: GpuLimits, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, gpus: GpuLimits, clock: Callable[[], float] = time.monotonic, originals_path: Path | None = None
+    ) -> None:
         self._gpus, self._clock = gpus, clock
+        self._originals_path = originals_path
+        self._originals_saved = False
         self._last_energy: tuple[float, int] | None = None
         self._infos = gpus.infos()
         self._originals_w = {g.uuid: gpus.save_state(g.uuid).power_limit_w for g in self._infos}
@@ -88,13 +98,32 @@ class UniformPowerTarget:
                         grant_w,
                         self.power_floor_w(),
                     )
+            if grant_w is not None and not self._save_originals():
+                return
+            failed = False
             for uuid, limit_w in limits_w.items():
                 try:
                     self._gpus.set_power_limit_w(uuid, limit_w)
                 except Exception as exc:  # one GPU failing never stops the others
+                    failed = True
                     logger.error("power limit %.1f W on GPU %s failed: %s", limit_w, uuid, exc)
             self.limits_w = limits_w
             self._granted = grant_w is not None
+            if grant_w is None and not failed and self._originals_saved and self._originals_path is not None:
+                remove_originals(self._originals_path)  # every limit is back: nothing to restore
+                self._originals_saved = False
+
+    def _save_originals(self) -> bool:
+        """Whether the originals are durably saved (or need not be: no state directory)."""
+        if self._originals_path is None or self._originals_saved:
+            return True
+        try:
+            save_originals(self._originals_path, self._originals_w)
+        except PoolLimitsFileError as exc:
+            logger.error("power pool: %s: the grant is not applied (its limits could not be restored)", exc)
+            return False
+        self._originals_saved = True
+        return True
 
     def measure_and_hold_w(self) -> float | None:
         """The node's GPUs' power now (W; None when a GPU cannot say), and every limit something else moved

@@ -23,6 +23,7 @@ from perseus_client.message import Message
 
 from perseusd import __version__
 from perseusd.cluster import start_plane
+from perseusd.cluster.pool_limits_file import restore_pool_limits
 from perseusd.daemon import sdnotify
 from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.config import BACKENDS, LOG_LEVELS, SIM_MODELS, DaemonConfig, load_config
@@ -189,6 +190,7 @@ def power_pool(
     if cluster is None:
         yield {}
         return
+    from perseusd.cluster.pool_limits_file import pool_limits_path
     from perseusd.cluster.power_pool_agent import PoolAgent, PoolSettings
     from perseusd.cluster.power_pool_requests import PoolRequests
     from perseusd.cluster.power_pool_uniform import UniformPowerTarget
@@ -198,7 +200,7 @@ def power_pool(
     if config.power_pool:
         settings = PoolSettings(config.power_pool, config.power_pool_safe_cap_w)
         if config.power_pool_target == "uniform":
-            uniform = UniformPowerTarget(registry)
+            uniform = UniformPowerTarget(registry, originals_path=pool_limits_path(config.state_dir))
             agent = PoolAgent(cluster, settings, uniform, uniform.measure_and_hold_w)
         else:
             agent = PoolAgent(cluster, settings, node_cap, node_cap.measured_w)
@@ -259,6 +261,7 @@ def run_daemon(config: DaemonConfig, reload_config: Callable[[], DaemonConfig]) 
     calls = GpuCallRecorder() if config.metrics_enabled else None
     with locked_runtime_dir(config, policy), gpu_registry(config, calls) as registry:
         ensure_state_dir(config.state_dir)
+        restore_pool_limits(registry, set(registry.uuids), config.state_dir)  # a crashed uniform pool's
         pid = os.getpid()
         keeper = RestoreKeeper(registry, state_path(config.state_dir), pid, process_start_time(pid) or 0)
         leases = LeaseBook()
@@ -378,6 +381,7 @@ def run_reset(config: DaemonConfig) -> int:
     policy = AccessPolicy(config.socket_group, config.admin_group)
     try:
         with locked_runtime_dir(config, policy), gpu_registry(config) as registry:
+            restore_pool_limits(registry, set(registry.uuids), config.state_dir)
             outcome = reset_node(registry, state_path(config.state_dir))
     except DaemonRunningError as exc:
         logger.error("%s (use `perseusctl reset` while the daemon runs)", exc)

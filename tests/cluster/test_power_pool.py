@@ -20,6 +20,7 @@ from perseusd.cluster.power_pool_allocator import PoolAllocator
 from perseusd.cluster.power_pool_keys import NodeReport
 from perseusd.cluster.power_pool_view import PoolView, read_pool
 from tests.support.etcd_cluster import EtcdCluster, requires_etcd
+from tests.support.perseusd_proc import DaemonProcess
 from tests.support.power_pool import PoolRun, wait_for
 
 pytestmark = [requires_etcd, pytest.mark.timeout(300)]
@@ -129,6 +130,36 @@ def test_budget_changes_join_kill_and_clear(run: PoolRun) -> None:
     assert wait_for(lambda: run.gpu_limits_w("node-b") == 2 * MAX_W, SETTLE_S) is not None
     assert all(n.grant_w is None for n in run.status().nodes)
     _assert_invariant(run, first)
+
+
+def test_uniform_limits_restored_after_a_daemon_crash(run: PoolRun) -> None:
+    """A daemon SIGKILLed under a uniform grant leaves its GPUs capped; the next start, whatever its
+    configuration (here: no pool at all), puts the original limits back from the state directory."""
+    daemon = run.start_node("node-a")
+    run.start_node("node-b")
+    run.set_budget(500)
+    _settle(run, 500)
+    assert run.gpu_limits_w("node-a") == pytest.approx(250, abs=0.5)
+    saved = daemon.dirs.state_dir / "pool-limits.json"
+    assert json.loads(saved.read_text())["power_limits_w"] == dict.fromkeys(_uuids(daemon), MAX_W)
+
+    daemon.kill()  # SIGKILL: nothing runs on the way out
+    assert run.gpu_limits_w("node-a") == pytest.approx(250, abs=0.5)  # left capped by the dead daemon
+    restarted = run.daemons["node-a"] = DaemonProcess(
+        daemon.dirs, gpus=2, env={"PERSEUSD_JOB_CACHE": "false"}
+    )
+    restarted.start()
+    assert run.gpu_limits_w("node-a") == 2 * MAX_W
+    assert not saved.exists()
+    assert "a previous daemon left pool power limits: restored" in restarted.log()
+
+    run.set_budget(None)  # node-b's clean stop: its limits back, its file gone
+    assert wait_for(lambda: run.gpu_limits_w("node-b") == 2 * MAX_W, SETTLE_S) is not None
+    assert wait_for(lambda: not (run.daemons["node-b"].dirs.state_dir / "pool-limits.json").exists(), 5)
+
+
+def _uuids(daemon: DaemonProcess) -> list[str]:
+    return [str(gpu["uuid"]) for gpu in daemon.status()["gpus"]]
 
 
 def test_allocator_killed_another_takes_over(run: PoolRun) -> None:
