@@ -85,6 +85,7 @@ from perseus_client.status_messages import (
     GpuStatus,
     LeaseInfo,
     PlanStats,
+    PoolInfo,
     StatusReply,
     StatusRequest,
 )
@@ -128,6 +129,7 @@ __all__ = [
     "PlanStats",
     "Policy",
     "PoolBudgetOk",
+    "PoolInfo",
     "PoolNode",
     "PoolStatusReply",
     "ProfileExport",

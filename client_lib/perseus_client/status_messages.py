@@ -91,6 +91,26 @@ class DaemonHealth:
 
 
 @dataclass(frozen=True)
+class PoolInfo:
+    """This node's membership of a cluster power pool (docs/power-pool.md), as its pool agent sees it."""
+
+    pool: str
+    node: str
+    target: str
+    """How the grant is held: "frontier" (the node cap) or "uniform" (one power limit level)."""
+    budget_w: float | None
+    """The pool's active budget as last read from etcd (None: no budget)."""
+    grant_w: float | None
+    """This node's grant as last read (None: none yet, or no budget)."""
+    applied_w: float | None
+    """What the node holds now (the grant, its last grant or its safe cap; None: uncapped)."""
+    reason: str
+    """Why `applied_w`: "uncapped", "grant", "safe cap (no grant yet)", ...."""
+    allocator: bool
+    error: str | None
+
+
+@dataclass(frozen=True)
 class StatusReply(Message):
     """The daemon's health, one row per GPU, the jobs the caller may see.
 
@@ -103,3 +123,5 @@ class StatusReply(Message):
     jobs: tuple[JobInfo, ...] = ()
     signal: SignalInfo | None = since(1, None)
     """The node's grid signal (None: none configured)."""
+    pool: PoolInfo | None = since(2, None)
+    """The node's power pool, to admin callers (None: not in a pool, or not an admin)."""

@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from perseus_client.status_messages import PoolInfo
+
 from perseusd.cluster.config import ClusterConfig
 from perseusd.cluster.etcd_store import ClusterError, EtcdStore, LeaseLostError
 from perseusd.cluster.power_pool_allocator import PoolAllocator
@@ -61,6 +63,10 @@ class AgentStatus:
     "safe cap (lease lapsed)"."""
     allocator: bool
     last_error: str | None
+    budget_w: float | None = None
+    """The active budget as last read (None: none, or not read yet)."""
+    grant_w: float | None = None
+    """This node's grant as last read."""
 
 
 class PoolAgent:
@@ -90,6 +96,8 @@ class PoolAgent:
         self._applied: tuple[float | None, str] | None = None
         self._last_grant_w: float | None = None
         self._budget_seen = False
+        self._seen_budget_w: float | None = None
+        self._seen_grant_w: float | None = None
         self._last_error: str | None = None
         self._measured: float | None = None
         self._measured_at_s: float | None = None
@@ -122,7 +130,25 @@ class PoolAgent:
         with self._lock:
             applied = self._applied or (None, UNCAPPED)
             error = self._last_error
-        return AgentStatus(self._settings.pool, applied[0], applied[1], self._allocator.leader, error)
+            budget_w, grant_w = self._seen_budget_w, self._seen_grant_w
+        return AgentStatus(
+            self._settings.pool, applied[0], applied[1], self._allocator.leader, error, budget_w, grant_w
+        )
+
+    def info(self, target: str) -> PoolInfo:
+        """This node's pool as `perseusctl status` shows it; `target` is how the grant is held."""
+        status = self.status()
+        return PoolInfo(
+            status.pool,
+            self._node,
+            target,
+            status.budget_w,
+            status.grant_w,
+            status.applied_w,
+            status.reason,
+            status.allocator,
+            status.last_error,
+        )
 
     def _run(self) -> None:
         interval_s = self._cluster.refresh_interval_s
@@ -204,6 +230,10 @@ class PoolAgent:
         """Apply what the pool says for this node (see module)."""
         self._budget_seen = view.request is not None or view.active is not None
         grant = view.grants.get(self._node)
+        with self._lock:
+            self._seen_budget_w = None if view.active is None else view.active.budget_w
+            mine = grant is not None and grant.entry.lease_id == lease_id
+            self._seen_grant_w = grant.grant_w if grant is not None and mine else None
         if not self._budget_seen:
             self._last_grant_w = None
             self._apply(None, UNCAPPED)

@@ -4,9 +4,10 @@ SM MHZ is the clock each GPU actually runs at, marked `capped` when the power ca
 (or top) clock (NVML's clock-event reasons; on simulated GPUs, the last computation's).
 
 A GPU running a plan gets a PLAN column (computations, clock changes and early raises, late switches,
-event -> clock p50/p99);
-when the daemon runs jobs, the job rows of `perseusctl jobs` follow the GPU table, each with its straggler,
-target time and energy saved (when there are) and one short line per pipeline.
+event -> clock p50/p99); an admin on a node in a power pool (docs/power-pool.md) gets a `power pool` line
+(pool, budget, this node's grant and what it holds); when the daemon runs jobs, the job rows of
+`perseusctl jobs` follow the GPU table, each with its straggler, target time and energy saved (when there
+are) and one short line per pipeline.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from perseus_client.carbon_messages import SignalInfo
-from perseus_client.status_messages import GpuStatus, PlanStats, StatusReply, StatusRequest
+from perseus_client.status_messages import GpuStatus, PlanStats, PoolInfo, StatusReply, StatusRequest
 
 from perseusd.ctl.daemon_link import admin_socket_usable, ask
 from perseusd.ctl.terminal import PLACEHOLDER, fmt, fmt_duration, format_table, watch
@@ -46,6 +47,7 @@ def status_json(reply: StatusReply) -> dict[str, Any]:
         "gpus": [dataclasses.asdict(gpu) for gpu in reply.gpus],
         "jobs": _jobs_json(reply),
         "signal": None if reply.signal is None else dataclasses.asdict(reply.signal),
+        "pool": None if reply.pool is None else dataclasses.asdict(reply.pool),
     }
 
 
@@ -67,6 +69,23 @@ def signal_line(signal: SignalInfo) -> str:
     if signal.error:
         parts.append(f"failing: {signal.error}")
     return ", ".join(parts)
+
+
+def pool_line(pool: PoolInfo) -> str:
+    """`power pool row-3 (node n17, frontier): budget 24000.0 W, grant 3000.0 W, holds 3000.0 W (grant)`."""
+    role = ", allocator" if pool.allocator else ""
+    parts = [
+        f"power pool {pool.pool} (node {pool.node}, {pool.target}{role}): budget {_watts(pool.budget_w)}",
+        f"grant {_watts(pool.grant_w)}",
+        f"holds {_watts(pool.applied_w)} ({pool.reason})",
+    ]
+    if pool.error:
+        parts.append(f"etcd failing: {pool.error}")
+    return ", ".join(parts)
+
+
+def _watts(value_w: float | None) -> str:
+    return "none" if value_w is None else f"{value_w:.1f} W"
 
 
 def _jobs_json(reply: StatusReply) -> list[dict[str, Any]]:
@@ -151,6 +170,8 @@ def render_table(reply: StatusReply) -> str:
         lines.append(f"PERSISTENCE FAILING: {daemon.persistence_error}")
     if reply.signal is not None:
         lines.append(signal_line(reply.signal))
+    if reply.pool is not None:
+        lines.append(pool_line(reply.pool))
     lines.append("")
     with_plan = any(gpu.plan is not None for gpu in reply.gpus)
     header = ["UUID", "NAME", "SM MHZ", "LOCKED", "POWER W", "LIMIT W", "ENERGY J"]

@@ -33,6 +33,7 @@ from perseus_client.protocol import (
     JobInfo,
     LeaseInfo,
     Message,
+    PoolInfo,
     PowerLimitOk,
     ProtocolError,
     Release,
@@ -81,8 +82,11 @@ class DaemonCore:
         admin_handlers: Mapping[type[Message], Callable[[Caller, Any], Message]] | None = None,
         power_cap: NodeCap | None = None,
         protocol_minor: int = PROTOCOL_MINOR,
+        pool_info: Callable[[], PoolInfo] | None = None,
     ) -> None:
         self.registry = registry
+        self._pool_info = pool_info
+        """The node's power pool for admin status (None: not in a pool)."""
         self.power_cap = power_cap
         self._cap_requests = CapRequests(power_cap) if power_cap is not None else None
         self.plans = plans if plans is not None else PlanBook(registry.submit_locked_sm_clock_mhz)
@@ -384,7 +388,10 @@ class DaemonCore:
             for info in self.registry.infos()
         )
         signal = self.jobs.carbon.signal_info() if self.jobs is not None else None
-        return StatusReply(daemon=self.health(), gpus=rows, jobs=self._visible_jobs(caller), signal=signal)
+        pool = self._pool_info() if admin and self._pool_info is not None else None
+        return StatusReply(
+            daemon=self.health(), gpus=rows, jobs=self._visible_jobs(caller), signal=signal, pool=pool
+        )
 
     def _visible_jobs(self, caller: Caller) -> tuple[JobInfo, ...]:
         return self._job_requests.visible_jobs(caller) if self._job_requests is not None else ()

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from perseus_client.message import Message
+from perseus_client.status_messages import PoolInfo
 
 from perseusd import __version__
 from perseusd.cluster import start_plane
@@ -182,13 +183,13 @@ def cluster_link(config: DaemonConfig) -> Iterator[ClusterLink | None]:
 @contextlib.contextmanager
 def power_pool(
     config: DaemonConfig, registry: GpuRegistry, node_cap: NodeCap
-) -> Iterator[Mapping[type[Message], Handler]]:
+) -> Iterator[tuple[Mapping[type[Message], Handler], Callable[[], PoolInfo] | None]]:
     """With etcd: the pool admin requests; with a pool too, this node's pool agent applying its grant through
     the node cap (`power_pool_target = "frontier"`) or as uniform GPU power limits (stopped on exit: lease
-    revoked, limits put back). Nothing without etcd."""
+    revoked, limits put back), and what `status` shows of it. Nothing without etcd."""
     cluster = config.cluster()
     if cluster is None:
-        yield {}
+        yield {}, None
         return
     from perseusd.cluster.pool_limits_file import pool_limits_path
     from perseusd.cluster.power_pool_agent import PoolAgent, PoolSettings
@@ -207,7 +208,8 @@ def power_pool(
         agent.start()
         logger.info("power pool %s: node %s joined", config.power_pool, cluster.node_name)
     try:
-        yield requests.handlers()
+        target = config.power_pool_target
+        yield requests.handlers(), None if agent is None else (lambda: agent.info(target))
     finally:
         if agent is not None:
             agent.stop(revoke=True)
@@ -272,7 +274,7 @@ def run_daemon(config: DaemonConfig, reload_config: Callable[[], DaemonConfig]) 
         ):
             cap_settings = CapSettings(config.power_cap_window_s, config.power_cap_enforcement)
             node_cap = NodeCap(registry, keeper, leases, jobs, cap_settings)
-            with power_pool(config, registry, node_cap) as pool_handlers:
+            with power_pool(config, registry, node_cap) as (pool_handlers, pool_info):
                 core = DaemonCore(
                     registry,
                     leases,
@@ -286,6 +288,7 @@ def run_daemon(config: DaemonConfig, reload_config: Callable[[], DaemonConfig]) 
                     admin_handlers=pool_handlers,
                     power_cap=node_cap,
                     protocol_minor=config.speaks_minor,
+                    pool_info=pool_info,
                 )
                 with metrics_exposure(config, core, calls):
                     return serve(config, reload_config, policy, core)

@@ -132,14 +132,27 @@ def test_budget_changes_join_kill_and_clear(run: PoolRun) -> None:
     _assert_invariant(run, first)
 
 
-def test_uniform_limits_restored_after_a_daemon_crash(run: PoolRun) -> None:
-    """A daemon SIGKILLed under a uniform grant leaves its GPUs capped; the next start, whatever its
-    configuration (here: no pool at all), puts the original limits back from the state directory."""
+def test_status_shows_the_pool_and_a_crash_leaves_no_uniform_limits(run: PoolRun) -> None:
+    """`perseusctl status` shows the pool (text and JSON). A daemon SIGKILLed under a uniform grant leaves
+    its GPUs capped; the next start, whatever its configuration (here: no pool at all), puts the original
+    limits back from the state directory."""
     daemon = run.start_node("node-a")
     run.start_node("node-b")
     run.set_budget(500)
     _settle(run, 500)
     assert run.gpu_limits_w("node-a") == pytest.approx(250, abs=0.5)
+    shown = json.loads(run.ctl("node-a", "status", "--json").stdout)["pool"]
+    assert shown["pool"] == run.pool
+    assert (shown["node"], shown["target"], shown["budget_w"], shown["grant_w"]) == (
+        "node-a",
+        "uniform",
+        500,
+        250,
+    )
+    assert (shown["applied_w"], shown["reason"]) == (250, "grant")
+    text = run.ctl("node-a", "status").stdout
+    assert f"power pool {run.pool} (node node-a, uniform" in text
+    assert "budget 500.0 W, grant 250.0 W, holds 250.0 W (grant)" in text
     saved = daemon.dirs.state_dir / "pool-limits.json"
     assert json.loads(saved.read_text())["power_limits_w"] == dict.fromkeys(_uuids(daemon), MAX_W)
 
@@ -152,6 +165,7 @@ def test_uniform_limits_restored_after_a_daemon_crash(run: PoolRun) -> None:
     assert run.gpu_limits_w("node-a") == 2 * MAX_W
     assert not saved.exists()
     assert "a previous daemon left pool power limits: restored" in restarted.log()
+    assert json.loads(run.ctl("node-a", "status", "--json").stdout)["pool"] is None  # no pool now
 
     run.set_budget(None)  # node-b's clean stop: its limits back, its file gone
     assert wait_for(lambda: run.gpu_limits_w("node-b") == 2 * MAX_W, SETTLE_S) is not None
