@@ -29,8 +29,14 @@ minimum limit (never an impossible limit) and the allocation says so.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from perseusd.power.limit_fit import fit_limits
+
+if TYPE_CHECKING:
+    from perseusd.power.limit_model import LimitModel
 
 PRIORITIES = (0, 1, 2)
 """Job priority tiers: 0 low, 1 normal (the default), 2 high. Lower tiers are slowed first."""
@@ -83,6 +89,8 @@ class JobLoad:
     points: tuple[CapPoint, ...]
     base_index: int
     """The point its policy (and straggler slack) chooses: the cap only ever slows it from there."""
+    limit_model: Callable[[int], LimitModel | None] | None = field(default=None, compare=False, repr=False)
+    """The job at a point under power limits (`perseusd.power.limit_model`); None: not modelled."""
 
     def sorted_points(self) -> list[CapPoint]:
         """Fastest first, then by lower power."""
@@ -318,14 +326,24 @@ def allocate(
         state.hand_back(target_w, target_w if state.jobs else grant_w)
     floor = floor_w(gpus)
     feasible = grant_w + EPSILON_W >= floor
-    strict = enforcement == "strict" or not planned_fits
     needs = _needs_w(gpus, state)
-    limits = _water_fill(gpus, needs, grant_w) if strict else needs
+    fit = None
+    if not planned_fits and enforcement == "window" and feasible:
+        at = [(job, state.point(job)) for job in state.jobs]
+        fit = fit_limits(gpus, at, needs, sum(state.alloc_w.values()), target_w)
+    strict = enforcement == "strict" or (not planned_fits and fit is None)
+    limits = _water_fill(gpus, needs, grant_w) if strict else {**needs, **(fit.limits_w if fit else {})}
     reason = ""
     if not feasible:
         reason = (
             f"cap {grant_w:.0f} W is below the node's floor {floor:.0f} W (every GPU at its minimum power "
             "limit): every GPU is held at its minimum limit, and the node may draw up to the floor"
+        )
+    elif fit is not None:
+        reason = (
+            f"even the slowest points draw {state.total_w():.0f} W > {grant_w:.0f} W: power limits of at "
+            f"most {max(fit.limits_w.values()):.0f} W on the jobs' GPUs slow their most power-hungry "
+            "computations"
         )
     elif not planned_fits:
         reason = (
@@ -337,10 +355,10 @@ def allocate(
             job.name,
             job.priority,
             state.point(job).index,
-            state.point(job).time_s,
+            fit.time_s[job.name] if fit else state.point(job).time_s,
             job.base_index,
             state.base_time_s(job),
-            state.point(job).total_w,
+            fit.job_w[job.name] if fit else state.point(job).total_w,
         )
         for job in state.jobs
     )
@@ -350,7 +368,7 @@ def allocate(
         strict=strict,
         floor_w=floor,
         demand_w=demand_w(gpus, jobs),
-        planned_w=min(state.total_w(), sum(limits.values())),
+        planned_w=fit.window_w if fit else min(state.total_w(), sum(limits.values())),
         jobs=grants,
         limits_w=limits,
         reason=reason,

@@ -11,8 +11,8 @@ schedule: each local pipeline's stages on this node, summed over the pipelines. 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from perseusd.errors import PerseusError
 from perseusd.jobs.job import RUNNING, Job
@@ -20,6 +20,7 @@ from perseusd.jobs.policy import PointSummary
 from perseusd.planner.dag import ComputationDag, Instruction, from_stage_orders
 from perseusd.power.aliasing import periodic_worst_window_w, schedule
 from perseusd.power.allocate import DEFAULT_PRIORITY, CapPoint, JobLoad, stage_power_w
+from perseusd.power.limit_model import LimitModel, LocalPipeline, Option
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ class _Cached:
     gpus: tuple[str, ...]
     dag: ComputationDag
     points: dict[int, CapPoint]
+    models: dict[int, LimitModel | None] = field(default_factory=dict)
 
 
 class JobLoads:
@@ -58,7 +60,8 @@ class JobLoads:
                 logger.warning("job %s: no power model for the cap (%s): limits alone hold it", job.name, exc)
                 continue
             seen.add(job.name)
-            loads.append(JobLoad(job.name, priorities.get(job.name, DEFAULT_PRIORITY), points, base))
+            priority = priorities.get(job.name, DEFAULT_PRIORITY)
+            loads.append(JobLoad(job.name, priority, points, base, limit_model=self._modeller(job)))
         for name in set(self._cache) - seen:
             del self._cache[name]
         return loads
@@ -74,6 +77,21 @@ class JobLoads:
         if base not in cached.points:  # a straggler or policy moved the job off the candidates
             cached.points[base] = self._point(job, cached.dag, base)
         return tuple(cached.points.values())
+
+    def _modeller(self, job: Job) -> Callable[[int], LimitModel | None]:
+        """The job's limit model at a point, built when first asked for (only when no point fits)."""
+        cached = self._cache[job.name]
+
+        def model_at(index: int) -> LimitModel | None:
+            if index not in cached.models:
+                try:
+                    cached.models[index] = _limit_model(job, cached.dag, index, self.window_s)
+                except (PerseusError, KeyError, IndexError, ValueError) as exc:
+                    logger.warning("job %s: no power-limit model (%s): strict limits hold it", job.name, exc)
+                    cached.models[index] = None
+            return cached.models[index]
+
+        return model_at
 
     def _point(self, job: Job, dag: ComputationDag, index: int) -> CapPoint:
         summary = job.points_by_index[index]
@@ -138,3 +156,22 @@ def _cap_point(job: Job, dag: ComputationDag, index: int, time_s: float, window_
     power = {slot.gpu: stage_power[slot.stage][0] for slot in job.slots.values()}
     peak = {slot.gpu: stage_power[slot.stage][1] for slot in job.slots.values()}
     return CapPoint(index, time_s, power, peak, window_w)
+
+
+def _limit_model(job: Job, dag: ComputationDag, index: int, window_s: float) -> LimitModel:
+    """Each computation at its planned clock and every lower clock of the profile; the local pipelines."""
+    assert job.profile is not None
+    options: list[list[Option]] = [[] for _ in range(dag.num_computations)]
+    for stage, nodes in enumerate(dag.stage_orders):
+        for node, entry in zip(nodes, job.plan_entries(stage, index), strict=True):
+            virtual = entry.chunk * job.shape.num_stages + stage
+            measured = job.profile.options(virtual, Instruction(entry.instruction))
+            lower = sorted((m for m in measured if m.freq_mhz <= entry.freq_mhz), key=lambda m: -m.freq_mhz)
+            options[node] = [(m.time_s, m.energy_j / m.time_s) for m in lower if m.time_s > 0]
+    pipelines = []
+    for slots in job.pipelines().values():
+        gpus: list[str | None] = [None] * dag.num_stages
+        for slot in slots:
+            gpus[slot.stage] = slot.gpu
+        pipelines.append(LocalPipeline(tuple(gpus)))
+    return LimitModel(dag, options, pipelines, job.p_block_w, window_s)

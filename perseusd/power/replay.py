@@ -103,6 +103,11 @@ def replay(
     return Replay(mean_t, mean_e, worst_w, mean_e / mean_t)
 
 
+def iteration_time_s(dag: ComputationDag, costs: WorkloadCosts, setting: Setting, p_block_w: float) -> float:
+    """One iteration's time under `setting` (its clocks under its limits, capped by the board)."""
+    return _iteration(dag, costs, setting, setting, 0.0, 0.0, p_block_w, [])[0]
+
+
 def _iteration(
     dag: ComputationDag,
     costs: WorkloadCosts,

@@ -6,6 +6,7 @@ allocation. Every way is replayed on the simulated board's cost model (`perseusd
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,9 +18,14 @@ from perseusd.planner.bundled import bundled_profile
 from perseusd.planner.dag import ComputationDag, build_dag
 from perseusd.planner.evaluate import all_max_clocks
 from perseusd.planner.solver import FrontierPoint, SolverParams, solve_frontier
-from perseusd.power.allocate import GpuRange, JobLoad, allocate
-from perseusd.power.replay import Replay, Setting, cap_point, replay
+from perseusd.power.allocate import PEAK_MARGIN, GpuRange, JobLoad, allocate
+from perseusd.power.hard_line import TimeUnder, best_hard_line
+from perseusd.power.job_loads import candidate_indices
+from perseusd.power.limit_model import LimitModel, LocalPipeline
+from perseusd.power.replay import Replay, Setting, cap_point, iteration_time_s, replay
 
+HARD_LINE_POINTS = 12
+"""Frontier points the hard-line search tries (spread evenly in time)."""
 SETTLE_S = 2.0
 WINDOW_S = 1.0
 MEASURED_S = 6.0
@@ -127,6 +133,18 @@ def base_index(scenario: Scenario) -> int:
     return Policy().choose(summaries, scenario.all_max.time_s).index
 
 
+def limit_model(scenario: Scenario, clocks_mhz: Sequence[int]) -> LimitModel:
+    """The pipeline at these clocks under per-stage limits, on the board's costs (every lower board clock)."""
+    options = []
+    for node, comp in enumerate(scenario.dag.computations):
+        stage, instruction = scenario.dag.virtual_stage(node), comp.instruction.value
+        lower = [c for c in scenario.board.clocks_mhz if c <= clocks_mhz[node]]
+        costs = [scenario.costs.cost(stage, instruction, c) for c in lower]
+        options.append([(c.time_s, c.power_w) for c in costs])
+    pipeline = LocalPipeline(scenario.gpu_names)
+    return LimitModel(scenario.dag, options, [pipeline], scenario.p_block_w, scenario.window_s)
+
+
 def job_load(scenario: Scenario) -> JobLoad:
     points = tuple(
         cap_point(
@@ -141,7 +159,15 @@ def job_load(scenario: Scenario) -> JobLoad:
         )
         for p in scenario.points
     )
-    return JobLoad("job", 1, points, base_index(scenario))
+    clocks = {p.index: p.clocks_mhz for p in scenario.points}
+    models: dict[int, LimitModel] = {}
+
+    def model_at(index: int) -> LimitModel:
+        if index not in models:
+            models[index] = limit_model(scenario, clocks[index])
+        return models[index]
+
+    return JobLoad("job", 1, points, base_index(scenario), limit_model=model_at)
 
 
 def frontier_cap(
@@ -165,6 +191,44 @@ def frontier_cap(
     }
 
 
+def hard_line(scenario: Scenario, budget_w: float, load: JobLoad) -> tuple[Replay, dict[str, Any]]:
+    """The best split of the budget into per-GPU limits (summing to at most the budget) over a spread of
+    frontier points, searched on the board's capping model (`perseusd.power.hard_line`), replayed."""
+    board = scenario.board
+    names = scenario.gpu_names
+    ranges = [GpuRange(n, board.power_limit_min_w, board.power_limit_max_w) for n in names]
+    by_index = {p.index: p for p in scenario.points}
+    peaks = {p.index: p.peak_w for p in load.points}
+
+    def timer(clocks: tuple[int, ...]) -> TimeUnder:
+        def time_under(limits_w: dict[str, float]) -> float:
+            setting = Setting(clocks, tuple(limits_w[n] for n in names))
+            return iteration_time_s(scenario.dag, scenario.costs, setting, scenario.p_block_w)
+
+        return time_under
+
+    summaries = [
+        PointSummary(p.index, p.refined_time_s or p.time_s, p.refined_energy_j) for p in scenario.points
+    ]
+    candidates = [
+        (i, {n: w * PEAK_MARGIN for n, w in peaks[i].items()}, timer(by_index[i].clocks_mhz))
+        for i in candidate_indices(summaries, HARD_LINE_POINTS)
+        if i in peaks
+    ]
+    found = best_hard_line(ranges, candidates, budget_w)
+    if found is None:
+        limits = tuple(r.min_w for r in ranges)
+        return scenario.run(Setting(scenario.all_max_clocks, limits)), {"point": None, "fits": False}
+    limits = tuple(found.limits_w[n] for n in names)
+    result = scenario.run(Setting(by_index[found.index].clocks_mhz, limits))
+    return result, {
+        "point": found.index,
+        "limits_w": [round(w, 1) for w in limits],
+        "limits_sum_w": round(found.sum_w, 2),
+        "fits": True,
+    }
+
+
 def compare_at(scenario: Scenario, fraction: float) -> dict[str, Any]:
     """Every scheme at `fraction` of all-max power: slowdown and energy against all-max, power, windows."""
     budget_w = fraction * scenario.all_max.worst_window_w
@@ -175,6 +239,7 @@ def compare_at(scenario: Scenario, fraction: float) -> dict[str, Any]:
         "one_clock": one_clock(scenario, budget_w),
         "perseusd": frontier_cap(scenario, budget_w, "window", load),
         "perseusd_strict": frontier_cap(scenario, budget_w, "strict", load),
+        "hard_line": hard_line(scenario, budget_w, load),
     }
     base = scenario.all_max
     for name, (result, detail) in schemes.items():

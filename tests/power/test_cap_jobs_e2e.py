@@ -7,7 +7,9 @@ and its demand; what is asserted is what the daemon deployed (`perseusctl jobs`)
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import subprocess
 import sys
 import time
@@ -18,6 +20,8 @@ from typing import Any
 import pytest
 from perseus_client.client import PerseusClient
 
+from perseusd.planner.dag import Instruction
+from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.perseusd_proc import DaemonDirs, daemon_processes
 from tests.support.synthetic import synthetic_profile
@@ -51,23 +55,41 @@ def cap_status(runtime_dir: Path) -> dict[str, Any]:
     return status
 
 
-@pytest.fixture
-def runtime_dir() -> Iterator[Path]:
+@contextlib.contextmanager
+def _two_jobs(profile: Profile) -> Iterator[Path]:
     with daemon_processes() as make:
         run = make(DaemonDirs.create(), gpus=2).start().dirs.runtime_dir
         with PerseusClient(run, job=JOBS[0], timeout_s=10.0) as client:
             assert client.daemon_info is not None
             gpus = [gpu.uuid for gpu in client.daemon_info.gpus]
-            profile = profile_to_csv(synthetic_profile(1, seed=5, clocks_mhz=tuple(range(1410, 885, -90))))
             client.claim(gpus)
             for job, gpu in zip(JOBS, gpus, strict=True):
-                client.profile_import(profile, source="synthetic", p_block_w=80.0, job=job)
+                client.profile_import(profile_to_csv(profile), source="synthetic", p_block_w=80.0, job=job)
                 client.register(gpu, stage=0, num_stages=1, num_microbatches=2, job=job)
             deadline_s = time.monotonic() + WAIT_S
             while any(j["state"] != "running" for j in jobs(run).values()):
                 assert time.monotonic() < deadline_s, jobs(run)
                 time.sleep(0.1)
             yield run
+
+
+@pytest.fixture
+def runtime_dir() -> Iterator[Path]:
+    with _two_jobs(synthetic_profile(1, seed=5, clocks_mhz=tuple(range(1410, 885, -90)))) as run:
+        yield run
+
+
+def _energy_rises_below_1050_mhz() -> Profile:
+    """Power falls with the clock all the way down, energy only down to 1050 MHz: the frontier's slowest
+    point runs 1050 MHz and the clocks below it draw less power (what a power limit can still use)."""
+    rows = []
+    for clock in range(1410, 865, -90):
+        x = clock / 1410
+        stretch = {960: 1.3, 870: 1.7}.get(clock, 1.0)
+        for instruction, base_s in ((Instruction.FORWARD, 0.03), (Instruction.BACKWARD, 0.06)):
+            time_s = base_s / x * stretch
+            rows.append(Measurement(0, instruction, clock, time_s, (60 + 240 * x * x) * time_s))
+    return Profile.from_measurements(rows, "test")
 
 
 def test_low_priority_job_slowed_first_then_released(runtime_dir: Path) -> None:
@@ -97,3 +119,27 @@ def test_low_priority_job_slowed_first_then_released(runtime_dir: Path) -> None:
     for name in JOBS:
         assert [p["plan_index"] for p in deployed[name]["pipelines"]] == [uncapped[name]]
     assert cap_status(run)["jobs"] == []
+
+
+def test_below_the_slowest_points_limits_fitted_on_the_jobs_dags() -> None:
+    """A budget below what the slowest frontier points draw: power limits below the plans' peaks, sized on
+    each job's DAG under the limits (not one level summing to the budget), the modelled slowdown shown."""
+    with _two_jobs(_energy_rises_below_1050_mhz()) as run:
+        _check_fitted_limits(run)
+
+
+def _check_fitted_limits(run: Path) -> None:
+    status = cap_status(run)
+    assert ctl(run, "cap", "set", "--node", f"{status['floor_w'] + 1:.1f}").returncode == 0
+    found = re.search(r"the slowest points draw (\d+) W", cap_status(run)["problem"])  # and nothing fits
+    assert found is not None
+    budget_w = 0.95 * float(found.group(1))
+    assert ctl(run, "cap", "set", "--node", f"{budget_w:.1f}").returncode == 0
+    status = cap_status(run)
+    assert status["feasible"]
+    assert not status["strict"], json.dumps(status)
+    assert "power limits of at most" in status["problem"]
+    assert status["planned_w"] <= budget_w + 1e-6
+    assert all(j["slowdown"] > 0 for j in status["jobs"])
+    assert all(g["limit_w"] < g["max_w"] for g in status["gpus"])
+    assert ctl(run, "cap", "clear").returncode == 0
