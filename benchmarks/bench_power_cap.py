@@ -10,13 +10,18 @@ same run), three ways to hold the node within the budget, each replayed on the b
 - `one_clock`: one locked clock for every GPU, the highest whose node power stays within the budget over
   every window (ZeusGlobal-like), default power limits;
 - `perseusd`: the node cap's allocation (`perseusd.power.allocate`) over the job's frontier (solved here as
-  the daemon does), its chosen point's clocks under its power limits (`window` enforcement, the default);
-  `perseusd_strict` beside it: the same with `strict` enforcement (limits summing to the budget).
+  the daemon does), its chosen point's clocks under its power limits (`window` enforcement, the default;
+  below the slowest point, limits fitted on the job's DAG); `perseusd_strict` beside it: the same with
+  `strict` enforcement (limits summing to the budget: the hard line);
+- `hard_line`: the best hard line found by a search (`perseusd.power.hard_line`): per-GPU limits summing to
+  at most the budget, split on the job's DAG over 12 frontier points: what any scheme that holds the budget
+  with power limits alone can do on this board.
 
 Each result: iteration slowdown and energy per iteration against all-max, the node's mean power, and the
 highest node power over any 1 s window from 2 s after the cap was set (the cap is set half-way through an
 iteration of all-max; the limits act 13 ms later, the new plan from the next iteration). The checks: at 70 %,
-perseusd slows the iteration at most half as much as the uniform limit; every window within budget + 1 %.
+perseusd slows the iteration at most half as much as the uniform limit (and whether the best hard line
+does); every window within budget + 1 %; the hard-line schemes' limits sum to at most the budget.
 
 Cases: `h100x8` (the shipped GPT 4-stage profile measured on an H100, `h100_sxm` board, 8 microbatches) and
 `a100x12` (GPT-3 175B, 8 stages, 12 microbatches, on the `a100_sxm` board with power capping turned on:
@@ -64,14 +69,21 @@ def run_case(name: str, budgets: list[float], window_s: float) -> dict[str, Any]
                 for r in rows
                 if r[scheme]["worst_window_w"] > r["budget_w"] * (1 + WINDOW_TOLERANCE)
             ]
-            for scheme in ("uniform", "one_clock", "perseusd", "perseusd_strict")
-        }
+            for scheme in ("uniform", "one_clock", "perseusd", "perseusd_strict", "hard_line")
+        },
+        "hard_line_limits_sum_within_budget": all(
+            sum(r[scheme]["limits_w"]) <= r["budget_w"] + 0.5
+            for r in rows
+            for scheme in ("perseusd_strict", "hard_line")
+            if r[scheme].get("limits_w")
+        ),
     }
     if at_70:
         row = at_70[0]
-        checks["at_70pct_perseusd_slowdown_at_most_half_of_uniform"] = (
-            row["perseusd"]["slowdown"] <= 0.5 * row["uniform"]["slowdown"]
-        )
+        for scheme in ("perseusd", "perseusd_strict", "hard_line"):
+            checks[f"at_70pct_{scheme}_slowdown_at_most_half_of_uniform"] = (
+                row[scheme]["slowdown"] <= 0.5 * row["uniform"]["slowdown"]
+            )
     return {
         "case": name,
         "board": board,

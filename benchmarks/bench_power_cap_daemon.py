@@ -17,7 +17,10 @@ power capping, so a power limit would change nothing there).
 
 Wall-clock timing: on a loaded machine the iteration times are noisy; compare schemes within one run.
 
-    python benchmarks/bench_power_cap_daemon.py [--budgets 0.7,0.9] [--iterations 10]
+`limits_sum_w`: the sum of the power limits the cap holds (from `cap status` just after the cap is set): the
+most the node can draw at the limits' time scale; at most the budget only with `--enforcement strict`.
+
+    python benchmarks/bench_power_cap_daemon.py [--budgets 0.7,0.9] [--iterations 10] [--enforcement strict]
 """
 
 from __future__ import annotations
@@ -179,9 +182,13 @@ def measure(runtime_dir: Path, gpus: list[str], args: argparse.Namespace) -> dic
             set_s = time.monotonic()
             status = json.loads(ctl(runtime_dir, "cap", "status", "--json"))
             result = finish(proc)
+            limits_sum_w = sum(g["limit_w"] or 0.0 for g in status["gpus"])
             row["perseusd"] = phase(result, "optimized") | {
                 "worst_window_w": sampler.worst_window_w(set_s + SETTLE_S),
                 "points": [(j["point"], round(j["slowdown"], 4)) for j in status["jobs"]],
+                "limits_sum_w": round(limits_sum_w, 1),
+                "limits_sum_within_budget": limits_sum_w <= budget_w + 0.5,
+                "strict": status["strict"],
             }
             wait_released(runtime_dir)
             ctl(runtime_dir, "cap", "clear")
@@ -200,10 +207,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--budgets", default="0.7,0.9", help="fractions of all-max's worst window")
     parser.add_argument("--iterations", type=int, default=10)
+    parser.add_argument(
+        "--enforcement",
+        default="window",
+        choices=("window", "strict"),
+        help="the daemon's power_cap_enforcement",
+    )
     args = parser.parse_args()
     args.budgets = [float(b) for b in args.budgets.split(",")]
     dirs = DaemonDirs.create()
-    daemon = DaemonProcess(dirs, gpus=STAGES, extra_args=("--sim-model", "h100_sxm"))
+    env = {"PERSEUSD_POWER_CAP_ENFORCEMENT": args.enforcement}
+    daemon = DaemonProcess(dirs, gpus=STAGES, extra_args=("--sim-model", "h100_sxm"), env=env)
     daemon.start()
     started_s = time.monotonic()
     try:
@@ -217,6 +231,7 @@ def main() -> int:
     doc = {
         "benchmark": "power_cap_daemon",
         "case": "h100x8",
+        "enforcement": args.enforcement,
         "wall_s": round(time.monotonic() - started_s, 1),
     }
     print(json.dumps(doc | result, indent=2))

@@ -104,9 +104,10 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def cap_json(reply: CapStatusReply) -> dict[str, Any]:
-    """The documented JSON form: every field of the reply (None -> null)."""
+    """The documented JSON form: every field of the reply (None -> null), and `limits_sum_w`."""
     body = dataclasses.asdict(reply)
     body.pop("TYPE", None)
+    body["limits_sum_w"] = limits_sum_w(reply)
     return body
 
 
@@ -114,8 +115,21 @@ def _watts(value: float | None) -> str:
     return PLACEHOLDER if value is None else f"{value:.0f} W"
 
 
+def limits_sum_w(reply: CapStatusReply) -> float | None:
+    """The sum of the power limits the cap holds: the most the node's GPUs can draw (None: none held)."""
+    held = [g.limit_w for g in reply.gpus if g.limit_w is not None]
+    return sum(held) if held else None
+
+
 def _strict_note(reply: CapStatusReply) -> str:
-    return " (limits sum within the grant)" if reply.strict and reply.feasible else ""
+    """What the limits guarantee: `limits sum 1,180 W <= grant (hard line)` or `> grant (held on measured
+    window power)`."""
+    total_w = limits_sum_w(reply)
+    if total_w is None or reply.grant_w is None:
+        return ""
+    if total_w <= reply.grant_w + 0.5:
+        return f"   limits sum {_watts(total_w)} <= grant (hard line)"
+    return f"   limits sum {_watts(total_w)} > grant (the grant is held on measured window power)"
 
 
 def render_cap(reply: CapStatusReply) -> str:

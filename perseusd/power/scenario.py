@@ -186,6 +186,7 @@ def frontier_cap(
         "planned_slowdown": round(grant.slowdown, 5),
         "planned_w": round(allocation.planned_w, 2),
         "limits_w": [round(w, 1) for w in limits],
+        "limits_sum_w": round(sum(limits), 2),
         "strict": allocation.strict,
         "feasible": allocation.feasible,
     }

@@ -78,6 +78,8 @@ def test_cap_set_infeasible_clear(make_daemon: Callable[..., DaemonProcess]) -> 
     assert status["feasible"]
     assert status["set_by"].startswith("uid ")
     assert sum(limits_w(run, status)) <= 1000.0 + 1e-6
+    assert status["limits_sum_w"] == pytest.approx(sum(limits_w(run, status)))
+    assert "<= grant (hard line)" in ctl(run, "cap", "status").stdout  # idle GPUs: held by limits alone
     assert all(200.0 <= w <= 700.0 for w in limits_w(run, status))
     assert "node budget set to 1000.0 W by uid" in daemon.log()
 

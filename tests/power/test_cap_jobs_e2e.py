@@ -23,7 +23,7 @@ from perseus_client.client import PerseusClient
 from perseusd.planner.dag import Instruction
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.profile_csv import profile_to_csv
-from tests.support.perseusd_proc import DaemonDirs, daemon_processes
+from tests.support.perseusd_proc import DaemonDirs, daemon_processes, sim_control
 from tests.support.synthetic import synthetic_profile
 
 pytestmark = pytest.mark.timeout(180)
@@ -56,9 +56,9 @@ def cap_status(runtime_dir: Path) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _two_jobs(profile: Profile) -> Iterator[Path]:
+def _two_jobs(profile: Profile, env: dict[str, str] | None = None) -> Iterator[Path]:
     with daemon_processes() as make:
-        run = make(DaemonDirs.create(), gpus=2).start().dirs.runtime_dir
+        run = make(DaemonDirs.create(), gpus=2, env=env or {}).start().dirs.runtime_dir
         with PerseusClient(run, job=JOBS[0], timeout_s=10.0) as client:
             assert client.daemon_info is not None
             gpus = [gpu.uuid for gpu in client.daemon_info.gpus]
@@ -143,3 +143,20 @@ def _check_fitted_limits(run: Path) -> None:
     assert all(j["slowdown"] > 0 for j in status["jobs"])
     assert all(g["limit_w"] < g["max_w"] for g in status["gpus"])
     assert ctl(run, "cap", "clear").returncode == 0
+
+
+def test_strict_enforcement_is_a_hard_line_with_jobs_running() -> None:
+    """`strict`: whatever the jobs' points, the GPUs' power limits (as the GPUs hold them) sum to at most
+    the grant, so nothing on the node can draw more."""
+    profile = synthetic_profile(1, seed=5, clocks_mhz=tuple(range(1410, 885, -90)))
+    with _two_jobs(profile, {"PERSEUSD_POWER_CAP_ENFORCEMENT": "strict"}) as run:
+        status = cap_status(run)
+        budget_w = status["floor_w"] + 0.5 * (status["demand_w"] - status["floor_w"])
+        assert ctl(run, "cap", "set", "--node", f"{budget_w:.1f}").returncode == 0
+        status = cap_status(run)
+        assert status["enforcement"] == "strict"
+        assert status["strict"]
+        held_w = [sim_control(run, g["uuid"]).power_limit_w for g in status["gpus"]]
+        assert sum(held_w) <= budget_w + 1e-6
+        assert status["limits_sum_w"] == pytest.approx(sum(held_w))
+        assert "<= grant (hard line)" in ctl(run, "cap", "status").stdout
