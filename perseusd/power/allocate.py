@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from perseusd.power.limit_fit import fit_limits
+from perseusd.power.limit_fit import FIT_POINTS, PEAK_MARGIN, fit_limits
 
 if TYPE_CHECKING:
     from perseusd.power.limit_model import LimitModel
@@ -45,8 +45,6 @@ DEFAULT_PRIORITY = 1
 UNMANAGED_PRIORITY = 0
 PLAN_HEADROOM = 0.01
 """The plan aims 1 % below the grant: profiles and energy counters are good to about 1 %."""
-PEAK_MARGIN = 1.03
-"""Window enforcement: a managed GPU's limit is its point's peak power times this (measurement noise)."""
 ENFORCEMENTS = ("window", "strict")
 EPSILON_W = 1e-6
 
@@ -328,9 +326,8 @@ def allocate(
     feasible = grant_w + EPSILON_W >= floor
     needs = _needs_w(gpus, state)
     fit = None
-    if not planned_fits and enforcement == "window" and feasible:
-        at = [(job, state.point(job)) for job in state.jobs]
-        fit = fit_limits(gpus, at, needs, sum(state.alloc_w.values()), target_w)
+    if not planned_fits and enforcement == "window" and feasible and state.jobs:
+        fit = fit_limits(gpus, _fit_choices(state), sum(state.alloc_w.values()), target_w)
     strict = enforcement == "strict" or (not planned_fits and fit is None)
     limits = _water_fill(gpus, needs, grant_w) if strict else {**needs, **(fit.limits_w if fit else {})}
     reason = ""
@@ -354,7 +351,7 @@ def allocate(
         JobGrant(
             job.name,
             job.priority,
-            state.point(job).index,
+            fit.points[job.name].index if fit else state.point(job).index,
             fit.time_s[job.name] if fit else state.point(job).time_s,
             job.base_index,
             state.base_time_s(job),
@@ -373,6 +370,18 @@ def allocate(
         limits_w=limits,
         reason=reason,
     )
+
+
+def _fit_choices(state: _State) -> list[list[tuple[JobLoad, CapPoint]]]:
+    """The jobs' points to try under limits: where the moves left them; a job alone, a spread of its points
+    no faster than its base."""
+    choices = [[(job, state.point(job)) for job in state.jobs]]
+    if len(state.jobs) == 1:
+        job = state.jobs[0]
+        slower = state.points[job.name][state.base_pos[job.name] :]
+        step = max(1, len(slower) // FIT_POINTS)
+        choices += [[(job, point)] for point in slower[::step]]
+    return choices
 
 
 def _needs_w(gpus: Sequence[GpuRange], state: _State) -> dict[str, float]:

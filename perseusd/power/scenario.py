@@ -18,9 +18,10 @@ from perseusd.planner.bundled import bundled_profile
 from perseusd.planner.dag import ComputationDag, build_dag
 from perseusd.planner.evaluate import all_max_clocks
 from perseusd.planner.solver import FrontierPoint, SolverParams, solve_frontier
-from perseusd.power.allocate import PEAK_MARGIN, GpuRange, JobLoad, allocate
+from perseusd.power.allocate import GpuRange, JobLoad, allocate
 from perseusd.power.hard_line import TimeUnder, best_hard_line
 from perseusd.power.job_loads import candidate_indices
+from perseusd.power.limit_fit import PEAK_MARGIN
 from perseusd.power.limit_model import LimitModel, LocalPipeline
 from perseusd.power.replay import Replay, Setting, cap_point, iteration_time_s, replay
 
