@@ -22,6 +22,8 @@ typedef struct {
     int64_t n, e;
     int64_t *pred_ptr, *pred_idx, *succ_ptr, *succ_idx, *topo, *min_q, *max_q, *cost_ptr;
     double *cost, *rt, *re, *finish;
+    /* the bounds of a computation's arc at every duration (by cost slot), computed once: see bounds() */
+    int64_t *lb_tab, *ub_tab;
     int64_t *d, *ef, *lf;
     int64_t num_stages, inf_units;
     double p_block;
@@ -81,8 +83,9 @@ static void cpm(PdCore *s) {
     s->t_cur = total;
 }
 
-static void bounds(PdCore *s, int64_t i, int64_t *lb, int64_t *ub) {
-    int64_t d = s->d[i], lo = s->min_q[i], hi = s->max_q[i];
+/* The capacity bounds of computation i's arc at duration d (the reference's formulas, in 1e-6 J units). */
+static void bounds_at(PdCore *s, int64_t i, int64_t d, int64_t *lb, int64_t *ub) {
+    int64_t lo = s->min_q[i], hi = s->max_q[i];
     if (lo == hi && hi == d) {
         *lb = 0;
         *ub = s->inf_units;
@@ -98,6 +101,21 @@ static void bounds(PdCore *s, int64_t i, int64_t *lb, int64_t *ub) {
         *lb = to_units(l);
         *ub = to_units(u);
     }
+}
+
+/* Every computation's bounds at every duration, once (to_units' exact floor division is slow). */
+static void bound_tables(PdCore *s) {
+    for (int64_t i = 0; i < s->n; i++)
+        for (int64_t d = s->min_q[i]; d <= s->max_q[i]; d++) {
+            int64_t slot = s->cost_ptr[i] + d - s->min_q[i];
+            bounds_at(s, i, d, &s->lb_tab[slot], &s->ub_tab[slot]);
+        }
+}
+
+static void bounds(PdCore *s, int64_t i, int64_t *lb, int64_t *ub) {
+    int64_t slot = s->cost_ptr[i] + s->d[i] - s->min_q[i];
+    *lb = s->lb_tab[slot];
+    *ub = s->ub_tab[slot];
 }
 
 static void add_arc(PdCore *s, int64_t u, int64_t v, int64_t lb, int64_t ub, int64_t comp, int64_t key) {
@@ -374,7 +392,7 @@ static PyObject *PdCore_clocks(PdCore *s, PyObject *Py_UNUSED(ignored)) {
 
 static void PdCore_dealloc(PdCore *s) {
     Py_CLEAR(s->clock_table);
-    void *blocks[] = {s->pred_ptr, s->pred_idx, s->succ_ptr, s->succ_idx, s->topo, s->min_q, s->max_q,
+    void *blocks[] = {s->lb_tab, s->ub_tab, s->pred_ptr, s->pred_idx, s->succ_ptr, s->succ_idx, s->topo, s->min_q, s->max_q,
                       s->cost_ptr, s->cost, s->rt, s->re, s->finish, s->d, s->ef, s->lf, s->arc_u, s->arc_v,
                       s->arc_lb, s->arc_ub, s->arc_comp, s->arc_key, s->arc_net, s->flow, s->head, s->nxt, s->to, s->cap, s->level, s->it,
                       s->queue, s->path, s->excess, s->seen};
@@ -433,7 +451,9 @@ static int allocate_work(PdCore *s) {
     s->path = zalloc(s->nodes, 8);
     s->excess = zalloc(s->nodes, 8);
     s->seen = zalloc(s->nodes, 1);
-    return s->succ_ptr && s->succ_idx && s->finish && s->d && s->ef && s->lf && s->arc_u && s->arc_v &&
+    s->lb_tab = zalloc(s->cost_ptr[n], 8);
+    s->ub_tab = zalloc(s->cost_ptr[n], 8);
+    return s->lb_tab && s->ub_tab && s->succ_ptr && s->succ_idx && s->finish && s->d && s->ef && s->lf && s->arc_u && s->arc_v &&
            s->arc_lb && s->arc_ub && s->arc_comp && s->arc_key && s->arc_net && s->flow && s->head && s->nxt && s->to && s->cap && s->level && s->it &&
            s->queue && s->path && s->excess && s->seen;
 }
@@ -487,6 +507,7 @@ static int PdCore_init(PdCore *s, PyObject *args, PyObject *kwds) {
         return -1;
     }
     build_successors(s);
+    bound_tables(s);
     memcpy(s->d, s->min_q, sizeof(int64_t) * (size_t)s->n);
     cpm(s);
     s->t_min = s->t_cur;
