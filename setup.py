@@ -1,5 +1,5 @@
-"""Build the optional C cores of the frontier solver and of its cost-model fit; everything else is declared
-in pyproject.toml."""
+"""Build the optional C cores of the frontier solver, of its cost-model fit and of its JSON writer; everything
+else is declared in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -11,6 +11,12 @@ setup(
         Extension(
             "perseusd.planner._pdcore",
             ["perseusd/planner/_pdcore.c"],
+            extra_compile_args=C_FLAGS,
+            optional=True,
+        ),
+        Extension(
+            "perseusd.planner._jsontext",
+            ["perseusd/planner/_jsontext.c"],
             extra_compile_args=C_FLAGS,
             optional=True,
         ),
