@@ -23,8 +23,10 @@ class ProgressBar:
 
     def update(self, done: int) -> None:
         """Show `done` items finished (redrawn at most every `min_interval_s`)."""
+        if not self.enabled:
+            return
         now = time.monotonic()
-        if not self.enabled or now - self._last_draw_s < self.min_interval_s:
+        if now - self._last_draw_s < self.min_interval_s:
             return
         self._last_draw_s = now
         self._draw(done)

@@ -15,6 +15,11 @@
 typedef struct {
     char *data;
     size_t len, cap;
+    /* the last int written and its text: a row's clocks come in runs of one object (the inputs are alive
+     * for the whole call, so an object's address is not reused meanwhile) */
+    PyObject *last_int;
+    size_t last_len;
+    char last_text[24];
 } Buf;
 
 static int buf_reserve(Buf *b, size_t more) {
@@ -42,6 +47,7 @@ static int buf_put(Buf *b, const char *text, size_t len) {
 
 /* An exact int, as int.__repr__ writes it (ints beyond 64 bits are refused). */
 static int put_int(Buf *b, PyObject *obj) {
+    if (obj == b->last_int) return buf_put(b, b->last_text, b->last_len);
     if (!PyLong_CheckExact(obj)) {
         PyErr_SetString(PyExc_TypeError, "expected an int");
         return -1;
@@ -65,6 +71,9 @@ static int put_int(Buf *b, PyObject *obj) {
     if (value < 0) digits[--k] = '-';
     memcpy(b->data + b->len, digits + k, (size_t)(24 - k));
     b->len += (size_t)(24 - k);
+    b->last_int = obj;
+    b->last_len = (size_t)(24 - k);
+    memcpy(b->last_text, digits + k, b->last_len);
     return 0;
 }
 
@@ -175,7 +184,7 @@ static PyObject *buf_fail(Buf *b) {
 
 /* clock_rows(rows): the JSON of a list of lists of exact ints. */
 static PyObject *clock_rows(PyObject *Py_UNUSED(module), PyObject *rows) {
-    Buf b = {NULL, 0, 0};
+    Buf b = {NULL, 0, 0, NULL, 0, {0}};
     if (!PyList_CheckExact(rows)) {
         PyErr_SetString(PyExc_TypeError, "expected a list of lists");
         return NULL;
@@ -203,7 +212,7 @@ static PyObject *clock_rows(PyObject *Py_UNUSED(module), PyObject *rows) {
  */
 static PyObject *frontier_points(PyObject *Py_UNUSED(module), PyObject *args) {
     PyObject *rows, *orders, *prev = NULL, *result = NULL;
-    Buf b = {NULL, 0, 0};
+    Buf b = {NULL, 0, 0, NULL, 0, {0}};
     Orders o = {0, NULL, NULL};
     size_t *row_at = NULL, *row_len = NULL;
     if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &rows, &PyTuple_Type, &orders)) return NULL;

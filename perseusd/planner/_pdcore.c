@@ -24,6 +24,10 @@ typedef struct {
     double *cost, *rt, *re, *finish;
     /* the bounds of a computation's arc at every duration (by cost slot), computed once: see bounds() */
     int64_t *lb_tab, *ub_tab;
+    /* every computation's cost slot at its current duration and that slot's cost and measured time and
+     * energy, kept up to date with d (read in sequence every iteration instead of looked up in the tables) */
+    int64_t *slot;
+    double *cur_cost, *cur_rt, *cur_re;
     int64_t *d, *ef, *lf;
     int64_t num_stages, inf_units;
     double p_block;
@@ -61,6 +65,15 @@ static int64_t to_units(double x) {
 }
 
 static double cost_at(PdCore *s, int64_t i, int64_t q) { return s->cost[s->cost_ptr[i] + q - s->min_q[i]]; }
+
+static void set_duration(PdCore *s, int64_t i, int64_t d) {
+    int64_t slot = s->cost_ptr[i] + d - s->min_q[i];
+    s->d[i] = d;
+    s->slot[i] = slot;
+    s->cur_cost[i] = s->cost[slot];
+    s->cur_rt[i] = s->rt[slot];
+    s->cur_re[i] = s->re[slot];
+}
 
 static void cpm(PdCore *s) {
     int64_t total = 0;
@@ -113,9 +126,8 @@ static void bound_tables(PdCore *s) {
 }
 
 static void bounds(PdCore *s, int64_t i, int64_t *lb, int64_t *ub) {
-    int64_t slot = s->cost_ptr[i] + s->d[i] - s->min_q[i];
-    *lb = s->lb_tab[slot];
-    *ub = s->ub_tab[slot];
+    *lb = s->lb_tab[s->slot[i]];
+    *ub = s->ub_tab[s->slot[i]];
 }
 
 static void add_arc(PdCore *s, int64_t u, int64_t v, int64_t lb, int64_t ub, int64_t comp, int64_t key) {
@@ -303,14 +315,14 @@ static int apply_cut(PdCore *s, double *change) {
         int64_t i = s->arc_comp[k];
         if (s->seen[s->arc_u[k]] && !s->seen[s->arc_v[k]]) {
             *change += fabs(cost_at(s, i, s->d[i] - 1) - cost_at(s, i, s->d[i]));
-            s->d[i] -= 1;
+            set_duration(s, i, s->d[i] - 1);
         }
     }
     for (int64_t k = 0; k < s->n_arcs; k++) {
         int64_t i = s->arc_comp[k];
         if (i >= 0 && !s->seen[s->arc_u[k]] && s->seen[s->arc_v[k]]) {
             *change -= fabs(cost_at(s, i, s->d[i]) - cost_at(s, i, s->d[i] + 1));
-            s->d[i] += 1;
+            set_duration(s, i, s->d[i] + 1);
         }
     }
     return 1;
@@ -318,15 +330,15 @@ static int apply_cut(PdCore *s, double *change) {
 
 static PyObject *refined_point(PdCore *s) {
     double model = 0.0, busy = 0.0, energy = 0.0, time_s = 0.0;
-    for (int64_t i = 0; i < s->n; i++) model += cost_at(s, i, s->d[i]);
+    for (int64_t i = 0; i < s->n; i++) model += s->cur_cost[i];
     for (int64_t k = 0; k < s->n; k++) {
-        int64_t v = s->topo[k], slot = s->cost_ptr[v] + s->d[v] - s->min_q[v];
+        int64_t v = s->topo[k];
         double start = 0.0;
         for (int64_t p = s->pred_ptr[v]; p < s->pred_ptr[v + 1]; p++)
             if (s->finish[s->pred_idx[p]] > start) start = s->finish[s->pred_idx[p]];
-        s->finish[v] = start + s->rt[slot];
-        busy += s->rt[slot];
-        energy += s->re[slot];
+        s->finish[v] = start + s->cur_rt[v];
+        busy += s->cur_rt[v];
+        energy += s->cur_re[v];
     }
     for (int64_t i = 0; i < s->n; i++)
         if (s->finish[i] > time_s) time_s = s->finish[i];
@@ -383,7 +395,7 @@ static PyObject *PdCore_clocks(PdCore *s, PyObject *Py_UNUSED(ignored)) {
     PyObject *clocks = PyTuple_New((Py_ssize_t)s->n);
     if (!clocks) return NULL;
     for (int64_t i = 0; i < s->n; i++) {
-        PyObject *item = PyTuple_GET_ITEM(s->clock_table, s->cost_ptr[i] + s->d[i] - s->min_q[i]);
+        PyObject *item = PyTuple_GET_ITEM(s->clock_table, s->slot[i]);
         Py_INCREF(item);
         PyTuple_SET_ITEM(clocks, (Py_ssize_t)i, item);
     }
@@ -392,7 +404,7 @@ static PyObject *PdCore_clocks(PdCore *s, PyObject *Py_UNUSED(ignored)) {
 
 static void PdCore_dealloc(PdCore *s) {
     Py_CLEAR(s->clock_table);
-    void *blocks[] = {s->lb_tab, s->ub_tab, s->pred_ptr, s->pred_idx, s->succ_ptr, s->succ_idx, s->topo, s->min_q, s->max_q,
+    void *blocks[] = {s->lb_tab, s->ub_tab, s->slot, s->cur_cost, s->cur_rt, s->cur_re, s->pred_ptr, s->pred_idx, s->succ_ptr, s->succ_idx, s->topo, s->min_q, s->max_q,
                       s->cost_ptr, s->cost, s->rt, s->re, s->finish, s->d, s->ef, s->lf, s->arc_u, s->arc_v,
                       s->arc_lb, s->arc_ub, s->arc_comp, s->arc_key, s->arc_net, s->flow, s->head, s->nxt, s->to, s->cap, s->level, s->it,
                       s->queue, s->path, s->excess, s->seen};
@@ -453,7 +465,11 @@ static int allocate_work(PdCore *s) {
     s->seen = zalloc(s->nodes, 1);
     s->lb_tab = zalloc(s->cost_ptr[n], 8);
     s->ub_tab = zalloc(s->cost_ptr[n], 8);
-    return s->lb_tab && s->ub_tab && s->succ_ptr && s->succ_idx && s->finish && s->d && s->ef && s->lf && s->arc_u && s->arc_v &&
+    s->slot = zalloc(n, 8);
+    s->cur_cost = zalloc(n, 8);
+    s->cur_rt = zalloc(n, 8);
+    s->cur_re = zalloc(n, 8);
+    return s->lb_tab && s->ub_tab && s->slot && s->cur_cost && s->cur_rt && s->cur_re && s->succ_ptr && s->succ_idx && s->finish && s->d && s->ef && s->lf && s->arc_u && s->arc_v &&
            s->arc_lb && s->arc_ub && s->arc_comp && s->arc_key && s->arc_net && s->flow && s->head && s->nxt && s->to && s->cap && s->level && s->it &&
            s->queue && s->path && s->excess && s->seen;
 }
@@ -511,7 +527,7 @@ static int PdCore_init(PdCore *s, PyObject *args, PyObject *kwds) {
     memcpy(s->d, s->min_q, sizeof(int64_t) * (size_t)s->n);
     cpm(s);
     s->t_min = s->t_cur;
-    memcpy(s->d, s->max_q, sizeof(int64_t) * (size_t)s->n);
+    for (int64_t i = 0; i < s->n; i++) set_duration(s, i, s->max_q[i]);
     cpm(s);
     s->t_max = s->t_cur;
     return 0;

@@ -217,6 +217,7 @@ class FrontierSolver:
         c_clocks = getattr(core, "clocks", None)
         if c_clocks is not None:
             core.set_clock_table(t.freq_val)  # type: ignore[attr-defined]
+        unit_s, p_block_w, stages = self.params.unit_time_s, self.params.p_block_w, self.dag.num_stages
         index = 0
         while (result := core.step()) is not None:
             _, quant_time, cost_j, refined_time_s, refined_energy_j = result
@@ -225,14 +226,15 @@ class FrontierSolver:
             else:
                 slots = map(int.__add__, offset, map(int, core.durations()))
                 clocks_mhz = tuple(map(clock_of_slot, slots))
+            # Positional, and the model energy as `model_energy_j` computes it (the same float operations).
             yield FrontierPoint(
-                index=index,
-                quant_time=quant_time,
-                time_s=quant_time * self.params.unit_time_s,
-                model_energy_j=self.model_energy_j(cost_j, quant_time),
-                refined_energy_j=refined_energy_j,
-                clocks_mhz=clocks_mhz,
-                refined_time_s=refined_time_s,
+                index,
+                quant_time,
+                quant_time * unit_s,
+                cost_j + stages * quant_time * unit_s * p_block_w,
+                refined_energy_j,
+                clocks_mhz,
+                refined_time_s,
             )
             index += 1
 
