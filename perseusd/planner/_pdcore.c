@@ -26,7 +26,7 @@ typedef struct {
     int64_t *lb_tab, *ub_tab;
     /* every computation's cost slot at its current duration and that slot's cost and measured time and
      * energy, kept up to date with d (read in sequence every iteration instead of looked up in the tables) */
-    int64_t *slot;
+    int64_t *slot, *cur_lb, *cur_ub;
     double *cur_cost, *cur_rt, *cur_re;
     int64_t *d, *ef, *lf;
     int64_t num_stages, inf_units;
@@ -73,6 +73,8 @@ static void set_duration(PdCore *s, int64_t i, int64_t d) {
     s->cur_cost[i] = s->cost[slot];
     s->cur_rt[i] = s->rt[slot];
     s->cur_re[i] = s->re[slot];
+    s->cur_lb[i] = s->lb_tab[slot];
+    s->cur_ub[i] = s->ub_tab[slot];
 }
 
 static void cpm(PdCore *s) {
@@ -125,11 +127,6 @@ static void bound_tables(PdCore *s) {
         }
 }
 
-static void bounds(PdCore *s, int64_t i, int64_t *lb, int64_t *ub) {
-    *lb = s->lb_tab[s->slot[i]];
-    *ub = s->ub_tab[s->slot[i]];
-}
-
 static void add_arc(PdCore *s, int64_t u, int64_t v, int64_t lb, int64_t ub, int64_t comp, int64_t key) {
     int64_t k = s->n_arcs++;
     s->arc_key[k] = key;
@@ -148,11 +145,7 @@ static void critical_arcs(PdCore *s) {
     add_arc(s, snk_l, snk_r, 0, s->inf_units, -1, special_keys + 1);
     for (int64_t v = 0; v < n; v++) {
         int64_t ls = s->lf[v] - s->d[v];
-        if (s->ef[v] == s->lf[v]) {
-            int64_t lb, ub;
-            bounds(s, v, &lb, &ub);
-            add_arc(s, 2 * v, 2 * v + 1, lb, ub, v, v);
-        }
+        if (s->ef[v] == s->lf[v]) add_arc(s, 2 * v, 2 * v + 1, s->cur_lb[v], s->cur_ub[v], v, v);
         if (s->pred_ptr[v] == s->pred_ptr[v + 1] && ls == 0)
             add_arc(s, src_r, 2 * v, 0, s->inf_units, -1, src_keys + v);
         if (s->succ_ptr[v] == s->succ_ptr[v + 1] && s->ef[v] == s->t_cur)
@@ -404,7 +397,7 @@ static PyObject *PdCore_clocks(PdCore *s, PyObject *Py_UNUSED(ignored)) {
 
 static void PdCore_dealloc(PdCore *s) {
     Py_CLEAR(s->clock_table);
-    void *blocks[] = {s->lb_tab, s->ub_tab, s->slot, s->cur_cost, s->cur_rt, s->cur_re, s->pred_ptr, s->pred_idx, s->succ_ptr, s->succ_idx, s->topo, s->min_q, s->max_q,
+    void *blocks[] = {s->lb_tab, s->ub_tab, s->slot, s->cur_lb, s->cur_ub, s->cur_cost, s->cur_rt, s->cur_re, s->pred_ptr, s->pred_idx, s->succ_ptr, s->succ_idx, s->topo, s->min_q, s->max_q,
                       s->cost_ptr, s->cost, s->rt, s->re, s->finish, s->d, s->ef, s->lf, s->arc_u, s->arc_v,
                       s->arc_lb, s->arc_ub, s->arc_comp, s->arc_key, s->arc_net, s->flow, s->head, s->nxt, s->to, s->cap, s->level, s->it,
                       s->queue, s->path, s->excess, s->seen};
@@ -466,10 +459,12 @@ static int allocate_work(PdCore *s) {
     s->lb_tab = zalloc(s->cost_ptr[n], 8);
     s->ub_tab = zalloc(s->cost_ptr[n], 8);
     s->slot = zalloc(n, 8);
+    s->cur_lb = zalloc(n, 8);
+    s->cur_ub = zalloc(n, 8);
     s->cur_cost = zalloc(n, 8);
     s->cur_rt = zalloc(n, 8);
     s->cur_re = zalloc(n, 8);
-    return s->lb_tab && s->ub_tab && s->slot && s->cur_cost && s->cur_rt && s->cur_re && s->succ_ptr && s->succ_idx && s->finish && s->d && s->ef && s->lf && s->arc_u && s->arc_v &&
+    return s->lb_tab && s->ub_tab && s->slot && s->cur_lb && s->cur_ub && s->cur_cost && s->cur_rt && s->cur_re && s->succ_ptr && s->succ_idx && s->finish && s->d && s->ef && s->lf && s->arc_u && s->arc_v &&
            s->arc_lb && s->arc_ub && s->arc_comp && s->arc_key && s->arc_net && s->flow && s->head && s->nxt && s->to && s->cap && s->level && s->it &&
            s->queue && s->path && s->excess && s->seen;
 }
