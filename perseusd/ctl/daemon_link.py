@@ -9,7 +9,6 @@ not the whole protocol's registry (each message class costs its import time).
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from perseus_client.codes import ProtocolError
@@ -28,11 +27,17 @@ from perseus_client.version import PROTOCOL_MINOR
 from perseusd.ctl import zmtp
 from perseusd.errors import PerseusError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pathlib is not imported at run time: `perseusctl status` pays for every import
+    from os import PathLike
+    from typing import TypeAlias
+
     from perseus_client.job_info import JobInfo
     from perseus_client.job_messages import FrontierRequest, PlanRequest
 
     from perseusd.planner.plan import Frontier, Plan
+
+    StrPath: TypeAlias = str | PathLike[str]
+    """A runtime directory as a string or a path."""
 
 M = TypeVar("M", bound=Message)
 D = TypeVar("D")
@@ -60,16 +65,18 @@ class DaemonRequestError(PerseusError):
         self.code = code
 
 
-def admin_socket_usable(runtime_dir: Path) -> bool:
+def admin_socket_usable(runtime_dir: StrPath) -> bool:
     """True when this user may open the admin socket (root or group perseus-admin)."""
-    return os.access(runtime_dir / ADMIN_SOCKET_NAME, os.W_OK)
+    return os.access(os.path.join(runtime_dir, ADMIN_SOCKET_NAME), os.W_OK)
 
 
-def ask(runtime_dir: Path, request: Message, expected: type[M], *, admin: bool, timeout_s: float = 3.0) -> M:
+def ask(
+    runtime_dir: StrPath, request: Message, expected: type[M], *, admin: bool, timeout_s: float = 3.0
+) -> M:
     """Send `request` to the control (or admin) socket and return the typed reply."""
     name = ADMIN_SOCKET_NAME if admin else CONTROL_SOCKET_NAME
-    path = runtime_dir / name
-    if not path.exists():
+    path = os.path.join(runtime_dir, name)
+    if not os.path.exists(path):
         raise DaemonUnreachableError(f"{path} does not exist: is perseusd running (or pass --runtime-dir)?")
     group = "perseus-admin" if admin else "perseus"
     if not os.access(path, os.W_OK):
@@ -88,7 +95,7 @@ _REPLY_SCHEMA = Schema(strict=False, minor=PROTOCOL_MINOR)
 
 
 def _exchange(
-    path: Path, request: Message, expected: type[Message], timeout_s: float, minor: int, group: str
+    path: str, request: Message, expected: type[Message], timeout_s: float, minor: int, group: str
 ) -> Message:
     """The reply (an `ErrorReply` included), decoded as the client library decodes replies, tolerantly."""
     try:
@@ -119,19 +126,19 @@ def _predates_minors(reply: Message) -> bool:
     )
 
 
-def fetch_jobs(runtime_dir: Path) -> tuple[JobInfo, ...]:
+def fetch_jobs(runtime_dir: StrPath) -> tuple[JobInfo, ...]:
     """Every job the daemon knows on this node."""
     from perseus_client.job_messages import JobsReply, JobsRequest
 
     return ask(runtime_dir, JobsRequest(), JobsReply, admin=False).jobs
 
 
-def find_job(runtime_dir: Path, job: str) -> JobInfo | None:
+def find_job(runtime_dir: StrPath, job: str) -> JobInfo | None:
     """The daemon's view of one job (None when it does not list it)."""
     return next((info for info in fetch_jobs(runtime_dir) if info.job == job), None)
 
 
-def fetch_document(runtime_dir: Path, request: FrontierRequest | PlanRequest) -> str:
+def fetch_document(runtime_dir: StrPath, request: FrontierRequest | PlanRequest) -> str:
     """The JSON text of a job's frontier or deployed plan, as the daemon sent it."""
     from perseus_client.job_messages import DocumentReply
 

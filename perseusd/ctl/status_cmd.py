@@ -15,14 +15,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perseus_client.carbon_messages import SignalInfo
 from perseus_client.status_messages import GpuStatus, PlanStats, PoolInfo, StatusReply, StatusRequest
 
 from perseusd.ctl.daemon_link import admin_socket_usable, ask
 from perseusd.ctl.terminal import PLACEHOLDER, fmt, fmt_duration, format_table, watch
+
+if TYPE_CHECKING:
+    from perseusd.ctl.daemon_link import StrPath
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -35,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run, logs=False)  # nothing it imports logs: no need to load logging
 
 
-def fetch_status(runtime_dir: Path) -> StatusReply:
+def fetch_status(runtime_dir: StrPath) -> StatusReply:
     """Ask the daemon; admins (who can open the admin socket) get the full view."""
     return ask(runtime_dir, StatusRequest(), StatusReply, admin=admin_socket_usable(runtime_dir))
 
@@ -184,14 +186,14 @@ def render_table(reply: StatusReply) -> str:
     return "\n".join(lines)
 
 
-def _render(runtime_dir: Path, as_json: bool) -> str:
+def _render(runtime_dir: StrPath, as_json: bool) -> str:
     reply = fetch_status(runtime_dir)
     return json.dumps(status_json(reply), indent=2) if as_json else render_table(reply)
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the status once, or every `--watch` seconds."""
-    runtime_dir = Path(args.runtime_dir)
+    runtime_dir: str = args.runtime_dir
     if args.watch is None:
         print(_render(runtime_dir, args.json))
         return EXIT_OK

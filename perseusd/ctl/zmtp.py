@@ -9,10 +9,14 @@ https://rfc.zeromq.org/spec/23/.
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pathlib is not imported at run time: `perseusctl status` pays for every import
+    from os import PathLike
 
 SIGNATURE = b"\xff" + b"\x00" * 8 + b"\x7f"
 GREETING = SIGNATURE + b"\x03\x00" + b"NULL".ljust(20, b"\x00") + b"\x00" + b"\x00" * 31
@@ -37,7 +41,7 @@ class _ClosedError(Exception):
     """The peer closed the connection."""
 
 
-def request(path: Path, payload: bytes, timeout_s: float) -> bytes:
+def request(path: str | PathLike[str], payload: bytes, timeout_s: float) -> bytes:
     """Send `payload` as one message to the ROUTER socket at `path`; return the one message that comes back.
 
     Raises `ZmtpUnreachableError` (connection failed, timed out or closed) or `ZmtpRefusedError`.
@@ -47,7 +51,7 @@ def request(path: Path, payload: bytes, timeout_s: float) -> bytes:
     try:
         sock.settimeout(timeout_s)
         try:
-            sock.connect(str(path))
+            sock.connect(os.fspath(path))
         except OSError as exc:
             raise ZmtpUnreachableError(
                 f"the daemon is not reachable at {path} ({exc.strerror or exc})"
@@ -104,7 +108,7 @@ def _expect_ready(link: _Link) -> None:
 class _Link:
     """Reads and writes on the connected socket within the one deadline of the request."""
 
-    def __init__(self, sock: socket.socket, deadline_s: float, path: Path) -> None:
+    def __init__(self, sock: socket.socket, deadline_s: float, path: str | PathLike[str]) -> None:
         self._sock = sock
         self._deadline_s = deadline_s
         self.path = path
