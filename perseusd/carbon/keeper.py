@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from perseusd.carbon.forecast import Forecast, forecast
 from perseusd.carbon.sources import SignalSource
@@ -69,14 +69,23 @@ class SignalKeeper:
         self._clock_s = clock_s
         self._lock = threading.Lock()
         self._good: _Good | None = None
+        self._history: list[SignalPoint] = []
         self._error = ""
         self._logged_state = ""
         self._log_lock = threading.Lock()
 
     def update(self, history: list[SignalPoint]) -> None:
-        """A successful fetch (oldest first, current last)."""
+        """A successful fetch (oldest first, current last). The same history as the last fetch keeps its
+        forecast (training the regressor again would give the same value)."""
         if not history:
             self.failed("the source returned no points")
+            return
+        with self._lock:
+            same = self._good is not None and self._history == history
+            if same and self._good is not None:
+                self._good, self._error = replace(self._good, at_s=self._clock_s()), ""
+        if same:
+            self._log_state()
             return
         try:
             predicted = forecast(history, self._method)
@@ -86,7 +95,7 @@ class SignalKeeper:
         day = [p.value for p in history if p.at_s > history[-1].at_s - 86400.0]
         good = _Good(self._clock_s(), history[-1].value, predicted, max(day))
         with self._lock:
-            self._good, self._error = good, ""
+            self._good, self._error, self._history = good, "", list(history)
         self._log_state()
 
     def failed(self, error: str) -> None:

@@ -85,3 +85,32 @@ def test_the_poller_thread_starts_and_stops() -> None:
     finally:
         poller.stop()
     assert keeper.status().state == OK
+
+
+def test_an_unchanged_history_keeps_its_forecast_and_counts_as_a_fresh_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from perseusd.carbon import keeper as keeper_module
+
+    now = [0.0]
+    keeper = SignalKeeper(
+        "flaky", "gCO2eq/kWh", max_age_s=600.0, method="persistence", clock_s=lambda: now[0]
+    )
+    calls: list[int] = []
+    real = keeper_module.forecast
+
+    def counting(history: list[SignalPoint], method: str) -> keeper_module.Forecast:
+        calls.append(len(history))
+        return real(history, method)
+
+    monkeypatch.setattr(keeper_module, "forecast", counting)
+    history = [SignalPoint(1800.0 * i, 400.0 + i) for i in range(10)]
+    keeper.update(history)
+    now[0] = 500.0
+    keeper.update(list(history))  # the same points again: no new forecast, but the read is fresh
+    assert calls == [10]
+    assert keeper.status().age_s == 0.0
+    assert keeper.status().forecast == 409.0
+    keeper.update([*history, SignalPoint(18000.0, 500.0)])  # a new point: forecast again
+    assert calls == [10, 11]
+    assert keeper.status().forecast == 500.0
