@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from perseusd.carbon.forecast import Forecast, forecast
 from perseusd.carbon.keeper import EXPIRED, FAILED, OK, STALE, SignalKeeper, SignalPoller
 from perseusd.carbon.traces import SignalError, SignalPoint
 
@@ -90,20 +91,17 @@ def test_the_poller_thread_starts_and_stops() -> None:
 def test_an_unchanged_history_keeps_its_forecast_and_counts_as_a_fresh_read(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from perseusd.carbon import keeper as keeper_module
-
     now = [0.0]
     keeper = SignalKeeper(
         "flaky", "gCO2eq/kWh", max_age_s=600.0, method="persistence", clock_s=lambda: now[0]
     )
     calls: list[int] = []
-    real = keeper_module.forecast
 
-    def counting(history: list[SignalPoint], method: str) -> keeper_module.Forecast:
+    def counting(history: list[SignalPoint], method: str) -> Forecast:
         calls.append(len(history))
-        return real(history, method)
+        return forecast(history, method)
 
-    monkeypatch.setattr(keeper_module, "forecast", counting)
+    monkeypatch.setattr("perseusd.carbon.keeper.forecast", counting)
     history = [SignalPoint(1800.0 * i, 400.0 + i) for i in range(10)]
     keeper.update(history)
     now[0] = 500.0
