@@ -18,9 +18,11 @@ from prometheus_client.registry import Collector
 from perseusd.daemon.core import DaemonCore
 from perseusd.gpu.backend import GpuInfo, power_capped, throttled
 from perseusd.gpu.owner import GpuReading
+from perseusd.jobs.manager import JobManager
+from perseusd.metrics.carbon_metrics import job_carbon_families, signal_families
 from perseusd.metrics.families import PREFIX, counter, gauge, mhz_to_hz
 from perseusd.metrics.gpu_calls import GpuCallRecorder
-from perseusd.metrics.job_metrics import job_families, job_snapshots
+from perseusd.metrics.job_metrics import MAX_JOBS, job_families, job_snapshots
 
 GPU = ("uuid", "name", "index")
 MALFORMED_CODES = (
@@ -47,9 +49,23 @@ class PerseusCollector(Collector):
         if self._core.jobs is not None:
             snapshots, omitted = job_snapshots(self._core.jobs, self._core.plans)
             yield from job_families(snapshots)
+            yield from self._carbon(self._core.jobs)
             left_out = gauge("metrics_series_omitted", "Jobs left out of the metrics (cardinality bound)")
             left_out.add_metric([], omitted)
             yield left_out
+
+    def _carbon(self, jobs: JobManager) -> Iterator[Metric]:
+        """The grid signal and each job's carbon (nothing without a configured signal)."""
+        signal = jobs.carbon.signal_info()
+        if signal is None:
+            return
+        yield from signal_families(signal)
+        rows = []
+        for job in list(jobs.jobs.values())[:MAX_JOBS]:
+            carbon = jobs.carbon.info(job)
+            if carbon is not None:
+                rows.append((job.name, job.uid, carbon))
+        yield from job_carbon_families(rows, signal.unit)
 
     def describe(self) -> Iterable[Metric]:
         return []  # built at scrape time only (registering must not read GPUs)
