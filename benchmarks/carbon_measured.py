@@ -170,15 +170,37 @@ def run_arm(arm: Arm, work: Workload, trace: Sequence[SignalPoint], forecaster: 
         "PERSEUSD_CARBON_REFERENCE_INTENSITY": str(work.reference_intensity),
     }
     daemon = DaemonProcess(dirs, gpus=work.stages, extra_args=("--sim-model", work.board), env=env)
-    daemon.start()
+    daemon.start(wait=False)
     try:
+        _wait_ready(daemon)
         return _measure(arm, work, server, daemon)
     finally:
-        daemon.signal(signal.SIGTERM)
-        daemon.wait()
+        _stop(daemon)
         server.close()
         token.unlink()
         token.parent.rmdir()
+
+
+def _wait_ready(daemon: DaemonProcess, tries: int = 6) -> None:
+    """Ready within `tries` x 15 s (a loaded machine starts a daemon slowly)."""
+    for attempt in range(tries):
+        try:
+            daemon.wait_ready()
+            return
+        except AssertionError:
+            assert daemon.proc is not None
+            if daemon.proc.poll() is not None or attempt == tries - 1:
+                raise
+
+
+def _stop(daemon: DaemonProcess) -> None:
+    assert daemon.proc is not None
+    if daemon.proc.poll() is None:
+        daemon.signal(signal.SIGTERM)
+        try:
+            daemon.wait(timeout_s=60.0)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
 
 
 def _emulate(arm: Arm, work: Workload, runtime_dir: Path) -> list[str]:

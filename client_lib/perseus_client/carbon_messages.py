@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perseus_client.version import since
+
 
 @dataclass(frozen=True)
 class SignalInfo:
@@ -30,7 +32,8 @@ class SignalInfo:
 
 @dataclass(frozen=True)
 class CarbonInfo:
-    """A job's carbon so far on this node (grams of CO2eq when the signal is in gCO2eq/kWh)."""
+    """A job's carbon so far on this node: grams of CO2eq when the signal is in gCO2eq/kWh, money when it is
+    a price per kWh (`unit`; the `_g` names are kept for both)."""
 
     carbon_g: float
     """Measured energy (counters) x the signal's value while it was used."""
@@ -46,3 +49,18 @@ class CarbonInfo:
     basis: str
     """Why a `carbon` job runs its point: "forecast 612.3 gCO2eq/kWh" or "default (signal expired)"; "" for
     other policies."""
+    unit: str = since(2, "")
+    """The signal's unit (per kWh): "gCO2eq/kWh", or a price such as "EUR/kWh"; "" from a daemon older than
+    minor 2 (gCO2eq/kWh)."""
+
+
+def amount_unit(signal_unit: str) -> str:
+    """What a job's totals are in: the signal's unit times kWh ("gCO2eq/kWh" -> "gCO2eq", "EUR/kWh" ->
+    "EUR"; "" -> "gCO2eq"; a unit not per kWh gets "*kWh" appended)."""
+    head, per, tail = (signal_unit or "gCO2eq/kWh").partition("/")
+    return head.strip() if per and tail.strip().lower() == "kwh" else f"{signal_unit}*kWh"
+
+
+def is_carbon(signal_unit: str) -> bool:
+    """Whether the signal is a carbon intensity (grams of CO2 or CO2eq per kWh), not a price."""
+    return amount_unit(signal_unit).lower().startswith("gco2")

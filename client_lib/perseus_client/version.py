@@ -13,7 +13,8 @@ Minor history of major 6: 0, protocol 6 as first released (docs/daemon.md lists 
 added); 1, `protocol_minor` in `hello_ok` and in the daemon's `status` health, the `"m"` frame field; the
 `carbon` policy, status's `signal` and a job's `carbon`; the power pool's `admin_pool_set_budget` and
 `admin_pool_status`; the node power cap's `admin_set_cap`, `admin_clear_cap`, `admin_cap_status` and
-`admin_set_job_priority`; 2, status's `pool` (the node's power pool, to admin callers).
+`admin_set_job_priority`; 2, status's `pool` (the node's power pool, to admin callers) and a job's
+carbon `unit` (a carbon intensity or a price per kWh).
 
 Adding a message or a field: see docs/protocol.md ("Changing the protocol"); in short, bump
 `PROTOCOL_MINOR`, give a new message type `SINCE = PROTOCOL_MINOR` and a new field of an existing message a

@@ -61,15 +61,3 @@ class CarbonLedger:
 
     def forget(self, gpu: str) -> None:
         self._marks.pop(gpu, None)
-
-
-def amount_unit(signal_unit: str) -> str:
-    """What a ledger's totals are in: the signal's unit times kWh ("gCO2eq/kWh" -> "gCO2eq", "EUR/kWh" ->
-    "EUR"; a unit not per kWh gets "*kWh" appended)."""
-    head, per, tail = signal_unit.partition("/")
-    return head.strip() if per and tail.strip().lower() == "kwh" else f"{signal_unit}*kWh"
-
-
-def is_carbon(signal_unit: str) -> bool:
-    """Whether the signal is a carbon intensity (grams of CO2 or CO2eq per kWh), not a price."""
-    return amount_unit(signal_unit).lower().startswith(("gco2", "g co2"))

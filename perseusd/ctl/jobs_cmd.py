@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from perseus_client.carbon_messages import CarbonInfo
+from perseus_client.carbon_messages import CarbonInfo, amount_unit, is_carbon
 from perseus_client.job_info import JobInfo, PipelineInfo, ProfilingInfo
 
 from perseusd.ctl.daemon_link import fetch_jobs
@@ -155,10 +155,15 @@ def summary_line(job: JobInfo) -> str | None:
 
 
 def carbon_part(carbon: CarbonInfo) -> str:
-    """`carbon 12.3 g vs 14.1 g at all-max (measured), forecast 612.3 gCO2eq/kWh`."""
-    text = f"carbon {carbon.carbon_g:.3g} g"
+    """`carbon 12.3 g vs 14.1 g at all-max (measured), forecast 612.3 gCO2eq/kWh`; with a price signal
+    `cost 0.0123 EUR vs 0.0141 EUR at all-max (measured), forecast 0.312 EUR/kWh`."""
+    if is_carbon(carbon.unit):
+        name, unit = "carbon", "g"
+    else:
+        name, unit = "cost", amount_unit(carbon.unit)
+    text = f"{name} {carbon.carbon_g:.3g} {unit}"
     if carbon.all_max_carbon_g is not None:
-        text += f" vs {carbon.all_max_carbon_g:.3g} g at all-max ({carbon.all_max_basis})"
+        text += f" vs {carbon.all_max_carbon_g:.3g} {unit} at all-max ({carbon.all_max_basis})"
     if carbon.uncounted_energy_j:
         text += f", {fmt_unit(carbon.uncounted_energy_j / 1000.0, 1, 'kJ')} without a signal"
     if carbon.basis:

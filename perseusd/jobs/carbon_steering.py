@@ -147,6 +147,7 @@ class CarbonSteering:
             energy_j=round(ledger.energy_j, 3),
             uncounted_energy_j=round(ledger.uncounted_energy_j, 3),
             basis=steer.basis if job.policy.name == CARBON else "",
+            unit=self.signal.status().unit,
         )
 
     def signal_info(self) -> SignalInfo | None:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from perseus_client.carbon_messages import amount_unit
 from perseus_client.protocol import CarbonInfo, SignalInfo
 from prometheus_client.core import Metric
 
 from perseusd.carbon.keeper import EXPIRED, FAILED, OK, STALE
-from perseusd.carbon.ledger import amount_unit
 from perseusd.metrics.families import counter, gauge
 
 SIGNAL_STATES = (OK, STALE, EXPIRED, FAILED)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from perseus_client.carbon_messages import amount_unit, is_carbon
 from perseus_client.protocol import CarbonInfo, DaemonHealth, SignalInfo, StatusReply
 
 from perseusd.ctl.jobs_cmd import carbon_part, policy_label
@@ -61,6 +62,20 @@ def test_a_jobs_carbon_part() -> None:
     )
     unknown = CarbonInfo(12.5, None, "", 9000.0, 2500.0, "")
     assert carbon_part(unknown) == "carbon 12.5 g, 2.5 kJ without a signal"
+
+
+def test_a_price_signal_is_named_a_cost_in_its_currency() -> None:
+    price = CarbonInfo(0.0123, 0.0141, "measured", 170.9, 0.0, "forecast 0.3 EUR/kWh", unit="EUR/kWh")
+    assert carbon_part(price) == (
+        "cost 0.0123 EUR vs 0.0141 EUR at all-max (measured), point by forecast 0.3 EUR/kWh"
+    )
+    assert amount_unit("gCO2eq/kWh") == amount_unit("") == "gCO2eq"
+    assert amount_unit("USD / kWh") == "USD"
+    assert amount_unit("gCO2eq/MWh") == "gCO2eq/MWh*kWh"
+    assert is_carbon("gCO2/kWh")
+    assert not is_carbon("EUR/kWh")
+    explicit = CarbonInfo(1.0, None, "", 1.0, 0.0, "", unit="gCO2eq/kWh")
+    assert carbon_part(explicit) == "carbon 1 g"
 
 
 def test_the_carbon_policy_label_and_target() -> None:
