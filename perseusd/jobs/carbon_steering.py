@@ -7,11 +7,13 @@ failing past its bounded age, or never read) the job runs its default point (`no
 The point chosen is the job's base point: straggler slack is applied on top of it as for any policy
 (`StragglerResponse.decide`), and the switch happens at an iteration boundary like every plan switch.
 
-The allowed set is made by `allowed_for` and the choice by `choose_point` separately, and the node power
-cap filters the allowed set before the choice: a point faster than the cap's point (one drawing more power
-than the cap allows) is never chosen (the cap is a constraint on top, even over the owner's slowdown). A
-job's point is chosen again when its interval passed, when the signal became usable or unusable, and when
-the node cap moved it.
+The node power cap is a constraint on top, as for every policy: the carbon point is the job's base, the
+one the cap's allocation starts from (`perseusd.power.job_loads`), and when the cap allows only slower
+points each pipeline runs the cap's point (`perseusd.jobs.response.capped`). Past the carbon point Chase's
+cost only grows with time on a convex frontier, so the cap's point is then the least-cost point the cap
+allows. (Filtering the base itself by the cap would ratchet: the allocation starts from the base, so a base
+slowed by the cap would keep the cap's point at it, and the job could never speed up when the grid turns
+clean.)
 """
 
 from __future__ import annotations
@@ -54,8 +56,6 @@ class JobSteer:
     basis: str = ""
     """"forecast 612.3" or "default (signal expired)": why the job runs its point."""
     usable: bool = False
-    cap_index: int | None = None
-    """The node cap's point when the point was chosen (None: uncapped)."""
     ledger: CarbonLedger = field(default_factory=CarbonLedger)
 
 
@@ -86,14 +86,14 @@ class CarbonSteering:
         self.jobs.pop(name, None)
 
     def due(self, job: Job) -> bool:
-        """Whether a running carbon job's point should be chosen again now: its interval passed, or since the
-        last choice the signal became usable or unusable, or the node cap moved."""
+        """Whether a running carbon job's point should be chosen again now: its interval passed, or the
+        signal became usable or unusable since the last choice."""
         if job.policy.name != CARBON or job.deployed is None:
             return False
         steer = self.steer_of(job)
         status = self.status()
         usable = status is not None and status.forecast is not None
-        if steer.decided_s is None or usable != steer.usable or job.cap_index != steer.cap_index:
+        if steer.decided_s is None or usable != steer.usable:
             return True
         return self._clock_s() - steer.decided_s >= self.settings.interval_s
 
@@ -103,7 +103,6 @@ class CarbonSteering:
             return deployed
         steer = self.steer_of(job)
         steer.decided_s = self._clock_s()
-        steer.cap_index = job.cap_index
         status = self.status()
         if status is None or status.forecast is None:
             why = "no signal configured" if status is None else f"signal {status.state}"
@@ -127,12 +126,9 @@ class CarbonSteering:
 
     def allowed_for(self, job: Job, deployed: Deployed) -> list[PointSummary]:
         """The points the job may run: no slower than all-max (or its fastest point when all-max is not
-        known) x (1 + its allowed slowdown), and no faster than the node cap's point (the cap's point alone
-        when it is slower than the allowed slowdown: the cap is a constraint on top)."""
+        known) x (1 + its allowed slowdown)."""
         base_s = job.all_max.time_s if job.all_max is not None else deployed.fastest.time_s
-        return under_cap(
-            allowed_points(job.points, base_s * (1.0 + job.policy.target)), job.point(job.cap_index)
-        )
+        return allowed_points(job.points, base_s * (1.0 + job.policy.target))
 
     def info(self, job: Job) -> CarbonInfo | None:
         """The job's carbon for the jobs table (None: the node has no signal)."""
@@ -198,12 +194,3 @@ class CarbonSteering:
             ledger.observe(slot.gpu, reading, slot.running_steps, all_max_j, intensity)
         if bases:
             ledger.all_max_basis = bases.pop() if len(bases) == 1 else "mixed"
-
-
-def under_cap(allowed: Sequence[PointSummary], cap: PointSummary | None) -> list[PointSummary]:
-    """The allowed points the node cap allows (no faster than its point `cap`; None: uncapped); the cap's
-    point alone when it allows none of them."""
-    if cap is None:
-        return list(allowed)
-    fitting = [p for p in allowed if p.time_s >= cap.time_s]
-    return fitting or [cap]

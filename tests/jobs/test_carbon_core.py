@@ -32,7 +32,7 @@ from perseusd.carbon.keeper import SignalKeeper
 from perseusd.carbon.traces import SignalPoint
 from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.identity import Caller
-from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering, under_cap
+from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
 from perseusd.jobs.manager import JobSettings
 from perseusd.jobs.policy import PointSummary, Policy
 from perseusd.planner.profile_csv import profile_to_csv
@@ -216,7 +216,9 @@ def test_straggler_slack_comes_first_and_never_runs_faster_than_the_carbon_point
     assert plans[0].plan_index == dirty.plan_index  # never faster than the carbon point
 
 
-def test_a_node_cap_filters_the_carbon_choice_and_moves_it_at_once(core: DaemonCore, world: World) -> None:
+def test_under_a_node_cap_the_job_runs_the_least_cost_point_the_cap_allows(
+    core: DaemonCore, world: World
+) -> None:
     world.grid(5.0)  # clean: the carbon point is fast
     core.handle(ME, SetPolicy("train", "carbon", ALLOWED_SLOWDOWN))
     clean = _info(core)
@@ -225,29 +227,33 @@ def test_a_node_cap_filters_the_carbon_choice_and_moves_it_at_once(core: DaemonC
     cap = next(p for p in points if p.time_s > fast.time_s * 1.05)  # a cap that forbids the clean point
     assert core.jobs is not None
     job = core.jobs.jobs["train"]
-    job.cap_index = cap.index  # what the node cap's allocation does (perseusd.power.node_cap)
-    core.tick()  # the cap moved: chosen again now, not at the next interval
+    job.cap_index = cap.index  # what the node cap's allocation sets (perseusd.power.node_cap)
+    core.jobs.response.decide(job)  # and what it calls then
     _step(core, 0)
-    capped = _info(core)
-    all_max_s = capped.all_max_time_s
+    running = _info(core).pipelines[0]
+    assert running.plan_index != fast.index
+    assert running.plan_time_s is not None
+    assert running.plan_time_s >= cap.time_s * (1 - 1e-9)  # nothing the cap forbids
+    all_max_s = clean.all_max_time_s
     assert all_max_s is not None
-    allowed = under_cap(allowed_points(_points(core), all_max_s * (1 + ALLOWED_SLOWDOWN)), cap)
+    allowed = allowed_points(_points(core), all_max_s * (1 + ALLOWED_SLOWDOWN))
     power_w = STAGES * core.registry.info(core.registry.uuids[0]).power_limit_max_w
-    expected = choose_point(allowed, 5.0, ChaseWeights(SETTINGS.eta, SETTINGS.reference_intensity, power_w))
-    assert capped.plan_index == expected.index != fast.index
-    assert capped.plan_time_s is not None
-    assert capped.plan_time_s >= cap.time_s * (1 - 1e-9)  # nothing the cap forbids
-    assert capped.pipelines[0].plan_index == expected.index
+    weights = ChaseWeights(SETTINGS.eta, SETTINGS.reference_intensity, power_w)
+    under_cap = [p for p in allowed if p.time_s >= cap.time_s]
+    assert running.plan_index == choose_point(under_cap, 5.0, weights).index  # the best the cap allows
 
-    job.cap_index = None  # the cap is cleared: back to the clean point
+    world.grid(2000.0)  # dirty: the carbon point is slower than the cap's, the cap no longer binds
+    world.now_s += SETTINGS.interval_s
     core.tick()
     _step(core, 1)
-    assert _info(core).plan_index == fast.index
+    dirty = _info(core)
+    assert dirty.pipelines[0].plan_index == dirty.plan_index == _expected(core, 2000.0).index
+    assert dirty.plan_time_s is not None
+    assert dirty.plan_time_s >= cap.time_s
 
-
-def test_under_cap_keeps_the_points_the_cap_allows_or_the_caps_alone() -> None:
-    points = [PointSummary(0, 1.0, 10.0), PointSummary(1, 1.2, 8.0), PointSummary(2, 1.5, 7.0)]
-    assert under_cap(points, None) == points
-    assert under_cap(points, points[1]) == points[1:]
-    slower = PointSummary(3, 2.0, 6.5)  # a cap slower than every allowed point: the cap wins
-    assert under_cap(points, slower) == [slower]
+    job.cap_index = None  # the cap is cleared; the grid turns clean: back to the fast point
+    world.grid(5.0)
+    world.now_s += SETTINGS.interval_s
+    core.tick()
+    _step(core, 2)
+    assert _info(core).pipelines[0].plan_index == fast.index
