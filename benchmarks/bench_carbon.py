@@ -19,14 +19,18 @@ interval's actual intensity. Methods:
   slowdown in this run (`carbon_policy`) and, for context, 0 and 5 % (`carbon_policy_at_*`);
 - `*_perfect`: the same with the actual intensity in place of the forecast (the forecast's upper bound).
 
-Per-point time and energy are the model's, not emulated runs: each frontier point's and each power limit's
-iteration time and energy are evaluated on the job's DAG from the bundled measured profile (the same
-evaluation the daemon's solver and the simulated GPUs use, blocking power included), once, and the trace is
-replayed over them. Running 167 intervals of the emulated jobs on a shared 2-core machine would take hours,
-and short emulated runs there measure the machine's load more than the methods (docs/carbon.md).
+Two modes. `--mode model` (the default, seconds): each frontier point's and each power limit's iteration
+time and energy are evaluated on the job's DAG from the bundled measured profile (the same evaluation the
+daemon's solver and the simulated GPUs use, blocking power included), once, and the whole trace is replayed
+over them. `--mode measured` (minutes): every method is a real run of the emulated job against a fresh
+daemon on simulated GPUs, over a segment of the trace time-compressed through a loopback Electricity Maps
+server, the energy from the GPUs' counters (benchmarks/carbon_measured.py), with a heavier-eta case where
+the policy follows the grid and perfect-forecast arms; its timings depend on the machine's load.
 
-    python benchmarks/bench_carbon.py [--cases a100x12,h100x8] [--iterations-per-interval 4]
-        [--forecaster auto|svr|persistence] [--limit-step-w 10]
+    python benchmarks/bench_carbon.py [--mode model|measured] [--cases a100x12,h100x8]
+        [--iterations-per-interval 4] [--forecaster auto|svr|persistence] [--limit-step-w 10]
+        [--measured-intervals 24] [--measured-start -1] [--time-scale-a100 0.25] [--switch-eta 0.75]
+        [--arms NAME,...]
 """
 
 from __future__ import annotations
