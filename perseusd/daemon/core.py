@@ -49,7 +49,6 @@ from perseus_client.protocol import (
 from perseusd.daemon.events import EventTracker
 from perseusd.daemon.identity import Caller
 from perseusd.daemon.leases import Lease, LeaseBook
-from perseusd.daemon.plans import PlanBook
 from perseusd.daemon.registry import GpuRegistry
 from perseusd.daemon.restore import RestoreKeeper, RestoreOutcome
 from perseusd.daemon.state_file import StateWriteError
@@ -59,6 +58,7 @@ from perseusd.jobs.manager import JobManager
 from perseusd.jobs.requests import JobRequests
 from perseusd.power.cap_requests import CapRequests
 from perseusd.power.node_cap import NodeCap
+from perseusd.switching.plans import PlanBook
 
 logger = logging.getLogger(__name__)
 

@@ -27,8 +27,6 @@ from perseus_client.protocol import (
     StepEnd,
 )
 
-from perseusd.daemon.energy_sampler import EnergySampler
-from perseusd.daemon.plans import PlanBook
 from perseusd.errors import PerseusError
 from perseusd.gpu.backend import GpuInfo
 from perseusd.gpu.owner import GpuReading
@@ -53,6 +51,8 @@ from perseusd.profiling.adequacy import plan_problems
 from perseusd.profiling.estimator import OptionEstimate, StageEstimate, estimate_segment
 from perseusd.profiling.sweep import StageSweep, SweepSettings
 from perseusd.profiling.trace import Interval, OptionKey
+from perseusd.switching.energy_sampler import EnergySampler
+from perseusd.switching.plans import PlanBook
 
 logger = logging.getLogger(__name__)
 RUNNING_SAMPLE_PERIOD_S = 1.0

@@ -35,7 +35,6 @@ from perseus_client.protocol import (
 
 from perseusd.daemon.identity import Caller
 from perseusd.daemon.leases import LeaseBook
-from perseusd.daemon.plans import PlanBook
 from perseusd.errors import PerseusError
 from perseusd.jobs.job import Job
 from perseusd.jobs.manager import JobManager, PendingImport
@@ -44,6 +43,7 @@ from perseusd.jobs.report import document_text, job_info
 from perseusd.jobs.shape import MAX_PIPELINE
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream
+from perseusd.switching.plans import PlanBook
 
 MAX_PENDING_IMPORTS_PER_USER = 16
 """Profiles one user may have waiting for jobs not registered yet; each user has their own namespace."""

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 from perseus_client.protocol import ErrorCode, PlanEntry, PlanStats, ProtocolError
 
-from perseusd.daemon.deadline_timer import DeadlineTimer
 from perseusd.gpu.clocks import snap_clock_mhz
+from perseusd.switching.deadline_timer import DeadlineTimer
 
 ComputationKey = tuple[str, int, int]  # (instruction, microbatch, chunk)
 SubmitClock = Callable[[str, int], "Future[int]"]
