@@ -47,15 +47,15 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.events import EventTracker
-from perseusd.daemon.identity import Caller
-from perseusd.daemon.leases import Lease, LeaseBook
-from perseusd.daemon.registry import GpuRegistry
-from perseusd.daemon.restore import RestoreKeeper, RestoreOutcome
-from perseusd.daemon.state_file import StateWriteError
 from perseusd.gpu.backend import power_capped
 from perseusd.gpu.owner import GpuReading
 from perseusd.jobs.manager import JobManager
 from perseusd.jobs.requests import JobRequests
+from perseusd.leasing.identity import Caller
+from perseusd.leasing.leases import Lease, LeaseBook
+from perseusd.leasing.registry import GpuRegistry
+from perseusd.leasing.restore import RestoreKeeper, RestoreOutcome
+from perseusd.leasing.state_file import StateWriteError
 from perseusd.power.cap_requests import CapRequests
 from perseusd.power.node_cap import NodeCap
 from perseusd.switching.plans import PlanBook

@@ -39,11 +39,11 @@ from zmq.utils.monitor import parse_monitor_message
 
 from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.identity import Caller, parse_peer_address
 from perseusd.daemon.limits import ConnectionBook, ConnectionLimits, peer_uid, shut_down
-from perseusd.daemon.registry import UnknownGpuError
 from perseusd.daemon.runtime_dir import SOCKET_MODE, reclaim_stale_socket, set_group
 from perseusd.errors import GpuError
+from perseusd.leasing.identity import Caller, parse_peer_address
+from perseusd.leasing.registry import UnknownGpuError
 
 logger = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from perseus_client.protocol import Claim, Hello, SetClock
 from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.config import DaemonConfig
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.identity import Caller
 from perseusd.daemon.ipc import IpcServer, IpcSettings
 from perseusd.daemon.service import EXIT_CRASHED, MAX_LOOP_FAILURES, Service
+from perseusd.leasing.identity import Caller
 from tests.support.daemon_core import sim_core
 
 pytestmark = pytest.mark.timeout(120)

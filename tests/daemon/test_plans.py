@@ -25,7 +25,7 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.identity import Caller
+from perseusd.leasing.identity import Caller
 from perseusd.switching.plans import PlanBook, validate_plan
 from tests.support.daemon_core import sim_core
 

@@ -14,11 +14,11 @@ import pytest
 from perseus_client.protocol import Claim, Hello, JobsReply, JobsRequest, ProfileImport, Register, Release
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.identity import Caller
 from perseusd.jobs import cache as cache_module
 from perseusd.jobs.cache import JobCache
 from perseusd.jobs.manager import JobSettings
 from perseusd.jobs.shape import JobShape
+from perseusd.leasing.identity import Caller
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.daemon_core import sim_core
 from tests.support.synthetic import synthetic_profile

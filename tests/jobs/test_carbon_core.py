@@ -31,10 +31,10 @@ from perseusd.carbon.choice import ChaseWeights, allowed_points, choose_point
 from perseusd.carbon.keeper import SignalKeeper
 from perseusd.carbon.traces import SignalPoint
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.identity import Caller
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
 from perseusd.jobs.manager import JobSettings
 from perseusd.jobs.policy import PointSummary, Policy
+from perseusd.leasing.identity import Caller
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.daemon_core import sim_core
 from tests.support.synthetic import synthetic_profile

@@ -26,7 +26,6 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.identity import Caller
 from perseusd.jobs.manager import JobSettings
 from perseusd.jobs.straggling import (
     NOISE_MARGIN_MAX,
@@ -37,6 +36,7 @@ from perseusd.jobs.straggling import (
     StragglerSettings,
     pick_straggler,
 )
+from perseusd.leasing.identity import Caller
 from perseusd.planner.dag import one_f_one_b_order
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.daemon_core import sim_core
