@@ -47,10 +47,10 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.events import EventTracker
+from perseusd.daemon.job_requests import JobRequests
 from perseusd.gpu.backend import power_capped
 from perseusd.gpu.owner import GpuReading
 from perseusd.jobs.manager import JobManager
-from perseusd.jobs.requests import JobRequests
 from perseusd.leasing.identity import Caller
 from perseusd.leasing.leases import Lease, LeaseBook
 from perseusd.leasing.registry import GpuRegistry
