@@ -36,11 +36,11 @@ from perseus_client.protocol import (
 from perseusd.errors import PerseusError
 from perseusd.jobs.job import Job
 from perseusd.jobs.manager import JobManager, PendingImport
-from perseusd.jobs.policy import Policy
 from perseusd.jobs.report import document_text, job_info
 from perseusd.jobs.shape import MAX_PIPELINE
 from perseusd.leasing.identity import Caller
 from perseusd.leasing.leases import LeaseBook
+from perseusd.planner.policy import Policy
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream
 from perseusd.switching.plans import PlanBook

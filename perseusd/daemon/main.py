@@ -42,7 +42,6 @@ from perseusd.gpu.select import open_backend
 from perseusd.jobs.cache import JobCache
 from perseusd.jobs.cluster_link import ClusterLink
 from perseusd.jobs.manager import JobManager, JobSettings
-from perseusd.jobs.policy import Policy
 from perseusd.jobs.solving import SolveWorker
 from perseusd.jobs.straggling import StragglerSettings
 from perseusd.leasing.identity import process_start_time
@@ -51,6 +50,7 @@ from perseusd.leasing.registry import GpuRegistry
 from perseusd.leasing.restore import RestoreKeeper, reset_node
 from perseusd.leasing.state_file import ensure_state_dir, state_path
 from perseusd.metrics.gpu_calls import GpuCallRecorder, TimedDevice
+from perseusd.planner.policy import Policy
 from perseusd.power.node_cap import CapSettings, NodeCap
 from perseusd.profiling.sweep import ONLINE_SWEEP, SweepSettings
 from perseusd.switching.deadline_timer import DeadlineTimer

@@ -18,11 +18,11 @@ from perseus_client.protocol import PlanEntry
 
 from perseusd.errors import PerseusError
 from perseusd.jobs.cluster_link import RemoteView
-from perseusd.jobs.policy import PointSummary, Policy
 from perseusd.jobs.shape import JobShape, StageOrder
 from perseusd.jobs.slot import StageSlot
 from perseusd.jobs.straggling import ActiveStraggler, PipelineRun
 from perseusd.planner.dag import Instruction
+from perseusd.planner.policy import PointSummary, Policy
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.slack import stage_slack_s
 from perseusd.profiling.estimator import OptionEstimate

@@ -37,13 +37,13 @@ from perseusd.jobs.cluster_link import ClusterLink
 from perseusd.jobs.job import FAILED, PROFILING, REGISTERED, RUNNING, SOLVING, Job
 from perseusd.jobs.metering import SLOW_READS_MIN_SPAN_S, MeasuredSaving, iteration_energy_j, job_measurement
 from perseusd.jobs.observed import OrderLearner
-from perseusd.jobs.policy import PointSummary, Policy
 from perseusd.jobs.response import StragglerResponse
 from perseusd.jobs.shape import JobShape, signature
 from perseusd.jobs.slot import MAX_INTERVALS, StageSlot
 from perseusd.jobs.solving import SolveInput, SolveWorker, auto_unit_time_s
 from perseusd.jobs.straggling import StragglerSettings
 from perseusd.planner.baselines import all_max
+from perseusd.planner.policy import PointSummary, Policy
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv
 from perseusd.planner.switching import SwitchModel

@@ -33,8 +33,8 @@ from perseusd.carbon.traces import SignalPoint
 from perseusd.daemon.core import DaemonCore
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
 from perseusd.jobs.manager import JobSettings
-from perseusd.jobs.policy import PointSummary, Policy
 from perseusd.leasing.identity import Caller
+from perseusd.planner.policy import PointSummary, Policy
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.daemon_core import sim_core
 from tests.support.synthetic import synthetic_profile
