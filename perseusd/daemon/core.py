@@ -105,8 +105,7 @@ class DaemonCore:
         self._started_s = clock_s()
         self.last_restore_s: float | None = None
         self.auth_rejected = 0
-        self.connection_counts: Callable[[], tuple[int, int]] = lambda: (0, 0)
-        """(open, refused) client connections, from the IPC layer."""
+        self._connection_counts: Callable[[], tuple[int, int]] = lambda: (0, 0)
 
     # ------------------------------------------------------------------ dispatch
 
@@ -284,6 +283,63 @@ class DaemonCore:
         if self.jobs is not None:
             self.jobs.on_event(message)
 
+    # ------------------------------------------------------------------ the IPC layer's port
+    #
+    # The transport calls the core through these (and `handle`, `tick`, `shutdown`) only: it never writes the
+    # core's counters nor reads the lease book itself.
+
+    def accepts_events_from(self, pid: int) -> bool:
+        """Whether process `pid` holds a lease: the event path's first, cheapest check (others' events are
+        dropped unread with `count_dropped(pid, ErrorCode.NOT_LEASED)`)."""
+        return self.leases.holds_lease(pid)
+
+    def count_received(self) -> None:
+        """An event frame arrived (counted before it is decoded: a bad frame is received, then dropped)."""
+        self.tracker.received += 1
+
+    def deliver_event(self, caller: Caller, message: Message) -> None:
+        """Apply an event (`on_event`) and count it for the sender's session; raises as `on_event` does,
+        uncounted: the transport then calls `count_dropped`."""
+        self.on_event(caller, message)
+        self.leases.count_event(caller.pid, dropped=False)
+
+    def count_dropped(self, pid: int | None, code: ErrorCode | None = None) -> None:
+        """An event dropped: counted, under `code` when given (else the request's error reply counts it),
+        and for the sender's session when the sender is known."""
+        tracker = self.tracker
+        tracker.dropped += 1
+        if code is not None:
+            tracker.reject(code)
+        if pid is not None:
+            self.leases.count_event(pid, dropped=True)
+
+    def count_rejected(self, code: ErrorCode) -> None:
+        """A request answered with an error of `code`."""
+        self.tracker.reject(code)
+
+    def count_auth_rejected(self) -> None:
+        """A connection refused by authentication."""
+        self.auth_rejected += 1
+
+    def connections_from(self, counts: Callable[[], tuple[int, int]]) -> None:
+        """Where `health` reads the (open, refused) client connections from: the transport's books."""
+        self._connection_counts = counts
+
+    @property
+    def session_count(self) -> int:
+        """Client processes with a session (the connection limits allow them their own connections)."""
+        return self.leases.session_count
+
+    def client_pidfds(self) -> tuple[int, ...]:
+        """The pidfds of the processes with a session, to poll: readable once the process has died."""
+        return self.leases.pidfds()
+
+    def pidfd_readable(self, pidfd: int) -> None:
+        """A polled pidfd became readable: its process died, restore what it held."""
+        pid = self.leases.pid_of_pidfd(pidfd)
+        if pid is not None:
+            self.client_died(pid)
+
     def tick(self) -> None:
         """Periodic work of the main loop: a state file write to retry, finished solves, waiting jobs."""
         self.keeper.retry_persist()
@@ -398,7 +454,7 @@ class DaemonCore:
 
     def health(self) -> DaemonHealth:
         tracker = self.tracker
-        connections, refused = self.connection_counts()
+        connections, refused = self._connection_counts()
         return DaemonHealth(
             version=self._version,
             protocol=PROTOCOL_MAJOR,
