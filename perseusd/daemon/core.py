@@ -48,6 +48,8 @@ from perseus_client.protocol import (
 
 from perseusd.daemon.events import EventTracker
 from perseusd.daemon.job_requests import JobRequests
+from perseusd.daemon.wire_errors import protocol_error
+from perseusd.errors import PerseusError
 from perseusd.gpu.backend import power_capped
 from perseusd.gpu.owner import GpuReading
 from perseusd.jobs.manager import JobManager
@@ -110,7 +112,17 @@ class DaemonCore:
     # ------------------------------------------------------------------ dispatch
 
     def handle(self, caller: Caller, message: Message, *, admin_socket: bool = False) -> Message:
-        """Handle one request; raises `ProtocolError` or `GpuError` for the IPC layer to turn into errors."""
+        """Handle one request; raises `ProtocolError` for the IPC layer to turn into an error reply. A domain
+        error (a `PerseusError`) is mapped here, by `wire_errors.protocol_error`, alike for every request."""
+        try:
+            return self._dispatch(caller, message, admin_socket=admin_socket)
+        except PerseusError as exc:
+            mapped = protocol_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from None
+
+    def _dispatch(self, caller: Caller, message: Message, *, admin_socket: bool) -> Message:
         if isinstance(message, StatusRequest):
             return self.status(caller, admin=admin_socket and self._is_admin(caller))
         if admin_socket:
@@ -120,10 +132,7 @@ class DaemonCore:
             if isinstance(message, AdminReset | AdminSetPowerLimit):
                 raise ProtocolError(ErrorCode.PERMISSION_DENIED, "admin requests go to the admin socket")
             raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not a request")
-        try:
-            return handler(caller, message)
-        except StateWriteError as exc:
-            raise _not_persisted(exc) from None
+        return handler(caller, message)
 
     def _handlers(self) -> Mapping[type[Message], Callable[[Caller, Any], Message]]:
         handlers: dict[type[Message], Callable[[Caller, Any], Message]] = {
@@ -148,10 +157,7 @@ class DaemonCore:
         if isinstance(message, AdminReset):
             return self._admin_reset(message)
         if isinstance(message, AdminSetPowerLimit):
-            try:
-                return self._admin_set_power_limit(message)
-            except StateWriteError as exc:
-                raise _not_persisted(exc) from None
+            return self._admin_set_power_limit(message)
         handler = self._admin_handlers.get(type(message))
         if handler is not None:
             return handler(caller, message)
@@ -510,14 +516,6 @@ class DaemonCore:
     def _require_known(self, gpu: str) -> None:
         if gpu not in self.registry:
             raise ProtocolError(ErrorCode.UNKNOWN_GPU, f"no GPU {gpu} on this node")
-
-
-def _not_persisted(exc: StateWriteError) -> ProtocolError:
-    return ProtocolError(
-        ErrorCode.STATE_WRITE_FAILED,
-        f"{exc}; the request was not applied (the daemon keeps serving; retry when the state directory "
-        "is writable again)",
-    )
 
 
 def call_times_ms(op_stats: Mapping[str, Mapping[str, float]]) -> dict[str, float]:

@@ -41,9 +41,9 @@ from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.limits import ConnectionBook, ConnectionLimits, peer_uid, shut_down
 from perseusd.daemon.runtime_dir import SOCKET_MODE, reclaim_stale_socket, set_group
-from perseusd.errors import GpuError
+from perseusd.daemon.wire_errors import protocol_error
+from perseusd.errors import PerseusError
 from perseusd.leasing.identity import Caller, parse_peer_address
-from perseusd.leasing.registry import UnknownGpuError
 
 logger = logging.getLogger(__name__)
 
@@ -288,13 +288,13 @@ class IpcServer:
             request_id = request_id or exc.request_id
             if exc.frame_major is not None and 0 <= exc.frame_major <= MAX_ECHOED_MAJOR:
                 return request_id, reply, exc.frame_major, 0
-        except UnknownGpuError as exc:
-            reply = self._error(ErrorCode.UNKNOWN_GPU, str(exc))
-        except GpuError as exc:
-            reply = self._error(ErrorCode.GPU_ERROR, str(exc))
         except Exception as exc:
-            logger.exception("internal error handling a request")
-            reply = self._error(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS])
+            mapped = protocol_error(exc) if isinstance(exc, PerseusError) else None
+            if mapped is not None:  # an event's domain error (requests map theirs in the core)
+                reply = self._error(mapped.code, mapped.message)
+            else:
+                logger.exception("internal error handling a request")
+                reply = self._error(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS])
         return request_id, reply, PROTOCOL_MAJOR, 0
 
     def _may_use(self, caller: Caller | None, *, admin: bool) -> bool:

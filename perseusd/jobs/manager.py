@@ -27,7 +27,7 @@ from perseus_client.protocol import (
     StepEnd,
 )
 
-from perseusd.errors import PerseusError
+from perseusd.errors import JobNotFoundError, JobOwnerError, PerseusError
 from perseusd.gpu.backend import GpuInfo
 from perseusd.gpu.owner import GpuReading
 from perseusd.jobs.cache import JobCache
@@ -186,7 +186,7 @@ class JobManager:
 
     def _check_joins(self, job: Job, uid: int, shape: JobShape, message: Register) -> None:
         if job.uid != uid:
-            raise ProtocolError(ErrorCode.PERMISSION_DENIED, f"job {job.name} belongs to another user")
+            raise JobOwnerError(job.name)
         if job.shape != shape:
             raise ProtocolError(
                 ErrorCode.BAD_FIELD, f"job {job.name} is {job.shape.describe()}, not {shape.describe()}"
@@ -629,6 +629,15 @@ class JobManager:
         steps = sum(slot.running_steps for slot in job.slots.values())
         return job_measurement(per_gpu, steps / len(job.slots) if job.slots else 0.0)
 
+    def job_for(self, uid: int, name: str, *, admin: bool) -> Job:
+        """The job `name` for a request of user `uid`: `JobNotFoundError` when there is none, `JobOwnerError`
+        when another user registered it (unless the requester is an admin)."""
+        job = self.jobs.get(name)
+        if job is None:
+            raise JobNotFoundError(name)
+        check_owner(job, uid, admin=admin)
+        return job
+
     def set_policy(self, job: Job, policy: Policy) -> None:
         job.policy = policy
         if job.state == RUNNING:
@@ -685,3 +694,9 @@ def with_highest_clocks(kept: list[OptionEstimate], estimate: StageEstimate) -> 
             highest[est.key] = est
     present = {(e.key, e.clock_mhz) for e in kept}
     return kept + [e for e in highest.values() if (e.key, e.clock_mhz) not in present]
+
+
+def check_owner(job: Job, uid: int, *, admin: bool) -> None:
+    """Only the user who registered a job (or an admin) reads or changes it; others get `JobOwnerError`."""
+    if job.uid != uid and not admin:
+        raise JobOwnerError(job.name)

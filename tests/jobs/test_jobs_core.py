@@ -228,7 +228,7 @@ def test_registration_and_access_errors(core: DaemonCore) -> None:
     with pytest.raises(ProtocolError, match=r"bad\.csv:2"):
         core.handle(ME, ProfileImport("train", bad_csv, "bad.csv", 80.0))
     assert "train" not in _info(core, OTHER)  # another user does not see the job
-    with pytest.raises(ProtocolError, match="no job 'train'"):
+    with pytest.raises(ProtocolError, match="job 'train' belongs to another user"):
         core.handle(OTHER, PlanRequest("train"))
 
 

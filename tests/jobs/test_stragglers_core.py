@@ -195,7 +195,10 @@ def test_bad_announcements_are_refused(core: DaemonCore) -> None:
     assert low.value.code == ErrorCode.BAD_FIELD
     with pytest.raises(ProtocolError) as stranger:
         core.handle(OTHER, AnnounceStraggler("train", 0, 1.2, False))
-    assert "no job 'train'" in stranger.value.message
+    assert (stranger.value.code, stranger.value.message) == (
+        ErrorCode.PERMISSION_DENIED,
+        "job 'train' belongs to another user",
+    )
     with pytest.raises(ProtocolError, match="no job 'nope'"):
         core.handle(ME, AnnounceStraggler("nope", 0, 1.2, False))
     assert _info(core).straggler is None
