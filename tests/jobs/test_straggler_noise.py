@@ -3,7 +3,6 @@ change, none for noise alone, and an announced straggler overrides a detected on
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Iterator
@@ -36,17 +35,15 @@ from perseusd.jobs.straggling import (
     StragglerSettings,
     pick_straggler,
 )
-from perseusd.leasing.identity import Caller
 from perseusd.planner.dag import one_f_one_b_order
 from perseusd.planner.profile_csv import profile_to_csv
+from tests.support.callers import ME
 from tests.support.daemon_core import sim_core
-from tests.support.synthetic import synthetic_profile
+from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
 pytestmark = pytest.mark.timeout(300)
 
-A100_CLOCKS_MHZ = tuple(range(1410, 850, -45))
 PIPELINES, STAGES, MICROBATCHES = 2, 2, 4
-ME = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
 S_NS = 1_000_000_000
 
 

@@ -3,7 +3,6 @@ re-planning at one step boundary on every stage, announcements, recovery and the
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,18 +29,15 @@ from perseus_client.protocol import (
 from perseusd.daemon.core import DaemonCore
 from perseusd.jobs.manager import JobSettings
 from perseusd.jobs.straggling import NOISE_MIN_SAMPLES
-from perseusd.leasing.identity import Caller
 from perseusd.planner.dag import one_f_one_b_order
 from perseusd.planner.profile_csv import profile_to_csv
+from tests.support.callers import ME, OTHER
 from tests.support.daemon_core import sim_core
-from tests.support.synthetic import synthetic_profile
+from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
 pytestmark = pytest.mark.timeout(120)
 
-A100_CLOCKS_MHZ = tuple(range(1410, 850, -45))
 PIPELINES, STAGES, MICROBATCHES = 3, 2, 4
-ME = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
-OTHER = Caller(uid=os.getuid() + 1, gid=os.getgid(), pid=os.getpid() + 1)
 S_NS = 1_000_000_000
 
 

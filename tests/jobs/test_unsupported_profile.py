@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -24,14 +23,13 @@ from perseus_client.protocol import (
 
 from perseusd.daemon.core import DaemonCore
 from perseusd.jobs.manager import JobSettings
-from perseusd.leasing.identity import Caller
 from perseusd.planner.dag import one_f_one_b_order
 from perseusd.profiling.sweep import SweepSettings
+from tests.support.callers import ME
 from tests.support.daemon_core import sim_core
 
 pytestmark = pytest.mark.timeout(120)
 
-ME = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
 MICROBATCHES = 2
 SETTINGS = JobSettings(
     warmup_iterations=0,
