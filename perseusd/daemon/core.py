@@ -361,9 +361,7 @@ class DaemonCore:
         """Whether a job is waiting for something the main loop must check soon."""
         if self.power_cap is not None and self.power_cap.active:
             return True
-        return self.jobs is not None and any(
-            job.state in ("registered", "profiling", "solving", "running") for job in self.jobs.jobs.values()
-        )
+        return self.jobs is not None and any(job.active for job in self.jobs.jobs.values())
 
     def _reject_event_sender(self, caller: Caller, gpu: str, lease: Lease | None) -> None:
         if lease is None:

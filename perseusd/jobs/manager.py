@@ -34,13 +34,14 @@ from perseusd.jobs.cache import JobCache
 from perseusd.jobs.capping import CAPPING_READS, capped_clock_mhz, finished_readings
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
 from perseusd.jobs.cluster_link import ClusterLink
-from perseusd.jobs.job import FAILED, PROFILING, REGISTERED, RUNNING, SOLVING, Job
+from perseusd.jobs.job import Job
 from perseusd.jobs.metering import SLOW_READS_MIN_SPAN_S, MeasuredSaving, iteration_energy_j, job_measurement
 from perseusd.jobs.observed import OrderLearner
 from perseusd.jobs.response import StragglerResponse
 from perseusd.jobs.shape import JobShape, signature
 from perseusd.jobs.slot import MAX_INTERVALS, StageSlot
 from perseusd.jobs.solving import SolveInput, SolveWorker, auto_unit_time_s
+from perseusd.jobs.states import ENDED, FAILED, PROFILING, REGISTERED, RUNNING, SOLVING
 from perseusd.jobs.straggling import StragglerSettings
 from perseusd.planner.baselines import all_max
 from perseusd.planner.policy import PointSummary, Policy
@@ -230,7 +231,7 @@ class JobManager:
         if not job.slots and job.active:
             self.response.forget(job)
             why = _ended_why(job, slot)
-            job.enter("ended", why)
+            job.enter(ENDED, why)
             logger.info("job %s ended%s", job.name, f": {why}" if why else "")
             self._trim_ended()
 
