@@ -282,10 +282,10 @@ class DaemonCore:
         self.tracker.apply(message)
         if isinstance(message, ComputationEnd):
             key = (message.instruction, message.microbatch, message.chunk)
-            self.plans.on_end(message.gpu, key, time.perf_counter_ns(), message.timestamp_ns)
+            self.plans.on_end(message.gpu, key, self.plans.now_ns(), message.timestamp_ns)
         elif isinstance(message, ComputationBegin):
             key = (message.instruction, message.microbatch, message.chunk)
-            self.plans.on_begin(message.gpu, key, time.perf_counter_ns(), message.timestamp_ns)
+            self.plans.on_begin(message.gpu, key, self.plans.now_ns(), message.timestamp_ns)
         if self.jobs is not None:
             self.jobs.on_event(message)
 
