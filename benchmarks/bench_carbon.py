@@ -52,11 +52,11 @@ from perseusd.carbon.forecast import backtest, forecast
 from perseusd.carbon.traces import SignalPoint, load_trace
 from perseusd.gpu.sim_boards import load_board
 from perseusd.gpu.sim_costs import WorkloadCosts
-from perseusd.jobs.policy import PointSummary
 from perseusd.planner.baselines import all_max
 from perseusd.planner.bundled import BUNDLED_PROFILES, bundled_profile
 from perseusd.planner.dag import ComputationDag, build_dag
 from perseusd.planner.evaluate import longest_path_s
+from perseusd.planner.policy import PointSummary
 from perseusd.planner.solver import SolverParams, solve_frontier
 
 TRACE = Path(__file__).resolve().parents[2] / "shared" / "data" / "carbon" / "chase_carbon_hist.csv"

@@ -36,3 +36,20 @@ class GpuError(PerseusError):
 
 class ConfigError(PerseusError):
     """The daemon configuration is invalid."""
+
+
+class JobNotFoundError(PerseusError):
+    """A request names a job this node does not have."""
+
+    def __init__(self, job: str) -> None:
+        super().__init__(f"no job {job!r} on this node")
+        self.job = job
+
+
+class JobOwnerError(PerseusError):
+    """A request names a job that another user registered: refused the same way by every job request
+    (the job's name is known to exist anyway: registering it again is refused too)."""
+
+    def __init__(self, job: str) -> None:
+        super().__init__(f"job {job!r} belongs to another user")
+        self.job = job

@@ -5,6 +5,18 @@ from __future__ import annotations
 from enum import StrEnum
 
 
+class JobState(StrEnum):
+    """A job's state, as `JobInfo.state` and `RegisterOk.state` carry it (the daemon's moves between them:
+    `perseusd/jobs/states.py`). Never rename a value: clients compare these strings."""
+
+    REGISTERED = "registered"
+    PROFILING = "profiling"
+    SOLVING = "solving"
+    RUNNING = "running"
+    ENDED = "ended"
+    FAILED = "failed"
+
+
 class ErrorCode(StrEnum):
     """Stable error codes carried by `ErrorReply.code`. Never renumber or rename."""
 

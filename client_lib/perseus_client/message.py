@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal, TypeAlias
 
+from perseus_client.codes import JobState
+
 Instruction: TypeAlias = Literal["forward", "backward"]
 Schedule: TypeAlias = Literal["1f1b", "gpipe", "interleaved", "observed"]
 """How a job's stages order their computations; "observed": learned from the first iterations' events."""
@@ -12,7 +14,8 @@ Policy: TypeAlias = Literal["no_slowdown", "fastest", "slowdown", "time", "min_e
 """Which frontier point a job runs: the least energy no slower than all-max clocks (default), the fastest,
 the least energy within `target` slowdown (a fraction: 0.05 = 5 %), the least energy within `target`
 seconds per iteration, or the least energy."""
-JOB_STATES = ("registered", "profiling", "solving", "running", "ended", "failed")
+JOB_STATES = tuple(state.value for state in JobState)
+"""Every job state's wire string, in the order a job moves through them."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from perseusd.jobs.policy import TOLERANCE, PointSummary
+from perseusd.planner.policy import TOLERANCE, PointSummary
 
 DEFAULT_ETA = 0.24
 

@@ -25,7 +25,7 @@ from perseusd.cluster.config import ClusterConfig
 from perseusd.cluster.etcd_store import ClusterError, EtcdStore
 from perseusd.cluster.power_pool_admin import pool_status, set_budget
 from perseusd.cluster.power_pool_keys import PoolKeys, check_pool
-from perseusd.daemon.identity import Caller
+from perseusd.leasing.identity import Caller
 
 Handler = Callable[[Caller, Any], Message]
 

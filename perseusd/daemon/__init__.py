@@ -1,3 +1,4 @@
-"""The Perseus daemon: core (leases, GPU registry, restore), state file, IPC and the composition root."""
+"""The Perseus daemon: configuration, the core, the requests that take a caller (jobs, energy), IPC and the
+composition root."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from perseusd.daemon.identity import Caller, group_id, in_group
+from perseusd.leasing.identity import Caller, group_id, in_group
 
 
 class AccessPolicy:

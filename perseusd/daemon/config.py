@@ -15,7 +15,7 @@ from perseus_client.version import PROTOCOL_MINOR
 from perseusd.cluster.config import ClusterConfig
 from perseusd.cluster.power_pool_keys import POOL_PATTERN
 from perseusd.errors import ConfigError
-from perseusd.jobs.policy import POLICIES
+from perseusd.planner.policy import POLICIES
 
 DEFAULT_CONFIG_PATH = Path("/etc/perseusd/perseusd.toml")
 BACKENDS = ("auto", "nvml", "sim")

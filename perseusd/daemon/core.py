@@ -47,18 +47,20 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.events import EventTracker
-from perseusd.daemon.identity import Caller
-from perseusd.daemon.leases import Lease, LeaseBook
-from perseusd.daemon.plans import PlanBook
-from perseusd.daemon.registry import GpuRegistry
-from perseusd.daemon.restore import RestoreKeeper, RestoreOutcome
-from perseusd.daemon.state_file import StateWriteError
+from perseusd.daemon.job_requests import JobRequests
+from perseusd.daemon.wire_errors import protocol_error
+from perseusd.errors import PerseusError
 from perseusd.gpu.backend import power_capped
 from perseusd.gpu.owner import GpuReading
 from perseusd.jobs.manager import JobManager
-from perseusd.jobs.requests import JobRequests
+from perseusd.leasing.identity import Caller
+from perseusd.leasing.leases import Lease, LeaseBook
+from perseusd.leasing.registry import GpuRegistry
+from perseusd.leasing.restore import RestoreKeeper, RestoreOutcome
+from perseusd.leasing.state_file import StateWriteError
 from perseusd.power.cap_requests import CapRequests
 from perseusd.power.node_cap import NodeCap
+from perseusd.switching.plans import PlanBook
 
 logger = logging.getLogger(__name__)
 
@@ -105,13 +107,22 @@ class DaemonCore:
         self._started_s = clock_s()
         self.last_restore_s: float | None = None
         self.auth_rejected = 0
-        self.connection_counts: Callable[[], tuple[int, int]] = lambda: (0, 0)
-        """(open, refused) client connections, from the IPC layer."""
+        self._connection_counts: Callable[[], tuple[int, int]] = lambda: (0, 0)
 
     # ------------------------------------------------------------------ dispatch
 
     def handle(self, caller: Caller, message: Message, *, admin_socket: bool = False) -> Message:
-        """Handle one request; raises `ProtocolError` or `GpuError` for the IPC layer to turn into errors."""
+        """Handle one request; raises `ProtocolError` for the IPC layer to turn into an error reply. A domain
+        error (a `PerseusError`) is mapped here, by `wire_errors.protocol_error`, alike for every request."""
+        try:
+            return self._dispatch(caller, message, admin_socket=admin_socket)
+        except PerseusError as exc:
+            mapped = protocol_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from None
+
+    def _dispatch(self, caller: Caller, message: Message, *, admin_socket: bool) -> Message:
         if isinstance(message, StatusRequest):
             return self.status(caller, admin=admin_socket and self._is_admin(caller))
         if admin_socket:
@@ -121,10 +132,7 @@ class DaemonCore:
             if isinstance(message, AdminReset | AdminSetPowerLimit):
                 raise ProtocolError(ErrorCode.PERMISSION_DENIED, "admin requests go to the admin socket")
             raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not a request")
-        try:
-            return handler(caller, message)
-        except StateWriteError as exc:
-            raise _not_persisted(exc) from None
+        return handler(caller, message)
 
     def _handlers(self) -> Mapping[type[Message], Callable[[Caller, Any], Message]]:
         handlers: dict[type[Message], Callable[[Caller, Any], Message]] = {
@@ -149,10 +157,7 @@ class DaemonCore:
         if isinstance(message, AdminReset):
             return self._admin_reset(message)
         if isinstance(message, AdminSetPowerLimit):
-            try:
-                return self._admin_set_power_limit(message)
-            except StateWriteError as exc:
-                raise _not_persisted(exc) from None
+            return self._admin_set_power_limit(message)
         handler = self._admin_handlers.get(type(message))
         if handler is not None:
             return handler(caller, message)
@@ -277,12 +282,69 @@ class DaemonCore:
         self.tracker.apply(message)
         if isinstance(message, ComputationEnd):
             key = (message.instruction, message.microbatch, message.chunk)
-            self.plans.on_end(message.gpu, key, time.perf_counter_ns(), message.timestamp_ns)
+            self.plans.on_end(message.gpu, key, self.plans.now_ns(), message.timestamp_ns)
         elif isinstance(message, ComputationBegin):
             key = (message.instruction, message.microbatch, message.chunk)
-            self.plans.on_begin(message.gpu, key, time.perf_counter_ns(), message.timestamp_ns)
+            self.plans.on_begin(message.gpu, key, self.plans.now_ns(), message.timestamp_ns)
         if self.jobs is not None:
             self.jobs.on_event(message)
+
+    # ------------------------------------------------------------------ the IPC layer's port
+    #
+    # The transport calls the core through these (and `handle`, `tick`, `shutdown`) only: it never writes the
+    # core's counters nor reads the lease book itself.
+
+    def accepts_events_from(self, pid: int) -> bool:
+        """Whether process `pid` holds a lease: the event path's first, cheapest check (others' events are
+        dropped unread with `count_dropped(pid, ErrorCode.NOT_LEASED)`)."""
+        return self.leases.holds_lease(pid)
+
+    def count_received(self) -> None:
+        """An event frame arrived (counted before it is decoded: a bad frame is received, then dropped)."""
+        self.tracker.received += 1
+
+    def deliver_event(self, caller: Caller, message: Message) -> None:
+        """Apply an event (`on_event`) and count it for the sender's session; raises as `on_event` does,
+        uncounted: the transport then calls `count_dropped`."""
+        self.on_event(caller, message)
+        self.leases.count_event(caller.pid, dropped=False)
+
+    def count_dropped(self, pid: int | None, code: ErrorCode | None = None) -> None:
+        """An event dropped: counted, under `code` when given (else the request's error reply counts it),
+        and for the sender's session when the sender is known."""
+        tracker = self.tracker
+        tracker.dropped += 1
+        if code is not None:
+            tracker.reject(code)
+        if pid is not None:
+            self.leases.count_event(pid, dropped=True)
+
+    def count_rejected(self, code: ErrorCode) -> None:
+        """A request answered with an error of `code`."""
+        self.tracker.reject(code)
+
+    def count_auth_rejected(self) -> None:
+        """A connection refused by authentication."""
+        self.auth_rejected += 1
+
+    def connections_from(self, counts: Callable[[], tuple[int, int]]) -> None:
+        """Where `health` reads the (open, refused) client connections from: the transport's books."""
+        self._connection_counts = counts
+
+    @property
+    def session_count(self) -> int:
+        """Client processes with a session (the connection limits allow them their own connections)."""
+        return self.leases.session_count
+
+    def client_pidfds(self) -> tuple[int, ...]:
+        """The pidfds of the processes with a session, to poll: readable once the process has died."""
+        return self.leases.pidfds()
+
+    def pidfd_readable(self, pidfd: int) -> None:
+        """A polled pidfd became readable: its process died, restore what it held."""
+        pid = self.leases.pid_of_pidfd(pidfd)
+        if pid is not None:
+            self.client_died(pid)
 
     def tick(self) -> None:
         """Periodic work of the main loop: a state file write to retry, finished solves, waiting jobs."""
@@ -299,9 +361,7 @@ class DaemonCore:
         """Whether a job is waiting for something the main loop must check soon."""
         if self.power_cap is not None and self.power_cap.active:
             return True
-        return self.jobs is not None and any(
-            job.state in ("registered", "profiling", "solving", "running") for job in self.jobs.jobs.values()
-        )
+        return self.jobs is not None and any(job.active for job in self.jobs.jobs.values())
 
     def _reject_event_sender(self, caller: Caller, gpu: str, lease: Lease | None) -> None:
         if lease is None:
@@ -398,7 +458,7 @@ class DaemonCore:
 
     def health(self) -> DaemonHealth:
         tracker = self.tracker
-        connections, refused = self.connection_counts()
+        connections, refused = self._connection_counts()
         return DaemonHealth(
             version=self._version,
             protocol=PROTOCOL_MAJOR,
@@ -454,14 +514,6 @@ class DaemonCore:
     def _require_known(self, gpu: str) -> None:
         if gpu not in self.registry:
             raise ProtocolError(ErrorCode.UNKNOWN_GPU, f"no GPU {gpu} on this node")
-
-
-def _not_persisted(exc: StateWriteError) -> ProtocolError:
-    return ProtocolError(
-        ErrorCode.STATE_WRITE_FAILED,
-        f"{exc}; the request was not applied (the daemon keeps serving; retry when the state directory "
-        "is writable again)",
-    )
 
 
 def call_times_ms(op_stats: Mapping[str, Mapping[str, float]]) -> dict[str, float]:

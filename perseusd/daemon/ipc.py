@@ -39,11 +39,11 @@ from zmq.utils.monitor import parse_monitor_message
 
 from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.identity import Caller, parse_peer_address
 from perseusd.daemon.limits import ConnectionBook, ConnectionLimits, peer_uid, shut_down
-from perseusd.daemon.registry import UnknownGpuError
 from perseusd.daemon.runtime_dir import SOCKET_MODE, reclaim_stale_socket, set_group
-from perseusd.errors import GpuError
+from perseusd.daemon.wire_errors import protocol_error
+from perseusd.errors import PerseusError
+from perseusd.leasing.identity import Caller, parse_peer_address
 
 logger = logging.getLogger(__name__)
 
@@ -115,8 +115,8 @@ class IpcServer:
         self._events = self._ctx.socket(zmq.PULL)
         self._secure(self._events, CONTROL_DOMAIN)
         self._events.setsockopt(zmq.RCVHWM, EVENT_RCVHWM)
-        self.connections = ConnectionBook(settings.limits, lambda: core.leases.session_count)
-        core.connection_counts = lambda: (self.connections.live, self.connections.refused)
+        self.connections = ConnectionBook(settings.limits, lambda: core.session_count)
+        core.connections_from(lambda: (self.connections.live, self.connections.refused))
         self._monitors: list[zmq.Socket[bytes]] = []
         self._poller = zmq.Poller()
         self._polled_pidfds: set[int] = set()
@@ -187,9 +187,7 @@ class IpcServer:
             if monitor in ready:
                 self._serve_monitor(monitor)
         for fd in self._polled_pidfds & ready.keys():
-            pid = self._core.leases.pid_of_pidfd(fd)
-            if pid is not None:
-                self._core.client_died(pid)
+            self._core.pidfd_readable(fd)
         if self._zap in ready:
             self._serve_zap()
         if self._control in ready:  # requests before events: a flood of events never delays a status
@@ -203,7 +201,7 @@ class IpcServer:
                 callback()
 
     def _sync_pidfds(self) -> None:
-        current = set(self._core.leases.pidfds())
+        current = set(self._core.client_pidfds())
         for fd in self._polled_pidfds - current:
             self._poller.unregister(fd)
         for fd in current - self._polled_pidfds:
@@ -243,11 +241,9 @@ class IpcServer:
                 continue
             version, request_id, domain, address = request[0], request[1], request[2], request[3]
             caller = parse_peer_address(address.decode(errors="replace"))
-            allowed = caller is not None and (
-                self._policy.is_admin(caller) if domain == ADMIN_DOMAIN else self._policy.may_connect(caller)
-            )
+            allowed = self._may_use(caller, admin=domain == ADMIN_DOMAIN)
             if not allowed:
-                self._core.auth_rejected += 1
+                self._core.count_auth_rejected()
                 self._log.warning(
                     "zap", f"refused connection from {address.decode(errors='replace')} ({domain!r})"
                 )
@@ -292,19 +288,25 @@ class IpcServer:
             request_id = request_id or exc.request_id
             if exc.frame_major is not None and 0 <= exc.frame_major <= MAX_ECHOED_MAJOR:
                 return request_id, reply, exc.frame_major, 0
-        except UnknownGpuError as exc:
-            reply = self._error(ErrorCode.UNKNOWN_GPU, str(exc))
-        except GpuError as exc:
-            reply = self._error(ErrorCode.GPU_ERROR, str(exc))
         except Exception as exc:
-            logger.exception("internal error handling a request")
-            reply = self._error(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS])
+            mapped = protocol_error(exc) if isinstance(exc, PerseusError) else None
+            if mapped is not None:  # an event's domain error (requests map theirs in the core)
+                reply = self._error(mapped.code, mapped.message)
+            else:
+                logger.exception("internal error handling a request")
+                reply = self._error(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS])
         return request_id, reply, PROTOCOL_MAJOR, 0
 
+    def _may_use(self, caller: Caller | None, *, admin: bool) -> bool:
+        """Authorisation by socket, the one place: the admin socket admits admins, the control and event
+        sockets whoever may connect. Asked when a connection is made (ZAP) and again for every request (a
+        SIGHUP may have changed the groups since)."""
+        if caller is None:
+            return False
+        return self._policy.is_admin(caller) if admin else self._policy.may_connect(caller)
+
     def _decode_request(self, caller: Caller | None, data: bytes, *, admin: bool) -> Frame:
-        if caller is None or not (
-            self._policy.is_admin(caller) if admin else self._policy.may_connect(caller)
-        ):
+        if not self._may_use(caller, admin=admin):
             raise ProtocolError(ErrorCode.PERMISSION_DENIED, "caller not allowed")
         return decode(data, self._max_frame_bytes, self._minor)
 
@@ -317,19 +319,17 @@ class IpcServer:
             raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{frame.message.TYPE} is not accepted here")
         if type(frame.message) in EVENT_TYPES:
             core = self._core
-            core.tracker.received += 1
+            core.count_received()
             try:
-                core.on_event(caller, frame.message)
+                core.deliver_event(caller, frame.message)
             except Exception:
-                core.tracker.dropped += 1
-                core.leases.count_event(caller.pid, dropped=True)
+                core.count_dropped(caller.pid)  # the error reply counts its code
                 raise
-            core.leases.count_event(caller.pid, dropped=False)
             return EventAck()
         return self._core.handle(caller, frame.message, admin_socket=admin)
 
     def _error(self, code: ErrorCode, message: str) -> ErrorReply:
-        self._core.tracker.reject(code)
+        self._core.count_rejected(code)
         self._log.warning(code, "request rejected: %s: %s", code, message)
         return ErrorReply(code=code.value, message=message)
 
@@ -363,8 +363,9 @@ class IpcServer:
         """
         sock = self._events
         core = self._core
-        tracker = core.tracker
-        holds_lease = core.leases.holds_lease
+        count_received = core.count_received
+        accepts_events_from = core.accepts_events_from
+        deliver_event = core.deliver_event
         for count in range(EVENT_BATCH):
             if count and count % REQUEST_CHECK_EVENTS == 0 and self._requests_waiting():
                 return
@@ -372,7 +373,7 @@ class IpcServer:
                 frame = sock.recv(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
-            tracker.received += 1
+            count_received()
             caller: Caller | None = None
             try:
                 if frame.more:
@@ -381,14 +382,13 @@ class IpcServer:
                 caller = self._caller(str(frame.get("Peer-Address")))
                 if caller is None:
                     raise ProtocolError(ErrorCode.PERMISSION_DENIED, "caller unknown")
-                if not holds_lease(caller.pid):
+                if not accepts_events_from(caller.pid):
                     self._drop_unleased(caller)
                     continue
                 message = decode(frame.bytes, self._max_frame_bytes, self._minor).message
                 if type(message) not in EVENT_TYPES:
                     raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not an event")
-                core.on_event(caller, message)
-                core.leases.count_event(caller.pid, dropped=False)
+                deliver_event(caller, message)
             except ProtocolError as exc:
                 self._drop_event(caller, exc.code, exc.message)
             except Exception as exc:  # a bad frame never takes the daemon down
@@ -403,19 +403,12 @@ class IpcServer:
         return False
 
     def _drop_event(self, caller: Caller | None, code: ErrorCode, message: str) -> None:
-        tracker = self._core.tracker
-        tracker.dropped += 1
-        tracker.reject(code)
-        if caller is not None:
-            self._core.leases.count_event(caller.pid, dropped=True)
+        self._core.count_dropped(caller.pid if caller is not None else None, code)
         self._log.warning(f"event-{code}", "event dropped: %s: %s", code, message)
 
     def _drop_unleased(self, caller: Caller) -> None:
         """Count an event of a process without a lease, unread (no decoding, no formatting)."""
-        tracker = self._core.tracker
-        tracker.dropped += 1
-        tracker.reject(ErrorCode.NOT_LEASED)
-        self._core.leases.count_event(caller.pid, dropped=True)
+        self._core.count_dropped(caller.pid, ErrorCode.NOT_LEASED)
         self._log.warning("event-unleased", "events dropped unread: process %d holds no lease", caller.pid)
 
     def _discard_rest(self) -> None:

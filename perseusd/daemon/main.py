@@ -29,33 +29,33 @@ from perseusd.daemon import sdnotify
 from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.config import BACKENDS, LOG_LEVELS, SIM_MODELS, DaemonConfig, load_config
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.deadline_timer import DeadlineTimer
 from perseusd.daemon.energy_requests import NVML_COUNTER_PERIOD_S, EnergyRequests, Handler
-from perseusd.daemon.energy_sampler import EnergySampler
 from perseusd.daemon.events import EventTracker
 from perseusd.daemon.grid import carbon_steering
-from perseusd.daemon.identity import process_start_time
 from perseusd.daemon.ipc import IpcServer, IpcSettings
-from perseusd.daemon.leases import LeaseBook
 from perseusd.daemon.limits import ConnectionLimits
-from perseusd.daemon.plans import EarlyRaise, PlanBook
-from perseusd.daemon.registry import GpuRegistry
-from perseusd.daemon.restore import RestoreKeeper, reset_node
 from perseusd.daemon.runtime_dir import DaemonLock, DaemonRunningError, prepare_runtime_dir
 from perseusd.daemon.service import Service
-from perseusd.daemon.state_file import ensure_state_dir, state_path
 from perseusd.errors import ConfigError, PerseusError
 from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.select import open_backend
 from perseusd.jobs.cache import JobCache
 from perseusd.jobs.cluster_link import ClusterLink
 from perseusd.jobs.manager import JobManager, JobSettings
-from perseusd.jobs.policy import Policy
 from perseusd.jobs.solving import SolveWorker
 from perseusd.jobs.straggling import StragglerSettings
+from perseusd.leasing.identity import process_start_time
+from perseusd.leasing.leases import LeaseBook
+from perseusd.leasing.registry import GpuRegistry
+from perseusd.leasing.restore import RestoreKeeper, reset_node
+from perseusd.leasing.state_file import ensure_state_dir, state_path
 from perseusd.metrics.gpu_calls import GpuCallRecorder, TimedDevice
+from perseusd.planner.policy import Policy
 from perseusd.power.node_cap import CapSettings, NodeCap
 from perseusd.profiling.sweep import ONLINE_SWEEP, SweepSettings
+from perseusd.switching.deadline_timer import DeadlineTimer
+from perseusd.switching.energy_sampler import EnergySampler
+from perseusd.switching.plans import EarlyRaise, PlanBook
 
 logger = logging.getLogger("perseusd")
 

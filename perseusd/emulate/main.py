@@ -43,7 +43,7 @@ from perseusd.emulate.results import IterationRow
 from perseusd.emulate.straggler import StragglerSpec, parse_straggler
 from perseusd.emulate.topology import SCHEDULES, PipelineShape
 from perseusd.emulate.trace import TraceWriter
-from perseusd.jobs.policy import POLICIES
+from perseusd.planner.policy import POLICIES
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -29,7 +29,7 @@ from perseusd.carbon.choice import DEFAULT_ETA, ChaseWeights, allowed_points, ch
 from perseusd.carbon.keeper import SignalKeeper, SignalStatus
 from perseusd.carbon.ledger import CarbonLedger
 from perseusd.jobs.job import Deployed, Job
-from perseusd.jobs.policy import PointSummary
+from perseusd.planner.policy import PointSummary
 from perseusd.profiling.trace import CounterSample
 
 logger = logging.getLogger(__name__)

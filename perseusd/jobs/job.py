@@ -1,7 +1,7 @@
-"""A job: its registered GPUs, its state machine and what each state produced (profile, frontier, plan).
+"""A job: its registered GPUs, its state and what each state produced (profile, frontier, plan).
 
-States: registered -> profiling -> solving -> running -> ended, or failed. A job waits in `registered`
-until one pipeline has all its stages; it is `running` directly when the cache had its frontier.
+The states and the moves between them are `perseusd.jobs.states`. A job waits in `registered` until one
+pipeline has all its stages; it is `running` directly when the cache had its frontier.
 """
 
 from __future__ import annotations
@@ -14,27 +14,20 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from perseus_client.codes import JobState
 from perseus_client.protocol import PlanEntry
 
 from perseusd.errors import PerseusError
 from perseusd.jobs.cluster_link import RemoteView
-from perseusd.jobs.policy import PointSummary, Policy
 from perseusd.jobs.shape import JobShape, StageOrder
 from perseusd.jobs.slot import StageSlot
+from perseusd.jobs.states import ACTIVE, FAILED, REGISTERED, check_move
 from perseusd.jobs.straggling import ActiveStraggler, PipelineRun
 from perseusd.planner.dag import Instruction
+from perseusd.planner.policy import PointSummary, Policy
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.slack import stage_slack_s
 from perseusd.profiling.estimator import OptionEstimate
-
-REGISTERED, PROFILING, SOLVING, RUNNING, ENDED, FAILED = (
-    "registered",
-    "profiling",
-    "solving",
-    "running",
-    "ended",
-    "failed",
-)
 
 
 @dataclass(frozen=True)
@@ -56,7 +49,7 @@ class Job:
         self.gpu_name = gpu_name
         self.signature = signature
         self.policy = policy
-        self.state = REGISTERED
+        self.state: JobState = REGISTERED
         self.state_since_s = time.monotonic()
         self.error = ""
         self.slots: dict[str, StageSlot] = {}
@@ -87,7 +80,9 @@ class Job:
 
     # ------------------------------------------------------------------ state
 
-    def enter(self, state: str, error: str = "") -> None:
+    def enter(self, state: JobState, error: str = "") -> None:
+        """Move to `state` (`IllegalMoveError` for a move the state machine does not have)."""
+        check_move(self.name, self.state, state)
         self.state = state
         self.state_since_s = time.monotonic()
         if error or state != FAILED:
@@ -95,7 +90,7 @@ class Job:
 
     @property
     def active(self) -> bool:
-        return self.state not in (ENDED, FAILED)
+        return self.state in ACTIVE
 
     def slot_at(self, pipeline: int, stage: int) -> StageSlot | None:
         for slot in self.slots.values():

@@ -27,25 +27,24 @@ from perseus_client.protocol import (
     StepEnd,
 )
 
-from perseusd.daemon.energy_sampler import EnergySampler
-from perseusd.daemon.plans import PlanBook
-from perseusd.errors import PerseusError
+from perseusd.errors import JobNotFoundError, JobOwnerError, PerseusError
 from perseusd.gpu.backend import GpuInfo
 from perseusd.gpu.owner import GpuReading
 from perseusd.jobs.cache import JobCache
 from perseusd.jobs.capping import CAPPING_READS, capped_clock_mhz, finished_readings
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
 from perseusd.jobs.cluster_link import ClusterLink
-from perseusd.jobs.job import FAILED, PROFILING, REGISTERED, RUNNING, SOLVING, Job
+from perseusd.jobs.job import Job
 from perseusd.jobs.metering import SLOW_READS_MIN_SPAN_S, MeasuredSaving, iteration_energy_j, job_measurement
 from perseusd.jobs.observed import OrderLearner
-from perseusd.jobs.policy import PointSummary, Policy
 from perseusd.jobs.response import StragglerResponse
 from perseusd.jobs.shape import JobShape, signature
 from perseusd.jobs.slot import MAX_INTERVALS, StageSlot
 from perseusd.jobs.solving import SolveInput, SolveWorker, auto_unit_time_s
+from perseusd.jobs.states import ENDED, FAILED, PROFILING, REGISTERED, RUNNING, SOLVING
 from perseusd.jobs.straggling import StragglerSettings
 from perseusd.planner.baselines import all_max
+from perseusd.planner.policy import PointSummary, Policy
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv
 from perseusd.planner.switching import SwitchModel
@@ -53,6 +52,8 @@ from perseusd.profiling.adequacy import plan_problems
 from perseusd.profiling.estimator import OptionEstimate, StageEstimate, estimate_segment
 from perseusd.profiling.sweep import StageSweep, SweepSettings
 from perseusd.profiling.trace import Interval, OptionKey
+from perseusd.switching.energy_sampler import EnergySampler
+from perseusd.switching.plans import PlanBook
 
 logger = logging.getLogger(__name__)
 RUNNING_SAMPLE_PERIOD_S = 1.0
@@ -186,7 +187,7 @@ class JobManager:
 
     def _check_joins(self, job: Job, uid: int, shape: JobShape, message: Register) -> None:
         if job.uid != uid:
-            raise ProtocolError(ErrorCode.PERMISSION_DENIED, f"job {job.name} belongs to another user")
+            raise JobOwnerError(job.name)
         if job.shape != shape:
             raise ProtocolError(
                 ErrorCode.BAD_FIELD, f"job {job.name} is {job.shape.describe()}, not {shape.describe()}"
@@ -230,7 +231,7 @@ class JobManager:
         if not job.slots and job.active:
             self.response.forget(job)
             why = _ended_why(job, slot)
-            job.enter("ended", why)
+            job.enter(ENDED, why)
             logger.info("job %s ended%s", job.name, f": {why}" if why else "")
             self._trim_ended()
 
@@ -629,6 +630,15 @@ class JobManager:
         steps = sum(slot.running_steps for slot in job.slots.values())
         return job_measurement(per_gpu, steps / len(job.slots) if job.slots else 0.0)
 
+    def job_for(self, uid: int, name: str, *, admin: bool) -> Job:
+        """The job `name` for a request of user `uid`: `JobNotFoundError` when there is none, `JobOwnerError`
+        when another user registered it (unless the requester is an admin)."""
+        job = self.jobs.get(name)
+        if job is None:
+            raise JobNotFoundError(name)
+        check_owner(job, uid, admin=admin)
+        return job
+
     def set_policy(self, job: Job, policy: Policy) -> None:
         job.policy = policy
         if job.state == RUNNING:
@@ -685,3 +695,9 @@ def with_highest_clocks(kept: list[OptionEstimate], estimate: StageEstimate) -> 
             highest[est.key] = est
     present = {(e.key, e.clock_mhz) for e in kept}
     return kept + [e for e in highest.values() if (e.key, e.clock_mhz) not in present]
+
+
+def check_owner(job: Job, uid: int, *, admin: bool) -> None:
+    """Only the user who registered a job (or an admin) reads or changes it; others get `JobOwnerError`."""
+    if job.uid != uid and not admin:
+        raise JobOwnerError(job.name)

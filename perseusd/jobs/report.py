@@ -8,11 +8,12 @@ import time
 from perseus_client.protocol import CarbonInfo, JobInfo, PipelineInfo, ProfilingInfo, StragglerInfo
 
 from perseusd.cluster.job_board import PipelineFacts
-from perseusd.daemon.plans import PlanBook
-from perseusd.jobs.job import PROFILING, Job
+from perseusd.jobs.job import Job
 from perseusd.jobs.metering import MeasuredSaving
 from perseusd.jobs.slot import StageSlot
+from perseusd.jobs.states import PROFILING
 from perseusd.jobs.straggling import target_time_s
+from perseusd.switching.plans import PlanBook
 
 
 def job_info(

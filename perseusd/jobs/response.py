@@ -19,7 +19,6 @@ from perseus_client.protocol import ErrorCode, ProtocolError
 
 from perseusd.jobs.cluster_link import ClusterLink
 from perseusd.jobs.job import Job
-from perseusd.jobs.policy import PointSummary
 from perseusd.jobs.slot import StageSlot
 from perseusd.jobs.straggling import (
     ActiveStraggler,
@@ -31,6 +30,7 @@ from perseusd.jobs.straggling import (
     relative_slowness,
     target_time_s,
 )
+from perseusd.planner.policy import PointSummary
 from perseusd.planner.straggler import outcome
 
 logger = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-from perseusd.jobs.policy import PointSummary
+from perseusd.planner.policy import PointSummary
 from perseusd.planner.straggler import choose_point
 
 NOISE_SAMPLES = 24

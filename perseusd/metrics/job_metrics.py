@@ -13,11 +13,11 @@ from perseus_client.message import JOB_STATES
 from perseus_client.protocol import JobInfo
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from perseusd.daemon.plans import PlanBook
 from perseusd.jobs.job import Job
 from perseusd.jobs.manager import JobManager
 from perseusd.jobs.report import job_info
 from perseusd.metrics.families import counter, gauge
+from perseusd.switching.plans import PlanBook
 
 logger = logging.getLogger(__name__)
 

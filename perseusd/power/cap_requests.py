@@ -23,7 +23,7 @@ from perseus_client.cap_messages import (
 )
 from perseus_client.protocol import ErrorCode, Message, ProtocolError
 
-from perseusd.daemon.identity import Caller
+from perseusd.leasing.identity import Caller
 from perseusd.power.allocate import PRIORITIES
 from perseusd.power.node_cap import NodeCap
 

@@ -15,9 +15,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from perseusd.errors import PerseusError
-from perseusd.jobs.job import RUNNING, Job
-from perseusd.jobs.policy import PointSummary
+from perseusd.jobs.job import Job
+from perseusd.jobs.states import RUNNING
 from perseusd.planner.dag import ComputationDag, Instruction, from_stage_orders
+from perseusd.planner.policy import PointSummary
 from perseusd.power.aliasing import periodic_worst_window_w, schedule
 from perseusd.power.allocate import DEFAULT_PRIORITY, CapPoint, JobLoad, stage_power_w
 from perseusd.power.limit_model import LimitModel, LocalPipeline, Option

@@ -25,12 +25,12 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from perseusd.daemon.leases import LeaseBook
-from perseusd.daemon.registry import GpuRegistry
-from perseusd.daemon.restore import RestoreKeeper
-from perseusd.daemon.state_file import StateWriteError
 from perseusd.errors import GpuError
 from perseusd.jobs.manager import JobManager
+from perseusd.leasing.leases import LeaseBook
+from perseusd.leasing.registry import GpuRegistry
+from perseusd.leasing.restore import RestoreKeeper
+from perseusd.leasing.state_file import StateWriteError
 from perseusd.power.allocate import (
     ENFORCEMENTS,
     PLAN_HEADROOM,

@@ -12,11 +12,11 @@ from typing import Any
 
 from perseusd.gpu.sim_boards import Board, load_board
 from perseusd.gpu.sim_costs import WorkloadCosts
-from perseusd.jobs.policy import PointSummary, Policy
 from perseusd.planner.baselines import common_clocks_mhz
 from perseusd.planner.bundled import bundled_profile
 from perseusd.planner.dag import ComputationDag, build_dag
 from perseusd.planner.evaluate import all_max_clocks
+from perseusd.planner.policy import PointSummary, Policy
 from perseusd.planner.solver import FrontierPoint, SolverParams, solve_frontier
 from perseusd.power.allocate import GpuRange, JobLoad, allocate
 from perseusd.power.hard_line import TimeUnder, best_hard_line

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from perseusd.carbon.choice import ChaseWeights, allowed_points, chase_cost, choose_point
-from perseusd.jobs.policy import PointSummary
+from perseusd.planner.policy import PointSummary
 
 POINTS = [
     PointSummary(0, 1.30, 700.0),

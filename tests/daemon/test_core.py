@@ -27,7 +27,7 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.identity import Caller
+from perseusd.leasing.identity import Caller
 from tests.support.daemon_core import sim_core
 
 pytestmark = pytest.mark.timeout(30)

@@ -3,7 +3,6 @@ anything else, ends the daemon only after every GPU is restored."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -12,14 +11,12 @@ from perseus_client.protocol import Claim, Hello, SetClock
 from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.config import DaemonConfig
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.identity import Caller
 from perseusd.daemon.ipc import IpcServer, IpcSettings
 from perseusd.daemon.service import EXIT_CRASHED, MAX_LOOP_FAILURES, Service
+from tests.support.callers import ME
 from tests.support.daemon_core import sim_core
 
 pytestmark = pytest.mark.timeout(120)
-
-ME = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
 
 
 def _locked_service(core: DaemonCore, tmp_path: Path) -> tuple[Service, IpcServer, str]:

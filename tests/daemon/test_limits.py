@@ -22,13 +22,12 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.identity import Caller, checked_start_time
-from perseusd.daemon.leases import LeaseBook
 from perseusd.daemon.limits import ConnectionBook, ConnectionLimits
 from perseusd.jobs.manager import JobSettings
+from perseusd.leasing.identity import Caller, checked_start_time
+from perseusd.leasing.leases import LeaseBook
+from tests.support.callers import ME
 from tests.support.daemon_core import sim_core
-
-ME = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
 
 
 @pytest.fixture

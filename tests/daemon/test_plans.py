@@ -25,8 +25,8 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.identity import Caller
-from perseusd.daemon.plans import PlanBook, validate_plan
+from perseusd.leasing.identity import Caller
+from perseusd.switching.plans import PlanBook, validate_plan
 from tests.support.daemon_core import sim_core
 
 pytestmark = pytest.mark.timeout(30)

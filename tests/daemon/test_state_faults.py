@@ -30,11 +30,12 @@ from perseus_client.protocol import (
     StatusRequest,
 )
 
-from perseusd.daemon import state_file
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.identity import Caller
-from perseusd.daemon.restore import RETRY_FIRST_S
-from perseusd.daemon.state_file import (
+from perseusd.gpu.backend import GpuState
+from perseusd.leasing import state_file
+from perseusd.leasing.identity import Caller
+from perseusd.leasing.restore import RETRY_FIRST_S
+from perseusd.leasing.state_file import (
     FileOps,
     SavedGpu,
     StateRecord,
@@ -42,7 +43,6 @@ from perseusd.daemon.state_file import (
     load_state,
     save_state,
 )
-from perseusd.gpu.backend import GpuState
 from tests.support.daemon_core import sim_core
 
 pytestmark = pytest.mark.timeout(60)

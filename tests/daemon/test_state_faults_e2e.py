@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from perseus_client.client import PerseusClient
 
-from perseusd.daemon.state_file import load_state
+from perseusd.leasing.state_file import load_state
 from tests.support.perseusd_proc import (
     DaemonDirs,
     DaemonProcess,

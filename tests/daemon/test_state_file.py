@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from perseusd.daemon.state_file import (
+from perseusd.gpu.backend import GpuState
+from perseusd.leasing.state_file import (
     SavedGpu,
     SavedLease,
     StateFileError,
@@ -16,7 +17,6 @@ from perseusd.daemon.state_file import (
     load_state,
     save_state,
 )
-from perseusd.gpu.backend import GpuState
 
 RECORD = StateRecord(
     daemon_pid=10,

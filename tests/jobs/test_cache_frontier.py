@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,21 +13,19 @@ import pytest
 from perseus_client.protocol import Claim, Hello, JobsReply, JobsRequest, ProfileImport, Register, Release
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.identity import Caller
 from perseusd.jobs import cache as cache_module
 from perseusd.jobs.cache import JobCache
 from perseusd.jobs.manager import JobSettings
 from perseusd.jobs.shape import JobShape
 from perseusd.planner.profile_csv import profile_to_csv
+from tests.support.callers import ME
 from tests.support.daemon_core import sim_core
-from tests.support.synthetic import synthetic_profile
+from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
 pytestmark = pytest.mark.timeout(180)
 
-A100_CLOCKS_MHZ = tuple(range(1410, 850, -45))
 STAGES, MICROBATCHES = 2, 4
 SIGNATURE = "0123456789abcdef"
-ME = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
 
 BAD_FRONTIERS = {
     "list": "[]",

@@ -5,7 +5,6 @@ is unusable; carbon counted from the energy counters, all-max beside it."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,19 +30,17 @@ from perseusd.carbon.choice import ChaseWeights, allowed_points, choose_point
 from perseusd.carbon.keeper import SignalKeeper
 from perseusd.carbon.traces import SignalPoint
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.identity import Caller
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
 from perseusd.jobs.manager import JobSettings
-from perseusd.jobs.policy import PointSummary, Policy
+from perseusd.planner.policy import PointSummary, Policy
 from perseusd.planner.profile_csv import profile_to_csv
+from tests.support.callers import ME
 from tests.support.daemon_core import sim_core
-from tests.support.synthetic import synthetic_profile
+from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
 pytestmark = pytest.mark.timeout(120)
 
-A100_CLOCKS_MHZ = tuple(range(1410, 850, -45))
 STAGES, MICROBATCHES = 2, 4
-ME = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
 SETTINGS = CarbonSettings(interval_s=1800.0, eta=0.9, reference_intensity=1000.0)
 ALLOWED_SLOWDOWN = 0.3
 

@@ -4,7 +4,6 @@ worker, deployment, policies, the learned ("observed") schedule, the cache and t
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,19 +35,17 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.identity import Caller
 from perseusd.jobs.manager import JobSettings
+from perseusd.leasing.identity import Caller
 from perseusd.planner.dag import Instruction, one_f_one_b_order
 from perseusd.planner.profile_csv import profile_to_csv
+from tests.support.callers import ME, OTHER
 from tests.support.daemon_core import sim_core
-from tests.support.synthetic import synthetic_profile
+from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
 pytestmark = pytest.mark.timeout(120)
 
-A100_CLOCKS_MHZ = tuple(range(1410, 850, -45))
 STAGES, MICROBATCHES = 2, 4
-ME = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
-OTHER = Caller(uid=os.getuid() + 1, gid=os.getgid(), pid=os.getpid() + 1)
 
 
 @pytest.fixture
@@ -228,7 +225,7 @@ def test_registration_and_access_errors(core: DaemonCore) -> None:
     with pytest.raises(ProtocolError, match=r"bad\.csv:2"):
         core.handle(ME, ProfileImport("train", bad_csv, "bad.csv", 80.0))
     assert "train" not in _info(core, OTHER)  # another user does not see the job
-    with pytest.raises(ProtocolError, match="no job 'train'"):
+    with pytest.raises(ProtocolError, match="job 'train' belongs to another user"):
         core.handle(OTHER, PlanRequest("train"))
 
 

@@ -6,9 +6,9 @@ from concurrent.futures import Future
 
 import pytest
 
-from perseusd.daemon.energy_sampler import EnergySampler
 from perseusd.jobs.metering import counter_power_w, iteration_energy_j, job_measurement
 from perseusd.profiling.trace import CounterSample, CounterTrace
+from perseusd.switching.energy_sampler import EnergySampler
 
 PERIOD_NS = 100_000_000  # an H100's counter moves every 100 ms
 

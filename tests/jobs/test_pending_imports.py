@@ -22,16 +22,15 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.identity import Caller
+from perseusd.daemon.job_requests import MAX_PENDING_IMPORTS_PER_USER
 from perseusd.jobs.manager import JobSettings
-from perseusd.jobs.requests import MAX_PENDING_IMPORTS_PER_USER
+from perseusd.leasing.identity import Caller
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.daemon_core import sim_core
-from tests.support.synthetic import synthetic_profile
+from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
 pytestmark = pytest.mark.timeout(120)
 
-A100_CLOCKS_MHZ = tuple(range(1410, 850, -45))
 STAGES, MICROBATCHES = 2, 4
 VICTIM = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
 ATTACKER = Caller(uid=os.getuid() + 1000, gid=os.getgid(), pid=os.getpid() + 1)

@@ -3,7 +3,6 @@ change, none for noise alone, and an announced straggler overrides a detected on
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Iterator
@@ -26,7 +25,6 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.identity import Caller
 from perseusd.jobs.manager import JobSettings
 from perseusd.jobs.straggling import (
     NOISE_MARGIN_MAX,
@@ -39,14 +37,13 @@ from perseusd.jobs.straggling import (
 )
 from perseusd.planner.dag import one_f_one_b_order
 from perseusd.planner.profile_csv import profile_to_csv
+from tests.support.callers import ME
 from tests.support.daemon_core import sim_core
-from tests.support.synthetic import synthetic_profile
+from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
 pytestmark = pytest.mark.timeout(300)
 
-A100_CLOCKS_MHZ = tuple(range(1410, 850, -45))
 PIPELINES, STAGES, MICROBATCHES = 2, 2, 4
-ME = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
 S_NS = 1_000_000_000
 
 

@@ -3,7 +3,6 @@ re-planning at one step boundary on every stage, announcements, recovery and the
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,20 +27,17 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.identity import Caller
 from perseusd.jobs.manager import JobSettings
 from perseusd.jobs.straggling import NOISE_MIN_SAMPLES
 from perseusd.planner.dag import one_f_one_b_order
 from perseusd.planner.profile_csv import profile_to_csv
+from tests.support.callers import ME, OTHER
 from tests.support.daemon_core import sim_core
-from tests.support.synthetic import synthetic_profile
+from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
 pytestmark = pytest.mark.timeout(120)
 
-A100_CLOCKS_MHZ = tuple(range(1410, 850, -45))
 PIPELINES, STAGES, MICROBATCHES = 3, 2, 4
-ME = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
-OTHER = Caller(uid=os.getuid() + 1, gid=os.getgid(), pid=os.getpid() + 1)
 S_NS = 1_000_000_000
 
 
@@ -195,7 +191,10 @@ def test_bad_announcements_are_refused(core: DaemonCore) -> None:
     assert low.value.code == ErrorCode.BAD_FIELD
     with pytest.raises(ProtocolError) as stranger:
         core.handle(OTHER, AnnounceStraggler("train", 0, 1.2, False))
-    assert "no job 'train'" in stranger.value.message
+    assert (stranger.value.code, stranger.value.message) == (
+        ErrorCode.PERMISSION_DENIED,
+        "job 'train' belongs to another user",
+    )
     with pytest.raises(ProtocolError, match="no job 'nope'"):
         core.handle(ME, AnnounceStraggler("nope", 0, 1.2, False))
     assert _info(core).straggler is None

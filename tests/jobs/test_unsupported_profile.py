@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -23,15 +22,14 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.identity import Caller
 from perseusd.jobs.manager import JobSettings
 from perseusd.planner.dag import one_f_one_b_order
 from perseusd.profiling.sweep import SweepSettings
+from tests.support.callers import ME
 from tests.support.daemon_core import sim_core
 
 pytestmark = pytest.mark.timeout(120)
 
-ME = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
 MICROBATCHES = 2
 SETTINGS = JobSettings(
     warmup_iterations=0,

@@ -8,18 +8,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.energy_sampler import EnergySampler
 from perseusd.daemon.events import EventTracker
-from perseusd.daemon.leases import LeaseBook
-from perseusd.daemon.plans import PlanBook
-from perseusd.daemon.registry import GpuRegistry
-from perseusd.daemon.restore import RestoreKeeper
 from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.sim import SimBackend
 from perseusd.jobs.cache import JobCache
 from perseusd.jobs.carbon_steering import CarbonSteering
 from perseusd.jobs.manager import JobManager, JobSettings
 from perseusd.jobs.solving import SolveWorker
+from perseusd.leasing.leases import LeaseBook
+from perseusd.leasing.registry import GpuRegistry
+from perseusd.leasing.restore import RestoreKeeper
+from perseusd.switching.energy_sampler import EnergySampler
+from perseusd.switching.plans import PlanBook
 
 
 @contextmanager

@@ -7,6 +7,9 @@ import random
 from perseusd.planner.dag import Instruction
 from perseusd.planner.profile import Measurement, Profile
 
+A100_CLOCKS_MHZ = tuple(range(1410, 850, -45))
+"""An A100's SM clocks from 1410 MHz down in 45 MHz steps: the clocks unit tests profile at."""
+
 
 def synthetic_profile(
     num_stages: int,

@@ -10,11 +10,18 @@ from pathlib import Path
 import pytest
 from perseus_client.protocol import PlanEntry
 
-from perseusd.daemon.deadline_timer import DeadlineTimer
-from perseusd.daemon.plans import MAX_EVENT_AGE_NS, EarlyRaise, GpuPlan, PlanBook, computation_key, run_ends
-from perseusd.daemon.registry import GpuRegistry
 from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.sim import SimBackend
+from perseusd.leasing.registry import GpuRegistry
+from perseusd.switching.deadline_timer import DeadlineTimer
+from perseusd.switching.plans import (
+    MAX_EVENT_AGE_NS,
+    EarlyRaise,
+    GpuPlan,
+    PlanBook,
+    computation_key,
+    run_ends,
+)
 from tests.daemon.test_plans import CLOCKS_MHZ, PLAN, ManualOwner
 
 pytestmark = pytest.mark.timeout(30)

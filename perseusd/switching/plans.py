@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 from perseus_client.protocol import ErrorCode, PlanEntry, PlanStats, ProtocolError
 
-from perseusd.daemon.deadline_timer import DeadlineTimer
 from perseusd.gpu.clocks import snap_clock_mhz
+from perseusd.switching.deadline_timer import DeadlineTimer
 
 ComputationKey = tuple[str, int, int]  # (instruction, microbatch, chunk)
 SubmitClock = Callable[[str, int], "Future[int]"]
@@ -97,7 +97,22 @@ def validate_plan(plan: Sequence[PlanEntry], supported_clocks_mhz: Sequence[int]
 
 
 class GpuPlan:
-    """One GPU's plan: clock per computation, schedule order, counters and latency samples."""
+    """One GPU's plan: clock per computation, schedule order, counters and latency samples.
+
+    Time: one clock, `clock_ns`, CLOCK_MONOTONIC in ns (`time.monotonic_ns`, the clock of the client's
+    `timestamp_ns`; injected by tests): senders' timestamps are checked against it, timer deadlines are on
+    it (the `EarlyRaise` timer must run on the same clock), and an event's `received_ns` and the clock-set
+    latency are read on it.
+
+    Threads: the main loop (events, `set_clock`, status), the deadline timer thread (early raises and
+    lowerings) and the GPU's owner thread (done-callbacks of submitted clocks) share a plan:
+    - `_move_lock` (reentrant: a done-callback runs inline when the owner has stopped) guards what the main
+      loop, the timer and the callbacks all change: `_moves`, `_requested_mhz`, `_begun`, `pace`,
+      `retired`, and the counters `clock_changes`, `skipped`, `early_raises`, `early_lowerings`, `errors`;
+    - `_lock` guards what the owner thread reports: `applied_mhz` and the latency samples (the main loop
+      reads `applied_mhz` unlocked, one attribute load: a stale value only counts a `late` begin);
+    - `begins`, `late` and `unplanned` belong to the main loop alone.
+    """
 
     def __init__(
         self,
@@ -137,7 +152,7 @@ class GpuPlan:
         self.early_lowerings = 0
         self._latencies_ns: deque[int] = deque(maxlen=LATENCY_SAMPLES)
         self._lock = threading.Lock()  # latency samples and applied clock (owner thread)
-        self._move_lock = threading.Lock()  # moves and the requested clock (event and timer threads)
+        self._move_lock = threading.RLock()  # moves, the requested clock, pace, retired (see the docstring)
 
     @property
     def computations(self) -> int:
@@ -155,7 +170,13 @@ class GpuPlan:
 
     def forget_requested(self) -> None:
         """The clock was changed outside the plan (set_clock): submit the next change whatever it is."""
-        self._requested_mhz = None
+        with self._move_lock:
+            self._requested_mhz = None
+
+    def retire(self) -> None:
+        """The plan was replaced or dropped: a raise or lowering still on the timer does nothing."""
+        with self._move_lock:
+            self.retired = True
 
     def on_begin(self, key: ComputationKey, received_ns: int, begun_ns: int | None = None) -> None:
         """A computation began (`begun_ns`: when, CLOCK_MONOTONIC, by the sender's account)."""
@@ -243,7 +264,7 @@ class GpuPlan:
             if self.retired or move != self._moves:
                 return
             self.early_lowerings += 1
-            self.ensure(clock_mhz, time.perf_counter_ns())
+            self.ensure(clock_mhz, self._clock_ns())
 
     def _raise(self, move: int, clock_mhz: int) -> None:
         """Timer thread: submit `clock_mhz` unless an event arrived since the raise was scheduled."""
@@ -251,10 +272,11 @@ class GpuPlan:
             if self.retired or move != self._moves:
                 return
             self.early_raises += 1
-            self.ensure(clock_mhz, time.perf_counter_ns())
+            self.ensure(clock_mhz, self._clock_ns())
 
     def ensure(self, clock_mhz: int, received_ns: int) -> None:
-        """Submit `clock_mhz` unless it is already the clock requested; never waits."""
+        """Submit `clock_mhz` unless it is already the clock requested; never waits (call under
+        `_move_lock`)."""
         if self._requested_mhz == clock_mhz:
             self.skipped += 1
             return
@@ -266,10 +288,11 @@ class GpuPlan:
     def _applied(self, future: Future[int], received_ns: int) -> None:
         """Done-callback, on the owner thread (or here when the owner had stopped)."""
         if future.cancelled() or future.exception() is not None:
-            self.errors += 1
-            self._requested_mhz = None  # unknown: the next change is submitted whatever it is
+            with self._move_lock:
+                self.errors += 1
+                self._requested_mhz = None  # unknown: the next change is submitted whatever it is
             return
-        elapsed_ns = time.perf_counter_ns() - received_ns
+        elapsed_ns = self._clock_ns() - received_ns
         with self._lock:
             self.applied_mhz = future.result()
             self._latencies_ns.append(elapsed_ns)
@@ -325,13 +348,18 @@ class PlanBook:
     def __init__(
         self,
         submit: SubmitClock,
-        clock_ns: Callable[[], int] = time.perf_counter_ns,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
         early: EarlyRaise | None = None,
     ) -> None:
+        """`clock_ns`: the plans' one clock, CLOCK_MONOTONIC (see `GpuPlan`)."""
         self._submit = submit
         self._clock_ns = clock_ns
         self._early = early
         self._plans: dict[str, GpuPlan] = {}
+
+    def now_ns(self) -> int:
+        """Now on the plans' clock: when an event was received."""
+        return self._clock_ns()
 
     def set(
         self,
@@ -355,7 +383,14 @@ class PlanBook:
         if slack_s is not None and len(slack_s) != len(plan):
             raise ValueError(f"{len(slack_s)} slacks for a plan of {len(plan)} computations")
         gpu_plan = GpuPlan(
-            gpu, keys, clocks_mhz, self._submit, times_s=times_s, early=self._early, slack_s=slack_s
+            gpu,
+            keys,
+            clocks_mhz,
+            self._submit,
+            times_s=times_s,
+            early=self._early,
+            clock_ns=self._clock_ns,
+            slack_s=slack_s,
         )
         self.drop(gpu)
         self._plans[gpu] = gpu_plan
@@ -365,7 +400,7 @@ class PlanBook:
     def drop(self, gpu: str) -> bool:
         plan = self._plans.pop(gpu, None)
         if plan is not None:
-            plan.retired = True
+            plan.retire()
         return plan is not None
 
     def clear(self) -> None:

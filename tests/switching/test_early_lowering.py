@@ -6,11 +6,11 @@ import time
 
 import pytest
 
-from perseusd.daemon.plans import EarlyRaise, PlanBook
 from perseusd.planner.dag import build_dag
 from perseusd.planner.slack import slack_s, stage_slack_s
-from tests.daemon.test_early_raise import B0, F0, F1, LEAD_NS, TIMES_S, ManualTimer
+from perseusd.switching.plans import EarlyRaise, PlanBook
 from tests.daemon.test_plans import CLOCKS_MHZ, PLAN, ManualOwner
+from tests.switching.test_early_raise import B0, F0, F1, LEAD_NS, TIMES_S, ManualTimer
 
 pytestmark = pytest.mark.timeout(30)
 

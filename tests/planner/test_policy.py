@@ -6,7 +6,7 @@ import pytest
 from perseus_client.protocol import ProtocolError
 
 from perseusd.daemon.config import DaemonConfig
-from perseusd.jobs.policy import DEFAULT_POLICY, POLICIES, PointSummary, Policy
+from perseusd.planner.policy import DEFAULT_POLICY, POLICIES, PointSummary, Policy
 
 # A frontier like the H100's: the fastest point beats all-max (power-capped top clocks) at an energy cost.
 POINTS = [

@@ -1,8 +1,9 @@
 """Job requests of the control socket: register, policy, and reading jobs, frontiers, plans and profiles.
 
 A job belongs to the user who registered it: only that user (or an admin) may read or change it; other
-users do not see it in `jobs`. Profiles arrive as CSV text and are parsed strictly (file, line and column in
-the error); no path from a request is ever opened.
+users do not see it in `jobs`, and every request naming it is refused alike (`JobOwnerError`, mapped to
+PERMISSION_DENIED by `wire_errors`). Profiles arrive as CSV text and are parsed strictly (file, line and
+column in the error); no path from a request is ever opened.
 """
 
 from __future__ import annotations
@@ -33,17 +34,17 @@ from perseus_client.protocol import (
     SetPolicyOk,
 )
 
-from perseusd.daemon.identity import Caller
-from perseusd.daemon.leases import LeaseBook
-from perseusd.daemon.plans import PlanBook
 from perseusd.errors import PerseusError
 from perseusd.jobs.job import Job
-from perseusd.jobs.manager import JobManager, PendingImport
-from perseusd.jobs.policy import Policy
+from perseusd.jobs.manager import JobManager, PendingImport, check_owner
 from perseusd.jobs.report import document_text, job_info
 from perseusd.jobs.shape import MAX_PIPELINE
+from perseusd.leasing.identity import Caller
+from perseusd.leasing.leases import LeaseBook
+from perseusd.planner.policy import Policy
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream
+from perseusd.switching.plans import PlanBook
 
 MAX_PENDING_IMPORTS_PER_USER = 16
 """Profiles one user may have waiting for jobs not registered yet; each user has their own namespace."""
@@ -138,7 +139,7 @@ class JobRequests:
         job = self._manager.jobs.get(message.job)
         if job is None or not job.active:
             return self._pending_import(caller, message, profile)
-        self._check_owner(caller, job)
+        check_owner(job, caller.uid, admin=self._is_admin(caller))
         _check_stages(job, profile)
         p_block_w = message.p_block_w or job.p_block_w
         if p_block_w <= 0:
@@ -166,15 +167,7 @@ class JobRequests:
         return ProfileImportOk(job=message.job, rows=len(profile.measurements), state="pending")
 
     def _own_job(self, caller: Caller, name: str) -> Job:
-        job = self._manager.jobs.get(name)
-        if job is None:
-            raise ProtocolError(ErrorCode.BAD_FIELD, f"no job {name!r} on this node")
-        self._check_owner(caller, job)
-        return job
-
-    def _check_owner(self, caller: Caller, job: Job) -> None:
-        if job.uid != caller.uid and not self._is_admin(caller):
-            raise ProtocolError(ErrorCode.BAD_FIELD, f"no job {job.name!r} on this node")
+        return self._manager.job_for(caller.uid, name, admin=self._is_admin(caller))
 
 
 def _parse_profile(text: str, source: str) -> Profile:

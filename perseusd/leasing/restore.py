@@ -15,10 +15,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from perseusd.daemon.identity import Caller, same_process_alive
-from perseusd.daemon.leases import Lease, LeaseBook
-from perseusd.daemon.registry import GpuRegistry
-from perseusd.daemon.state_file import (
+from perseusd.errors import GpuError
+from perseusd.gpu.backend import GpuState
+from perseusd.leasing.identity import Caller, same_process_alive
+from perseusd.leasing.leases import Lease, LeaseBook
+from perseusd.leasing.registry import GpuRegistry
+from perseusd.leasing.state_file import (
     SavedGpu,
     SavedLease,
     StateFileError,
@@ -28,8 +30,6 @@ from perseusd.daemon.state_file import (
     remove_state,
     save_state,
 )
-from perseusd.errors import GpuError
-from perseusd.gpu.backend import GpuState
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from perseus_client.protocol import ErrorCode, ProtocolError
 
-from perseusd.daemon.identity import (
+from perseusd.leasing.identity import (
     Caller,
     DescriptorsExhaustedError,
     checked_start_time,

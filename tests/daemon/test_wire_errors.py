@@ -1,0 +1,44 @@
+"""The one table from a domain error to its wire code."""
+
+from __future__ import annotations
+
+from perseus_client.protocol import ErrorCode
+
+from perseusd.daemon.wire_errors import CODES, protocol_error
+from perseusd.errors import ConfigError, GpuError, JobNotFoundError, JobOwnerError
+from perseusd.gpu.errors import GpuLostError
+from perseusd.leasing.registry import UnknownGpuError
+from perseusd.leasing.state_file import StateWriteError
+
+
+def test_each_domain_error_has_its_code_and_message() -> None:
+    cases = {
+        JobNotFoundError("x"): (ErrorCode.BAD_FIELD, "no job 'x' on this node"),
+        JobOwnerError("x"): (ErrorCode.PERMISSION_DENIED, "job 'x' belongs to another user"),
+        UnknownGpuError("no GPU u"): (ErrorCode.UNKNOWN_GPU, "no GPU u"),
+        GpuError("it failed"): (ErrorCode.GPU_ERROR, "it failed"),
+    }
+    for exc, expected in cases.items():
+        mapped = protocol_error(exc)
+        assert mapped is not None
+        assert (mapped.code, mapped.message) == expected
+
+
+def test_a_subclass_takes_the_first_row_that_matches() -> None:
+    lost = protocol_error(GpuLostError("fell off the bus", uuid="gpu0", op="set clock"))
+    assert lost is not None
+    assert lost.code == ErrorCode.GPU_ERROR
+    bases = [kind for kind, _ in CODES]
+    for i, kind in enumerate(bases):  # no row is shadowed by a base above it
+        assert not any(issubclass(kind, above) for above in bases[:i]), kind
+
+
+def test_a_failed_state_write_says_nothing_was_applied() -> None:
+    mapped = protocol_error(StateWriteError("state file: no space"))
+    assert mapped is not None
+    assert mapped.code == ErrorCode.STATE_WRITE_FAILED
+    assert mapped.message.startswith("state file: no space; the request was not applied")
+
+
+def test_an_error_outside_the_table_is_internal() -> None:
+    assert protocol_error(ConfigError("bad")) is None
