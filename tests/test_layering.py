@@ -50,7 +50,7 @@ ALLOWED: Mapping[str, frozenset[str]] = {
             "power_pool",
         }
     ),
-    "metrics": frozenset({"base", "gpu", "switching", "jobs", "daemon"}),
+    "metrics": frozenset({"base", "gpu", "carbon", "switching", "jobs", "daemon"}),
     "ctl": frozenset({"base", "planner", "power"}),
     "emulate": frozenset({"base", "planner", "gpu"}),
 }

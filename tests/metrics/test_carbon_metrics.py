@@ -20,13 +20,13 @@ from perseus_client.protocol import (
     StepBegin,
     StepEnd,
 )
+from perseusd.daemon.identity import Caller
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from perseusd.carbon.keeper import SignalKeeper
 from perseusd.carbon.traces import SignalPoint
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.identity import Caller
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
 from perseusd.jobs.manager import JobSettings
 from perseusd.metrics.collector import PerseusCollector
