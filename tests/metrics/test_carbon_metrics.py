@@ -20,7 +20,6 @@ from perseus_client.protocol import (
     StepBegin,
     StepEnd,
 )
-from perseusd.daemon.identity import Caller
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -29,6 +28,7 @@ from perseusd.carbon.traces import SignalPoint
 from perseusd.daemon.core import DaemonCore
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
 from perseusd.jobs.manager import JobSettings
+from perseusd.leasing.identity import Caller
 from perseusd.metrics.collector import PerseusCollector
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.daemon_core import sim_core
