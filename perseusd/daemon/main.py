@@ -40,11 +40,12 @@ from perseusd.errors import ConfigError, PerseusError
 from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.select import open_backend
 from perseusd.jobs.cache import JobCache
+from perseusd.jobs.carbon_steering import CarbonSteering
 from perseusd.jobs.cluster_link import ClusterLink
 from perseusd.jobs.manager import JobManager, JobSettings
 from perseusd.jobs.solving import SolveWorker
 from perseusd.jobs.straggling import StragglerSettings
-from perseusd.leasing.identity import process_start_time
+from perseusd.leasing.identity import Caller, process_start_time
 from perseusd.leasing.leases import LeaseBook
 from perseusd.leasing.registry import GpuRegistry
 from perseusd.leasing.restore import RestoreKeeper, reset_node
@@ -218,15 +219,29 @@ def power_pool(
 
 @contextlib.contextmanager
 def job_manager(
-    config: DaemonConfig, registry: GpuRegistry, plans: PlanBook, cluster: ClusterLink | None
+    config: DaemonConfig,
+    registry: GpuRegistry,
+    plans: PlanBook,
+    cluster: ClusterLink | None,
+    settings: JobSettings | None = None,
+    carbon: CarbonSteering | None = None,
 ) -> Iterator[JobManager]:
-    """The job manager with its energy sampler thread and solver worker; both stopped on exit."""
+    """The job manager with its energy sampler thread and solver worker; both stopped on exit.
+
+    `settings` and `carbon` default to what `config` describes."""
     sampler = EnergySampler(registry.submit_read_energy, config.energy_sample_period_s)
     cache = JobCache(config.state_dir / "jobs") if config.job_cache else None
-    settings = job_settings(config)
-    with carbon_steering(config) as carbon:
+    with contextlib.ExitStack() as stack:
+        steering = carbon if carbon is not None else stack.enter_context(carbon_steering(config))
         manager = JobManager(
-            registry, plans, sampler, SolveWorker(), cache, settings, cluster=cluster, carbon=carbon
+            registry,
+            plans,
+            sampler,
+            SolveWorker(),
+            cache,
+            settings if settings is not None else job_settings(config),
+            cluster=cluster,
+            carbon=steering,
         )
         sampler.start()
         try:
@@ -261,37 +276,59 @@ def run_daemon(config: DaemonConfig, reload_config: Callable[[], DaemonConfig]) 
     """Startup -> main loop -> shutdown."""
     policy = AccessPolicy(config.socket_group, config.admin_group)
     calls = GpuCallRecorder() if config.metrics_enabled else None
-    with locked_runtime_dir(config, policy), gpu_registry(config, calls) as registry:
-        ensure_state_dir(config.state_dir)
-        restore_pool_limits(registry, set(registry.uuids), config.state_dir)  # a crashed uniform pool's
-        pid = os.getpid()
-        keeper = RestoreKeeper(registry, state_path(config.state_dir), pid, process_start_time(pid) or 0)
-        leases = LeaseBook()
-        with (
-            plan_book(config, registry) as plans,
-            cluster_link(config) as cluster,
-            job_manager(config, registry, plans, cluster) as jobs,
-        ):
-            cap_settings = CapSettings(config.power_cap_window_s, config.power_cap_enforcement)
-            node_cap = NodeCap(registry, keeper, leases, jobs, cap_settings)
-            with power_pool(config, registry, node_cap) as (pool_handlers, pool_info):
-                core = DaemonCore(
-                    registry,
-                    leases,
-                    keeper,
-                    EventTracker(),
-                    version=__version__,
-                    is_admin=policy.is_admin,
-                    plans=plans,
-                    jobs=jobs,
-                    extra_handlers=energy_requests(config, registry).handlers(),
-                    admin_handlers=pool_handlers,
-                    power_cap=node_cap,
-                    protocol_minor=config.speaks_minor,
-                    pool_info=pool_info,
-                )
-                with metrics_exposure(config, core, calls):
-                    return serve(config, reload_config, policy, core)
+    with (
+        locked_runtime_dir(config, policy),
+        gpu_registry(config, calls) as registry,
+        daemon_core(config, registry, policy.is_admin) as core,
+        metrics_exposure(config, core, calls),
+    ):
+        return serve(config, reload_config, policy, core)
+
+
+@contextlib.contextmanager
+def daemon_core(
+    config: DaemonConfig,
+    registry: GpuRegistry,
+    is_admin: Callable[[Caller], bool],
+    *,
+    settings: JobSettings | None = None,
+    carbon: CarbonSteering | None = None,
+) -> Iterator[DaemonCore]:
+    """The transport-free core over `registry`, assembled from `config`: restore keeper, leases, plans,
+    cluster link, job manager, node power cap and power pool. Everything it started is stopped on exit.
+
+    The daemon and the tests assemble their cores here (tests bring GPUs of their own, and may bring job
+    settings or a carbon steering instead of the ones `config` describes).
+    """
+    ensure_state_dir(config.state_dir)
+    restore_pool_limits(registry, set(registry.uuids), config.state_dir)  # a crashed uniform pool's
+    pid = os.getpid()
+    keeper = RestoreKeeper(registry, state_path(config.state_dir), pid, process_start_time(pid) or 0)
+    leases = LeaseBook()
+    with (
+        plan_book(config, registry) as plans,
+        cluster_link(config) as cluster,
+        job_manager(config, registry, plans, cluster, settings, carbon) as jobs,
+    ):
+        cap_settings = CapSettings(config.power_cap_window_s, config.power_cap_enforcement)
+        node_cap = NodeCap(registry, keeper, leases, jobs, cap_settings)
+        with power_pool(config, registry, node_cap) as (pool_handlers, pool_info):
+            core = DaemonCore(
+                registry,
+                leases,
+                keeper,
+                EventTracker(),
+                version=__version__,
+                is_admin=is_admin,
+                plans=plans,
+                jobs=jobs,
+                extra_handlers=energy_requests(config, registry).handlers(),
+                admin_handlers=pool_handlers,
+                power_cap=node_cap,
+                protocol_minor=config.speaks_minor,
+                pool_info=pool_info,
+            )
+            yield core
 
 
 @contextlib.contextmanager

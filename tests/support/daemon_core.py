@@ -1,25 +1,23 @@
-"""A daemon core on simulated GPUs, without sockets, for unit tests of the core."""
+"""A daemon core on simulated GPUs, without sockets, for unit tests of the core.
+
+Assembled by the daemon's own composition function (`perseusd.daemon.main.daemon_core`), from a
+configuration, over noise-free simulated GPUs of its own.
+"""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from perseusd.daemon.config import DaemonConfig
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.events import EventTracker
+from perseusd.daemon.main import daemon_core
 from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.sim import SimBackend
-from perseusd.jobs.cache import JobCache
 from perseusd.jobs.carbon_steering import CarbonSteering
-from perseusd.jobs.manager import JobManager, JobSettings
-from perseusd.jobs.solving import SolveWorker
-from perseusd.leasing.leases import LeaseBook
+from perseusd.jobs.manager import JobSettings
 from perseusd.leasing.registry import GpuRegistry
-from perseusd.leasing.restore import RestoreKeeper
-from perseusd.switching.energy_sampler import EnergySampler
-from perseusd.switching.plans import PlanBook
 
 
 @contextmanager
@@ -33,38 +31,32 @@ def sim_core(
 ) -> Iterator[DaemonCore]:
     """A `DaemonCore` over `gpus` simulated GPUs with started owner threads; everything stopped on exit.
 
-    With `jobs`, the core has a job manager (energy sampler thread, solver worker, cache in `tmp_path`).
+    State file `tmp_path / "state.json"`, job cache `tmp_path / "jobs"`; `jobs` replaces the job settings the
+    configuration gives (defaults), `carbon` the carbon steering. Admins are uid 0. Clocks are raised when a
+    computation begins (no early raise), as the core's unit tests expect.
     """
+    config = DaemonConfig(
+        backend="sim",
+        sim_gpus=gpus,
+        sim_model=model,
+        runtime_dir=tmp_path / "run",
+        state_dir=tmp_path,
+        clock_lead_ms=0.0,
+    )
     backend = SimBackend(tmp_path / "sim", gpus=gpus, model=model, noise=0.0)
     owners = [GpuOwner(device) for device in backend.devices()]
     for owner in owners:
         owner.start()
     registry = GpuRegistry(owners, call_timeout_s=5.0)
-    keeper = RestoreKeeper(registry, tmp_path / "state.json", os.getpid(), 1)
-    leases = LeaseBook()
-    plans = PlanBook(registry.submit_locked_sm_clock_mhz)
-    sampler = EnergySampler(registry.submit_read_energy)
-    manager = None
-    if jobs is not None:
-        cache = JobCache(tmp_path / "jobs")
-        manager = JobManager(registry, plans, sampler, SolveWorker(), cache, jobs, carbon=carbon)
-        sampler.start()
     try:
-        yield DaemonCore(
-            registry,
-            leases,
-            keeper,
-            EventTracker(),
-            version="test",
-            is_admin=lambda caller: caller.uid == 0,
-            plans=plans,
-            jobs=manager,
-        )
+        with daemon_core(
+            config, registry, lambda caller: caller.uid == 0, settings=jobs, carbon=carbon
+        ) as core:
+            try:
+                yield core
+            finally:
+                core.leases.close()
     finally:
-        sampler.stop()
-        if manager is not None:
-            manager.close()
-        leases.close()
         for owner in owners:
             owner.stop()
         backend.close()
