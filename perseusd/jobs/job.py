@@ -24,6 +24,7 @@ from perseusd.jobs.slot import StageSlot
 from perseusd.jobs.states import ACTIVE, FAILED, REGISTERED, check_move
 from perseusd.jobs.straggling import ActiveStraggler, PipelineRun
 from perseusd.planner.dag import Instruction
+from perseusd.planner.plan import plan_from_frontier_document
 from perseusd.planner.policy import PointSummary, Policy
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.slack import stage_slack_s
@@ -220,23 +221,7 @@ class Job:
             return None
 
     def plan_document(self) -> dict[str, Any] | None:
-        """The deployed point as a `perseus-plan` document."""
+        """The deployed point as a `perseus-plan` document (written by `planner.plan`, the one writer)."""
         if self.frontier is None or self.deployed is None:
             return None
-        index = self.deployed.point.index
-        point = self.frontier["points"][index]
-        stages = [
-            [
-                {
-                    "instruction": e.instruction,
-                    "microbatch": e.microbatch,
-                    "chunk": e.chunk,
-                    "freq_mhz": e.freq_mhz,
-                }
-                for e in self.plan_entries(stage, index)
-            ]
-            for stage in range(self.shape.num_stages)
-        ]
-        fields = ("quant_time", "time_s", "model_energy_j", "refined_energy_j")
-        header = {k: self.frontier[k] for k in ("format", "version", "meta")} | {"format": "perseus-plan"}
-        return header | {"index": index} | {k: point[k] for k in fields} | {"stages": stages}
+        return plan_from_frontier_document(self.frontier, self.deployed.point.index)

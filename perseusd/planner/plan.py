@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
@@ -151,19 +151,39 @@ def _step_json(dag: ComputationDag, node: int) -> tuple[str, int, int]:
 
 def plan_from_point(dag: ComputationDag, point: PlanPoint, meta: PlanMeta) -> dict[str, Any]:
     """The `perseus-plan` document of one frontier point, clocks written per stage in schedule order."""
-    clocks = _per_stage(dag, point.clocks_mhz)
+    order = [[_step_json(dag, node) for node in ids] for ids in dag.stage_orders]
+    return _write_plan(meta.to_json(), _point_fields(point), order, _per_stage(dag, point.clocks_mhz))
+
+
+def plan_from_frontier_document(frontier: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """The `perseus-plan` document of point `index` of a `perseus-frontier` document (as `frontier_document`
+    writes it, or the daemon's switch-aware copy), with the point's index."""
+    point = frontier["points"][index]
+    fields = {key: point[key] for key in _PLAN_FIELDS}
+    return _write_plan(frontier["meta"], fields, frontier["order"], point["clocks_mhz"], index=index)
+
+
+_PLAN_FIELDS = ("quant_time", "time_s", "model_energy_j", "refined_energy_j")
+
+
+def _write_plan(
+    meta_json: Any,
+    fields: Mapping[str, Any],
+    order: Sequence[Sequence[Sequence[Any]]],
+    clocks_mhz: Sequence[Sequence[int]],
+    index: int | None = None,
+) -> dict[str, Any]:
+    """The one writer of `perseus-plan` documents: per stage, each computation of `order` with its clock."""
     stages = [
         [
-            dict(
-                zip(("instruction", "microbatch", "chunk"), _step_json(dag, node), strict=True),
-                freq_mhz=clock,
-            )
-            for node, clock in zip(ids, stage_clocks, strict=True)
+            {"instruction": step[0], "microbatch": step[1], "chunk": step[2], "freq_mhz": int(clock)}
+            for step, clock in zip(stage_order, stage_clocks, strict=True)
         ]
-        for ids, stage_clocks in zip(dag.stage_orders, clocks, strict=True)
+        for stage_order, stage_clocks in zip(order, clocks_mhz, strict=True)
     ]
-    header = {"format": PLAN_FORMAT, "version": FORMAT_VERSION, "meta": meta.to_json()}
-    return header | _point_fields(point) | {"stages": stages}
+    header = {"format": PLAN_FORMAT, "version": FORMAT_VERSION, "meta": meta_json}
+    numbered = {} if index is None else {"index": index}
+    return header | numbered | dict(fields) | {"stages": stages}
 
 
 def frontier_document(dag: ComputationDag, points: Iterable[PlanPoint], meta: PlanMeta) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from perseusd.planner.plan import (
     load_frontier,
     load_plan,
     plan_from_frontier,
+    plan_from_frontier_document,
     plan_from_point,
     save_json,
 )
@@ -86,6 +87,21 @@ def test_frontier_round_trip(tmp_path: Path) -> None:
     assert plan_from_frontier(frontier, 2).model_energy_j == points[2].model_energy_j
     with pytest.raises(PlanFormatError, match="no point with index 7"):
         plan_from_frontier(frontier, 7)
+
+
+def test_a_frontier_point_and_the_daemons_plan_document_are_one_plan(tmp_path: Path) -> None:
+    """The daemon's plan of a deployed point (from its frontier document) is the document the planner writes
+    for that point, plus the point's index: one writer, and it loads as the same plan."""
+    dag = build_dag("1f1b", 4, 5)
+    points = [point_for(dag, shift) for shift in range(3)]
+    meta = PlanMeta.for_dag(dag, PROFILE, 0.001, 0.0)
+    frontier = json.loads(json.dumps(frontier_document(dag, points, meta)))  # as the daemon keeps it
+    for index, point in enumerate(points):
+        daemon_doc = plan_from_frontier_document(frontier, index)
+        assert daemon_doc.pop("index") == index
+        assert json.dumps(daemon_doc) == json.dumps(plan_from_point(dag, point, meta))
+        save_json(daemon_doc, tmp_path / "plan.json")
+        assert load_plan(tmp_path / "plan.json").node_clocks_mhz() == point.clocks_mhz
 
 
 def test_wrong_clock_count_is_refused_when_writing() -> None:
