@@ -35,21 +35,12 @@ def plane_config(endpoints: tuple[str, ...], node: str) -> ClusterConfig:
     return ClusterConfig(endpoints, node, lease_ttl_s=TTL_S, timeout_s=0.5, refresh_interval_s=0.2)
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
-    etcd = EtcdCluster(tmp_path_factory.mktemp("etcd"))
-    try:
-        etcd.start()
-        yield etcd
-    finally:
-        etcd.close()
-
-
 @pytest.fixture
-def etcd(cluster: EtcdCluster) -> EtcdCluster:
-    """The module's cluster with every member running and healthy (a test before may have killed some)."""
-    cluster.restart()
-    return cluster
+def etcd(etcd: EtcdCluster) -> EtcdCluster:
+    """The module's cluster (conftest) with every member running and healthy (a test before may have killed
+    some)."""
+    etcd.restart()
+    return etcd
 
 
 @pytest.fixture

@@ -30,16 +30,6 @@ SETTLE_S = 30.0
 MIN_W, MAX_W = 100.0, 400.0
 
 
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
-    cluster = EtcdCluster(tmp_path_factory.mktemp("etcd"))
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.close()
-
-
 @pytest.fixture
 def run(etcd: EtcdCluster, request: pytest.FixtureRequest) -> Iterator[PoolRun]:
     etcd.restart()

@@ -46,16 +46,6 @@ class Pipeline:
     errors: list[BaseException] = field(default_factory=list)
 
 
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
-    cluster = EtcdCluster(tmp_path_factory.mktemp("etcd"))
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.close()
-
-
 @pytest.fixture
 def nodes(etcd: EtcdCluster) -> Iterator[tuple[DaemonProcess, DaemonProcess]]:
     etcd.restart()
