@@ -31,7 +31,7 @@ from perseus_client.cap_messages import (
 from perseusd.argtypes import positive_float
 from perseusd.ctl.cap_model import add_model_parser
 from perseusd.ctl.daemon_link import ask
-from perseusd.ctl.terminal import PLACEHOLDER, fmt, fmt_pct, format_table, watch
+from perseusd.ctl.terminal import PLACEHOLDER, add_watch_option, fmt, fmt_pct, format_table, watch
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -54,14 +54,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     clear.set_defaults(func=run_clear)
     status = actions.add_parser("status", help="budget, grant, measured power, floor, demand, jobs")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    status.add_argument(
-        "--watch",
-        type=float,
-        nargs="?",
-        const=DEFAULT_WATCH_S,
-        metavar="SEC",
-        help=f"refresh every SEC seconds (default {DEFAULT_WATCH_S:g}) until Ctrl-C",
-    )
+    add_watch_option(status, DEFAULT_WATCH_S)
     status.set_defaults(func=run_status)
     priority = actions.add_parser("priority", help="a job's tier: low jobs are slowed first")
     priority.add_argument("job", help="job name (as `perseusctl jobs` shows it)")

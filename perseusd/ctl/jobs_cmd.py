@@ -21,7 +21,16 @@ from perseus_client.carbon_messages import CarbonInfo, amount_unit, is_carbon
 from perseus_client.job_info import JobInfo, PipelineInfo, ProfilingInfo
 
 from perseusd.ctl.daemon_link import fetch_jobs
-from perseusd.ctl.terminal import PLACEHOLDER, fmt, fmt_duration, fmt_pct, fmt_unit, format_table, watch
+from perseusd.ctl.terminal import (
+    PLACEHOLDER,
+    add_watch_option,
+    fmt,
+    fmt_duration,
+    fmt_pct,
+    fmt_unit,
+    format_table,
+    watch,
+)
 
 EXIT_OK = 0
 DEFAULT_WATCH_S = 2.0
@@ -53,14 +62,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="The jobs on this node (yours; every job for root and group perseus-admin).",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument(
-        "--watch",
-        type=float,
-        nargs="?",
-        const=DEFAULT_WATCH_S,
-        metavar="SEC",
-        help=f"refresh every SEC seconds (default {DEFAULT_WATCH_S:g}) until Ctrl-C",
-    )
+    add_watch_option(parser, DEFAULT_WATCH_S)
     parser.set_defaults(func=run)
 
 

@@ -6,6 +6,7 @@ every table can be tested on constructed replies without a daemon.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -75,3 +76,15 @@ def watch(render: Callable[[], str], interval_s: float, *, clear: bool) -> int:
             time.sleep(max(interval_s, MIN_WATCH_INTERVAL_S))
     except KeyboardInterrupt:
         return 0
+
+
+def add_watch_option(parser: argparse.ArgumentParser, default_s: float) -> None:
+    """`--watch [SEC]`: refresh every SEC seconds (`default_s` when SEC is left out) until Ctrl-C."""
+    parser.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=default_s,
+        metavar="SEC",
+        help=f"refresh every SEC seconds (default {default_s:g}) until Ctrl-C",
+    )
