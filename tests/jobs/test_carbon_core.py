@@ -12,15 +12,11 @@ from pathlib import Path
 import pytest
 from perseus_client.protocol import (
     AnnounceStraggler,
-    Claim,
     DocumentReply,
     FrontierRequest,
-    Hello,
     JobInfo,
     JobsReply,
     JobsRequest,
-    ProfileImport,
-    Register,
     SetPolicy,
     StepBegin,
     StepEnd,
@@ -33,10 +29,8 @@ from perseusd.daemon.core import DaemonCore
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
 from perseusd.jobs.manager import JobSettings
 from perseusd.planner.policy import PointSummary, Policy
-from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.callers import ME
-from tests.support.daemon_core import sim_core
-from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
+from tests.support.daemon_core import sim_core, start_synthetic_job
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -66,19 +60,7 @@ def core(tmp_path: Path, world: World, request: pytest.FixtureRequest) -> Iterat
     pipelines: int = request.param
     steering = CarbonSteering(world.keeper, SETTINGS, clock_s=lambda: world.now_s)
     with sim_core(tmp_path, gpus=STAGES * pipelines, jobs=JobSettings(), carbon=steering) as built:
-        built.handle(ME, Hello(job="train", client_version="test"))
-        built.handle(ME, Claim(gpus=built.registry.uuids, job="train"))
-        csv = profile_to_csv(synthetic_profile(STAGES, seed=3, clocks_mhz=A100_CLOCKS_MHZ))
-        built.handle(ME, ProfileImport("train", csv, "synthetic.csv", 80.0))
-        for pipeline in range(pipelines):
-            for stage in range(STAGES):
-                gpu = built.registry.uuids[pipeline * STAGES + stage]
-                built.handle(ME, Register(gpu, "train", pipeline, stage, STAGES, MICROBATCHES, "1f1b", 1))
-        deadline_s = time.monotonic() + 60
-        while _info(built).state != "running":
-            assert time.monotonic() < deadline_s, "the job never ran"
-            built.tick()
-            time.sleep(0.02)
+        start_synthetic_job(built, pipelines, STAGES, MICROBATCHES)
         yield built
 
 

@@ -11,15 +11,11 @@ from pathlib import Path
 import pytest
 from perseus_client.protocol import (
     AnnounceStraggler,
-    Claim,
     ComputationBegin,
     ComputationEnd,
-    Hello,
     JobInfo,
     JobsReply,
     JobsRequest,
-    ProfileImport,
-    Register,
     StepBegin,
     StepEnd,
 )
@@ -36,10 +32,8 @@ from perseusd.jobs.straggling import (
     pick_straggler,
 )
 from perseusd.planner.dag import one_f_one_b_order
-from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.callers import ME
-from tests.support.daemon_core import sim_core
-from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
+from tests.support.daemon_core import sim_core, start_synthetic_job
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -50,19 +44,7 @@ S_NS = 1_000_000_000
 @pytest.fixture
 def core(tmp_path: Path) -> Iterator[DaemonCore]:
     with sim_core(tmp_path, gpus=PIPELINES * STAGES, jobs=JobSettings()) as built:
-        built.handle(ME, Hello(job="train", client_version="test"))
-        built.handle(ME, Claim(gpus=built.registry.uuids, job="train"))
-        csv = profile_to_csv(synthetic_profile(STAGES, seed=3, clocks_mhz=A100_CLOCKS_MHZ))
-        built.handle(ME, ProfileImport("train", csv, "synthetic.csv", 80.0))
-        for pipeline in range(PIPELINES):
-            for stage in range(STAGES):
-                gpu = built.registry.uuids[pipeline * STAGES + stage]
-                built.handle(ME, Register(gpu, "train", pipeline, stage, STAGES, MICROBATCHES, "1f1b", 1))
-        deadline_s = time.monotonic() + 60
-        while _info(built).state != "running":
-            assert time.monotonic() < deadline_s, "the job never ran"
-            built.tick()
-            time.sleep(0.02)
+        start_synthetic_job(built, PIPELINES, STAGES, MICROBATCHES)
         yield built
 
 

@@ -11,17 +11,13 @@ import pytest
 from perseus_client.protocol import (
     AnnounceStraggler,
     AnnounceStragglerOk,
-    Claim,
     ComputationBegin,
     ComputationEnd,
     ErrorCode,
-    Hello,
     JobInfo,
     JobsReply,
     JobsRequest,
-    ProfileImport,
     ProtocolError,
-    Register,
     StepBegin,
     StepEnd,
 )
@@ -30,10 +26,8 @@ from perseusd.daemon.core import DaemonCore
 from perseusd.jobs.manager import JobSettings
 from perseusd.jobs.straggling import NOISE_MIN_SAMPLES
 from perseusd.planner.dag import one_f_one_b_order
-from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.callers import ME, OTHER
-from tests.support.daemon_core import sim_core
-from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
+from tests.support.daemon_core import sim_core, start_synthetic_job
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -44,19 +38,7 @@ S_NS = 1_000_000_000
 @pytest.fixture
 def core(tmp_path: Path) -> Iterator[DaemonCore]:
     with sim_core(tmp_path, gpus=PIPELINES * STAGES, jobs=JobSettings()) as built:
-        built.handle(ME, Hello(job="train", client_version="test"))
-        built.handle(ME, Claim(gpus=built.registry.uuids, job="train"))
-        csv = profile_to_csv(synthetic_profile(STAGES, seed=3, clocks_mhz=A100_CLOCKS_MHZ))
-        built.handle(ME, ProfileImport("train", csv, "synthetic.csv", 80.0))
-        for pipeline in range(PIPELINES):
-            for stage in range(STAGES):
-                gpu = _gpu(built, pipeline, stage)
-                built.handle(ME, Register(gpu, "train", pipeline, stage, STAGES, MICROBATCHES, "1f1b", 1))
-        deadline_s = time.monotonic() + 60
-        while _info(built).state != "running":
-            assert time.monotonic() < deadline_s, "the job never ran"
-            built.tick()
-            time.sleep(0.02)
+        start_synthetic_job(built, PIPELINES, STAGES, MICROBATCHES)
         yield built
 
 

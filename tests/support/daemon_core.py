@@ -6,9 +6,13 @@ configuration, over noise-free simulated GPUs of its own.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from perseus_client.codes import JobState
+from perseus_client.protocol import Claim, Hello, JobsReply, JobsRequest, ProfileImport, Register
 
 from perseusd.daemon.config import DaemonConfig
 from perseusd.daemon.core import DaemonCore
@@ -18,6 +22,11 @@ from perseusd.gpu.sim import SimBackend
 from perseusd.jobs.carbon_steering import CarbonSteering
 from perseusd.jobs.manager import JobSettings
 from perseusd.leasing.registry import GpuRegistry
+from perseusd.planner.profile_csv import profile_to_csv
+from tests.support.callers import ME
+from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
+
+RUNNING_TIMEOUT_S = 60.0
 
 
 @contextmanager
@@ -60,3 +69,26 @@ def sim_core(
         for owner in owners:
             owner.stop()
         backend.close()
+
+
+def start_synthetic_job(core: DaemonCore, pipelines: int, stages: int, microbatches: int) -> None:
+    """Job "train" of `ME` on every GPU of `core`: the synthetic A100 profile (seed 3) imported, `pipelines` x
+    `stages` 1F1B pipelines of `microbatches` registered (GPU `pipeline * stages + stage`); returns once the
+    job runs its plan."""
+    core.handle(ME, Hello(job="train", client_version="test"))
+    core.handle(ME, Claim(gpus=core.registry.uuids, job="train"))
+    csv = profile_to_csv(synthetic_profile(stages, seed=3, clocks_mhz=A100_CLOCKS_MHZ))
+    core.handle(ME, ProfileImport("train", csv, "synthetic.csv", 80.0))
+    for pipeline in range(pipelines):
+        for stage in range(stages):
+            gpu = core.registry.uuids[pipeline * stages + stage]
+            core.handle(ME, Register(gpu, "train", pipeline, stage, stages, microbatches, "1f1b", 1))
+    deadline_s = time.monotonic() + RUNNING_TIMEOUT_S
+    while True:
+        reply = core.handle(ME, JobsRequest())
+        assert isinstance(reply, JobsReply)
+        if reply.jobs[0].state == JobState.RUNNING:
+            return
+        assert time.monotonic() < deadline_s, "the job never ran"
+        core.tick()
+        time.sleep(0.02)
