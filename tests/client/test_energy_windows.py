@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ import pytest
 from perseus_client import PerseusClient
 from perseus_client.energy import EnergyMonitor, Measurement
 
+from tests.support.ctl import run_ctl
 from tests.support.perseusd_proc import (
     DaemonDirs,
     DaemonProcess,
@@ -140,8 +140,7 @@ def test_an_unprivileged_user_measures_without_a_lease(daemon: DaemonProcess) ->
 
 
 def _measure(runtime_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", str(runtime_dir), "measure", *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    return run_ctl(runtime_dir, "measure", *args, timeout_s=60)
 
 
 def test_perseusctl_measure_runs_the_command(daemon: DaemonProcess) -> None:

@@ -4,8 +4,6 @@ constructed replies and documents, argument parsing, and the checks done before 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +30,7 @@ from perseusd.ctl.terminal import CLEAR_SCREEN, watch
 from perseusd.errors import PlanFormatError
 from perseusd.planner.dag import build_dag
 from perseusd.planner.plan import PlanMeta, frontier_document, plan_from_point
+from tests.support.ctl import run_ctl as _ctl
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -307,16 +306,6 @@ def test_parser_knows_every_job_command() -> None:
     assert (args.action, args.job, args.file, args.p_block_w) == ("import", "gpt3", "p.csv", 83.64)
     assert parser.parse_args(["profile", "export", "gpt3", "-o", "x.csv"]).output == "x.csv"
     assert parser.parse_args(["frontier", "gpt3", "--plot", "f.png"]).plot == "f.png"
-
-
-def _ctl(runtime_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", str(runtime_dir), *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ from perseus_client.protocol import (
 from perseusd.ctl.status_cmd import render_table, status_json
 from perseusd.gpu.sim_workload import SimGpuHandle
 from perseusd.planner.bundled import bundled_profile
+from tests.support.ctl import run_ctl as _ctl
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 
 pytestmark = pytest.mark.timeout(60)
@@ -63,16 +64,6 @@ def test_json_shape() -> None:
     assert gpu["lease"] is None
     assert body["gpus"][0]["lease"] == {"pid": 7, "uid": 0, "job": "train"}
     json.dumps(body)
-
-
-def _ctl(runtime_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", str(runtime_dir), *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
 
 
 def test_unreachable_exits_2_with_one_line(tmp_path: Path) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from perseus_client.protocol import AnnounceStragglerOk, JobInfo, PipelineInfo, 
 from perseusd.ctl.jobs_cmd import jobs_json, render_jobs, render_jobs_brief, summary_line
 from perseusd.ctl.main import build_parser
 from perseusd.ctl.straggler_cmd import render_reply
+from tests.support.ctl import run_ctl as _ctl
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -137,16 +136,6 @@ def test_parser_reads_factor_and_clear() -> None:
     args = parser.parse_args(["straggler", "j1", "--pipeline", "0", "--clear"])
     assert (args.pipeline, args.factor, args.clear, args.json) == (0, None, True, False)
     assert parser.parse_args(["straggler", "j1", "--pipeline", "0", "--factor", "1"]).factor == 1.0
-
-
-def _ctl(runtime_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", str(runtime_dir), *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ import pytest
 from perseus_client.client import PerseusClient
 
 from perseusd.leasing.state_file import load_state
+from tests.support.ctl import run_ctl
 from tests.support.perseusd_proc import (
     DaemonDirs,
     DaemonProcess,
@@ -125,14 +126,7 @@ def _persistence_error(daemon: DaemonProcess) -> str | None:
 
 
 def _text_status(daemon: DaemonProcess) -> str:
-    out = subprocess.run(
-        [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", str(daemon.dirs.runtime_dir), "status"],
-        capture_output=True,
-        text=True,
-        timeout=15,
-        check=True,
-    )
-    return out.stdout
+    return run_ctl(daemon.dirs.runtime_dir, "status", check=True).stdout
 
 
 def _assert_serves_and_refuses_new_lease(daemon: DaemonProcess, gpu_index: int) -> None:
