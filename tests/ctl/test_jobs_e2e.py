@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -24,6 +22,7 @@ from perseusd.ctl.main import main
 from perseusd.planner.dag import build_dag
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv, read_profile, read_profile_stream
+from tests.support.ctl import wait_ctl_job
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 from tests.support.synthetic import synthetic_profile
 
@@ -85,20 +84,7 @@ def _run_iterations(client: PerseusClient, gpus: list[str]) -> None:
 
 
 def _wait_job(runtime_dir: Path, ready: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-    """Poll `perseusctl jobs --json` (in a subprocess: module fixtures have no capsys) until `ready`."""
-    deadline_s = time.monotonic() + WAIT_S
-    while True:
-        out = subprocess.run(
-            [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", str(runtime_dir), "jobs", "--json"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        )
-        job: dict[str, Any] = {j["job"]: j for j in json.loads(out.stdout)["jobs"]}[JOB]
-        if ready(job) or time.monotonic() > deadline_s:
-            return job
-        time.sleep(0.1)
+    return wait_ctl_job(runtime_dir, JOB, ready, WAIT_S)
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,6 @@ announce pipeline 1 as a straggler, read `jobs`, and clear it.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +18,7 @@ from perseus_client.client import PerseusClient, PerseusClientError
 
 from perseusd.ctl.main import main
 from perseusd.planner.profile_csv import profile_to_csv
+from tests.support.ctl import wait_ctl_job
 from tests.support.perseusd_proc import DaemonDirs, daemon_processes
 from tests.support.synthetic import synthetic_profile
 
@@ -40,20 +38,7 @@ class Daemon:
 
 
 def _wait_running(runtime_dir: Path) -> dict[str, Any]:
-    """Poll `perseusctl jobs --json` (in a subprocess: module fixtures have no capsys) until the job runs."""
-    deadline_s = time.monotonic() + WAIT_S
-    while True:
-        out = subprocess.run(
-            [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", str(runtime_dir), "jobs", "--json"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        )
-        job: dict[str, Any] = {j["job"]: j for j in json.loads(out.stdout)["jobs"]}[JOB]
-        if job["state"] in ("running", "failed") or time.monotonic() > deadline_s:
-            return job
-        time.sleep(0.1)
+    return wait_ctl_job(runtime_dir, JOB, lambda job: job["state"] in ("running", "failed"), WAIT_S)
 
 
 @pytest.fixture(scope="module")

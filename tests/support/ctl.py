@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 CTL_TIMEOUT_S = 30.0
 
@@ -20,3 +24,23 @@ def run_ctl(
         timeout=timeout_s,
         check=check,
     )
+
+
+def ctl_job(runtime_dir: Path, job: str) -> dict[str, Any]:
+    """Job `job` as `perseusctl jobs --json` prints it (in a subprocess: module fixtures have no capsys)."""
+    out = run_ctl(runtime_dir, "jobs", "--json", check=True)
+    found: dict[str, Any] = {j["job"]: j for j in json.loads(out.stdout)["jobs"]}[job]
+    return found
+
+
+def wait_ctl_job(
+    runtime_dir: Path, job: str, ready: Callable[[dict[str, Any]], bool], timeout_s: float
+) -> dict[str, Any]:
+    """Poll `ctl_job` until `ready` holds or `timeout_s` has passed; the last reading either way (the caller
+    asserts on it, so a failure shows the job as it was)."""
+    deadline_s = time.monotonic() + timeout_s
+    while True:
+        found = ctl_job(runtime_dir, job)
+        if ready(found) or time.monotonic() > deadline_s:
+            return found
+        time.sleep(0.1)
