@@ -29,6 +29,7 @@ pytestmark = [requires_etcd, pytest.mark.timeout(240)]
 JOB = "dp-job"
 MICROBATCHES = 2
 TTL_S = 3
+CONTROL_TIMEOUT_S = 15.0  # a loaded machine may take seconds to answer; the test is about etcd, not speed
 CLOCKS_MHZ = tuple(range(1410, 850, -45))
 PROFILE_CSV = profile_to_csv(synthetic_profile(1, seed=5, clocks_mhz=CLOCKS_MHZ, base_time_s=0.02))
 
@@ -68,12 +69,12 @@ def nodes(etcd: EtcdCluster) -> Iterator[tuple[DaemonProcess, DaemonProcess]]:
 
 
 def _job(daemon: DaemonProcess) -> JobInfo | None:
-    with PerseusClient(daemon.dirs.runtime_dir, "observer") as client:
+    with PerseusClient(daemon.dirs.runtime_dir, "observer", timeout_s=CONTROL_TIMEOUT_S) as client:
         return next((j for j in client.jobs().jobs if j.job == JOB), None)
 
 
 def _join(pipeline: Pipeline) -> None:
-    client = PerseusClient(pipeline.daemon.dirs.runtime_dir, JOB)
+    client = PerseusClient(pipeline.daemon.dirs.runtime_dir, JOB, timeout_s=CONTROL_TIMEOUT_S)
     free = [g.uuid for g in client.status().gpus if g.lease is None]
     (pipeline.gpu,) = client.claim(free[:1])
     client.profile_import(PROFILE_CSV, source="synthetic.csv", p_block_w=80.0)
