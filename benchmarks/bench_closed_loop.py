@@ -10,12 +10,18 @@ energy counters in the same invocation. Cases:
   profile measured on a real H100, 8 and 16 microbatches (`h100x8`, `h100x16`; run them at `--time-scale 1`:
   the lock latency does not scale);
 - the `h100_sxm` board with a synthetic profile (`synthx8`, see `synthetic_profile_csv`): not a measurement,
-  a second workload to check that profiling, solving and switching generalise.
+  a second workload to check that profiling, solving and switching generalise;
+- any other profile, written as a case `BOARD:PROFILE:STAGES:MICROBATCHES` (PROFILE a CSV file in the
+  profile format, at the board's clocks, or a bundled name), e.g. an H100 profile of another model:
+  `--cases h100_sxm:llama-h100.csv:4:8`.
 
 Each result has a `summary`: profiling iterations, the planned saving (the daemon's plan against its all-max,
 both predicted from the profile it measured), the measured saving and slowdown against the all-max baseline
 measured in the same run, clock changes per iteration and the fraction of computations that began before
-their planned clock was applied. For a bundled profile it adds the planner's own no-slowdown saving
+their planned clock was applied, and `bars`: each of the closed-loop issue's thresholds (profiling at most
+80 iterations, at least 90 % of the shipped-profile no-slowdown saving, slowdown at most 1 %, at most 10 % of
+computations begun before their clock) with whether this run met it. For a measured profile (bundled or a
+file) it adds the planner's own no-slowdown saving
 (`perseusctl compare`'s "Perseus, no slowdown") on two profiles, and the measured saving as a share of each:
 `reference_shipped_pct` on the shipped profile (what the issue's 16.6 / 18.5 % for the H100 come from) and
 `reference_board_pct` on the board's effective costs (the shipped profile as the board runs it: on the
@@ -23,7 +29,7 @@ their planned clock was applied. For a bundled profile it adds the planner's own
 each on its own, so the top clocks cost what the board really runs). Both use the daemon's unit time and
 the board's idle power at its top clock.
 
-    python benchmarks/bench_closed_loop.py [--cases a100x12,a100x24,a100x48,a40x12,h100x8,h100x16,synthx8]
+    python benchmarks/bench_closed_loop.py [--cases a100x12,...,synthx8,BOARD:PROFILE:STAGES:MICROBATCHES]
         [--time-scale 1.0] [--iterations 8] [--pipelines 1] [--timeout-s 3600]
 """
 
@@ -46,7 +52,7 @@ from perseusd.gpu.sim_costs import WorkloadCosts
 from perseusd.jobs.solving import auto_unit_time_s
 from perseusd.planner.bundled import bundled_profile
 from perseusd.planner.profile import Measurement, Profile
-from perseusd.planner.profile_csv import write_profile
+from perseusd.planner.profile_csv import read_profile, write_profile
 from tests.support import perseusd_proc
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess
 
@@ -64,6 +70,36 @@ CASES: dict[str, tuple[str, str, int, int]] = {
     "synthx8": ("h100_sxm", SYNTHETIC, 4, 8),
 }
 """name -> (board, profile: a bundled name or SYNTHETIC, stages, microbatches)."""
+
+BUNDLED_PROFILES = ("a100_sxm", "a40", "h100_sxm")
+
+BARS: dict[str, tuple[str, str, float]] = {
+    "profiling_iterations": ("profiling_iterations", "<=", 80),
+    "of_shipped_reference": ("of_shipped_reference", ">=", 0.90),
+    "slowdown_pct": ("slowdown_pct", "<=", 1.0),
+    "began_before_clock_fraction": ("began_before_clock_fraction", "<=", 0.10),
+}
+"""The closed-loop issue's thresholds: bar -> (summary field, comparison, limit)."""
+
+
+def case_spec(name: str) -> tuple[str, str, int, int]:
+    """A named case, or `BOARD:PROFILE:STAGES:MICROBATCHES` (PROFILE a CSV path or a bundled name)."""
+    if name in CASES:
+        return CASES[name]
+    parts = name.rsplit(":", 3)
+    if len(parts) != 4 or not parts[2].isdigit() or not parts[3].isdigit():
+        raise SystemExit(
+            f"unknown case {name!r}: one of {', '.join(CASES)} or BOARD:PROFILE:STAGES:MICROBATCHES"
+        )
+    board, profile, stages, microbatches = parts
+    if profile not in BUNDLED_PROFILES and not Path(profile).is_file():
+        raise SystemExit(f"case {name!r}: no profile file {profile!r}")
+    return board, profile, int(stages), int(microbatches)
+
+
+def shipped_profile(profile: str) -> Profile:
+    """A bundled profile by name, else the profile CSV at that path."""
+    return bundled_profile(profile) if profile in BUNDLED_PROFILES else read_profile(profile)
 
 
 def synthetic_profile_csv() -> str:
@@ -111,10 +147,10 @@ def planner_no_slowdown_pct(profile: Profile, stages: int, microbatches: int, bo
 
 def references(name: str) -> dict[str, float]:
     """The planner's no-slowdown saving on the shipped profile and on the board's effective costs."""
-    board, profile_name, stages, microbatches = CASES[name]
+    board, profile_name, stages, microbatches = case_spec(name)
     if profile_name == SYNTHETIC:
         return {}
-    shipped = bundled_profile(profile_name)
+    shipped = shipped_profile(profile_name)
     return {
         "reference_shipped_pct": planner_no_slowdown_pct(shipped, stages, microbatches, board),
         "reference_board_pct": planner_no_slowdown_pct(
@@ -145,11 +181,22 @@ def summary(result: dict[str, Any], reference: dict[str, float] | None = None) -
         figures[name] = value
         share = name.removeprefix("reference_").removesuffix("_pct")
         figures[f"of_{share}_reference"] = round(measured / value, 3) if measured and value > 0 else None
+    figures["bars"] = bars(figures)
     return figures
 
 
+def bars(figures: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each threshold of `BARS` with this run's value and whether it is met (None: no value to judge)."""
+    judged: dict[str, dict[str, Any]] = {}
+    for bar, (field, comparison, limit) in BARS.items():
+        value = figures.get(field)
+        met = None if value is None else (value <= limit if comparison == "<=" else value >= limit)
+        judged[bar] = {"value": value, "limit": f"{comparison} {limit:g}", "met": met}
+    return judged
+
+
 def run_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    board, profile, stages, microbatches = CASES[name]
+    board, profile, stages, microbatches = case_spec(name)
     gpus = stages * args.pipelines
     # Counters update every 100 ms of emulated time: a faster world gets faster counters.
     counters = {"PERSEUSD_SIM_UPDATE_PERIOD_S": str(0.1 * args.time_scale)}
@@ -219,7 +266,10 @@ def main() -> int:
         help="per case (profiling A40 or 48 microbatches at time scale 1 takes over 15 min)",
     )
     args = parser.parse_args()
-    results = [run_case(name, args) for name in args.cases.split(",")]
+    names = args.cases.split(",")
+    for name in names:
+        case_spec(name)  # every case checked before the first one runs
+    results = [run_case(name, args) for name in names]
     print(json.dumps({"benchmark": "closed_loop", "results": results}, indent=2))
     return 0 if all("error" not in r for r in results) else 1
 
