@@ -52,6 +52,7 @@ from perseusd.leasing.restore import RestoreKeeper, reset_node
 from perseusd.leasing.state_file import ensure_state_dir, state_path
 from perseusd.metrics.gpu_calls import GpuCallRecorder, TimedDevice
 from perseusd.planner.policy import Policy
+from perseusd.power.cap_file import cap_path
 from perseusd.power.node_cap import CapSettings, NodeCap
 from perseusd.profiling.sweep import ONLINE_SWEEP, SweepSettings
 from perseusd.switching.deadline_timer import DeadlineTimer
@@ -311,7 +312,9 @@ def daemon_core(
         job_manager(config, registry, plans, cluster, settings, carbon) as jobs,
     ):
         cap_settings = CapSettings(config.power_cap_window_s, config.power_cap_enforcement)
-        node_cap = NodeCap(registry, keeper, leases, jobs, cap_settings)
+        node_cap = NodeCap(
+            registry, keeper, leases, jobs, cap_settings, saved_path=cap_path(config.state_dir)
+        )
         with power_pool(config, registry, node_cap) as (pool_handlers, pool_info):
             core = DaemonCore(
                 registry,
@@ -389,6 +392,8 @@ def serve(
     outcome = keeper.reconcile(leases)
     if outcome.restored or outcome.failed:
         logger.warning("reconciled: restored %s; failed %s", list(outcome.restored), list(outcome.failed))
+    if core.power_cap is not None:
+        core.power_cap.resume()  # the node budget a previous daemon held, before any job registers again
     limits = ConnectionLimits.for_descriptors(raise_descriptor_limit())
     ipc = IpcServer(
         core, policy, IpcSettings(config.runtime_dir, config.max_frame_bytes, limits, config.speaks_minor)

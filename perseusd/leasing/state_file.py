@@ -94,7 +94,14 @@ def save_state(path: Path, record: StateRecord) -> None:
 
     Raises `StateWriteError` when any step fails; `path` then still holds the previous record, whole.
     """
-    data = json.dumps(_to_json(record), indent=1, sort_keys=True).encode()
+    write_private_file(path, json.dumps(_to_json(record), indent=1, sort_keys=True).encode(), "state file")
+
+
+def write_private_file(path: Path, data: bytes, what: str) -> None:
+    """Write `data` to `path` durably (mode 0600): a temporary file, every byte checked written, fsync,
+    rename over `path`, fsync of the directory. `StateWriteError` (naming `what`) when a step fails; `path`
+    then still holds its previous content, whole. Every durable file of the state directory is written here.
+    """
     ops = FILE_OPS
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -104,7 +111,7 @@ def save_state(path: Path, record: StateRecord) -> None:
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-        raise StateWriteError(f"{path}: cannot write the state file: {_reason(exc)}") from None
+        raise StateWriteError(f"{path}: cannot write the {what}: {_reason(exc)}") from None
     try:
         dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -112,7 +119,7 @@ def save_state(path: Path, record: StateRecord) -> None:
         finally:
             os.close(dir_fd)
     except OSError as exc:
-        raise StateWriteError(f"{path}: state file renamed but not synced: {_reason(exc)}") from None
+        raise StateWriteError(f"{path}: {what} renamed but not synced: {_reason(exc)}") from None
 
 
 def _write_file(tmp: Path, data: bytes, ops: FileOps) -> None:
@@ -150,24 +157,9 @@ def remove_state(path: Path) -> None:
 
 def load_state(path: Path) -> StateRecord | None:
     """Load and validate the state file; None when there is none."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
+    raw = read_private_file(path, "state file")
+    if raw is None:
         return None
-    except OSError as exc:
-        if os.path.islink(path):
-            raise StateFileError(
-                f"{path}: state file is a symlink; refusing it (remove it after checking)"
-            ) from None
-        raise StateFileError(f"{path}: cannot open state file: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        _check_file(path, info)
-        raw = os.read(fd, MAX_STATE_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_STATE_BYTES:
-        raise StateFileError(f"{path}: state file is larger than {MAX_STATE_BYTES} bytes")
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -175,15 +167,37 @@ def load_state(path: Path) -> StateRecord | None:
     return _from_json(path, body)
 
 
-def _check_file(path: Path, info: os.stat_result) -> None:
+def read_private_file(path: Path, what: str) -> bytes | None:
+    """The bytes of a file `write_private_file` wrote (None: no file). `StateFileError` (naming `what`) for
+    a symlink, a file that is not regular, not ours, writable by group or others, or too large."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if os.path.islink(path):
+            raise StateFileError(
+                f"{path}: {what} is a symlink; refusing it (remove it after checking)"
+            ) from None
+        raise StateFileError(f"{path}: cannot open {what}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        _check_file(path, info, what)
+        raw = os.read(fd, MAX_STATE_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_STATE_BYTES:
+        raise StateFileError(f"{path}: {what} is larger than {MAX_STATE_BYTES} bytes")
+    return raw
+
+
+def _check_file(path: Path, info: os.stat_result, what: str) -> None:
     if not stat.S_ISREG(info.st_mode):
-        raise StateFileError(f"{path}: state file is not a regular file; refusing it")
+        raise StateFileError(f"{path}: {what} is not a regular file; refusing it")
     if info.st_uid != os.geteuid():
-        raise StateFileError(
-            f"{path}: state file is owned by uid {info.st_uid}, not by perseusd; refusing it"
-        )
+        raise StateFileError(f"{path}: {what} is owned by uid {info.st_uid}, not by perseusd; refusing it")
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise StateFileError(f"{path}: state file is writable by group or others; refusing it")
+        raise StateFileError(f"{path}: {what} is writable by group or others; refusing it")
 
 
 def _to_json(record: StateRecord) -> dict[str, Any]:

@@ -118,6 +118,9 @@ def cap_status(cap: NodeCap) -> CapStatusReply:
     if cap.write_error:
         problem = f"{problem}; " if problem else ""
         problem += f"power limits not written: {cap.write_error}"
+    if cap.save_error:
+        problem = f"{problem}; " if problem else ""
+        problem += f"not kept across a restart: {cap.save_error}"
     return CapStatusReply(
         active=cap.grant_w is not None,
         budget_w=cap.budget_w,

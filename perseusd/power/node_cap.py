@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 
 from perseusd.errors import GpuError
 from perseusd.jobs.manager import JobManager
@@ -43,6 +44,7 @@ from perseusd.power.allocate import (
 from perseusd.power.allocate import demand_w as node_demand_w
 from perseusd.power.allocate import floor_w as node_floor_w
 from perseusd.power.allocate import priority_demand_w as node_priority_demand_w
+from perseusd.power.cap_file import CapFileError, SavedCap, load_cap, save_cap
 from perseusd.power.job_loads import JobLoads
 from perseusd.power.window import PowerWindow, WindowPower
 
@@ -87,8 +89,12 @@ class NodeCap:
         settings: CapSettings,
         *,
         clock_s: Callable[[], float] = time.monotonic,
+        saved_path: Path | None = None,
     ) -> None:
         self._registry = registry
+        self._saved_path = saved_path
+        self.save_error = ""
+        """Why the budget could not be saved for a restart ("" when it was)."""
         self._keeper = keeper
         self._leases = leases
         self._jobs = jobs
@@ -177,10 +183,11 @@ class NodeCap:
         return self.grant_w is not None or bool(self.limits_w)
 
     def set_budget_w(self, budget_w: float | None, who: str) -> None:
-        """Set (or with None clear) the node budget; applied at once."""
+        """Set (or with None clear) the node budget: saved for a restart first, then applied at once."""
         if budget_w is not None and not budget_w > 0:
             raise ValueError("the budget must be > 0 W")
         self.budget_w, self.set_by = budget_w, who
+        self._save()
         self._changed()
         self.tick()
 
@@ -188,7 +195,44 @@ class NodeCap:
         if priority not in PRIORITIES:
             raise ValueError(f"priority must be one of {', '.join(map(str, PRIORITIES))} (0 lowest)")
         self.priorities[job] = priority
+        self._save()
         self._changed()
+
+    def resume(self) -> None:
+        """At start-up (the crashed daemon's GPUs reconciled, no job registered yet): set the budget and the
+        priorities a previous daemon saved. A file that cannot be read is logged and left in place."""
+        if self._saved_path is None:
+            return
+        try:
+            saved = load_cap(self._saved_path)
+        except CapFileError as exc:
+            logger.error("power cap: %s: left in place, no budget restored", exc)
+            self.save_error = str(exc)
+            return
+        if saved is None:
+            return
+        self.priorities.update(saved.priorities)
+        if saved.budget_w is not None:
+            logger.warning(
+                "power cap: node budget %.1f W (set by %s) kept across a restart: applied again",
+                saved.budget_w,
+                saved.set_by or "?",
+            )
+            self.budget_w, self.set_by = saved.budget_w, saved.set_by
+        self._changed()
+        self.tick()
+
+    def _save(self) -> None:
+        if self._saved_path is None:
+            return
+        try:
+            save_cap(self._saved_path, SavedCap(self.budget_w, self.set_by, dict(self.priorities)))
+        except CapFileError as exc:
+            if str(exc) != self.save_error:
+                logger.error("power cap: not kept across a restart: %s", exc)
+            self.save_error = str(exc)
+            return
+        self.save_error = ""
 
     def _changed(self) -> None:
         self._dirty = True

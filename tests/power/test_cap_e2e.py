@@ -108,24 +108,73 @@ def test_cap_needs_the_admin_socket(make_daemon: Callable[..., DaemonProcess]) -
         run_as_user(lambda: ask(dirs.runtime_dir, AdminSetCap(budget_w=500.0), CapStatusReply, admin=True))
 
 
-@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
-def test_limits_restored_on_stop_and_after_a_crash(
-    make_daemon: Callable[..., DaemonProcess], how: str
+def test_budget_kept_across_a_crash_and_limits_held(make_daemon: Callable[..., DaemonProcess]) -> None:
+    """A crash must not lift a cap: the restarted daemon reconciles the GPUs, then holds the budget again
+    (and the priorities), before any job comes back; `cap clear` drops it for good."""
+    dirs = DaemonDirs.create()
+    daemon = make_daemon(dirs, gpus=2, extra_args=H100).start()
+    run = dirs.runtime_dir
+    assert ctl(run, "cap", "set", "--node", "600").returncode == 0
+    assert ctl(run, "cap", "priority", "train-a", "high").returncode == 0
+    set_by = cap_status(run)["set_by"]
+    uuids = [g["uuid"] for g in cap_status(run)["gpus"]]
+    assert [sim_control(run, u).power_limit_w for u in uuids] == [300.0, 300.0]
+    saved = dirs.state_dir / "power-cap.json"
+    assert saved.stat().st_mode & 0o777 == 0o600
+    daemon.kill()
+    assert [sim_control(run, u).power_limit_w for u in uuids] == [300.0, 300.0]
+
+    daemon = make_daemon(dirs, gpus=2, extra_args=H100).start()
+    status = cap_status(run)
+    assert status["budget_w"] == 600.0
+    assert status["grant_w"] == 600.0
+    assert status["set_by"] == set_by
+    assert status["problem"] == ""
+    assert [sim_control(run, u).power_limit_w for u in uuids] == [300.0, 300.0]
+    assert sum(limits_w(run, status)) <= 600.0 + 1e-6
+    assert "node budget 600.0 W (set by uid" in daemon.log()
+    assert "kept across a restart" in daemon.log()
+    assert json.loads(saved.read_text())["priorities"] == {"train-a": 2}
+
+    assert ctl(run, "cap", "clear").returncode == 0
+    assert [sim_control(run, u).power_limit_w for u in uuids] == [700.0, 700.0]
+    assert json.loads(saved.read_text())["budget_w"] is None  # the priority stays
+    daemon.kill()
+    make_daemon(dirs, gpus=2, extra_args=H100).start()
+    assert cap_status(run)["budget_w"] is None
+    assert [sim_control(run, u).power_limit_w for u in uuids] == [700.0, 700.0]
+
+
+def test_limits_restored_on_stop_and_the_budget_held_again_at_start(
+    make_daemon: Callable[..., DaemonProcess],
 ) -> None:
     dirs = DaemonDirs.create()
     daemon = make_daemon(dirs, gpus=2, extra_args=H100).start()
     run = dirs.runtime_dir
     assert ctl(run, "cap", "set", "--node", "600").returncode == 0
     uuids = [g["uuid"] for g in cap_status(run)["gpus"]]
+    daemon.signal(signal.SIGTERM)
+    daemon.wait()
+    assert [sim_control(run, u).power_limit_w for u in uuids] == [700.0, 700.0]  # stop restores
+    make_daemon(dirs, gpus=2, extra_args=H100).start()
+    assert cap_status(run)["budget_w"] == 600.0
     assert [sim_control(run, u).power_limit_w for u in uuids] == [300.0, 300.0]
-    if how == "sigterm":
-        daemon.signal(signal.SIGTERM)
-        daemon.wait()
-    else:
-        daemon.kill()
-        assert [sim_control(run, u).power_limit_w for u in uuids] == [300.0, 300.0]
-        make_daemon(dirs, gpus=2, extra_args=H100).start()  # reconciles the state file
-    assert [sim_control(run, u).power_limit_w for u in uuids] == [700.0, 700.0]
+    assert ctl(run, "cap", "clear").returncode == 0
+    assert not (dirs.state_dir / "power-cap.json").exists()
+
+
+def test_an_unsafe_cap_file_is_refused_and_reported(make_daemon: Callable[..., DaemonProcess]) -> None:
+    dirs = DaemonDirs.create()
+    dirs.state_dir.mkdir(mode=0o700, parents=True)
+    saved = dirs.state_dir / "power-cap.json"
+    saved.write_text(json.dumps({"version": 1, "budget_w": 400.0, "set_by": "x", "priorities": {}}))
+    saved.chmod(0o666)  # anyone could have written it
+    daemon = make_daemon(dirs, gpus=2, extra_args=H100).start()
+    status = cap_status(dirs.runtime_dir)
+    assert status["budget_w"] is None
+    assert "writable by group or others" in status["problem"]
+    assert "no budget restored" in daemon.log()
+    assert saved.exists()
 
 
 def test_cap_written_again_after_a_lease_restores_the_gpu(make_daemon: Callable[..., DaemonProcess]) -> None:
