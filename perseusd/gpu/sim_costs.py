@@ -6,11 +6,14 @@ clocks is normal; for each (stage, instruction):
 
 - between two measured clocks, time and energy are interpolated linearly;
 - above the highest measured clock, the cost is that clock's;
-- below the lowest measured clock, time grows as 1/clock and power stays the lowest clock's.
+- below the lowest measured clock, time and power follow a fit on the measured clocks
+  (`perseusd.planner.below_clock`: time ~ a + b/f, power ~ blocking power + c f^k), so a power limit below
+  the lowest measured clock's power finds a lower clock that fits, as a real GPU does.
 
 Power capping (boards with `power_capping`): a computation whose power at the locked clock (energy / time)
 exceeds the power limit runs at the highest clock whose power fits (the board's lowest if none does), with
-that clock's time and energy, and reports that clock.
+that clock's time and energy, and reports that clock. The node cap's model of a job under limits
+(`perseusd.power.limit_model`) and the offline replay use the same costs.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 
 from perseusd.gpu.errors import GpuInvalidArgumentError
 from perseusd.gpu.sim_boards import Board
+from perseusd.planner.below_clock import extrapolate_below
 from perseusd.planner.profile import Profile
 
 
@@ -70,7 +74,10 @@ class WorkloadCosts:
         for m in profile.measurements:
             key = (m.stage, m.instruction.value)
             measured.setdefault(key, {})[m.freq_mhz] = ComputationCost(m.time_s, m.energy_j)
-        self._costs = {key: _complete(by_clock, board.clocks_mhz) for key, by_clock in measured.items()}
+        self._costs = {
+            key: _complete(by_clock, board.clocks_mhz, board.blocking_power_w)
+            for key, by_clock in measured.items()
+        }
         self._capped: dict[tuple[int, str, int, float], RunCost] = {}
 
     @property
@@ -116,26 +123,25 @@ class WorkloadCosts:
 
 
 def _complete(
-    measured: dict[int, ComputationCost], clocks_mhz: tuple[int, ...]
+    measured: dict[int, ComputationCost], clocks_mhz: tuple[int, ...], static_w: float
 ) -> dict[int, ComputationCost]:
     """Costs at every clock of `clocks_mhz` from those measured at some of them (see the module docstring)."""
     known = sorted(measured)
-    low_mhz, high_mhz = known[0], known[-1]
-    lowest = measured[low_mhz]
+    high_mhz = known[-1]
+    below = extrapolate_below({c: (m.time_s, m.energy_j) for c, m in measured.items()}, clocks_mhz, static_w)
     completed: dict[int, ComputationCost] = {}
     for clock in clocks_mhz:
         if clock in measured:
             completed[clock] = measured[clock]
         elif clock > high_mhz:
             completed[clock] = measured[high_mhz]
-        elif clock < low_mhz:
-            time_s = lowest.time_s * low_mhz / clock
-            completed[clock] = ComputationCost(time_s, lowest.power_w * time_s)
+        elif clock in below:
+            completed[clock] = ComputationCost(*below[clock])
         else:
-            below = max(c for c in known if c < clock)
-            above = min(c for c in known if c > clock)
-            weight = (clock - below) / (above - below)
-            a, b = measured[below], measured[above]
+            lower = max(c for c in known if c < clock)
+            upper = min(c for c in known if c > clock)
+            weight = (clock - lower) / (upper - lower)
+            a, b = measured[lower], measured[upper]
             completed[clock] = ComputationCost(
                 a.time_s + weight * (b.time_s - a.time_s), a.energy_j + weight * (b.energy_j - a.energy_j)
             )

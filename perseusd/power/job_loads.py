@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from perseusd.errors import PerseusError
 from perseusd.jobs.job import Job
 from perseusd.jobs.states import RUNNING
+from perseusd.planner.below_clock import extrapolate_below
 from perseusd.planner.dag import ComputationDag, Instruction, from_stage_orders
 from perseusd.planner.policy import PointSummary
 from perseusd.power.aliasing import periodic_worst_window_w, schedule
@@ -160,8 +161,11 @@ def _cap_point(job: Job, dag: ComputationDag, index: int, time_s: float, window_
 
 
 def _limit_model(job: Job, dag: ComputationDag, index: int, window_s: float) -> LimitModel:
-    """Each computation at its planned clock and every lower clock of the profile; the local pipelines."""
+    """Each computation at its planned clock and every lower clock of the profile, then below the lowest
+    profiled clock at the GPUs' lower clocks as the board models them (`perseusd.planner.below_clock`, the
+    same fit the simulated boards run); the local pipelines."""
     assert job.profile is not None
+    supported = {c for slot in job.slots.values() for c in slot.supported_clocks_mhz}
     options: list[list[Option]] = [[] for _ in range(dag.num_computations)]
     for stage, nodes in enumerate(dag.stage_orders):
         for node, entry in zip(nodes, job.plan_entries(stage, index), strict=True):
@@ -169,6 +173,9 @@ def _limit_model(job: Job, dag: ComputationDag, index: int, window_s: float) -> 
             measured = job.profile.options(virtual, Instruction(entry.instruction))
             lower = sorted((m for m in measured if m.freq_mhz <= entry.freq_mhz), key=lambda m: -m.freq_mhz)
             options[node] = [(m.time_s, m.energy_j / m.time_s) for m in lower if m.time_s > 0]
+            by_clock = {m.freq_mhz: (m.time_s, m.energy_j) for m in measured}
+            below = extrapolate_below(by_clock, supported, job.p_block_w)
+            options[node] += [(t, e / t) for _, (t, e) in sorted(below.items(), reverse=True)]
     pipelines = []
     for slots in job.pipelines().values():
         gpus: list[str | None] = [None] * dag.num_stages
