@@ -86,3 +86,33 @@ def load_cap(path: Path) -> SavedCap | None:
     if not all(isinstance(j, str) and type(p) is int and p in PRIORITIES for j, p in priorities.items()):
         raise CapFileError(f"{path}: each priority must be one of {', '.join(map(str, PRIORITIES))}")
     return SavedCap(None if budget_w is None else float(budget_w), set_by, dict(priorities))
+
+
+def save_logged(path: Path, cap: SavedCap, last_error: str) -> str:
+    """`save_cap`, an error logged (once while it repeats) and returned ("" once saved)."""
+    try:
+        save_cap(path, cap)
+    except CapFileError as exc:
+        if str(exc) != last_error:
+            logger.error("power cap: not kept across a restart: %s", exc)
+        return str(exc)
+    return ""
+
+
+def resume_saved(path: Path | None) -> tuple[SavedCap | None, str]:
+    """At start-up: the saved cap (None: none, or unreadable) and why it could not be read ("" if it could).
+    A file that cannot be read is logged and left in place."""
+    if path is None:
+        return None, ""
+    try:
+        saved = load_cap(path)
+    except CapFileError as exc:
+        logger.error("power cap: %s: left in place, no budget restored", exc)
+        return None, str(exc)
+    if saved is not None and saved.budget_w is not None:
+        logger.warning(
+            "power cap: node budget %.1f W (set by %s) kept across a restart: applied again",
+            saved.budget_w,
+            saved.set_by or "?",
+        )
+    return saved, ""

@@ -44,7 +44,7 @@ from perseusd.power.allocate import (
 from perseusd.power.allocate import demand_w as node_demand_w
 from perseusd.power.allocate import floor_w as node_floor_w
 from perseusd.power.allocate import priority_demand_w as node_priority_demand_w
-from perseusd.power.cap_file import CapFileError, SavedCap, load_cap, save_cap
+from perseusd.power.cap_file import SavedCap, resume_saved, save_logged
 from perseusd.power.job_loads import JobLoads
 from perseusd.power.window import PowerWindow, WindowPower
 
@@ -200,39 +200,20 @@ class NodeCap:
 
     def resume(self) -> None:
         """At start-up (the crashed daemon's GPUs reconciled, no job registered yet): set the budget and the
-        priorities a previous daemon saved. A file that cannot be read is logged and left in place."""
-        if self._saved_path is None:
-            return
-        try:
-            saved = load_cap(self._saved_path)
-        except CapFileError as exc:
-            logger.error("power cap: %s: left in place, no budget restored", exc)
-            self.save_error = str(exc)
-            return
+        priorities a previous daemon saved (`perseusd.power.cap_file`)."""
+        saved, self.save_error = resume_saved(self._saved_path)
         if saved is None:
             return
         self.priorities.update(saved.priorities)
         if saved.budget_w is not None:
-            logger.warning(
-                "power cap: node budget %.1f W (set by %s) kept across a restart: applied again",
-                saved.budget_w,
-                saved.set_by or "?",
-            )
             self.budget_w, self.set_by = saved.budget_w, saved.set_by
         self._changed()
         self.tick()
 
     def _save(self) -> None:
-        if self._saved_path is None:
-            return
-        try:
-            save_cap(self._saved_path, SavedCap(self.budget_w, self.set_by, dict(self.priorities)))
-        except CapFileError as exc:
-            if str(exc) != self.save_error:
-                logger.error("power cap: not kept across a restart: %s", exc)
-            self.save_error = str(exc)
-            return
-        self.save_error = ""
+        if self._saved_path is not None:
+            saved = SavedCap(self.budget_w, self.set_by, dict(self.priorities))
+            self.save_error = save_logged(self._saved_path, saved, self.save_error)
 
     def _changed(self) -> None:
         self._dirty = True
