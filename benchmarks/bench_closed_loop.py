@@ -30,13 +30,17 @@ each on its own, so the top clocks cost what the board really runs). Both use th
 the board's idle power at its top clock.
 
     python benchmarks/bench_closed_loop.py [--cases a100x12,...,synthx8,BOARD:PROFILE:STAGES:MICROBATCHES]
-        [--time-scale 1.0] [--iterations 8] [--pipelines 1] [--timeout-s 3600]
+        [--time-scale 1.0] [--iterations 8] [--pipelines 1] [--timeout-s 3600] [--trace-dir DIR]
+
+With `--trace-dir`, `benchmarks/closed_loop_trace.py DIR/CASE.jsonl` tells a case's slowdown apart: the
+plan's clocks (the DAG with the measured durations) and the time between stages (docs/emulate.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -231,6 +235,11 @@ def run_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
             str(args.timeout_s),
             "--json",
         ]
+        if args.trace_dir is not None:
+            args.trace_dir.mkdir(parents=True, exist_ok=True)
+            trace = args.trace_dir / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.jsonl"
+            trace.unlink(missing_ok=True)
+            command += ["--trace", str(trace)]
         out = subprocess.run(
             command, capture_output=True, text=True, check=False, timeout=args.timeout_s + 60
         )
@@ -259,6 +268,12 @@ def main() -> int:
     parser.add_argument("--time-scale", type=float, default=1.0)
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--pipelines", type=int, default=1)
+    parser.add_argument(
+        "--trace-dir",
+        type=Path,
+        help="keep each case's perseus-emulate trace as DIR/CASE.jsonl (other characters than letters, "
+        "digits, '_', '.' and '-' in CASE as '_'; read it with closed_loop_trace.py)",
+    )
     parser.add_argument(
         "--timeout-s",
         type=float,

@@ -1,0 +1,67 @@
+"""`benchmarks/closed_loop_trace.py`: a trace played out with known durations, gap and hop is read back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from benchmarks.closed_loop_trace import analyse, replay_s
+from perseusd.planner.dag import build_dag
+
+STAGES, MICROBATCHES = 3, 4
+GAP_S, HOP_S = 0.001, 0.0025
+
+
+def _iteration(durations_s: list[float], iteration: int, origin_s: float) -> list[dict[str, Any]]:
+    """One iteration's computation records, each computation beginning when the GPU is free (after GAP_S)
+    and its input has arrived (HOP_S after the sender's end)."""
+    dag = build_dag("1f1b", STAGES, MICROBATCHES)
+    stage_of = [c.stage for c in dag.computations]
+    start_s, end_s = [0.0] * dag.num_computations, [0.0] * dag.num_computations
+    for node in dag.topological_order:
+        ready = [
+            end_s[p] + (GAP_S if stage_of[p] == stage_of[node] else HOP_S) for p in dag.predecessors[node]
+        ]
+        start_s[node] = max(ready, default=origin_s)
+        end_s[node] = start_s[node] + durations_s[node]
+    return [
+        {
+            "kind": "computation",
+            "pipeline": 0,
+            "stage": c.stage,
+            "iteration": iteration,
+            "instruction": c.instruction.value,
+            "microbatch": c.microbatch,
+            "start_s": start_s[node],
+            "end_s": end_s[node],
+        }
+        for node, c in enumerate(dag.computations)
+    ]
+
+
+def test_the_gap_the_hop_and_each_phases_slowdown_are_read_back() -> None:
+    dag = build_dag("1f1b", STAGES, MICROBATCHES)
+    base = [0.010 if c.instruction.value == "forward" else 0.020 for c in dag.computations]
+    slower = [t * (1.1 if c.stage == 0 else 1.0) for t, c in zip(base, dag.computations, strict=True)]
+    records: list[dict[str, Any]] = []
+    for iteration in range(6):
+        records += _iteration(base if iteration < 3 else slower, iteration, origin_s=10.0 * iteration)
+    records += [
+        {"kind": "window", "phase": "baseline", "first": 0, "last": 3},
+        {"kind": "window", "phase": "optimized", "first": 3, "last": 6},
+    ]
+    found = analyse(records)
+    assert found["baseline"]["gap_ms"] == pytest.approx(GAP_S * 1e3)
+    assert found["baseline"]["hop_ms"] == pytest.approx(HOP_S * 1e3)
+    for phase, durations in (("baseline", base), ("optimized", slower)):
+        assert found[phase]["dag_s"] == pytest.approx(replay_s(dag, durations, 0.0, 0.0), abs=1e-5)
+        # the replay with the measured gap and hop is the span the records were played out with
+        assert found[phase]["replayed_s"] == pytest.approx(found[phase]["span_s"], abs=1e-5)
+    assert found["slowdown_pct"]["span"] > 0
+    assert found["slowdown_pct"]["replayed"] == pytest.approx(found["slowdown_pct"]["span"], abs=1e-3)
+
+
+def test_a_trace_without_both_windows_is_refused() -> None:
+    with pytest.raises(SystemExit, match="baseline and optimized"):
+        analyse([{"kind": "window", "phase": "baseline", "first": 0, "last": 3}])
