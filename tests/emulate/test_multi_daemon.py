@@ -19,9 +19,11 @@ TWO_PIPELINES = (
     "--profile", "a100_sxm", "--stages", "2", "--microbatches", "4", "--pipelines", "2",
     "--time-scale", "0.3", "--iterations", "4", "--baseline-only",
 )  # fmt: skip
-SYNC_TOLERANCE = 0.10
+WAITS_FACTOR = 1.25
+"""A pipeline that waits for a 1.5x straggler is at least this much slower (wall clock: a loaded machine's
+margin, and still far from 1.0, where no pipeline waits)."""
 PRE_LOOP = {"warmup", "baseline"}
-"""Pipelines synced by the gradient all-reduce start their iterations together: same mean iteration time."""
+"""The emulator's phases before the closed loop."""
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +87,10 @@ def test_dp_sync_makes_every_pipeline_wait_for_the_straggler(
     synced_s = _times_s(synced)
     assert synced["straggler"] == {"pipeline": 1, "factor": 1.5, "from": 0, "to": None}
     assert synced_s[0] == pytest.approx(synced_s[1], rel=0.02)
-    assert synced_s[0] == pytest.approx(1.5 * healthy_s[0], rel=SYNC_TOLERANCE)
-    assert unsynced_s[0] == pytest.approx(healthy_s[0], rel=SYNC_TOLERANCE)
-    assert unsynced_s[1] == pytest.approx(1.5 * healthy_s[1], rel=SYNC_TOLERANCE)
+    # Wall-clock ratios, so with margins a loaded machine keeps (1.5x straggler; 1.25x decides either way):
+    # synced, the healthy pipeline waits for the straggler; unsynced, it does not.
+    assert synced_s[0] > WAITS_FACTOR * healthy_s[0]
+    assert unsynced_s[1] > WAITS_FACTOR * unsynced_s[0]
     # Only the straggler's computations were throttled, and never in the warm-up iteration.
     throttled = {(r["pipeline"], r["iteration"] > 0, r["throttle"]) for r in computations(read_trace(trace))}
     assert throttled == {(0, False, 1.0), (0, True, 1.0), (1, False, 1.0), (1, True, 1.5)}
