@@ -11,8 +11,7 @@ interval's actual intensity. Methods:
 - `chase`: Chase's method: every GPU at its highest clock under one power limit per interval, the limit of a
   sweep (board minimum to maximum in `--limit-step-w` steps) minimising Chase's cost (eta = 0.24, reference
   intensity the trace's highest, reference power the GPUs' maximum power limit), capped by the simulated
-  board's power-capping model (`perseusd/gpu/sim_costs.py`; the `a100_sxm` board has no capping data, so the
-  same model is switched on for it here);
+  board's power-capping model (`perseusd/gpu/sim_costs.py`, which both boards use);
 - `perseus_fastest`: the frontier's fastest point all the time;
 - `carbon_policy`: the daemon's choice (`perseusd.carbon.choice`): the frontier point of least Chase cost
   among those no slower than all-max x (1 + allowed slowdown); the allowed slowdown is Chase's own measured
@@ -36,7 +35,6 @@ the policy follows the grid and perfect-forecast arms; its timings depend on the
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -90,7 +88,9 @@ def frontier_choices(dag: ComputationDag, board: str, unit_s: float) -> list[Cho
 
 def power_limit_choices(dag: ComputationDag, board_name: str, step_w: float) -> list[Choice]:
     """All-max clocks under each power limit of the sweep, capped by the board model."""
-    board = dataclasses.replace(load_board(board_name), power_capping=True)
+    board = load_board(board_name)
+    if not board.power_capping:
+        raise ValueError(f"the {board_name} board models no power capping: a limit would change nothing")
     costs = WorkloadCosts(bundled_profile(board_name), board)
     p_block_w = BUNDLED_PROFILES[board_name].p_block_w
     top_mhz = max(board.clocks_mhz)
@@ -249,7 +249,9 @@ def main() -> int:
     parser.add_argument("--forecaster", default="auto", choices=("auto", "svr", "persistence"))
     parser.add_argument("--limit-step-w", type=float, default=10.0)
     parser.add_argument("--mode", default="model", choices=("model", "measured"))
-    parser.add_argument("--arms", default="", help="measured: the arms to run (default all; all_max always)")
+    parser.add_argument(
+        "--arms", default="", help="measured: arms beside all_max and its repeat (chase,carbon_policy)"
+    )
     carbon_measured.add_arguments(parser)
     args = parser.parse_args()
     trace = load_trace(args.trace)

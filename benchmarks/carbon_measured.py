@@ -13,12 +13,13 @@ Arms (all at the same work):
 - `all_max`: the emulator's baseline (every computation at its top clock, default power limits);
 - `chase`: the baseline under one power limit per interval, set on every GPU through the daemon
   (`AdminSetPowerLimit`) at each interval's start, the limit of the model's sweep (bench_carbon's
-  `power_limit_choices`) of least Chase cost for the forecast; the simulated board caps computations by the
-  limit only when it models capping (`h100_sxm` does; `a100_sxm` has no capping data, so there the limits
-  change nothing and the arm measures all-max: reported as `board_power_capping: false`);
+  `power_limit_choices`) of least Chase cost for the forecast; the simulated board caps every computation
+  whose power at its clock exceeds the limit (`perseusd/gpu/sim_costs.py`; both boards model capping);
 - `perseus_fastest`: the job under the daemon, profile imported, policy `fastest`;
 - `carbon_policy`: policy `carbon`, allowed slowdown: the model's slowdown of Chase's method on the
-  segment (known before the run), the daemon re-choosing every `interval_s / 8`.
+  segment (known before the run), the daemon re-choosing every `interval_s / 8`;
+- `all_max_repeat`: all-max again, at the other end of each round: the run's noise floor
+  (benchmarks/carbon_stats.py).
 """
 
 from __future__ import annotations
@@ -253,6 +254,7 @@ def _measure(arm: Arm, work: Workload, server: SignalServer, daemon: DaemonProce
     looked_s = 0.0
     deadline_s = time.monotonic() + 3000
     watcher = PerseusClient(runtime_dir, job="bench-watch", timeout_s=5.0)
+    switching: dict[str, Any] = {}
     try:
         while proc.poll() is None and time.monotonic() < deadline_s:
             if arm.policy is not None and started is not None and time.monotonic() - looked_s > 0.25:
@@ -268,6 +270,7 @@ def _measure(arm: Arm, work: Workload, server: SignalServer, daemon: DaemonProce
                     _set_limits(runtime_dir, gpus, arm.limits_w[index % len(arm.limits_w)])
                     applied = index
             if started is not None and len([r for r in rows.rows if r[0] > started]) >= work.iterations:
+                switching = _switching(watcher) if arm.policy is not None else {}
                 break
             time.sleep(0.01)
     finally:
@@ -287,7 +290,23 @@ def _measure(arm: Arm, work: Workload, server: SignalServer, daemon: DaemonProce
     if arm.policy is not None:
         result["points_seen"] = sorted(set(points))
         result["point_changes"] = sum(1 for a, b in itertools.pairwise(points) if a != b)
+        result["switching"] = switching
     return result
+
+
+def _switching(client: PerseusClient) -> dict[str, Any]:
+    """The daemon's per-computation switching over the job's GPUs so far (`perseusctl jobs`' statistics):
+    late clock changes say the plan's clocks did not land in time (a daemon short of CPU)."""
+    try:
+        stats = [g.plan for g in client.status().gpus if g.plan is not None]
+    except PerseusClientError:
+        return {}
+    totals = {
+        key: sum(getattr(s, key) for s in stats)
+        for key in ("computations", "clock_changes", "late", "skipped", "unplanned", "errors")
+    }
+    p99 = [s.event_to_clock_p99_ms for s in stats if s.event_to_clock_p99_ms is not None]
+    return {**totals, "event_to_clock_p99_ms_max": max(p99, default=None)}
 
 
 def _plan_index(client: PerseusClient) -> list[int]:
@@ -319,6 +338,8 @@ def _account(measured: list[tuple[float, str, float, float]], server: SignalServ
         "energy_j": energy_j,
         "intervals": len(seen),
         "iterations": len(measured),
+        "iteration_s": [r[2] for r in measured],
+        "iteration_j": [r[3] for r in measured],
     }
 
 
@@ -328,14 +349,22 @@ def measured_arms(
     trace: Sequence[SignalPoint],
     forecaster: str,
     progress: Callable[[str], None],
-) -> dict[str, dict[str, Any]]:
-    """Each arm measured in turn (a fresh daemon each)."""
-    results = {}
-    for arm in arms:
-        began_s = time.monotonic()
-        results[arm.name] = run_arm(arm, work, trace, forecaster)
-        results[arm.name]["wall_s"] = round(time.monotonic() - began_s, 1)
-        progress(f"{arm.name}: {json.dumps(results[arm.name])}")
+    rounds: int = 1,
+) -> dict[str, list[dict[str, Any]]]:
+    """Each arm measured once per round (a fresh daemon each), the arms interleaved: round r runs them in
+    the given order when r is even and in reverse when it is odd (A B C, C B A, A B C, ...), so that a drift
+    of the machine's load within the run weighs on every arm alike."""
+    results: dict[str, list[dict[str, Any]]] = {arm.name: [] for arm in arms}
+    for number in range(rounds):
+        for arm in arms if number % 2 == 0 else list(reversed(arms)):
+            began_s = time.monotonic()
+            result = run_arm(arm, work, trace, forecaster)
+            result["wall_s"] = round(time.monotonic() - began_s, 1)
+            result["round"] = number
+            result["load_1min"] = round(os.getloadavg()[0], 2)
+            results[arm.name].append(result)
+            shown = {k: v for k, v in result.items() if k not in ("iteration_s", "iteration_j")}
+            progress(f"{arm.name}: {json.dumps(shown)}")
     return results
 
 
@@ -352,3 +381,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--time-scale-a100", type=float, default=0.25)
     parser.add_argument("--switch-eta", type=float, default=0.75, help="the measured switching case's eta")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="measured: rounds of the interleaved arms (>= 1)"
+    )
+    parser.add_argument(
+        "--raw-json", type=Path, default=None, help="measured: also write every run's per-iteration rows here"
+    )

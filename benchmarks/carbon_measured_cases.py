@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks import carbon_measured
+from benchmarks import carbon_measured, carbon_stats
 from benchmarks.bench_carbon import CASES, Choice, power_limit_choices, replay
 from benchmarks.carbon_measured import Arm, Workload
 from perseusd.carbon.choice import DEFAULT_ETA, ChaseWeights, chase_cost
@@ -20,6 +20,9 @@ from perseusd.gpu.sim_boards import load_board
 from perseusd.planner.baselines import all_max
 from perseusd.planner.bundled import BUNDLED_PROFILES, bundled_profile
 from perseusd.planner.dag import build_dag
+
+DEFAULT_ARMS = "chase,carbon_policy"
+"""The arms run beside all-max and its repeat without `--arms`: the bar's, at Chase's eta."""
 
 
 def widest_start(trace: list[SignalPoint], intervals: int) -> int:
@@ -92,20 +95,26 @@ def measured_case(
             perfect=True,
         ),
     ]
-    wanted = set(args.arms.split(",")) if args.arms else None
-    arms = [a for a in arms if wanted is None or a.name in wanted or a.name == "all_max"]
-    results = carbon_measured.measured_arms(
-        arms, work, trace, args.forecaster, lambda line: print(f"{name} {line}", file=sys.stderr, flush=True)
+    wanted = set((args.arms or DEFAULT_ARMS).split(","))
+    arms = [Arm("all_max"), *(a for a in arms[1:] if a.name in wanted), Arm("all_max_repeat")]
+    rounds = carbon_measured.measured_arms(
+        arms,
+        work,
+        trace,
+        args.forecaster,
+        lambda line: print(f"{name} {line}", file=sys.stderr, flush=True),
+        max(1, args.rounds),
     )
-    reference_result = results["all_max"]
-    for result in results.values():
-        result["carbon_saving_pct"] = round(100 * (1 - result["carbon_g"] / reference_result["carbon_g"]), 2)
-        result["slowdown_pct"] = round(100 * (result["time_s"] / reference_result["time_s"] - 1), 2)
-    bars = {}
-    for policy, chase in (("carbon_policy", "chase"), (f"carbon_policy_eta_{eta:g}", f"chase_eta_{eta:g}")):
-        if policy in results and chase in results:
-            mine, theirs = results[policy], results[chase]
-            bars[policy] = mine["carbon_g"] < theirs["carbon_g"] and mine["time_s"] <= theirs["time_s"]
+    if args.raw_json is not None:
+        args.raw_json.with_suffix(f".{name}.json").write_text(json.dumps(rounds))
+    results = {arm: carbon_stats.summarise_arm(found, rounds["all_max"]) for arm, found in rounds.items()}
+    noise = carbon_stats.noise_floor(rounds)
+    pairs = (("carbon_policy", "chase"), (f"carbon_policy_eta_{eta:g}", f"chase_eta_{eta:g}"))
+    bars = {
+        policy: carbon_stats.compare(rounds[policy], rounds[chase], noise["tolerance_pct"])
+        for policy, chase in pairs
+        if policy in rounds and chase in rounds
+    }
     gains = {
         a: round(results[a]["carbon_g"] - results[b]["carbon_g"], 4)
         for a, b in (
@@ -130,8 +139,11 @@ def measured_case(
             f"eta_{eta:g}": round(100 * switch_slowdown, 2),
         },
         "segment_forecast_mape_pct": round(100 * sum(errors) / len(errors), 3),
+        "rounds": max(1, args.rounds),
+        "noise_floor": noise,
         "results": results,
-        "bar_met": bars,
+        "versus_chase": bars,
+        "bar_met": {k: v["bar_met"] for k, v in bars.items()},
         "perfect_forecast_gain_g": gains,
     }
 
@@ -152,8 +164,9 @@ def measured_main(trace: list[SignalPoint], args: argparse.Namespace, mape_pct: 
         "switch_eta": args.switch_eta,
         "forecaster": args.forecaster,
         "forecast_mape_pct": round(mape_pct, 3),
-        "machine_load_1min": round(os.getloadavg()[0], 2),
+        "machine_load_1min_at_start": round(os.getloadavg()[0], 2),
         "cases": [measured_case(name, trace, predicted, args) for name in args.cases.split(",")],
     }
+    out["machine_load_1min_at_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out, indent=2))
     return 0 if all(all(c["bar_met"].values()) for c in out["cases"]) else 1

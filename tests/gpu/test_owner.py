@@ -129,7 +129,7 @@ def test_equal_requests_are_skipped(owner: GpuOwner, recording: RecordingDevice)
 
 def test_save_and_restore_never_skip(owner: GpuOwner, recording: RecordingDevice) -> None:
     saved = owner.save_state().result(timeout=5)
-    assert saved == GpuState(locked_sm_clock_mhz=None, power_limit_w=400.0)
+    assert saved == GpuState(locked_sm_clock_mhz=None, power_limit_w=500.0)
     owner.reset_locked_sm_clock().result(timeout=5)
     assert "reset_locked_sm_clock" not in recording.calls
     owner.set_locked_sm_clock_mhz(1200).result(timeout=5)
@@ -177,7 +177,7 @@ def test_errors_propagate_typed_and_unknown_state_is_retried(
 def test_read_never_raises(owner: GpuOwner, sim_device: SimDevice) -> None:
     sim_device.set_locked_sm_clock_mhz(1200)
     good = owner.read().result(timeout=5)
-    assert (good.sm_clock_mhz, good.locked_sm_clock_mhz, good.power_limit_w) == (1200, 1200, 400.0)
+    assert (good.sm_clock_mhz, good.locked_sm_clock_mhz, good.power_limit_w) == (1200, 1200, 500.0)
     assert good.energy_mj is not None
     assert good.power_w is not None
     assert good.error is None

@@ -25,7 +25,9 @@ A100 = WorkloadCosts(bundled_profile("a100_sxm"), load_board("a100_sxm"))
 def test_boards_keep_the_a100_and_a40_facts() -> None:
     a100 = load_board("a100_sxm")
     assert a100.clocks_mhz == tuple(range(1410, 854, -15))
-    assert (a100.power_capping, a100.idle_power_w(1005), a100.idle_power_w(None)) == (False, 83.64, 83.64)
+    assert (a100.power_capping, a100.idle_power_w(1005), a100.idle_power_w(None)) == (True, 83.64, 83.64)
+    limits_w = (a100.power_limit_min_w, a100.power_limit_max_w, a100.power_limit_default_w)
+    assert limits_w == (100.0, 500.0, 500.0)  # the 500 W A100 SXM4 80GB configuration
     cost = A100.cost(0, "forward", 1410)
     assert cost.time_s == pytest.approx(0.05016166687011708)
     assert cost.energy_j == pytest.approx(23.80547200000007)
@@ -35,6 +37,27 @@ def test_boards_keep_the_a100_and_a40_facts() -> None:
     assert a40.power_limit_max_w == 300.0
     with pytest.raises(GpuInvalidArgumentError, match="known: a100_sxm, a40, h100_sxm"):
         load_board("h100")
+
+
+def test_the_a100_board_caps_only_under_a_lowered_limit() -> None:
+    """The shipped GPT-3 profile draws at most about 481 W: at the default limit nothing is capped (the A100
+    results of every test and benchmark are those of an uncapped board), and a lowered limit (Chase's knob,
+    node power caps) runs each computation at the highest clock whose power fits, as on the H100 board."""
+    a100 = load_board("a100_sxm")
+    profile = bundled_profile("a100_sxm")
+    keys = {(m.stage, m.instruction) for m in profile.measurements}
+    peak_w = max(A100.cost(s, i, c).power_w for s, i in keys for c in a100.clocks_mhz)
+    assert 470.0 < peak_w < a100.power_limit_default_w
+    for stage, instruction in keys:
+        for clock in a100.clocks_mhz:
+            run = A100.run_cost(stage, instruction, clock, a100.power_limit_default_w)
+            assert (run.capped, run.clock_mhz, run.cost) == (False, clock, A100.cost(stage, instruction, clock))
+    capped = A100.run_cost(0, "backward", 1410, 300.0)
+    uncapped = A100.cost(0, "backward", 1410)
+    assert capped.capped and capped.clock_mhz < 1410 and capped.cost.power_w <= 300.0
+    assert capped.cost.time_s > uncapped.time_s and capped.cost.energy_j < uncapped.energy_j
+    above = [c for c in a100.clocks_mhz if c > capped.clock_mhz and c <= 1410]
+    assert all(A100.cost(0, "backward", c).power_w > 300.0 for c in above)
 
 
 def test_idle_energy_is_blocking_power_published_once_per_period(

@@ -66,7 +66,7 @@ def test_workload_has_no_way_to_change_clocks(tmp_path: Path) -> None:
     uuid = backend.devices()[0].info.uuid
     with SimGpuHandle.open(tmp_path, uuid) as gpu:
         assert not any(name.startswith(("set_", "reset")) for name in dir(gpu))
-        assert gpu.power_limit_w() == 400.0
+        assert gpu.power_limit_w() == 500.0  # the board's default
         with pytest.raises(GpuInvalidArgumentError):
             gpu.run(0, "sideways")
         with pytest.raises(GpuInvalidArgumentError):
