@@ -51,11 +51,13 @@ def test_the_a100_board_caps_only_under_a_lowered_limit() -> None:
     for stage, instruction in keys:
         for clock in a100.clocks_mhz:
             run = A100.run_cost(stage, instruction, clock, a100.power_limit_default_w)
-            assert (run.capped, run.clock_mhz, run.cost) == (False, clock, A100.cost(stage, instruction, clock))
+            expected = A100.cost(stage, instruction, clock)
+            assert (run.capped, run.clock_mhz, run.cost) == (False, clock, expected)
     capped = A100.run_cost(0, "backward", 1410, 300.0)
     uncapped = A100.cost(0, "backward", 1410)
-    assert capped.capped and capped.clock_mhz < 1410 and capped.cost.power_w <= 300.0
-    assert capped.cost.time_s > uncapped.time_s and capped.cost.energy_j < uncapped.energy_j
+    assert (capped.capped, capped.clock_mhz < 1410, capped.cost.power_w <= 300.0) == (True, True, True)
+    assert capped.cost.time_s > uncapped.time_s
+    assert capped.cost.energy_j < uncapped.energy_j
     above = [c for c in a100.clocks_mhz if c > capped.clock_mhz and c <= 1410]
     assert all(A100.cost(0, "backward", c).power_w > 300.0 for c in above)
 
