@@ -24,13 +24,13 @@ perseusd slows the iteration at most half as much as the uniform limit (and whet
 does); every window within budget + 1 %; the hard-line schemes' limits sum to at most the budget.
 
 Cases: `h100x8` (the shipped GPT 4-stage profile measured on an H100, `h100_sxm` board, 8 microbatches) and
-`a100x12` (GPT-3 175B, 8 stages, 12 microbatches, on the `a100_sxm` board with power capping turned on:
-the shipped board has no power-capping data, the replay caps each computation exactly as the H100 board does).
+`a100x12` (GPT-3 175B, 8 stages, 12 microbatches, on the `a100_sxm` board: 100-500 W, capped by the same
+model as the H100 board).
 
 Budgets are fractions of all-max's worst window: what the node draws at most over the enforcement window.
 Where the windows check fails for `uniform`, the board's model cannot go below its lowest clock's power (a
 computation over the limit at every clock runs at the lowest, drawing more than the limit): a real GPU
-would throttle further. An A100 8x12 iteration (3 s) is longer than a 1 s window, whose densest second
+would throttle further. An A100 8x12 iteration (2.8 s) is longer than a 1 s window, whose densest second
 (every stage computing) no frontier point relieves; `--window-s 3` shows the same node with a window as
 long as an iteration.
 

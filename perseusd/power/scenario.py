@@ -80,8 +80,8 @@ def scenario_for(
 ) -> Scenario:
     """The shipped board and profile of that name, a 1F1B pipeline, its frontier solved as the daemon does.
 
-    A board without power-capping data gets the H100 board's behaviour (a computation over the limit runs
-    at the highest clock that fits), so that power limits act at all."""
+    A board without power-capping data (`a40`) gets the capping boards' behaviour (a computation over the
+    limit runs at the highest clock that fits), so that power limits act at all."""
     board = dataclasses.replace(load_board(board_name), power_capping=True)
     profile = bundled_profile(board_name)
     dag = build_dag("1f1b", stages, microbatches, 1)
