@@ -111,11 +111,12 @@ class JobRequests:
 
     def frontier(self, caller: Caller, message: FrontierRequest) -> DocumentReply:
         job = self._own_job(caller, message.job)
-        if job.frontier is None:
+        doc = job.frontier_document()
+        if doc is None:
             raise ProtocolError(
                 ErrorCode.BAD_FIELD, f"job {job.name} has no frontier yet (it is {job.state})"
             )
-        return DocumentReply(job=job.name, document=document_text(job.frontier))
+        return DocumentReply(job=job.name, document=document_text(doc))
 
     def plan(self, caller: Caller, message: PlanRequest) -> DocumentReply:
         job = self._own_job(caller, message.job)

@@ -20,7 +20,7 @@ from typing import Any
 from perseusd.errors import PerseusError
 from perseusd.jobs.shape import JobShape
 from perseusd.planner.frontier_text import frontier_json
-from perseusd.planner.plan import parse_frontier, save_json, save_json_text
+from perseusd.planner.plan import Frontier, frontier_to_document, parse_frontier, save_json, save_json_text
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream
 
@@ -34,7 +34,7 @@ MAX_FRONTIER_BYTES = 64 * 1024 * 1024
 class CacheEntry:
     profile: Profile
     p_block_w: float
-    frontier: dict[str, Any] | None
+    frontier: Frontier | None
 
 
 class JobCache:
@@ -73,14 +73,14 @@ class JobCache:
         tmp.replace(folder / "profile.csv")
         save_json(about | {"p_block_w": p_block_w}, folder / "job.json", indent=2)
 
-    def store_frontier(self, signature: str, frontier: dict[str, Any]) -> None:
+    def store_frontier(self, signature: str, frontier: Frontier) -> None:
         folder = self._dir(signature)
         if folder.is_dir():
-            save_json_text(frontier_json(frontier), folder / "frontier.json")
+            save_json_text(frontier_json(frontier_to_document(frontier)), folder / "frontier.json")
 
 
-def _load_frontier(path: Path, shape: JobShape) -> dict[str, Any] | None:
-    """The cached frontier document when it is whole, valid and for `shape`; None (logged) otherwise."""
+def _load_frontier(path: Path, shape: JobShape) -> Frontier | None:
+    """The cached frontier when its document is whole, valid and for `shape`; None (logged) otherwise."""
     if not path.is_file():
         return None
     try:
@@ -88,13 +88,13 @@ def _load_frontier(path: Path, shape: JobShape) -> dict[str, Any] | None:
         if size > MAX_FRONTIER_BYTES:
             raise ValueError(f"{size} bytes is more than {MAX_FRONTIER_BYTES}")
         text = path.read_text(encoding="utf-8")
-        meta = parse_frontier(text, str(path)).meta
+        frontier = parse_frontier(text, str(path))
+        meta = frontier.meta
         found = (meta.num_stages, meta.num_microbatches, meta.num_chunks)
         expected = (shape.num_stages, shape.num_microbatches, shape.chunks)
         if found != expected:
             raise ValueError(f"frontier is for stages/microbatches/chunks {found}, not {expected}")
-        doc: dict[str, Any] = json.loads(text)
     except (OSError, ValueError, KeyError, TypeError, RecursionError, PerseusError) as exc:
         logger.warning("job cache: ignoring frontier %s (solving again): %s", path, exc)
         return None
-    return doc
+    return frontier

@@ -24,7 +24,7 @@ from perseusd.jobs.slot import StageSlot
 from perseusd.jobs.states import ACTIVE, FAILED, REGISTERED, check_move
 from perseusd.jobs.straggling import ActiveStraggler, PipelineRun
 from perseusd.planner.dag import Instruction
-from perseusd.planner.plan import plan_from_frontier_document
+from perseusd.planner.plan import Frontier, frontier_to_document, plan_document, plan_from_frontier
 from perseusd.planner.policy import PointSummary, Policy
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.slack import stage_slack_s
@@ -58,11 +58,11 @@ class Job:
         self.profile: Profile | None = None
         self.p_block_w = 0.0
         self.orders: tuple[StageOrder, ...] | None = None
-        self.frontier: dict[str, Any] | None = None
+        self.frontier: Frontier | None = None
         self.points: list[PointSummary] = []
         self.points_by_index: dict[int, PointSummary] = {}
         self.deployed: Deployed | None = None
-        self.solve_future: Future[dict[str, Any]] | None = None
+        self.solve_future: Future[Frontier] | None = None
         self.profiling_iterations = 0
         self.profiling_energy_j = 0.0
         # Stragglers, once running: each local pipeline's run, the stragglers known and the one planned for.
@@ -154,13 +154,11 @@ class Job:
 
     # ------------------------------------------------------------------ frontier and plan
 
-    def set_frontier(self, frontier: dict[str, Any]) -> None:
+    def set_frontier(self, frontier: Frontier) -> None:
         self.frontier = frontier
         self.points = [
-            PointSummary(
-                int(p["index"]), float(p.get("refined_time_s", p["time_s"])), float(p["refined_energy_j"])
-            )
-            for p in frontier["points"]
+            PointSummary(position if p.index is None else p.index, p.predicted_time_s, p.refined_energy_j)
+            for position, p in enumerate(frontier.points)
         ]
         self.points_by_index = {p.index: p for p in self.points}
 
@@ -183,10 +181,10 @@ class Job:
     def plan_entries(self, stage: int, index: int) -> tuple[PlanEntry, ...]:
         """One stage's plan at frontier point `index`: its computations in order, each with its clock."""
         assert self.frontier is not None
-        order = self.frontier["order"][stage]
-        clocks = self.frontier["points"][index]["clocks_mhz"][stage]
+        order = self.frontier.order[stage]
+        clocks = self.frontier.points[index].clocks_mhz[stage]
         return tuple(
-            PlanEntry(instruction=i, microbatch=mb, chunk=c, freq_mhz=int(f))
+            PlanEntry(instruction=i.value, microbatch=mb, chunk=c, freq_mhz=f)
             for (i, mb, c), f in zip(order, clocks, strict=True)
         )
 
@@ -224,4 +222,8 @@ class Job:
         """The deployed point as a `perseus-plan` document (written by `planner.plan`, the one writer)."""
         if self.frontier is None or self.deployed is None:
             return None
-        return plan_from_frontier_document(self.frontier, self.deployed.point.index)
+        return plan_document(plan_from_frontier(self.frontier, self.deployed.point.index))
+
+    def frontier_document(self) -> dict[str, Any] | None:
+        """The frontier as a `perseus-frontier` document (written by `planner.plan`, the one writer)."""
+        return None if self.frontier is None else frontier_to_document(self.frontier)

@@ -1,7 +1,8 @@
 """Solving a job's frontier in a worker process, so the daemon keeps serving while the solver runs.
 
-The worker gets only data (the profile as CSV text, the per-stage orders, numbers) and returns the
-`perseus-frontier` document; nothing from a request is ever executed. One worker process serves every job,
+The worker gets only data (the profile as CSV text, the per-stage orders, numbers) and returns the typed,
+immutable `Frontier` (its JSON document is written only where text is needed: the cache file, the reply to
+`perseusctl frontier`); nothing from a request is ever executed. One worker process serves every job,
 one solve at a time, started on first use from a `forkserver` (never a fork of the threaded daemon).
 `close` stops the worker (a solve in progress is abandoned) and waits for it; a worker also exits by itself
 when the daemon dies (SIGKILL included: it watches the daemon's pidfd), so neither it nor the forkserver and
@@ -20,11 +21,10 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
-from typing import Any
 
 from perseusd.errors import PlanningError
 from perseusd.jobs.shape import JobShape, StageOrder
-from perseusd.planner.plan import PlanMeta, frontier_document
+from perseusd.planner.plan import Frontier, PlanMeta, frontier_from_points
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import read_profile_stream
 from perseusd.planner.solver import SolverParams, solve_frontier
@@ -64,8 +64,8 @@ def auto_unit_time_s(profile: Profile) -> float:
     return float(f"{10.0**exponent:.3g}")
 
 
-def solve(task: SolveInput) -> dict[str, Any]:
-    """Runs in the worker: the job's full frontier as a `perseus-frontier` document.
+def solve(task: SolveInput) -> Frontier:
+    """Runs in the worker: the job's full frontier, each point with its time on the measured profile.
 
     Errors come back as `PlanningError` with the message only: every exception must survive pickling
     back to the daemon, or the pool breaks.
@@ -76,12 +76,11 @@ def solve(task: SolveInput) -> dict[str, Any]:
         params = SolverParams(unit_time_s=task.unit_time_s, p_block_w=task.p_block_w)
         points = list(solve_frontier(dag, profile, params))
         meta = PlanMeta.for_dag(dag, profile, task.unit_time_s, task.p_block_w)
-        document = frontier_document(dag, points, meta)
-        for body, point in zip(document["points"], points, strict=True):
-            body["refined_time_s"] = point.refined_time_s  # the predicted time, measured profile values
+        refined_times_s = [point.refined_time_s for point in points]  # the predicted time, measured values
+        frontier = frontier_from_points(dag, points, meta, refined_times_s)
         if task.switch is not None:
-            document = follow_frontier(document, dag, profile, task.p_block_w, task.switch)
-        return document
+            frontier = follow_frontier(frontier, dag, profile, task.p_block_w, task.switch)
+        return frontier
     except Exception as exc:
         raise PlanningError(f"{type(exc).__name__}: {exc}") from None
 
@@ -106,7 +105,7 @@ class SolveWorker:
     def __init__(self) -> None:
         self._pool: ProcessPoolExecutor | None = None
 
-    def submit(self, task: SolveInput) -> Future[dict[str, Any]]:
+    def submit(self, task: SolveInput) -> Future[Frontier]:
         """Queue a solve; a worker that died (killed, out of memory) is replaced, never fatal."""
         for _ in range(2):
             if self._pool is None:
@@ -119,7 +118,7 @@ class SolveWorker:
             except BrokenProcessPool:
                 _stop_pool(self._pool)
                 self._pool = None
-        failed: Future[dict[str, Any]] = Future()
+        failed: Future[Frontier] = Future()
         failed.set_exception(PlanningError("the solver worker could not be started"))
         return failed
 

@@ -96,6 +96,15 @@ class Plan:
     refined_energy_j: float
     order: tuple[tuple[ScheduleStep, ...], ...]
     clocks_mhz: tuple[tuple[int, ...], ...]
+    refined_time_s: float | None = None
+    """The iteration time on the measured profile (the daemon's frontiers; None in `perseusctl solve`'s)."""
+    followed: Followed | None = None
+    """What the GPUs will really run at this point (the daemon's switch-aware frontiers; else None)."""
+
+    @property
+    def predicted_time_s(self) -> float:
+        """The time a point is chosen by: the refined time when known, else the solver's."""
+        return self.time_s if self.refined_time_s is None else self.refined_time_s
 
     def node_clocks_mhz(self) -> tuple[int, ...]:
         """The clocks indexed by DAG node id (nodes are numbered stage by stage in schedule order)."""
@@ -117,25 +126,77 @@ class Plan:
 
 
 @dataclass(frozen=True)
+class Followed:
+    """A frontier point as the GPUs will really run it, clock-switch latency included (`follow_frontier`).
+
+    The point's own `refined_time_s` / `refined_energy_j` are then the effective plan's; these keep the rest.
+    """
+
+    planned_time_s: float
+    """The solver's refined time of the planned clocks."""
+    planned_energy_j: float
+    effective_clocks_mhz: tuple[tuple[int, ...], ...]
+    """Per stage, in schedule order: the clocks the computations will really run at."""
+    switch_changed: int
+    """Computations that will not run at their planned clock."""
+    solved_clocks_mhz: tuple[tuple[int, ...], ...] | None = None
+    """The solver's clocks when short lowered runs were merged (the point's clocks are the merged ones)."""
+
+
+@dataclass(frozen=True)
+class SwitchingMeta:
+    """The clock-switch model (s) a frontier's points were followed under (`switching.SwitchModel`)."""
+
+    latency_s: float
+    lead_s: float
+    min_run_s: float
+
+
+@dataclass(frozen=True)
 class Frontier:
-    """A loaded frontier: every point as a `Plan`, in emission order."""
+    """A frontier: every point as a `Plan`, in emission order. What the daemon's solver worker returns and
+    keeps (immutable and compact: the schedule order once, equal stage rows of clocks shared by the points);
+    `frontier_to_document` writes it as a `perseus-frontier` document and `parse_frontier` reads one back."""
 
     meta: PlanMeta
     order: tuple[tuple[ScheduleStep, ...], ...]
     points: tuple[Plan, ...]
+    switching: SwitchingMeta | None = None
+    """The switch model the points were followed under (None: switches were taken as instant)."""
 
 
-def _per_stage(dag: ComputationDag, clocks_mhz: Sequence[int]) -> list[list[int]]:
+Rows = tuple[tuple[int, ...], ...]
+"""Clocks per stage, in schedule order."""
+
+
+def _per_stage(dag: ComputationDag, clocks_mhz: Sequence[int]) -> Rows:
     if len(clocks_mhz) != dag.num_computations:
         raise PlanningError(f"{len(clocks_mhz)} clocks for a DAG of {dag.num_computations} computations")
     # itemgetter picks a stage's clocks in C: this runs for every stage at every frontier point.
-    return [
-        list(itemgetter(*ids)(clocks_mhz)) if len(ids) > 1 else [clocks_mhz[i] for i in ids]
+    return tuple(
+        itemgetter(*ids)(clocks_mhz) if len(ids) > 1 else tuple(clocks_mhz[i] for i in ids)
         for ids in dag.stage_orders
-    ]
+    )
 
 
-def _point_fields(point: PlanPoint) -> dict[str, Any]:
+class RowSharer:
+    """Hands out one tuple object for equal rows of clocks seen in a row: consecutive frontier points change
+    only a few stages, so a frontier holds (and pickles, as references) each distinct row about once."""
+
+    def __init__(self) -> None:
+        self._last: Rows = ()
+
+    def share(self, rows: Sequence[Sequence[int]]) -> Rows:
+        """`rows` as tuples, a row equal to the previous call's row of the same stage being that object."""
+        last = self._last
+        shared = tuple(
+            last[s] if s < len(last) and last[s] == tuple(row) else tuple(row) for s, row in enumerate(rows)
+        )
+        self._last = shared
+        return shared
+
+
+def _point_fields(point: PlanPoint | Plan) -> dict[str, Any]:
     return {
         "quant_time": point.quant_time,
         "time_s": point.time_s,
@@ -155,15 +216,15 @@ def plan_from_point(dag: ComputationDag, point: PlanPoint, meta: PlanMeta) -> di
     return _write_plan(meta.to_json(), _point_fields(point), order, _per_stage(dag, point.clocks_mhz))
 
 
-def plan_from_frontier_document(frontier: Mapping[str, Any], index: int) -> dict[str, Any]:
-    """The `perseus-plan` document of point `index` of a `perseus-frontier` document (as `frontier_document`
-    writes it, or the daemon's switch-aware copy), with the point's index."""
-    point = frontier["points"][index]
-    fields = {key: point[key] for key in _PLAN_FIELDS}
-    return _write_plan(frontier["meta"], fields, frontier["order"], point["clocks_mhz"], index=index)
+def plan_document(plan: Plan) -> dict[str, Any]:
+    """The `perseus-plan` document of a plan (a frontier's point keeps its index)."""
+    return _write_plan(
+        plan.meta.to_json(), _point_fields(plan), _order_json(plan.order), plan.clocks_mhz, index=plan.index
+    )
 
 
-_PLAN_FIELDS = ("quant_time", "time_s", "model_energy_j", "refined_energy_j")
+def _order_json(order: Sequence[Sequence[ScheduleStep]]) -> list[list[list[Any]]]:
+    return [[[Instruction(step[0]).value, step[1], step[2]] for step in stage] for stage in order]
 
 
 def _write_plan(
@@ -186,15 +247,76 @@ def _write_plan(
     return header | numbered | dict(fields) | {"stages": stages}
 
 
-def frontier_document(dag: ComputationDag, points: Iterable[PlanPoint], meta: PlanMeta) -> dict[str, Any]:
-    """The `perseus-frontier` document: metadata and schedule order once, then every point, in order."""
-    order = [[list(_step_json(dag, node)) for node in ids] for ids in dag.stage_orders]
-    body = [
-        {"index": i} | _point_fields(p) | {"clocks_mhz": _per_stage(dag, p.clocks_mhz)}
+def frontier_from_points(
+    dag: ComputationDag,
+    points: Iterable[PlanPoint],
+    meta: PlanMeta,
+    refined_times_s: Sequence[float] | None = None,
+) -> Frontier:
+    """The frontier of solver points on `dag`, numbered in order (`refined_times_s`: each point's time on the
+    measured profile, when known)."""
+    order = tuple(tuple(_step(dag, node) for node in ids) for ids in dag.stage_orders)
+    rows = RowSharer()
+    plans = tuple(
+        Plan(
+            meta,
+            i,
+            p.quant_time,
+            p.time_s,
+            p.model_energy_j,
+            p.refined_energy_j,
+            order,
+            rows.share(_per_stage(dag, p.clocks_mhz)),
+            refined_time_s=None if refined_times_s is None else refined_times_s[i],
+        )
         for i, p in enumerate(points)
-    ]
-    header = {"format": FRONTIER_FORMAT, "version": FORMAT_VERSION, "meta": meta.to_json()}
-    return header | {"order": order, "points": body}
+    )
+    return Frontier(meta, order, plans)
+
+
+def _step(dag: ComputationDag, node: int) -> ScheduleStep:
+    comp = dag.computations[node]
+    return comp.instruction, comp.microbatch, comp.chunk
+
+
+def frontier_to_document(frontier: Frontier) -> dict[str, Any]:
+    """The one writer of `perseus-frontier` documents: metadata and schedule order once, then every point."""
+    body = [_frontier_point_json(i, point) for i, point in enumerate(frontier.points)]
+    header = {"format": FRONTIER_FORMAT, "version": FORMAT_VERSION, "meta": frontier.meta.to_json()}
+    doc = header | {"order": _order_json(frontier.order), "points": body}
+    switching = frontier.switching
+    if switching is not None:
+        doc["switching"] = {
+            "latency_s": switching.latency_s,
+            "lead_s": switching.lead_s,
+            "min_run_s": switching.min_run_s,
+        }
+    return doc
+
+
+def _frontier_point_json(position: int, point: Plan) -> dict[str, Any]:
+    index = position if point.index is None else point.index
+    body = {"index": index} | _point_fields(point) | {"clocks_mhz": _rows_json(point.clocks_mhz)}
+    if point.refined_time_s is not None:
+        body["refined_time_s"] = point.refined_time_s
+    followed = point.followed
+    if followed is not None:
+        if followed.solved_clocks_mhz is not None:
+            body["solved_clocks_mhz"] = _rows_json(followed.solved_clocks_mhz)
+        body["planned_time_s"] = followed.planned_time_s
+        body["planned_energy_j"] = followed.planned_energy_j
+        body["effective_clocks_mhz"] = _rows_json(followed.effective_clocks_mhz)
+        body["switch_changed"] = followed.switch_changed
+    return body
+
+
+def _rows_json(rows: Rows) -> list[list[int]]:
+    return [list(row) for row in rows]
+
+
+def frontier_document(dag: ComputationDag, points: Iterable[PlanPoint], meta: PlanMeta) -> dict[str, Any]:
+    """The `perseus-frontier` document of solver points (`frontier_from_points`, `frontier_to_document`)."""
+    return frontier_to_document(frontier_from_points(dag, points, meta))
 
 
 def frontier_json_text(dag: ComputationDag, points: Iterable[PlanPoint], meta: PlanMeta) -> str:
@@ -279,11 +401,36 @@ def _frontier_document(doc: Reader) -> Frontier:
     meta = _read_header(doc, FRONTIER_FORMAT)
     order = tuple(tuple(_triple(step) for step in stage.items_of()) for stage in doc.items("order"))
     _check_order(doc.source, meta, order)
+    rows = RowSharer()
     points = tuple(
-        _plan(point, meta, point.get_int("index", minimum=0), order, _clocks(point, order))
+        _plan(point, meta, point.get_int("index", minimum=0), order, rows.share(_clocks(point, order)))
         for point in doc.items("points")
     )
-    return Frontier(meta, order, points)
+    switching = _switching(doc.child("switching")) if "switching" in doc.as_dict() else None
+    return Frontier(meta, order, points, switching)
+
+
+def _switching(doc: Reader) -> SwitchingMeta:
+    return SwitchingMeta(
+        doc.get_float("latency_s", minimum=0.0),
+        doc.get_float("lead_s", minimum=0.0),
+        doc.get_float("min_run_s", minimum=0.0),
+    )
+
+
+def _followed(point: Reader, order: tuple[tuple[ScheduleStep, ...], ...]) -> Followed | None:
+    """A point's switch-aware fields, when it has them (all of them, else `PlanFormatError`)."""
+    fields = point.as_dict()
+    if "effective_clocks_mhz" not in fields:
+        return None
+    solved = _clocks(point, order, "solved_clocks_mhz") if "solved_clocks_mhz" in fields else None
+    return Followed(
+        planned_time_s=point.get_float("planned_time_s", minimum=0.0),
+        planned_energy_j=point.get_float("planned_energy_j"),
+        effective_clocks_mhz=_clocks(point, order, "effective_clocks_mhz"),
+        switch_changed=point.get_int("switch_changed", minimum=0),
+        solved_clocks_mhz=solved,
+    )
 
 
 def plan_from_frontier(frontier: Frontier, index: int) -> Plan:
@@ -355,10 +502,12 @@ def _triple(step: Reader) -> ScheduleStep:
     return (step.child(0).as_instruction(), step.child(1).as_int(minimum=0), step.child(2).as_int(minimum=0))
 
 
-def _clocks(point: Reader, order: tuple[tuple[ScheduleStep, ...], ...]) -> tuple[tuple[int, ...], ...]:
-    stages = point.items("clocks_mhz")
+def _clocks(
+    point: Reader, order: tuple[tuple[ScheduleStep, ...], ...], key: str = "clocks_mhz"
+) -> tuple[tuple[int, ...], ...]:
+    stages = point.items(key)
     if len(stages) != len(order):
-        raise point.error("clocks_mhz", f"has {len(stages)} stages, the schedule has {len(order)}")
+        raise point.error(key, f"has {len(stages)} stages, the schedule has {len(order)}")
     result = []
     for s, stage in enumerate(stages):
         clocks = stage.items_of()
@@ -377,6 +526,7 @@ def _plan(
     order: tuple[tuple[ScheduleStep, ...], ...],
     clocks: tuple[tuple[int, ...], ...],
 ) -> Plan:
+    fields = doc.as_dict()
     return Plan(
         meta=meta,
         index=index,
@@ -386,6 +536,8 @@ def _plan(
         refined_energy_j=doc.get_float("refined_energy_j"),
         order=order,
         clocks_mhz=clocks,
+        refined_time_s=doc.get_float("refined_time_s", minimum=0.0) if "refined_time_s" in fields else None,
+        followed=None if index is None else _followed(doc, order),
     )
 
 

@@ -24,11 +24,11 @@ Newer requests supersede older ones in the daemon, so requests never queue; this
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 from perseusd.planner.dag import ComputationDag, Instruction
 from perseusd.planner.evaluate import evaluate_clocks
+from perseusd.planner.plan import Followed, Frontier, RowSharer, SwitchingMeta
 from perseusd.planner.profile import Profile
 
 TimeAt = Callable[[int, int], float]
@@ -175,47 +175,53 @@ def followable_point(
 
 
 def follow_frontier(
-    document: dict[str, Any], dag: ComputationDag, profile: Profile, p_block_w: float, model: SwitchModel
-) -> dict[str, Any]:
-    """A `perseus-frontier` document whose points state what the GPUs will really do under `model`.
+    frontier: Frontier, dag: ComputationDag, profile: Profile, p_block_w: float, model: SwitchModel
+) -> Frontier:
+    """`frontier` with points that state what the GPUs will really do under `model`.
 
     With `model.min_run_s`, each point's short lowered runs are first merged into a higher neighbour
     (`merged_stage_clocks`): its `clocks_mhz` become the merged ones (what gets deployed) and the solver's
-    are kept as `solved_clocks_mhz`. Each point keeps its planned `clocks_mhz`, gains `effective_clocks_mhz`
-    (what will really run), `switch_changed` (computations not at their planned clock) and `planned_time_s` /
-    `planned_energy_j` (the solver's refined figures); `refined_time_s` and `refined_energy_j` become the
-    effective plan's, evaluated on the profile. The document gains `switching` (the model). `document` is
-    not changed.
+    are kept as `followed.solved_clocks_mhz`. Each point gains `followed`: the effective clocks (what will
+    really run), the computations not at their planned clock, and the solver's refined time and energy
+    (`planned_time_s` / `planned_energy_j`); its `refined_time_s` and `refined_energy_j` become the
+    effective plan's, evaluated on the profile. The frontier gains `switching` (the model).
     """
     points = []
     time_at, snap_up = _stage_time_at(dag, profile), _stage_snap_up(dag, profile)
-    for solved in document["points"]:
-        point = solved
+    merged_rows, effective_rows = RowSharer(), RowSharer()
+    for solved in frontier.points:
+        clocks = solved.clocks_mhz
         if model.min_run_s > 0:
-            merged = [
-                merged_stage_clocks(clocks, time_at(stage), snap_up(stage), model.min_run_s)
-                for stage, clocks in enumerate(solved["clocks_mhz"])
-            ]
-            point = solved | {"clocks_mhz": merged, "solved_clocks_mhz": solved["clocks_mhz"]}
-        followed = followable_point(point["clocks_mhz"], time_at, snap_up, model)
+            clocks = merged_rows.share(
+                [
+                    merged_stage_clocks(stage_clocks, time_at(stage), snap_up(stage), model.min_run_s)
+                    for stage, stage_clocks in enumerate(solved.clocks_mhz)
+                ]
+            )
+        followed = followable_point(clocks, time_at, snap_up, model)
         node_clocks = [0] * dag.num_computations
-        for ids, clocks in zip(dag.stage_orders, followed.clocks_mhz, strict=True):
-            for node, clock in zip(ids, clocks, strict=True):
+        for ids, stage_clocks in zip(dag.stage_orders, followed.clocks_mhz, strict=True):
+            for node, clock in zip(ids, stage_clocks, strict=True):
                 node_clocks[node] = clock
         evaluation = evaluate_clocks(dag, profile, node_clocks, p_block_w)
+        effective = followed.clocks_mhz if followed.changed else clocks  # one object when nothing changed
         points.append(
-            point
-            | {
-                "planned_time_s": point.get("refined_time_s", point["time_s"]),
-                "planned_energy_j": point["refined_energy_j"],
-                "refined_time_s": evaluation.time_s,
-                "refined_energy_j": evaluation.energy_j,
-                "effective_clocks_mhz": [list(clocks) for clocks in followed.clocks_mhz],
-                "switch_changed": followed.changed,
-            }
+            replace(
+                solved,
+                clocks_mhz=clocks,
+                refined_time_s=evaluation.time_s,
+                refined_energy_j=evaluation.energy_j,
+                followed=Followed(
+                    planned_time_s=solved.predicted_time_s,
+                    planned_energy_j=solved.refined_energy_j,
+                    effective_clocks_mhz=effective_rows.share(effective),
+                    switch_changed=followed.changed,
+                    solved_clocks_mhz=solved.clocks_mhz if model.min_run_s > 0 else None,
+                ),
+            )
         )
-    switching = {"latency_s": model.latency_s, "lead_s": model.lead_s, "min_run_s": model.min_run_s}
-    return document | {"points": points, "switching": switching}
+    switching = SwitchingMeta(model.latency_s, model.lead_s, model.min_run_s)
+    return replace(frontier, points=tuple(points), switching=switching)
 
 
 def _stage_time_at(dag: ComputationDag, profile: Profile) -> Callable[[int], TimeAt]:

@@ -129,8 +129,8 @@ def _base_index(job: Job) -> int:
 def _job_dag(job: Job) -> ComputationDag:
     """The DAG of the job's frontier: its nodes numbered stage by stage in the frontier's order."""
     assert job.frontier is not None
-    orders = [[(Instruction(i), int(mb), int(c)) for i, mb, c in stage] for stage in job.frontier["order"]]
-    return from_stage_orders(orders, job.shape.num_microbatches, job.shape.chunks, job.shape.schedule)
+    shape = job.shape
+    return from_stage_orders(job.frontier.order, shape.num_microbatches, shape.chunks, shape.schedule)
 
 
 def _cap_point(job: Job, dag: ComputationDag, index: int, time_s: float, window_s: float) -> CapPoint:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,10 +16,13 @@ from perseusd.planner.dag import ComputationDag, Instruction, build_dag, one_f_o
 from perseusd.planner.plan import (
     PlanMeta,
     frontier_document,
+    frontier_from_points,
+    frontier_to_document,
     load_frontier,
     load_plan,
+    parse_frontier,
+    plan_document,
     plan_from_frontier,
-    plan_from_frontier_document,
     plan_from_point,
     save_json,
 )
@@ -90,18 +94,38 @@ def test_frontier_round_trip(tmp_path: Path) -> None:
 
 
 def test_a_frontier_point_and_the_daemons_plan_document_are_one_plan(tmp_path: Path) -> None:
-    """The daemon's plan of a deployed point (from its frontier document) is the document the planner writes
-    for that point, plus the point's index: one writer, and it loads as the same plan."""
+    """The daemon's plan of a deployed point (from its typed frontier, fresh or read back from its document)
+    is the document the planner writes for that point, plus the point's index: one writer, and it loads as
+    the same plan."""
     dag = build_dag("1f1b", 4, 5)
     points = [point_for(dag, shift) for shift in range(3)]
     meta = PlanMeta.for_dag(dag, PROFILE, 0.001, 0.0)
-    frontier = json.loads(json.dumps(frontier_document(dag, points, meta)))  # as the daemon keeps it
-    for index, point in enumerate(points):
-        daemon_doc = plan_from_frontier_document(frontier, index)
-        assert daemon_doc.pop("index") == index
-        assert json.dumps(daemon_doc) == json.dumps(plan_from_point(dag, point, meta))
-        save_json(daemon_doc, tmp_path / "plan.json")
-        assert load_plan(tmp_path / "plan.json").node_clocks_mhz() == point.clocks_mhz
+    solved = frontier_from_points(dag, points, meta)
+    loaded = parse_frontier(json.dumps(frontier_to_document(solved)), "frontier")  # as the cache keeps it
+    assert loaded == solved
+    for frontier in (solved, loaded):
+        for index, point in enumerate(points):
+            daemon_doc = plan_document(plan_from_frontier(frontier, index))
+            assert daemon_doc.pop("index") == index
+            assert json.dumps(daemon_doc) == json.dumps(plan_from_point(dag, point, meta))
+            save_json(daemon_doc, tmp_path / "plan.json")
+            assert load_plan(tmp_path / "plan.json").node_clocks_mhz() == point.clocks_mhz
+
+
+def test_equal_stage_rows_of_consecutive_points_are_one_object() -> None:
+    """A frontier keeps (and pickles) a row of clocks once while consecutive points leave it as it is."""
+    dag = build_dag("1f1b", 4, 5)
+    first = point_for(dag, 0)
+    clocks = list(first.clocks_mhz)
+    clocks[dag.stage_orders[2][0]] = 1005  # the next point changes one clock of stage 2
+    second = Point(1, 0.002, 1.0, 1.0, tuple(clocks))
+    frontier = frontier_from_points(dag, [first, second], PlanMeta.for_dag(dag, PROFILE, 0.001, 0.0))
+    a, b = (p.clocks_mhz for p in frontier.points)
+    assert [x is y for x, y in zip(a, b, strict=True)] == [True, True, False, True]
+    assert b[2][0] == 1005
+    restored = pickle.loads(pickle.dumps(frontier))
+    assert restored == frontier
+    assert restored.points[0].clocks_mhz[0] is restored.points[1].clocks_mhz[0]
 
 
 def test_wrong_clock_count_is_refused_when_writing() -> None:

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
 from perseusd.planner.dag import ComputationDag, build_dag
 from perseusd.planner.evaluate import evaluate_clocks
-from perseusd.planner.plan import PlanMeta, frontier_document
+from perseusd.planner.plan import (
+    Frontier,
+    PlanMeta,
+    SwitchingMeta,
+    frontier_from_points,
+    frontier_to_document,
+    parse_frontier,
+)
 from perseusd.planner.profile import Profile
 from perseusd.planner.solver import SolverParams, solve_frontier
 from perseusd.planner.switching import (
@@ -93,45 +99,56 @@ def test_model_is_checked() -> None:
         SwitchModel(latency_s=-0.01, lead_s=0.01)
 
 
-def _frontier() -> tuple[dict[str, Any], ComputationDag, Profile]:
+def _frontier() -> tuple[Frontier, ComputationDag, Profile]:
     profile = synthetic_profile(2, seed=3)
     dag = build_dag("1f1b", 2, 4, 1)
     points = list(solve_frontier(dag, profile, SolverParams(unit_time_s=0.001, p_block_w=80.0)))
-    document = frontier_document(dag, points, PlanMeta.for_dag(dag, profile, 0.001, 80.0))
-    for body, point in zip(document["points"], points, strict=True):
-        body["refined_time_s"] = point.refined_time_s
-    return document, dag, profile
+    meta = PlanMeta.for_dag(dag, profile, 0.001, 80.0)
+    return frontier_from_points(dag, points, meta, [p.refined_time_s for p in points]), dag, profile
 
 
 def test_instant_switches_leave_the_frontier_as_solved() -> None:
-    document, dag, profile = _frontier()
-    followed = follow_frontier(document, dag, profile, 80.0, SwitchModel(0.0, 0.0))
-    assert followed["switching"] == {"latency_s": 0.0, "lead_s": 0.0, "min_run_s": 0.0}
-    for before, after in zip(document["points"], followed["points"], strict=True):
-        assert after["effective_clocks_mhz"] == after["clocks_mhz"] == before["clocks_mhz"]
-        assert after["switch_changed"] == 0
-        assert after["refined_energy_j"] == pytest.approx(before["refined_energy_j"])
-        assert after["refined_time_s"] == pytest.approx(before["refined_time_s"])
+    frontier, dag, profile = _frontier()
+    followed = follow_frontier(frontier, dag, profile, 80.0, SwitchModel(0.0, 0.0))
+    assert followed.switching == SwitchingMeta(latency_s=0.0, lead_s=0.0, min_run_s=0.0)
+    for before, after in zip(frontier.points, followed.points, strict=True):
+        assert after.followed is not None
+        assert after.followed.effective_clocks_mhz == after.clocks_mhz == before.clocks_mhz
+        assert after.followed.switch_changed == 0
+        assert after.followed.solved_clocks_mhz is None
+        assert after.refined_energy_j == pytest.approx(before.refined_energy_j)
+        assert after.refined_time_s == pytest.approx(before.refined_time_s)
 
 
 def test_slow_switches_state_what_the_gpus_will_do() -> None:
     """20 ms computations, switches that act after 30 ms: most planned changes cannot happen in time."""
-    document, dag, profile = _frontier()
-    original = json.dumps(document)
-    followed = follow_frontier(document, dag, profile, 80.0, SwitchModel(0.03, 0.032))
-    assert json.dumps(document) == original  # the caller's document is not changed
-    changed = [p for p in followed["points"] if p["switch_changed"]]
+    frontier, dag, profile = _frontier()
+    followed = follow_frontier(frontier, dag, profile, 80.0, SwitchModel(0.03, 0.032))
+    assert all(point.followed is None for point in frontier.points)  # a new frontier, the caller's as it was
+    changed = [p for p in followed.points if p.followed is not None and p.followed.switch_changed]
     assert changed
-    for point in changed:
-        assert point["effective_clocks_mhz"] != point["clocks_mhz"]
-        assert point["planned_energy_j"] != point["refined_energy_j"]
+    for point, before in ((p, frontier.points[p.index or 0]) for p in changed):
+        assert point.followed is not None
+        assert point.followed.effective_clocks_mhz != point.clocks_mhz
+        assert point.followed.planned_energy_j == before.refined_energy_j != point.refined_energy_j
+        assert point.followed.planned_time_s == before.refined_time_s
         node_clocks = [0] * dag.num_computations
-        for ids, clocks in zip(dag.stage_orders, point["effective_clocks_mhz"], strict=True):
+        for ids, clocks in zip(dag.stage_orders, point.followed.effective_clocks_mhz, strict=True):
             for node, clock in zip(ids, clocks, strict=True):
                 node_clocks[node] = clock
         evaluation = evaluate_clocks(dag, profile, node_clocks, 80.0)
-        assert point["refined_time_s"] == pytest.approx(evaluation.time_s)
-        assert point["refined_energy_j"] == pytest.approx(evaluation.energy_j)
+        assert point.refined_time_s == pytest.approx(evaluation.time_s)
+        assert point.refined_energy_j == pytest.approx(evaluation.energy_j)
+
+
+def test_a_followed_frontier_is_written_and_read_back_as_it_is() -> None:
+    """The switch-aware fields survive the document (the job cache and `perseusctl frontier` read them)."""
+    frontier, dag, profile = _frontier()
+    followed = follow_frontier(frontier, dag, profile, 80.0, SwitchModel(0.01, 0.012, min_run_s=0.03))
+    assert any(p.followed is not None and p.followed.solved_clocks_mhz is not None for p in followed.points)
+    text = json.dumps(frontier_to_document(followed))
+    assert parse_frontier(text, "followed") == followed
+    assert json.dumps(frontier_to_document(parse_frontier(text, "followed"))) == text
 
 
 def test_short_lowered_runs_join_a_higher_neighbour() -> None:
