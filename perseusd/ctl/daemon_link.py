@@ -147,13 +147,13 @@ def fetch_document(runtime_dir: StrPath, request: FrontierRequest | PlanRequest)
 
 def load_frontier_text(text: str, job: str) -> Frontier:
     """Strictly load a `perseus-frontier` document received from the daemon."""
-    from perseusd.planner.plan import parse_frontier
+    from perseusd.planner.plan_read import parse_frontier
 
     return parse_frontier(text, f"the frontier of job {job}")
 
 
 def load_plan_text(text: str, job: str) -> Plan:
     """Strictly load a `perseus-plan` document received from the daemon."""
-    from perseusd.planner.plan import parse_plan
+    from perseusd.planner.plan_read import parse_plan
 
     return parse_plan(text, f"the plan of job {job}")

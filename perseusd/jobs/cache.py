@@ -20,7 +20,8 @@ from typing import Any
 from perseusd.errors import PerseusError
 from perseusd.jobs.shape import JobShape
 from perseusd.planner.frontier_text import frontier_json
-from perseusd.planner.plan import Frontier, frontier_to_document, parse_frontier, save_json, save_json_text
+from perseusd.planner.plan import Frontier, frontier_to_document, save_json, save_json_text
+from perseusd.planner.plan_read import parse_frontier
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream
 

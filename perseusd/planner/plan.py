@@ -2,9 +2,8 @@
 
 A plan (`"format": "perseus-plan"`) holds its metadata and one clock per computation, per stage in schedule
 order. A frontier (`"format": "perseus-frontier"`) holds the metadata and the schedule order once, then every
-point with its time, energies and per-stage clock lists. Loading is strict: anything malformed is a
-`PlanFormatError` naming the file and the field. JSON is parsed with `json`, nothing is ever evaluated.
-See `docs/planner.md` for the schema by example.
+point with its time, energies and per-stage clock lists. This module holds the types and the one writer of
+each document; `plan_read` loads them (strictly). See `docs/planner.md` for the schema by example.
 """
 
 from __future__ import annotations
@@ -18,8 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from perseusd.errors import PlanFormatError, PlanningError
-from perseusd.planner.dag import ComputationDag, Instruction, ScheduleStep, build_dag, from_stage_orders
-from perseusd.planner.plan_schema import Reader
+from perseusd.planner.dag import ComputationDag, Instruction, ScheduleStep, from_stage_orders
 from perseusd.planner.profile import Profile
 
 PLAN_FORMAT = "perseus-plan"
@@ -365,74 +363,6 @@ def save_json_text(text: str, path: str | os.PathLike[str], durable: bool = True
         raise
 
 
-def load_plan(path: str | os.PathLike[str]) -> Plan:
-    """Load and check a `perseus-plan` document; raises `PlanFormatError` when anything is wrong."""
-    return _plan_document(Reader(os.fspath(path), _read_json(path)))
-
-
-def parse_plan(text: str, source: str) -> Plan:
-    """`load_plan` for a document received as text (`source` names it in errors)."""
-    return _plan_document(Reader(source, _parse_json(text, source)))
-
-
-def _plan_document(doc: Reader) -> Plan:
-    meta = _read_header(doc, PLAN_FORMAT)
-    order: list[tuple[ScheduleStep, ...]] = []
-    clocks: list[tuple[int, ...]] = []
-    for stage in doc.items("stages"):
-        steps = [_entry(entry) for entry in stage.items_of()]
-        order.append(tuple(step for step, _ in steps))
-        clocks.append(tuple(clock for _, clock in steps))
-    _check_order(doc.source, meta, order)
-    return _plan(doc, meta, None, tuple(order), tuple(clocks))
-
-
-def load_frontier(path: str | os.PathLike[str]) -> Frontier:
-    """Load and check a `perseus-frontier` document; raises `PlanFormatError` when anything is wrong."""
-    return _frontier_document(Reader(os.fspath(path), _read_json(path)))
-
-
-def parse_frontier(text: str, source: str) -> Frontier:
-    """`load_frontier` for a document received as text (`source` names it in errors)."""
-    return _frontier_document(Reader(source, _parse_json(text, source)))
-
-
-def _frontier_document(doc: Reader) -> Frontier:
-    meta = _read_header(doc, FRONTIER_FORMAT)
-    order = tuple(tuple(_triple(step) for step in stage.items_of()) for stage in doc.items("order"))
-    _check_order(doc.source, meta, order)
-    rows = RowSharer()
-    points = tuple(
-        _plan(point, meta, point.get_int("index", minimum=0), order, rows.share(_clocks(point, order)))
-        for point in doc.items("points")
-    )
-    switching = _switching(doc.child("switching")) if "switching" in doc.as_dict() else None
-    return Frontier(meta, order, points, switching)
-
-
-def _switching(doc: Reader) -> SwitchingMeta:
-    return SwitchingMeta(
-        doc.get_float("latency_s", minimum=0.0),
-        doc.get_float("lead_s", minimum=0.0),
-        doc.get_float("min_run_s", minimum=0.0),
-    )
-
-
-def _followed(point: Reader, order: tuple[tuple[ScheduleStep, ...], ...]) -> Followed | None:
-    """A point's switch-aware fields, when it has them (all of them, else `PlanFormatError`)."""
-    fields = point.as_dict()
-    if "effective_clocks_mhz" not in fields:
-        return None
-    solved = _clocks(point, order, "solved_clocks_mhz") if "solved_clocks_mhz" in fields else None
-    return Followed(
-        planned_time_s=point.get_float("planned_time_s", minimum=0.0),
-        planned_energy_j=point.get_float("planned_energy_j"),
-        effective_clocks_mhz=_clocks(point, order, "effective_clocks_mhz"),
-        switch_changed=point.get_int("switch_changed", minimum=0),
-        solved_clocks_mhz=solved,
-    )
-
-
 def plan_from_frontier(frontier: Frontier, index: int) -> Plan:
     """One point of a loaded frontier (by emission index) as a plan."""
     for point in frontier.points:
@@ -441,134 +371,3 @@ def plan_from_frontier(frontier: Frontier, index: int) -> Plan:
     raise PlanFormatError(
         f"the frontier has no point with index {index} (it has {len(frontier.points)} points)"
     )
-
-
-def _read_json(path: str | os.PathLike[str]) -> Any:
-    try:
-        with open(path, encoding="utf-8") as stream:
-            text = stream.read()
-    except OSError as exc:
-        raise PlanFormatError(f"cannot read {os.fspath(path)}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise PlanFormatError(f"{os.fspath(path)}: not valid JSON: {exc}") from exc
-    return _parse_json(text, os.fspath(path))
-
-
-def _parse_json(text: str, source: str) -> Any:
-    def reject(constant: str) -> None:
-        raise PlanFormatError(f"{source}: {constant} is not allowed in a plan document")
-
-    try:
-        return json.loads(text, parse_constant=reject)
-    except json.JSONDecodeError as exc:
-        raise PlanFormatError(f"{source}: not valid JSON: {exc}") from exc
-
-
-def _read_header(doc: Reader, expected: str) -> PlanMeta:
-    fmt = doc.get_str("format")
-    if fmt != expected:
-        raise doc.error("format", f"is '{fmt}', expected '{expected}'")
-    version = doc.get_int("version")
-    if version != FORMAT_VERSION:
-        raise doc.error(
-            "version", f"{version} is not supported (this Perseus reads version {FORMAT_VERSION})"
-        )
-    meta = doc.child("meta")
-    return PlanMeta(
-        profile_digest=meta.get_str("profile_digest"),
-        profile_source=meta.get_str("profile_source"),
-        schedule=meta.get_str("schedule"),
-        num_stages=meta.get_int("num_stages", minimum=1),
-        num_microbatches=meta.get_int("num_microbatches", minimum=1),
-        num_chunks=meta.get_int("num_chunks", minimum=1),
-        unit_time_s=meta.get_float("unit_time_s", minimum=0.0),
-        p_block_w=meta.get_float("p_block_w", minimum=0.0),
-    )
-
-
-def _entry(entry: Reader) -> tuple[ScheduleStep, int]:
-    entry.as_dict()
-    step: ScheduleStep = (
-        entry.child("instruction").as_instruction(),
-        entry.get_int("microbatch", minimum=0),
-        entry.get_int("chunk", minimum=0),
-    )
-    return step, entry.get_int("freq_mhz", minimum=1)
-
-
-def _triple(step: Reader) -> ScheduleStep:
-    if len(step.as_list()) != 3:
-        raise step.error(None, "must be [instruction, microbatch, chunk]")
-    return (step.child(0).as_instruction(), step.child(1).as_int(minimum=0), step.child(2).as_int(minimum=0))
-
-
-def _clocks(
-    point: Reader, order: tuple[tuple[ScheduleStep, ...], ...], key: str = "clocks_mhz"
-) -> tuple[tuple[int, ...], ...]:
-    stages = point.items(key)
-    if len(stages) != len(order):
-        raise point.error(key, f"has {len(stages)} stages, the schedule has {len(order)}")
-    result = []
-    for s, stage in enumerate(stages):
-        clocks = stage.items_of()
-        if len(clocks) != len(order[s]):
-            raise stage.error(
-                None, f"has {len(clocks)} clocks, but stage {s} runs {len(order[s])} computations"
-            )
-        result.append(tuple(clock.as_int(minimum=1) for clock in clocks))
-    return tuple(result)
-
-
-def _plan(
-    doc: Reader,
-    meta: PlanMeta,
-    index: int | None,
-    order: tuple[tuple[ScheduleStep, ...], ...],
-    clocks: tuple[tuple[int, ...], ...],
-) -> Plan:
-    fields = doc.as_dict()
-    return Plan(
-        meta=meta,
-        index=index,
-        quant_time=doc.get_int("quant_time", minimum=0),
-        time_s=doc.get_float("time_s", minimum=0.0),
-        model_energy_j=doc.get_float("model_energy_j"),
-        refined_energy_j=doc.get_float("refined_energy_j"),
-        order=order,
-        clocks_mhz=clocks,
-        refined_time_s=doc.get_float("refined_time_s", minimum=0.0) if "refined_time_s" in fields else None,
-        followed=None if index is None else _followed(doc, order),
-    )
-
-
-def _check_order(source: str, meta: PlanMeta, order: Sequence[Sequence[ScheduleStep]]) -> None:
-    """The stages must match the metadata and, for a named schedule, run exactly its order."""
-    if len(order) != meta.num_stages:
-        raise PlanFormatError(
-            f"{source}: {len(order)} stages of clocks, meta.num_stages is {meta.num_stages}"
-        )
-    try:
-        if meta.schedule not in NAMED_SCHEDULES:
-            from_stage_orders(order, meta.num_microbatches, meta.num_chunks, meta.schedule)
-            return
-        expected = build_dag(meta.schedule, meta.num_stages, meta.num_microbatches, meta.num_chunks)
-    except PlanningError as exc:
-        raise PlanFormatError(f"{source}: the clocks do not fit the schedule: {exc}") from exc
-    for s, ids in enumerate(expected.stage_orders):
-        if len(order[s]) != len(ids):
-            raise PlanFormatError(
-                f"{source}: stage {s} has {len(order[s])} clocks, its schedule has {len(ids)}"
-            )
-        for k, node in enumerate(ids):
-            comp = expected.computations[node]
-            wanted: ScheduleStep = (comp.instruction, comp.microbatch, comp.chunk)
-            if order[s][k] != wanted:
-                raise PlanFormatError(
-                    f"{source}: stage {s} entry {k} is {_label(order[s][k])}, "
-                    f"but schedule {meta.schedule} runs {_label(wanted)} there"
-                )
-
-
-def _label(step: ScheduleStep) -> str:
-    instruction, microbatch, chunk = step
-    return f"{Instruction(instruction).value} of microbatch {microbatch} chunk {chunk}"

@@ -15,7 +15,7 @@ from perseusd.ctl.main import main
 from perseusd.ctl.planning_inputs import BUNDLED_NAMES
 from perseusd.ctl.progress import ProgressBar
 from perseusd.planner.bundled import BUNDLED_PROFILES
-from perseusd.planner.plan import load_frontier
+from perseusd.planner.plan_read import load_frontier
 from perseusd.planner.profile_csv import write_profile
 from tests.planner.periphery_profiles import CLOCKS_MHZ, shaped_profile
 

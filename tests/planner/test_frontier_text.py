@@ -15,13 +15,8 @@ from perseusd.planner import frontier_text
 from perseusd.planner.bundled import bundled_profile
 from perseusd.planner.dag import build_dag
 from perseusd.planner.frontier_text import frontier_json
-from perseusd.planner.plan import (
-    PlanMeta,
-    frontier_document,
-    frontier_json_text,
-    load_frontier,
-    save_json_text,
-)
+from perseusd.planner.plan import PlanMeta, frontier_document, frontier_json_text, save_json_text
+from perseusd.planner.plan_read import load_frontier
 from perseusd.planner.solver import FrontierPoint, FrontierSolver, SolverParams
 
 DAG, PROFILE = build_dag("1f1b", 4, 6), bundled_profile("a100_sxm")

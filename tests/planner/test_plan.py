@@ -18,14 +18,12 @@ from perseusd.planner.plan import (
     frontier_document,
     frontier_from_points,
     frontier_to_document,
-    load_frontier,
-    load_plan,
-    parse_frontier,
     plan_document,
     plan_from_frontier,
     plan_from_point,
     save_json,
 )
+from perseusd.planner.plan_read import load_frontier, load_plan, parse_frontier
 from tests.planner.periphery_profiles import CLOCKS_MHZ, shaped_profile
 
 PROFILE = shaped_profile([1.0, 1.2, 0.9, 1.1])

@@ -14,8 +14,8 @@ from perseusd.planner.plan import (
     SwitchingMeta,
     frontier_from_points,
     frontier_to_document,
-    parse_frontier,
 )
+from perseusd.planner.plan_read import parse_frontier
 from perseusd.planner.profile import Profile
 from perseusd.planner.solver import SolverParams, solve_frontier
 from perseusd.planner.switching import (
