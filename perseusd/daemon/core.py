@@ -14,50 +14,30 @@ from perseus_client.protocol import (
     PROTOCOL_MAJOR,
     PROTOCOL_MINOR,
     AdminReset,
-    AdminResetOk,
     AdminSetPowerLimit,
-    Claim,
-    ClaimOk,
-    ClearPlan,
-    ClearPlanOk,
     ComputationBegin,
     ComputationEnd,
     DaemonHealth,
     ErrorCode,
-    EventCount,
-    EventCountOk,
-    GpuCapabilities,
-    GpuStatus,
-    Hello,
-    HelloOk,
     JobInfo,
-    LeaseInfo,
     Message,
     PoolInfo,
-    PowerLimitOk,
     ProtocolError,
-    Release,
-    ReleaseOk,
-    SetClock,
-    SetClockOk,
-    SetPlan,
-    SetPlanOk,
     StatusReply,
     StatusRequest,
 )
 
 from perseusd.daemon.events import EventTracker
+from perseusd.daemon.gpu_requests import GpuRequests
 from perseusd.daemon.job_requests import JobRequests
+from perseusd.daemon.status import gpu_rows
 from perseusd.daemon.wire_errors import protocol_error
 from perseusd.errors import PerseusError
-from perseusd.gpu.backend import power_capped
-from perseusd.gpu.owner import GpuReading
 from perseusd.jobs.manager import JobManager
 from perseusd.leasing.identity import Caller
 from perseusd.leasing.leases import Lease, LeaseBook
 from perseusd.leasing.registry import GpuRegistry
 from perseusd.leasing.restore import RestoreKeeper, RestoreOutcome
-from perseusd.leasing.state_file import StateWriteError
 from perseusd.power.cap_requests import CapRequests
 from perseusd.power.node_cap import NodeCap
 from perseusd.switching.plans import PlanBook
@@ -108,6 +88,16 @@ class DaemonCore:
         self.last_restore_s: float | None = None
         self.auth_rejected = 0
         self._connection_counts: Callable[[], tuple[int, int]] = lambda: (0, 0)
+        self._gpu_requests = GpuRequests(
+            registry,
+            leases,
+            keeper,
+            self.plans,
+            version=version,
+            protocol_minor=protocol_minor,
+            forget_gpu=self._forget,
+            after_restore=self._restored,
+        )
 
     # ------------------------------------------------------------------ dispatch
 
@@ -135,15 +125,7 @@ class DaemonCore:
         return handler(caller, message)
 
     def _handlers(self) -> Mapping[type[Message], Callable[[Caller, Any], Message]]:
-        handlers: dict[type[Message], Callable[[Caller, Any], Message]] = {
-            Hello: self._hello,
-            Claim: self._claim,
-            Release: self._release,
-            SetClock: self._set_clock,
-            SetPlan: self._set_plan,
-            ClearPlan: self._clear_plan,
-            EventCount: self._event_count,
-        }
+        handlers = self._gpu_requests.handlers()
         if self._job_requests is not None:
             handlers.update(self._job_requests.handlers())
         handlers.update(self._extra_handlers)
@@ -154,111 +136,15 @@ class DaemonCore:
             raise ProtocolError(
                 ErrorCode.PERMISSION_DENIED, "admin requests need root or group perseus-admin"
             )
-        if isinstance(message, AdminReset):
-            return self._admin_reset(message)
-        if isinstance(message, AdminSetPowerLimit):
-            return self._admin_set_power_limit(message)
-        handler = self._admin_handlers.get(type(message))
+        handler = self._gpu_requests.admin_handlers().get(type(message)) or self._admin_handlers.get(
+            type(message)
+        )
         if handler is not None:
             return handler(caller, message)
         cap_handler = self._cap_requests.handlers().get(type(message)) if self._cap_requests else None
         if cap_handler is not None:
             return cap_handler(caller, message)
         raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not an admin request")
-
-    # ------------------------------------------------------------------ client requests
-
-    def _hello(self, caller: Caller, message: Hello) -> HelloOk:
-        self.leases.register(caller, message.job)
-        gpus = tuple(
-            GpuCapabilities(
-                uuid=info.uuid,
-                name=info.name,
-                supported_sm_clocks_mhz=info.supported_sm_clocks_mhz,
-                power_limit_min_w=info.power_limit_min_w,
-                power_limit_max_w=info.power_limit_max_w,
-                power_limit_default_w=info.power_limit_default_w,
-                energy_counter_supported=info.energy_counter_supported,
-            )
-            for info in self.registry.infos()
-        )
-        return HelloOk(
-            daemon_version=self._version,
-            protocol=PROTOCOL_MAJOR,
-            gpus=gpus,
-            protocol_minor=self.protocol_minor,
-        )
-
-    def _claim(self, caller: Caller, message: Claim) -> ClaimOk:
-        session = self.leases.require_session(caller)
-        session.job = message.job
-        for gpu in message.gpus:  # all or nothing: check every GPU before taking any
-            self._require_known(gpu)
-            self.leases.check_claim(caller, gpu)
-        unsaved = [gpu for gpu in message.gpus if self.keeper.saved(gpu) is None]
-        new = [gpu for gpu in message.gpus if gpu not in session.gpus]
-        try:
-            for gpu in message.gpus:
-                self.keeper.ensure_saved(gpu)  # the original, durably, before any write
-            for gpu in message.gpus:
-                self.keeper.record_lease(gpu, self.leases.claim(session, gpu))
-            self.keeper.persist()  # acknowledged only once the lease is on disk
-        except StateWriteError:
-            for gpu in new:  # undo: nothing was written to these GPUs under this claim
-                if self.leases.holder(gpu) is not None:
-                    self.leases.release(gpu)
-                    self.keeper.record_lease(gpu, None)
-            for gpu in unsaved:
-                self.keeper.discard(gpu)
-            raise
-        return ClaimOk(gpus=message.gpus)
-
-    def _release(self, caller: Caller, message: Release) -> ReleaseOk:
-        session = self.leases.require_session(caller)
-        gpus = message.gpus or tuple(sorted(session.gpus))
-        for gpu in gpus:
-            self.leases.require_lease(caller, gpu)
-        for gpu in gpus:
-            self.leases.release(gpu)
-            self._forget(gpu)
-        outcome = self.keeper.restore(gpus)
-        self._restored()
-        return ReleaseOk(gpus=outcome.restored, failed=outcome.failed)
-
-    def _set_clock(self, caller: Caller, message: SetClock) -> SetClockOk:
-        self._require_known(message.gpu)
-        self.leases.require_lease(caller, message.gpu)
-        if message.sm_clock_mhz is not None:  # the same range set_plan accepts (then snapped alike)
-            supported_mhz = self.registry.info(message.gpu).supported_sm_clocks_mhz
-            low_mhz, high_mhz = min(supported_mhz, default=1), max(supported_mhz, default=1 << 20)
-            if not low_mhz <= message.sm_clock_mhz <= high_mhz:
-                raise ProtocolError(
-                    ErrorCode.BAD_FIELD,
-                    f"set_clock.sm_clock_mhz: {message.sm_clock_mhz} outside {low_mhz}..{high_mhz} MHz",
-                )
-        self.keeper.ensure_saved(message.gpu)
-        plan = self.plans.get(message.gpu)
-        if plan is not None:
-            plan.forget_requested()
-        applied = self.registry.set_locked_sm_clock_mhz(message.gpu, message.sm_clock_mhz)
-        return SetClockOk(gpu=message.gpu, applied_mhz=applied)
-
-    def _set_plan(self, caller: Caller, message: SetPlan) -> SetPlanOk:
-        self._require_known(message.gpu)
-        self.leases.require_lease(caller, message.gpu)
-        self.keeper.ensure_saved(message.gpu)  # the plan writes clocks
-        clocks_mhz = self.registry.info(message.gpu).supported_sm_clocks_mhz
-        plan = self.plans.set(message.gpu, message.plan, clocks_mhz)
-        return SetPlanOk(gpu=message.gpu, computations=plan.computations)
-
-    def _clear_plan(self, caller: Caller, message: ClearPlan) -> ClearPlanOk:
-        self._require_known(message.gpu)
-        self.leases.require_lease(caller, message.gpu)
-        return ClearPlanOk(gpu=message.gpu, cleared=self.plans.drop(message.gpu))
-
-    def _event_count(self, caller: Caller, _message: EventCount) -> EventCountOk:
-        session = self.leases.require_session(caller)
-        return EventCountOk(received=session.events_received, dropped=session.events_dropped)
 
     def _restored(self) -> None:
         """GPUs went back to their originals: the power cap writes its limits again."""
@@ -370,36 +256,6 @@ class DaemonCore:
         self.leases.check_claim(caller, gpu)
         raise ProtocolError(ErrorCode.GPU_BUSY, f"GPU {gpu} is leased by another process")
 
-    # ------------------------------------------------------------------ admin
-
-    def _admin_reset(self, message: AdminReset) -> AdminResetOk:
-        gpus = message.gpus or self.registry.uuids
-        for gpu in gpus:
-            self._require_known(gpu)
-        for gpu in gpus:
-            lease = self.leases.release(gpu)
-            self._forget(gpu)
-            if lease is not None:
-                logger.warning("admin reset: dropped lease of GPU %s held by pid %d", gpu, lease.pid)
-        outcome = self.keeper.restore(gpus)
-        self._restored()
-        failed = list(outcome.failed)
-        for gpu in gpus:
-            try:
-                self.registry.reset_locked_sm_clock(gpu)
-            except Exception as exc:  # one GPU failing never stops the others
-                logger.error("admin reset: unlocking GPU %s failed: %s", gpu, exc)
-                if gpu not in failed:
-                    failed.append(gpu)
-        done = tuple(gpu for gpu in gpus if gpu not in failed)
-        return AdminResetOk(gpus=done, failed=tuple(failed))
-
-    def _admin_set_power_limit(self, message: AdminSetPowerLimit) -> PowerLimitOk:
-        self._require_known(message.gpu)
-        self.keeper.ensure_saved(message.gpu)
-        enforced_w = self.registry.set_power_limit_w(message.gpu, message.power_limit_w)
-        return PowerLimitOk(gpu=message.gpu, requested_w=message.power_limit_w, enforced_w=enforced_w)
-
     # ------------------------------------------------------------------ lifecycle
 
     def client_died(self, pid: int) -> RestoreOutcome:
@@ -438,15 +294,7 @@ class DaemonCore:
     # ------------------------------------------------------------------ status
 
     def status(self, caller: Caller, *, admin: bool) -> StatusReply:
-        readings = self.registry.read_all()
-        stats = self.registry.stats()
-        leases = self.leases.leases()
-        rows = tuple(
-            self._gpu_status(
-                info.uuid, info.name, readings[info.uuid], leases.get(info.uuid), stats, caller, admin
-            )
-            for info in self.registry.infos()
-        )
+        rows = gpu_rows(self.registry, self.leases, self.keeper, self.plans, caller, admin)
         signal = self.jobs.carbon.signal_info() if self.jobs is not None else None
         pool = self._pool_info() if admin and self._pool_info is not None else None
         return StatusReply(
@@ -477,54 +325,3 @@ class DaemonCore:
             connections_refused=refused,
             protocol_minor=self.protocol_minor,
         )
-
-    def _gpu_status(
-        self,
-        uuid: str,
-        name: str,
-        reading: GpuReading,
-        lease: Lease | None,
-        stats: Mapping[str, Mapping[str, Mapping[str, float]]],
-        caller: Caller,
-        admin: bool,
-    ) -> GpuStatus:
-        lease_info = None
-        if lease is not None:
-            own = admin or lease.uid == caller.uid
-            lease_info = LeaseInfo(pid=lease.pid, uid=lease.uid, job=lease.job if own else "")
-        saved = self.keeper.saved(uuid)
-        error = reading.error or (
-            f"restore failed: {saved.restore_error}" if saved and saved.restore_error else None
-        )
-        return GpuStatus(
-            uuid=uuid,
-            name=name,
-            sm_clock_mhz=reading.sm_clock_mhz,
-            locked_clock_mhz=reading.locked_sm_clock_mhz,
-            power_w=reading.power_w,
-            power_limit_w=reading.power_limit_w,
-            energy_j=None if reading.energy_mj is None else reading.energy_mj / 1000.0,
-            lease=lease_info,
-            error=error,
-            call_ms=call_times_ms(stats.get(uuid, {})),
-            plan=self.plans.stats(uuid),
-            power_capped=_capped(reading.clock_event_reasons),
-        )
-
-    def _require_known(self, gpu: str) -> None:
-        if gpu not in self.registry:
-            raise ProtocolError(ErrorCode.UNKNOWN_GPU, f"no GPU {gpu} on this node")
-
-
-def call_times_ms(op_stats: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
-    """Mean GPU call time per operation (ms) from an owner's stats (`calls`, `total_s`)."""
-    times: dict[str, float] = {}
-    for op, values in op_stats.items():
-        calls = values.get("calls", 0.0)
-        if calls > 0 and "total_s" in values:
-            times[op] = round(values["total_s"] / calls * 1e3, 4)
-    return times
-
-
-def _capped(reasons: int | None) -> bool | None:
-    return None if reasons is None else power_capped(reasons)

@@ -1,0 +1,96 @@
+"""Status assembly: one row per GPU (readings, lease, call times, plan, restore errors) for status replies.
+
+Pure functions of what the core holds; the core (`core.DaemonCore.status`) adds its health and the jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from perseus_client.protocol import GpuStatus, LeaseInfo
+
+from perseusd.gpu.backend import power_capped
+from perseusd.gpu.owner import GpuReading
+from perseusd.leasing.identity import Caller
+from perseusd.leasing.leases import Lease, LeaseBook
+from perseusd.leasing.registry import GpuRegistry
+from perseusd.leasing.restore import RestoreKeeper
+from perseusd.switching.plans import PlanBook
+
+
+def gpu_rows(
+    registry: GpuRegistry,
+    leases: LeaseBook,
+    keeper: RestoreKeeper,
+    plans: PlanBook,
+    caller: Caller,
+    admin: bool,
+) -> tuple[GpuStatus, ...]:
+    """Every GPU's status row, in the registry's order."""
+    readings = registry.read_all()
+    stats = registry.stats()
+    held = leases.leases()
+    return tuple(
+        gpu_status(
+            info.uuid,
+            info.name,
+            readings[info.uuid],
+            held.get(info.uuid),
+            stats,
+            caller,
+            admin,
+            keeper,
+            plans,
+        )
+        for info in registry.infos()
+    )
+
+
+def gpu_status(
+    uuid: str,
+    name: str,
+    reading: GpuReading,
+    lease: Lease | None,
+    stats: Mapping[str, Mapping[str, Mapping[str, float]]],
+    caller: Caller,
+    admin: bool,
+    keeper: RestoreKeeper,
+    plans: PlanBook,
+) -> GpuStatus:
+    """One GPU's status row; the job of another user's lease is hidden unless `admin`."""
+    lease_info = None
+    if lease is not None:
+        own = admin or lease.uid == caller.uid
+        lease_info = LeaseInfo(pid=lease.pid, uid=lease.uid, job=lease.job if own else "")
+    saved = keeper.saved(uuid)
+    error = reading.error or (
+        f"restore failed: {saved.restore_error}" if saved and saved.restore_error else None
+    )
+    return GpuStatus(
+        uuid=uuid,
+        name=name,
+        sm_clock_mhz=reading.sm_clock_mhz,
+        locked_clock_mhz=reading.locked_sm_clock_mhz,
+        power_w=reading.power_w,
+        power_limit_w=reading.power_limit_w,
+        energy_j=None if reading.energy_mj is None else reading.energy_mj / 1000.0,
+        lease=lease_info,
+        error=error,
+        call_ms=call_times_ms(stats.get(uuid, {})),
+        plan=plans.stats(uuid),
+        power_capped=_capped(reading.clock_event_reasons),
+    )
+
+
+def call_times_ms(op_stats: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Mean GPU call time per operation (ms) from an owner's stats (`calls`, `total_s`)."""
+    times: dict[str, float] = {}
+    for op, values in op_stats.items():
+        calls = values.get("calls", 0.0)
+        if calls > 0 and "total_s" in values:
+            times[op] = round(values["total_s"] / calls * 1e3, 4)
+    return times
+
+
+def _capped(reasons: int | None) -> bool | None:
+    return None if reasons is None else power_capped(reasons)
