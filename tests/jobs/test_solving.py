@@ -1,0 +1,54 @@
+"""The solver worker returns the typed, frozen frontier across the process boundary, as solved in-process, and
+its document is what the planner writes for the same points (the daemon writes it only at its edges)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from perseusd.jobs.shape import JobShape
+from perseusd.jobs.solving import SolveInput, SolveWorker, solve
+from perseusd.planner.plan import Frontier, PlanMeta, frontier_document, frontier_to_document
+from perseusd.planner.profile_csv import profile_to_csv
+from perseusd.planner.solver import SolverParams, solve_frontier
+from perseusd.planner.switching import SwitchModel
+from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
+
+pytestmark = pytest.mark.timeout(120)
+
+PROFILE = synthetic_profile(2, seed=3, clocks_mhz=A100_CLOCKS_MHZ)
+SHAPE = JobShape("1f1b", 2, 4, 1)
+
+
+def _task(switch: SwitchModel | None) -> SolveInput:
+    csv = profile_to_csv(PROFILE)
+    return SolveInput("train", SHAPE, SHAPE.named_orders() or (), csv, PROFILE.source, 80.0, 0.001, switch)
+
+
+def test_the_worker_returns_the_frontier_it_solved() -> None:
+    worker = SolveWorker()
+    try:
+        for switch in (None, SwitchModel(0.03, 0.032, min_run_s=0.05)):
+            returned = worker.submit(_task(switch)).result(timeout=60)
+            assert isinstance(returned, Frontier)
+            assert returned == solve(_task(switch))
+            assert (returned.switching is None) == (switch is None)
+            first, second = returned.points[0].clocks_mhz, returned.points[1].clocks_mhz
+            shared = [a is b for a, b in zip(first, second, strict=True) if a == b]
+            assert shared  # consecutive points share a row
+            assert all(shared)  # and equal rows stay one object through pickling
+    finally:
+        worker.close()
+
+
+def test_the_document_is_the_planners() -> None:
+    """Without switching, the worker's frontier writes the planner's document plus each point's refined
+    time."""
+    frontier = solve(_task(None))
+    dag = SHAPE.dag(SHAPE.named_orders() or ())
+    points = list(solve_frontier(dag, PROFILE, SolverParams(unit_time_s=0.001, p_block_w=80.0)))
+    expected = frontier_document(dag, points, PlanMeta.for_dag(dag, PROFILE, 0.001, 80.0))
+    for body, point in zip(expected["points"], points, strict=True):
+        body["refined_time_s"] = point.refined_time_s
+    assert json.dumps(frontier_to_document(frontier)) == json.dumps(expected)
