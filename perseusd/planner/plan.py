@@ -84,7 +84,8 @@ class PlanMeta:
 
 @dataclass(frozen=True)
 class Plan:
-    """A loaded frequency plan: one clock per computation, per stage in schedule order."""
+    """A frequency plan (loaded, or a point of a `Frontier`): one clock per computation, per stage in schedule
+    order."""
 
     meta: PlanMeta
     index: int | None
