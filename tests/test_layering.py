@@ -19,10 +19,10 @@ PACKAGE_DIR = REPO_ROOT / "perseusd"
 CLIENT_DIR = REPO_ROOT / "client_lib" / "perseus_client"
 COMPOSITION_ROOT = "perseusd.daemon.main"
 
-# layer -> the layers its modules may import (besides its own). "base" is perseusd/__init__.py, errors.py
-# and argtypes.py. "power_pool" is the cluster's power pool (perseusd/cluster/power_pool_*.py): it lives
-# with the cluster plane it stores in but drives the node's power target, so it sits above power, while the
-# rest of cluster (the etcd plane, the job board) sits below jobs.
+# layer -> the layers its modules may import (besides its own). "base" is perseusd/__init__.py, errors.py,
+# argtypes.py and private_file.py. "power_pool" is the cluster power pool (perseusd/cluster/power_pool_*.py):
+# it lives with the cluster plane it stores in but drives the node's power target, so it sits above power,
+# while the rest of cluster (the etcd plane, the job board) sits below jobs.
 ALLOWED: Mapping[str, frozenset[str]] = {
     "base": frozenset(),
     "planner": frozenset({"base"}),
@@ -64,7 +64,7 @@ def module_name(path: Path, root: Path = REPO_ROOT) -> str:
 def layer_of(module: str) -> str:
     """The layer of a `perseusd` module (dotted name)."""
     parts = module.split(".")
-    if len(parts) == 1 or (len(parts) == 2 and parts[1] in {"errors", "argtypes"}):
+    if len(parts) == 1 or (len(parts) == 2 and parts[1] in {"errors", "argtypes", "private_file"}):
         return "base"
     if parts[1] == "cluster" and len(parts) > 2 and parts[2].startswith("power_pool"):
         return "power_pool"

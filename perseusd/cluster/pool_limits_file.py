@@ -2,8 +2,8 @@
 
 `power_pool_target = "uniform"` writes power limits from the pool agent's thread, apart from the main
 state file (whose keeper belongs to the main loop). Before its first write under a grant it saves every
-GPU's limit as it was into `pool-limits.json` in the state directory (atomically: a temporary file,
-fsync, rename, fsync of the directory; mode 0600); when the grant is lifted and the limits are back the
+GPU's limit as it was into `pool-limits.json` in the state directory (durably, as every file of the state
+directory: `perseusd.private_file`); when the grant is lifted and the limits are back the
 file is removed. At start-up, before anything else writes a GPU, the daemon puts back the limits of a file a
 crashed daemon left (`restore_pool_limits`), whatever its configuration is now.
 """
@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
+
+from perseusd.private_file import PrivateFileError, read_private_file, write_private_file
 
 logger = logging.getLogger(__name__)
 
 FILE_NAME = "pool-limits.json"
 VERSION = 1
+WHAT = "pool limits file"
 
 
 class PoolLimitsFileError(Exception):
@@ -38,36 +40,22 @@ def pool_limits_path(state_dir: Path) -> Path:
 def save_originals(path: Path, limits_w: Mapping[str, float]) -> None:
     """Write the originals durably (see the module); `PoolLimitsFileError` when it cannot."""
     body = json.dumps({"version": VERSION, "power_limits_w": dict(limits_w)}, sort_keys=True).encode()
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        try:
-            os.write(fd, body)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
-    except OSError as exc:
-        raise PoolLimitsFileError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        write_private_file(path, body, WHAT)
+    except PrivateFileError as exc:
+        raise PoolLimitsFileError(str(exc)) from exc
 
 
 def load_originals(path: Path) -> dict[str, float] | None:
     """The saved originals (None: no file); `PoolLimitsFileError` for a file that is not ours."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise PoolLimitsFileError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    try:
-        with os.fdopen(fd, "rb") as file:
-            body = json.loads(file.read())
-    except (OSError, ValueError) as exc:
+        raw = read_private_file(path, WHAT)
+        if raw is None:
+            return None
+        body = json.loads(raw)
+    except PrivateFileError as exc:
+        raise PoolLimitsFileError(str(exc)) from exc
+    except (ValueError, UnicodeDecodeError) as exc:
         raise PoolLimitsFileError(f"{path} is not a pool limits file: {exc}") from exc
     limits = body.get("power_limits_w") if isinstance(body, dict) else None
     if (

@@ -6,47 +6,37 @@ leaves the previous state.json whole. On load the file must be a regular file (n
 owned by the daemon's user and not writable by others, and must match the schema; anything else is refused
 with `StateFileError`, never silently discarded.
 
-The system calls of a write go through `FILE_OPS`, the one seam fault-injection tests replace.
+The file itself is written and read by `perseusd.private_file`, whose `FILE_OPS` is the one seam
+fault-injection tests replace.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import os
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perseusd.errors import PerseusError
 from perseusd.gpu.backend import GpuState
+from perseusd.private_file import (
+    PrivateFileError,
+    PrivateFileWriteError,
+    read_private_file,
+    reason,
+    write_private_file,
+)
 
 SCHEMA_VERSION = 1
 STATE_FILE_NAME = "state.json"
-MAX_STATE_BYTES = 4 * 1024 * 1024
 
 
-class StateFileError(PerseusError):
-    """The state file is unsafe or malformed; the message says what to check."""
-
-
-class StateWriteError(StateFileError):
-    """The state file could not be written durably; the previous file is untouched."""
-
-
-@dataclass(frozen=True)
-class FileOps:
-    """The system calls `save_state` makes (tests swap `FILE_OPS` to inject ENOSPC, EROFS, short writes)."""
-
-    write: Callable[[int, bytes], int] = os.write
-    fsync: Callable[[int], None] = os.fsync
-    replace: Callable[[Path, Path], None] = os.replace
-
-
-FILE_OPS = FileOps()
+StateFileError = PrivateFileError
+"""The state file is unsafe or malformed; the message says what to check."""
+StateWriteError = PrivateFileWriteError
+"""The state file could not be written durably; the previous file is untouched."""
 
 
 @dataclass(frozen=True)
@@ -97,62 +87,12 @@ def save_state(path: Path, record: StateRecord) -> None:
     write_private_file(path, json.dumps(_to_json(record), indent=1, sort_keys=True).encode(), "state file")
 
 
-def write_private_file(path: Path, data: bytes, what: str) -> None:
-    """Write `data` to `path` durably (mode 0600): a temporary file, every byte checked written, fsync,
-    rename over `path`, fsync of the directory. `StateWriteError` (naming `what`) when a step fails; `path`
-    then still holds its previous content, whole. Every durable file of the state directory is written here.
-    """
-    ops = FILE_OPS
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.unlink(missing_ok=True)
-        _write_file(tmp, data, ops)
-        ops.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise StateWriteError(f"{path}: cannot write the {what}: {_reason(exc)}") from None
-    try:
-        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            ops.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError as exc:
-        raise StateWriteError(f"{path}: {what} renamed but not synced: {_reason(exc)}") from None
-
-
-def _write_file(tmp: Path, data: bytes, ops: FileOps) -> None:
-    """Create `tmp` and write all of `data` (short writes continued, none accepted) and fsync it."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(tmp, flags, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            written = ops.write(fd, bytes(view))
-            if written <= 0:
-                raise OSError(errno.ENOSPC, f"short write: {len(data) - len(view)} of {len(data)} bytes")
-            view = view[written:]
-        ops.fsync(fd)
-        size = os.fstat(fd).st_size
-        if size != len(data):
-            raise OSError(errno.EIO, f"wrote {len(data)} bytes but the file has {size}")
-    finally:
-        os.close(fd)
-
-
-def _reason(exc: OSError) -> str:
-    if exc.errno is None or exc.strerror is None:
-        return str(exc)
-    return f"[Errno {exc.errno}] {exc.strerror}"
-
-
 def remove_state(path: Path) -> None:
     """Remove the state file (nothing left to restore); `StateWriteError` when it cannot be removed."""
     try:
         path.unlink(missing_ok=True)
     except OSError as exc:
-        raise StateWriteError(f"{path}: cannot remove the state file: {_reason(exc)}") from None
+        raise StateWriteError(f"{path}: cannot remove the state file: {reason(exc)}") from None
 
 
 def load_state(path: Path) -> StateRecord | None:
@@ -165,39 +105,6 @@ def load_state(path: Path) -> StateRecord | None:
     except (ValueError, UnicodeDecodeError) as exc:
         raise StateFileError(f"{path}: state file is not valid JSON ({exc}); move it aside") from None
     return _from_json(path, body)
-
-
-def read_private_file(path: Path, what: str) -> bytes | None:
-    """The bytes of a file `write_private_file` wrote (None: no file). `StateFileError` (naming `what`) for
-    a symlink, a file that is not regular, not ours, writable by group or others, or too large."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if os.path.islink(path):
-            raise StateFileError(
-                f"{path}: {what} is a symlink; refusing it (remove it after checking)"
-            ) from None
-        raise StateFileError(f"{path}: cannot open {what}: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        _check_file(path, info, what)
-        raw = os.read(fd, MAX_STATE_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_STATE_BYTES:
-        raise StateFileError(f"{path}: {what} is larger than {MAX_STATE_BYTES} bytes")
-    return raw
-
-
-def _check_file(path: Path, info: os.stat_result, what: str) -> None:
-    if not stat.S_ISREG(info.st_mode):
-        raise StateFileError(f"{path}: {what} is not a regular file; refusing it")
-    if info.st_uid != os.geteuid():
-        raise StateFileError(f"{path}: {what} is owned by uid {info.st_uid}, not by perseusd; refusing it")
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise StateFileError(f"{path}: {what} is writable by group or others; refusing it")
 
 
 def _to_json(record: StateRecord) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 An admin who caps a node does not expect a crash (or a restart) to lift the cap. `cap set` and
 `cap priority` write the file durably before they answer (mode 0600, as every file of the state directory:
-`perseusd.leasing.state_file.write_private_file`); `cap clear` drops the budget from it (the file is removed
+`perseusd.private_file`); `cap clear` drops the budget from it (the file is removed
 when no priority is left either). At start-up, once the crashed daemon's GPUs are reconciled and before any
 job registers again, the daemon sets the budget again: GPUs without a plan are held by their power limits
 alone until their jobs come back.
@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perseusd.leasing.state_file import StateFileError, read_private_file, write_private_file
 from perseusd.power.allocate import PRIORITIES
+from perseusd.private_file import PrivateFileError, read_private_file, write_private_file
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def save_cap(path: Path, cap: SavedCap) -> None:
     }
     try:
         write_private_file(path, json.dumps(body, indent=1, sort_keys=True).encode(), WHAT)
-    except StateFileError as exc:
+    except PrivateFileError as exc:
         raise CapFileError(str(exc)) from exc
 
 
@@ -69,7 +69,7 @@ def load_cap(path: Path) -> SavedCap | None:
         if raw is None:
             return None
         body = json.loads(raw)
-    except StateFileError as exc:
+    except PrivateFileError as exc:
         raise CapFileError(str(exc)) from exc
     except (ValueError, UnicodeDecodeError) as exc:
         raise CapFileError(f"{path}: {WHAT} is not valid JSON ({exc})") from exc

@@ -1,4 +1,4 @@
-"""Fault injection for the state directory, at the system-call seam of `state_file` (`FILE_OPS`).
+"""Fault injection for the state directory, at the system-call seam of `private_file` (`FILE_OPS`).
 
 ENOSPC, EROFS, a device that accepts fewer bytes than asked (short writes, down to none) and a failing fsync:
 the previous state.json stays whole, no acknowledged change is lost, the core keeps serving a well-behaved
@@ -30,19 +30,20 @@ from perseus_client.protocol import (
     StatusRequest,
 )
 
+from perseusd import private_file
 from perseusd.daemon.core import DaemonCore
 from perseusd.gpu.backend import GpuState
 from perseusd.leasing import state_file
 from perseusd.leasing.identity import Caller
 from perseusd.leasing.restore import RETRY_FIRST_S
 from perseusd.leasing.state_file import (
-    FileOps,
     SavedGpu,
     StateRecord,
     StateWriteError,
     load_state,
     save_state,
 )
+from perseusd.private_file import FileOps
 from tests.support.daemon_core import sim_core
 
 pytestmark = pytest.mark.timeout(60)
@@ -102,7 +103,7 @@ def test_short_writes_are_continued_until_every_byte_is_written(
         sizes.append(min(len(data), 7))
         return os.write(fd, data[:7])
 
-    monkeypatch.setattr(state_file, "FILE_OPS", FileOps(write=dribble))
+    monkeypatch.setattr(private_file, "FILE_OPS", FileOps(write=dribble))
     path = tmp_path / "state.json"
     save_state(path, _record(3))
     assert len(sizes) > 3
@@ -117,7 +118,7 @@ def test_failed_write_keeps_the_previous_file_whole(
     path = tmp_path / "state.json"
     save_state(path, _record(2, 300.0))
     before = path.read_bytes()
-    monkeypatch.setattr(state_file, "FILE_OPS", FAULTS[fault]())
+    monkeypatch.setattr(private_file, "FILE_OPS", FAULTS[fault]())
     with pytest.raises(StateWriteError, match="state file"):
         save_state(path, _record(8, 500.0))
     assert path.read_bytes() == before
@@ -206,7 +207,7 @@ def test_core_under_state_dir_faults(
     assert isinstance(core.handle(other, Claim(gpus=(gpu2,), job="other")), ClaimOk)
     acknowledged = _read_whole(path)
 
-    monkeypatch.setattr(state_file, "FILE_OPS", FAULTS[fault]())
+    monkeypatch.setattr(private_file, "FILE_OPS", FAULTS[fault]())
     # A change that cannot be made durable is refused, and nothing is written to the GPU.
     assert _error_code(lambda: core.handle(other, Claim(gpus=(gpu3,), job="other"))) == (
         ErrorCode.STATE_WRITE_FAILED
@@ -240,7 +241,7 @@ def test_core_under_state_dir_faults(
     assert core.leases.holder(gpu2) is not None  # the well-behaved client kept its lease
 
     # The state directory recovers: the next retry writes the in-memory state and status clears.
-    monkeypatch.setattr(state_file, "FILE_OPS", FileOps())
+    monkeypatch.setattr(private_file, "FILE_OPS", FileOps())
     core.tick()  # before the back-off has passed: nothing yet
     assert core.health().persistence_error is not None
     clock.now_s += RETRY_FIRST_S * 64
@@ -266,13 +267,13 @@ def test_claim_of_a_durably_saved_gpu_still_works_while_writes_fail(
     gpu0 = core.registry.uuids[0]
     me = Caller(0, 0, os.getpid())
     core.handle(me, Hello(job="j", client_version="t"))
-    monkeypatch.setattr(state_file, "FILE_OPS", FAULTS["enospc"]())
+    monkeypatch.setattr(private_file, "FILE_OPS", FAULTS["enospc"]())
     assert _error_code(lambda: core.handle(me, Claim(gpus=(gpu0,), job="j"))) == ErrorCode.STATE_WRITE_FAILED
     assert core.leases.holder(gpu0) is None
     assert _error_code(lambda: core.handle(me, SetClock(gpu=gpu0, sm_clock_mhz=LOCK_MHZ))) in (
         ErrorCode.NOT_LEASED,
     )
-    monkeypatch.setattr(state_file, "FILE_OPS", FileOps())
+    monkeypatch.setattr(private_file, "FILE_OPS", FileOps())
     assert isinstance(core.handle(me, Claim(gpus=(gpu0,), job="j")), ClaimOk)
     body = _read_whole(tmp_path / "state.json")
     gpus = body["gpus"]
@@ -291,7 +292,7 @@ def test_status_json_and_text_show_persistence_failing(
     gpu0, gpu1 = core.registry.uuids[:2]
     core.handle(me, Hello(job="j", client_version="t"))
     core.handle(me, Claim(gpus=(gpu0, gpu1), job="j"))
-    monkeypatch.setattr(state_file, "FILE_OPS", FAULTS["enospc"]())
+    monkeypatch.setattr(private_file, "FILE_OPS", FAULTS["enospc"]())
     core.handle(me, Release(gpus=(gpu0,)))
     reply = core.handle(me, StatusRequest())
     data = status_json(reply)  # type: ignore[arg-type]
