@@ -77,6 +77,14 @@ class Choice:
     energy_j: float
 
 
+def job_at_all_max(name: str) -> tuple[ComputationDag, Choice]:
+    """Case `name`'s 1F1B DAG and its all-max choice on the bundled profile (the baseline of every method)."""
+    board, stages, microbatches, _unit_s = CASES[name]
+    dag = build_dag("1f1b", stages, microbatches)
+    reference = all_max(dag, bundled_profile(board), BUNDLED_PROFILES[board].p_block_w)
+    return dag, Choice("all-max", reference.time_s, reference.energy_j)
+
+
 def frontier_choices(dag: ComputationDag, board: str, unit_s: float) -> list[Choice]:
     profile = bundled_profile(board)
     params = SolverParams(unit_time_s=unit_s, p_block_w=BUNDLED_PROFILES[board].p_block_w)
@@ -143,10 +151,8 @@ def replay(
 def case(
     name: str, trace: list[SignalPoint], predicted: list[float], args: argparse.Namespace
 ) -> dict[str, Any]:
-    board, stages, microbatches, unit_s = CASES[name]
-    dag = build_dag("1f1b", stages, microbatches)
-    reference = all_max(dag, bundled_profile(board), BUNDLED_PROFILES[board].p_block_w)
-    base = Choice("all-max", reference.time_s, reference.energy_j)
+    board, stages, _microbatches, unit_s = CASES[name]
+    dag, base = job_at_all_max(name)
     points = frontier_choices(dag, board, unit_s)
     limits = power_limit_choices(dag, board, args.limit_step_w)
     found = run_methods(trace, predicted, args, DEFAULT_ETA, (stages, board, base, points, limits))

@@ -11,15 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmarks import carbon_measured, carbon_stats
-from benchmarks.bench_carbon import CASES, Choice, power_limit_choices, replay
+from benchmarks.bench_carbon import CASES, job_at_all_max, power_limit_choices, replay
 from benchmarks.carbon_measured import Arm, Workload
 from perseusd.carbon.choice import DEFAULT_ETA, ChaseWeights, chase_cost
 from perseusd.carbon.forecast import forecast
 from perseusd.carbon.traces import SignalPoint
 from perseusd.gpu.sim_boards import load_board
-from perseusd.planner.baselines import all_max
-from perseusd.planner.bundled import BUNDLED_PROFILES, bundled_profile
-from perseusd.planner.dag import build_dag
 
 DEFAULT_ARMS = "chase,carbon_policy"
 """The arms run beside all-max and its repeat without `--arms`: the bar's, at Chase's eta."""
@@ -42,9 +39,7 @@ def measured_case(
 ) -> dict[str, Any]:
     """The arms run on the emulated job against the daemon (benchmarks/carbon_measured.py)."""
     board, stages, microbatches, _unit_s = CASES[name]
-    dag = build_dag("1f1b", stages, microbatches)
-    reference = all_max(dag, bundled_profile(board), BUNDLED_PROFILES[board].p_block_w)
-    base = Choice("all-max", reference.time_s, reference.energy_j)
+    dag, base = job_at_all_max(name)
     limits = power_limit_choices(dag, board, args.limit_step_w)
     intervals = args.measured_intervals
     start = args.measured_start if args.measured_start >= 0 else widest_start(trace, intervals)
