@@ -9,6 +9,7 @@ time, times a slowness factor for the straggler. Profiles are imported, so the j
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +30,9 @@ pytestmark = [requires_etcd, pytest.mark.timeout(240)]
 JOB = "dp-job"
 MICROBATCHES = 2
 TTL_S = 3
+PROMPT_S = 1.0
+"""Node B switches within this long of node A's detection: the announcement in etcd, node B's next
+refresh (0.2 s), the next iteration boundary; far below the 3 s lease TTL a missed announcement waits for."""
 CONTROL_TIMEOUT_S = 15.0  # a loaded machine may take seconds to answer; the test is about etcd, not speed
 CLOCKS_MHZ = tuple(range(1410, 850, -45))
 PROFILE_CSV = profile_to_csv(synthetic_profile(1, seed=5, clocks_mhz=CLOCKS_MHZ, base_time_s=0.02))
@@ -143,6 +147,12 @@ def _running(pipelines: list[Pipeline]) -> None:
         pipeline.plan_s = info.fastest_time_s
 
 
+def _steps_within(duration_s: float, pipeline: Pipeline) -> int:
+    """The steps a pipeline starts within `duration_s` at its planned pace, and the one under way (a step is
+    never shorter than that: a loaded machine only makes the bound looser)."""
+    return 1 + math.ceil(duration_s / pipeline.plan_s)
+
+
 def _fail() -> JobInfo:
     raise AssertionError("the job is unknown to the daemon")
 
@@ -187,7 +197,7 @@ def test_a_straggler_on_one_node_slows_the_other_node_down_and_a_dead_node_vanis
         for pipeline in (2, 3):
             since = _by_pipeline(info_b)[pipeline][1]
             assert since is not None
-            assert since - detected.since_step <= 2
+            assert since - detected.since_step <= _steps_within(PROMPT_S, pipelines[pipeline])
         assert info_b.target_time_s is not None
         assert all(
             p.plan_time_s is not None and p.plan_time_s <= info_b.target_time_s + 1e-9
