@@ -110,8 +110,9 @@ class SignalKeeper:
             return EXPIRED
         return STALE if self._error else OK
 
-    def _log_state(self) -> None:
-        current = self.status()
+    def _log_state(self, current: SignalStatus | None = None) -> None:
+        if current is None:
+            current = self._current()
         with self._log_lock:
             if current.state == self._logged_state:
                 return
@@ -140,6 +141,13 @@ class SignalKeeper:
             )
 
     def status(self) -> SignalStatus:
+        """The signal now. A state change is logged before it is returned, so that status never shows a state
+        the log has not reported (a value can expire between two fetches)."""
+        current = self._current()
+        self._log_state(current)
+        return current
+
+    def _current(self) -> SignalStatus:
         now_s = self._clock_s()
         with self._lock:
             good, error = self._good, self._error

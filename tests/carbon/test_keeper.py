@@ -112,3 +112,23 @@ def test_an_unchanged_history_keeps_its_forecast_and_counts_as_a_fresh_read(
     keeper.update([*history, SignalPoint(18000.0, 500.0)])  # a new point: forecast again
     assert calls == [10, 11]
     assert keeper.status().forecast == 500.0
+
+
+def test_status_never_shows_a_state_the_log_has_not_reported(caplog: pytest.LogCaptureFixture) -> None:
+    # A value expires between two fetches; whoever reads status first (the status request) sees it
+    # expired, and the log must already say so, even if the next fetch recovers at once.
+    now = [0.0]
+    keeper = SignalKeeper("flaky", "gCO2eq/kWh", max_age_s=10.0, method="persistence", clock_s=lambda: now[0])
+    source = Flaky()
+    poller = SignalPoller(source, keeper, poll_s=60.0)
+    caplog.set_level(logging.INFO, logger="perseusd.carbon.keeper")
+    poller.poll_once()
+    source.fail = "signal"
+    poller.poll_once()
+    now[0] = 11.0
+    assert keeper.status().state == EXPIRED  # no fetch, no check(): only the status read saw it
+    assert "carbon-aware jobs run their default point" in caplog.text
+    source.fail = None
+    poller.poll_once()
+    assert keeper.status().state == OK
+    assert caplog.text.count("carbon-aware jobs run their default point") == 1
