@@ -39,6 +39,7 @@ plan's clocks (the DAG with the measured durations) and the time between stages 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import re
 import signal
@@ -51,18 +52,20 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.h100_variants import VARIANTS, variant_csv, variant_stages
 from perseusd.gpu.sim_boards import load_board
 from perseusd.gpu.sim_costs import WorkloadCosts
 from perseusd.jobs.solving import auto_unit_time_s
 from perseusd.planner.bundled import bundled_profile
 from perseusd.planner.profile import Measurement, Profile
-from perseusd.planner.profile_csv import read_profile, write_profile
+from perseusd.planner.profile_csv import read_profile, read_profile_stream, write_profile
 from tests.support import perseusd_proc
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess
 
 perseusd_proc.READY_TIMEOUT_S = 120.0  # a loaded machine starts a daemon slowly; tests keep their 15 s
 
 SYNTHETIC = "synthetic"
+VARIANT = "variant:"
 
 CASES: dict[str, tuple[str, str, int, int]] = {
     "a100x12": ("a100_sxm", "a100_sxm", 8, 12),
@@ -72,8 +75,10 @@ CASES: dict[str, tuple[str, str, int, int]] = {
     "h100x8": ("h100_sxm", "h100_sxm", 4, 8),
     "h100x16": ("h100_sxm", "h100_sxm", 4, 16),
     "synthx8": ("h100_sxm", SYNTHETIC, 4, 8),
+    **{f"h100-{name}x8": ("h100_sxm", f"{VARIANT}{name}", variant_stages(name), 8) for name in VARIANTS},
 }
-"""name -> (board, profile: a bundled name or SYNTHETIC, stages, microbatches)."""
+"""name -> (board, profile: a bundled name, SYNTHETIC or VARIANT + a `h100_variants` name, stages,
+microbatches)."""
 
 BUNDLED_PROFILES = ("a100_sxm", "a40", "h100_sxm")
 
@@ -102,7 +107,10 @@ def case_spec(name: str) -> tuple[str, str, int, int]:
 
 
 def shipped_profile(profile: str) -> Profile:
-    """A bundled profile by name, else the profile CSV at that path."""
+    """A bundled profile by name, a variant (`h100_variants`), else the profile CSV at that path."""
+    if profile.startswith(VARIANT):
+        text = variant_csv(profile.removeprefix(VARIANT))
+        return read_profile_stream(io.StringIO(text, newline=""), source=profile)
     return bundled_profile(profile) if profile in BUNDLED_PROFILES else read_profile(profile)
 
 
@@ -208,6 +216,10 @@ def run_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
     if profile == SYNTHETIC:
         path = dirs.base / "synthetic-h100.csv"
         path.write_text(synthetic_profile_csv())
+        profile = str(path)
+    elif profile.startswith(VARIANT):
+        path = dirs.base / f"{profile.removeprefix(VARIANT)}-h100.csv"
+        path.write_text(variant_csv(profile.removeprefix(VARIANT)))
         profile = str(path)
     daemon = DaemonProcess(dirs, gpus=gpus, extra_args=("--sim-model", board), env=counters)
     started_s = time.monotonic()
