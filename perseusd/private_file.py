@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from perseusd.errors import PerseusError
 
@@ -114,6 +116,18 @@ def read_private_file(path: Path, what: str) -> bytes | None:
     if len(raw) > MAX_PRIVATE_BYTES:
         raise PrivateFileError(f"{path}: {what} is larger than {MAX_PRIVATE_BYTES} bytes")
     return raw
+
+
+def read_private_json(path: Path, what: str) -> Any | None:
+    """The JSON value of a file `write_private_file` wrote (None: no file). `PrivateFileError` as
+    `read_private_file`, and for bytes that are not JSON."""
+    raw = read_private_file(path, what)
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise PrivateFileError(f"{path}: {what} is not valid JSON ({exc})") from None
 
 
 def _check_file(path: Path, info: os.stat_result, what: str) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from perseusd.private_file import PrivateFileError, read_private_file, write_private_file
+from perseusd.private_file import PrivateFileError, read_private_json, write_private_file
 
 logger = logging.getLogger(__name__)
 
@@ -49,14 +49,11 @@ def save_originals(path: Path, limits_w: Mapping[str, float]) -> None:
 def load_originals(path: Path) -> dict[str, float] | None:
     """The saved originals (None: no file); `PoolLimitsFileError` for a file that is not ours."""
     try:
-        raw = read_private_file(path, WHAT)
-        if raw is None:
-            return None
-        body = json.loads(raw)
+        body = read_private_json(path, WHAT)
     except PrivateFileError as exc:
         raise PoolLimitsFileError(str(exc)) from exc
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise PoolLimitsFileError(f"{path} is not a pool limits file: {exc}") from exc
+    if body is None:
+        return None
     limits = body.get("power_limits_w") if isinstance(body, dict) else None
     if (
         not isinstance(body, dict)

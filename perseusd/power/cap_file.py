@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perseusd.power.allocate import PRIORITIES
-from perseusd.private_file import PrivateFileError, read_private_file, write_private_file
+from perseusd.private_file import PrivateFileError, read_private_json, write_private_file
 
 logger = logging.getLogger(__name__)
 
@@ -65,14 +65,11 @@ def save_cap(path: Path, cap: SavedCap) -> None:
 def load_cap(path: Path) -> SavedCap | None:
     """The saved cap (None: no file); `CapFileError` for a file that is unsafe or not a power cap file."""
     try:
-        raw = read_private_file(path, WHAT)
-        if raw is None:
-            return None
-        body = json.loads(raw)
+        body = read_private_json(path, WHAT)
     except PrivateFileError as exc:
         raise CapFileError(str(exc)) from exc
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CapFileError(f"{path}: {WHAT} is not valid JSON ({exc})") from exc
+    if body is None:
+        return None
     if not isinstance(body, dict) or body.get("version") != VERSION:
         raise CapFileError(f"{path}: not a version {VERSION} {WHAT}")
     budget_w, set_by, priorities = body.get("budget_w"), body.get("set_by", ""), body.get("priorities", {})
