@@ -172,14 +172,21 @@ class StageSweep:
             self._capped_mhz = capped_clock_mhz
         if not self._precise(estimate, clock_mhz) and not self._give_up(estimate, clock_mhz):
             return
-        if self._index > 0:
-            self._count_rises(estimate, self._clocks_mhz[self._index - 1], clock_mhz)
-        else:
+        if self._index == 0:
             self._plan_rest(self._iterations)
+        elif self._counts_rises(clock_mhz):
+            self._count_rises(estimate, self._clocks_mhz[self._index - 1], clock_mhz)
         self._index += 1
         self._iterations = 0
         stopped = all(rises >= self._rises_needed() for rises in self._rises.values())
         self._done = stopped or self._index == len(self._clocks_mhz)
+
+    def _counts_rises(self, clock_mhz: int) -> bool:
+        """Whether a rise at `clock_mhz` counts: always without a budget; with one, only below the range it
+        spreads its clocks over. Those clocks are the curve the plan needs, read from a handful of clocks
+        ~250 MHz apart near the flat, power-capped top, where timing noise fakes a rise (it once left a stage
+        of an H100 job with its highest clock only)."""
+        return self._settings.iteration_budget <= 0 or clock_mhz < self._clocks_mhz[0] * BUDGET_RANGE
 
     def _plan_rest(self, first_iterations: int) -> None:
         """Once the highest clock is done: the clocks below it, spaced so that they fit `iteration_budget` at

@@ -226,3 +226,22 @@ def test_a_rise_needs_a_slower_clock_and_a_span() -> None:
     close = SweepSettings(rise_limit=1, rise_span_mhz=75)
     sweep = StageSweep(CLOCKS, [FWD, BWD], close)  # 15 MHz apart: 5 rises in a row
     assert run_sweep(sweep, valley(bottom_fwd=1290, bottom_bwd=1200))[-1] == 1125
+
+
+def test_a_budget_measures_its_clocks_even_after_a_rise_near_the_top() -> None:
+    # Timing noise in a closed loop once made the second of an H100 stage's budgeted clocks look slower and
+    # costlier than the first; the sweep stopped there and the stage kept its highest clock only. Within the
+    # budget's range a rise never ends the sweep; below it, it does.
+    settings = SweepSettings(
+        iteration_budget=40, max_iterations_per_clock=8, hard_max_iterations_per_clock=8, rise_limit=1
+    )
+
+    def energy(_key: OptionKey, clock: int) -> float:
+        if clock == 1725:
+            return 25.0  # the noisy rise: costlier than 1980 (and slower, as every lower clock is)
+        return 20.0 - (1980 - clock) / 200 if clock >= 1215 else 30.0  # a real rise below 1215
+
+    sweep = StageSweep(H100_CLOCKS, [FWD, BWD], settings)
+    ran = run_sweep(sweep, energy, energy_rel_err=0.05, windows=10)
+    assert sorted(set(ran), reverse=True) == [1980, 1725, 1470, 1215, 960]
+    assert sweep.done
