@@ -228,3 +228,34 @@ def test_windows_over_blind_computations_are_dropped() -> None:
         assert clean.options[(key, 1410)].energy_j == pytest.approx(true_j, rel=1e-3)
     everything = [(intervals[0].start_ns, intervals[-1].end_ns)]
     assert estimate_stage(kept, samples, p_block_w=P_BLOCK_W, blind=everything).options == {}
+
+
+def _back_to_back(iterations: int, seed: int) -> tuple[list[Interval], list[Interval]]:
+    """A last pipeline stage: each microbatch's forward and backward run back to back. Returns the true
+    intervals and the ones the daemon sees, each event stamped up to a few tenths of a ms late (exponential,
+    mean 0.5 ms: a training process's wake-up and event delivery)."""
+    rng = random.Random(seed)
+    true, seen = [], []
+    t_ns = 1_000 * MS
+    for _ in range(iterations):
+        t_ns += 60 * MS  # the bubble before the steady phase
+        for _microbatch in range(8):
+            for key, length_ns in ((FWD, 9 * MS), (BWD, 17 * MS + MS // 2)):
+                true.append(Interval(key, 1410, t_ns, t_ns + length_ns))
+                late_begin_ns, late_end_ns = (round(rng.expovariate(2.0 / MS)) for _ in range(2))
+                seen.append(Interval(key, 1410, t_ns + late_begin_ns, t_ns + length_ns + late_end_ns))
+                t_ns += length_ns + MS // 5
+    return true, seen
+
+
+def test_back_to_back_computations_are_split_well_despite_late_events() -> None:
+    # Their split comes only from where the counter windows' edges fall, so timing noise moves it; the
+    # same-clock power prior keeps it near the truth (without it: mean 10 %, worst 20 % off, forwards low).
+    errors = []
+    for seed in range(8):
+        true, seen = _back_to_back(12, seed)
+        estimate = estimate_stage(seen, counter_samples(true, noise=0.01), p_block_w=P_BLOCK_W)
+        forward = estimate.options[(FWD, 1410)]
+        errors.append(abs(forward.energy_j / (POWERS_W[(FWD, 1410)] * 0.009) - 1))
+    assert sum(errors) / len(errors) < 0.06
+    assert max(errors) < 0.15
