@@ -24,10 +24,12 @@ from multiprocessing.process import BaseProcess
 
 from perseusd.errors import PlanningError
 from perseusd.jobs.shape import JobShape, StageOrder
+from perseusd.planner.baselines import all_max
 from perseusd.planner.plan import Frontier, PlanMeta, frontier_from_points
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import read_profile_stream
 from perseusd.planner.solver import SolverParams, solve_frontier
+from perseusd.planner.switch_search import descend_frontier
 from perseusd.planner.switching import SwitchModel, follow_frontier
 
 CLOSE_TIMEOUT_S = 10.0
@@ -65,7 +67,8 @@ def auto_unit_time_s(profile: Profile) -> float:
 
 
 def solve(task: SolveInput) -> Frontier:
-    """Runs in the worker: the job's full frontier, each point with its time on the measured profile.
+    """Runs in the worker: the job's full frontier, each point with its time on the measured profile; with a
+    switch model, every point followed under it and the switch-aware descent's points appended.
 
     Errors come back as `PlanningError` with the message only: every exception must survive pickling
     back to the daemon, or the pool breaks.
@@ -80,6 +83,8 @@ def solve(task: SolveInput) -> Frontier:
         frontier = frontier_from_points(dag, points, meta, refined_times_s)
         if task.switch is not None:
             frontier = follow_frontier(frontier, dag, profile, task.p_block_w, task.switch)
+            all_max_time_s = all_max(dag, profile, task.p_block_w).time_s
+            frontier = descend_frontier(frontier, dag, profile, task.p_block_w, task.switch, all_max_time_s)
         return frontier
     except Exception as exc:
         raise PlanningError(f"{type(exc).__name__}: {exc}") from None

@@ -140,6 +140,9 @@ class Followed:
     """Computations that will not run at their planned clock."""
     solved_clocks_mhz: tuple[tuple[int, ...], ...] | None = None
     """The solver's clocks when short lowered runs were merged (the point's clocks are the merged ones)."""
+    descended_from: int | None = None
+    """The point whose followed plan the switch-aware descent started from (`switch_search`); None: a solver
+    point."""
 
 
 @dataclass(frozen=True)
@@ -306,6 +309,8 @@ def _frontier_point_json(position: int, point: Plan) -> dict[str, Any]:
         body["planned_energy_j"] = followed.planned_energy_j
         body["effective_clocks_mhz"] = _rows_json(followed.effective_clocks_mhz)
         body["switch_changed"] = followed.switch_changed
+        if followed.descended_from is not None:
+            body["descended_from"] = followed.descended_from
     return body
 
 

@@ -93,6 +93,7 @@ def _followed(point: Reader, order: tuple[tuple[ScheduleStep, ...], ...]) -> Fol
         effective_clocks_mhz=_clocks(point, order, "effective_clocks_mhz"),
         switch_changed=point.get_int("switch_changed", minimum=0),
         solved_clocks_mhz=solved,
+        descended_from=point.get_int("descended_from", minimum=0) if "descended_from" in fields else None,
     )
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from perseusd.planner.dag import ComputationDag, Instruction
 from perseusd.planner.evaluate import evaluate_clocks
-from perseusd.planner.plan import Followed, Frontier, RowSharer, SwitchingMeta
+from perseusd.planner.plan import Followed, Frontier, Plan, RowSharer, SwitchingMeta
 from perseusd.planner.profile import Profile
 
 TimeAt = Callable[[int, int], float]
@@ -187,41 +187,67 @@ def follow_frontier(
     effective plan's, evaluated on the profile. The frontier gains `switching` (the model).
     """
     points = []
-    time_at, snap_up = _stage_time_at(dag, profile), _stage_snap_up(dag, profile)
-    merged_rows, effective_rows = RowSharer(), RowSharer()
+    follower = PointFollower(dag, profile, p_block_w, model)
+    merged_rows = RowSharer()
     for solved in frontier.points:
         clocks = solved.clocks_mhz
         if model.min_run_s > 0:
             clocks = merged_rows.share(
                 [
-                    merged_stage_clocks(stage_clocks, time_at(stage), snap_up(stage), model.min_run_s)
+                    merged_stage_clocks(
+                        stage_clocks, follower.time_at(stage), follower.snap_up(stage), model.min_run_s
+                    )
                     for stage, stage_clocks in enumerate(solved.clocks_mhz)
                 ]
             )
-        followed = followable_point(clocks, time_at, snap_up, model)
-        node_clocks = [0] * dag.num_computations
-        for ids, stage_clocks in zip(dag.stage_orders, followed.clocks_mhz, strict=True):
-            for node, clock in zip(ids, stage_clocks, strict=True):
-                node_clocks[node] = clock
-        evaluation = evaluate_clocks(dag, profile, node_clocks, p_block_w)
-        effective = followed.clocks_mhz if followed.changed else clocks  # one object when nothing changed
+        solved_clocks = solved.clocks_mhz if model.min_run_s > 0 else None
         points.append(
-            replace(
-                solved,
-                clocks_mhz=clocks,
-                refined_time_s=evaluation.time_s,
-                refined_energy_j=evaluation.energy_j,
-                followed=Followed(
-                    planned_time_s=solved.predicted_time_s,
-                    planned_energy_j=solved.refined_energy_j,
-                    effective_clocks_mhz=effective_rows.share(effective),
-                    switch_changed=followed.changed,
-                    solved_clocks_mhz=solved.clocks_mhz if model.min_run_s > 0 else None,
-                ),
-            )
+            follower.follow(solved, clocks, solved.predicted_time_s, solved.refined_energy_j, solved_clocks)
         )
     switching = SwitchingMeta(model.latency_s, model.lead_s, model.min_run_s)
     return replace(frontier, points=tuple(points), switching=switching)
+
+
+class PointFollower:
+    """Plays plans of one job out under one switch model (`follow`)."""
+
+    def __init__(self, dag: ComputationDag, profile: Profile, p_block_w: float, model: SwitchModel) -> None:
+        self.dag, self.profile, self.p_block_w, self.model = dag, profile, p_block_w, model
+        self.time_at, self.snap_up = _stage_time_at(dag, profile), _stage_snap_up(dag, profile)
+        self._effective_rows = RowSharer()
+
+    def follow(
+        self,
+        point: Plan,
+        clocks_mhz: tuple[tuple[int, ...], ...],
+        planned_time_s: float,
+        planned_energy_j: float,
+        solved_clocks_mhz: tuple[tuple[int, ...], ...] | None,
+        descended_from: int | None = None,
+    ) -> Plan:
+        """`point` deploying `clocks_mhz`, with `followed` and its refined time and energy the effective
+        plan's (`planned_*`: the figures of `clocks_mhz` with instant switches)."""
+        followed = followable_point(clocks_mhz, self.time_at, self.snap_up, self.model)
+        node_clocks = [0] * self.dag.num_computations
+        for ids, stage_clocks in zip(self.dag.stage_orders, followed.clocks_mhz, strict=True):
+            for node, clock in zip(ids, stage_clocks, strict=True):
+                node_clocks[node] = clock
+        evaluation = evaluate_clocks(self.dag, self.profile, node_clocks, self.p_block_w)
+        effective = followed.clocks_mhz if followed.changed else clocks_mhz  # one object when nothing changed
+        return replace(
+            point,
+            clocks_mhz=clocks_mhz,
+            refined_time_s=evaluation.time_s,
+            refined_energy_j=evaluation.energy_j,
+            followed=Followed(
+                planned_time_s=planned_time_s,
+                planned_energy_j=planned_energy_j,
+                effective_clocks_mhz=self._effective_rows.share(effective),
+                switch_changed=followed.changed,
+                solved_clocks_mhz=solved_clocks_mhz,
+                descended_from=descended_from,
+            ),
+        )
 
 
 def _stage_time_at(dag: ComputationDag, profile: Profile) -> Callable[[int], TimeAt]:

@@ -1,0 +1,286 @@
+"""The switch-aware descent: plans searched on what the GPUs will really run, not on what the solver assumes.
+
+The solver's points are optimal when clock changes are instant. With a ~10 ms lock they are not followed as
+solved (`switching`): short lowered runs are merged up (their saving is lost) and the chosen point keeps only
+part of the solver's saving (an H100 job with a light last stage: 3.5 % of 8.1 %). The descent looks for a
+better plan directly on the switch model. From a start (a followed frontier point, else all-max) it applies,
+while it lowers the energy, the best move: one stage's cyclic segment of computations (in schedule order)
+set to one clock (each computation at its lowest measured clock at or above it). A plan is judged as it will
+really run, conservatively:
+
+- energy: every computation at its effective clock (`followable_stage_clocks`), plus the blocking power
+  while a GPU waits inside the iteration;
+- time: the longest path with every computation at the slower of its planned and effective clocks. A
+  lowering that acts late leaves a computation at the higher clock only when the GPU goes straight on; after
+  a wait (a pipeline bubble) the lower clock is already in force. The descent never counts on the late one.
+
+A move is taken only when the plan's time stays within the limit. The descent is deterministic (moves are
+tried in a fixed order, ties keep the first) and bounded by a number of evaluations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+
+from perseusd.planner.dag import ComputationDag
+from perseusd.planner.evaluate import evaluate_clocks
+from perseusd.planner.plan import Frontier, Plan
+from perseusd.planner.profile import Profile
+from perseusd.planner.switching import PointFollower, SwitchModel, followable_stage_clocks
+
+Rows = tuple[tuple[int, ...], ...]
+"""Clocks per stage, in schedule order."""
+TOLERANCE = 1e-9
+"""Relative slack on the time limit (rounding)."""
+
+
+@dataclass(frozen=True)
+class Descent:
+    """The plan a descent found."""
+
+    clocks_mhz: Rows
+    """Per stage, in schedule order: the clocks to deploy."""
+    time_s: float
+    """The conservative iteration time (see the module's docstring)."""
+    energy_j: float
+    evaluations: int
+    moves: int
+
+
+class _StageCosts:
+    """One stage's time and energy tables: per computation (schedule order), per measured clock."""
+
+    def __init__(self, dag: ComputationDag, profile: Profile, stage: int) -> None:
+        self.time_s: list[dict[int, float]] = []
+        self.energy_j: list[dict[int, float]] = []
+        self.clocks_mhz: list[tuple[int, ...]] = []
+        for node in dag.stage_orders[stage]:
+            options = profile.options(dag.virtual_stage(node), dag.computations[node].instruction)
+            self.time_s.append({m.freq_mhz: m.time_s for m in options})
+            self.energy_j.append({m.freq_mhz: m.energy_j for m in options})
+            self.clocks_mhz.append(tuple(sorted(self.time_s[-1])))
+        self.all_clocks_mhz = tuple(sorted({c for clocks in self.clocks_mhz for c in clocks}))
+
+    def time_at(self, k: int, clock_mhz: int) -> float:
+        return self.time_s[k][clock_mhz]
+
+    def snap_up(self, k: int, clock_mhz: int) -> int:
+        """Computation k's lowest measured clock at or above `clock_mhz`, else its highest."""
+        clocks = self.clocks_mhz[k]
+        return next((c for c in clocks if c >= clock_mhz), clocks[-1])
+
+    def top(self) -> tuple[int, ...]:
+        return tuple(clocks[-1] for clocks in self.clocks_mhz)
+
+
+@dataclass(frozen=True)
+class _StageCost:
+    durations_s: list[float]
+    """Per computation: its time at the slower of its planned and effective clocks."""
+    energy_j: float
+    """At the effective clocks."""
+    busy_s: float
+    """Time computing at the effective clocks (the rest of the iteration draws blocking power)."""
+    changed: int
+    """Computations that will not run at their planned clock."""
+
+
+class DescentSearch:
+    """Descents on one job's DAG and profile under one switch model."""
+
+    def __init__(self, dag: ComputationDag, profile: Profile, p_block_w: float, model: SwitchModel) -> None:
+        self.dag = dag
+        self.p_block_w = p_block_w
+        self.model = model
+        self.stages = [_StageCosts(dag, profile, s) for s in range(dag.num_stages)]
+        self._predecessors = dag.predecessors
+        self._topological = dag.topological_order
+
+    def all_max(self) -> Rows:
+        """Every computation at its highest measured clock."""
+        return tuple(costs.top() for costs in self.stages)
+
+    def evaluate(self, rows: Sequence[Sequence[int]]) -> tuple[float, float]:
+        """A plan's conservative (time, energy)."""
+        return self._total([self._stage_cost(s, list(row)) for s, row in enumerate(rows)])
+
+    def descend(
+        self,
+        start: Sequence[Sequence[int]],
+        limit_s: float,
+        max_evaluations: int,
+        max_changed: int | None = None,
+    ) -> Descent | None:
+        """The plan the descent reaches from `start` within `limit_s`, with at most `max_changed` computations
+        not at their planned clock (or as many as `start` has, when more; None: any number); None when `start`
+        itself is over the time limit."""
+        current = [list(row) for row in start]
+        costs = [self._stage_cost(s, row) for s, row in enumerate(current)]
+        time_s, energy_j = self._total(costs)
+        limit_s *= 1 + TOLERANCE
+        if time_s > limit_s:
+            return None
+        changed = sum(cost.changed for cost in costs)
+        allowed = changed + len(self._topological) if max_changed is None else max(max_changed, changed)
+        evaluations = moves = 0
+        while evaluations < max_evaluations:
+            best: tuple[float, float, int, list[int], _StageCost] | None = None
+            for stage, row in enumerate(current):
+                for trial in self._moves(stage, row):
+                    if evaluations >= max_evaluations:
+                        break
+                    evaluations += 1
+                    trial_cost = self._stage_cost(stage, trial)
+                    if changed - costs[stage].changed + trial_cost.changed > allowed:
+                        continue
+                    trial_time_s, trial_energy_j = self._total(
+                        [*costs[:stage], trial_cost, *costs[stage + 1 :]]
+                    )
+                    if trial_time_s <= limit_s and trial_energy_j < (best[0] if best else energy_j) - 1e-12:
+                        best = (trial_energy_j, trial_time_s, stage, trial, trial_cost)
+            if best is None:
+                break
+            energy_j, time_s, stage, current[stage], new_cost = best
+            changed += new_cost.changed - costs[stage].changed
+            costs[stage] = new_cost
+            moves += 1
+        rows = tuple(tuple(row) for row in current)
+        return Descent(rows, time_s, energy_j, evaluations, moves)
+
+    def _moves(self, stage: int, row: list[int]) -> Iterator[list[int]]:
+        """Every distinct plan of one stage that sets a cyclic segment of `row` to one clock."""
+        costs = self.stages[stage]
+        n = len(row)
+        seen: set[tuple[int, ...]] = {tuple(row)}
+        for clock_mhz in costs.all_clocks_mhz:
+            snapped = [costs.snap_up(k, clock_mhz) for k in range(n)]
+            for first in range(n):
+                trial = list(row)
+                for length in range(n):
+                    k = (first + length) % n
+                    trial[k] = snapped[k]
+                    key = tuple(trial)
+                    if key not in seen:
+                        seen.add(key)
+                        yield list(trial)
+
+    def _stage_cost(self, stage: int, planned: list[int]) -> _StageCost:
+        costs = self.stages[stage]
+        effective = followable_stage_clocks(planned, costs.time_at, costs.snap_up, self.model)
+        durations_s = []
+        energy_j = busy_s = 0.0
+        for k, (clock_mhz, planned_mhz) in enumerate(zip(effective, planned, strict=True)):
+            ran_s = costs.time_s[k][clock_mhz]
+            durations_s.append(max(ran_s, costs.time_s[k][planned_mhz]))
+            energy_j += costs.energy_j[k][clock_mhz]
+            busy_s += ran_s
+        changed = sum(1 for ran, wanted in zip(effective, planned, strict=True) if ran != wanted)
+        return _StageCost(durations_s, energy_j, busy_s, changed)
+
+    def _total(self, costs: Sequence[_StageCost]) -> tuple[float, float]:
+        """The plan's (time, energy): nodes are numbered stage by stage in schedule order."""
+        durations_s = [d for cost in costs for d in cost.durations_s]
+        finish_s = [0.0] * len(durations_s)
+        predecessors = self._predecessors
+        for node in self._topological:
+            start_s = 0.0
+            for before in predecessors[node]:
+                start_s = max(start_s, finish_s[before])
+            finish_s[node] = start_s + durations_s[node]
+        time_s = max(finish_s, default=0.0)
+        busy_s = sum(cost.busy_s for cost in costs)
+        waiting_j = self.p_block_w * (self.dag.num_stages * time_s - busy_s)
+        return time_s, sum(cost.energy_j for cost in costs) + waiting_j
+
+
+LIMIT_FACTORS = (1.0, 1.05, 1.1, 1.2, 1.3)
+"""The time limits the daemon descends for, as multiples of all-max's predicted time: the default
+(no-slowdown) point's, and slower ones that slowdown targets and stragglers choose among."""
+MAX_CHANGED_FRACTION = 0.05
+"""A descent's plan leaves at most this share of computations off their planned clock (or as many as its
+start): each of them begins before its clock is applied, which the closed loop holds to 10 % of
+computations, and timing jitter adds a few points to what the model counts."""
+MAX_NODE_EVALUATIONS = 4_000_000
+"""Each descent's budget, in plan evaluations times the DAG's computations (~1 s of CPU per descent)."""
+
+
+def descend_frontier(
+    frontier: Frontier,
+    dag: ComputationDag,
+    profile: Profile,
+    p_block_w: float,
+    model: SwitchModel,
+    all_max_time_s: float,
+    factors: Sequence[float] = LIMIT_FACTORS,
+) -> Frontier:
+    """A followed `frontier` (`follow_frontier`) with, per time limit (`all_max_time_s` x each factor), the
+    descent's plan appended as a new point when it beats the least-energy point within that limit. A plan
+    leaves at most `MAX_CHANGED_FRACTION` of the computations off their planned clock.
+
+    A limit is skipped when that point runs as the solver solved it (switching changes no computation and
+    merged no run): its plan is the solver's optimum. Each descent starts from that point's deployed clocks
+    and from all-max, and keeps the better plan. A new point's `followed` says `descended_from` (the start
+    point's index); its `refined_*` figures are the descent's (the effective plan's energy, over the time
+    that counts every lowering both ways: never less than the effective plan's figures)."""
+    search = DescentSearch(dag, profile, p_block_w, model)
+    follower = PointFollower(dag, profile, p_block_w, model)
+    budget = max(1, MAX_NODE_EVALUATIONS // max(1, dag.num_computations))
+    max_changed = int(MAX_CHANGED_FRACTION * dag.num_computations)
+    points = list(frontier.points)
+    for factor in factors:
+        limit_s = all_max_time_s * factor
+        within = [p for p in points if p.predicted_time_s <= limit_s * (1 + TOLERANCE)]
+        if not within:
+            continue
+        best = min(within, key=lambda p: (p.refined_energy_j, p.predicted_time_s))
+        if _as_solved(best):
+            continue
+        starts = (best.clocks_mhz, search.all_max())
+        found = [search.descend(start, limit_s, budget, max_changed) for start in starts]
+        descents = [d for d in found if d is not None]
+        if not descents:
+            continue
+        descent = min(descents, key=lambda d: d.energy_j)
+        point = _descended_point(follower, best, descent, len(points), frontier.meta.unit_time_s)
+        if point.refined_energy_j < best.refined_energy_j and point.predicted_time_s <= limit_s * (
+            1 + TOLERANCE
+        ):
+            points.append(point)
+    return replace(frontier, points=tuple(points))
+
+
+def _as_solved(point: Plan) -> bool:
+    followed = point.followed
+    if followed is None:
+        return True
+    merged = followed.solved_clocks_mhz is not None and followed.solved_clocks_mhz != point.clocks_mhz
+    return followed.switch_changed == 0 and not merged
+
+
+def _descended_point(
+    follower: PointFollower, start: Plan, descent: Descent, index: int, unit_time_s: float
+) -> Plan:
+    """The descent's plan as a frontier point numbered `index` (its solver fields: the plan's own figures with
+    instant switches; `followed`: its effective plan)."""
+    node_clocks = [clock for row in descent.clocks_mhz for clock in row]
+    planned = evaluate_clocks(follower.dag, follower.profile, node_clocks, follower.p_block_w)
+    solved = start.followed.solved_clocks_mhz if start.followed is not None else None
+    numbered = replace(
+        start,
+        index=index,
+        quant_time=max(0, round(planned.time_s / unit_time_s)) if unit_time_s > 0 else start.quant_time,
+        time_s=planned.time_s,
+        model_energy_j=planned.energy_j,
+    )
+    followed = follower.follow(
+        numbered,
+        descent.clocks_mhz,
+        planned.time_s,
+        planned.energy_j,
+        solved if solved is not None else start.clocks_mhz,
+        descended_from=start.index,
+    )
+    # The descent's own figures: its time counts a lowering both ways, so a policy choosing on it never
+    # counts on a lowering that acts late (they are at least the effective plan's).
+    return replace(followed, refined_time_s=descent.time_s, refined_energy_j=descent.energy_j)

@@ -1,0 +1,168 @@
+"""The switch-aware descent: followable plans searched on what the GPUs will really run."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+
+import pytest
+
+from perseusd.planner.baselines import all_max
+from perseusd.planner.dag import ComputationDag, Instruction, build_dag
+from perseusd.planner.evaluate import evaluate_clocks
+from perseusd.planner.plan import Frontier, PlanMeta, frontier_from_points, frontier_to_document
+from perseusd.planner.plan_read import parse_frontier
+from perseusd.planner.profile import Profile
+from perseusd.planner.solver import SolverParams, solve_frontier
+from perseusd.planner.switch_search import DescentSearch, descend_frontier
+from perseusd.planner.switching import FollowablePoint, SwitchModel, follow_frontier, followable_point
+from tests.support.synthetic import synthetic_profile
+
+H100 = SwitchModel(latency_s=0.012, lead_s=0.014, min_run_s=0.028)  # the daemon's model on an H100
+CLOCKS_MHZ = (1410, 1230, 1050, 900)  # few profiled clocks, far apart, like the daemon's budgeted sweep
+P_BLOCK_W = 90.0
+
+
+def _job(seed: int, model: SwitchModel = H100) -> tuple[Frontier, ComputationDag, Profile, float]:
+    """A 4-stage, 6-microbatch job of 7-25 ms computations, its frontier followed under `model`, and
+    all-max's predicted time."""
+    profile = synthetic_profile(4, seed, clocks_mhz=CLOCKS_MHZ, base_time_s=0.007, imbalance=0.5)
+    dag = build_dag("1f1b", 4, 6)
+    points = list(solve_frontier(dag, profile, SolverParams(unit_time_s=0.0005, p_block_w=P_BLOCK_W)))
+    meta = PlanMeta.for_dag(dag, profile, 0.0005, P_BLOCK_W)
+    frontier = frontier_from_points(dag, points, meta, [p.refined_time_s for p in points])
+    followed = follow_frontier(frontier, dag, profile, P_BLOCK_W, model)
+    return followed, dag, profile, all_max(dag, profile, P_BLOCK_W).time_s
+
+
+def _node_clocks(dag: ComputationDag, rows: tuple[tuple[int, ...], ...]) -> list[int]:
+    clocks = [0] * dag.num_computations
+    for ids, row in zip(dag.stage_orders, rows, strict=True):
+        for node, clock in zip(ids, row, strict=True):
+            clocks[node] = clock
+    return clocks
+
+
+def _least_energy_within(frontier: Frontier, limit_s: float) -> float:
+    return min(p.refined_energy_j for p in frontier.points if p.predicted_time_s <= limit_s * (1 + 1e-9))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_descent_keeps_more_of_the_saving_within_all_max_time(seed: int) -> None:
+    """At all-max's time the descent's point needs less energy than every followed solver point, states
+    its effective plan, and is chosen by figures no better than that plan's: its time is within the limit
+    even where a lowering takes effect early."""
+    frontier, dag, profile, all_max_time_s = _job(seed)
+    descended = descend_frontier(frontier, dag, profile, P_BLOCK_W, H100, all_max_time_s)
+    assert descended.points[: len(frontier.points)] == frontier.points  # the solver's points stay
+    new = descended.points[len(frontier.points) :]
+    assert new, "no descent improved on the followed frontier"
+    first = new[0]
+    assert first.followed is not None
+    assert first.followed.descended_from is not None
+    assert first.index == len(frontier.points)
+    assert first.predicted_time_s <= all_max_time_s * (1 + 1e-9)
+    assert first.refined_energy_j < _least_energy_within(frontier, all_max_time_s)
+    followed = _followed(dag, profile, first.clocks_mhz)
+    assert followed.clocks_mhz == first.followed.effective_clocks_mhz
+    effective = evaluate_clocks(dag, profile, _node_clocks(dag, followed.clocks_mhz), P_BLOCK_W)
+    judged_time_s, judged_energy_j = DescentSearch(dag, profile, P_BLOCK_W, H100).evaluate(first.clocks_mhz)
+    assert first.refined_time_s == pytest.approx(judged_time_s)
+    assert first.refined_energy_j == pytest.approx(judged_energy_j)
+    assert first.predicted_time_s >= effective.time_s * (1 - 1e-12)
+    assert first.refined_energy_j >= effective.energy_j * (1 - 1e-12)
+    planned = evaluate_clocks(dag, profile, _node_clocks(dag, first.clocks_mhz), P_BLOCK_W)
+    assert planned.time_s <= all_max_time_s * (1 + 1e-9)  # a lowering that acts early slows nothing
+    for point in new:
+        assert point.refined_energy_j < _least_energy_within(frontier, point.predicted_time_s)
+
+
+def test_the_conservative_time_counts_every_lowering_both_ways() -> None:
+    """The time a descent is held to is at least the plan's time with instant switches and its time as
+    followed, for plans with many short runs."""
+    _frontier, dag, profile, _ = _job(4)
+    search = DescentSearch(dag, profile, P_BLOCK_W, H100)
+    rng = random.Random(7)
+    for _ in range(20):
+        rows = tuple(
+            tuple(_snap(profile, dag, s, k, rng.choice(CLOCKS_MHZ)) for k in range(len(ids)))
+            for s, ids in enumerate(dag.stage_orders)
+        )
+        time_s, _energy_j = search.evaluate(rows)
+        planned = evaluate_clocks(dag, profile, _node_clocks(dag, rows), P_BLOCK_W)
+        effective_rows = _followed(dag, profile, rows).clocks_mhz
+        effective = evaluate_clocks(dag, profile, _node_clocks(dag, effective_rows), P_BLOCK_W)
+        assert time_s >= max(planned.time_s, effective.time_s) * (1 - 1e-12)
+
+
+def test_a_descent_is_deterministic_bounded_and_never_starts_over_its_limit() -> None:
+    _frontier, dag, profile, all_max_time_s = _job(2)
+    search = DescentSearch(dag, profile, P_BLOCK_W, H100)
+    first = search.descend(search.all_max(), all_max_time_s, 5000)
+    again = search.descend(search.all_max(), all_max_time_s, 5000)
+    assert first is not None
+    assert first == again
+    assert first.evaluations <= 5000
+    assert first.time_s <= all_max_time_s * (1 + 1e-9)
+    short = search.descend(search.all_max(), all_max_time_s, 10)
+    assert short is not None
+    assert short.evaluations == 10
+    assert search.descend(search.all_max(), all_max_time_s * 0.9, 5000) is None
+
+
+def test_a_descent_keeps_to_its_cap_on_computations_off_their_clock() -> None:
+    """Capped at none, every computation of the plan runs at its planned clock; uncapped, the descent
+    trades some of them for energy (a lowering that acts late still saves on the rest of its run)."""
+    _frontier, dag, profile, all_max_time_s = _job(3)
+    search = DescentSearch(dag, profile, P_BLOCK_W, H100)
+
+    def off_clock(rows: tuple[tuple[int, ...], ...]) -> int:
+        return _followed(dag, profile, rows).changed
+
+    assert off_clock(search.all_max()) == 0
+    capped = search.descend(search.all_max(), all_max_time_s, 20_000, max_changed=0)
+    free = search.descend(search.all_max(), all_max_time_s, 20_000)
+    assert capped is not None
+    assert free is not None
+    assert off_clock(capped.clocks_mhz) == 0
+    assert off_clock(free.clocks_mhz) > 0
+    assert free.energy_j < capped.energy_j < search.evaluate(search.all_max())[1]
+
+
+def test_instant_switches_add_no_point() -> None:
+    """Without switch latency every followed point is the solver's: the descent has nothing to repair."""
+    instant = SwitchModel(0.0, 0.0)
+    frontier, dag, profile, all_max_time_s = _job(1, instant)
+    assert descend_frontier(frontier, dag, profile, P_BLOCK_W, instant, all_max_time_s) == frontier
+
+
+def test_a_descended_frontier_is_written_and_read_back_as_it_is() -> None:
+    frontier, dag, profile, all_max_time_s = _job(1)
+    descended = descend_frontier(frontier, dag, profile, P_BLOCK_W, H100, all_max_time_s)
+    assert len(descended.points) > len(frontier.points)
+    text = json.dumps(frontier_to_document(descended))
+    assert '"descended_from"' in text
+    assert parse_frontier(text, "descended") == descended
+
+
+def _followed(dag: ComputationDag, profile: Profile, rows: tuple[tuple[int, ...], ...]) -> FollowablePoint:
+    """What the GPUs will really run of `rows` under the H100 model."""
+
+    def time_at(stage: int) -> Callable[[int, int], float]:
+        return lambda k, clock_mhz: profile.lookup(*_key(dag, stage, k), clock_mhz).time_s
+
+    def snap_up(stage: int) -> Callable[[int, int], int]:
+        return lambda k, clock_mhz: _snap(profile, dag, stage, k, clock_mhz)
+
+    return followable_point(rows, time_at, snap_up, H100)
+
+
+def _key(dag: ComputationDag, stage: int, k: int) -> tuple[int, Instruction]:
+    node = dag.stage_orders[stage][k]
+    return dag.virtual_stage(node), dag.computations[node].instruction
+
+
+def _snap(profile: Profile, dag: ComputationDag, stage: int, k: int, clock_mhz: int) -> int:
+    clocks = sorted(m.freq_mhz for m in profile.options(*_key(dag, stage, k)))
+    return next((c for c in clocks if c >= clock_mhz), clocks[-1])
