@@ -27,7 +27,7 @@ from perseusd.planner.dag import ComputationDag
 from perseusd.planner.evaluate import evaluate_clocks
 from perseusd.planner.plan import Frontier, Plan
 from perseusd.planner.profile import Profile
-from perseusd.planner.switching import PointFollower, SwitchModel, followable_stage_clocks
+from perseusd.planner.switching import PointFollower, SwitchModel, followable_stage_clocks, late_begins
 
 Rows = tuple[tuple[int, ...], ...]
 """Clocks per stage, in schedule order."""
@@ -82,8 +82,8 @@ class _StageCost:
     """At the effective clocks."""
     busy_s: float
     """Time computing at the effective clocks (the rest of the iteration draws blocking power)."""
-    changed: int
-    """Computations that will not run at their planned clock."""
+    late: int
+    """Computations that begin while another clock than their planned one is applied (`late_begins`)."""
 
 
 class DescentSearch:
@@ -110,19 +110,19 @@ class DescentSearch:
         start: Sequence[Sequence[int]],
         limit_s: float,
         max_evaluations: int,
-        max_changed: int | None = None,
+        max_late: int | None = None,
     ) -> Descent | None:
-        """The plan the descent reaches from `start` within `limit_s`, with at most `max_changed` computations
-        not at their planned clock (or as many as `start` has, when more; None: any number); None when `start`
-        itself is over the time limit."""
+        """The plan the descent reaches from `start` within `limit_s`, with at most `max_late` computations
+        that begin before their clock is applied (`late_begins`; or as many as `start` has, when more; None:
+        any number); None when `start` itself is over the time limit."""
         current = [list(row) for row in start]
         costs = [self._stage_cost(s, row) for s, row in enumerate(current)]
         time_s, energy_j = self._total(costs)
         limit_s *= 1 + TOLERANCE
         if time_s > limit_s:
             return None
-        changed = sum(cost.changed for cost in costs)
-        allowed = changed + len(self._topological) if max_changed is None else max(max_changed, changed)
+        late = sum(cost.late for cost in costs)
+        allowed = late + len(self._topological) if max_late is None else max(max_late, late)
         evaluations = moves = 0
         while evaluations < max_evaluations:
             best: tuple[float, float, int, list[int], _StageCost] | None = None
@@ -132,7 +132,7 @@ class DescentSearch:
                         break
                     evaluations += 1
                     trial_cost = self._stage_cost(stage, trial)
-                    if changed - costs[stage].changed + trial_cost.changed > allowed:
+                    if late - costs[stage].late + trial_cost.late > allowed:
                         continue
                     trial_time_s, trial_energy_j = self._total(
                         [*costs[:stage], trial_cost, *costs[stage + 1 :]]
@@ -142,7 +142,7 @@ class DescentSearch:
             if best is None:
                 break
             energy_j, time_s, stage, current[stage], new_cost = best
-            changed += new_cost.changed - costs[stage].changed
+            late += new_cost.late - costs[stage].late
             costs[stage] = new_cost
             moves += 1
         rows = tuple(tuple(row) for row in current)
@@ -175,8 +175,8 @@ class DescentSearch:
             durations_s.append(max(ran_s, costs.time_s[k][planned_mhz]))
             energy_j += costs.energy_j[k][clock_mhz]
             busy_s += ran_s
-        changed = sum(1 for ran, wanted in zip(effective, planned, strict=True) if ran != wanted)
-        return _StageCost(durations_s, energy_j, busy_s, changed)
+        late = late_begins(planned, costs.time_at, self.model)
+        return _StageCost(durations_s, energy_j, busy_s, late)
 
     def _total(self, costs: Sequence[_StageCost]) -> tuple[float, float]:
         """The plan's (time, energy): nodes are numbered stage by stage in schedule order."""
@@ -197,10 +197,10 @@ class DescentSearch:
 LIMIT_FACTORS = (1.0, 1.05, 1.1, 1.2, 1.3)
 """The time limits the daemon descends for, as multiples of all-max's predicted time: the default
 (no-slowdown) point's, and slower ones that slowdown targets and stragglers choose among."""
-MAX_CHANGED_FRACTION = 0.05
-"""A descent's plan leaves at most this share of computations off their planned clock (or as many as its
-start): each of them begins before its clock is applied, which the closed loop holds to 10 % of
-computations, and timing jitter adds a few points to what the model counts."""
+MAX_LATE_FRACTION = 0.08
+"""A descent's plan has at most this share of computations begin before their clock is applied (or as many
+as its start), as the model counts them (`late_begins`): the closed loop holds them to 10 %, and timing
+jitter adds about a point to what the model counts (early lowering takes some away)."""
 MAX_NODE_EVALUATIONS = 4_000_000
 """Each descent's budget, in plan evaluations times the DAG's computations (~1 s of CPU per descent)."""
 
@@ -216,7 +216,7 @@ def descend_frontier(
 ) -> Frontier:
     """A followed `frontier` (`follow_frontier`) with, per time limit (`all_max_time_s` x each factor), the
     descent's plan appended as a new point when it beats the least-energy point within that limit. A plan
-    leaves at most `MAX_CHANGED_FRACTION` of the computations off their planned clock.
+    has at most `MAX_LATE_FRACTION` of its computations begin before their clock is applied.
 
     A limit is skipped when that point runs as the solver solved it (switching changes no computation and
     merged no run): its plan is the solver's optimum. Each descent starts from that point's deployed clocks
@@ -226,7 +226,7 @@ def descend_frontier(
     search = DescentSearch(dag, profile, p_block_w, model)
     follower = PointFollower(dag, profile, p_block_w, model)
     budget = max(1, MAX_NODE_EVALUATIONS // max(1, dag.num_computations))
-    max_changed = int(MAX_CHANGED_FRACTION * dag.num_computations)
+    max_late = int(MAX_LATE_FRACTION * dag.num_computations)
     points = list(frontier.points)
     for factor in factors:
         limit_s = all_max_time_s * factor
@@ -237,7 +237,7 @@ def descend_frontier(
         if _as_solved(best):
             continue
         starts = (best.clocks_mhz, search.all_max())
-        found = [search.descend(start, limit_s, budget, max_changed) for start in starts]
+        found = [search.descend(start, limit_s, budget, max_late) for start in starts]
         descents = [d for d in found if d is not None]
         if not descents:
             continue

@@ -281,3 +281,39 @@ def _snap(profile: Profile, key: tuple[int, Instruction], clock_mhz: int) -> int
     """The lowest clock measured for `key` at or above `clock_mhz`, else its highest."""
     clocks = [m.freq_mhz for m in profile.options(*key)]
     return min((c for c in clocks if c >= clock_mhz), default=max(clocks))
+
+
+def late_begins(clocks_mhz: Sequence[int], time_at: TimeAt, model: SwitchModel) -> int:
+    """How many of one stage's computations (planned clocks, schedule order, cyclic) begin while another
+    clock than their planned one is applied, on the model's timeline (each computation at its planned
+    clock's time, back to back): a lowered run's computations until `latency_s` after its begin; a raised
+    run's until the raise acts, when the run before it is shorter than `lead_s`; and the run before a raise,
+    from when the raise acts (`max(0, D - lead_s) + latency_s` into it). What the daemon counts as begun
+    before the clock was applied, less the lowerings it makes early where there is slack."""
+    runs = runs_of(clocks_mhz)
+    if len(runs) < 2:
+        return 0
+    times_s = [time_at(i, clock) for i, clock in enumerate(clocks_mhz)]
+    late: set[int] = set()
+    for k, run in enumerate(runs):
+        before = runs[k - 1]
+        if clocks_mhz[run[0]] < clocks_mhz[before[0]]:
+            late.update(_begun_before(run, times_s, model.latency_s))
+            continue
+        before_s = sum(times_s[i] for i in before)
+        acts_s = max(0.0, before_s - model.lead_s) + model.latency_s
+        late.update(i for i in before if i not in _begun_before(before, times_s, acts_s))
+        late.update(_begun_before(run, times_s, acts_s - before_s))
+    return len(late)
+
+
+def _begun_before(run: list[int], times_s: list[float], acts_s: float) -> list[int]:
+    """The computations of `run` that begin before `acts_s` after its begin."""
+    elapsed_s = 0.0
+    early = []
+    for i in run:
+        if elapsed_s >= acts_s:
+            break
+        early.append(i)
+        elapsed_s += times_s[i]
+    return early

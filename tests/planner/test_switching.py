@@ -23,6 +23,7 @@ from perseusd.planner.switching import (
     follow_frontier,
     followable_point,
     followable_stage_clocks,
+    late_begins,
     merged_stage_clocks,
     runs_of,
 )
@@ -163,3 +164,18 @@ def test_short_lowered_runs_join_a_higher_neighbour() -> None:
     merged = merged_stage_clocks(clocks, time_at, lambda _i, clock: clock, 0.03)
     assert merged == [1410, 1410, 1200, 1200, 1200, 1500, 1005, 1005, 1005]
     assert merged_stage_clocks(clocks, time_at, lambda _i, clock: clock, 0.0) == clocks
+
+
+def test_late_begins_count_what_the_daemon_sees_begin_at_another_clock() -> None:
+    """A lowered run's computations until the lowering acts; a raised run's until the raise acts when the
+    run before it is too short to raise ahead; the run before a raise from when the raise acts."""
+    assert late_begins([1980, 1980, 1980], _time_at([0.001] * 3), H100) == 0
+    # lowering into 900 (computation 2 begins at once, 3 after 20 ms); the raise back acts 2 ms before
+    # the 900 run ends, when no computation of it begins
+    assert late_begins([1980, 1980, 900, 900], lambda _i, _c: 0.02, H100) == 1
+    # a 5 ms lowered run: it begins at the old clock, and the raise after it acts 7 ms into the raised run
+    assert late_begins([900, 1980, 1980], lambda i, _c: [0.005, 0.02, 0.02][i], H100) == 2
+    # lowering into 900: computations 0 and 1 begin before it acts (0 and 10 ms); the 1 ms computation 2
+    # ends the run before a raise and begins after the raise acted (19 ms)
+    times = [0.01, 0.01, 0.001, 0.03]
+    assert late_begins([900, 900, 900, 1980], lambda i, _c: times[i], H100) == 3
