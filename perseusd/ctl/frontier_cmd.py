@@ -1,8 +1,10 @@
 """`perseusctl frontier JOB [--json] [--plot PNG]`: a running job's time-energy frontier, as perseusd has it.
 
-The table lists every point (emission order: slowest first) with its planned time and its predicted energy
-(from the solver's cost model, and re-evaluated with the profile's values), how much slower it is and how
-much energy it saves than the fastest point; the point the job runs is marked. Every figure is predicted.
+The table lists every point (emission order: the solver's, then the switch-aware descent's, marked) with its
+predicted time and energy (the energy from the solver's cost model, and re-evaluated with the profile's
+values; where the daemon measured the GPUs' clock-switch latency, time and profile energy are what the
+GPUs will really run, docs/solver.md), how much slower it is and how much energy it saves than the fastest
+point; the point the job runs is marked. Every figure is predicted.
 `--json` prints the daemon's `perseus-frontier` document unchanged; `--plot` draws the frontier and the
 deployed point.
 """
@@ -44,19 +46,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def fastest_point(frontier: Frontier) -> Plan:
-    """The point with the shortest planned iteration (the least unit-time count)."""
-    return min(frontier.points, key=lambda point: point.quant_time)
+    """The point with the shortest predicted iteration (switch-aware where the daemon followed the points)."""
+    return min(frontier.points, key=lambda point: (point.predicted_time_s, point.refined_energy_j))
 
 
 def _row(point: Plan, fastest: Plan, deployed: int | None) -> list[str]:
+    marks = [DEPLOYED_MARK] if point.index == deployed else []
+    if point.followed is not None and point.followed.descended_from is not None:
+        marks.append(f"(descent from {point.followed.descended_from})")
     return [
         str(point.index),
-        f"{point.time_s:.4f}",
+        f"{point.predicted_time_s:.4f}",
         f"{point.model_energy_j:.1f}",
         f"{point.refined_energy_j:.1f}",
-        fmt_pct(point.time_s / fastest.time_s - 1.0, 2, sign=True),
+        fmt_pct(point.predicted_time_s / fastest.predicted_time_s - 1.0, 2, sign=True),
         fmt_pct(1.0 - point.refined_energy_j / fastest.refined_energy_j, 1),
-        DEPLOYED_MARK if point.index == deployed else "",
+        " ".join(marks),
     ]
 
 

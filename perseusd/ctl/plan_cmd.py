@@ -126,8 +126,8 @@ def render_plan(plan: Plan, job: str, info: JobInfo | None, width: int = 100) ->
     slower = f" ({fmt_pct(slowdown_vs_fastest(info), 2, sign=True)} vs fastest)" if info is not None else ""
     lines = [
         _headline(job, info),
-        f"planned   {plan.time_s:.4f} s per iteration{slower}, predicted {plan.model_energy_j:.1f} J "
-        f"(cost model), {plan.refined_energy_j:.1f} J (profile)",
+        f"planned   {plan.predicted_time_s:.4f} s per iteration{slower}, "
+        f"predicted {plan.model_energy_j:.1f} J (cost model), {plan.refined_energy_j:.1f} J (profile)",
         f"from      {meta.profile_source}, {meta.schedule} S={meta.num_stages} M={meta.num_microbatches}"
         f"{f' chunks={meta.num_chunks}' if meta.num_chunks > 1 else ''}, unit time {meta.unit_time_s:g} s, "
         f"blocking power {meta.p_block_w:g} W",

@@ -220,8 +220,11 @@ def plan_from_point(dag: ComputationDag, point: PlanPoint, meta: PlanMeta) -> di
 
 def plan_document(plan: Plan) -> dict[str, Any]:
     """The `perseus-plan` document of a plan (a frontier's point keeps its index)."""
+    fields = _point_fields(plan)
+    if plan.refined_time_s is not None:
+        fields["refined_time_s"] = plan.refined_time_s
     return _write_plan(
-        plan.meta.to_json(), _point_fields(plan), _order_json(plan.order), plan.clocks_mhz, index=plan.index
+        plan.meta.to_json(), fields, _order_json(plan.order), plan.clocks_mhz, index=plan.index
     )
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
+from perseusd.ctl.frontier_cmd import render_frontier
 from perseusd.planner.baselines import all_max
 from perseusd.planner.dag import ComputationDag, Instruction, build_dag
 from perseusd.planner.evaluate import evaluate_clocks
@@ -177,3 +178,17 @@ def _key(dag: ComputationDag, stage: int, k: int) -> tuple[int, Instruction]:
 def _snap(profile: Profile, dag: ComputationDag, stage: int, k: int, clock_mhz: int) -> int:
     clocks = sorted(m.freq_mhz for m in profile.options(*_key(dag, stage, k)))
     return next((c for c in clocks if c >= clock_mhz), clocks[-1])
+
+
+def test_perseusctl_frontier_prints_what_the_gpus_will_run() -> None:
+    """The table's time is each point's switch-aware time, and a descended point names its start."""
+    frontier, dag, profile, all_max_time_s = _job(1)
+    descended = descend_frontier(frontier, dag, profile, P_BLOCK_W, H100, all_max_time_s)
+    new = descended.points[-1]
+    assert new.followed is not None
+    lines = render_frontier(descended, "j", deployed=new.index).splitlines()
+    row = next(line for line in lines if line.startswith(f"{new.index} "))
+    assert f"{new.predicted_time_s:.4f}" in row.split()
+    assert row.endswith(f"<- deployed (descent from {new.followed.descended_from})")
+    solver_row = next(line for line in lines if line.startswith("0 "))
+    assert f"{descended.points[0].predicted_time_s:.4f}" in solver_row.split()
