@@ -33,7 +33,9 @@ the board's idle power at its top clock.
         [--time-scale 1.0] [--iterations 8] [--pipelines 1] [--timeout-s 3600] [--trace-dir DIR]
 
 With `--trace-dir`, `benchmarks/closed_loop_trace.py DIR/CASE.jsonl` tells a case's slowdown apart: the
-plan's clocks (the DAG with the measured durations) and the time between stages (docs/emulate.md).
+plan's clocks (the DAG with the measured durations) and the time between stages (docs/emulate.md); the
+profile the daemon measured is kept beside it (`DIR/CASE.profile.csv`; the result's `measured_profile` says
+its blocking power), so the run's frontier and plan can be solved again offline.
 """
 
 from __future__ import annotations
@@ -249,7 +251,7 @@ def run_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
         ]
         if args.trace_dir is not None:
             args.trace_dir.mkdir(parents=True, exist_ok=True)
-            trace = args.trace_dir / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.jsonl"
+            trace = args.trace_dir / f"{_file_name(name)}.jsonl"
             trace.unlink(missing_ok=True)
             command += ["--trace", str(trace)]
         out = subprocess.run(
@@ -258,6 +260,9 @@ def run_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
         if out.returncode != 0:
             return {"case": name, "error": out.stderr.strip()[-2000:]}
         result: dict[str, Any] = json.loads(out.stdout)
+        if args.trace_dir is not None:
+            path = args.trace_dir / f"{_file_name(name)}.profile.csv"
+            result["measured_profile"] = export_profile(daemon, result.get("job"), path)
     finally:
         daemon.signal(signal.SIGTERM)
         daemon.wait()
@@ -274,6 +279,21 @@ def run_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _file_name(case: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", case)
+
+
+def export_profile(daemon: DaemonProcess, job: Any, path: Path) -> str:
+    """The profile the daemon measured for `job`, written to `path` (`perseusctl profile export`), so that a
+    run's plans can be replayed offline; what the export said (its blocking power, or why there is none)."""
+    if not isinstance(job, str):
+        return "no job"
+    command = [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", str(daemon.dirs.runtime_dir)]
+    command += ["profile", "export", job, "-o", str(path)]
+    out = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
+    return (out.stdout + out.stderr).strip()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--cases", default=",".join(CASES))
@@ -284,7 +304,8 @@ def main() -> int:
         "--trace-dir",
         type=Path,
         help="keep each case's perseus-emulate trace as DIR/CASE.jsonl (other characters than letters, "
-        "digits, '_', '.' and '-' in CASE as '_'; read it with closed_loop_trace.py)",
+        "digits, '_', '.' and '-' in CASE as '_'; read it with closed_loop_trace.py) and the profile the "
+        "daemon measured as DIR/CASE.profile.csv",
     )
     parser.add_argument(
         "--timeout-s",
