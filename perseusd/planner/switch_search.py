@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from perseusd.planner.dag import ComputationDag
-from perseusd.planner.evaluate import evaluate_clocks
+from perseusd.planner.evaluate import evaluate_clocks, longest_path_s
 from perseusd.planner.plan import Frontier, Plan
 from perseusd.planner.profile import Profile
 from perseusd.planner.switching import PointFollower, SwitchModel, followable_stage_clocks, late_begins
@@ -114,8 +114,6 @@ class DescentSearch:
         self.p_block_w = p_block_w
         self.model = model
         self.stages = [_StageCosts(dag, profile, s) for s in range(dag.num_stages)]
-        self._predecessors = dag.predecessors
-        self._topological = dag.topological_order
 
     def all_max(self) -> Rows:
         """Every computation at its highest measured clock."""
@@ -147,7 +145,7 @@ class DescentSearch:
         limit_s *= 1 + TOLERANCE
         if state.time_s > limit_s:
             return None
-        allowed = len(self._topological) if max_late is None else max_late
+        allowed = self.dag.num_computations if max_late is None else max_late
         while state.evaluations < max_evaluations:
             repairing = state.late() > allowed
             move = self._best_move(state, limit_s, allowed, repairing, max_evaluations)
@@ -213,15 +211,7 @@ class DescentSearch:
 
     def _total(self, costs: Sequence[_StageCost]) -> tuple[float, float]:
         """The plan's (time, energy): nodes are numbered stage by stage in schedule order."""
-        durations_s = [d for cost in costs for d in cost.durations_s]
-        finish_s = [0.0] * len(durations_s)
-        predecessors = self._predecessors
-        for node in self._topological:
-            start_s = 0.0
-            for before in predecessors[node]:
-                start_s = max(start_s, finish_s[before])
-            finish_s[node] = start_s + durations_s[node]
-        time_s = max(finish_s, default=0.0)
+        time_s = longest_path_s(self.dag, [d for cost in costs for d in cost.durations_s])
         busy_s = sum(cost.busy_s for cost in costs)
         waiting_j = self.p_block_w * (self.dag.num_stages * time_s - busy_s)
         return time_s, sum(cost.energy_j for cost in costs) + waiting_j

@@ -126,10 +126,16 @@ def followable_stage_clocks(
 
 def _mostly_before(run: list[int], times_s: list[float], acts_s: float) -> list[int]:
     """The computations of `run` (from its begin) that run mostly before `acts_s` after its begin."""
+    return _before(run, times_s, acts_s, 0.5)
+
+
+def _before(run: list[int], times_s: list[float], acts_s: float, share: float) -> list[int]:
+    """The computations of `run` (from its begin) whose first `share` of their time lies before `acts_s`
+    after its begin (0.5: they run mostly before; 0: they begin before)."""
     elapsed_s = 0.0
     early = []
     for i in run:
-        if elapsed_s + times_s[i] / 2 >= acts_s:
+        if elapsed_s + times_s[i] * share >= acts_s:
             break
         early.append(i)
         elapsed_s += times_s[i]
@@ -309,11 +315,4 @@ def late_begins(clocks_mhz: Sequence[int], time_at: TimeAt, model: SwitchModel) 
 
 def _begun_before(run: list[int], times_s: list[float], acts_s: float) -> list[int]:
     """The computations of `run` that begin before `acts_s` after its begin."""
-    elapsed_s = 0.0
-    early = []
-    for i in run:
-        if elapsed_s >= acts_s:
-            break
-        early.append(i)
-        elapsed_s += times_s[i]
-    return early
+    return _before(run, times_s, acts_s, 0.0)

@@ -9,9 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
-from perseusd.ctl.frontier_cmd import render_frontier
 from perseusd.planner.baselines import all_max
-from perseusd.planner.dag import ComputationDag, Instruction, build_dag
+from perseusd.planner.dag import ComputationDag, build_dag
 from perseusd.planner.evaluate import evaluate_clocks
 from perseusd.planner.plan import Frontier, PlanMeta, frontier_from_points, frontier_to_document
 from perseusd.planner.plan_read import parse_frontier
@@ -20,6 +19,7 @@ from perseusd.planner.solver import SolverParams, solve_frontier
 from perseusd.planner.switch_search import MAX_LATE_FRACTION, DescentSearch, descend_frontier
 from perseusd.planner.switching import (
     FollowablePoint,
+    PointFollower,
     SwitchModel,
     follow_frontier,
     followable_point,
@@ -105,7 +105,7 @@ def test_the_conservative_time_counts_every_lowering_both_ways() -> None:
     rng = random.Random(7)
     for _ in range(20):
         rows = tuple(
-            tuple(_snap(profile, dag, s, k, rng.choice(CLOCKS_MHZ)) for k in range(len(ids)))
+            tuple(_snap(dag, profile, s, k, rng.choice(CLOCKS_MHZ)) for k in range(len(ids)))
             for s, ids in enumerate(dag.stage_orders)
         )
         time_s, _energy_j = search.evaluate(rows)
@@ -187,38 +187,13 @@ def test_a_descended_frontier_is_written_and_read_back_as_it_is() -> None:
 
 def _followed(dag: ComputationDag, profile: Profile, rows: tuple[tuple[int, ...], ...]) -> FollowablePoint:
     """What the GPUs will really run of `rows` under the H100 model."""
-
-    def time_at(stage: int) -> Callable[[int, int], float]:
-        return _time_at(dag, profile, stage)
-
-    def snap_up(stage: int) -> Callable[[int, int], int]:
-        return lambda k, clock_mhz: _snap(profile, dag, stage, k, clock_mhz)
-
-    return followable_point(rows, time_at, snap_up, H100)
+    follower = PointFollower(dag, profile, P_BLOCK_W, H100)
+    return followable_point(rows, follower.time_at, follower.snap_up, H100)
 
 
 def _time_at(dag: ComputationDag, profile: Profile, stage: int) -> Callable[[int, int], float]:
-    return lambda k, clock_mhz: profile.lookup(*_key(dag, stage, k), clock_mhz).time_s
+    return PointFollower(dag, profile, P_BLOCK_W, H100).time_at(stage)
 
 
-def _key(dag: ComputationDag, stage: int, k: int) -> tuple[int, Instruction]:
-    node = dag.stage_orders[stage][k]
-    return dag.virtual_stage(node), dag.computations[node].instruction
-
-
-def _snap(profile: Profile, dag: ComputationDag, stage: int, k: int, clock_mhz: int) -> int:
-    clocks = sorted(m.freq_mhz for m in profile.options(*_key(dag, stage, k)))
-    return next((c for c in clocks if c >= clock_mhz), clocks[-1])
-
-
-def test_perseusctl_frontier_prints_what_the_gpus_will_run() -> None:
-    """The table's time is each point's switch-aware time, and a descended point names its start."""
-    descended = _descended(4)
-    new = descended.points[-1]
-    assert new.followed is not None
-    lines = render_frontier(descended, "j", deployed=new.index).splitlines()
-    row = next(line for line in lines if line.startswith(f"{new.index} "))
-    assert f"{new.predicted_time_s:.4f}" in row.split()
-    assert row.endswith(f"<- deployed (descent from {new.followed.descended_from})")
-    solver_row = next(line for line in lines if line.startswith("0 "))
-    assert f"{descended.points[0].predicted_time_s:.4f}" in solver_row.split()
+def _snap(dag: ComputationDag, profile: Profile, stage: int, k: int, clock_mhz: int) -> int:
+    return PointFollower(dag, profile, P_BLOCK_W, H100).snap_up(stage)(k, clock_mhz)
