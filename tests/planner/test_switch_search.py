@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
+from perseusd.ctl.frontier_cmd import render_frontier
 from perseusd.planner.baselines import all_max
 from perseusd.planner.dag import ComputationDag, build_dag
 from perseusd.planner.evaluate import evaluate_clocks
@@ -197,3 +198,16 @@ def _time_at(dag: ComputationDag, profile: Profile, stage: int) -> Callable[[int
 
 def _snap(dag: ComputationDag, profile: Profile, stage: int, k: int, clock_mhz: int) -> int:
     return PointFollower(dag, profile, P_BLOCK_W, H100).snap_up(stage)(k, clock_mhz)
+
+
+def test_perseusctl_frontier_prints_what_the_gpus_will_run() -> None:
+    """The table's time is each point's switch-aware time, and a descended point names its start."""
+    descended = _descended(4)
+    new = descended.points[-1]
+    assert new.followed is not None
+    lines = render_frontier(descended, "j", deployed=new.index).splitlines()
+    row = next(line for line in lines if line.startswith(f"{new.index} "))
+    assert f"{new.predicted_time_s:.4f}" in row.split()
+    assert row.endswith(f"<- deployed (descent from {new.followed.descended_from})")
+    solver_row = next(line for line in lines if line.startswith("0 "))
+    assert f"{descended.points[0].predicted_time_s:.4f}" in solver_row.split()
