@@ -9,7 +9,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from perseusd.profiling.estimator import StageEstimate, estimate_stage
+from perseusd.profiling.estimator import (
+    NOMINAL_IDLE_SHARE,
+    StageEstimate,
+    estimate_segment,
+    estimate_stage,
+)
 from perseusd.profiling.trace import CounterSample, CounterTrace, Interval, OptionKey
 
 MS = 1_000_000
@@ -259,3 +264,63 @@ def test_back_to_back_computations_are_split_well_despite_late_events() -> None:
         errors.append(abs(forward.energy_j / (POWERS_W[(FWD, 1410)] * 0.009) - 1))
     assert sum(errors) / len(errors) < 0.06
     assert max(errors) < 0.15
+
+
+def _one_stage(iterations: int, *, gap_ns: int, long_every: int = 0) -> list[Interval]:
+    """A one-stage job: forward and backward back to back, `gap_ns` idle between
+    iterations; with `long_every`, every such forward runs 1.5x longer (the GPU busy all the while)."""
+    intervals: list[Interval] = []
+    t_ns = 1_000 * MS
+    count = 0
+    for _ in range(iterations):
+        for _microbatch in range(8):
+            count += 1
+            stretch = 1.5 if long_every and count % long_every == 0 else 1.0
+            for key, length_ns in ((FWD, round(9 * MS * stretch)), (BWD, 17 * MS)):
+                intervals.append(Interval(key, 1410, t_ns, t_ns + length_ns))
+                t_ns += length_ns
+        t_ns += gap_ns
+    return intervals
+
+
+def test_a_long_computation_followed_at_once_by_the_next_keeps_its_windows() -> None:
+    # A real GPU's computations vary by more than the time-outlier limit; one that ran long but was followed
+    # at once by the next hid no idle time, so the windows over it are fitted (dropping them left 7-11 of
+    # 20-25 windows on an H200).
+    intervals = _one_stage(10, gap_ns=MS, long_every=7)
+    samples = counter_samples(intervals)
+    estimate = estimate_stage(intervals, samples, p_block_w=P_BLOCK_W)
+    forward = estimate.options[(FWD, 1410)]
+    assert forward.count < sum(1 for i in intervals if i.key == FWD)  # the long ones are time outliers
+    assert estimate.windows >= len(samples) - 4
+    for key in (FWD, BWD):
+        option = estimate.options[(key, 1410)]
+        assert option.energy_j == pytest.approx(POWERS_W[(key, 1410)] * option.time_s, rel=1e-3)
+
+
+def test_a_segment_with_little_idle_time_uses_the_fallback_blocking_power() -> None:
+    intervals = _one_stage(12, gap_ns=MS // 2)
+    samples = [  # a segment within a run: busy before and after it
+        s
+        for s in counter_samples(intervals, noise=0.01)
+        if intervals[0].start_ns <= s.t_ns <= intervals[-1].end_ns
+    ]
+    own = estimate_stage(intervals, samples)
+    assert own.p_block_err_w > 0.25 * P_BLOCK_W  # 0.2 % idle time cannot pin it down
+    estimate = estimate_segment(intervals, samples, fallback_p_block_w=P_BLOCK_W)
+    assert estimate.p_block_w == P_BLOCK_W
+    first = estimate_segment(intervals, samples)  # the first segment: a nominal idle share of the least power
+    least_w = min(o.energy_j / o.time_s for o in own.options.values())
+    assert first.p_block_w == pytest.approx(NOMINAL_IDLE_SHARE * least_w)
+    true_j = sum(POWERS_W[key] * option.time_s for key, option in first.options.items())
+    assert sum(o.energy_j for o in first.options.values()) == pytest.approx(true_j, rel=0.02)
+
+
+def test_a_segment_with_bubbles_regresses_its_own_blocking_power_below_the_fallback() -> None:
+    intervals = _one_stage(12, gap_ns=60 * MS)
+    samples = counter_samples(intervals, noise=0.002)
+    assert estimate_segment(intervals, samples, fallback_p_block_w=120.0).p_block_w == pytest.approx(
+        P_BLOCK_W, rel=0.05
+    )
+    # Idle power falls with the clock, and segments run from the highest clock down: never above the first's.
+    assert estimate_segment(intervals, samples, fallback_p_block_w=60.0).p_block_w == 60.0
