@@ -2,25 +2,31 @@
 
     sudo python benchmarks/gpu_validate.py [--gpu 0] [--microbatches 8] [--layers 4] [--d-model 4096]
         [--seq 2048] [--sweep-clocks 10] [--iterations 12] [--out report.json] [--markdown report.md]
+        [--daemon-log daemon.log] [--profile-out profile.csv] [--trace-out trace.json]
 
 `--markdown` also writes the report as the Markdown section that docs/gpu-backends.md keeps ("Measured on a
-real GPU"): paste it there in place of the "pending a GPU machine" paragraph.
+real GPU"). `--trace-out` keeps the closed loop's raw record (events, energy counter, SM clock) for study
+offline (tests/profiling/test_h200_traces.py replays two).
 
-Needs root (clock locks), an NVIDIA GPU, `pynvml` and PyTorch with CUDA; takes at most ~10 minutes. Without
-them it refuses with a JSON report saying why (exit 2) and touches nothing. What it does:
+Needs root (clock locks), an NVIDIA GPU, `pynvml` and PyTorch with CUDA; takes about 2.5 minutes on an H200.
+Without them it refuses with a JSON report saying why (exit 2) and touches nothing. What it does:
 
-1. The NVML probe (`benchmarks/nvml_probe.py`'s facts, a lock and reset, the energy counter's period).
-2. Without the daemon: a locked-clock sweep of the job's stage (forward, and forward+backward, each in a
-   window of at least 1 s per clock: the ground truth); the whole job at all-max clocks (iteration time and
-   energy) and the idle power locked at the top clock; the job locked at the best single clock for each
-   time target (the lowest-energy swept clock whose predicted iteration time fits it).
+1. The NVML probe (`benchmarks/nvml_probe.py`'s facts, a lock and reset, the energy counter's period, the
+   latency of three switches).
+2. Without the daemon, the ground truth: the job's stage alone at each swept clock (forward, and
+   forward+backward, each over a window of at least 1 s); the job itself at each of those clocks (its
+   computations timed at their boundaries, its energy over at least 1.2 s, split by the standalone powers:
+   `job_truth`); the whole job at all-max clocks and the idle power locked at the top clock; the job locked
+   at the best single clock for each time target (the lowest-energy swept clock whose predicted iteration
+   time fits it).
 3. `perseusd --backend nvml` in a temporary runtime directory, and the job (a one-stage
    `torch.distributed.pipelining` `Schedule1F1B`, GPT-like `TransformerEncoderLayer`s in bf16) through the
    client library (`perseus_client.torch_pipelining.instrument`): online profiling until the job runs, the
-   profile it measured against the sweep, then the job at iteration-time targets of 1.0, 1.15 and 1.3 times
+   profile it measured against both sweeps, then the job at iteration-time targets of 1.0, 1.15 and 1.3 times
    the all-max time (`set_policy time`: a one-stage job with a time target is what a stage off the critical
-   path is). Each target's measured energy per iteration is compared with the all-max job padded to the same
-   time at the top clock's idle power, and with the best single clock's.
+   path is). Each target's measured energy per iteration is compared with the all-max job (measured before
+   and after the closed loop, averaged) padded to the same time at the top clock's idle power, and with the
+   best single clock's.
 
 The GPU's clocks are reset and the daemon stopped at the end, whatever happens.
 """
@@ -32,6 +38,7 @@ import itertools
 import json
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, help="also write the report here")
     parser.add_argument(
         "--markdown", type=Path, help="also write the report as a Markdown section for docs/gpu-backends.md"
+    )
+    parser.add_argument("--daemon-log", type=Path, help="the daemon log, at INFO (default: stderr)")
+    parser.add_argument("--profile-out", type=Path, help="also write the profile the daemon measured (CSV)")
+    parser.add_argument(
+        "--trace-out",
+        type=Path,
+        help="also write the closed loop's events, energy counter and SM clock (polled every ~1 ms) as JSON",
     )
     return parser
 
@@ -168,6 +182,63 @@ def profile_error(profile_csv: str, sweep: Sequence[SweepRow]) -> dict[str, Any]
     }
 
 
+class BoundaryRecorder:
+    """Stands in for the client while the job runs without the daemon (`instrument(..., register=False)`):
+    keeps the computation boundaries the instrumentation reports, stamped when they arrive (on a GPU, when
+    the GPU reached them), to time each computation of the job itself at a locked clock."""
+
+    def __init__(self) -> None:
+        self._begun: dict[tuple[str, int], int] = {}
+        self.durations_s: dict[str, list[float]] = {}
+
+    def computation_begin(
+        self, _gpu: str, _stage: int, instruction: str, microbatch: int, _chunk: int = 0
+    ) -> None:
+        self._begun[(instruction, microbatch)] = time.monotonic_ns()
+
+    def computation_end(
+        self, _gpu: str, _stage: int, instruction: str, microbatch: int, _chunk: int = 0
+    ) -> None:
+        begun_ns = self._begun.pop((instruction, microbatch), None)
+        if begun_ns is not None:
+            self.durations_s.setdefault(instruction, []).append((time.monotonic_ns() - begun_ns) / 1e9)
+
+    def step_begin(self, _gpu: str, _step: int) -> None:
+        """Steps are timed by the caller."""
+
+    def step_end(self, _gpu: str, _step: int) -> None:
+        """Steps are timed by the caller."""
+
+    def mean_s(self, instruction: str) -> float:
+        """Mean duration of `instruction`'s computations (the middle 90 %: a stall is not the clock's)."""
+        durations = sorted(self.durations_s.get(instruction, []))
+        if not durations:
+            raise ValueError(f"no {instruction} computation was recorded")
+        cut = len(durations) // 20
+        kept = durations[cut : len(durations) - cut]
+        return sum(kept) / len(kept)
+
+
+def job_truth(
+    standalone: SweepRow,
+    forward_s: float,
+    backward_s: float,
+    iteration: Mapping[str, float],
+    idle_w: float,
+    microbatches: int,
+) -> SweepRow:
+    """One clock's ground truth in the job itself: its computations' mean times, and its energy per
+    forward+backward pair (the iteration's, less its idle time at `idle_w`, per microbatch), split between
+    forward and backward in the ratio of their powers measured alone (`standalone`, the same clock): a
+    one-stage job runs them back to back, so no counter can split them in place."""
+    idle_s = max(0.0, iteration["time_s"] - microbatches * (forward_s + backward_s))
+    pair_j = (iteration["energy_j"] - idle_w * idle_s) / microbatches
+    forward_w = standalone.forward_j / standalone.forward_s
+    backward_w = standalone.backward_j / standalone.backward_s
+    forward_j = pair_j * forward_w * forward_s / (forward_w * forward_s + backward_w * backward_s)
+    return SweepRow(standalone.clock_mhz, forward_s, forward_j, backward_s, pair_j - forward_j)
+
+
 def padded_energy_j(all_max_j: float, all_max_s: float, idle_w: float, time_s: float) -> float:
     """The all-max iteration's energy padded with idle power to `time_s` (never less than all-max's)."""
     return all_max_j + idle_w * max(0.0, time_s - all_max_s)
@@ -241,10 +312,17 @@ def markdown(report: Mapping[str, Any]) -> str:
     )
     all_max = report.get("all_max") or {}
     loop = report.get("closed_loop") or {}
+    before, after = all_max.get("before") or {}, all_max.get("after") or {}
+    drift = (
+        f" (the mean of {_fmt(before.get('energy_j'), 1, ' J')} before the closed loop and "
+        f"{_fmt(after.get('energy_j'), 1, ' J')} after)"
+        if before and after
+        else ""
+    )
     lines += [
         "",
         f"- All-max: {_fmt(all_max.get('time_s'), 4, ' s')}, {_fmt(all_max.get('energy_j'), 1, ' J')} per "
-        f"iteration; idle {_fmt(all_max.get('idle_w'), 1, ' W')} at the top clock.",
+        f"iteration{drift}; idle {_fmt(all_max.get('idle_w'), 1, ' W')} at the top clock.",
         f"- Online profiling: {loop.get('profiling_iterations', '-')} iterations, job state "
         f"`{loop.get('state')}`" + (f" ({loop['error']})" if loop.get("error") else "") + ".",
     ]
@@ -252,7 +330,7 @@ def markdown(report: Mapping[str, Any]) -> str:
     if error:
         worst_s, worst_j = error.get("worst_time_err"), error.get("worst_energy_err")
         lines.append(
-            f"- Profile against the locked-clock sweep: worst time error "
+            f"- Profile against the job's own locked-clock sweep: worst time error "
             f"{_fmt(None if worst_s is None else 100 * worst_s, 1, ' %')}, worst energy error "
             f"{_fmt(None if worst_j is None else 100 * worst_j, 1, ' %')} (bounds 2 % and 3 %: "
             f"{'met' if error.get('within_bounds') else 'not met'})."

@@ -9,16 +9,20 @@ power times the mean execution time, timed separately with synchronization at bo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import json
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator
+import traceback
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -29,12 +33,14 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
 from benchmarks.gpu_validate import (
     TARGET_FACTORS,
+    BoundaryRecorder,
     SweepRow,
     best_single_clock,
+    job_truth,
     profile_error,
     target_row,
 )
-from benchmarks.nvml_probe import _set_reset
+from benchmarks.nvml_probe import _set_reset, _switches
 from perseusd.gpu.backend import GpuDevice
 from perseusd.gpu.nvml import NvmlBackend
 from perseusd.gpu.probe import energy_counter_period
@@ -43,6 +49,8 @@ JOB = "gpu-validate"
 SWEEP_WINDOW_S = 1.2
 SWEEP_CALLS = 20
 JOB_WINDOW_S = 2.0
+TRUTH_WINDOW_S = 1.2
+TRUTH_ITERATIONS = 6
 DAEMON_READY_S = 30.0
 SETTLE_ITERATIONS = 3
 
@@ -146,9 +154,15 @@ def make_schedule(module: nn.Module, microbatches: int) -> Schedule1F1B:
 
 
 def job_iterations(
-    device: GpuDevice, schedule: Schedule1F1B, batch: torch.Tensor, target: torch.Tensor, count: int
+    device: GpuDevice,
+    schedule: Schedule1F1B,
+    batch: torch.Tensor,
+    target: torch.Tensor,
+    count: int,
+    window_s: float = JOB_WINDOW_S,
 ) -> dict[str, float]:
-    """`count` iterations back to back: mean iteration time and energy per iteration."""
+    """`count` iterations back to back: mean iteration time and energy per iteration (the mean power over a
+    window of at least `window_s`)."""
 
     def step() -> None:
         schedule.step(batch, target=target)
@@ -156,8 +170,72 @@ def job_iterations(
 
     for _ in range(SETTLE_ITERATIONS):
         step()
-    power_w, time_s = measure(device, step, JOB_WINDOW_S, count)
+    power_w, time_s = measure(device, step, window_s, count)
     return {"time_s": time_s, "energy_j": power_w * time_s}
+
+
+def job_sweep(
+    device: GpuDevice,
+    schedule: Schedule1F1B,
+    data: tuple[torch.Tensor, torch.Tensor],
+    standalone: list[SweepRow],
+    idle_w: float,
+    microbatches: int,
+) -> list[SweepRow]:
+    """The ground truth in the job itself: at each of `standalone`'s clocks, locked, the job's computations
+    timed where the GPU reached their boundaries, and its energy over a window of at least 1.2 s
+    (`job_truth` splits each pair's energy)."""
+    rows = []
+    for row in standalone:
+        device.set_locked_sm_clock_mhz(row.clock_mhz)
+        recorder = BoundaryRecorder()
+        handle = instrument(schedule, cast(PerseusClient, recorder), device.info.uuid, register=False)
+        try:
+            iteration = job_iterations(device, schedule, *data, TRUTH_ITERATIONS, TRUTH_WINDOW_S)
+        finally:
+            handle.close()
+        forward_s, backward_s = recorder.mean_s("forward"), recorder.mean_s("backward")
+        rows.append(job_truth(row, forward_s, backward_s, iteration, idle_w, microbatches))
+    device.reset_locked_sm_clock()
+    return rows
+
+
+def single_clocks(
+    device: GpuDevice,
+    schedule: Schedule1F1B,
+    data: tuple[torch.Tensor, torch.Tensor],
+    truth: list[SweepRow],
+    all_max_s: float,
+    iterations: int,
+) -> dict[float, dict[str, float]]:
+    """The job locked at the best single clock for each time target above 1 (when one fits)."""
+    singles = {}
+    for factor in TARGET_FACTORS[1:]:
+        clock = best_single_clock(truth, all_max_s, factor * all_max_s)
+        if clock is not None:
+            device.set_locked_sm_clock_mhz(clock)
+            singles[factor] = {
+                "clock_mhz": float(clock),
+                **job_iterations(device, schedule, *data, iterations),
+            }
+    device.reset_locked_sm_clock()
+    return singles
+
+
+def at_all_max(
+    device: GpuDevice, schedule: Schedule1F1B, data: tuple[torch.Tensor, torch.Tensor], iterations: int
+) -> dict[str, float]:
+    device.set_locked_sm_clock_mhz(device.info.supported_sm_clocks_mhz[0])
+    try:
+        return job_iterations(device, schedule, *data, iterations)
+    finally:
+        device.reset_locked_sm_clock()
+
+
+def reference(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """All-max measured before and after the closed loop, averaged: the same job's energy drifts by a few
+    percent between minutes (the GPU warms), which is as much as a no-slowdown target can save."""
+    return {key: (before[key] + after[key]) / 2.0 for key in ("time_s", "energy_j")}
 
 
 def idle_power_w(device: GpuDevice, clock_mhz: int) -> float:
@@ -170,20 +248,87 @@ def idle_power_w(device: GpuDevice, clock_mhz: int) -> float:
     return (e1 - e0) / (t1 - t0)
 
 
+class LoopTrace:
+    """What the daemon saw, recorded beside it for offline study (`--trace-out`): each event the client sends
+    (monotonic ns, as the client stamps them), and the energy counter and SM clock polled every ~1 ms
+    (changes only)."""
+
+    def __init__(self, device: GpuDevice) -> None:
+        self._device = device
+        self.events: list[tuple[int, str, int, str, int]] = []
+        self.energy: list[tuple[int, int]] = []
+        self.clocks: list[tuple[int, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="gpu-validate-trace", daemon=True)
+
+    def wrap(self, client: PerseusClient) -> None:
+        """Record every computation and step event `client` sends (its methods, replaced on the instance)."""
+        for kind in ("computation_begin", "computation_end"):
+            send = getattr(client, kind)
+
+            def recorded(
+                gpu: str,
+                stage: int,
+                instruction: str,
+                microbatch: int,
+                chunk: int = 0,
+                *,
+                _send: Any = send,
+                _kind: str = kind,
+            ) -> None:
+                self.events.append((time.monotonic_ns(), _kind, stage, instruction, microbatch))
+                _send(gpu, stage, instruction, microbatch, chunk)
+
+            setattr(client, kind, recorded)
+        for kind in ("step_begin", "step_end"):
+            send = getattr(client, kind)
+
+            def step(gpu: str, number: int, *, _send: Any = send, _kind: str = kind) -> None:
+                self.events.append((time.monotonic_ns(), _kind, -1, "", number))
+                _send(gpu, number)
+
+            setattr(client, kind, step)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            energy_mj = self._device.energy_mj()
+            t_ns = time.monotonic_ns()
+            if not self.energy or self.energy[-1][1] != energy_mj:
+                self.energy.append((t_ns, energy_mj))
+            clock_mhz = self._device.sm_clock_mhz()
+            if not self.clocks or self.clocks[-1][1] != clock_mhz:
+                self.clocks.append((time.monotonic_ns(), clock_mhz))
+            time.sleep(0.001)
+
+    def document(self) -> dict[str, Any]:
+        return {"events": self.events, "energy_mj": self.energy, "sm_clock_mhz": self.clocks}
+
+
 @contextmanager
-def daemon(runtime_dir: Path, state_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
+def daemon(runtime_dir: Path, state_dir: Path, log: Path | None) -> Iterator[subprocess.Popen[bytes]]:
+    """`perseusd --backend nvml`, its log to `log` at INFO (or to this stderr at WARNING)."""
     command = [sys.executable, "-m", "perseusd.daemon.main", "--backend", "nvml"]
-    command += ["--runtime-dir", str(runtime_dir), "--state-dir", str(state_dir), "--log-level", "WARNING"]
-    process = subprocess.Popen(command)
-    try:
-        yield process
-    finally:
-        process.send_signal(signal.SIGTERM)
+    command += ["--runtime-dir", str(runtime_dir), "--state-dir", str(state_dir)]
+    command += ["--log-level", "WARNING" if log is None else "INFO"]
+    with contextlib.ExitStack() as stack:
+        stderr = None if log is None else stack.enter_context(log.open("ab"))
+        process = subprocess.Popen(command, stderr=stderr)
         try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            yield process
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 def connect(runtime_dir: Path) -> PerseusClient:
@@ -211,8 +356,12 @@ def closed_loop(
     base = Path(tempfile.mkdtemp(prefix="perseus-gpu-validate-"))
     (base / "run").mkdir()
     (base / "state").mkdir()
-    with daemon(base / "run", base / "state"):
+    with daemon(base / "run", base / "state", args.daemon_log):
         client = connect(base / "run")
+        trace = LoopTrace(device)
+        if args.trace_out is not None:
+            trace.wrap(client)
+            trace.start()
         try:
             client.claim([device.info.uuid])
             handle = instrument(schedule, client, device.info.uuid)
@@ -222,6 +371,9 @@ def closed_loop(
                 handle.close()
         finally:
             client.close()
+            if args.trace_out is not None:
+                trace.stop()
+                args.trace_out.write_text(json.dumps(trace.document()), encoding="utf-8")
 
 
 def _profile_and_run(
@@ -243,69 +395,100 @@ def _profile_and_run(
     result: dict[str, Any] = {
         "state": None if info is None else info.state,
         "error": None if info is None else info.error,
-        "profiling_iterations": None if info is None else (info.profiling or {}).get("iterations"),
+        "profiling_iterations": None if info is None or info.profiling is None else info.profiling.iterations,
         "iterations_run": iterations,
     }
     if info is None or info.state != "running":
         return result
     result["profile_csv"] = client.profile_export(JOB).csv
     runs = {}
+    plans = {}
     for factor in TARGET_FACTORS:
         client.set_policy("time", args.all_max_s * factor, job=JOB)
         runs[factor] = job_iterations(device, schedule, *data, args.iterations)
+        plans[str(factor)] = deployed(job_info(client))
     result["runs"] = runs
+    result["plans"] = plans
     return result
 
 
+def deployed(info: Any) -> dict[str, Any] | None:
+    """What the daemon says of the point it deployed (predicted figures, and the clocks it saw applied)."""
+    if info is None:
+        return None
+    names = ("plan_index", "plan_time_s", "plan_energy_j", "all_max_time_s", "all_max_energy_j")
+    names += ("clock_changes_per_iteration", "wrong_clock_fraction", "frontier_points", "state", "error")
+    return {name: getattr(info, name) for name in names}
+
+
+def save_partial(report: dict[str, Any], out: Path | None) -> None:
+    """Write the report so far to `out`, so that a run cut short still leaves what it measured."""
+    if out is not None:
+        out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    backend = NvmlBackend()
-    device = backend.devices()[args.gpu]
+    """Every step of the check; an exception ends it with `error` (its traceback) in the report."""
     report: dict[str, Any] = {
         "benchmark": "gpu_validate",
         "ok": False,
         "args": {k: str(v) for k, v in vars(args).items()},
     }
     try:
+        _run(args, report)
+    except Exception as error:  # the report says where it failed; the GPU is reset by _run's finally
+        report["error"] = f"{type(error).__name__}: {error}"
+        report["traceback"] = traceback.format_exc()
+    return report
+
+
+def _run(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    backend = NvmlBackend()
+    device = backend.devices()[args.gpu]
+    try:
         report["probe"] = {
             "info": dataclasses.asdict(device.info),
             "set_reset": _set_reset(device),
             "energy_counter": dataclasses.asdict(energy_counter_period(device, 2.0)),
+            "clock_switch": _switches(device, 3),
         }
+        save_partial(report, args.out)
         dist.init_process_group(
             "gloo", init_method=f"file://{tempfile.mkdtemp()}/store", rank=0, world_size=1
         )
         module = build_stage_module(args)
         shape = (args.microbatches, args.seq, args.d_model)
-        batch = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
-        target = torch.zeros(*shape, device="cuda")
-        one = batch[:1]
-        sweep = locked_sweep(device, module, one, sweep_clocks(device, args.sweep_clocks))
-        report["sweep"] = [dataclasses.asdict(r) for r in sweep]
-        top = device.info.supported_sm_clocks_mhz[0]
+        data = (
+            torch.randn(*shape, device="cuda", dtype=torch.bfloat16),
+            torch.zeros(*shape, device="cuda"),
+        )
+        standalone = locked_sweep(device, module, data[0][:1], sweep_clocks(device, args.sweep_clocks))
+        report["standalone_sweep"] = [dataclasses.asdict(r) for r in standalone]
         schedule = make_schedule(module, args.microbatches)
-        device.set_locked_sm_clock_mhz(top)
-        all_max = job_iterations(device, schedule, batch, target, args.iterations)
-        idle_w = idle_power_w(device, top)
-        singles = {}
-        for factor in TARGET_FACTORS[1:]:
-            clock = best_single_clock(sweep, all_max["time_s"], factor * all_max["time_s"])
-            if clock is not None:
-                device.set_locked_sm_clock_mhz(clock)
-                singles[factor] = {
-                    "clock_mhz": float(clock),
-                    **job_iterations(device, schedule, batch, target, args.iterations),
-                }
-        device.reset_locked_sm_clock()
-        report["all_max"] = {**all_max, "idle_w": idle_w}
-        args.all_max_s = all_max["time_s"]
-        loop = closed_loop(args, device, schedule, (batch, target))
+        idle_w = idle_power_w(device, device.info.supported_sm_clocks_mhz[0])
+        truth = job_sweep(device, schedule, data, standalone, idle_w, args.microbatches)
+        report["sweep"] = [dataclasses.asdict(r) for r in truth]
+        save_partial(report, args.out)
+        before = at_all_max(device, schedule, data, args.iterations)
+        singles = single_clocks(device, schedule, data, truth, before["time_s"], args.iterations)
+        report["all_max"] = {**before, "idle_w": idle_w, "before": before}
+        report["single_clocks"] = {str(f): v for f, v in singles.items()}
+        save_partial(report, args.out)
+        args.all_max_s = before["time_s"]
+        loop = closed_loop(args, device, schedule, data)
         report["closed_loop"] = {k: v for k, v in loop.items() if k not in ("profile_csv", "runs")}
+        after = at_all_max(device, schedule, data, args.iterations)
+        all_max = reference(before, after)
+        report["all_max"] = {**all_max, "idle_w": idle_w, "before": before, "after": after}
         if "profile_csv" in loop:
-            report["profile_error"] = profile_error(loop["profile_csv"], sweep)
+            report["profile_error"] = profile_error(loop["profile_csv"], truth)
+            report["profile_error_standalone"] = profile_error(loop["profile_csv"], standalone)
             report["targets"] = [
                 target_row(f, loop["runs"][f], all_max, idle_w, singles.get(f)) for f in TARGET_FACTORS
             ]
             report["ok"] = True
+            if args.profile_out is not None:
+                args.profile_out.write_text(loop["profile_csv"], encoding="utf-8")
     finally:
         try:
             device.reset_locked_sm_clock()
@@ -313,4 +496,3 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             backend.close()
             if dist.is_initialized():
                 dist.destroy_process_group()
-    return report

@@ -11,12 +11,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from benchmarks.gpu_validate import (
+    BoundaryRecorder,
     SweepRow,
     best_single_clock,
+    job_truth,
     markdown,
     padded_energy_j,
     parse_args,
@@ -130,6 +133,51 @@ def test_without_a_gpu_or_root_it_refuses_clearly(tmp_path: Path) -> None:
     assert report["refused"] == refusal()
     assert json.loads(out.read_text()) == report
     assert (tmp_path / "report.md").read_text().endswith(f"Refused: {refusal()}\n")
+
+
+def test_the_recorder_times_a_real_schedules_computations(tmp_path: Path) -> None:
+    """The ground truth's timing path on CPU: a real torch.distributed.pipelining 1F1B schedule,
+    instrumented with the recorder standing in for the client (on CPU the boundaries arrive directly)."""
+    import torch
+    import torch.distributed as dist
+    from perseus_client.client import PerseusClient
+    from perseus_client.torch_pipelining import instrument
+    from torch import nn
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        stage = PipelineStage(nn.Sequential(nn.Linear(64, 64), nn.ReLU()), 0, 1, torch.device("cpu"))
+        schedule = Schedule1F1B(stage, n_microbatches=4, loss_fn=lambda out, y: (out - y).square().mean())
+        recorder = BoundaryRecorder()
+        handle = instrument(schedule, cast(PerseusClient, recorder), "GPU-0", register=False)
+        try:
+            for _ in range(3):
+                schedule.step(torch.randn(8, 64), target=torch.zeros(8, 64))
+        finally:
+            handle.close()
+    finally:
+        dist.destroy_process_group()
+    assert {k: len(v) for k, v in recorder.durations_s.items()} == {"forward": 12, "backward": 12}
+    for instruction in ("forward", "backward"):
+        assert 0 < recorder.mean_s(instruction) < 1.0
+    with pytest.raises(ValueError, match="no optimizer"):
+        recorder.mean_s("optimizer")
+
+
+def test_the_middle_90_percent_of_durations_is_averaged() -> None:
+    recorder = BoundaryRecorder()
+    recorder.durations_s["forward"] = [0.010] * 19 + [1.0] + [0.0]
+    assert recorder.mean_s("forward") == pytest.approx(0.010)
+
+
+def test_job_truth_splits_the_pairs_energy_by_the_standalone_powers() -> None:
+    standalone = SweepRow(1500, 0.010, 4.0, 0.020, 10.0)  # 400 W forward, 500 W backward
+    iteration = {"time_s": 8 * 0.032 + 0.004, "energy_j": 8 * 14.0 + 0.004 * 100.0}
+    row = job_truth(standalone, 0.011, 0.021, iteration, idle_w=100.0, microbatches=8)
+    assert (row.clock_mhz, row.forward_s, row.backward_s) == (1500, 0.011, 0.021)
+    assert row.forward_j + row.backward_j == pytest.approx(14.0)
+    assert row.forward_j / row.backward_j == pytest.approx((400 * 0.011) / (500 * 0.021))
 
 
 @pytest.mark.gpu
