@@ -176,7 +176,17 @@ class Job:
         fastest = Policy("fastest").choose(self.points)
         slowest = max(self.points, key=lambda p: p.time_s)
         all_max_time_s = None if self.all_max is None else self.all_max.time_s
-        return Deployed(self.policy.choose(self.points, all_max_time_s), fastest, slowest)
+        chosen = self.policy.choose(self.points, all_max_time_s, self.iteration_overhead_s() or 0.0)
+        return Deployed(chosen, fastest, slowest)
+
+    def iteration_overhead_s(self) -> float | None:
+        """How much longer an iteration at all-max clocks measured than the plan predicts for it: time the
+        job spends outside the computations the plan knows (between steps, after the last backward), which
+        a `time` target in measured seconds must leave room for. None: not measured (no online profiling)."""
+        measured = [s.all_max_iteration_s for s in self.slots.values() if s.all_max_iteration_s is not None]
+        if not measured or self.all_max is None:
+            return None
+        return max(0.0, statistics.median(measured) - self.all_max.time_s)
 
     def plan_entries(self, stage: int, index: int) -> tuple[PlanEntry, ...]:
         """One stage's plan at frontier point `index`: its computations in order, each with its clock."""

@@ -386,9 +386,10 @@ class JobManager:
                 f" (power-capped at {capped_mhz} MHz)" if capped_mhz is not None else "",
                 ", ".join(str(c) for c in sweep.clocks_mhz),
             )
-            slot.segment_iterations = 0
             if clock_mhz == max(slot.supported_clocks_mhz) and slot.all_max_energy_j is None:
                 slot.all_max_energy_j = iteration_energy_j(samples, slot.mean_iteration_time_s())
+                slot.all_max_iteration_s = slot.median_recent_iteration_s(slot.segment_iterations - 1)
+            slot.segment_iterations = 0
             slot.done_options.update({k: v for k, v in current.options.items() if k[1] == clock_mhz})
             slot.p_block_w = p_block_w
             slot.intervals.clear()
@@ -537,6 +538,14 @@ class JobManager:
     def _run(self, job: Job) -> None:
         if job.all_max is None:
             job.all_max = self._all_max(job)
+            overhead_s = job.iteration_overhead_s()
+            if overhead_s:
+                logger.info(
+                    "job %s: iterations at all-max clocks measured %.1f ms longer than planned (time outside "
+                    "its computations); time targets allow for it",
+                    job.name,
+                    overhead_s * 1000,
+                )
         deployed = job.choose_point()
         if deployed is None:
             job.enter(FAILED, "the frontier is empty")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -56,6 +57,8 @@ class StageSlot:
     timed_computations: int = 0
     all_max_energy_j: float | None = None
     """One iteration's energy at all-max clocks, measured by the counter (profiling's first clock)."""
+    all_max_iteration_s: float | None = None
+    """The median iteration at all-max clocks, step begin to step begin (profiling's first clock)."""
     run_since_ns: int = 0
     """When the counter began to be sampled for the running plan (0: not yet)."""
     """Computations timed while profiling (their intervals are dropped clock by clock)."""
@@ -91,3 +94,8 @@ class StageSlot:
     def mean_iteration_time_s(self) -> float | None:
         times = self.iteration_times_s
         return sum(times) / len(times) if times else None
+
+    def median_recent_iteration_s(self, count: int) -> float | None:
+        """The median of the last `count` iteration times (None: none yet)."""
+        recent = list(self.iteration_times_s)[-count:] if count > 0 else []
+        return statistics.median(recent) if recent else None

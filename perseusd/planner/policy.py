@@ -7,7 +7,9 @@
 - `fastest`: the fastest point, the lower energy on equal times;
 - `slowdown`: the least energy among points at most `target` (a fraction) slower than the fastest;
 - `time`: the least energy among points whose iteration time is at most `target` seconds (the fastest
-  when none is that fast);
+  when none is that fast), in measured seconds: the target is compared with a point's predicted time plus
+  the job's measured iteration overhead (time outside the computations the plan knows:
+  `Job.iteration_overhead_s`);
 - `min_energy`: the least energy of all points;
 - `carbon`: follows the grid (docs/carbon.md): every interval the point of least Chase cost among those at
   most `target` (a fraction) slower than all-max, chosen by `perseusd.jobs.carbon_steering`; while the node
@@ -55,9 +57,12 @@ class Policy:
         if self.name == "time" and not self.target > 0.0:
             raise ProtocolError(ErrorCode.BAD_FIELD, "time target must be > 0 seconds")
 
-    def choose(self, points: list[PointSummary], all_max_time_s: float | None = None) -> PointSummary:
+    def choose(
+        self, points: list[PointSummary], all_max_time_s: float | None = None, overhead_s: float = 0.0
+    ) -> PointSummary:
         """The point this policy runs; `points` must not be empty. `all_max_time_s`: the predicted iteration
-        time at all-max clocks on the same profile (`no_slowdown`'s limit; None: unknown)."""
+        time at all-max clocks on the same profile (`no_slowdown`'s limit; None: unknown). `overhead_s`: what
+        an iteration measures beyond its predicted time (`time` targets are measured seconds)."""
         fastest = min(points, key=lambda p: (p.time_s, p.energy_j))
         if self.name == "fastest":
             return fastest
@@ -68,7 +73,7 @@ class Policy:
         elif self.name == "slowdown":
             limit_s = fastest.time_s * (1.0 + self.target) * (1 + 1e-12)
         elif self.name == "time":
-            limit_s = self.target
+            limit_s = (self.target - overhead_s) * (1 + TOLERANCE)
         else:
             limit_s = float("inf")
         fitting = [p for p in points if p.time_s <= limit_s]

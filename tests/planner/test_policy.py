@@ -49,6 +49,16 @@ def test_named_policies_stay_available(policy: Policy, expected: int) -> None:
     assert policy.choose(POINTS, ALL_MAX_TIME_S).index == expected
 
 
+def test_a_time_target_is_measured_seconds_so_the_measured_overhead_is_left_for() -> None:
+    # A job whose iterations measure 0.1 s more than the plan predicts (time outside its computations):
+    # a 1.2 s target leaves 1.1 s of predicted time.
+    assert Policy("time", 1.2).choose(POINTS, ALL_MAX_TIME_S, overhead_s=0.1).index == 1
+    assert Policy("time", 1.12).choose(POINTS, ALL_MAX_TIME_S, overhead_s=0.1).index == 2
+    # The other policies compare predicted times with predicted times: the overhead cancels.
+    assert Policy().choose(POINTS, ALL_MAX_TIME_S, overhead_s=0.1).index == 3
+    assert Policy("slowdown", 0.05).choose(POINTS, ALL_MAX_TIME_S, overhead_s=0.1).index == 2
+
+
 def test_unknown_policy_is_refused() -> None:
     with pytest.raises(ProtocolError, match="no_slowdown"):
         Policy("cheapest")
