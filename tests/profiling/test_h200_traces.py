@@ -33,6 +33,8 @@ RUNS = ("h200-gpt1stage-a.json.gz", "h200-gpt1stage-b.json.gz")
 IDLE_W = 130.0
 DAEMON_POLL_NS = 10_000_000
 """The daemon reads the counter every 10 ms (`energy_sample_period_s`): a sample's time lags its update."""
+PHASES_NS = (500_000, 3_700_000, 7_900_000)
+"""Where the emulated sampler's polls fall (the worst pair error depends on it)."""
 MICROBATCHES = 8
 
 
@@ -69,20 +71,20 @@ def energy_at_mj(counter: list[list[int]], t_ns: int) -> float:
     return e0 + (e1 - e0) * (t_ns - t0) / (t1 - t0)
 
 
-def daemon_samples(counter: list[list[int]]) -> list[CounterSample]:
-    """The counter as the daemon's 10 ms sampler sees it: each update stamped at the next poll."""
-    phase_ns = 3_700_000
+def daemon_samples(counter: list[list[int]], phase_ns: int) -> list[CounterSample]:
+    """The counter as the daemon's 10 ms sampler sees it: each update stamped at the next poll (polls at
+    `phase_ns` + k x 10 ms)."""
     return [
         CounterSample(phase_ns + math.ceil((t - phase_ns) / DAEMON_POLL_NS) * DAEMON_POLL_NS, e)
         for t, e in counter
     ]
 
 
-def segments(name: str) -> list[tuple[int, float, StageEstimate]]:
+def segments(name: str, phase_ns: int) -> list[tuple[int, float, StageEstimate]]:
     """Per profiled segment: its clock, the true energy per forward+backward pair, and the daemon's
     estimate (the first segment with no fallback blocking power, later ones with the first's)."""
     trace, steps = load(name)
-    samples = daemon_samples(trace["energy_mj"])
+    samples = daemon_samples(trace["energy_mj"], phase_ns)
     fallback_w: float | None = None
     out = []
     for first, last, clock_mhz in trace["segments"]:
@@ -110,26 +112,31 @@ def segments(name: str) -> list[tuple[int, float, StageEstimate]]:
     return out
 
 
+@pytest.mark.parametrize("phase_ns", PHASES_NS)
 @pytest.mark.parametrize("name", RUNS)
-def test_forward_plus_backward_energy_is_within_3_percent_at_every_clock(name: str) -> None:
-    for clock_mhz, pair_j, estimate in segments(name):
+def test_forward_plus_backward_energy_is_within_3_5_percent_at_every_clock(name: str, phase_ns: int) -> None:
+    """Worst over both runs' 13 clocks: 1.7-3.1 % depending on where the sampler's polls fall (six phases
+    tried; the previous estimator: 16-57 %)."""
+    for clock_mhz, pair_j, estimate in segments(name, phase_ns):
         energies = {key[0][1]: option.energy_j for key, option in estimate.options.items()}
         assert set(energies) == {"forward", "backward"}, clock_mhz
         total_j = energies["forward"] + energies["backward"]
-        assert total_j == pytest.approx(pair_j, rel=0.03), (clock_mhz, energies, pair_j)
+        assert total_j == pytest.approx(pair_j, rel=0.035), (clock_mhz, energies, pair_j)
 
 
+@pytest.mark.parametrize("phase_ns", PHASES_NS)
 @pytest.mark.parametrize("name", RUNS)
-def test_the_blocking_power_is_an_idle_gpus(name: str) -> None:
+def test_the_blocking_power_is_an_idle_gpus(name: str, phase_ns: int) -> None:
     """Never the thousands of watts (or zero) that 1.5-3 % idle time regressed to."""
-    for clock_mhz, _, estimate in segments(name):
+    for clock_mhz, _, estimate in segments(name, phase_ns):
         assert estimate.p_block_w is not None
-        assert 60.0 <= estimate.p_block_w <= 250.0, (clock_mhz, estimate.p_block_w)
+        assert 50.0 <= estimate.p_block_w <= 250.0, (clock_mhz, estimate.p_block_w)
 
 
+@pytest.mark.parametrize("phase_ns", PHASES_NS)
 @pytest.mark.parametrize("name", RUNS)
-def test_most_windows_are_fitted(name: str) -> None:
+def test_most_windows_are_fitted(name: str, phase_ns: int) -> None:
     """Windows over a computation that ran long but was followed at once by the next are kept: on these
     runs, dropping them left 7-11 of 20-25 windows at some clocks."""
-    for clock_mhz, _, estimate in segments(name):
+    for clock_mhz, _, estimate in segments(name, phase_ns):
         assert estimate.windows >= 10, clock_mhz
