@@ -27,13 +27,12 @@ from dataclasses import dataclass, replace
 from perseusd.planner.dag import ComputationDag
 from perseusd.planner.evaluate import evaluate_clocks, longest_path_s
 from perseusd.planner.plan import Frontier, Plan
+from perseusd.planner.policy import TOLERANCE
 from perseusd.planner.profile import Profile
 from perseusd.planner.switching import PointFollower, SwitchModel, followable_stage_clocks, late_begins
 
 Rows = tuple[tuple[int, ...], ...]
 """Clocks per stage, in schedule order."""
-TOLERANCE = 1e-9
-"""Relative slack on the time limit (rounding)."""
 
 
 @dataclass(frozen=True)
@@ -47,32 +46,6 @@ class Descent:
     energy_j: float
     evaluations: int
     moves: int
-
-
-class _StageCosts:
-    """One stage's time and energy tables: per computation (schedule order), per measured clock."""
-
-    def __init__(self, dag: ComputationDag, profile: Profile, stage: int) -> None:
-        self.time_s: list[dict[int, float]] = []
-        self.energy_j: list[dict[int, float]] = []
-        self.clocks_mhz: list[tuple[int, ...]] = []
-        for node in dag.stage_orders[stage]:
-            options = profile.options(dag.virtual_stage(node), dag.computations[node].instruction)
-            self.time_s.append({m.freq_mhz: m.time_s for m in options})
-            self.energy_j.append({m.freq_mhz: m.energy_j for m in options})
-            self.clocks_mhz.append(tuple(sorted(self.time_s[-1])))
-        self.all_clocks_mhz = tuple(sorted({c for clocks in self.clocks_mhz for c in clocks}))
-
-    def time_at(self, k: int, clock_mhz: int) -> float:
-        return self.time_s[k][clock_mhz]
-
-    def snap_up(self, k: int, clock_mhz: int) -> int:
-        """Computation k's lowest measured clock at or above `clock_mhz`, else its highest."""
-        clocks = self.clocks_mhz[k]
-        return next((c for c in clocks if c >= clock_mhz), clocks[-1])
-
-    def top(self) -> tuple[int, ...]:
-        return tuple(clocks[-1] for clocks in self.clocks_mhz)
 
 
 @dataclass(frozen=True)
@@ -113,7 +86,8 @@ class DescentSearch:
         self.dag = dag
         self.p_block_w = p_block_w
         self.model = model
-        self.stages = [_StageCosts(dag, profile, s) for s in range(dag.num_stages)]
+        self.follower = PointFollower(dag, profile, p_block_w, model)
+        self.stages = self.follower.stages
 
     def all_max(self) -> Rows:
         """Every computation at its highest measured clock."""
@@ -254,7 +228,7 @@ def descend_frontier(
     effective plan's energy, over the time that counts every lowering both ways: never less than the
     effective plan's figures)."""
     search = DescentSearch(dag, profile, p_block_w, model)
-    follower = PointFollower(dag, profile, p_block_w, model)
+    follower = search.follower
     budget = max(1, MAX_NODE_EVALUATIONS // max(1, dag.num_computations))
     max_late = int(MAX_LATE_FRACTION * dag.num_computations)
     points = list(frontier.points)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from perseusd.planner.dag import ComputationDag, Instruction
+from perseusd.planner.dag import ComputationDag
 from perseusd.planner.evaluate import evaluate_clocks
 from perseusd.planner.plan import Followed, Frontier, Plan, RowSharer, SwitchingMeta
 from perseusd.planner.profile import Profile
@@ -219,8 +219,14 @@ class PointFollower:
 
     def __init__(self, dag: ComputationDag, profile: Profile, p_block_w: float, model: SwitchModel) -> None:
         self.dag, self.profile, self.p_block_w, self.model = dag, profile, p_block_w, model
-        self.time_at, self.snap_up = _stage_time_at(dag, profile), _stage_snap_up(dag, profile)
+        self.stages = [StageOptions(dag, profile, stage) for stage in range(dag.num_stages)]
         self._effective_rows = RowSharer()
+
+    def time_at(self, stage: int) -> TimeAt:
+        return self.stages[stage].time_at
+
+    def snap_up(self, stage: int) -> SnapUp:
+        return self.stages[stage].snap_up
 
     def follow(
         self,
@@ -256,37 +262,35 @@ class PointFollower:
         )
 
 
-def _stage_time_at(dag: ComputationDag, profile: Profile) -> Callable[[int], TimeAt]:
-    def for_stage(stage: int) -> TimeAt:
-        ids = dag.stage_orders[stage]
+class StageOptions:
+    """One stage's measured options, per computation in schedule order: its time and energy at each measured
+    clock. Built once per job and profile; following a point and the descent read only these tables."""
 
-        def time_at(k: int, clock_mhz: int) -> float:
-            node = ids[k]
-            key = (dag.virtual_stage(node), dag.computations[node].instruction)
-            return profile.lookup(*key, _snap(profile, key, clock_mhz)).time_s
+    def __init__(self, dag: ComputationDag, profile: Profile, stage: int) -> None:
+        self.time_s: list[dict[int, float]] = []
+        self.energy_j: list[dict[int, float]] = []
+        self.clocks_mhz: list[tuple[int, ...]] = []
+        for node in dag.stage_orders[stage]:
+            options = profile.options(dag.virtual_stage(node), dag.computations[node].instruction)
+            self.time_s.append({m.freq_mhz: m.time_s for m in options})
+            self.energy_j.append({m.freq_mhz: m.energy_j for m in options})
+            self.clocks_mhz.append(tuple(sorted(self.time_s[-1])))
+        self.all_clocks_mhz = tuple(sorted({c for clocks in self.clocks_mhz for c in clocks}))
 
-        return time_at
+    def time_at(self, k: int, clock_mhz: int) -> float:
+        """Computation k's time at `clock_mhz` (snapped up to a measured clock)."""
+        times = self.time_s[k]
+        exact = times.get(clock_mhz)
+        return exact if exact is not None else times[self.snap_up(k, clock_mhz)]
 
-    return for_stage
+    def snap_up(self, k: int, clock_mhz: int) -> int:
+        """Computation k's lowest measured clock at or above `clock_mhz`, else its highest."""
+        clocks = self.clocks_mhz[k]
+        return next((c for c in clocks if c >= clock_mhz), clocks[-1])
 
-
-def _stage_snap_up(dag: ComputationDag, profile: Profile) -> Callable[[int], SnapUp]:
-    def for_stage(stage: int) -> SnapUp:
-        ids = dag.stage_orders[stage]
-
-        def snap_up(k: int, clock_mhz: int) -> int:
-            node = ids[k]
-            return _snap(profile, (dag.virtual_stage(node), dag.computations[node].instruction), clock_mhz)
-
-        return snap_up
-
-    return for_stage
-
-
-def _snap(profile: Profile, key: tuple[int, Instruction], clock_mhz: int) -> int:
-    """The lowest clock measured for `key` at or above `clock_mhz`, else its highest."""
-    clocks = [m.freq_mhz for m in profile.options(*key)]
-    return min((c for c in clocks if c >= clock_mhz), default=max(clocks))
+    def top(self) -> tuple[int, ...]:
+        """Every computation's highest measured clock."""
+        return tuple(clocks[-1] for clocks in self.clocks_mhz)
 
 
 def late_begins(clocks_mhz: Sequence[int], time_at: TimeAt, model: SwitchModel) -> int:
