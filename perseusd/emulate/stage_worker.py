@@ -138,7 +138,7 @@ class StageWorker:
         with contextlib.ExitStack() as stack:
             self._handle = stack.enter_context(SimGpuHandle.open(spec.sim_dir, spec.gpu, spec.profile))
             self._client = stack.enter_context(
-                PerseusClient(spec.runtime_dir, spec.job, timeout_s=CONTROL_TIMEOUT_S)
+                PerseusClient(spec.runtime_dir, spec.job, timeout_s=CONTROL_TIMEOUT_S, strict=True)
             )
             self._client.claim([spec.gpu])
             self._client.set_clock(spec.gpu, spec.max_clock_mhz)
@@ -225,6 +225,7 @@ class StageWorker:
             pipeline=spec.pipeline,
             chunks=shape.num_chunks,
         )
+        assert reply is not None  # a strict client raises instead
         self._queues.reports.put(Registered(spec.pipeline, spec.stage, reply.state, reply.cached))
 
     def _run_iteration(self, iteration: int, throttle: float) -> None:

@@ -34,7 +34,7 @@ def test_events_dropped_not_raised_while_daemon_down_then_reregistered(
 ) -> None:
     first = DaemonProcess(dirs, gpus=1)
     started.append(first.start())
-    client = PerseusClient(dirs.runtime_dir, job="resilient", timeout_s=1.0)
+    client = PerseusClient(dirs.runtime_dir, job="resilient", timeout_s=1.0, strict=True)
     try:
         uuid = client.daemon_info.gpus[0].uuid  # type: ignore[union-attr]
         client.claim([uuid])
@@ -71,7 +71,7 @@ def test_events_dropped_not_raised_while_daemon_down_then_reregistered(
 def test_control_call_without_daemon_raises_typed_error(dirs: DaemonDirs) -> None:
     began_s = time.monotonic()
     with pytest.raises(PerseusClientError) as info:
-        PerseusClient(dirs.runtime_dir, timeout_s=0.3)
+        PerseusClient(dirs.runtime_dir, timeout_s=0.3, strict=True)
     assert info.value.code == "UNREACHABLE"
     assert time.monotonic() - began_s < 3.0
 
