@@ -293,13 +293,10 @@ class PerseusClient:
     def _went_away(self, exc: PerseusClientError | None) -> None:
         """The daemon is out of reach: go on unmanaged; warn once per absence."""
         self.managed = False
-        if self._away_warned or self._closing.is_set():
+        if self._away_warned or self._closing.is_set() or self.strict:  # strict: the caller gets the error
             return
         self._away_warned = True
-        cause = exc.message if exc is not None else f"the connection to {self.runtime_dir} was lost"
-        if self.strict:
-            logger.warning("perseus: %s", cause)
-            return
+        cause = exc.message if exc is not None else f"lost the daemon at {self.runtime_dir}"
         logger.warning(
             "perseus: %s; training goes on unmanaged (events dropped and counted); the client reconnects "
             "when the daemon is back",

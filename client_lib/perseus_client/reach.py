@@ -17,6 +17,7 @@ When a connection fails, `diagnose` looks at the directory and the socket (a sta
 from __future__ import annotations
 
 import errno
+import grp
 import os
 import socket
 import stat
@@ -187,16 +188,15 @@ def _no_permission(closed: str, path: str, group: str) -> NoPermission:
     owner_group = _group_of(closed) or group
     needed = group if owner_group in ("root", "") else owner_group
     also = f" (and {USER_GROUP}, to enter {os.path.dirname(path)})" if needed == ADMIN_GROUP else ""
+    what = "open" if closed == path else "enter"
     return NoPermission(
-        f"no permission to use {path}: {closed} is open to group {needed} only; join it{also} "
+        f"no permission to use {path}: this user may not {what} {closed}; join group {needed}{also} "
         f"(sudo usermod -aG {needed} $USER, then log in again) or ask an admin"
     )
 
 
 def _group_of(path: str) -> str:
     try:
-        import grp
-
         return grp.getgrgid(os.stat(path).st_gid).gr_name
     except (OSError, KeyError):
         return ""

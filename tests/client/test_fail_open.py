@@ -18,13 +18,17 @@ from perseus_client import PerseusClient, PerseusClientError
 from perseus_client.codes import JobState
 from perseus_client.job_info import JobInfo
 
-from perseusd.gpu.sim import sim_uuid
-from perseusd.planner.dag import build_dag
-from perseusd.planner.profile_csv import profile_to_csv
-from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
-from tests.support.synthetic import synthetic_profile
+from tests.support.perseusd_proc import (
+    DaemonDirs,
+    DaemonProcess,
+    daemon_processes,
+    daemon_side,
+    sim_gpu_uuids,
+)
 
 pytestmark = pytest.mark.timeout(120)
+# Runs on every Python the client supports (scripts/test_client_pythons.sh): the client library, pytest and
+# pyzmq only; what needs the daemon's packages runs in the daemon's interpreter (`daemon_side`).
 
 JOB = "fail-open"
 STAGES = 2
@@ -46,7 +50,23 @@ def make() -> Iterator[Callable[..., DaemonProcess]]:
 
 def _gpus(count: int = STAGES) -> list[str]:
     """The simulated GPUs' UUIDs, known before any daemon runs (as a real GPU's are)."""
-    return [sim_uuid("a100_sxm", index) for index in range(count)]
+    return sim_gpu_uuids(count)
+
+
+PROFILE_CODE = """
+from perseusd.planner.profile_csv import profile_to_csv
+from tests.support.synthetic import synthetic_profile
+print(profile_to_csv(synthetic_profile(2, seed=3, clocks_mhz=tuple(range(1410, 885, -90)))), end="")
+"""
+
+
+def one_f_one_b(stage: int, stages: int, microbatches: int) -> list[tuple[str, int]]:
+    """A stage's computations in 1F1B order: warm-up forwards, forward/backward pairs, cool-down backwards."""
+    warmup = min(stages - stage - 1, microbatches)
+    order = [("forward", mb) for mb in range(warmup)]
+    for mb in range(microbatches - warmup):
+        order += [("forward", warmup + mb), ("backward", mb)]
+    return order + [("backward", mb) for mb in range(microbatches - warmup, microbatches)]
 
 
 def _eventually(check: Callable[[], bool], what: str, timeout_s: float = 15.0) -> float:
@@ -65,20 +85,17 @@ def _job(client: PerseusClient) -> JobInfo | None:
 
 
 def _iterate(client: PerseusClient, gpus: list[str], steps: range) -> None:
-    dag = build_dag("1f1b", STAGES, MICROBATCHES, 1)
     for step in steps:
         for stage, gpu in enumerate(gpus):
             with client.step(gpu, step):
-                for node in dag.stage_orders[stage]:
-                    comp = dag.computations[node]
-                    with client.computation(gpu, stage, comp.instruction.value, comp.microbatch):
+                for instruction, microbatch in one_f_one_b(stage, STAGES, MICROBATCHES):
+                    with client.computation(gpu, stage, instruction, microbatch):
                         pass
 
 
 def _join(client: PerseusClient, gpus: list[str]) -> None:
     """What a training job does at start: import its profile, claim, register every stage."""
-    profile = synthetic_profile(STAGES, seed=3, clocks_mhz=tuple(range(1410, 885, -90)))
-    client.profile_import(profile_to_csv(profile), source="test", p_block_w=80.0)
+    client.profile_import(daemon_side(PROFILE_CODE), source="test", p_block_w=80.0)
     client.claim(gpus)
     for stage, gpu in enumerate(gpus):
         client.register(gpu, stage=stage, num_stages=STAGES, num_microbatches=MICROBATCHES)

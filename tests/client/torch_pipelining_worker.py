@@ -45,6 +45,7 @@ class RecordingClient(PerseusClient):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.sent: list[list[Any]] = []
         self.threads: set[str] = set()
+        kwargs.setdefault("strict", True)  # the tests check what the daemon says; fail-open has its own
         super().__init__(*args, **kwargs)
 
     def register(self, gpu: str, **fields: Any) -> Any:
