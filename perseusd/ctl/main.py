@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from perseus_client import reach
+
 from perseusd import __version__
 from perseusd.errors import PerseusError
 
@@ -97,7 +99,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"perseusctl {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     parser.add_argument(
-        "--runtime-dir", default="/run/perseusd", help="the daemon's runtime directory (default: %(default)s)"
+        "--runtime-dir",
+        default=reach.runtime_dir(),
+        help=f"the daemon's runtime directory (default: ${reach.RUNTIME_DIR_ENV}, else "
+        f"{reach.DEFAULT_RUNTIME_DIR}; now %(default)s)",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command, module in COMMANDS.items():
