@@ -120,6 +120,7 @@ def _run_world(args: argparse.Namespace, world: int, daemon: DaemonProcess, work
         "job": f"overhead-{world}",
         "profile": str(profile),
         "profile_client": args.profile_client,
+        "modes": args.modes,
         **{
             key: getattr(args, key)
             for key in ("rounds", "steps", "warmup", "width", "layers", "microbatches", "rows")
@@ -151,9 +152,8 @@ def _run_world(args: argparse.Namespace, world: int, daemon: DaemonProcess, work
 
 def _summary(report: dict[str, Any], cpu: ThreadCpu, world: int) -> dict[str, Any]:
     blocks = report["blocks"]
-    medians = {
-        mode: [statistics.median(b["step_s"]) for b in blocks if b["mode"] == mode] for mode in ("off", "on")
-    }
+    modes = sorted({b["mode"] for b in blocks}, key=["off", "hooks", "sent", "on"].index)
+    medians = {mode: [statistics.median(b["step_s"]) for b in blocks if b["mode"] == mode] for mode in modes}
     off_s, on_s = statistics.median(medians["off"]), statistics.median(medians["on"])
     paired = [(on - off) / off for off, on in zip(medians["off"], medians["on"], strict=True)]
     per_step_computations = 2 * report.get("microbatches", 0)
@@ -168,6 +168,10 @@ def _summary(report: dict[str, Any], cpu: ThreadCpu, world: int) -> dict[str, An
         "block_median_step_ms": {
             mode: [round(v * 1e3, 1) for v in values] for mode, values in medians.items()
         },
+        "step_ms_by_mode": {
+            mode: round(statistics.median(values) * 1e3, 2) for mode, values in medians.items()
+        },
+        "daemon_cpu_by_mode": {mode: _daemon_cpu(cpu, blocks, mode)["total_pct"] for mode in modes},
         "computation_us": round(report["computation_us"], 2),
         "daemon_cpu_off": _daemon_cpu(cpu, blocks, "off"),
         "daemon_cpu_on": _daemon_cpu(cpu, blocks, "on"),
@@ -189,6 +193,14 @@ def main() -> None:
     parser.add_argument("--microbatches", type=int, default=8)
     parser.add_argument("--rows", type=int, default=32)
     parser.add_argument("--profile-client", action="store_true")
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        default=["off", "on"],
+        choices=["off", "on", "hooks", "sent"],
+        help="besides off and on: hooks (the wrappers, events dropped at once), sent (events sent to a "
+        "daemon that runs no job on the GPU)",
+    )
     parser.add_argument("--timeout-s", type=float, default=1200)
     parser.add_argument("--daemon-arg", action="append", default=[], help="extra perseusd argument")
     args = parser.parse_args()

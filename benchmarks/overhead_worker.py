@@ -69,6 +69,28 @@ def managed_block(
     return times
 
 
+def hooks_block(schedule: Schedule1F1B, config: dict[str, Any], rank: int, world: int) -> list[float]:
+    """The wrappers alone: a fail-open client with no daemon session drops every event at once."""
+    client = PerseusClient(config["runtime_dir"], job=config["job"], connect=False)
+    with instrument(schedule, client, "GPU-none", register=False):
+        times = run_block(schedule, config, rank, world)
+    client.close()
+    return times
+
+
+def sent_block(
+    schedule: Schedule1F1B, client: PerseusClient, config: dict[str, Any], rank: int, world: int
+) -> list[float]:
+    """The wrappers and the events sent, to a daemon that leases the GPU but runs no job on it."""
+    gpu = client.gpu_uuid()
+    assert gpu is not None
+    client.claim([gpu])
+    with instrument(schedule, client, gpu, register=False):
+        times = run_block(schedule, config, rank, world)
+    client.release()
+    return times
+
+
 def computation_cost_us(handle: PipelineInstrumentation, pairs: int = 2000) -> float:
     """The integration's own time per reported computation: a wrapped no-op, begin and end sent."""
     wrapped = handle._wrap_computation(lambda *_a, **_k: None, "forward", 0, "fwd_chunk_id")
@@ -118,13 +140,21 @@ def main() -> None:
     if rank == 0:
         client.profile_import(Path(config["profile"]).read_text(), p_block_w=80.0)
     blocks: list[dict[str, Any]] = []
+    modes = config["modes"]
     for round_index in range(config["rounds"]):
-        order = ("off", "on") if round_index % 2 == 0 else ("on", "off")
+        shift = round_index % len(modes)
+        order = (
+            modes[shift:] + modes[:shift] if round_index % 2 == 0 else (modes[shift:] + modes[:shift])[::-1]
+        )
         for mode in order:
             dist.barrier()
             began_s = time.time()
             if mode == "on":
                 times = managed_block(schedule, client, config, rank, world)
+            elif mode == "hooks":
+                times = hooks_block(schedule, config, rank, world)
+            elif mode == "sent":
+                times = sent_block(schedule, client, config, rank, world)
             else:
                 times = run_block(schedule, config, rank, world)
             blocks.append(

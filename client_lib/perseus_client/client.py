@@ -200,6 +200,7 @@ class PerseusClient:
         self._link_up = False
         self._wanted = False  # connect() was called: the monitor opens sessions by itself
         self._away_warned = False
+        self._away = False  # known out of reach: calls fail at once instead of waiting for their timeout
         if connect:
             try:
                 self.connect()
@@ -293,6 +294,7 @@ class PerseusClient:
     def _went_away(self, exc: PerseusClientError | None) -> None:
         """The daemon is out of reach: go on unmanaged; warn once per absence."""
         self.managed = False
+        self._away = True
         if self._away_warned or self._closing.is_set() or self.strict:  # strict: the caller gets the error
             return
         self._away_warned = True
@@ -403,7 +405,7 @@ class PerseusClient:
         self.daemon_info = reply
         self.protocol_minor = min(PROTOCOL_MINOR, reply.protocol_minor)
         self.managed = True
-        self._away_warned = False
+        self._away = self._away_warned = False
         return reply
 
     def claim(self, gpus: Sequence[str]) -> tuple[str, ...]:
@@ -568,7 +570,7 @@ class PerseusClient:
         with self._lock:
             if self._control is None:
                 raise PerseusClientError("NOT_CONNECTED", "call connect() first", reached=False)
-            if not (self.strict or self.managed or self._control.poll(0, zmq.POLLOUT)):
+            if self._away and not (self.strict or self._control.poll(0, zmq.POLLOUT)):
                 raise unreachable(self, None, "the daemon is out of reach")  # fail-open: never wait
             try:
                 return request_reply(

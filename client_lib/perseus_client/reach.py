@@ -83,9 +83,9 @@ def diagnose(directory: str, socket_name: str, group: str = USER_GROUP) -> Unrea
     except PermissionError:
         return _no_permission(_closed_parent(directory), path, group)
     except OSError:
-        return _missing_directory(directory)
+        return _missing_directory(directory, socket_name)
     if not stat.S_ISDIR(info.st_mode):
-        return WrongRuntimeDir(f"{directory} is not a directory: {_where_hint(directory)}")
+        return WrongRuntimeDir(f"no {path}: {directory} is not a directory; {_where_hint(directory)}")
     if not os.access(directory, os.X_OK):
         return _no_permission(directory, path, group)
     return _probe_socket(directory, path, group)
@@ -106,13 +106,15 @@ def _probe_socket(directory: str, path: str, group: str) -> Unreachable:
         return _no_permission(directory, path, group)
     except OSError:
         if directory != DEFAULT_RUNTIME_DIR and not _holds_perseusd_files(directory):
-            return WrongRuntimeDir(f"{directory} holds no perseusd socket: {_where_hint(directory)}")
+            return WrongRuntimeDir(
+                f"no {path}: {directory} holds no perseusd socket; {_where_hint(directory)}"
+            )
         return NotRunning(
             f"perseusd is not running: {path} does not exist "
             "(systemctl status perseusd; journalctl -u perseusd)"
         )
     if not stat.S_ISSOCK(info.st_mode):
-        return WrongRuntimeDir(f"{path} is not a socket: {_where_hint(directory)}")
+        return WrongRuntimeDir(f"{path} is not a socket; {_where_hint(directory)}")
     if not os.access(path, os.R_OK | os.W_OK):
         return _no_permission(path, path, group)
     return _probe_connect(path, group)
@@ -140,19 +142,21 @@ def _probe_connect(path: str, group: str) -> Unreachable:
     )
 
 
-def _missing_directory(directory: str) -> Unreachable:
+def _missing_directory(directory: str, socket_name: str) -> Unreachable:
     if directory == DEFAULT_RUNTIME_DIR:  # systemd removes it when the service stops
         return NotRunning(
             f"perseusd is not running: {directory} does not exist (systemctl start perseusd; or, if it runs "
             f"elsewhere, set {RUNTIME_DIR_ENV} to its runtime directory)"
         )
-    return WrongRuntimeDir(f"{directory} does not exist: {_where_hint(directory)}")
+    return WrongRuntimeDir(
+        f"no {os.path.join(directory, socket_name)}: {directory} does not exist; {_where_hint(directory)}"
+    )
 
 
 def _where_hint(directory: str) -> str:
     """What to do about a runtime directory that is not the daemon's."""
     hint = (
-        f"wrong runtime directory? Set {RUNTIME_DIR_ENV} (or runtime_dir=, --runtime-dir) to perseusd's "
+        f"a wrong runtime directory? Set {RUNTIME_DIR_ENV} (or runtime_dir=, --runtime-dir) to perseusd's "
         f"runtime_dir (/etc/perseusd/perseusd.toml; default {DEFAULT_RUNTIME_DIR}"
     )
     if directory != DEFAULT_RUNTIME_DIR and _holds_perseusd_files(DEFAULT_RUNTIME_DIR):

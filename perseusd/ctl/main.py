@@ -16,8 +16,6 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from perseus_client import reach
-
 from perseusd import __version__
 from perseusd.errors import PerseusError
 
@@ -93,6 +91,11 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
+RUNTIME_DIR_ENV = "PERSEUSD_RUNTIME_DIR"
+DEFAULT_RUNTIME_DIR = "/run/perseusd"
+"""As `perseus_client.reach` has them (not imported here: `perseusctl solve` never loads the client)."""
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The `perseusctl` parser: every command registered, or only the command `only`."""
     parser = _Parser(prog="perseusctl", description=__doc__.splitlines()[0] if __doc__ else None)
@@ -100,9 +103,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     parser.add_argument(
         "--runtime-dir",
-        default=reach.runtime_dir(),
-        help=f"the daemon's runtime directory (default: ${reach.RUNTIME_DIR_ENV}, else "
-        f"{reach.DEFAULT_RUNTIME_DIR}; now %(default)s)",
+        default=os.environ.get(RUNTIME_DIR_ENV) or DEFAULT_RUNTIME_DIR,
+        help=f"the daemon's runtime directory (default: ${RUNTIME_DIR_ENV}, else {DEFAULT_RUNTIME_DIR}; "
+        "now %(default)s)",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command, module in COMMANDS.items():

@@ -161,3 +161,14 @@ def test_the_runtime_directory_comes_from_the_environment(daemon: DaemonProcess)
     out = subprocess.run(wrong, capture_output=True, text=True, timeout=30, check=False, env=env)
     assert out.returncode == 2  # the option wins
     assert "wrong runtime directory" in out.stderr
+
+
+def test_perseusctl_and_the_client_read_the_same_variable() -> None:
+    from perseus_client import reach
+
+    from perseusd.ctl import main as ctl_main
+
+    assert (ctl_main.RUNTIME_DIR_ENV, ctl_main.DEFAULT_RUNTIME_DIR) == (
+        reach.RUNTIME_DIR_ENV,
+        reach.DEFAULT_RUNTIME_DIR,
+    )

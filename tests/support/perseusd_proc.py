@@ -211,7 +211,7 @@ CLIENT_SCRIPT = """
 import sys, time
 from perseus_client import PerseusClient
 runtime_dir, clock = sys.argv[1], int(sys.argv[2])
-client = PerseusClient(runtime_dir, job="e2e-holder")
+client = PerseusClient(runtime_dir, job="e2e-holder", strict=True)
 gpus = [g.uuid for g in client.daemon_info.gpus][: int(sys.argv[3])]
 client.claim(gpus)
 for gpu in gpus:
