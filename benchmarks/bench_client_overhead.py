@@ -107,6 +107,18 @@ def _daemon_cpu(cpu: ThreadCpu, blocks: list[dict[str, Any]], mode: str) -> dict
     }
 
 
+def _rank_threads(blocks: list[dict[str, Any]], mode: str) -> dict[str, float]:
+    """Rank 0's process in the blocks of `mode`: its other threads' CPU (% of one core) and how often per
+    step its training thread was preempted."""
+    chosen = [b for b in blocks if b["mode"] == mode]
+    wall_s = sum(b["wall_s"][1] - b["wall_s"][0] for b in chosen)
+    steps = sum(len(b["step_s"]) for b in chosen)
+    return {
+        "other_threads_pct": _pct(sum(b["other_threads_cpu_s"] for b in chosen), wall_s),
+        "preemptions_per_step": round(sum(b["main_preempted"] for b in chosen) / max(1, steps), 1),
+    }
+
+
 def _run_world(args: argparse.Namespace, world: int, daemon: DaemonProcess, work: Path) -> dict[str, Any]:
     with PerseusClient(daemon.dirs.runtime_dir, job="clocks", strict=True) as client:
         assert client.daemon_info is not None
@@ -172,6 +184,7 @@ def _summary(report: dict[str, Any], cpu: ThreadCpu, world: int) -> dict[str, An
             mode: round(statistics.median(values) * 1e3, 2) for mode, values in medians.items()
         },
         "daemon_cpu_by_mode": {mode: _daemon_cpu(cpu, blocks, mode)["total_pct"] for mode in modes},
+        "rank0_by_mode": {mode: _rank_threads(blocks, mode) for mode in modes},
         "computation_us": round(report["computation_us"], 2),
         "daemon_cpu_off": _daemon_cpu(cpu, blocks, "off"),
         "daemon_cpu_on": _daemon_cpu(cpu, blocks, "on"),

@@ -16,6 +16,7 @@ import json
 import os
 import pstats
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,29 @@ from perseus_client import PerseusClient
 from perseus_client.torch_pipelining import PipelineInstrumentation, instrument
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+TICKS_S = os.sysconf("SC_CLK_TCK")
+
+
+def _threads() -> dict[str, float]:
+    """This process: CPU seconds of the training thread and of every other thread (ZeroMQ's I/O thread, the
+    client's monitor, gloo's), and the training thread's involuntary context switches (preemptions)."""
+    main_tid = threading.get_native_id()
+    other_s = main_s = 0.0
+    preempted = 0
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        cpu_s = (int(fields[11]) + int(fields[12])) / TICKS_S
+        if int(task.name) == main_tid:
+            main_s = cpu_s
+            status = (task / "status").read_text()
+            preempted = int(status.split("nonvoluntary_ctxt_switches:")[1].split()[0])
+        else:
+            other_s += cpu_s
+    return {"main_cpu_s": main_s, "other_threads_cpu_s": other_s, "main_preempted": preempted}
 
 
 def build_schedule(config: dict[str, Any], rank: int, world: int) -> Schedule1F1B:
@@ -148,6 +172,7 @@ def main() -> None:
         )
         for mode in order:
             dist.barrier()
+            before = _threads()
             began_s = time.time()
             if mode == "on":
                 times = managed_block(schedule, client, config, rank, world)
@@ -157,9 +182,9 @@ def main() -> None:
                 times = sent_block(schedule, client, config, rank, world)
             else:
                 times = run_block(schedule, config, rank, world)
-            blocks.append(
-                {"round": round_index, "mode": mode, "step_s": times, "wall_s": [began_s, time.time()]}
-            )
+            ended_s = time.time()
+            used = {key: value - before[key] for key, value in _threads().items()}
+            blocks.append({"mode": mode, "step_s": times, "wall_s": [began_s, ended_s], **used})
     report: dict[str, Any] = {"blocks": blocks}
     dist.barrier()
     gpu = client.gpu_uuid()
