@@ -372,22 +372,27 @@ class PerseusClient:
         current device, else `LOCAL_RANK`, else 0), right under any `CUDA_VISIBLE_DEVICES` remapping.
 
         torch's own view where this process has CUDA through torch (no daemon needed); otherwise NVML's
-        view of `CUDA_VISIBLE_DEVICES` through the daemon's GPU list (`perseus_client.devices`). Without
-        either: None (fail-open) or `PerseusClientError` (strict). Raises `DeviceLookupError` when the device
-        is not visible or not a whole GPU.
+        view of `CUDA_VISIBLE_DEVICES` through the daemon's GPU list (`perseus_client.devices`; a whole UUID
+        there needs no list). Without either: None (fail-open) or `PerseusClientError` (strict). Raises
+        `DeviceLookupError` when the device is not visible or not a whole GPU.
         """
         uuid = devices.cuda_uuid(device)
         if uuid is not None:
             return uuid
         info = self.daemon_info
+        visible = os.environ.get(devices.VISIBLE_ENV)
+        index = devices.default_device() if device is None else device
         if info is None:
+            whole = devices.visible_full_uuid(index, visible)  # named by UUID: no list needed
+            if whole is not None:
+                return whole
             if self.strict:
                 raise unreachable(self, None, "no daemon session: the GPU list is the daemon's")
             return None
         return devices.visible_uuid(
-            devices.default_device() if device is None else device,
+            index,
             [gpu.uuid for gpu in info.gpus],
-            os.environ.get(devices.VISIBLE_ENV),
+            visible,
             node_names=[gpu.name for gpu in info.gpus],
             order=os.environ.get(devices.ORDER_ENV),
         )

@@ -18,6 +18,7 @@ Stdlib only; torch is used when the process already imported it, never imported 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -102,6 +103,18 @@ def visible_uuid(
         what = "no GPU" if not matches else f"{len(matches)} GPUs"
         raise DeviceLookupError(f"{VISIBLE_ENV} entry {entry!r} matches {what} of this node")
     return matches[0]
+
+
+def visible_full_uuid(device: int, visible: str | None) -> str | None:
+    """The UUID of CUDA device `device` when `CUDA_VISIBLE_DEVICES` names it by its whole UUID (as
+    Kubernetes' device plugin does), known without the node's GPU list; None otherwise."""
+    entries = _visible_entries(visible, 0)
+    if 0 <= device < len(entries) and _FULL_UUID.fullmatch(entries[device]):
+        return entries[device]
+    return None
+
+
+_FULL_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 
 def _visible_entries(visible: str | None, count: int) -> list[str]:

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from perseus_client.devices import DeviceLookupError, cuda_uuid, visible_uuid
+from perseus_client import PerseusClient
+from perseus_client.devices import DeviceLookupError, cuda_uuid, visible_full_uuid, visible_uuid
 
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 
@@ -67,6 +68,26 @@ def test_indices_on_a_node_of_mixed_models_need_pci_order() -> None:
         visible_uuid(0, NODE, "2", node_names=names)
     assert visible_uuid(0, NODE, "2", node_names=names, order="PCI_BUS_ID") == NODE[2]
     assert visible_uuid(0, NODE, NODE[2], node_names=names) == NODE[2]  # a UUID is never ambiguous
+
+
+def test_a_whole_uuid_entry_needs_no_node_list() -> None:
+    assert visible_full_uuid(1, f"{NODE[3]},{NODE[0]}") == NODE[0]
+    assert visible_full_uuid(0, "3,1") is None  # an index: only the node's list can tell
+    assert visible_full_uuid(0, NODE[1][:12]) is None  # a prefix: likewise
+    assert visible_full_uuid(0, None) is None
+
+
+def test_without_a_daemon_a_uuid_in_the_visible_devices_still_names_the_gpu(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    whole = "GPU-5f8a3e1c-0d7b-4a8e-9c3f-2b1d0e6f7a89"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", whole)
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    with PerseusClient(tmp_path / "none", job="k8s") as client:  # fail-open: no daemon
+        assert client.gpu_uuid() == whole
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    with PerseusClient(tmp_path / "none", job="k8s") as client:
+        assert client.gpu_uuid() is None  # an index needs the node's list: unknown until the daemon is back
 
 
 @dataclass
