@@ -24,6 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,6 +45,7 @@ from tests.support.synthetic import synthetic_profile
 
 WORKER = Path(__file__).resolve().parent / "overhead_worker.py"
 TICKS_S = os.sysconf("SC_CLK_TCK")
+NAMES_AFTER_S = 8.0
 
 
 class ThreadCpu:
@@ -51,10 +54,24 @@ class ThreadCpu:
     def __init__(self, pid: int, period_s: float = 0.2) -> None:
         self.pid = pid
         self.samples: list[tuple[float, dict[str, float]]] = []
+        self.names: dict[int, str] = {}
         self._stop = threading.Event()
         self._period_s = period_s
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
+
+    def python_names(self) -> None:
+        """Python's thread names (the OS shows "python" for every Python thread), from a `py-spy dump` where
+        py-spy is installed (`pip install py-spy`); ZeroMQ's own threads keep their OS names."""
+        spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+        try:
+            out = subprocess.run(
+                [spy, "dump", "--pid", str(self.pid)], capture_output=True, text=True, timeout=30, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return
+        for tid, name in re.findall(r'^Thread (\d+) \(\w+\): "([^"]+)"', out.stdout, re.MULTILINE):
+            self.names[int(tid)] = name
 
     def read(self) -> dict[str, float]:
         """CPU seconds by thread name (threads of one name summed)."""
@@ -64,13 +81,16 @@ class ThreadCpu:
                 text = (task / "stat").read_text()
             except OSError:
                 continue
-            name = text[text.index("(") + 1 : text.rindex(")")]
+            name = self.names.get(int(task.name)) or text[text.index("(") + 1 : text.rindex(")")]
             fields = text[text.rindex(")") + 2 :].split()
             totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / TICKS_S
         return totals
 
     def _run(self) -> None:
+        began_s = time.monotonic()
         while not self._stop.is_set():
+            if not self.names and time.monotonic() - began_s > NAMES_AFTER_S:
+                self.python_names()  # once the job's threads exist
             self.samples.append((time.time(), self.read()))
             self._stop.wait(self._period_s)
 
