@@ -223,7 +223,7 @@ class PerseusClient:
                 if not isinstance(cause, reach.NotAnswering):  # absent, closed, elsewhere: fail at once
                     self._went_away(PerseusClientError(cause.code, cause.message, reached=False))
                     return None
-            return self._act("hello", self._hello)
+            return self._act("hello", self._open)
 
     def _open_sockets(self) -> None:
         self._ctx = zmq.Context()
@@ -285,9 +285,8 @@ class PerseusClient:
                 self.managed = False
                 logger.debug("perseus: opening a session failed: %s", exc)
                 return False
-            self.managed = True
             self.reconnects += 1
-            self._away_warned = False
+            self._opened()
             logger.info("perseus: connected to the daemon at %s: %s", self.runtime_dir, summary)
             return True
 
@@ -402,15 +401,23 @@ class PerseusClient:
     def hello(self) -> HelloOk | None:
         """Register this process; the reply says which GPUs the daemon has and the protocol it speaks (from
         then on this client writes the older of the two minors)."""
-        return self._act("hello", self._hello)
+        return self._act("hello", self._open)
+
+    def _open(self) -> HelloOk:
+        """Hello, and the session is open."""
+        reply = self._hello()
+        self._opened()
+        return reply
+
+    def _opened(self) -> None:
+        self.managed = True
+        self._away = self._away_warned = False
 
     def _hello(self) -> HelloOk:
         self.protocol_minor = PROTOCOL_MINOR  # the daemon may have been replaced by another version
         reply = self._call(Hello(job=self.job, client_version=CLIENT_VERSION), HelloOk)
         self.daemon_info = reply
         self.protocol_minor = min(PROTOCOL_MINOR, reply.protocol_minor)
-        self.managed = True
-        self._away = self._away_warned = False
         return reply
 
     def claim(self, gpus: Sequence[str]) -> tuple[str, ...]:
