@@ -88,7 +88,7 @@ def judge_stages(
             continue
         planned = [_lookup(profile, dag, n, clocks_mhz[n]) for n in nodes]
         safe = [_lookup(profile, dag, n, safe_mhz) for n in nodes]
-        saving_j = _stage_energy_j(safe, p_block_w, iteration_time_s) - _stage_energy_j(
+        saving_j = _busy_and_blocking_j(safe, p_block_w, iteration_time_s) - _busy_and_blocking_j(
             planned, p_block_w, iteration_time_s
         )
         uncertainty_j = K_SIGMA * _difference_sigma_j(planned, safe, energy_rel_err)
@@ -129,7 +129,8 @@ def _lookup(profile: Profile, dag: ComputationDag, node: int, clock_mhz: int) ->
         raise ValueError(f"the plan's clock {clock_mhz} MHz is not in the profile: {exc}") from None
 
 
-def _stage_energy_j(chosen: Sequence[Measurement], p_block_w: float, iteration_time_s: float) -> float:
+def _busy_and_blocking_j(chosen: Sequence[Measurement], p_block_w: float, iteration_time_s: float) -> float:
+    """One stage's computations (`chosen`, in its order) plus its blocking power until the iteration ends."""
     busy_s = sum(m.time_s for m in chosen)
     return sum(m.energy_j for m in chosen) + p_block_w * max(0.0, iteration_time_s - busy_s)
 
