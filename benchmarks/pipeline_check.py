@@ -227,6 +227,7 @@ def position_report(
         "wrong_clock_judged": analysis.get("wrong_clock_judged"),
         "daemon_wrong_clock_pct": _pct((closed.get("plan") or {}).get("wrong_clock_fraction")),
         "plan_note": analysis.get("plan_note", ""),
+        "real_executor": analysis.get("executor"),
     }
     return {**figures, "bars": bars(figures)}
 
@@ -377,8 +378,10 @@ def _analyse(
     samples: Sequence[tuple[float, int, bool]],
     trace: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:
+    executor = next((r for r in trace if r.get("kind") == "executor"), None)
+    described = {"executor": {k: v for k, v in executor.items() if k != "kind"}} if executor else {}
     if not view:
-        return {}
+        return described
     windows = [r for r in trace if r.get("kind") == "window" and r.get("phase") == "optimized"]
     computations = [r for r in trace if r.get("kind") == "computation" and r.get("pipeline") == 0]
     share, judged = (None, 0)
@@ -397,6 +400,7 @@ def _analyse(
         "wrong_clock_judged": judged,
         "predicted_stage_saving_pct": predicted,
         "plan_note": view.get("plan_note", ""),
+        **described,
     }
 
 

@@ -49,6 +49,9 @@ class StageExecutor(Protocol):
     def throttle(self, factor: float) -> None:
         """Make later computations `factor` times longer (straggler emulation)."""
 
+    def describe(self) -> dict[str, str]:
+        """What runs the computations, for the trace (`kind` "executor")."""
+
     def close(self) -> None: ...
 
 
@@ -76,6 +79,9 @@ class SimExecutor:
 
     def throttle(self, factor: float) -> None:
         self._handle.throttle(factor)
+
+    def describe(self) -> dict[str, str]:
+        return {"executor": "sim"}
 
     def close(self) -> None:
         self._handle.close()

@@ -145,6 +145,9 @@ class StageWorker:
         with contextlib.ExitStack() as stack:
             self._executor = open_executor(spec.sim_dir, spec.gpu, spec.profile, spec.real, place)
             stack.callback(self._executor.close)
+            if spec.real is not None:
+                where = {"pipeline": spec.pipeline, "stage": spec.stage, "gpu": spec.gpu}
+                self._trace.write([{"kind": "executor", **where, **self._executor.describe()}])
             self._client = stack.enter_context(
                 PerseusClient(spec.runtime_dir, spec.job, timeout_s=CONTROL_TIMEOUT_S)
             )

@@ -208,6 +208,9 @@ class TorchExecutor:
         if factor != 1.0:
             raise ValueError("the real stage cannot be throttled (put the straggler on a simulated pipeline)")
 
+    def describe(self) -> dict[str, str]:
+        return {"executor": "torch", "device": str(self._device), "wait": self.wait_kind}
+
     def close(self) -> None:
         self._outputs.clear()
         if self._device.type == "cuda":

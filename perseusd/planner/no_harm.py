@@ -80,11 +80,12 @@ def judge_stages(
     latency_s: float,
 ) -> list[StageVerdict]:
     """A verdict per GPU stage of `dag` for the plan `clocks_mhz` (a clock per node). Options missing from
-    `energy_rel_err` count as exact (an imported profile). Stages with no safe clock keep their plan."""
+    `energy_rel_err` count as exact (an imported profile). Stages with no safe clock, or whose plan runs it
+    throughout already, are not judged (they keep their plan)."""
     verdicts = []
     for stage, nodes in enumerate(dag.stage_orders):
         safe_mhz = safe_clock_mhz(dag, profile, nodes)
-        if safe_mhz is None:
+        if safe_mhz is None or all(clocks_mhz[n] == safe_mhz for n in nodes):
             continue
         planned = [_lookup(profile, dag, n, clocks_mhz[n]) for n in nodes]
         safe = [_lookup(profile, dag, n, safe_mhz) for n in nodes]

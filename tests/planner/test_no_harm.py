@@ -59,9 +59,7 @@ def test_an_off_critical_stage_with_real_slack_keeps_its_plan() -> None:
     by_stage = {v.stage: v for v in verdicts}
     assert by_stage[0].keep_plan
     assert by_stage[0].saving_j > by_stage[0].uncertainty_j + by_stage[0].switching_j
-    # Stage 1's plan is its safe clock already: nothing to gain, nothing kept (no change either way).
-    assert not by_stage[1].keep_plan
-    assert by_stage[1].saving_j == pytest.approx(0.0)
+    assert 1 not in by_stage  # stage 1's plan is its safe clock throughout already: nothing to judge
 
 
 def test_the_uncertainty_grows_with_the_options_errors_and_can_decide() -> None:
@@ -72,7 +70,8 @@ def test_the_uncertainty_grows_with_the_options_errors_and_can_decide() -> None:
     clocks = [1560] * dag.num_computations
     time_s = 0.2
     exact = judge_stages(dag, profile, clocks, 0.0, time_s, {}, 0.0)[0]
-    assert exact.keep_plan and exact.uncertainty_j == 0.0
+    assert exact.keep_plan
+    assert exact.uncertainty_j == 0.0
     noisy_err = {(0, F, 1560): 0.05, (0, B, 1560): 0.05, (0, F, 1770): 0.05, (0, B, 1770): 0.05}
     noisy = judge_stages(dag, profile, clocks, 0.0, time_s, noisy_err, 0.0)[0]
     expected_sigma = math.sqrt(
@@ -81,7 +80,8 @@ def test_the_uncertainty_grows_with_the_options_errors_and_can_decide() -> None:
     assert noisy.uncertainty_j == pytest.approx(K_SIGMA * expected_sigma)
     assert not noisy.keep_plan
     unknown = judge_stages(dag, profile, clocks, 0.0, time_s, {(0, F, 1560): math.inf}, 0.0)[0]
-    assert unknown.uncertainty_j == math.inf and not unknown.keep_plan
+    assert unknown.uncertainty_j == math.inf
+    assert not unknown.keep_plan
 
 
 def test_a_stage_without_a_common_clock_keeps_its_plan_unjudged() -> None:
