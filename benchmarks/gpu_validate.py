@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--positions", default="0,1,3", help="with --pipeline: the real stage's positions")
     parser.add_argument(
+        "--run-timeout-s", type=float, default=240.0, help="with --pipeline: each emulator run's limit"
+    )
+    parser.add_argument(
         "--targets",
         default=",".join(map(str, TARGET_FACTORS)),
         help="iteration-time targets (x all-max) of the one-stage check (default 1.0,1.15,1.3)",
@@ -351,6 +354,13 @@ def markdown(report: Mapping[str, Any]) -> str:
             f"{_fmt(None if worst_s is None else 100 * worst_s, 1, ' %')}, worst energy error "
             f"{_fmt(None if worst_j is None else 100 * worst_j, 1, ' %')} (bounds 2 % and 3 %: "
             f"{'met' if error.get('within_bounds') else 'not met'})."
+        )
+    default = report.get("no_slowdown")
+    if default:
+        note = (default.get("plan") or {}).get("plan_note") or "the plan as solved"
+        lines.append(
+            f"- Default policy (`no_slowdown`): {default['time_s']} s, {default['energy_j']} J per "
+            f"iteration, {_fmt(default['saving_pct'], 2, ' %')} against all-max padded to its time ({note})."
         )
     targets = report.get("targets") or []
     if targets:

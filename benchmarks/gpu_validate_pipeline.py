@@ -60,6 +60,8 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
         settings = CheckSettings(
             real="nvml",
             iterations=args.iterations,
+            max_profiling_iterations=min(args.max_profiling_iterations, 120),
+            timeout_s=args.run_timeout_s,
             layers=args.layers,
             d_model=args.d_model,
             seq=args.seq,

@@ -129,6 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
     add("--real-layers", type=positive_int, default=4, help="the real stage's transformer layers (default 4)")
     add("--real-d-model", type=positive_int, default=4096, help="their width (default 4096)")
     add("--real-seq", type=positive_int, default=2048, help="tokens per microbatch (default 2048)")
+    add(
+        "--real-device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="where the real stage's layers run (cpu: the layers on the CPU beside a stand-in board, to try "
+        "the real stage's code without a GPU; the board then sees none of their energy)",
+    )
     add("--trace", type=Path, help="append every computation and counter sample to FILE (JSON lines)")
     add("--json", action="store_true", help="print one JSON object (progress goes to stderr)")
     add("--json-file", type=Path, help="also write the JSON object to FILE")
@@ -171,7 +178,7 @@ def _run(args: argparse.Namespace) -> int:
             dp_sync=args.dp_sync,
             straggler=straggler,
             warmup_iterations=phases.warmup_iterations,
-            real=RealStageSpec(args.real_layers, args.real_d_model, args.real_seq),
+            real=RealStageSpec(args.real_layers, args.real_d_model, args.real_seq, args.real_device),
         )
         imported = None
         if args.import_profile:

@@ -81,7 +81,7 @@ class StageGroup:
                     straggler=straggler if straggler and straggler.pipeline == pipeline else None,
                     warmup_iterations=settings.warmup_iterations,
                     profile=layout.profile,
-                    real=settings.real if _is_real(layout, pipeline, stage) else None,
+                    real=settings.real if _is_real(layout, settings, pipeline, stage) else None,
                 )
                 commands.append(context.Queue())
                 barrier = self._barriers[stage] if self._barriers else None
@@ -160,6 +160,8 @@ class StageGroup:
         self.reports.cancel_join_thread()
 
 
-def _is_real(layout: JobLayout, pipeline: int, stage: int) -> bool:
-    """Whether this stage runs real layers: the real stage, on a GPU that is not a simulated stand-in."""
-    return pipeline == 0 and stage == layout.real_stage and not layout.real_simulated
+def _is_real(layout: JobLayout, settings: RunSettings, pipeline: int, stage: int) -> bool:
+    """Whether this stage runs real layers: the real stage, on a GPU that is not a simulated stand-in (or
+    on the CPU beside one, `--real-device cpu`)."""
+    on_cpu = settings.real is not None and settings.real.device == "cpu"
+    return pipeline == 0 and stage == layout.real_stage and (not layout.real_simulated or on_cpu)

@@ -70,7 +70,10 @@ class FlagWait:
         cupy: Any = importlib.import_module("cupy")
         self._device = device
         self._flag = torch.zeros(1, dtype=torch.int32).pin_memory()
-        self._flag_address = int(cupy.cuda.runtime.hostGetDevicePointer(self._flag.data_ptr(), 0))
+        try:
+            self._flag_address = int(cupy.cuda.runtime.hostGetDevicePointer(self._flag.data_ptr(), 0))
+        except AttributeError:  # an older CuPy: under unified addressing the host address is the device's
+            self._flag_address = self._flag.data_ptr()
         self._kernel = cupy.RawKernel(_SPIN_SOURCE, "perseus_spin")
         self._cupy = cupy
         self._numpy = importlib.import_module("numpy")
