@@ -55,6 +55,11 @@ POSITIONS = (0, 1, 3)
 """First and last: off the critical path; 1: the heaviest stage (DEFAULT_WEIGHTS), the critical one."""
 CLOCK_TOLERANCE_MHZ = 15
 """A clock reading within one step of the planned clock is the planned clock."""
+MEASURED_TOLERANCE = 0.05
+"""A clock measured on the GPU (cycles over its global timer) within this fraction of the planned clock is
+the planned clock (the probe reads to ~2.5 %; plans' clocks lie 12 % or more apart)."""
+CAPPED_FLOOR = 0.85
+"""Below a planned top clock, a measured clock down to this fraction of it is the power cap's, not wrong."""
 DAEMON_READY_S = 30.0
 BARS = {
     "off_critical_share_of_predicted": 0.8,
@@ -133,27 +138,48 @@ def began_wrong(planned_mhz: int, reading: tuple[int, bool]) -> bool:
     return not (capped and clock_mhz < planned_mhz)
 
 
+def measured_wrong(planned_mhz: int, measured_mhz: int, top_mhz: int) -> bool:
+    """A computation began at a wrong clock by the clock measured at its start (on the GPU, or the one a
+    simulated GPU ran it at): more than `MEASURED_TOLERANCE` off the planned clock, unless the plan asked for
+    the top clock and the power cap held the GPU a little below it."""
+    if abs(measured_mhz - planned_mhz) <= MEASURED_TOLERANCE * planned_mhz:
+        return False
+    capped_top = planned_mhz >= top_mhz - CLOCK_TOLERANCE_MHZ and measured_mhz >= CAPPED_FLOOR * planned_mhz
+    return not (capped_top and measured_mhz < planned_mhz)
+
+
 def wrong_clock_share(
     computations: Sequence[Mapping[str, Any]],
     plan: Mapping[str, Any],
     stage: int,
     samples: Sequence[tuple[float, int, bool]],
     window: tuple[int, int],
-) -> tuple[float | None, int]:
+) -> tuple[float | None, int, str]:
     """The share of the real stage's computations in the measured window (iterations [first, last)) that
-    began at a wrong clock by the GPU's own readings, and how many were judged."""
+    began at a wrong clock by the GPU's own readings, how many were judged, and which readings: the clock
+    each computation's record carries ("gpu": measured at its start on the GPU, or a simulated GPU's), else
+    the polled ones ("polled": NVML's reported clock, which lags the real one by ~100 ms)."""
     clocks = planned_clocks(plan, stage)
+    top_mhz = max(int(c["freq_mhz"]) for row in plan["stages"] for c in row)
     judged = wrong = 0
+    sources = set()
     for record in computations:
         if record["stage"] != stage or not window[0] <= record["iteration"] < window[1]:
             continue
-        reading = clock_at(samples, record["start_s"])
         planned = clocks.get((record["instruction"], int(record["microbatch"])))
-        if reading is None or planned is None:
+        if planned is None:
             continue
-        judged += 1
-        wrong += began_wrong(planned, reading)
-    return (wrong / judged if judged else None), judged
+        if record.get("clock_mhz", 0) > 0:
+            sources.add("gpu")
+            judged += 1
+            wrong += measured_wrong(planned, int(record["clock_mhz"]), top_mhz)
+            continue
+        reading = clock_at(samples, record["start_s"])
+        if reading is not None:
+            sources.add("polled")
+            judged += 1
+            wrong += began_wrong(planned, reading)
+    return (wrong / judged if judged else None), judged, "+".join(sorted(sources))
 
 
 def predicted_stage_saving_pct(
@@ -225,6 +251,7 @@ def position_report(
         "profiling_iterations": (closed.get("profiling") or {}).get("daemon_iterations"),
         "wrong_clock_pct": None if wrong is None else round(100.0 * wrong, 2),
         "wrong_clock_judged": analysis.get("wrong_clock_judged"),
+        "wrong_clock_source": analysis.get("wrong_clock_source"),
         "daemon_wrong_clock_pct": _pct((closed.get("plan") or {}).get("wrong_clock_fraction")),
         "plan_note": analysis.get("plan_note", ""),
         "real_executor": analysis.get("executor"),
@@ -353,6 +380,9 @@ def run_position(
     analysis = _analyse(position, closed, view, poller.samples, read_trace(trace) if trace.exists() else [])
     if settings.keep is not None:
         _keep(settings.keep, position, base, closed, after, view)
+        (settings.keep / f"position{position}-clocks.json").write_text(json.dumps(poller.samples))
+        with contextlib.suppress(OSError):
+            (settings.keep / f"position{position}-trace.jsonl").write_text(trace.read_text())
     if closed.get("failure") or not closed.get("optimized"):
         return {
             "position": position,
@@ -384,10 +414,10 @@ def _analyse(
         return described
     windows = [r for r in trace if r.get("kind") == "window" and r.get("phase") == "optimized"]
     computations = [r for r in trace if r.get("kind") == "computation" and r.get("pipeline") == 0]
-    share, judged = (None, 0)
+    share, judged, source = (None, 0, "")
     if windows:
         window = (int(windows[-1]["first"]), int(windows[-1]["last"]))
-        share, judged = wrong_clock_share(computations, view["plan"], position, samples, window)
+        share, judged, source = wrong_clock_share(computations, view["plan"], position, samples, window)
     all_max_s = float((closed.get("plan") or {}).get("fastest_time_s") or 0.0)
     jobs = [j for j in closed.get("daemon_jobs") or [] if j]
     if jobs and jobs[0].get("all_max_time_s"):
@@ -398,6 +428,7 @@ def _analyse(
     return {
         "wrong_clock_share": share,
         "wrong_clock_judged": judged,
+        "wrong_clock_source": source,
         "predicted_stage_saving_pct": predicted,
         "plan_note": view.get("plan_note", ""),
         **described,

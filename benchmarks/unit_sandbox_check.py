@@ -28,6 +28,7 @@ import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +45,10 @@ def device_allow_patterns(unit_text: str) -> list[str]:
     return re.findall(r"^DeviceAllow=char-(\S+)", unit_text, flags=re.MULTILINE)
 
 
-def char_groups(proc_devices: str) -> dict[int, str]:
-    """Major -> name of the character devices in `/proc/devices` text."""
-    groups: dict[int, str] = {}
+def char_groups(proc_devices: str) -> dict[int, list[str]]:
+    """Major -> names of the character devices in `/proc/devices` text (a driver may register a major
+    under several names: the H200's 580 driver lists 195 as `nvidia` and `nvidiactl`)."""
+    groups: dict[int, list[str]] = {}
     in_char = False
     for line in proc_devices.splitlines():
         if line.startswith("Character devices"):
@@ -55,39 +57,46 @@ def char_groups(proc_devices: str) -> dict[int, str]:
             in_char = False
         elif in_char and line.strip():
             major, name = line.split(None, 1)
-            groups[int(major)] = name.strip()
+            groups.setdefault(int(major), []).append(name.strip())
     return groups
 
 
-def allowed(name: str, patterns: list[str]) -> bool:
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+def allowed(names: list[str], patterns: list[str]) -> bool:
+    """systemd allows a major when any of its names matches a `char-` pattern (a glob)."""
+    return any(fnmatch.fnmatchcase(name, pattern) for name in names for pattern in patterns)
 
 
-def devices_report(unit_text: str, proc_devices: str, dev: Path = Path("/dev")) -> dict[str, Any]:
-    patterns = device_allow_patterns(unit_text)
-    groups = char_groups(proc_devices)
-    nvidia = {major: name for major, name in groups.items() if name.startswith("nvidia")}
+def device_nodes(dev: Path = Path("/dev")) -> list[tuple[str, int]]:
+    """(path, major) of the NVIDIA character-device nodes under `dev`."""
     nodes = []
-    for node in sorted(dev.glob("nvidia*")):
+    for node in sorted([*dev.glob("nvidia*"), *dev.glob("nvidia-caps/*")]):
         try:
-            rdev = node.stat().st_rdev
+            if node.is_char_device():
+                nodes.append((str(node), os.major(node.stat().st_rdev)))
         except OSError:
             continue
-        if node.is_char_device():
-            group = groups.get(os.major(rdev), "?")
-            nodes.append(
-                {
-                    "node": str(node),
-                    "major": os.major(rdev),
-                    "group": group,
-                    "allowed": allowed(group, patterns),
-                }
-            )
+    return nodes
+
+
+def devices_report(unit_text: str, proc_devices: str, nodes: list[tuple[str, int]]) -> dict[str, Any]:
+    """Which device groups and nodes the unit's `DeviceAllow=` lets the daemon open."""
+    patterns = device_allow_patterns(unit_text)
+    groups = char_groups(proc_devices)
+    nvidia = {name for names in groups.values() for name in names if name.startswith("nvidia")}
+    rows = [
+        {
+            "node": path,
+            "major": major,
+            "groups": groups.get(major, []),
+            "allowed": allowed(groups.get(major, []), patterns),
+        }
+        for path, major in nodes
+    ]
     return {
         "patterns": patterns,
-        "nvidia_groups": {name: allowed(name, patterns) for name in nvidia.values()},
-        "nodes": nodes,
-        "all_allowed": bool(nodes) and all(n["allowed"] for n in nodes),
+        "nvidia_groups": {name: allowed([name], patterns) for name in sorted(nvidia)},
+        "nodes": rows,
+        "all_allowed": bool(rows) and all(row["allowed"] for row in rows),
     }
 
 
@@ -138,12 +147,22 @@ def nvml_report(gpu: int) -> dict[str, Any]:
         backend.close()
 
 
+def _settled(read: Any, wanted_w: float, timeout_s: float = 1.0) -> float:
+    """The enforced limit once it reads `wanted_w` (a limit acts 13-38 ms after its call), or after 1 s."""
+    deadline_s = time.monotonic() + timeout_s
+    value_w = float(read())
+    while abs(value_w - wanted_w) >= 1 and time.monotonic() < deadline_s:
+        time.sleep(0.005)
+        value_w = float(read())
+    return value_w
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--gpu", type=int, default=0)
     args = parser.parse_args()
     report: dict[str, Any] = {
-        "devices": devices_report(UNIT.read_text(), Path("/proc/devices").read_text()),
+        "devices": devices_report(UNIT.read_text(), Path("/proc/devices").read_text(), device_nodes()),
         "process": process_report(),  # MDWE applied here, before NVML and numpy load
     }
     report["nvml"] = nvml_report(args.gpu)

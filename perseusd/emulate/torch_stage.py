@@ -40,6 +40,25 @@ SPIN_MAX_POLLS = 4_000_000
 it (a stage killed mid-wait) cannot hold the GPU for longer."""
 SELF_TEST_TIMEOUT_S = 2.0
 
+PROBE_WINDOW_NS = 40_000
+"""How long the clock probe counts SM cycles against the GPU's global timer (~1 us granularity: 2.5 %)."""
+
+_PROBE_SOURCE = r"""
+extern "C" __global__ void perseus_clock_probe(unsigned long long out_address, long long window_ns) {
+    unsigned long long* out = (unsigned long long*)out_address;
+    unsigned long long t0, t1;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    long long c0 = clock64();
+    long long c1;
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+        c1 = clock64();
+    } while ((long long)(t1 - t0) < window_ns);
+    out[0] = t1 - t0;
+    out[1] = (unsigned long long)(c1 - c0);
+}
+"""
+
 _SPIN_SOURCE = r"""
 extern "C" __global__ void perseus_spin(unsigned long long flag_address, int target, long long max_polls) {
     const volatile int* flag = (const volatile int*)flag_address;
@@ -112,6 +131,57 @@ class FlagWait:
         return time.monotonic() - raised_s
 
 
+class ClockProbe:
+    """The SM clock the GPU runs at, read on the GPU itself: a kernel launched right before a computation
+    counts SM cycles (`clock64`) over `PROBE_WINDOW_NS` of the GPU's global timer and writes both to pinned
+    host memory, read once the computation has finished. NVML's reported clock lags the real one by ~100 ms
+    (the probe of `benchmarks/nvml_probe.py` on an H100 and an H200), far longer than a computation."""
+
+    def __init__(self, device: torch.device) -> None:
+        cupy: Any = importlib.import_module("cupy")
+        self._device = device
+        self._out = torch.zeros(2, dtype=torch.int64).pin_memory()
+        try:
+            self._address = int(cupy.cuda.runtime.hostGetDevicePointer(self._out.data_ptr(), 0))
+        except AttributeError:
+            self._address = self._out.data_ptr()
+        self._kernel = cupy.RawKernel(_PROBE_SOURCE, "perseus_clock_probe")
+        self._cupy = cupy
+        self._numpy = importlib.import_module("numpy")
+
+    def launch(self) -> None:
+        stream = self._cupy.cuda.ExternalStream(torch.cuda.current_stream(self._device).cuda_stream)
+        np = self._numpy
+        with stream:
+            self._kernel((1,), (1,), (np.uint64(self._address), np.int64(PROBE_WINDOW_NS)))
+
+    def read_mhz(self) -> int:
+        """The clock the last probe measured (MHz; 0 when it measured nothing). Call after synchronising."""
+        elapsed_ns, cycles = (int(v) for v in self._out.tolist())
+        return round(cycles * 1000 / elapsed_ns) if elapsed_ns > 0 else 0
+
+    def self_test(self) -> int:
+        self.launch()
+        torch.cuda.synchronize(self._device)
+        clock_mhz = self.read_mhz()
+        if not 100 <= clock_mhz <= 5000:
+            raise RuntimeError(f"the clock probe read {clock_mhz} MHz")
+        return clock_mhz
+
+
+def _probe_for(device: torch.device) -> ClockProbe | None:
+    if device.type != "cuda":
+        return None
+    try:
+        probe = ClockProbe(device)
+        clock_mhz = probe.self_test()
+    except Exception as exc:  # no CuPy or NVRTC: computations carry no measured clock
+        logger.warning("no clock probe (%s): the trace's clock_mhz stays 0", exc)
+        return None
+    logger.info("clock probe ready: the GPU runs at %d MHz", clock_mhz)
+    return probe
+
+
 def cuda_device_for(uuid: str) -> torch.device:
     """The CUDA device whose UUID is NVML's `uuid` ("GPU-..."); the only device when there is one."""
     wanted = uuid.lower().removeprefix("gpu-")
@@ -165,6 +235,7 @@ class TorchExecutor:
         self._grad_out = None if last else torch.randn(shape, device=self._device, dtype=dtype)
         self._outputs: dict[int, torch.Tensor] = {}
         self._wait = _wait_for(self._device)
+        self._probe = _probe_for(self._device)
 
     @property
     def wait_kind(self) -> str:
@@ -179,13 +250,16 @@ class TorchExecutor:
         time_scale: float,  # noqa: ARG002 (real layers run at the GPU's pace: the run checks the scale is 1)
     ) -> RunRecord:
         start_s = time.monotonic()
+        if self._probe is not None:
+            self._probe.launch()  # the clock the computation begins at, measured on the GPU
         if instruction == "forward":
             self._outputs[microbatch] = self._module(self._inputs[microbatch])
         else:
             self._backward(microbatch)
         self._synchronize()
         duration_s = time.monotonic() - start_s
-        return RunRecord(profile_stage, instruction, 0, start_s, duration_s, 0.0)
+        clock_mhz = 0 if self._probe is None else self._probe.read_mhz()
+        return RunRecord(profile_stage, instruction, clock_mhz, start_s, duration_s, 0.0)
 
     def _backward(self, microbatch: int) -> None:
         output = self._outputs.pop(microbatch)
@@ -212,7 +286,13 @@ class TorchExecutor:
             raise ValueError("the real stage cannot be throttled (put the straggler on a simulated pipeline)")
 
     def describe(self) -> dict[str, str]:
-        return {"executor": "torch", "device": str(self._device), "wait": self.wait_kind}
+        probe = "gpu" if self._probe is not None else "none"
+        return {
+            "executor": "torch",
+            "device": str(self._device),
+            "wait": self.wait_kind,
+            "clock_probe": probe,
+        }
 
     def close(self) -> None:
         self._outputs.clear()

@@ -65,3 +65,19 @@ def test_on_a_gpu_the_stage_waits_on_a_flag_kernel_released_by_the_host() -> Non
         time.sleep(0.02)
         assert not behind_spin.query()  # the GPU still waits: the host has not raised the flag
     behind_spin.synchronize()  # raised: the stream moves on at once
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_clock_probe_reads_the_sm_clock_on_the_gpu() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from perseusd.emulate.torch_stage import ClockProbe
+
+    probe = ClockProbe(torch.device("cuda", 0))
+    clock_mhz = probe.self_test()
+    top_mhz = (
+        torch.cuda.get_device_properties(0).clock_rate / 1000
+        if hasattr(torch.cuda.get_device_properties(0), "clock_rate")
+        else 5000
+    )
+    assert 100 <= clock_mhz <= top_mhz * 1.05
