@@ -46,16 +46,15 @@ PROBE_WINDOW_NS = 40_000
 _PROBE_SOURCE = r"""
 extern "C" __global__ void perseus_clock_probe(unsigned long long out_address, long long window_ns) {
     unsigned long long* out = (unsigned long long*)out_address;
-    unsigned long long t0, t1;
+    unsigned long long t0, t1, c0, c1;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    long long c0 = clock64();
-    long long c1;
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c0));
     do {
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
-        c1 = clock64();
+        asm volatile("mov.u64 %0, %%clock64;" : "=l"(c1));
     } while ((long long)(t1 - t0) < window_ns);
     out[0] = t1 - t0;
-    out[1] = (unsigned long long)(c1 - c0);
+    out[1] = c1 - c0;
 }
 """
 
