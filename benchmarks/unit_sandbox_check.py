@@ -135,11 +135,12 @@ def nvml_report(gpu: int) -> dict[str, Any]:
         result["unlocked"] = device.locked_sm_clock_mhz() is None
         original_w = device.power_limit_w()
         lowered_w = max(device.info.power_limit_min_w, original_w - 100.0)
-        result["power_limit_set_w"] = device.set_power_limit_w(lowered_w)
-        result["power_limit_restored_w"] = device.set_power_limit_w(original_w)
-        result["ok"] = (
-            result["lock_applied_mhz"] == middle and abs(result["power_limit_set_w"] - lowered_w) < 1
-        )
+        result["power_limit_set_returned_w"] = device.set_power_limit_w(lowered_w)
+        result["power_limit_enforced_w"] = _settled(device.power_limit_w, lowered_w)
+        device.set_power_limit_w(original_w)
+        result["power_limit_restored_w"] = _settled(device.power_limit_w, original_w)
+        lowered = abs(result["power_limit_enforced_w"] - lowered_w) < 1
+        result["ok"] = result["lock_applied_mhz"] == middle and lowered
         return result
     except Exception as exc:  # under the restrictions a failure is the finding
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}

@@ -21,9 +21,10 @@ stage keeps its plan only when
   relative energy error (options the two use equally often cancel; the others' errors add in quadrature,
   an option used n times more counting n times its error);
 - switching cost: for each clock change of the plan (cyclically, as the stage runs iteration after
-  iteration), the computation after the change runs at its previous clock's power for the mean time a new
-  clock takes to act, half the GPU's measured clock-set latency (a lock acts part-way through the call:
-  0-12 ms into a 9-15 ms call on an H100), instead of its own.
+  iteration), the computation after the change does part of its work at the previous clock: for the mean
+  time a new clock takes to act, half the GPU's measured clock-set latency (a lock acts part-way through
+  the call: 0-12 ms into a 9-15 ms call on an H100). That share of its work costs what it costs at the
+  previous clock instead of at its own.
 
 Pure: no I/O, no job state.
 """
@@ -158,13 +159,20 @@ def _difference_sigma_j(
 
 
 def _switching_j(profile: Profile, planned: Sequence[Measurement], latency_s: float) -> float:
-    """Per iteration: at each clock change (the order is run over and over), the computation after it runs
-    `ACTING_SHARE x latency_s` at the previous clock's power instead of its own."""
+    """Per iteration: at each clock change (the order is run over and over), the computation after it does
+    part of its work at the previous clock, for `ACTING_SHARE x latency_s` of that clock's time: that share
+    of the difference between its energy at the previous clock and at its own."""
     cost_j = 0.0
     for before, after in zip([planned[-1], *planned[:-1]], planned, strict=True):
-        if before.freq_mhz != after.freq_mhz:
-            previous_w = _power_w(_at_clock(profile, after, before.freq_mhz) or before)
-            cost_j += ACTING_SHARE * latency_s * abs(_power_w(after) - previous_w)
+        if before.freq_mhz == after.freq_mhz:
+            continue
+        at_previous = _at_clock(profile, after, before.freq_mhz)
+        if at_previous is None:  # not measured at that clock: the previous computation's power stands in
+            at_previous = Measurement(
+                after.stage, after.instruction, before.freq_mhz, after.time_s, after.time_s * _power_w(before)
+            )
+        share = min(1.0, ACTING_SHARE * latency_s / at_previous.time_s) if at_previous.time_s > 0 else 1.0
+        cost_j += share * abs(at_previous.energy_j - after.energy_j)
     return cost_j
 
 
@@ -172,7 +180,7 @@ def _at_clock(profile: Profile, m: Measurement, clock_mhz: int) -> Measurement |
     try:
         return profile.lookup(m.stage, m.instruction, clock_mhz)
     except PerseusError:
-        return None  # not measured at that clock: the previous computation's power stands in
+        return None
 
 
 def _power_w(m: Measurement) -> float:
