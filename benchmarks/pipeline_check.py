@@ -86,6 +86,8 @@ class CheckSettings:
     work_dir: Path | None = None
     keep: Path | None = None
     """Keep each position's emulator JSON, trace and daemon log here."""
+    seed: int = 0
+    """The simulated boards' seed (counter noise, lock latencies)."""
 
 
 @dataclass
@@ -295,13 +297,13 @@ def _env() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def mixed_daemon(base: Path, real: str, min_clock_mhz: int) -> Iterator[Path]:
+def mixed_daemon(base: Path, real: str, min_clock_mhz: int, seed: int = 0) -> Iterator[Path]:
     """`perseusd --backend mixed` (three h100_sxm boards beside the real GPU) in `base`; its runtime dir."""
     runtime_dir = base / "run"
     command = [sys.executable, "-m", "perseusd.daemon.main", "--backend", "mixed", "--mixed-real", real]
     command += ["--sim-gpus", str(STAGES - 1), "--sim-model", "h100_sxm", "--log-level", "INFO"]
     command += ["--runtime-dir", str(runtime_dir), "--state-dir", str(base / "state")]
-    env = {**_env(), "PERSEUSD_PROFILE_MIN_CLOCK_MHZ": str(min_clock_mhz)}
+    env = {**_env(), "PERSEUSD_PROFILE_MIN_CLOCK_MHZ": str(min_clock_mhz), "PERSEUSD_SIM_SEED": str(seed)}
     with (base / "daemon.log").open("ab") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
@@ -371,7 +373,7 @@ def run_position(
     profile.write_text(profile_to_csv(pipeline_profile(sweep, position, settings.weights)))
     job = f"pipeline-check-{position}"
     trace = base / "trace.jsonl"
-    with mixed_daemon(base, settings.real, min(r.clock_mhz for r in sweep)) as runtime_dir:
+    with mixed_daemon(base, settings.real, min(r.clock_mhz for r in sweep), settings.seed) as runtime_dir:
         poller = ClockPoller(make_reader(runtime_dir, _first_gpu(runtime_dir)))
         with poller.running():
             closed = emulate(runtime_dir, profile, position, settings, job, "--trace", str(trace))
@@ -526,16 +528,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--positions", default=",".join(map(str, POSITIONS)))
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--keep", type=Path, help="keep each position's reports and daemon log here")
+    parser.add_argument("--seeds", default="0", help="run every position once per seed (comma-separated)")
     args = parser.parse_args(argv)
     if not args.stand_in:
         parser.error(
             "without a GPU only --stand-in runs here; on a GPU: benchmarks/gpu_validate.py --pipeline"
         )
-    settings = CheckSettings(real="sim", iterations=args.iterations, keep=args.keep)
     positions = [int(p) for p in args.positions.split(",")]
-    report = run_check(recorded_sweep(args.sweep), settings, stand_in_reader, positions)
-    print(json.dumps({"benchmark": "pipeline_check", **report}, indent=2))
-    return 0 if report["ok"] else 1
+    runs = []
+    for seed in (int(s) for s in args.seeds.split(",")):
+        settings = CheckSettings(real="sim", iterations=args.iterations, keep=args.keep, seed=seed)
+        runs.append(
+            {"seed": seed, **run_check(recorded_sweep(args.sweep), settings, stand_in_reader, positions)}
+        )
+    load = os.getloadavg()
+    print(json.dumps({"benchmark": "pipeline_check", "load_avg": load, "runs": runs}, indent=2))
+    return 0 if all(run["ok"] for run in runs) else 1
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ class DaemonConfig:
     sim_gpus: int = 1
     sim_model: str = "a100_sxm"
     sim_update_period_s: float = 0.1
+    sim_seed: int = 0
+    """Seeds the simulated GPUs' counter noise and lock latencies (benchmarks repeat a run over seeds)."""
     mixed_real: str = "nvml"
     """With `backend = "mixed"`: what plays the real GPU, NVML's GPUs or ("sim") a simulated stand-in."""
     runtime_dir: Path = Path("/run/perseusd")
@@ -119,6 +121,7 @@ class DaemonConfig:
         _require(self.sim_model in SIM_MODELS, f"sim_model must be one of {', '.join(SIM_MODELS)}")
         _require(1 <= self.sim_gpus <= 64, "sim_gpus must be between 1 and 64")
         _require(self.sim_update_period_s > 0, "sim_update_period_s must be positive")
+        _require(self.sim_seed >= 0, "sim_seed must be >= 0")
         _require(self.log_level in LOG_LEVELS, f"log_level must be one of {', '.join(LOG_LEVELS)}")
         _require(1024 <= self.max_frame_bytes <= 16 * 1024 * 1024, "max_frame_bytes must be 1 KiB..16 MiB")
         _require(

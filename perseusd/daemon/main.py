@@ -110,6 +110,7 @@ def gpu_registry(config: DaemonConfig, calls: GpuCallRecorder | None = None) -> 
         sim_model=config.sim_model,
         sim_dir=config.runtime_dir / "sim",
         sim_update_period_s=config.sim_update_period_s,
+        seed=config.sim_seed,
         mixed_real=config.mixed_real,
     )
     owners: list[GpuOwner] = []
