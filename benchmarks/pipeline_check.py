@@ -297,11 +297,13 @@ def _env() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def mixed_daemon(base: Path, real: str, min_clock_mhz: int, seed: int = 0) -> Iterator[Path]:
-    """`perseusd --backend mixed` (three h100_sxm boards beside the real GPU) in `base`; its runtime dir."""
+def mixed_daemon(
+    base: Path, real: str, min_clock_mhz: int, seed: int = 0, sim_gpus: int = STAGES - 1
+) -> Iterator[Path]:
+    """`perseusd --backend mixed` (`sim_gpus` h100_sxm boards beside the real GPU) in `base`: its run dir."""
     runtime_dir = base / "run"
     command = [sys.executable, "-m", "perseusd.daemon.main", "--backend", "mixed", "--mixed-real", real]
-    command += ["--sim-gpus", str(STAGES - 1), "--sim-model", "h100_sxm", "--log-level", "INFO"]
+    command += ["--sim-gpus", str(sim_gpus), "--sim-model", "h100_sxm", "--log-level", "INFO"]
     command += ["--runtime-dir", str(runtime_dir), "--state-dir", str(base / "state")]
     env = {**_env(), "PERSEUSD_PROFILE_MIN_CLOCK_MHZ": str(min_clock_mhz), "PERSEUSD_SIM_SEED": str(seed)}
     with (base / "daemon.log").open("ab") as log:
