@@ -34,12 +34,15 @@ The GPU's clocks are reset and the daemon stopped at the end, whatever happens.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +145,20 @@ def refusal() -> str | None:
     finally:
         backend.close()
     return None
+
+
+@contextlib.contextmanager
+def stopped_at_exit(process: subprocess.Popen[bytes], grace_s: float) -> Iterator[subprocess.Popen[bytes]]:
+    """Yield `process`; on the way out SIGTERM it (a daemon restores its GPUs), SIGKILL after `grace_s`."""
+    try:
+        yield process
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def sweep_at(sweep: Sequence[SweepRow], clock_mhz: int) -> SweepRow | None:

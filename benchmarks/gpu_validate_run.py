@@ -12,7 +12,6 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import signal
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from benchmarks.gpu_validate import (
     best_single_clock,
     job_truth,
     profile_error,
+    stopped_at_exit,
     target_row,
 )
 from benchmarks.nvml_probe import _set_reset, _switches
@@ -319,16 +319,7 @@ def daemon(runtime_dir: Path, state_dir: Path, log: Path | None) -> Iterator[sub
     command += ["--log-level", "WARNING" if log is None else "INFO"]
     with contextlib.ExitStack() as stack:
         stderr = None if log is None else stack.enter_context(log.open("ab"))
-        process = subprocess.Popen(command, stderr=stderr)
-        try:
-            yield process
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        yield stack.enter_context(stopped_at_exit(subprocess.Popen(command, stderr=stderr), 20.0))
 
 
 def connect(runtime_dir: Path) -> PerseusClient:

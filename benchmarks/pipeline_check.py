@@ -28,7 +28,6 @@ import contextlib
 import io
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.gpu_validate import stopped_at_exit
 from perseusd.emulate.hybrid import DEFAULT_WEIGHTS, SweepRow, critical_stage, pipeline_profile
 from perseusd.emulate.trace import read_trace
 from perseusd.planner.dag import Instruction, from_stage_orders
@@ -308,20 +308,13 @@ def mixed_daemon(
     env = {**_env(), "PERSEUSD_PROFILE_MIN_CLOCK_MHZ": str(min_clock_mhz), "PERSEUSD_SIM_SEED": str(seed)}
     with (base / "daemon.log").open("ab") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
+    with stopped_at_exit(process, 30.0):
         deadline_s = time.monotonic() + DAEMON_READY_S
         while not (runtime_dir / "control.sock").exists():
             if process.poll() is not None or time.monotonic() > deadline_s:
                 raise RuntimeError(f"perseusd did not start: {(base / 'daemon.log').read_text()[-2000:]}")
             time.sleep(0.1)
         yield runtime_dir
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def emulate(
