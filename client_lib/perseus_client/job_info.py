@@ -104,3 +104,6 @@ class JobInfo:
     """Measured: energy per iteration at all-max clocks, by the counters during profiling's first clock."""
     carbon: CarbonInfo | None = since(1, None)
     """The job's carbon so far (None: the node has no grid signal configured)."""
+    plan_note: str = since(3, "")
+    """Why the running plan differs from its frontier point: under `no_slowdown`, stages whose plan would
+    save no more than its uncertainty plus its clock changes run one clock instead ("" when none do)."""

@@ -153,6 +153,8 @@ def summary_line(job: JobInfo) -> str | None:
         parts.append(carbon_part(job.carbon))
     if job.cluster:
         parts.append(f"cluster {job.cluster}")
+    if job.plan_note:
+        parts.append(f"do no harm: {job.plan_note}")
     return INDENT + ", ".join(parts) if parts else None
 
 

@@ -8,6 +8,7 @@ daemon that does not run simulated GPUs or has too few, a profile that is not th
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,14 @@ class JobLayout:
     board: Board
     profile: Profile
     all_max: ModelPrediction
+    real_stage: int | None = None
+    """Pipeline 0's stage that runs on the daemon's real GPU (`--real-stage`; a `--backend mixed` daemon)."""
+    real_simulated: bool = False
+    """The real stage's GPU is a simulated board standing in for a real one (it runs the profile's costs)."""
+
+    @property
+    def real_gpu(self) -> str | None:
+        return None if self.real_stage is None else self.gpus[0][self.real_stage]
 
     @property
     def profile_source(self) -> str:
@@ -134,15 +143,21 @@ def lay_out(
     pipelines: int,
     profile: Profile,
     time_scale: float,
+    real_stage: int | None = None,
 ) -> JobLayout:
     """Check the run against every daemon (sim GPUs, their board, how many are free) and pick the GPUs.
 
-    `shape` passed `check_shape` and `profile` was loaded (both before connecting).
+    `shape` passed `check_shape` and `profile` was loaded (both before connecting). With `real_stage`,
+    pipeline 0's stage `real_stage` gets the first daemon's first GPU, the real one of a `--backend mixed`
+    daemon (or the simulated board standing in for it).
     """
     if len(clients) > pipelines:
         raise UsageError(f"{len(clients)} daemons (--runtime-dir) but only {pipelines} pipeline(s) to run")
     daemons = tuple(daemon_of(p, pipelines, len(clients)) for p in range(pipelines))
     statuses = [client.status() for client in clients]
+    real = _real_slot(clients[0].runtime_dir / "sim", statuses[0], shape, real_stage, time_scale)
+    if real is not None:
+        statuses[0] = dataclasses.replace(statuses[0], gpus=statuses[0].gpus[1:])
     models = {
         _sim_model_name(c.runtime_dir / "sim", status) for c, status in zip(clients, statuses, strict=True)
     }
@@ -151,9 +166,13 @@ def lay_out(
     board = load_board(models.pop())
     _check_profile(profile, board, shape)
     free = [
-        _free_gpus(status, client.runtime_dir, daemons.count(d), shape, pipelines)
+        _free_gpus(
+            status, client.runtime_dir, daemons.count(d), shape, pipelines, int(real is not None and d == 0)
+        )
         for d, (client, status) in enumerate(zip(clients, statuses, strict=True))
     ]
+    if real is not None:
+        free[0].insert(real_stage or 0, real.uuid)
     gpus = tuple(
         tuple(free[d][(p - daemons.index(d)) * shape.num_stages :][: shape.num_stages])
         for p, d in enumerate(daemons)
@@ -166,14 +185,48 @@ def lay_out(
         board,
         profile,
         _predict(shape, pipelines, profile, board, time_scale),
+        real_stage=None if real is None else real_stage,
+        real_simulated=real is not None and real.simulated,
     )
 
 
+@dataclass(frozen=True)
+class _RealSlot:
+    uuid: str
+    simulated: bool
+
+
+def _real_slot(
+    sim_dir: Path, status: StatusReply, shape: PipelineShape, real_stage: int | None, time_scale: float
+) -> _RealSlot | None:
+    """The first GPU of the first daemon, for the real stage: free, and really real unless a stand-in."""
+    if real_stage is None:
+        return None
+    if not 0 <= real_stage < shape.num_stages or shape.num_chunks != 1:
+        raise UsageError(
+            f"--real-stage {real_stage} is not a stage of the pipeline (0..{shape.num_stages - 1}, one chunk)"
+        )
+    if not status.gpus:
+        raise UsageError("the daemon has no GPU for the real stage")
+    gpu = status.gpus[0]
+    if gpu.lease is not None:
+        raise EmulateError(f"the real GPU {gpu.uuid} is leased (see `perseusctl status`)")
+    simulated = state_path(sim_dir, gpu.uuid).exists()
+    if not simulated and time_scale != 1.0:
+        raise UsageError("a real stage runs at the GPU's own pace: --time-scale must be 1")
+    return _RealSlot(gpu.uuid, simulated)
+
+
 def _free_gpus(
-    status: StatusReply, runtime_dir: Path, pipelines_here: int, shape: PipelineShape, pipelines: int
+    status: StatusReply,
+    runtime_dir: Path,
+    pipelines_here: int,
+    shape: PipelineShape,
+    pipelines: int,
+    taken: int = 0,
 ) -> list[str]:
-    """The daemon's free GPUs; it must have enough for the pipelines it runs."""
-    needed = pipelines_here * shape.num_stages
+    """The daemon's free GPUs; it must have enough for the pipelines it runs (less `taken`: the real GPU)."""
+    needed = pipelines_here * shape.num_stages - taken
     where = "" if pipelines_here == pipelines else f" at {runtime_dir}"
     if len(status.gpus) < needed:
         raise UsageError(

@@ -2,8 +2,8 @@
 
 The stage claims its GPU through the real client library, locks it at its maximum clock (the baseline), and
 runs its schedule's computations iteration after iteration: each waits for its neighbour's computation, runs
-on the simulated GPU (`SimGpuHandle.run`: the profile's time at the clock the daemon set) wrapped in
-`client.computation`, and then frees the computation that waits for it. Each iteration is a `client.step`.
+on its GPU (`executors`: the profile's time at the clock the daemon set on a simulated GPU, or real PyTorch
+layers on a real one) wrapped in `client.computation`, and then frees the computation that waits for it. Each iteration is a `client.step`.
 The pipeline's first stage takes the coordinator's commands at iteration starts and passes them down the
 pipeline with the iteration start, so every stage registers with the daemon (or stops) at the same iteration;
 with an emulated straggler it also decides each iteration's throttle factor and passes it down the same way.
@@ -32,6 +32,7 @@ from typing import Any
 
 from perseus_client.client import PerseusClient, PerseusClientError
 
+from perseusd.emulate.executors import RealStageSpec, StagePlace, open_executor
 from perseusd.emulate.links import Inbox
 from perseusd.emulate.messages import (
     Activation,
@@ -46,7 +47,6 @@ from perseusd.emulate.messages import (
 from perseusd.emulate.straggler import HEALTHY, StragglerSpec, ThrottleSchedule
 from perseusd.emulate.topology import PipelineShape
 from perseusd.emulate.trace import TraceWriter
-from perseusd.gpu.sim_workload import SimGpuHandle
 from perseusd.planner.dag import Instruction
 from perseusd.planner.profile import Profile
 
@@ -78,6 +78,8 @@ class StageSpec:
     warmup_iterations: int = 1
     profile: Profile | None = None
     """The job's per-clock costs, which the stage brings to its simulated GPU (None: the board's bundled)."""
+    real: RealStageSpec | None = None
+    """Set on the run's real stage only: its GPU is real and it runs real layers (`torch_stage`)."""
 
 
 @dataclass(frozen=True)
@@ -135,8 +137,17 @@ class StageWorker:
         )
         self._dp_barrier = queues.dp_barrier
         self._trace = TraceWriter(None if spec.trace_path is None else Path(spec.trace_path))
+        place = StagePlace(
+            first=spec.stage == 0,
+            last=spec.stage == spec.shape.num_stages - 1,
+            microbatches=spec.shape.num_microbatches,
+        )
         with contextlib.ExitStack() as stack:
-            self._handle = stack.enter_context(SimGpuHandle.open(spec.sim_dir, spec.gpu, spec.profile))
+            self._executor = open_executor(spec.sim_dir, spec.gpu, spec.profile, spec.real, place)
+            stack.callback(self._executor.close)
+            if spec.real is not None:
+                where = {"pipeline": spec.pipeline, "stage": spec.stage, "gpu": spec.gpu}
+                self._trace.write([{"kind": "executor", **where, **self._executor.describe()}])
             self._client = stack.enter_context(
                 PerseusClient(spec.runtime_dir, spec.job, timeout_s=CONTROL_TIMEOUT_S, strict=True)
             )
@@ -154,7 +165,7 @@ class StageWorker:
         with contextlib.suppress(PerseusClientError):
             self._client.release()
         self._client.close()
-        self._handle.close()
+        self._executor.close()
         self._trace.close()
 
     @property
@@ -181,7 +192,7 @@ class StageWorker:
                 return
             if start.command == "register":
                 self._register()
-            self._handle.throttle(start.throttle)
+            self._executor.throttle(start.throttle)
             self._run_iteration(iteration, start.throttle)
             iteration += 1
 
@@ -234,10 +245,13 @@ class StageWorker:
         with client.step(spec.gpu, iteration):
             for instruction, microbatch, chunk in self._order:
                 if shape.source(spec.stage, instruction, chunk) is not None:
-                    self._inbox.wait_activation(Activation(iteration, instruction.value, microbatch, chunk))
+                    with self._executor.waiting():
+                        self._inbox.wait_activation(
+                            Activation(iteration, instruction.value, microbatch, chunk)
+                        )
                 with client.computation(spec.gpu, spec.stage, instruction.value, microbatch, chunk):
-                    run = self._handle.run(
-                        shape.profile_stage(spec.stage, chunk), instruction.value, spec.time_scale
+                    run = self._executor.run(
+                        shape.profile_stage(spec.stage, chunk), instruction.value, microbatch, spec.time_scale
                     )
                 self._activate(iteration, instruction, microbatch, chunk)
                 if self._trace.enabled:
@@ -261,6 +275,7 @@ class StageWorker:
                             "energy_j": run.energy_j,
                         }
                     )
+            self._executor.iteration_done()
             self._sync()
         self._trace.write(records)
 

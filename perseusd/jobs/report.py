@@ -67,6 +67,7 @@ def job_info(
         measured_energy_j=_round(measured.running_j, 3) if measured is not None else None,
         measured_all_max_energy_j=_round(measured.all_max_j, 3) if measured is not None else None,
         carbon=carbon,
+        plan_note=job.plan_note,
     )
 
 
