@@ -45,7 +45,6 @@ from tests.support.synthetic import synthetic_profile
 
 WORKER = Path(__file__).resolve().parent / "overhead_worker.py"
 TICKS_S = os.sysconf("SC_CLK_TCK")
-NAMES_AFTER_S = 8.0
 
 
 class ThreadCpu:
@@ -55,6 +54,7 @@ class ThreadCpu:
         self.pid = pid
         self.samples: list[tuple[float, dict[str, float]]] = []
         self.names: dict[int, str] = {}
+        self.python_names()  # before the first sample: a thread keeps one name throughout
         self._stop = threading.Event()
         self._period_s = period_s
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -87,10 +87,7 @@ class ThreadCpu:
         return totals
 
     def _run(self) -> None:
-        began_s = time.monotonic()
         while not self._stop.is_set():
-            if not self.names and time.monotonic() - began_s > NAMES_AFTER_S:
-                self.python_names()  # once the job's threads exist
             self.samples.append((time.time(), self.read()))
             self._stop.wait(self._period_s)
 
@@ -221,7 +218,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--width", type=int, default=512)
+    parser.add_argument(
+        "--width", type=int, default=1024, help="steps of about 100 ms with 2 ranks on 2 cores"
+    )
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--microbatches", type=int, default=8)
     parser.add_argument("--rows", type=int, default=32)
