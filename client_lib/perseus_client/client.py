@@ -285,8 +285,8 @@ class PerseusClient:
                 self.managed = False
                 logger.debug("perseus: opening a session failed: %s", exc)
                 return False
-            self.reconnects += 1
             self._opened()
+            self.reconnects += 1  # after: a count seen means the session is open
             logger.info("perseus: connected to the daemon at %s: %s", self.runtime_dir, summary)
             return True
 

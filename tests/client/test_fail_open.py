@@ -123,8 +123,8 @@ def test_absent_at_start_one_warning_no_ops_then_managed_when_it_appears(
             client.status()
 
         daemon = make(dirs, gpus=STAGES).start()
-        _eventually(lambda: client.managed, "the client to open a session by itself")
-        assert client.reconnects == 1
+        _eventually(lambda: client.reconnects == 1, "the client to open a session by itself")
+        assert client.managed
         leases = {row["uuid"]: row["lease"] for row in daemon.status()["gpus"]}
         assert all(leases[gpu]["job"] == JOB for gpu in gpus)  # claimed while away: claimed now
         job = _job(client)
@@ -177,7 +177,9 @@ def test_restarted_daemon_gets_everything_back_and_runs_the_plan_without_profili
         assert before is not None
         plan_before = client.plan()
 
-        for stop in (signal.SIGKILL, signal.SIGTERM):  # a crash, then a stop as an upgrade does
+        for sessions, stop in enumerate(
+            (signal.SIGKILL, signal.SIGTERM), start=1
+        ):  # a crash; a stop (upgrade)
             first.signal(stop)
             first.wait()
             _eventually(lambda: not client.managed, "the client to notice")
@@ -185,6 +187,9 @@ def test_restarted_daemon_gets_everything_back_and_runs_the_plan_without_profili
             first = make(dirs, gpus=STAGES).start()
             back_s = _eventually(lambda: _state(client) == JobState.RUNNING, "the plan back", 30)
             assert back_s < PLAN_BACK_S
+            _eventually(
+                lambda n=sessions: client.reconnects == n, "the replay to end"
+            )  # the policy comes last
             after = _job(client)
             assert after is not None
             assert after.cached
@@ -192,7 +197,6 @@ def test_restarted_daemon_gets_everything_back_and_runs_the_plan_without_profili
             assert (after.policy, after.target) == ("slowdown", 0.05)  # the policy was chosen again
             assert after.plan_index == before.plan_index
             assert client.plan()["stages"] == plan_before["stages"]
-        assert client.reconnects == 2
 
 
 def _state(client: PerseusClient) -> str:
