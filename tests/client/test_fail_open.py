@@ -130,8 +130,9 @@ def test_absent_at_start_one_warning_no_ops_then_managed_when_it_appears(
         job = _job(client)
         assert job is not None
         assert job.profiling is None
-        _iterate(client, gpus, range(3, 6))
-        assert client.events_sent > 0
+        _eventually(  # the event socket reconnects on its own, within ZeroMQ's interval
+            lambda: _iterate(client, gpus, range(3, 4)) or client.events_sent > 0, "events to flow again"
+        )
         assert client.release() is not None
 
 
