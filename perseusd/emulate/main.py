@@ -262,7 +262,7 @@ def _connect(runtime_dir: Path, job: str) -> Iterator[PerseusClient]:
     if not (runtime_dir / CONTROL_SOCKET_NAME).exists():
         raise UsageError(f"no perseusd at {runtime_dir} ({CONTROL_SOCKET_NAME} is missing): {hint}")
     try:
-        client = PerseusClient(runtime_dir, job, timeout_s=CONTROL_TIMEOUT_S)
+        client = PerseusClient(runtime_dir, job, timeout_s=CONTROL_TIMEOUT_S, strict=True)
     except PerseusClientError as exc:
         raise UsageError(f"perseusd does not answer at {runtime_dir} ({exc.message}): {hint}") from None
     try:

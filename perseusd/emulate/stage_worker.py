@@ -3,7 +3,8 @@
 The stage claims its GPU through the real client library, locks it at its maximum clock (the baseline), and
 runs its schedule's computations iteration after iteration: each waits for its neighbour's computation, runs
 on its GPU (`executors`: the profile's time at the clock the daemon set on a simulated GPU, or real PyTorch
-layers on a real one) wrapped in `client.computation`, and then frees the computation that waits for it. Each iteration is a `client.step`.
+layers on a real one) wrapped in `client.computation`, and then frees the computation that waits for it. Each
+iteration is a `client.step`.
 The pipeline's first stage takes the coordinator's commands at iteration starts and passes them down the
 pipeline with the iteration start, so every stage registers with the daemon (or stops) at the same iteration;
 with an emulated straggler it also decides each iteration's throttle factor and passes it down the same way.
@@ -149,7 +150,7 @@ class StageWorker:
                 where = {"pipeline": spec.pipeline, "stage": spec.stage, "gpu": spec.gpu}
                 self._trace.write([{"kind": "executor", **where, **self._executor.describe()}])
             self._client = stack.enter_context(
-                PerseusClient(spec.runtime_dir, spec.job, timeout_s=CONTROL_TIMEOUT_S)
+                PerseusClient(spec.runtime_dir, spec.job, timeout_s=CONTROL_TIMEOUT_S, strict=True)
             )
             self._client.claim([spec.gpu])
             self._client.set_clock(spec.gpu, spec.max_clock_mhz)
@@ -236,6 +237,7 @@ class StageWorker:
             pipeline=spec.pipeline,
             chunks=shape.num_chunks,
         )
+        assert reply is not None  # a strict client raises instead
         self._queues.reports.put(Registered(spec.pipeline, spec.stage, reply.state, reply.cached))
 
     def _run_iteration(self, iteration: int, throttle: float) -> None:
