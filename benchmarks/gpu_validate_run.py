@@ -326,7 +326,7 @@ def connect(runtime_dir: Path) -> PerseusClient:
     deadline = time.monotonic() + DAEMON_READY_S
     while True:
         try:
-            return PerseusClient(runtime_dir, job=JOB, timeout_s=10.0)
+            return PerseusClient(runtime_dir, job=JOB, timeout_s=10.0, strict=True)
         except (PerseusClientError, OSError):
             if time.monotonic() > deadline:
                 raise

@@ -344,7 +344,7 @@ def _daemon_view(runtime_dir: Path, job: str) -> dict[str, Any]:
     """The daemon's profile (CSV, blocking power), deployed plan and plan note for `job`."""
     from perseus_client.client import PerseusClient
 
-    with PerseusClient(runtime_dir, job, timeout_s=10.0) as client:
+    with PerseusClient(runtime_dir, job, timeout_s=10.0, strict=True) as client:
         profile = client.profile_export(job)
         info = next((j for j in client.jobs().jobs if j.job == job), None)
         return {
@@ -394,7 +394,7 @@ def run_position(
 def _first_gpu(runtime_dir: Path) -> str:
     from perseus_client.client import PerseusClient
 
-    with PerseusClient(runtime_dir, "pipeline-check", timeout_s=10.0) as client:
+    with PerseusClient(runtime_dir, "pipeline-check", timeout_s=10.0, strict=True) as client:
         return client.status().gpus[0].uuid
 
 
