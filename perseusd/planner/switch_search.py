@@ -58,7 +58,7 @@ StageCost = tuple[float, float, int]
 class _State:
     """A descent in progress: the plan, its stages' costs and figures, and what it has spent."""
 
-    rows: list[list[int]]
+    rows: list[tuple[int, ...]]
     costs: list[StageCost]
     time_s: float = 0.0
     energy_j: float = 0.0
@@ -68,7 +68,9 @@ class _State:
     def late(self) -> int:
         return sum(cost[2] for cost in self.costs)
 
-    def apply(self, energy_j: float, time_s: float, stage: int, row: list[int], cost: StageCost) -> None:
+    def apply(
+        self, energy_j: float, time_s: float, stage: int, row: tuple[int, ...], cost: StageCost
+    ) -> None:
         self.energy_j, self.time_s, self.rows[stage], self.costs[stage] = energy_j, time_s, row, cost
         self.moves += 1
 
@@ -114,7 +116,7 @@ class DescentSearch:
         that begin before their clock is applied (`late_begins`; None: any number). A start with more is
         first repaired: moves that lower that count, the least energy first, until it is within the cap.
         None when `start` is over the time limit, or cannot be repaired within the budget."""
-        state = _State([list(row) for row in start], self._set(start))
+        state = _State([tuple(row) for row in start], self._set(start))
         state.time_s = self.core.trial_time(0)
         state.energy_j = self._energy(state.costs, state.time_s)
         limit_s *= 1 + TOLERANCE
@@ -131,7 +133,7 @@ class DescentSearch:
             self.core.accept(move[2])
         if state.late() > allowed:
             return None
-        rows = tuple(tuple(row) for row in state.rows)
+        rows = tuple(state.rows)
         return Descent(rows, state.time_s, state.energy_j, state.evaluations, state.moves)
 
     def _set(self, rows: Sequence[Sequence[int]]) -> list[StageCost]:
@@ -144,28 +146,39 @@ class DescentSearch:
 
     def _best_move(
         self, state: _State, limit_s: float, allowed: int, repairing: bool, max_evaluations: int
-    ) -> tuple[float, float, int, list[int], StageCost] | None:
+    ) -> tuple[float, float, int, tuple[int, ...], StageCost] | None:
         """The move of least energy within the time limit that lowers the late count (`repairing`) or, with
-        at most `allowed` late, the energy; None when there is none (or the budget ran out first)."""
+        at most `allowed` late, the energy; None when there is none (or the budget ran out first).
+
+        A trial's figures are `_energy`'s, the same sums in the same order: the stages before the trial's
+        are summed once per stage."""
         late = state.late()
-        best: tuple[float, float, int, list[int], StageCost] | None = None
+        best: tuple[float, float, int, tuple[int, ...], StageCost] | None = None
+        core, num_stages, p_block_w = self.core, self.dag.num_stages, self.p_block_w
         for stage, row in enumerate(state.rows):
+            before, after = state.costs[:stage], state.costs[stage + 1 :]
+            energy_before, busy_before = sum(c[0] for c in before), sum(c[1] for c in before)
+            late_others = late - state.costs[stage][2]
             for trial in self._moves(stage, row):
                 if state.evaluations >= max_evaluations:
                     return best
                 state.evaluations += 1
-                cost = self.core.stage_cost(stage, trial)
-                trial_late = late - state.costs[stage][2] + cost[2]
+                cost = core.stage_cost(stage, trial)
+                trial_late = late_others + cost[2]
                 if trial_late >= late if repairing else trial_late > allowed:
                     continue
-                time_s = self.core.trial_time(stage)
-                energy_j = self._energy([*state.costs[:stage], cost, *state.costs[stage + 1 :]], time_s)
+                time_s = core.trial_time(stage)
+                energy_j, busy_s = energy_before + cost[0], busy_before + cost[1]
+                for other in after:
+                    energy_j += other[0]
+                    busy_s += other[1]
+                energy_j += p_block_w * (num_stages * time_s - busy_s)
                 bound_j = best[0] if best else (math.inf if repairing else state.energy_j)
                 if time_s <= limit_s and energy_j < bound_j - 1e-12:
                     best = (energy_j, time_s, stage, trial, cost)
         return best
 
-    def _moves(self, stage: int, row: list[int]) -> Iterator[list[int]]:
+    def _moves(self, stage: int, row: Sequence[int]) -> Iterator[tuple[int, ...]]:
         """Every distinct plan of one stage that sets a cyclic segment of `row` to one clock."""
         costs = self.stages[stage]
         n = len(row)
@@ -180,7 +193,7 @@ class DescentSearch:
                     key = tuple(trial)
                     if key not in seen:
                         seen.add(key)
-                        yield list(trial)
+                        yield key
 
     def _energy(self, costs: Sequence[StageCost], time_s: float) -> float:
         """The plan's energy at iteration time `time_s`: its stages' plus blocking power while waiting."""
