@@ -238,7 +238,8 @@ def planning(
 def _commit(ref: str | None) -> str | None:
     if ref is None or Path(ref).is_dir():
         return None
-    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", ref], capture_output=True, text=True)
+    git = ["git", "-C", str(ROOT), "rev-parse", ref]
+    done = subprocess.run(git, check=False, capture_output=True, text=True)
     return done.stdout.strip() or None
 
 
