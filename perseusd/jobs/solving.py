@@ -14,6 +14,7 @@ resource tracker it keeps alive outlive the daemon.
 from __future__ import annotations
 
 import io
+import logging
 import math
 import multiprocessing
 import os
@@ -34,6 +35,8 @@ from perseusd.planner.profile_csv import read_profile_stream
 from perseusd.planner.solver import FrontierSolver, SolverParams
 from perseusd.planner.switch_search import descend_frontier
 from perseusd.planner.switching import SwitchModel, follow_frontier
+
+logger = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT_S = 10.0
 """How long `close` waits for the worker after SIGTERM before SIGKILL."""
@@ -168,31 +171,47 @@ def exit_with(daemon_pid: int) -> None:
 
 
 class SolveWorker:
-    """One background solver process (started lazily); `submit` never blocks."""
+    """One background solver process; `submit` never waits for a solve.
+
+    Starting the process (the forkserver, the worker, its imports) takes most of a second of the caller's
+    time: `warm` does it on a thread of its own, so the daemon's main loop never waits for it unless a solve
+    is submitted while the start is under way (or without `warm`, at the first solve)."""
 
     def __init__(self) -> None:
         self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._warming: threading.Thread | None = None
 
     def submit(self, task: SolveInput) -> Future[Solved]:
         """Queue a solve; a worker that died (killed, out of memory) is replaced, never fatal."""
-        for _ in range(2):
-            try:
-                return self._started().submit(solve, task)
-            except BrokenProcessPool:
-                self.close()
+        with self._lock:
+            for _ in range(2):
+                try:
+                    return self._started().submit(solve, task)
+                except BrokenProcessPool:
+                    self._stop()
         failed: Future[Solved] = Future()
         failed.set_exception(PlanningError("the solver worker could not be started"))
         return failed
 
     def warm(self) -> None:
-        """Start the worker process (and its imports) now, if it is not running, without waiting for it: the
+        """Start the worker process (and its imports) on a thread, if it is not running or starting: the
         next solve then starts at once. Never fails: a worker that cannot start fails its solve instead."""
-        if self._pool is not None:
-            return
-        try:
-            self._started().submit(ready)
-        except BrokenProcessPool:
-            self.close()
+        with self._lock:
+            if self._pool is not None or self._warming is not None:
+                return
+            self._warming = threading.Thread(target=self._warm, name="solver-warm", daemon=True)
+            self._warming.start()
+
+    def _warm(self) -> None:
+        with self._lock:
+            try:
+                self._started().submit(ready)
+            except Exception:  # the worker cannot start: its solve will say so
+                logger.warning("the solver worker could not be started ahead of its solve", exc_info=True)
+                self._stop()
+            finally:
+                self._warming = None
 
     def _started(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -204,6 +223,13 @@ class SolveWorker:
 
     def close(self) -> None:
         """Cancel queued solves, stop the worker process and wait until it has exited."""
+        warming = self._warming
+        if warming is not None:
+            warming.join()
+        with self._lock:
+            self._stop()
+
+    def _stop(self) -> None:
         if self._pool is not None:
             _stop_pool(self._pool)
             self._pool = None

@@ -70,3 +70,11 @@ def test_planning_times_name_every_phase_and_the_rest_is_transfer() -> None:
     assert (
         PlanningTimes(0.1, SolvePhases(0.2, 0.0)).transfer_s == 0.0
     )  # clocks of two processes: never negative
+
+
+def test_a_worker_closed_while_it_starts_leaves_nothing() -> None:
+    worker = SolveWorker()
+    worker.warm()  # starts on a thread of its own: close waits for it, then stops the process
+    worker.close()
+    assert worker._pool is None
+    worker.close()  # closing twice is fine
