@@ -33,6 +33,8 @@ typedef struct {
     unsigned char *late;
 } Core;
 
+static void *zalloc(int64_t count, size_t size);
+
 /* Index of node's lowest measured clock at or above `clock`, else its highest (StageOptions.snap_up). */
 static int64_t snap_up(const Core *c, int64_t node, int64_t clock) {
     int64_t first = c->opt_ptr[node], last = c->opt_ptr[node + 1] - 1;
@@ -175,47 +177,279 @@ static int check_stage(const Core *c, long long stage) {
     return 1;
 }
 
+/* The stage's planned clocks are in c->row: its cost into *energy, *busy, *late and its durations into c->trial.
+ * 0 with a KeyError set when a planned or effective clock was not measured. */
+static int row_cost(Core *c, int64_t stage, double *energy, double *busy, int64_t *late) {
+    int64_t first = c->stage_ptr[stage], n = c->stage_ptr[stage + 1] - first;
+    int64_t runs = followable(c, first, n);
+    *energy = 0.0;
+    *busy = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t ran = exact(c, first + i, c->effective[i]), planned = exact(c, first + i, c->row[i]);
+        if (ran < 0 || planned < 0) {
+            PyErr_Format(PyExc_KeyError, "computation %lld of stage %lld has no measured clock %lld", (long long)i,
+                         (long long)stage, (long long)(ran < 0 ? c->effective[i] : c->row[i]));
+            return 0;
+        }
+        double ran_s = c->opt_time[ran], planned_s = c->opt_time[planned];
+        c->trial[first + i] = planned_s > ran_s ? planned_s : ran_s;
+        *energy += c->opt_energy[ran];
+        *busy += ran_s;
+    }
+    *late = late_begins(c, n, runs);
+    return 1;
+}
+
+/* n clocks of a sequence into out; 0 with an exception set when it is not that. */
+static int read_row(PyObject *obj, int64_t n, long long stage, int64_t *out) {
+    PyObject *seq = PySequence_Fast(obj, "row must be a sequence of clocks");
+    if (!seq) return 0;
+    if (PySequence_Fast_GET_SIZE(seq) != n) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "stage %lld has %lld computations", stage, (long long)n);
+        return 0;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        out[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (out[i] == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return 0;
+        }
+    }
+    Py_DECREF(seq);
+    return 1;
+}
+
 static PyObject *Core_stage_cost(Core *c, PyObject *args) {
     long long stage;
     PyObject *row_obj;
     if (!PyArg_ParseTuple(args, "LO", &stage, &row_obj) || !check_stage(c, stage)) return NULL;
-    int64_t first = c->stage_ptr[stage], n = c->stage_ptr[stage + 1] - first;
-    PyObject *seq = PySequence_Fast(row_obj, "row must be a sequence of clocks");
-    if (!seq) return NULL;
-    if (PySequence_Fast_GET_SIZE(seq) != n) {
-        Py_DECREF(seq);
-        return PyErr_Format(PyExc_ValueError, "stage %lld has %lld computations", stage, (long long)n);
-    }
-    for (int64_t i = 0; i < n; i++) {
-        c->row[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
-        if (c->row[i] == -1 && PyErr_Occurred()) {
-            Py_DECREF(seq);
-            return NULL;
-        }
-    }
-    Py_DECREF(seq);
-    int64_t runs = followable(c, first, n);
-    double energy = 0.0, busy = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t ran = exact(c, first + i, c->effective[i]), planned = exact(c, first + i, c->row[i]);
-        if (ran < 0 || planned < 0)
-            return PyErr_Format(PyExc_KeyError, "computation %lld of stage %lld has no measured clock %lld",
-                                (long long)i, stage, (long long)(ran < 0 ? c->effective[i] : c->row[i]));
-        double ran_s = c->opt_time[ran], planned_s = c->opt_time[planned];
-        c->trial[first + i] = planned_s > ran_s ? planned_s : ran_s;
-        energy += c->opt_energy[ran];
-        busy += ran_s;
-    }
-    return Py_BuildValue("(ddL)", energy, busy, (long long)late_begins(c, n, runs));
+    if (!read_row(row_obj, c->stage_ptr[stage + 1] - c->stage_ptr[stage], stage, c->row)) return NULL;
+    double energy, busy;
+    int64_t late;
+    if (!row_cost(c, stage, &energy, &busy, &late)) return NULL;
+    return Py_BuildValue("(ddL)", energy, busy, (long long)late);
+}
+
+/* The longest path with the stage's trial durations in place of its current ones. */
+static double trial_longest(Core *c, int64_t stage) {
+    int64_t first = c->stage_ptr[stage], end = c->stage_ptr[stage + 1];
+    memcpy(c->path_in, c->current, sizeof(double) * (size_t)c->n);
+    memcpy(c->path_in + first, c->trial + first, sizeof(double) * (size_t)(end - first));
+    return longest(c, c->path_in);
 }
 
 static PyObject *Core_trial_time(Core *c, PyObject *arg) {
     long long stage = PyLong_AsLongLong(arg);
     if ((stage == -1 && PyErr_Occurred()) || !check_stage(c, stage)) return NULL;
-    int64_t first = c->stage_ptr[stage], end = c->stage_ptr[stage + 1];
-    memcpy(c->path_in, c->current, sizeof(double) * (size_t)c->n);
-    memcpy(c->path_in + first, c->trial + first, sizeof(double) * (size_t)(end - first));
-    return PyFloat_FromDouble(longest(c, c->path_in));
+    return PyFloat_FromDouble(trial_longest(c, stage));
+}
+
+/* Rows of n clocks seen by a scan (open addressing over an arena): switch_search's duplicate check. */
+typedef struct {
+    int64_t n, cap, count, limit;
+    int64_t *slots; /* -1: empty; else the row's index in rows */
+    int64_t *rows;
+} RowSet;
+
+static uint64_t row_hash(const int64_t *row, int64_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    for (int64_t i = 0; i < n; i++) {
+        h ^= (uint64_t)row[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static int rowset_init(RowSet *set, int64_t n, int64_t limit) {
+    set->n = n;
+    set->limit = limit;
+    set->count = 0;
+    set->cap = 16;
+    while (set->cap < 2 * limit) set->cap *= 2;
+    set->slots = malloc(sizeof(int64_t) * (size_t)set->cap);
+    set->rows = malloc(sizeof(int64_t) * (size_t)(limit * (n > 0 ? n : 1)));
+    if (!set->slots || !set->rows) return 0;
+    memset(set->slots, 0xff, sizeof(int64_t) * (size_t)set->cap);
+    return 1;
+}
+
+/* The slot of `row`: *present says whether it is in the set (else the slot is where it goes). */
+static int64_t rowset_slot(const RowSet *set, const int64_t *row, int *present) {
+    int64_t mask = set->cap - 1;
+    for (int64_t i = (int64_t)(row_hash(row, set->n) & (uint64_t)mask);; i = (i + 1) & mask) {
+        int64_t k = set->slots[i];
+        if (k < 0 || !memcmp(set->rows + k * set->n, row, sizeof(int64_t) * (size_t)set->n)) {
+            *present = k >= 0;
+            return i;
+        }
+    }
+}
+
+static void rowset_put(RowSet *set, int64_t slot, const int64_t *row) {
+    memcpy(set->rows + set->count * set->n, row, sizeof(int64_t) * (size_t)set->n);
+    set->slots[slot] = set->count++;
+}
+
+static int cmp_clock(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The stage's measured clocks, ascending, each once (StageOptions.all_clocks_mhz) into out; their number. */
+static int64_t stage_clocks(const Core *c, int64_t stage, int64_t *out) {
+    int64_t count = 0;
+    for (int64_t v = c->stage_ptr[stage]; v < c->stage_ptr[stage + 1]; v++)
+        for (int64_t k = c->opt_ptr[v]; k < c->opt_ptr[v + 1]; k++) out[count++] = c->opt_clock[k];
+    qsort(out, (size_t)count, sizeof(int64_t), cmp_clock);
+    int64_t unique = 0;
+    for (int64_t i = 0; i < count; i++)
+        if (!unique || out[i] != out[unique - 1]) out[unique++] = out[i];
+    return unique;
+}
+
+/* What one stage's scan needs besides the row (PyCore.scan's arguments). */
+typedef struct {
+    int64_t late, late_others, allowed, remaining, num_stages, n_after;
+    int repairing;
+    double limit_s, bound_j, energy_before, busy_before, p_block_w;
+    double *after_e, *after_b;
+} ScanArgs;
+
+typedef struct {
+    int64_t used;
+    int exhausted, found;
+    double energy_j, time_s, cost_e, cost_b;
+    int64_t cost_late;
+    int64_t *row;
+} ScanBest;
+
+/* Judge one trial row (in c->row): 0 on error; sets best when it beats the bound. */
+static int judge(Core *c, int64_t stage, const ScanArgs *a, double *bound, ScanBest *best, int64_t n) {
+    double e, b;
+    int64_t late;
+    if (!row_cost(c, stage, &e, &b, &late)) return 0;
+    int64_t trial_late = a->late_others + late;
+    if (a->repairing ? trial_late >= a->late : trial_late > a->allowed) return 1;
+    double time_s = trial_longest(c, stage);
+    double energy = a->energy_before + e, busy = a->busy_before + b;
+    for (int64_t j = 0; j < a->n_after; j++) {
+        energy += a->after_e[j];
+        busy += a->after_b[j];
+    }
+    energy += a->p_block_w * ((double)a->num_stages * time_s - busy);
+    if (time_s <= a->limit_s && energy < *bound - 1e-12) {
+        *bound = energy;
+        best->found = 1;
+        best->energy_j = energy;
+        best->time_s = time_s;
+        best->cost_e = e;
+        best->cost_b = b;
+        best->cost_late = late;
+        memcpy(best->row, c->row, sizeof(int64_t) * (size_t)n);
+    }
+    return 1;
+}
+
+/* switch_search's moves of one stage, in PyCore.scan's order, each distinct row judged once. 0 on error. */
+static int scan_moves(Core *c, int64_t stage, const int64_t *base, const ScanArgs *a, RowSet *set, ScanBest *best,
+                      int64_t *clocks, int64_t *snapped, int64_t *trial) {
+    int64_t first_node = c->stage_ptr[stage], n = c->stage_ptr[stage + 1] - first_node;
+    double bound = a->bound_j;
+    int present;
+    rowset_put(set, rowset_slot(set, base, &present), base);
+    int64_t count = stage_clocks(c, stage, clocks);
+    for (int64_t ci = 0; ci < count; ci++) {
+        for (int64_t k = 0; k < n; k++) snapped[k] = c->opt_clock[snap_up(c, first_node + k, clocks[ci])];
+        for (int64_t first = 0; first < n; first++) {
+            memcpy(trial, base, sizeof(int64_t) * (size_t)n);
+            for (int64_t length = 0; length < n; length++) {
+                int64_t k = (first + length) % n;
+                trial[k] = snapped[k];
+                int64_t slot = rowset_slot(set, trial, &present);
+                if (present) continue;
+                if (best->used >= a->remaining || set->count >= set->limit) {
+                    best->exhausted = 1;
+                    return 1;
+                }
+                rowset_put(set, slot, trial);
+                best->used++;
+                memcpy(c->row, trial, sizeof(int64_t) * (size_t)n);
+                if (!judge(c, stage, a, &bound, best, n)) return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+/* The stages after the scanned one, (energy, busy) each, into e and b (room for `capacity`). */
+static int read_after(PyObject *obj, ScanArgs *a, double *e, double *b, int64_t capacity) {
+    PyObject *seq = PySequence_Fast(obj, "after must be a sequence of (energy, busy) pairs");
+    if (!seq) return 0;
+    a->n_after = PySequence_Fast_GET_SIZE(seq);
+    if (a->n_after > capacity) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "after: more stages than follow this one");
+        return 0;
+    }
+    for (int64_t j = 0; j < a->n_after; j++) {
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, j), "dd", &e[j], &b[j])) {
+            Py_DECREF(seq);
+            return 0;
+        }
+    }
+    Py_DECREF(seq);
+    a->after_e = e;
+    a->after_b = b;
+    return 1;
+}
+
+static PyObject *scan_result(const ScanBest *best, int64_t n) {
+    if (!best->found) return Py_BuildValue("(LiO)", (long long)best->used, best->exhausted, Py_None);
+    PyObject *row = PyTuple_New(n);
+    if (!row) return NULL;
+    for (int64_t i = 0; i < n; i++) {
+        PyObject *clock = PyLong_FromLongLong(best->row[i]);
+        if (!clock) {
+            Py_DECREF(row);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(row, i, clock);
+    }
+    return Py_BuildValue("(Li(ddN(ddL)))", (long long)best->used, best->exhausted, best->energy_j, best->time_s, row,
+                         best->cost_e, best->cost_b, (long long)best->cost_late);
+}
+
+static PyObject *Core_scan(Core *c, PyObject *args) {
+    long long stage, late, late_others, allowed, num_stages, remaining;
+    int repairing;
+    PyObject *row_obj, *after_obj;
+    ScanArgs a = {0};
+    if (!PyArg_ParseTuple(args, "LOLLLpddddOdLL", &stage, &row_obj, &late, &late_others, &allowed, &repairing,
+                          &a.limit_s, &a.bound_j, &a.energy_before, &a.busy_before, &after_obj, &a.p_block_w,
+                          &num_stages, &remaining) ||
+        !check_stage(c, stage))
+        return NULL;
+    a.late = late, a.late_others = late_others, a.allowed = allowed, a.repairing = repairing;
+    a.num_stages = num_stages, a.remaining = remaining > 0 ? remaining : 0;
+    int64_t first = c->stage_ptr[stage], n = c->stage_ptr[stage + 1] - first;
+    int64_t options = c->opt_ptr[c->stage_ptr[stage + 1]] - c->opt_ptr[first];
+    int64_t possible = options * n * n + 1, limit = (a.remaining < possible ? a.remaining : possible) + 1;
+    int64_t *base = zalloc(n, 8), *clocks = zalloc(options, 8), *snapped = zalloc(n, 8), *trial = zalloc(n, 8);
+    double *after_e = zalloc(c->num_stages, 8), *after_b = zalloc(c->num_stages, 8);
+    ScanBest best = {0};
+    best.row = zalloc(n, 8);
+    RowSet set = {0};
+    PyObject *result = NULL;
+    if (!(base && clocks && snapped && trial && after_e && after_b && best.row && rowset_init(&set, n, limit)))
+        PyErr_NoMemory();
+    else if (read_row(row_obj, n, stage, base) &&
+             read_after(after_obj, &a, after_e, after_b, c->num_stages - 1 - (int64_t)stage) &&
+             scan_moves(c, stage, base, &a, &set, &best, clocks, snapped, trial))
+        result = scan_result(&best, n);
+    void *blocks[] = {base, clocks, snapped, trial, after_e, after_b, best.row, set.slots, set.rows};
+    for (size_t k = 0; k < sizeof(blocks) / sizeof(blocks[0]); k++) free(blocks[k]);
+    return result;
 }
 
 static PyObject *Core_accept(Core *c, PyObject *arg) {
@@ -347,6 +581,9 @@ static PyMethodDef Core_methods[] = {
     {"stage_cost", (PyCFunction)Core_stage_cost, METH_VARARGS,
      "stage_cost(stage, row) -> (energy_j, busy_s, late): the row as the descent judges it; its durations become "
      "the stage's trial."},
+    {"scan", (PyCFunction)Core_scan, METH_VARARGS,
+     "scan(stage, row, late, late_others, allowed, repairing, limit_s, bound_j, energy_before, busy_before, "
+     "after, p_block_w, num_stages, remaining) -> (used, exhausted, best): switch_core.PyCore.scan."},
     {"trial_time", (PyCFunction)Core_trial_time, METH_O,
      "trial_time(stage) -> the longest path with the stage's trial durations."},
     {"accept", (PyCFunction)Core_accept, METH_O, "accept(stage): the stage's trial becomes its current durations."},

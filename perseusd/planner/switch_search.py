@@ -21,7 +21,7 @@ tried in a fixed order, ties keep the first) and bounded by a number of evaluati
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from perseusd.planner.dag import ComputationDag
@@ -29,7 +29,7 @@ from perseusd.planner.evaluate import evaluate_clocks
 from perseusd.planner.plan import Frontier, Plan
 from perseusd.planner.policy import TOLERANCE
 from perseusd.planner.profile import Profile
-from perseusd.planner.switch_core import switch_core
+from perseusd.planner.switch_core import ScanLimits, StageCost, switch_core
 from perseusd.planner.switching import PointFollower, SwitchModel, late_begins
 
 Rows = tuple[tuple[int, ...], ...]
@@ -47,11 +47,6 @@ class Descent:
     energy_j: float
     evaluations: int
     moves: int
-
-
-StageCost = tuple[float, float, int]
-"""One stage's (energy at the effective clocks, time computing at them, late begins), as
-`SwitchCore.stage_cost` gives them."""
 
 
 @dataclass
@@ -150,50 +145,33 @@ class DescentSearch:
         """The move of least energy within the time limit that lowers the late count (`repairing`) or, with
         at most `allowed` late, the energy; None when there is none (or the budget ran out first).
 
-        A trial's figures are `_energy`'s, the same sums in the same order: the stages before the trial's
-        are summed once per stage."""
+        Each stage's moves are scanned by the core (`SwitchCore.scan`); a trial's figures are `_energy`'s,
+        the same sums in the same order."""
         late = state.late()
         best: tuple[float, float, int, tuple[int, ...], StageCost] | None = None
-        core, num_stages, p_block_w = self.core, self.dag.num_stages, self.p_block_w
         for stage, row in enumerate(state.rows):
             before, after = state.costs[:stage], state.costs[stage + 1 :]
-            energy_before, busy_before = sum(c[0] for c in before), sum(c[1] for c in before)
-            late_others = late - state.costs[stage][2]
-            for trial in self._moves(stage, row):
-                if state.evaluations >= max_evaluations:
-                    return best
-                state.evaluations += 1
-                cost = core.stage_cost(stage, trial)
-                trial_late = late_others + cost[2]
-                if trial_late >= late if repairing else trial_late > allowed:
-                    continue
-                time_s = core.trial_time(stage)
-                energy_j, busy_s = energy_before + cost[0], busy_before + cost[1]
-                for other in after:
-                    energy_j += other[0]
-                    busy_s += other[1]
-                energy_j += p_block_w * (num_stages * time_s - busy_s)
-                bound_j = best[0] if best else (math.inf if repairing else state.energy_j)
-                if time_s <= limit_s and energy_j < bound_j - 1e-12:
-                    best = (energy_j, time_s, stage, trial, cost)
+            limits = ScanLimits(
+                late,
+                late - state.costs[stage][2],
+                allowed,
+                repairing,
+                limit_s,
+                best[0] if best else (math.inf if repairing else state.energy_j),
+                sum(c[0] for c in before),
+                sum(c[1] for c in before),
+                tuple((c[0], c[1]) for c in after),
+                self.p_block_w,
+                self.dag.num_stages,
+                max_evaluations - state.evaluations,
+            )
+            used, exhausted, found = self.core.scan(stage, row, *limits.args())
+            state.evaluations += used
+            if found is not None:
+                best = (found[0], found[1], stage, found[2], found[3])
+            if exhausted:
+                return best
         return best
-
-    def _moves(self, stage: int, row: Sequence[int]) -> Iterator[tuple[int, ...]]:
-        """Every distinct plan of one stage that sets a cyclic segment of `row` to one clock."""
-        costs = self.stages[stage]
-        n = len(row)
-        seen: set[tuple[int, ...]] = {tuple(row)}
-        for clock_mhz in costs.all_clocks_mhz:
-            snapped = [costs.snap_up(k, clock_mhz) for k in range(n)]
-            for first in range(n):
-                trial = list(row)
-                for length in range(n):
-                    k = (first + length) % n
-                    trial[k] = snapped[k]
-                    key = tuple(trial)
-                    if key not in seen:
-                        seen.add(key)
-                        yield key
 
     def _energy(self, costs: Sequence[StageCost], time_s: float) -> float:
         """The plan's energy at iteration time `time_s`: its stages' plus blocking power while waiting."""

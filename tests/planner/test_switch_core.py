@@ -6,6 +6,7 @@ give what `evaluate_clocks` gives for the effective plan.
 
 from __future__ import annotations
 
+import math
 import random
 from array import array
 
@@ -16,7 +17,7 @@ from perseusd.planner.dag import ComputationDag, build_dag
 from perseusd.planner.evaluate import LongestPath, dag_arrays, evaluate_clocks, longest_path_s
 from perseusd.planner.plan import Plan, PlanMeta
 from perseusd.planner.profile import Profile
-from perseusd.planner.switch_core import PyCore, switch_core
+from perseusd.planner.switch_core import PyCore, ScanLimits, switch_core
 from perseusd.planner.switch_search import DescentSearch
 from perseusd.planner.switching import PointFollower, StageOptions, SwitchModel
 from tests.support.synthetic import synthetic_profile
@@ -65,6 +66,47 @@ def test_the_c_core_gives_the_pythons_bits(case: int) -> None:
             if rng.random() < 0.5:
                 c_core.accept(stage)
                 py_core.accept(stage)
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_the_c_scan_gives_the_pythons_moves(case: int) -> None:
+    """A stage's moves judged in C: the same evaluations, budget end and best move as the Python loop,
+    repairing or not, with bounds that some moves beat and budgets that run out."""
+    _c_core_or_skip()
+    dag, profile, model = _cases()[case]
+    stages = [StageOptions(dag, profile, s) for s in range(dag.num_stages)]
+    cores = [switch_core(dag, stages, model), PyCore(dag, stages, model)]
+    rng = random.Random(10 + case)
+    rows = [_random_row(options, rng) for options in stages]
+    costs = []
+    for core in cores:
+        costs = [core.stage_cost(stage, row) for stage, row in enumerate(rows)]
+        for stage in range(dag.num_stages):
+            core.accept(stage)
+    late = sum(cost[2] for cost in costs)
+    time_s = cores[1].trial_time(0)  # stage 0's trial is its current durations: the plan's time
+    energy_j = sum(c[0] for c in costs) + 124.0 * (dag.num_stages * time_s - sum(c[1] for c in costs))
+    for _ in range(12):
+        stage = rng.randrange(dag.num_stages)
+        before, after = costs[:stage], costs[stage + 1 :]
+        limits = ScanLimits(
+            late,
+            late - costs[stage][2],
+            rng.choice([late, late // 2, dag.num_computations]),
+            rng.random() < 0.3,
+            time_s * rng.uniform(0.97, 1.1),
+            rng.choice([math.inf, energy_j * rng.uniform(0.97, 1.02)]),
+            sum(c[0] for c in before),
+            sum(c[1] for c in before),
+            tuple((c[0], c[1]) for c in after),
+            124.0,
+            dag.num_stages,
+            rng.choice([0, 7, 50, 100_000]),
+        )
+        results = [core.scan(stage, rows[stage], *limits.args()) for core in cores]
+        assert results[0] == results[1]
+    with pytest.raises(ValueError, match="more stages"):
+        cores[0].scan(0, rows[0], *(*limits.args()[:8], ((1.0, 1.0),) * dag.num_stages, *limits.args()[9:]))
 
 
 def test_descents_are_the_same_with_and_without_c() -> None:
