@@ -1,5 +1,5 @@
-"""Build the optional C cores of the frontier solver, of its cost-model fit and of its JSON writer; everything
-else is declared in pyproject.toml."""
+"""Build the optional C cores of the frontier solver, of its cost-model fit, of its JSON writer and of plan
+following and the switch-aware descent; everything else is declared in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -23,6 +23,12 @@ setup(
         Extension(
             "perseusd.planner._fitcore",
             ["perseusd/planner/_fitcore.c"],
+            extra_compile_args=C_FLAGS,
+            optional=True,
+        ),
+        Extension(
+            "perseusd.planner._switchcore",
+            ["perseusd/planner/_switchcore.c"],
             extra_compile_args=C_FLAGS,
             optional=True,
         ),

@@ -14,10 +14,17 @@ machine the CPU-time ratio is the steadier one. Cases:
   (`staged_profile`), so 16 distinct cost models are fitted, as on most real profiles;
 - 8 x 96 (ours; lowtime takes about 24 minutes there, run it with --lowtime-96);
 - A40 8 x 12 with a 0.1 ms unit time, about 11,800 points (ours; lowtime with --lowtime-a40, about 200 s);
-- `perseusctl status` against a running daemon (sim backend, 8 GPUs).
+- `perseusctl status` against a running daemon (sim backend, 8 GPUs);
+- the daemon's planning step, profiling done -> frontier solved, followed under the clock-switch latency
+  and descended, on this tree and on `--planning-baseline` (a git ref, default `main`, exported and built
+  in a temporary folder; or a built tree) in the same run: the demo's A100 8 x 12 at 0.2 ms, the H100
+  4 x 16, A100 8 x 96 at 1 ms, with the worker's peak RSS and whether each limit's pick is the same or
+  no worse (`planning_step.py`).
 
     python benchmarks/bench_solver.py [--repeat N] [--lowtime-repeat N] [--only-8x12]
-                                      [--lowtime-96] [--lowtime-a40]
+                                      [--lowtime-96] [--lowtime-a40] [--only-planning]
+                                      [--planning-baseline REF|TREE|none] [--planning-baseline-repeat N]
+                                      [--planning-case PROFILE:S:M:UNIT_S:LATENCY_S:P_BLOCK_W ...]
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks import planning_step  # noqa: E402  (needs the repository root on sys.path)
+
 PARAMS = {"a100_sxm": (0.001, 83.64), "a40": (0.0001, 70.38)}
 STAGE_TIME_SCALE = (1.00, 1.07, 0.96, 1.03, 1.11, 0.93, 1.05, 1.15)
 STAGE_POWER_SCALE = (1.00, 0.97, 1.04, 1.02, 0.95, 1.06, 0.99, 1.03)
@@ -216,12 +226,29 @@ def main() -> None:
     parser.add_argument("--lowtime-96", action="store_true", help="also run lowtime on 8 x 96 (about 24 min)")
     parser.add_argument("--lowtime-a40", action="store_true", help="also run lowtime on A40 (about 200 s)")
     parser.add_argument("--only-8x12", action="store_true", help="only the two 8 x 12 cases against lowtime")
+    parser.add_argument("--only-planning", action="store_true", help="only the daemon's planning step")
+    parser.add_argument(
+        "--planning-baseline",
+        default="main",
+        help="git ref or built tree to compare with ('none': no baseline)",
+    )
+    parser.add_argument("--planning-baseline-repeat", type=int, default=3, help="baseline runs per case")
+    parser.add_argument(
+        "--planning-case", action="append", default=[], type=planning_step.parse_case, help="an extra case"
+    )
     args = parser.parse_args()
     if args.lowtime_worker:
         profile_arg, gpu, microbatches = args.lowtime_worker
         print(json.dumps(lowtime_worker(profile_arg, gpu, int(microbatches))))
         return
     compile_package()
+    baseline = None if args.planning_baseline == "none" else args.planning_baseline
+    planned = planning_step.planning(
+        [*planning_step.CASES, *args.planning_case], baseline, args.repeat, args.planning_baseline_repeat
+    )
+    if args.only_planning:
+        print(json.dumps(_report({"planning": planned}), indent=2))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         staged = Path(tmp) / "a100_sxm-staged.csv"
         staged_profile("a100_sxm", staged)
@@ -234,16 +261,14 @@ def main() -> None:
                 case("a100_sxm gpt3-175b S=8 M=96", "a100_sxm", "a100_sxm", 96, args, args.lowtime_96)
             )
             cases.append(case("a40 gpt3-175b S=8 M=12 unit 0.1 ms", "a40", "a40", 12, args, args.lowtime_a40))
+    status = None if args.only_8x12 else status_latency(args.repeat)
+    print(json.dumps(_report({"cases": cases, "status": status, "planning": planned}), indent=2))
+
+
+def _report(parts: dict[str, Any]) -> dict[str, Any]:
     load = os.getloadavg()
-    report = {
-        "benchmark": "solver",
-        "cpu_count": os.cpu_count(),
-        "load_avg_1m_at_end": round(load[0], 2),
-        "targets": TARGETS,
-        "cases": cases,
-        "status": None if args.only_8x12 else status_latency(args.repeat),
-    }
-    print(json.dumps(report, indent=2))
+    head = {"benchmark": "solver", "cpu_count": os.cpu_count(), "load_avg_1m_at_end": round(load[0], 2)}
+    return head | {"targets": TARGETS} | parts
 
 
 if __name__ == "__main__":

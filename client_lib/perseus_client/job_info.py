@@ -56,6 +56,20 @@ class ProfilingInfo:
 
 
 @dataclass(frozen=True)
+class PlanningInfo:
+    """From profiling done to the plan deployed (s), by phase: the solver worker's (the cost models' fit, the
+    frontier, following every point under the clock-switch latency, the switch-aware descent) and the rest
+    (`transfer_s`: waiting for the worker, moving the frontier to the daemon, installing the plan)."""
+
+    total_s: float
+    fit_s: float
+    frontier_s: float
+    follow_s: float
+    descent_s: float
+    transfer_s: float
+
+
+@dataclass(frozen=True)
 class JobInfo:
     """A job as `perseusctl jobs` shows it. Times in seconds; `plan_*` describe the deployed point."""
 
@@ -107,3 +121,5 @@ class JobInfo:
     plan_note: str = since(3, "")
     """Why the running plan differs from its frontier point: under `no_slowdown`, stages whose plan would
     save no more than its uncertainty plus its clock changes run one clock instead ("" when none do)."""
+    planning: PlanningInfo | None = since(3, None)
+    """How long its plan took from profiling done to deployed (None: not solved here, or not deployed yet)."""

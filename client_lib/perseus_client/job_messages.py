@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from perseus_client.job_info import JobInfo, PipelineInfo, ProfilingInfo, StragglerInfo
+from perseus_client.job_info import JobInfo, PipelineInfo, PlanningInfo, ProfilingInfo, StragglerInfo
 from perseus_client.message import Message, Policy, Schedule
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "JobsRequest",
     "PipelineInfo",
     "PlanRequest",
+    "PlanningInfo",
     "ProfileExport",
     "ProfileImport",
     "ProfileImportOk",

@@ -19,7 +19,7 @@ Major 6 (minor 0): `event_count`, the `connections` and `connections_refused` fi
 health, error code LIMIT; frames are standard JSON (NaN and Infinity refused) with integers of at most 64
 bits and finite floats; `energy_read` / `energy_reading`; error code STATE_WRITE_FAILED and the daemon's
 `persistence_error`; a GPU row's `power_capped`; the `no_slowdown` policy; measured/predicted energy fields
-of `jobs`. Minor 1: see `perseus_client.version`.
+of `jobs`. Minor 1 and later: see `perseus_client.version`.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ from perseus_client.job_messages import (
     JobsReply,
     JobsRequest,
     PipelineInfo,
+    PlanningInfo,
     PlanRequest,
     ProfileExport,
     ProfileImport,
@@ -127,6 +128,7 @@ __all__ = [
     "PipelineInfo",
     "PlanRequest",
     "PlanStats",
+    "PlanningInfo",
     "Policy",
     "PoolBudgetOk",
     "PoolInfo",

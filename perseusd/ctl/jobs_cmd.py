@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from perseus_client.carbon_messages import CarbonInfo, amount_unit, is_carbon
-from perseus_client.job_info import JobInfo, PipelineInfo, ProfilingInfo
+from perseus_client.job_info import JobInfo, PipelineInfo, PlanningInfo, ProfilingInfo
 
 from perseusd.ctl.daemon_link import fetch_jobs
 from perseusd.ctl.terminal import (
@@ -131,8 +131,9 @@ def _row(job: JobInfo) -> list[str]:
 
 def summary_line(job: JobInfo) -> str | None:
     """`  straggler: pipeline 1 x1.20 (announced, since step 40), target 0.1440 s per iteration, measured
-    20.1 J per iteration vs 24.0 J at all-max, saved 12.3 kJ vs all-max (measured), cluster fresh`: what the
-    job's other lines do not say, each part only when known."""
+    20.1 J per iteration vs 24.0 J at all-max, saved 12.3 kJ vs all-max (measured), cluster fresh, planned in
+    0.62 s (fit 0.01, frontier 0.02, follow 0.07, descent 0.42, transfer 0.10)`: what the job's other lines
+    do not say, each part only when known."""
     parts = []
     if job.straggler is not None:
         straggler = job.straggler
@@ -155,7 +156,21 @@ def summary_line(job: JobInfo) -> str | None:
         parts.append(f"cluster {job.cluster}")
     if job.plan_note:
         parts.append(f"do no harm: {job.plan_note}")
+    if job.planning is not None:
+        parts.append(planning_part(job.planning))
     return INDENT + ", ".join(parts) if parts else None
+
+
+def planning_part(planning: PlanningInfo) -> str:
+    """`planned in 0.62 s (fit 0.01, frontier 0.02, follow 0.07, descent 0.42, transfer 0.10)`: from profiling
+    done to the plan deployed."""
+    p = planning
+    phases = zip(
+        ("fit", "frontier", "follow", "descent", "transfer"),
+        (p.fit_s, p.frontier_s, p.follow_s, p.descent_s, p.transfer_s),
+        strict=True,
+    )
+    return f"planned in {p.total_s:.2f} s ({', '.join(f'{name} {value:.2f}' for name, value in phases)})"
 
 
 def carbon_part(carbon: CarbonInfo) -> str:

@@ -22,6 +22,7 @@ from perseusd.errors import PerseusError
 from perseusd.jobs.cluster_link import RemoteView
 from perseusd.jobs.shape import JobShape, StageOrder
 from perseusd.jobs.slot import StageSlot
+from perseusd.jobs.solving import PlanningTimes, Solved
 from perseusd.jobs.states import ACTIVE, FAILED, REGISTERED, check_move
 from perseusd.jobs.straggling import ActiveStraggler, PipelineRun
 from perseusd.planner.dag import ComputationDag, Instruction
@@ -63,7 +64,11 @@ class Job:
         self.points: list[PointSummary] = []
         self.points_by_index: dict[int, PointSummary] = {}
         self.deployed: Deployed | None = None
-        self.solve_future: Future[Frontier] | None = None
+        self.solve_future: Future[Solved] | None = None
+        self.planning_since_s: float | None = None
+        """When profiling was done (`time.monotonic`): the solve being waited for began then."""
+        self.planning: PlanningTimes | None = None
+        """From profiling done to the plan deployed, by phase (None: not solved here, or not deployed yet)."""
         self.profiling_iterations = 0
         self.profiling_energy_j = 0.0
         # Stragglers, once running: each local pipeline's run, the stragglers known and the one planned for.

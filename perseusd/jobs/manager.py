@@ -41,7 +41,7 @@ from perseusd.jobs.observed import OrderLearner
 from perseusd.jobs.response import StragglerResponse
 from perseusd.jobs.shape import JobShape, signature
 from perseusd.jobs.slot import MAX_INTERVALS, StageSlot
-from perseusd.jobs.solving import SolveInput, SolveWorker, auto_unit_time_s
+from perseusd.jobs.solving import PlanningTimes, SolveInput, SolveWorker, auto_unit_time_s
 from perseusd.jobs.states import ENDED, FAILED, PROFILING, REGISTERED, RUNNING, SOLVING
 from perseusd.jobs.straggling import StragglerSettings
 from perseusd.planner.baselines import all_max
@@ -467,6 +467,7 @@ class JobManager:
                 self._run(job)
                 return
             job.enter(PROFILING if job.profile is None else SOLVING, job.error)
+            self._worker.warm()  # the solve will find the worker process started
         if job.state == PROFILING and self._profiling_finished(job):
             if not self._finish_profiling(job):
                 return
@@ -492,6 +493,7 @@ class JobManager:
             self._switch_model(job),
         )
         job.orders = orders
+        job.planning_since_s, job.planning = job.state_since_s, None  # solving since profiling was done
         job.solve_future = self._worker.submit(task)
         logger.info("job %s: solving the frontier (unit %.3g s)", job.name, unit_time_s)
 
@@ -522,18 +524,27 @@ class JobManager:
             return
         job.solve_future = None
         try:
-            frontier = future.result()
+            solved = future.result()
         except Exception as exc:  # the solver's error ends this job, never the daemon
             logger.error("job %s: solving failed: %s", job.name, exc)
             job.enter(FAILED, f"solving failed: {exc}")
             return
-        job.set_frontier(frontier)
-        if self._cache is not None:
+        job.set_frontier(solved.frontier)
+        self._run(job)
+        if job.state == RUNNING and job.planning_since_s is not None:
+            job.planning = PlanningTimes(time.monotonic() - job.planning_since_s, solved.phases)
+            logger.info(
+                "job %s: plan deployed %.3f s after profiling (%s; %d points)",
+                job.name,
+                job.planning.total_s,
+                job.planning.describe(),
+                len(solved.frontier.points),
+            )
+        if self._cache is not None:  # after deploying: writing a large frontier takes a while
             try:
-                self._cache.store_frontier(job.signature, frontier)
+                self._cache.store_frontier(job.signature, solved.frontier)
             except OSError as exc:
                 logger.warning("job %s: cannot cache the frontier: %s", job.name, exc)
-        self._run(job)
 
     # ------------------------------------------------------------------ deployment
 

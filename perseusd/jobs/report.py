@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 import time
 
-from perseus_client.protocol import CarbonInfo, JobInfo, PipelineInfo, ProfilingInfo, StragglerInfo
+from perseus_client.protocol import (
+    CarbonInfo,
+    JobInfo,
+    PipelineInfo,
+    PlanningInfo,
+    ProfilingInfo,
+    StragglerInfo,
+)
 
 from perseusd.cluster.job_board import PipelineFacts
 from perseusd.jobs.job import Job
@@ -68,6 +75,20 @@ def job_info(
         measured_all_max_energy_j=_round(measured.all_max_j, 3) if measured is not None else None,
         carbon=carbon,
         plan_note=job.plan_note,
+        planning=_planning(job),
+    )
+
+
+def _planning(job: Job) -> PlanningInfo | None:
+    times = job.planning
+    if times is None:
+        return None
+    p = times.phases
+    return PlanningInfo(
+        *(
+            round(v, 6)
+            for v in (times.total_s, p.fit_s, p.frontier_s, p.follow_s, p.descent_s, times.transfer_s)
+        )
     )
 
 

@@ -70,6 +70,11 @@ def job_families(snapshots: list[tuple[JobInfo, int, int]]) -> Iterator[Metric]:
     iteration = gauge("pipeline_iteration_time_seconds", "Mean measured iteration time", PIPELINE)
     iterations = counter("pipeline_iterations", "Iterations measured", PIPELINE)
     slowness = gauge("pipeline_slowness_ratio", "Compute time over the plan's time (1: on plan)", PIPELINE)
+    planning = gauge(
+        "job_planning_seconds",
+        "Profiling done to plan deployed, by phase (fit, frontier, follow, descent, transfer; total)",
+        (*JOB, "phase"),
+    )
     for info, clock_changes, wrong_starts in snapshots:
         key = [info.job, str(info.uid)]
         for name in JOB_STATES:
@@ -83,6 +88,8 @@ def job_families(snapshots: list[tuple[JobInfo, int, int]]) -> Iterator[Metric]:
         late.add_metric(key, wrong_starts)
         if info.straggler is not None:
             straggling.add_metric([*key, str(info.straggler.pipeline)], info.straggler.factor)
+        for phase, seconds in planning_phases(info):
+            planning.add_metric([*key, phase], seconds)
         for pipe in info.pipelines[:MAX_PIPELINES]:
             pkey = [*key, str(pipe.pipeline)]
             _maybe(iteration, pkey, pipe.iteration_time_s)
@@ -90,7 +97,16 @@ def job_families(snapshots: list[tuple[JobInfo, int, int]]) -> Iterator[Metric]:
                 iterations.add_metric(pkey, pipe.iterations)
             _maybe(slowness, pkey, pipe.slowness)
     yield from (state, plan_time, plan_energy, max_time, max_energy, saved, changes, late, straggling)
-    yield from (iteration, iterations, slowness)
+    yield from (iteration, iterations, slowness, planning)
+
+
+def planning_phases(info: JobInfo) -> list[tuple[str, float]]:
+    """(phase, seconds) of the job's planning, "total" last; none before its plan was deployed."""
+    p = info.planning
+    if p is None:
+        return []
+    phases = (p.fit_s, p.frontier_s, p.follow_s, p.descent_s, p.transfer_s, p.total_s)
+    return list(zip(("fit", "frontier", "follow", "descent", "transfer", "total"), phases, strict=True))
 
 
 def _maybe(family: GaugeMetricFamily, labels: list[str], value: float | None) -> None:

@@ -1,10 +1,10 @@
 /*
- * The inner loop of the cost-model fit (exp_fit.py), in C: the moments of exp(s u) against the centred costs
- * at many span exponents s.
+ * The inner loop of the cost-model fit (exp_fit.py), in C: the moments of the model's shape
+ * phi_s(u) = expm1(s (u - u0)) / s and its derivative in s against the centred costs at many span exponents s.
  *
  * It mirrors `exp_fit._moments` operation for operation (left-to-right sums, as Python 3.11's `sum` of floats
- * does; libm's exp, as `math.exp`; no fused multiply-adds, see setup.py), so both give the same bits; the
- * tests compare them. Optional: without a C compiler the pure-Python loop runs instead.
+ * does; libm's exp and expm1, as `math.exp` and `math.expm1`; no fused multiply-adds, see setup.py), so both
+ * give the same bits; the tests compare them. Optional: without a C compiler the pure-Python loop runs instead.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -23,11 +23,36 @@ static double dot(const double *x, const double *y, Py_ssize_t n) {
     return total;
 }
 
-/* work holds 2 n doubles. out gets cov(e, y), var(e) and the numerator of dr/ds. */
+/* exp_fit.PSI_TERMS: (j + 1) / (j + 2)! for j = 0..17, the series of psi(x) = (x e^x - expm1(x)) / x^2. */
+static const double PSI_TERMS[18] = {
+    0.5, 0.3333333333333333, 0.125, 0.03333333333333333, 0.006944444444444444, 0.0011904761904761906,
+    0.00017361111111111112, 2.2045855379188714e-05, 2.48015873015873e-06, 2.505210838544172e-07,
+    2.296443268665491e-08, 1.9270852604185937e-09, 1.4911969277048643e-10, 1.0706029224547743e-11,
+    7.169215998581078e-13, 4.498331606952833e-14, 2.6552651846596585e-15, 1.4797143443923793e-16,
+};
+#define SERIES_BELOW 0.5
+
+/* exp_fit._psi */
+static double psi(double x) {
+    if (x > -SERIES_BELOW) {
+        double total = PSI_TERMS[17];
+        for (int j = 16; j >= 0; j--) total = total * x + PSI_TERMS[j];
+        return total;
+    }
+    return (x * exp(x) - expm1(x)) / (x * x);
+}
+
+/* work holds 2 n doubles. out gets cov(phi, y), var(phi) and the numerator of d corr / ds, as
+ * exp_fit._moments. */
 static void moments_at(const double *u, const double *yc, Py_ssize_t n, double s, double *work, double *out) {
     double *e_c = work, *de_c = work + n;
-    for (Py_ssize_t i = 0; i < n; i++) e_c[i] = s > 0 ? exp(s * (u[i] - 1.0)) : exp(s * u[i]);
-    for (Py_ssize_t i = 0; i < n; i++) de_c[i] = u[i] * e_c[i];
+    double u0 = s > 0 ? 1.0 : 0.0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double v = u[i] - u0;
+        double x = s * v;
+        e_c[i] = s != 0.0 ? expm1(x) / s : v;
+        de_c[i] = v * v * psi(x);
+    }
     double e_mean = mean_of(e_c, n), de_mean = mean_of(de_c, n);
     for (Py_ssize_t i = 0; i < n; i++) {
         e_c[i] -= e_mean;

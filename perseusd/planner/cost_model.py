@@ -3,14 +3,16 @@
 Section 4 of the solver specification: fit c(q) = a exp(b q) + c0 by least squares and keep the fit with the
 lowest mean squared error. Two methods:
 
-- `fast` (default): the best stationary fit with a > 0, found directly (`exp_fit.py`): for a fixed exponent
-  the model is linear in its other two coefficients, so it is a one-dimensional search; no scipy.
+- `fast` (default): the least-squares fit with a > 0 over the whole family the reference can return, its
+  nearly-linear limit included, found directly (`exp_fit.py`): for a fixed exponent the model is linear in
+  its other two coefficients, so it is a one-dimensional search; no scipy.
 - `reference`: the specification's grid of 54 scipy `curve_fit` starts (Levenberg-Marquardt), exactly as the
   reference does. It is about a hundred times slower and, rarely, keeps a worse local optimum.
 
 Where the reference crashes (no accepted fit, fewer points than parameters, costs in unusual units) this
 module degrades gracefully: the reference method retries on normalised costs; both then use the lower convex
-hull of the options, and say which model they used.
+hull of the options, and say which model they used. The fast fit leaves the hull only to option sets with no
+exponential fit at all: fewer than four options, equal costs.
 """
 
 from __future__ import annotations
@@ -145,10 +147,9 @@ def fit_cost_model(option_set: OptionSet, unit_time_s: float, method: str = "fas
     if method == "fast":
         fit = fit_exponential([p[0] for p in points], [p[1] for p in points])
         if fit is not None:
-            a, b, c = fit[0]
-            curve = tuple(a * math.exp(b * q) + c for q in range(lo, hi + 1))
+            curve = tuple(fit.cost(q) for q in range(lo, hi + 1))
             if all(map(math.isfinite, curve)):
-                return CostModel("exponential", lo, curve, fit[0])
+                return CostModel("exponential", lo, curve, fit.coefficients)
     else:
         import numpy as np
 

@@ -6,8 +6,10 @@ plus the blocking power of each GPU while it is not computing: E = sum_i e_i + P
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from perseusd.planner.dag import ComputationDag
 from perseusd.planner.profile import Measurement, Profile
@@ -30,6 +32,42 @@ def longest_path_s(dag: ComputationDag, durations_s: Sequence[float]) -> float:
         start = max((finish[p] for p in dag.predecessors[node]), default=0.0)
         finish[node] = start + durations_s[node]
     return max(finish, default=0.0)
+
+
+def _load_c_paths() -> Any | None:
+    try:
+        from perseusd.planner import _switchcore  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _switchcore.Paths
+
+
+_C_PATHS = _load_c_paths()
+
+
+def dag_arrays(dag: ComputationDag) -> tuple[array[int], array[int], array[int]]:
+    """The DAG as (pred_ptr, pred_idx, topological order): predecessors of node v are
+    pred_idx[pred_ptr[v]:pred_ptr[v + 1]]."""
+    pred_ptr, pred_idx = array("q", [0]), array("q")
+    for preds in dag.predecessors:
+        pred_idx.extend(preds)
+        pred_ptr.append(len(pred_idx))
+    return pred_ptr, pred_idx, array("q", dag.topological_order)
+
+
+class LongestPath:
+    """`longest_path_s` through one DAG for many sets of durations, in C where it was built (the same
+    result: a maximum of sums taken in the same order)."""
+
+    def __init__(self, dag: ComputationDag, use_c: bool = True) -> None:
+        self.dag = dag
+        self._c = _C_PATHS(*dag_arrays(dag)) if use_c and _C_PATHS is not None else None
+
+    def __call__(self, durations_s: Sequence[float]) -> float:
+        if self._c is not None:
+            result: float = self._c.longest(durations_s)
+            return result
+        return longest_path_s(self.dag, durations_s)
 
 
 def measurements_for(dag: ComputationDag, profile: Profile, clocks_mhz: Sequence[int]) -> list[Measurement]:

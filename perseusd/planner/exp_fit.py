@@ -1,14 +1,26 @@
-"""The least-squares fit of c(q) = a exp(b q) + c0 without a general-purpose optimiser.
+"""The least-squares fit of c(q) = a exp(b q) + c0 (a > 0) without a general-purpose optimiser.
 
-For a fixed exponent b the model is linear in a and c0, so their best values are closed-form and the mean
-squared error of the best fit with exponent b is n var(y) (1 - r(b)^2), where r(b) is the correlation between
-exp(b q) and the costs. The reference (a grid of 54 Levenberg-Marquardt starts, `cost_model.py`) keeps the
-lowest-error stationary point with a >= 0; a >= 0 is r(b) > 0. So the best fit is the highest local maximum of
-r over b: found by scanning a grid of exponents and solving dr/db = 0 inside every bracket (regula falsi), to
-full floating-point precision.
+For a fixed exponent the model is linear in its other two coefficients, so their best values are closed-form
+and the mean squared error of the best fit is var(y) (1 - G^2), G the correlation between the model's shape
+and the costs. Written with the span exponent s = b (q_max - q_min) and u = (q - q_min) / span in [0, 1], the
+shape is phi_s(u) = expm1(s (u - u0)) / s (u0 = 1 for s > 0, else 0): an exponential up to an affine map, so
+it has the same correlation, and it tends to u as s -> 0. a > 0 is "the fitted multiple of phi_s has the sign
+of s", so G(s) = sign(s) corr(phi_s, y) must be positive. The fit maximises G over the whole family the
+reference (`cost_model.py`'s 54 `curve_fit` starts) can return:
+
+- interior optima: a grid of |s| on each side of zero, and dG/d|s| = 0 solved inside every bracket where it
+  changes sign (regula falsi), to full floating-point precision;
+- the nearly-linear limit s -> 0 (the exponent towards 0 with a and c0 growing without bound: a straight
+  line, approached from the side where a > 0), where the reference stops somewhere along the way; taken as
+  an exponential with an exponent small enough that its error is the line's to 1e-12;
+- the steepest exponent whose a exp(b q) the reference can still evaluate (b q_max or -b q_min at most
+  log(max float)): beyond it its error is infinite.
+
+Costs are evaluated in the stable form `level + slope expm1(b (q - q_ref)) / b` (q_ref the slowest time for
+b > 0, the fastest for b < 0), which stays exact as b -> 0, where a exp(b q) + c0 cancels.
 
 No numpy: an option set has tens of points, so importing numpy would cost more than the fit itself. The
-moments at the 192 grid exponents are the inner loop; they run in C (`_fitcore`, the same bits) when it was
+moments at the grid exponents are the inner loop; they run in C (`_fitcore`, the same bits) when it was
 built, else in Python (`_moments`, its executable specification).
 """
 
@@ -16,20 +28,58 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from operator import mul
 from typing import Any
 
 MIN_POINTS = 4
 """Three parameters need more than three points: the reference rejects an exact fit (infinite covariance)."""
-_HALF_GRID = 96
-SPAN_EXPONENTS: tuple[float, ...] = tuple(
-    [-80.0 * (1e-3 / 80.0) ** (i / (_HALF_GRID - 1)) for i in range(_HALF_GRID)]
-    + [1e-3 * (80.0 / 1e-3) ** (i / (_HALF_GRID - 1)) for i in range(_HALF_GRID)]
+LOG_MAX_FLOAT = 709.782712893384
+"""log of the largest float: exp of anything above it overflows, and the reference's error is then inf."""
+SPAN_CAP = 1e5
+"""The largest |s| searched when the times do not bound it (a time at or below zero)."""
+GRID_MIN = 1e-3
+GRID_RATIO = 1.1
+GRID: tuple[float, ...] = tuple(
+    GRID_MIN * GRID_RATIO**i for i in range(int(math.log(SPAN_CAP / GRID_MIN, 1.1)))
 )
-"""The scanned b * (q_max - q_min), geometric on each side of zero: from nearly linear to a single kink."""
+"""The scanned |s| (with 0 and the side's largest |s|): geometric, from nearly linear to a single kink."""
+PSI_TERMS: tuple[float, ...] = tuple((j + 1) / math.factorial(j + 2) for j in range(18))
+"""The series of psi(x) = (x e^x - expm1(x)) / x^2 (= d phi / d s / v^2), used for |x| < `SERIES_BELOW`."""
+SERIES_BELOW = 0.5
 MAX_REFINE_STEPS = 200
+LINEAR_SLACK = 1e-12
+"""The nearly-linear limit's exponent is taken where its error exceeds the line's by at most this share."""
 
 Coefficients = tuple[float, float, float]
+
+
+@dataclass(frozen=True)
+class ExpFit:
+    """A fitted c(q) = a exp(b q) + c0 with a >= 0, held in the stable form
+    `level + slope * expm1(b (q - q_ref)) / b` (the cost and its derivative at `q_ref`)."""
+
+    b: float
+    q_ref: float
+    level: float
+    slope: float
+    mse: float
+    """The mean squared error over the fitted points."""
+
+    def cost(self, q: float) -> float:
+        """The modelled cost at `q`."""
+        x = self.b * (q - self.q_ref)
+        return self.level + self.slope * (math.expm1(x) / self.b if self.b != 0.0 else q - self.q_ref)
+
+    @property
+    def coefficients(self) -> Coefficients:
+        """(a, b, c0); a and c0 grow without bound towards the nearly-linear limit (and may then overflow)."""
+        try:
+            a = self.slope / self.b * math.exp(-self.b * self.q_ref)
+        except (OverflowError, ZeroDivisionError):
+            a = math.inf
+        c0 = self.level - self.slope / self.b if self.b != 0.0 else -math.inf
+        return a, self.b, c0
 
 
 def _dot(x: Sequence[float], y: Sequence[float]) -> float:
@@ -41,22 +91,36 @@ def _centred(x: Sequence[float]) -> list[float]:
     return [v - mean for v in x]
 
 
-def _exps(u: Sequence[float], s: float) -> list[float]:
-    """exp(s u), shifted by exp(-s) for s > 0 so that no value overflows (u in [0, 1])."""
-    exp = math.exp
-    if s > 0:
-        return [exp(s * (v - 1.0)) for v in u]
-    return [exp(s * v) for v in u]
+def _psi(x: float) -> float:
+    """(x e^x - expm1(x)) / x^2 for x <= 0, exact near 0 (its Taylor series there)."""
+    if x > -SERIES_BELOW:
+        total = PSI_TERMS[-1]
+        for term in reversed(PSI_TERMS[:-1]):
+            total = total * x + term
+        return total
+    return (x * math.exp(x) - math.expm1(x)) / (x * x)
+
+
+def _shape(u: Sequence[float], s: float) -> tuple[list[float], list[float]]:
+    """phi_s(u) and d phi_s / d s at every point (every exponent s (u - u0) <= 0: nothing overflows)."""
+    u0 = 1.0 if s > 0 else 0.0
+    phi, dphi = [], []
+    for ui in u:
+        v = ui - u0
+        x = s * v
+        phi.append(math.expm1(x) / s if s != 0.0 else v)
+        dphi.append(v * v * _psi(x))
+    return phi, dphi
 
 
 def _moments(u: Sequence[float], y_c: Sequence[float], s: float) -> tuple[float, float, float]:
-    """cov(e, y), var(e) and the numerator of dr/ds at span exponent `s` (e = exp(s u), y_c centred)."""
-    e = _exps(u, s)
-    e_c = _centred(e)
-    de_c = _centred(list(map(mul, u, e)))
+    """cov(phi, y), var(phi) and the numerator of d corr(phi, y) / ds at span exponent `s` (y_c centred)."""
+    phi, dphi = _shape(u, s)
+    e_c = _centred(phi)
+    de_c = _centred(dphi)
     cov_ey = _dot(e_c, y_c)
     var_e = _dot(e_c, e_c)
-    # d/ds [cov(e,y) / sqrt(var(e))] has the sign of cov(e',y) var(e) - cov(e,y) cov(e,e').
+    # d/ds [cov(phi,y) / sqrt(var(phi))] has the sign of cov(phi',y) var(phi) - cov(phi,y) cov(phi,phi').
     slope = _dot(de_c, y_c) * var_e - cov_ey * _dot(de_c, e_c)
     return cov_ey, var_e, slope
 
@@ -82,14 +146,14 @@ def moments_at(
     return [_moments(u, y_c, s) for s in spans]
 
 
-def _refine(
-    u: Sequence[float], y_c: Sequence[float], lo: float, hi: float, f_lo: float, f_hi: float
-) -> float:
-    """The root of dr/ds in [lo, hi], where the slope is positive at lo and not positive at hi.
+def _refine(u: Sequence[float], y_c: Sequence[float], side: float, lo: float, hi: float) -> float:
+    """The root of d corr / ds at s = side * t, t in [lo, hi], where the slope is positive at lo and not
+    positive at hi (G = side * corr grows with t = |s| where the slope is positive, on either side).
 
     Regula falsi with the Illinois correction, falling back to bisection, until the bracket cannot shrink.
     """
-    side = 0
+    f_lo, f_hi = (m[2] for m in moments_at(u, y_c, (side * lo, side * hi)))
+    end = 0
     for _ in range(MAX_REFINE_STEPS):
         if f_hi == 0.0:
             return hi
@@ -100,63 +164,103 @@ def _refine(
             mid = 0.5 * (lo + hi)
             if mid in (lo, hi):
                 break
-        f_mid = moments_at(u, y_c, (mid,))[0][2]
+        f_mid = moments_at(u, y_c, (side * mid,))[0][2]
         if f_mid > 0:
             lo, f_lo = mid, f_mid
-            f_hi = f_hi * 0.5 if side == 1 else f_hi
-            side = 1
+            f_hi = f_hi * 0.5 if end == 1 else f_hi
+            end = 1
         else:
             hi, f_hi = mid, f_mid
-            f_lo = f_lo * 0.5 if side == -1 else f_lo
-            side = -1
+            f_lo = f_lo * 0.5 if end == -1 else f_lo
+            end = -1
     return 0.5 * (lo + hi)
 
 
-def _best_span_exponent(u: Sequence[float], y_c: Sequence[float]) -> float | None:
-    """The span exponent of the highest local maximum of r with r > 0, or None."""
-    grid = moments_at(u, y_c, SPAN_EXPONENTS)
-    best: tuple[float, float] | None = None
-    for i in range(len(SPAN_EXPONENTS) - 1):
-        s_lo, s_hi = SPAN_EXPONENTS[i], SPAN_EXPONENTS[i + 1]
-        (cov_lo, _, slope_lo), (cov_hi, _, slope_hi) = grid[i], grid[i + 1]
-        # r > 0 is cov(e, y) > 0 (var(e) > 0 away from s = 0, which the grid skips).
-        if s_lo < 0 < s_hi or not (slope_lo > 0 >= slope_hi) or max(cov_lo, cov_hi) <= 0:
-            continue
-        s = _refine(u, y_c, s_lo, s_hi, slope_lo, slope_hi)
-        cov_ey, var_e, _ = moments_at(u, y_c, (s,))[0]
-        if cov_ey <= 0 or not var_e > 0:
-            continue
-        score = cov_ey * cov_ey / var_e
-        if best is None or score > best[1]:
-            best = (s, score)
-    return None if best is None else best[0]
+def _score(moments: tuple[float, float, float], side: float) -> float | None:
+    """G^2 var(y) n (the error it removes) where G = side * corr > 0 (a > 0); else None."""
+    cov_ey, var_e, _ = moments
+    if not (cov_ey * side > 0 and var_e > 0):
+        return None
+    return cov_ey * cov_ey / var_e
 
 
-def fit_exponential(q: Sequence[float], y: Sequence[float]) -> tuple[Coefficients, float] | None:
-    """The best (a, b, c0) with a > 0 and its mean squared error; None when no stationary fit has a > 0."""
+def _side_best(u: Sequence[float], y_c: Sequence[float], side: float, t_max: float) -> tuple[float, float]:
+    """The best t = |s| on one side of zero and its score (t = 0: the nearly-linear limit; score 0: none)."""
+    ts = [0.0, *(t for t in GRID if t < t_max), t_max]
+    grid = moments_at(u, y_c, [side * t for t in ts])
+    candidates = list(zip(ts, grid, strict=True))
+    for k in range(len(ts) - 1):
+        if grid[k][2] > 0 >= grid[k + 1][2]:
+            t = _refine(u, y_c, side, ts[k], ts[k + 1])
+            candidates.append((t, moments_at(u, y_c, (side * t,))[0]))
+    best = (0.0, 0.0)
+    for t, moments in candidates:
+        score = _score(moments, side)
+        if score is not None and score > best[1]:
+            best = (t, score)
+    return best
+
+
+def _largest_spans(q_min: float, q_max: float, span: float, y_range: float) -> tuple[float, float]:
+    """The largest |s| on each side (s > 0, s < 0) whose a exp(b q) the reference can still evaluate: for
+    b > 0, exp(b q_max) finite; for b < 0, a = amplitude exp(-b q_min) finite."""
+    positive = LOG_MAX_FLOAT / q_max * span if q_max > 0 else SPAN_CAP
+    negative = (LOG_MAX_FLOAT - math.log(max(1.0, y_range))) / q_min * span if q_min > 0 else SPAN_CAP
+    return min(positive, SPAN_CAP), min(negative, SPAN_CAP)
+
+
+def _fit_at(q: Sequence[float], y: Sequence[float], u: Sequence[float], s: float, span: float) -> ExpFit:
+    """The least-squares fit with span exponent `s` (0: the straight line)."""
+    phi, _ = _shape(u, s)
+    e_c = _centred(phi)
+    beta = _dot(e_c, _centred(y)) / _dot(e_c, e_c)
+    q_ref = max(q) if s > 0 else min(q)  # where phi is 0
+    level = sum(y) / len(y) - beta * (sum(phi) / len(phi))
+    fit = ExpFit(s / span, q_ref, level, beta / span, 0.0)
+    mse = sum((yi - fit.cost(qi)) ** 2 for qi, yi in zip(q, y, strict=True)) / len(q)
+    return ExpFit(fit.b, q_ref, level, fit.slope, mse)
+
+
+def _near_linear(
+    q: Sequence[float], y: Sequence[float], u: Sequence[float], side: float, span: float
+) -> ExpFit:
+    """An exponential on `side` of zero whose error is the straight line's to `LINEAR_SLACK`."""
+    line = _fit_at(q, y, u, 0.0, span)
+    floor = (4 * 2.2e-16 * max(map(abs, y))) ** 2
+    t = 1e-6
+    while True:
+        fit = _fit_at(q, y, u, side * t, span)
+        if fit.mse <= line.mse * (1 + LINEAR_SLACK) + floor or t < 1e-290:
+            return fit
+        t /= 16
+
+
+def fit_exponential(q: Sequence[float], y: Sequence[float]) -> ExpFit | None:
+    """The least-squares c(q) = a exp(b q) + c0 with a >= 0 over the family the reference can return (a = 0,
+    a constant, only where no a > 0 does better: equal costs); None when there is none (fewer than
+    `MIN_POINTS` points, non-finite values, equal times)."""
     q, y = [float(v) for v in q], [float(v) for v in y]
     if len(q) < MIN_POINTS or len(q) != len(y) or not all(map(math.isfinite, q + y)):
         return None
     q_min, q_max = min(q), max(q)
     span = q_max - q_min
-    if span <= 0 or max(y) == min(y):
+    if span <= 0:
         return None
     u = [(v - q_min) / span for v in q]
     y_c = _centred(y)
-    s = _best_span_exponent(u, y_c)
-    if s is None:
+    t_pos, t_neg = _largest_spans(q_min, q_max, span, max(y) - min(y))
+    (t_p, score_p), (t_n, score_n) = _side_best(u, y_c, 1.0, t_pos), _side_best(u, y_c, -1.0, t_neg)
+    if max(score_p, score_n) <= 0:
+        return _constant(q, y, span)
+    side, t = (1.0, t_p) if score_p >= score_n else (-1.0, t_n)
+    fit = _near_linear(q, y, u, side, span) if t == 0.0 else _fit_at(q, y, u, side * t, span)
+    if not all(map(math.isfinite, (fit.b, fit.level, fit.slope, fit.mse))) or fit.slope / fit.b <= 0:
         return None
-    e = _exps(u, s)
-    cov_ey, var_e, _ = moments_at(u, y_c, (s,))[0]
-    a_scaled = cov_ey / var_e
-    c0 = sum(y) / len(y) - a_scaled * (sum(e) / len(e))
-    b = s / span
-    # e = exp(b (q - q_ref)), q_ref the slowest (s > 0) or fastest (s < 0) time: a = a_scaled exp(-b q_ref).
-    try:
-        a = a_scaled * math.exp(-b * (q_max if s > 0 else q_min))
-        mse = sum((yi - (a * math.exp(b * qi) + c0)) ** 2 for qi, yi in zip(q, y, strict=True)) / len(q)
-    except OverflowError:
-        return None
-    if not all(map(math.isfinite, (a, b, c0, mse))):
-        return None
-    return (a, b, c0), mse
+    return fit
+
+
+def _constant(q: Sequence[float], y: Sequence[float], span: float) -> ExpFit:
+    """a = 0: the mean cost (the exponent is immaterial; the reference's starts have b < 0)."""
+    level = sum(y) / len(y)
+    mse = sum((v - level) ** 2 for v in y) / len(y)
+    return ExpFit(-1.0 / span, min(q), level, 0.0, mse)

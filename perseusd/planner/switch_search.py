@@ -21,15 +21,16 @@ tried in a fixed order, ties keep the first) and bounded by a number of evaluati
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from perseusd.planner.dag import ComputationDag
-from perseusd.planner.evaluate import evaluate_clocks, longest_path_s
+from perseusd.planner.evaluate import evaluate_clocks
 from perseusd.planner.plan import Frontier, Plan
 from perseusd.planner.policy import TOLERANCE
 from perseusd.planner.profile import Profile
-from perseusd.planner.switching import PointFollower, SwitchModel, followable_stage_clocks, late_begins
+from perseusd.planner.switch_core import ScanLimits, StageCost, switch_core
+from perseusd.planner.switching import PointFollower, SwitchModel, late_begins
 
 Rows = tuple[tuple[int, ...], ...]
 """Clocks per stage, in schedule order."""
@@ -48,46 +49,42 @@ class Descent:
     moves: int
 
 
-@dataclass(frozen=True)
-class _StageCost:
-    durations_s: list[float]
-    """Per computation: its time at the slower of its planned and effective clocks."""
-    energy_j: float
-    """At the effective clocks."""
-    busy_s: float
-    """Time computing at the effective clocks (the rest of the iteration draws blocking power)."""
-    late: int
-    """Computations that begin while another clock than their planned one is applied (`late_begins`)."""
-
-
 @dataclass
 class _State:
     """A descent in progress: the plan, its stages' costs and figures, and what it has spent."""
 
-    rows: list[list[int]]
-    costs: list[_StageCost]
+    rows: list[tuple[int, ...]]
+    costs: list[StageCost]
     time_s: float = 0.0
     energy_j: float = 0.0
     evaluations: int = 0
     moves: int = 0
 
     def late(self) -> int:
-        return sum(cost.late for cost in self.costs)
+        return sum(cost[2] for cost in self.costs)
 
-    def apply(self, energy_j: float, time_s: float, stage: int, row: list[int], cost: _StageCost) -> None:
+    def apply(
+        self, energy_j: float, time_s: float, stage: int, row: tuple[int, ...], cost: StageCost
+    ) -> None:
         self.energy_j, self.time_s, self.rows[stage], self.costs[stage] = energy_j, time_s, row, cost
         self.moves += 1
 
 
 class DescentSearch:
-    """Descents on one job's DAG and profile under one switch model."""
+    """Descents on one job's DAG and profile under one switch model.
 
-    def __init__(self, dag: ComputationDag, profile: Profile, p_block_w: float, model: SwitchModel) -> None:
+    A stage's trial rows are judged by `switch_core` (in C where it was built, the same figures as its
+    Python specification); one descent runs at a time on a search."""
+
+    def __init__(
+        self, dag: ComputationDag, profile: Profile, p_block_w: float, model: SwitchModel, use_c: bool = True
+    ) -> None:
         self.dag = dag
         self.p_block_w = p_block_w
         self.model = model
         self.follower = PointFollower(dag, profile, p_block_w, model)
         self.stages = self.follower.stages
+        self.core = switch_core(dag, self.stages, model, use_c)
 
     def all_max(self) -> Rows:
         """Every computation at its highest measured clock."""
@@ -95,7 +92,9 @@ class DescentSearch:
 
     def evaluate(self, rows: Sequence[Sequence[int]]) -> tuple[float, float]:
         """A plan's conservative (time, energy)."""
-        return self._total([self._stage_cost(s, list(row)) for s, row in enumerate(rows)])
+        costs = self._set(rows)
+        time_s = self.core.trial_time(0)
+        return time_s, self._energy(costs, time_s)
 
     def late(self, rows: Sequence[Sequence[int]]) -> int:
         """How many of a plan's computations begin before their clock is applied (`late_begins`)."""
@@ -112,10 +111,9 @@ class DescentSearch:
         that begin before their clock is applied (`late_begins`; None: any number). A start with more is
         first repaired: moves that lower that count, the least energy first, until it is within the cap.
         None when `start` is over the time limit, or cannot be repaired within the budget."""
-        state = _State(
-            [list(row) for row in start], [self._stage_cost(s, list(row)) for s, row in enumerate(start)]
-        )
-        state.time_s, state.energy_j = self._total(state.costs)
+        state = _State([tuple(row) for row in start], self._set(start))
+        state.time_s = self.core.trial_time(0)
+        state.energy_j = self._energy(state.costs, state.time_s)
         limit_s *= 1 + TOLERANCE
         if state.time_s > limit_s:
             return None
@@ -126,69 +124,60 @@ class DescentSearch:
             if move is None:
                 break
             state.apply(*move)
+            self.core.stage_cost(move[2], move[3])
+            self.core.accept(move[2])
         if state.late() > allowed:
             return None
-        rows = tuple(tuple(row) for row in state.rows)
+        rows = tuple(state.rows)
         return Descent(rows, state.time_s, state.energy_j, state.evaluations, state.moves)
+
+    def _set(self, rows: Sequence[Sequence[int]]) -> list[StageCost]:
+        """Every stage's cost of `rows`, which become the core's current durations."""
+        costs = []
+        for stage, row in enumerate(rows):
+            costs.append(self.core.stage_cost(stage, list(row)))
+            self.core.accept(stage)
+        return costs
 
     def _best_move(
         self, state: _State, limit_s: float, allowed: int, repairing: bool, max_evaluations: int
-    ) -> tuple[float, float, int, list[int], _StageCost] | None:
+    ) -> tuple[float, float, int, tuple[int, ...], StageCost] | None:
         """The move of least energy within the time limit that lowers the late count (`repairing`) or, with
-        at most `allowed` late, the energy; None when there is none (or the budget ran out first)."""
+        at most `allowed` late, the energy; None when there is none (or the budget ran out first).
+
+        Each stage's moves are scanned by the core (`SwitchCore.scan`); a trial's figures are `_energy`'s,
+        the same sums in the same order."""
         late = state.late()
-        best: tuple[float, float, int, list[int], _StageCost] | None = None
+        best: tuple[float, float, int, tuple[int, ...], StageCost] | None = None
         for stage, row in enumerate(state.rows):
-            for trial in self._moves(stage, row):
-                if state.evaluations >= max_evaluations:
-                    return best
-                state.evaluations += 1
-                cost = self._stage_cost(stage, trial)
-                trial_late = late - state.costs[stage].late + cost.late
-                if trial_late >= late if repairing else trial_late > allowed:
-                    continue
-                time_s, energy_j = self._total([*state.costs[:stage], cost, *state.costs[stage + 1 :]])
-                bound_j = best[0] if best else (math.inf if repairing else state.energy_j)
-                if time_s <= limit_s and energy_j < bound_j - 1e-12:
-                    best = (energy_j, time_s, stage, trial, cost)
+            before, after = state.costs[:stage], state.costs[stage + 1 :]
+            limits = ScanLimits(
+                late,
+                late - state.costs[stage][2],
+                allowed,
+                repairing,
+                limit_s,
+                best[0] if best else (math.inf if repairing else state.energy_j),
+                sum(c[0] for c in before),
+                sum(c[1] for c in before),
+                tuple((c[0], c[1]) for c in after),
+                self.p_block_w,
+                self.dag.num_stages,
+                max_evaluations - state.evaluations,
+            )
+            used, exhausted, found = self.core.scan(stage, row, *limits.args())
+            state.evaluations += used
+            if found is not None:
+                best = (found[0], found[1], stage, found[2], found[3])
+            if exhausted:
+                return best
         return best
 
-    def _moves(self, stage: int, row: list[int]) -> Iterator[list[int]]:
-        """Every distinct plan of one stage that sets a cyclic segment of `row` to one clock."""
-        costs = self.stages[stage]
-        n = len(row)
-        seen: set[tuple[int, ...]] = {tuple(row)}
-        for clock_mhz in costs.all_clocks_mhz:
-            snapped = [costs.snap_up(k, clock_mhz) for k in range(n)]
-            for first in range(n):
-                trial = list(row)
-                for length in range(n):
-                    k = (first + length) % n
-                    trial[k] = snapped[k]
-                    key = tuple(trial)
-                    if key not in seen:
-                        seen.add(key)
-                        yield list(trial)
-
-    def _stage_cost(self, stage: int, planned: list[int]) -> _StageCost:
-        costs = self.stages[stage]
-        effective = followable_stage_clocks(planned, costs.time_at, costs.snap_up, self.model)
-        durations_s = []
-        energy_j = busy_s = 0.0
-        for k, (clock_mhz, planned_mhz) in enumerate(zip(effective, planned, strict=True)):
-            ran_s = costs.time_s[k][clock_mhz]
-            durations_s.append(max(ran_s, costs.time_s[k][planned_mhz]))
-            energy_j += costs.energy_j[k][clock_mhz]
-            busy_s += ran_s
-        late = late_begins(planned, costs.time_at, self.model)
-        return _StageCost(durations_s, energy_j, busy_s, late)
-
-    def _total(self, costs: Sequence[_StageCost]) -> tuple[float, float]:
-        """The plan's (time, energy): nodes are numbered stage by stage in schedule order."""
-        time_s = longest_path_s(self.dag, [d for cost in costs for d in cost.durations_s])
-        busy_s = sum(cost.busy_s for cost in costs)
+    def _energy(self, costs: Sequence[StageCost], time_s: float) -> float:
+        """The plan's energy at iteration time `time_s`: its stages' plus blocking power while waiting."""
+        busy_s = sum(cost[1] for cost in costs)
         waiting_j = self.p_block_w * (self.dag.num_stages * time_s - busy_s)
-        return time_s, sum(cost.energy_j for cost in costs) + waiting_j
+        return sum(cost[0] for cost in costs) + waiting_j
 
 
 LIMIT_FACTORS = (1.0, 1.05, 1.1, 1.2, 1.3)

@@ -23,11 +23,13 @@ Newer requests supersede older ones in the daemon, so requests never queue; this
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from itertools import chain
 
 from perseusd.planner.dag import ComputationDag
-from perseusd.planner.evaluate import evaluate_clocks
+from perseusd.planner.evaluate import LongestPath
 from perseusd.planner.plan import Followed, Frontier, Plan, RowSharer, SwitchingMeta
 from perseusd.planner.profile import Profile
 
@@ -191,20 +193,19 @@ def follow_frontier(
     really run), the computations not at their planned clock, and the solver's refined time and energy
     (`planned_time_s` / `planned_energy_j`); its `refined_time_s` and `refined_energy_j` become the
     effective plan's, evaluated on the profile. The frontier gains `switching` (the model).
+
+    Neighbouring points differ in a few stages only: each distinct stage row is merged and followed once
+    (`PointFollower` keeps them), so a point costs about one longest path through the DAG.
     """
     points = []
     follower = PointFollower(dag, profile, p_block_w, model)
     merged_rows = RowSharer()
+    merged_memo: list[dict[tuple[int, ...], list[int]]] = [{} for _ in range(dag.num_stages)]
     for solved in frontier.points:
         clocks = solved.clocks_mhz
         if model.min_run_s > 0:
             clocks = merged_rows.share(
-                [
-                    merged_stage_clocks(
-                        stage_clocks, follower.time_at(stage), follower.snap_up(stage), model.min_run_s
-                    )
-                    for stage, stage_clocks in enumerate(solved.clocks_mhz)
-                ]
+                [follower.merged(stage, row, merged_memo[stage]) for stage, row in enumerate(clocks)]
             )
         solved_clocks = solved.clocks_mhz if model.min_run_s > 0 else None
         points.append(
@@ -214,19 +215,54 @@ def follow_frontier(
     return replace(frontier, points=tuple(points), switching=switching)
 
 
+@dataclass(frozen=True)
+class _FollowedRow:
+    """One stage row of planned clocks as it will really run."""
+
+    effective_mhz: tuple[int, ...]
+    changed: int
+    times_s: array[float]
+    """Per computation, at its effective clock."""
+    energies_j: array[float]
+
+
 class PointFollower:
-    """Plays plans of one job out under one switch model (`follow`)."""
+    """Plays plans of one job out under one switch model (`follow`), each distinct stage row once."""
 
     def __init__(self, dag: ComputationDag, profile: Profile, p_block_w: float, model: SwitchModel) -> None:
         self.dag, self.profile, self.p_block_w, self.model = dag, profile, p_block_w, model
         self.stages = [StageOptions(dag, profile, stage) for stage in range(dag.num_stages)]
         self._effective_rows = RowSharer()
+        self._followed: list[dict[tuple[int, ...], _FollowedRow]] = [{} for _ in range(dag.num_stages)]
+        self.longest_path_s = LongestPath(dag)
 
     def time_at(self, stage: int) -> TimeAt:
         return self.stages[stage].time_at
 
     def snap_up(self, stage: int) -> SnapUp:
         return self.stages[stage].snap_up
+
+    def merged(self, stage: int, row: tuple[int, ...], memo: dict[tuple[int, ...], list[int]]) -> list[int]:
+        """`merged_stage_clocks` of one stage row, from `memo` when it was merged before."""
+        found = memo.get(row)
+        if found is None:
+            options = self.stages[stage]
+            found = merged_stage_clocks(row, options.time_at, options.snap_up, self.model.min_run_s)
+            memo[row] = found
+        return found
+
+    def _follow_row(self, stage: int, row: tuple[int, ...]) -> _FollowedRow:
+        """`followable_stage_clocks` of one stage row with its computations' measured time and energy."""
+        found = self._followed[stage].get(row)
+        if found is None:
+            options = self.stages[stage]
+            really = followable_stage_clocks(row, options.time_at, options.snap_up, self.model)
+            changed = sum(1 for old, new in zip(row, really, strict=True) if new != old)
+            times = array("d", (options.time_s[k][clock] for k, clock in enumerate(really)))
+            energies = array("d", (options.energy_j[k][clock] for k, clock in enumerate(really)))
+            found = _FollowedRow(tuple(really), changed, times, energies)
+            self._followed[stage][row] = found
+        return found
 
     def follow(
         self,
@@ -238,24 +274,27 @@ class PointFollower:
         descended_from: int | None = None,
     ) -> Plan:
         """`point` deploying `clocks_mhz`, with `followed` and its refined time and energy the effective
-        plan's (`planned_*`: the figures of `clocks_mhz` with instant switches)."""
-        followed = followable_point(clocks_mhz, self.time_at, self.snap_up, self.model)
-        node_clocks = [0] * self.dag.num_computations
-        for ids, stage_clocks in zip(self.dag.stage_orders, followed.clocks_mhz, strict=True):
-            for node, clock in zip(ids, stage_clocks, strict=True):
-                node_clocks[node] = clock
-        evaluation = evaluate_clocks(self.dag, self.profile, node_clocks, self.p_block_w)
-        effective = followed.clocks_mhz if followed.changed else clocks_mhz  # one object when nothing changed
+        plan's (`planned_*`: the figures of `clocks_mhz` with instant switches).
+
+        The effective plan is evaluated as `evaluate_clocks` does, with the same sums in the same order
+        (nodes are numbered stage by stage in schedule order), so the figures are the same bits."""
+        rows = [self._follow_row(stage, row) for stage, row in enumerate(clocks_mhz)]
+        times_s = list(chain.from_iterable(row.times_s for row in rows))
+        time_s = self.longest_path_s(times_s)
+        compute_j = sum(chain.from_iterable(row.energies_j for row in rows))
+        blocking_j = self.p_block_w * (self.dag.num_stages * time_s - sum(times_s))
+        changed = sum(row.changed for row in rows)
+        effective = tuple(row.effective_mhz for row in rows) if changed else clocks_mhz
         return replace(
             point,
             clocks_mhz=clocks_mhz,
-            refined_time_s=evaluation.time_s,
-            refined_energy_j=evaluation.energy_j,
+            refined_time_s=time_s,
+            refined_energy_j=compute_j + blocking_j,
             followed=Followed(
                 planned_time_s=planned_time_s,
                 planned_energy_j=planned_energy_j,
                 effective_clocks_mhz=self._effective_rows.share(effective),
-                switch_changed=followed.changed,
+                switch_changed=changed,
                 solved_clocks_mhz=solved_clocks_mhz,
                 descended_from=descended_from,
             ),

@@ -123,8 +123,12 @@ def test_jobs_and_status_show_the_running_job(running: Ctl) -> None:
     assert job["frontier_points"] > 1
     assert job["plan_time_s"] <= job["all_max_time_s"] * (1 + 1e-9)
     assert job["pipelines"][0]["stages_registered"] == STAGES
+    phases = ("fit_s", "frontier_s", "follow_s", "descent_s", "transfer_s")
+    assert set(job["planning"]) == {"total_s", *phases}
+    assert job["planning"]["total_s"] == pytest.approx(sum(job["planning"][p] for p in phases), abs=1e-5)
     code, out, _ = running("jobs")
     assert code == 0
+    assert f"planned in {job['planning']['total_s']:.2f} s (fit " in out
     row = next(line for line in out.splitlines() if line.startswith(JOB))
     assert f"1f1b {STAGES}x{MICROBATCHES}" in row
     assert f"#{job['plan_index']} " in row

@@ -112,6 +112,11 @@ def test_imported_profile_is_solved_deployed_and_cached(core: DaemonCore) -> Non
     assert info.all_max_time_s is not None
     assert info.plan_time_s is not None
     assert info.plan_time_s <= info.all_max_time_s * (1 + 1e-9)
+    planning = info.planning  # profiling done (the import) to the plan deployed, by phase
+    assert planning is not None
+    assert min(planning.fit_s, planning.frontier_s) > 0
+    worker_s = planning.fit_s + planning.frontier_s + planning.follow_s + planning.descent_s
+    assert planning.total_s == pytest.approx(worker_s + planning.transfer_s, abs=1e-5)
     plan = core.handle(ME, PlanRequest("train"))
     assert isinstance(plan, DocumentReply)
     stages = json.loads(plan.document)["stages"]
@@ -143,6 +148,7 @@ def test_imported_profile_is_solved_deployed_and_cached(core: DaemonCore) -> Non
     _claim_all(core)  # the same job again: from the cache, no profiling, no solving
     assert _register(core, 0).cached
     assert _register(core, 1).state == "running"
+    assert _info(core)["train"].planning is None
 
 
 def test_job_that_ends_after_running_its_plan_reports_no_error(core: DaemonCore) -> None:

@@ -1,5 +1,6 @@
-"""The solver worker returns the typed, frozen frontier across the process boundary, as solved in-process, and
-its document is what the planner writes for the same points (the daemon writes it only at its edges)."""
+"""The solver worker returns the typed, frozen frontier across the process boundary, as solved in-process,
+with how long each phase took, and its document is what the planner writes for the same points (the daemon
+writes it only at its edges)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import pytest
 
 from perseusd.jobs.shape import JobShape
-from perseusd.jobs.solving import SolveInput, SolveWorker, solve
+from perseusd.jobs.solving import PlanningTimes, SolveInput, SolvePhases, SolveWorker, solve
 from perseusd.planner.plan import Frontier, PlanMeta, frontier_document, frontier_to_document
 from perseusd.planner.profile_csv import profile_to_csv
 from perseusd.planner.solver import SolverParams, solve_frontier
@@ -29,10 +30,16 @@ def _task(switch: SwitchModel | None) -> SolveInput:
 def test_the_worker_returns_the_frontier_it_solved() -> None:
     worker = SolveWorker()
     try:
+        worker.warm()
+        worker.warm()  # once started, a no-op
         for switch in (None, SwitchModel(0.03, 0.032, min_run_s=0.05)):
-            returned = worker.submit(_task(switch)).result(timeout=60)
+            solved = worker.submit(_task(switch)).result(timeout=60)
+            returned = solved.frontier
             assert isinstance(returned, Frontier)
-            assert returned == solve(_task(switch))
+            assert returned == solve(_task(switch)).frontier
+            phases = solved.phases
+            assert min(phases.fit_s, phases.frontier_s) > 0
+            assert (phases.follow_s > 0, phases.descent_s > 0) == (switch is not None,) * 2
             assert (returned.switching is None) == (switch is None)
             first, second = returned.points[0].clocks_mhz, returned.points[1].clocks_mhz
             shared = [a is b for a, b in zip(first, second, strict=True) if a == b]
@@ -45,10 +52,29 @@ def test_the_worker_returns_the_frontier_it_solved() -> None:
 def test_the_document_is_the_planners() -> None:
     """Without switching, the worker's frontier writes the planner's document plus each point's refined
     time."""
-    frontier = solve(_task(None))
+    frontier = solve(_task(None)).frontier
     dag = SHAPE.dag(SHAPE.named_orders() or ())
     points = list(solve_frontier(dag, PROFILE, SolverParams(unit_time_s=0.001, p_block_w=80.0)))
     expected = frontier_document(dag, points, PlanMeta.for_dag(dag, PROFILE, 0.001, 80.0))
     for body, point in zip(expected["points"], points, strict=True):
         body["refined_time_s"] = point.refined_time_s
     assert json.dumps(frontier_to_document(frontier)) == json.dumps(expected)
+
+
+def test_planning_times_name_every_phase_and_the_rest_is_transfer() -> None:
+    times = PlanningTimes(1.0, SolvePhases(0.01, 0.02, 0.07, 0.4))
+    assert times.transfer_s == pytest.approx(0.5)
+    assert (
+        times.describe() == "fit 0.010 s, frontier 0.020 s, follow 0.070 s, descent 0.400 s, transfer 0.500 s"
+    )
+    assert (
+        PlanningTimes(0.1, SolvePhases(0.2, 0.0)).transfer_s == 0.0
+    )  # clocks of two processes: never negative
+
+
+def test_a_worker_closed_while_it_starts_leaves_nothing() -> None:
+    worker = SolveWorker()
+    worker.warm()  # starts on a thread of its own: close waits for it, then stops the process
+    worker.close()
+    assert worker._pool is None
+    worker.close()  # closing twice is fine

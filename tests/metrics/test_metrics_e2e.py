@@ -196,6 +196,11 @@ def test_job_metrics(scraped: Scraped) -> None:
     assert one(by_name, "perseus_pipeline_iterations_total", pipeline="0", **job) >= ITERATIONS
     assert one(by_name, "perseus_job_clock_changes_total", **job) >= 0
     assert one(by_name, "perseus_metrics_series_omitted") == 0
+    phases = {s.labels["phase"]: s.value for s in by_name["perseus_job_planning_seconds"]}
+    assert set(phases) == {"fit", "frontier", "follow", "descent", "transfer", "total"}
+    assert min(phases.values()) >= 0
+    assert min(phases["fit"], phases["frontier"]) > 0
+    assert phases["total"] == pytest.approx(sum(phases.values()) - phases["total"], abs=1e-5)
 
 
 def test_promtool_accepts_the_metrics(scraped: Scraped) -> None:

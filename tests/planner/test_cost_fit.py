@@ -14,7 +14,7 @@ from perseusd.planner import cost_model
 from perseusd.planner.bundled import bundled_profile
 from perseusd.planner.dag import Instruction
 from perseusd.planner.exp_fit import fit_exponential
-from perseusd.planner.options import OptionSet, build_option_set
+from perseusd.planner.options import Option, OptionSet, build_option_set
 from perseusd.planner.profile import Profile
 from tests.support.synthetic import synthetic_profile
 
@@ -59,7 +59,7 @@ def test_reaches_the_reference_optimum(profile: Profile, unit_time_s: float, p_b
         fit = fit_exponential(q, y)
         assert ref is not None
         assert fit is not None
-        coefficients, error = fit
+        coefficients, error = fit.coefficients, fit.mse
         assert coefficients[0] > 0
         assert error == pytest.approx(mse(coefficients, q, y), rel=1e-12)
         # Never worse than the reference; here the same optimum, so the same curve to within the
@@ -80,7 +80,7 @@ def test_better_than_a_reference_fit_stuck_in_a_local_optimum() -> None:
         ref, fit = reference_fit(q, y, 0.001), fit_exponential(q, y)
         assert ref is not None
         assert fit is not None
-        found.append(fit[1] < mse(ref, q, y) * (1 - 1e-3))
+        found.append(fit.mse < mse(ref, q, y) * (1 - 1e-3))
     assert any(found)
 
 
@@ -101,10 +101,38 @@ def test_degenerate_inputs_give_no_fit_and_never_crash() -> None:
         return fit_exponential(np.array(q, dtype=np.float64), np.array(y, dtype=np.float64))
 
     assert fit([1, 2, 3], [3.0, 2.0, 1.5]) is None  # an exact fit: rejected, as the reference does
-    assert fit([1, 2, 3, 4], [5.0, 5.0, 5.0, 5.0]) is None  # flat
     assert fit([1, 2, 3, 4], [1.0, 2.0, float("nan"), 3.0]) is None
+    assert fit([2, 2, 2, 2], [1.0, 2.0, 3.0, 4.0]) is None  # one time: no exponent to fit
+    flat = fit_exponential([1, 2, 3, 4], [5.0, 5.0, 5.0, 5.0])  # a = 0, which the reference accepts
+    assert flat is not None
+    assert (flat.coefficients[0], flat.mse, flat.cost(2.5)) == (0.0, 0.0, 5.0)
     zigzag = fit_exponential(np.array([1.0, 2.0, 3.0, 4.0]), np.array([1.0, 2.0, 4.0, 3.0]))
-    assert zigzag is None or zigzag[0][0] > 0
+    assert zigzag is not None
+    assert zigzag.coefficients[0] > 0
+
+
+def test_nearly_linear_options_take_the_linear_limit() -> None:
+    """Concave costs: every exponential with a > 0 is convex, so the best fit is the limit of ever flatter
+    ones (b -> 0, a and c0 without bound): the straight line. The reference's Levenberg-Marquardt stops on
+    the way (here at b = -6.2e-7, a = 5.8e4), a little worse; the fast fit takes an exponent where the error
+    is the line's to 1e-12, and evaluates it without cancellation."""
+    q = np.arange(1300.0, 1700.0, 40.0)
+    u = (q - q[0]) / (q[-1] - q[0])
+    y = 40.0 - 10.0 * u - 3.0 * u * u
+    fit = fit_exponential(q, y)
+    assert fit is not None
+    line = np.polyfit(q, y, 1)
+    line_mse = float(np.mean(np.square(y - np.polyval(line, q))))
+    assert fit.mse == pytest.approx(line_mse, rel=1e-11)
+    assert abs(fit.b) * (q[-1] - q[0]) < 1e-6
+    assert fit.coefficients[0] > 0
+    assert max(abs(fit.cost(t) - np.polyval(line, t)) for t in q) < 1e-9
+    ref = reference_fit(q, y, 0.0001)
+    assert ref is not None
+    assert fit.mse < mse(ref, q, y)
+    options = [Option(1000 + i, t * 1e-4, c, int(t), c) for i, (t, c) in enumerate(zip(q, y, strict=True))]
+    option_set = OptionSet(0, Instruction.FORWARD, tuple(reversed(options)))
+    assert cost_model.fit_cost_model(option_set, 1e-4).kind == "exponential"
 
 
 def test_daemon_solve_worker_does_not_load_scipy() -> None:
@@ -142,7 +170,18 @@ def test_c_moments_give_the_same_bits_as_the_python_reference() -> None:
         span = max(q) - min(q)
         u = [(v - min(q)) / span for v in q]
         y_c = exp_fit._centred(y)
-        spans = [*exp_fit.SPAN_EXPONENTS, 0.0, 1e-300, -700.0]
+        spans = [
+            *exp_fit.GRID,
+            *(-s for s in exp_fit.GRID),
+            0.0,
+            -0.0,
+            1e-300,
+            -1e-12,
+            0.3,
+            -0.6,
+            -700.0,
+            1e5,
+        ]
         assert exp_fit.moments_at(u, y_c, spans) == exp_fit.moments_at(u, y_c, spans, use_c=False)
 
 

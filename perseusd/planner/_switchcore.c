@@ -1,0 +1,691 @@
+/*
+ * The inner loops of following plans under a clock-switch model and of the switch-aware descent, in C.
+ *
+ * `Paths` holds a DAG and gives its longest path for given durations (evaluate.longest_path_s); `Core` holds one
+ * job's DAG (nodes numbered stage by stage in schedule order), every node's measured options
+ * (clocks ascending, time and energy at each) and the switch model; it gives
+ *   - `longest(durations)`: the longest path through the DAG (evaluate.longest_path_s);
+ *   - `stage_cost(stage, row)`: one stage's planned clocks as the descent judges them
+ *     (switch_core.PyCore.stage_cost: switching.followable_stage_clocks, late_begins), keeping the row's
+ *     durations as the stage's trial;
+ *   - `trial_time(stage)`: the longest path with that trial in place of the stage's current durations;
+ *   - `accept(stage)`: the trial becomes the stage's current durations.
+ * It mirrors the Python code operation for operation (the same sums in the same order, no fused
+ * multiply-adds: see setup.py), so both give the same bits; the tests compare them. Optional: without a C
+ * compiler `switch_core.PyCore` runs instead.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    PyObject_HEAD
+    int64_t n, e, num_stages, max_stage;
+    int64_t *pred_ptr, *pred_idx, *topo, *stage_ptr, *opt_ptr, *opt_clock;
+    double *opt_time, *opt_energy;
+    double latency_s, lead_s;
+    double *current, *trial, *finish, *path_in;
+    /* per stage work: planned and effective clocks, times at the planned clocks, run starts, late marks */
+    int64_t *row, *effective, *run_start, *run_len;
+    double *times;
+    unsigned char *late;
+} Core;
+
+static void *zalloc(int64_t count, size_t size);
+
+/* Index of node's lowest measured clock at or above `clock`, else its highest (StageOptions.snap_up). */
+static int64_t snap_up(const Core *c, int64_t node, int64_t clock) {
+    int64_t first = c->opt_ptr[node], last = c->opt_ptr[node + 1] - 1;
+    for (int64_t k = first; k <= last; k++)
+        if (c->opt_clock[k] >= clock) return k;
+    return last;
+}
+
+/* Index of node's measured clock `clock`, or -1. */
+static int64_t exact(const Core *c, int64_t node, int64_t clock) {
+    for (int64_t k = c->opt_ptr[node]; k < c->opt_ptr[node + 1]; k++)
+        if (c->opt_clock[k] == clock) return k;
+    return -1;
+}
+
+/* switching.runs_of over c->row[0..n): run starts and lengths; the number of runs. */
+static int64_t runs_of(Core *c, int64_t n) {
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (c->row[i] != c->row[(i - 1 + n) % n]) c->run_start[count++] = i;
+    if (count == 0) {
+        c->run_start[0] = 0;
+        c->run_len[0] = n;
+        return n ? 1 : 0;
+    }
+    for (int64_t k = 0; k < count; k++) {
+        int64_t len = (c->run_start[(k + 1) % count] - c->run_start[k]) % n;
+        if (len < 0) len += n;
+        c->run_len[k] = len ? len : n;
+    }
+    return count;
+}
+
+/* switching._before: how many of run k's first computations have `share` of their time before `acts_s`. */
+static int64_t before(const Core *c, int64_t n, int64_t k, double acts_s, double share) {
+    double elapsed = 0.0;
+    int64_t j = 0;
+    for (; j < c->run_len[k]; j++) {
+        int64_t i = (c->run_start[k] + j) % n;
+        if (elapsed + c->times[i] * share >= acts_s) break;
+        elapsed += c->times[i];
+    }
+    return j;
+}
+
+static double run_time(const Core *c, int64_t n, int64_t k) {
+    double total = 0.0;
+    for (int64_t j = 0; j < c->run_len[k]; j++) total += c->times[(c->run_start[k] + j) % n];
+    return total;
+}
+
+static double acts_after(const Core *c, double before_s) {
+    double x = before_s - c->lead_s;
+    return (x > 0.0 ? x : 0.0) + c->latency_s;
+}
+
+static void snap_run(Core *c, int64_t first, int64_t n, int64_t k, int64_t from, int64_t to, int64_t clock) {
+    for (int64_t j = from; j < to; j++) {
+        int64_t i = (c->run_start[k] + j) % n;
+        c->effective[i] = c->opt_clock[snap_up(c, first + i, clock)];
+    }
+}
+
+/* switching.followable_stage_clocks of c->row for the stage whose first node is `first`, into c->effective;
+ * c->times gets each computation's time at its planned clock. Returns the number of runs. */
+static int64_t followable(Core *c, int64_t first, int64_t n) {
+    memcpy(c->effective, c->row, sizeof(int64_t) * (size_t)n);
+    int64_t runs = runs_of(c, n);
+    if (runs < 2) return runs;
+    for (int64_t i = 0; i < n; i++) c->times[i] = c->opt_time[snap_up(c, first + i, c->row[i])];
+    for (int64_t k = 0; k < runs; k++) {
+        int64_t b = (k - 1 + runs) % runs;
+        int64_t before_mhz = c->row[c->run_start[b]], own_mhz = c->row[c->run_start[k]];
+        if (own_mhz < before_mhz) {
+            snap_run(c, first, n, k, 0, before(c, n, k, c->latency_s, 0.5), before_mhz);
+            continue;
+        }
+        double before_s = run_time(c, n, b);
+        double acts_s = acts_after(c, before_s);
+        double elapsed = 0.0; /* _mostly_after */
+        for (int64_t j = 0; j < c->run_len[b]; j++) {
+            int64_t i = (c->run_start[b] + j) % n;
+            if (elapsed + c->times[i] / 2.0 >= acts_s)
+                c->effective[i] = c->opt_clock[snap_up(c, first + i, own_mhz)];
+            elapsed += c->times[i];
+        }
+        snap_run(c, first, n, k, 0, before(c, n, k, acts_s - before_s, 0.5), before_mhz);
+    }
+    return runs;
+}
+
+/* switching.late_begins of c->row (runs and times as `followable` left them). */
+static int64_t late_begins(Core *c, int64_t n, int64_t runs) {
+    if (runs < 2) return 0;
+    memset(c->late, 0, (size_t)n);
+    for (int64_t k = 0; k < runs; k++) {
+        int64_t b = (k - 1 + runs) % runs;
+        if (c->row[c->run_start[k]] < c->row[c->run_start[b]]) {
+            int64_t upto = before(c, n, k, c->latency_s, 0.0);
+            for (int64_t j = 0; j < upto; j++) c->late[(c->run_start[k] + j) % n] = 1;
+            continue;
+        }
+        double before_s = run_time(c, n, b);
+        double acts_s = acts_after(c, before_s);
+        for (int64_t j = before(c, n, b, acts_s, 0.0); j < c->run_len[b]; j++)
+            c->late[(c->run_start[b] + j) % n] = 1;
+        int64_t upto = before(c, n, k, acts_s - before_s, 0.0);
+        for (int64_t j = 0; j < upto; j++) c->late[(c->run_start[k] + j) % n] = 1;
+    }
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++) count += c->late[i];
+    return count;
+}
+
+/* evaluate.longest_path_s */
+static double longest_path(int64_t n, const int64_t *pred_ptr, const int64_t *pred_idx, const int64_t *topo,
+                           double *finish, const double *durations) {
+    double longest_s = 0.0;
+    for (int64_t t = 0; t < n; t++) {
+        int64_t v = topo[t];
+        double start = 0.0;
+        for (int64_t p = pred_ptr[v]; p < pred_ptr[v + 1]; p++)
+            if (finish[pred_idx[p]] > start) start = finish[pred_idx[p]];
+        finish[v] = start + durations[v];
+    }
+    for (int64_t v = 0; v < n; v++)
+        if (finish[v] > longest_s) longest_s = finish[v];
+    return longest_s;
+}
+
+static double longest(Core *c, const double *durations) {
+    return longest_path(c->n, c->pred_ptr, c->pred_idx, c->topo, c->finish, durations);
+}
+
+static int check_stage(const Core *c, long long stage) {
+    if (stage < 0 || stage >= c->num_stages) {
+        PyErr_Format(PyExc_IndexError, "stage %lld out of range", stage);
+        return 0;
+    }
+    return 1;
+}
+
+/* The stage's planned clocks are in c->row: its cost into *energy, *busy, *late and its durations into c->trial.
+ * 0 with a KeyError set when a planned or effective clock was not measured. */
+static int row_cost(Core *c, int64_t stage, double *energy, double *busy, int64_t *late) {
+    int64_t first = c->stage_ptr[stage], n = c->stage_ptr[stage + 1] - first;
+    int64_t runs = followable(c, first, n);
+    *energy = 0.0;
+    *busy = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t ran = exact(c, first + i, c->effective[i]), planned = exact(c, first + i, c->row[i]);
+        if (ran < 0 || planned < 0) {
+            PyErr_Format(PyExc_KeyError, "computation %lld of stage %lld has no measured clock %lld", (long long)i,
+                         (long long)stage, (long long)(ran < 0 ? c->effective[i] : c->row[i]));
+            return 0;
+        }
+        double ran_s = c->opt_time[ran], planned_s = c->opt_time[planned];
+        c->trial[first + i] = planned_s > ran_s ? planned_s : ran_s;
+        *energy += c->opt_energy[ran];
+        *busy += ran_s;
+    }
+    *late = late_begins(c, n, runs);
+    return 1;
+}
+
+/* n clocks of a sequence into out; 0 with an exception set when it is not that. */
+static int read_row(PyObject *obj, int64_t n, long long stage, int64_t *out) {
+    PyObject *seq = PySequence_Fast(obj, "row must be a sequence of clocks");
+    if (!seq) return 0;
+    if (PySequence_Fast_GET_SIZE(seq) != n) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "stage %lld has %lld computations", stage, (long long)n);
+        return 0;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        out[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (out[i] == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return 0;
+        }
+    }
+    Py_DECREF(seq);
+    return 1;
+}
+
+static PyObject *Core_stage_cost(Core *c, PyObject *args) {
+    long long stage;
+    PyObject *row_obj;
+    if (!PyArg_ParseTuple(args, "LO", &stage, &row_obj) || !check_stage(c, stage)) return NULL;
+    if (!read_row(row_obj, c->stage_ptr[stage + 1] - c->stage_ptr[stage], stage, c->row)) return NULL;
+    double energy, busy;
+    int64_t late;
+    if (!row_cost(c, stage, &energy, &busy, &late)) return NULL;
+    return Py_BuildValue("(ddL)", energy, busy, (long long)late);
+}
+
+/* The longest path with the stage's trial durations in place of its current ones. */
+static double trial_longest(Core *c, int64_t stage) {
+    int64_t first = c->stage_ptr[stage], end = c->stage_ptr[stage + 1];
+    memcpy(c->path_in, c->current, sizeof(double) * (size_t)c->n);
+    memcpy(c->path_in + first, c->trial + first, sizeof(double) * (size_t)(end - first));
+    return longest(c, c->path_in);
+}
+
+static PyObject *Core_trial_time(Core *c, PyObject *arg) {
+    long long stage = PyLong_AsLongLong(arg);
+    if ((stage == -1 && PyErr_Occurred()) || !check_stage(c, stage)) return NULL;
+    return PyFloat_FromDouble(trial_longest(c, stage));
+}
+
+/* Rows of n clocks seen by a scan (open addressing over an arena): switch_search's duplicate check. */
+typedef struct {
+    int64_t n, cap, count, limit;
+    int64_t *slots; /* -1: empty; else the row's index in rows */
+    int64_t *rows;
+} RowSet;
+
+static uint64_t row_hash(const int64_t *row, int64_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    for (int64_t i = 0; i < n; i++) {
+        h ^= (uint64_t)row[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static int rowset_init(RowSet *set, int64_t n, int64_t limit) {
+    set->n = n;
+    set->limit = limit;
+    set->count = 0;
+    set->cap = 16;
+    while (set->cap < 2 * limit) set->cap *= 2;
+    set->slots = malloc(sizeof(int64_t) * (size_t)set->cap);
+    set->rows = malloc(sizeof(int64_t) * (size_t)(limit * (n > 0 ? n : 1)));
+    if (!set->slots || !set->rows) return 0;
+    memset(set->slots, 0xff, sizeof(int64_t) * (size_t)set->cap);
+    return 1;
+}
+
+/* The slot of `row`: *present says whether it is in the set (else the slot is where it goes). */
+static int64_t rowset_slot(const RowSet *set, const int64_t *row, int *present) {
+    int64_t mask = set->cap - 1;
+    for (int64_t i = (int64_t)(row_hash(row, set->n) & (uint64_t)mask);; i = (i + 1) & mask) {
+        int64_t k = set->slots[i];
+        if (k < 0 || !memcmp(set->rows + k * set->n, row, sizeof(int64_t) * (size_t)set->n)) {
+            *present = k >= 0;
+            return i;
+        }
+    }
+}
+
+static void rowset_put(RowSet *set, int64_t slot, const int64_t *row) {
+    memcpy(set->rows + set->count * set->n, row, sizeof(int64_t) * (size_t)set->n);
+    set->slots[slot] = set->count++;
+}
+
+static int cmp_clock(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The stage's measured clocks, ascending, each once (StageOptions.all_clocks_mhz) into out; their number. */
+static int64_t stage_clocks(const Core *c, int64_t stage, int64_t *out) {
+    int64_t count = 0;
+    for (int64_t v = c->stage_ptr[stage]; v < c->stage_ptr[stage + 1]; v++)
+        for (int64_t k = c->opt_ptr[v]; k < c->opt_ptr[v + 1]; k++) out[count++] = c->opt_clock[k];
+    qsort(out, (size_t)count, sizeof(int64_t), cmp_clock);
+    int64_t unique = 0;
+    for (int64_t i = 0; i < count; i++)
+        if (!unique || out[i] != out[unique - 1]) out[unique++] = out[i];
+    return unique;
+}
+
+/* What one stage's scan needs besides the row (PyCore.scan's arguments). */
+typedef struct {
+    int64_t late, late_others, allowed, remaining, num_stages, n_after;
+    int repairing;
+    double limit_s, bound_j, energy_before, busy_before, p_block_w;
+    double *after_e, *after_b;
+} ScanArgs;
+
+typedef struct {
+    int64_t used;
+    int exhausted, found;
+    double energy_j, time_s, cost_e, cost_b;
+    int64_t cost_late;
+    int64_t *row;
+} ScanBest;
+
+/* Judge one trial row (in c->row): 0 on error; sets best when it beats the bound. */
+static int judge(Core *c, int64_t stage, const ScanArgs *a, double *bound, ScanBest *best, int64_t n) {
+    double e, b;
+    int64_t late;
+    if (!row_cost(c, stage, &e, &b, &late)) return 0;
+    int64_t trial_late = a->late_others + late;
+    if (a->repairing ? trial_late >= a->late : trial_late > a->allowed) return 1;
+    double time_s = trial_longest(c, stage);
+    double energy = a->energy_before + e, busy = a->busy_before + b;
+    for (int64_t j = 0; j < a->n_after; j++) {
+        energy += a->after_e[j];
+        busy += a->after_b[j];
+    }
+    energy += a->p_block_w * ((double)a->num_stages * time_s - busy);
+    if (time_s <= a->limit_s && energy < *bound - 1e-12) {
+        *bound = energy;
+        best->found = 1;
+        best->energy_j = energy;
+        best->time_s = time_s;
+        best->cost_e = e;
+        best->cost_b = b;
+        best->cost_late = late;
+        memcpy(best->row, c->row, sizeof(int64_t) * (size_t)n);
+    }
+    return 1;
+}
+
+/* switch_search's moves of one stage, in PyCore.scan's order, each distinct row judged once. 0 on error. */
+static int scan_moves(Core *c, int64_t stage, const int64_t *base, const ScanArgs *a, RowSet *set, ScanBest *best,
+                      int64_t *clocks, int64_t *snapped, int64_t *trial) {
+    int64_t first_node = c->stage_ptr[stage], n = c->stage_ptr[stage + 1] - first_node;
+    double bound = a->bound_j;
+    int present;
+    rowset_put(set, rowset_slot(set, base, &present), base);
+    int64_t count = stage_clocks(c, stage, clocks);
+    for (int64_t ci = 0; ci < count; ci++) {
+        for (int64_t k = 0; k < n; k++) snapped[k] = c->opt_clock[snap_up(c, first_node + k, clocks[ci])];
+        for (int64_t first = 0; first < n; first++) {
+            memcpy(trial, base, sizeof(int64_t) * (size_t)n);
+            for (int64_t length = 0; length < n; length++) {
+                int64_t k = (first + length) % n;
+                trial[k] = snapped[k];
+                int64_t slot = rowset_slot(set, trial, &present);
+                if (present) continue;
+                if (best->used >= a->remaining || set->count >= set->limit) {
+                    best->exhausted = 1;
+                    return 1;
+                }
+                rowset_put(set, slot, trial);
+                best->used++;
+                memcpy(c->row, trial, sizeof(int64_t) * (size_t)n);
+                if (!judge(c, stage, a, &bound, best, n)) return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+/* The stages after the scanned one, (energy, busy) each, into e and b (room for `capacity`). */
+static int read_after(PyObject *obj, ScanArgs *a, double *e, double *b, int64_t capacity) {
+    PyObject *seq = PySequence_Fast(obj, "after must be a sequence of (energy, busy) pairs");
+    if (!seq) return 0;
+    a->n_after = PySequence_Fast_GET_SIZE(seq);
+    if (a->n_after > capacity) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "after: more stages than follow this one");
+        return 0;
+    }
+    for (int64_t j = 0; j < a->n_after; j++) {
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, j), "dd", &e[j], &b[j])) {
+            Py_DECREF(seq);
+            return 0;
+        }
+    }
+    Py_DECREF(seq);
+    a->after_e = e;
+    a->after_b = b;
+    return 1;
+}
+
+static PyObject *scan_result(const ScanBest *best, int64_t n) {
+    if (!best->found) return Py_BuildValue("(LiO)", (long long)best->used, best->exhausted, Py_None);
+    PyObject *row = PyTuple_New(n);
+    if (!row) return NULL;
+    for (int64_t i = 0; i < n; i++) {
+        PyObject *clock = PyLong_FromLongLong(best->row[i]);
+        if (!clock) {
+            Py_DECREF(row);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(row, i, clock);
+    }
+    return Py_BuildValue("(Li(ddN(ddL)))", (long long)best->used, best->exhausted, best->energy_j, best->time_s, row,
+                         best->cost_e, best->cost_b, (long long)best->cost_late);
+}
+
+static PyObject *Core_scan(Core *c, PyObject *args) {
+    long long stage, late, late_others, allowed, num_stages, remaining;
+    int repairing;
+    PyObject *row_obj, *after_obj;
+    ScanArgs a = {0};
+    if (!PyArg_ParseTuple(args, "LOLLLpddddOdLL", &stage, &row_obj, &late, &late_others, &allowed, &repairing,
+                          &a.limit_s, &a.bound_j, &a.energy_before, &a.busy_before, &after_obj, &a.p_block_w,
+                          &num_stages, &remaining) ||
+        !check_stage(c, stage))
+        return NULL;
+    a.late = late, a.late_others = late_others, a.allowed = allowed, a.repairing = repairing;
+    a.num_stages = num_stages, a.remaining = remaining > 0 ? remaining : 0;
+    int64_t first = c->stage_ptr[stage], n = c->stage_ptr[stage + 1] - first;
+    int64_t options = c->opt_ptr[c->stage_ptr[stage + 1]] - c->opt_ptr[first];
+    int64_t possible = options * n * n + 1, limit = (a.remaining < possible ? a.remaining : possible) + 1;
+    int64_t *base = zalloc(n, 8), *clocks = zalloc(options, 8), *snapped = zalloc(n, 8), *trial = zalloc(n, 8);
+    double *after_e = zalloc(c->num_stages, 8), *after_b = zalloc(c->num_stages, 8);
+    ScanBest best = {0};
+    best.row = zalloc(n, 8);
+    RowSet set = {0};
+    PyObject *result = NULL;
+    if (!(base && clocks && snapped && trial && after_e && after_b && best.row && rowset_init(&set, n, limit)))
+        PyErr_NoMemory();
+    else if (read_row(row_obj, n, stage, base) &&
+             read_after(after_obj, &a, after_e, after_b, c->num_stages - 1 - (int64_t)stage) &&
+             scan_moves(c, stage, base, &a, &set, &best, clocks, snapped, trial))
+        result = scan_result(&best, n);
+    void *blocks[] = {base, clocks, snapped, trial, after_e, after_b, best.row, set.slots, set.rows};
+    for (size_t k = 0; k < sizeof(blocks) / sizeof(blocks[0]); k++) free(blocks[k]);
+    return result;
+}
+
+static PyObject *Core_accept(Core *c, PyObject *arg) {
+    long long stage = PyLong_AsLongLong(arg);
+    if ((stage == -1 && PyErr_Occurred()) || !check_stage(c, stage)) return NULL;
+    int64_t first = c->stage_ptr[stage], end = c->stage_ptr[stage + 1];
+    memcpy(c->current + first, c->trial + first, sizeof(double) * (size_t)(end - first));
+    Py_RETURN_NONE;
+}
+
+/* n floats of a sequence into out; 0 with an exception set when it is not that. */
+static int read_durations(PyObject *arg, int64_t n, double *out) {
+    PyObject *seq = PySequence_Fast(arg, "durations must be a sequence of floats");
+    if (!seq) return 0;
+    if (PySequence_Fast_GET_SIZE(seq) != n) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "need %lld durations", (long long)n);
+        return 0;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        out[i] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, i));
+        if (out[i] == -1.0 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return 0;
+        }
+    }
+    Py_DECREF(seq);
+    return 1;
+}
+
+static PyObject *Core_longest(Core *c, PyObject *arg) {
+    if (!read_durations(arg, c->n, c->path_in)) return NULL;
+    return PyFloat_FromDouble(longest(c, c->path_in));
+}
+
+static void Core_dealloc(Core *c) {
+    void *blocks[] = {c->pred_ptr, c->pred_idx,  c->topo,    c->stage_ptr, c->opt_ptr,   c->opt_clock,
+                      c->opt_time, c->opt_energy, c->current, c->trial,     c->finish,    c->path_in,
+                      c->row,      c->effective,  c->run_start, c->run_len, c->times,     c->late};
+    for (size_t k = 0; k < sizeof(blocks) / sizeof(blocks[0]); k++) free(blocks[k]);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+/* Copies a C-contiguous buffer of 8-byte items into a new malloc'd block; *count gets the item count. */
+static void *copy_buffer(PyObject *obj, const char *name, Py_ssize_t *count) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    if (view.itemsize != 8) {
+        PyErr_Format(PyExc_TypeError, "%s: expected 8-byte items", name);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    void *block = malloc(view.len > 0 ? (size_t)view.len : 8);
+    if (!block) {
+        PyBuffer_Release(&view);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    memcpy(block, view.buf, (size_t)view.len);
+    *count = view.len / 8;
+    PyBuffer_Release(&view);
+    return block;
+}
+
+static void *zalloc(int64_t count, size_t size) { return calloc((size_t)(count > 0 ? count : 1), size); }
+
+static int sizes_consistent(const Core *c, const Py_ssize_t *counts) {
+    if (c->n < 1 || counts[0] != c->n + 1 || counts[2] != c->n || counts[4] != c->n + 1 ||
+        c->pred_ptr[0] != 0 || c->pred_ptr[c->n] != c->e || c->num_stages < 1 || c->stage_ptr[0] != 0 ||
+        c->stage_ptr[c->num_stages] != c->n || counts[5] != c->opt_ptr[c->n] || counts[6] != counts[5] ||
+        counts[7] != counts[5] || c->opt_ptr[0] != 0)
+        return 0;
+    for (int64_t v = 0; v < c->n; v++)
+        if (c->opt_ptr[v + 1] <= c->opt_ptr[v] || c->pred_ptr[v + 1] < c->pred_ptr[v] || c->topo[v] < 0 ||
+            c->topo[v] >= c->n)
+            return 0;
+    for (int64_t p = 0; p < c->e; p++)
+        if (c->pred_idx[p] < 0 || c->pred_idx[p] >= c->n) return 0;
+    for (int64_t s = 0; s < c->num_stages; s++)
+        if (c->stage_ptr[s + 1] < c->stage_ptr[s]) return 0;
+    return 1;
+}
+
+static int Core_init(Core *c, PyObject *args, PyObject *kwds) {
+    PyObject *obj[8];
+    Py_ssize_t counts[8];
+    static char *names[] = {"pred_ptr",   "pred_idx",   "topo",      "stage_ptr", "opt_ptr",
+                            "opt_clock",  "opt_time",   "opt_energy", "latency_s", "lead_s", NULL};
+    if (c->topo) {
+        PyErr_SetString(PyExc_RuntimeError, "Core is already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOdd", names, &obj[0], &obj[1], &obj[2], &obj[3], &obj[4],
+                                     &obj[5], &obj[6], &obj[7], &c->latency_s, &c->lead_s))
+        return -1;
+    void **dst[8] = {(void **)&c->pred_ptr, (void **)&c->pred_idx, (void **)&c->topo,     (void **)&c->stage_ptr,
+                     (void **)&c->opt_ptr,  (void **)&c->opt_clock, (void **)&c->opt_time, (void **)&c->opt_energy};
+    for (int k = 0; k < 8; k++)
+        if (!(*dst[k] = copy_buffer(obj[k], names[k], &counts[k]))) return -1;
+    c->n = counts[2];
+    c->e = counts[1];
+    c->num_stages = counts[3] - 1;
+    if (!sizes_consistent(c, counts)) {
+        PyErr_SetString(PyExc_ValueError, "Core: inconsistent arrays");
+        return -1;
+    }
+    for (int64_t s = 0; s < c->num_stages; s++)
+        if (c->stage_ptr[s + 1] - c->stage_ptr[s] > c->max_stage)
+            c->max_stage = c->stage_ptr[s + 1] - c->stage_ptr[s];
+    c->current = zalloc(c->n, 8);
+    c->trial = zalloc(c->n, 8);
+    c->finish = zalloc(c->n, 8);
+    c->path_in = zalloc(c->n, 8);
+    c->row = zalloc(c->max_stage, 8);
+    c->effective = zalloc(c->max_stage, 8);
+    c->run_start = zalloc(c->max_stage, 8);
+    c->run_len = zalloc(c->max_stage, 8);
+    c->times = zalloc(c->max_stage, 8);
+    c->late = zalloc(c->max_stage, 1);
+    if (!(c->current && c->trial && c->finish && c->path_in && c->row && c->effective && c->run_start &&
+          c->run_len && c->times && c->late)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static PyMethodDef Core_methods[] = {
+    {"stage_cost", (PyCFunction)Core_stage_cost, METH_VARARGS,
+     "stage_cost(stage, row) -> (energy_j, busy_s, late): the row as the descent judges it; its durations become "
+     "the stage's trial."},
+    {"scan", (PyCFunction)Core_scan, METH_VARARGS,
+     "scan(stage, row, late, late_others, allowed, repairing, limit_s, bound_j, energy_before, busy_before, "
+     "after, p_block_w, num_stages, remaining) -> (used, exhausted, best): switch_core.PyCore.scan."},
+    {"trial_time", (PyCFunction)Core_trial_time, METH_O,
+     "trial_time(stage) -> the longest path with the stage's trial durations."},
+    {"accept", (PyCFunction)Core_accept, METH_O, "accept(stage): the stage's trial becomes its current durations."},
+    {"longest", (PyCFunction)Core_longest, METH_O, "longest(durations) -> the longest path through the DAG."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject CoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "perseusd.planner._switchcore.Core",
+    .tp_basicsize = sizeof(Core),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One job's DAG, measured options and switch model: the descent's inner loops.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Core_init,
+    .tp_dealloc = (destructor)Core_dealloc,
+    .tp_methods = Core_methods,
+};
+
+/* Paths: a DAG alone, for evaluate.longest_path_s. */
+typedef struct {
+    PyObject_HEAD
+    int64_t n;
+    int64_t *pred_ptr, *pred_idx, *topo;
+    double *finish, *durations;
+} Paths;
+
+static PyObject *Paths_longest(Paths *p, PyObject *arg) {
+    if (!read_durations(arg, p->n, p->durations)) return NULL;
+    return PyFloat_FromDouble(longest_path(p->n, p->pred_ptr, p->pred_idx, p->topo, p->finish, p->durations));
+}
+
+static void Paths_dealloc(Paths *p) {
+    free(p->pred_ptr);
+    free(p->pred_idx);
+    free(p->topo);
+    free(p->finish);
+    free(p->durations);
+    Py_TYPE(p)->tp_free((PyObject *)p);
+}
+
+static int Paths_init(Paths *p, PyObject *args, PyObject *kwds) {
+    PyObject *obj[3];
+    Py_ssize_t counts[3];
+    static char *names[] = {"pred_ptr", "pred_idx", "topo", NULL};
+    if (p->topo) {
+        PyErr_SetString(PyExc_RuntimeError, "Paths is already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO", names, &obj[0], &obj[1], &obj[2])) return -1;
+    void **dst[3] = {(void **)&p->pred_ptr, (void **)&p->pred_idx, (void **)&p->topo};
+    for (int k = 0; k < 3; k++)
+        if (!(*dst[k] = copy_buffer(obj[k], names[k], &counts[k]))) return -1;
+    p->n = counts[2];
+    int ok = counts[0] == p->n + 1 && p->pred_ptr[0] == 0 && p->pred_ptr[p->n] == counts[1];
+    for (int64_t v = 0; ok && v < p->n; v++)
+        ok = p->pred_ptr[v + 1] >= p->pred_ptr[v] && p->topo[v] >= 0 && p->topo[v] < p->n;
+    for (int64_t e = 0; ok && e < counts[1]; e++) ok = p->pred_idx[e] >= 0 && p->pred_idx[e] < p->n;
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "Paths: inconsistent arrays");
+        return -1;
+    }
+    p->finish = zalloc(p->n, 8);
+    p->durations = zalloc(p->n, 8);
+    if (!(p->finish && p->durations)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static PyMethodDef Paths_methods[] = {
+    {"longest", (PyCFunction)Paths_longest, METH_O, "longest(durations) -> the longest path through the DAG."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PathsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "perseusd.planner._switchcore.Paths",
+    .tp_basicsize = sizeof(Paths),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A DAG's longest path (evaluate.longest_path_s).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Paths_init,
+    .tp_dealloc = (destructor)Paths_dealloc,
+    .tp_methods = Paths_methods,
+};
+
+static struct PyModuleDef switchcore_module = {PyModuleDef_HEAD_INIT, "_switchcore",
+                                               "C inner loops of plan following and the switch-aware descent.", -1,
+                                               NULL};
+
+PyMODINIT_FUNC PyInit__switchcore(void) {
+    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&PathsType) < 0) return NULL;
+    PyObject *module = PyModule_Create(&switchcore_module);
+    if (!module) return NULL;
+    Py_INCREF(&CoreType);
+    Py_INCREF(&PathsType);
+    if (PyModule_AddObject(module, "Core", (PyObject *)&CoreType) < 0 ||
+        PyModule_AddObject(module, "Paths", (PyObject *)&PathsType) < 0) {
+        Py_DECREF(&CoreType);
+        Py_DECREF(&PathsType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

@@ -1,0 +1,178 @@
+"""The C core of plan following and the switch-aware descent against its Python specification: the same bits.
+
+The descent's results must not depend on whether the C extension was built, and following a frontier must
+give what `evaluate_clocks` gives for the effective plan.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from array import array
+
+import pytest
+
+from perseusd.planner.bundled import bundled_profile
+from perseusd.planner.dag import ComputationDag, build_dag
+from perseusd.planner.evaluate import LongestPath, dag_arrays, evaluate_clocks, longest_path_s
+from perseusd.planner.plan import Plan, PlanMeta
+from perseusd.planner.profile import Profile
+from perseusd.planner.switch_core import PyCore, ScanLimits, switch_core
+from perseusd.planner.switch_search import DescentSearch
+from perseusd.planner.switching import PointFollower, StageOptions, SwitchModel
+from tests.support.synthetic import synthetic_profile
+
+H100 = SwitchModel(latency_s=0.012, lead_s=0.014, min_run_s=0.028)
+QUICK = SwitchModel(latency_s=6e-5, lead_s=0.00206, min_run_s=0.0041)  # a simulated A100's
+
+
+def _c_core_or_skip() -> None:
+    from perseusd.planner import switch_core as module
+
+    if module._C_CORE is None:
+        pytest.skip("the C switch core was not built (scripts/setup.sh builds it)")
+
+
+def _cases() -> list[tuple[ComputationDag, Profile, SwitchModel]]:
+    return [
+        (build_dag("1f1b", 4, 8), bundled_profile("h100_sxm"), H100),
+        (build_dag("1f1b", 3, 5), synthetic_profile(3, 11, base_time_s=0.007, imbalance=0.5), H100),
+        (build_dag("gpipe", 2, 6), synthetic_profile(2, 5, base_time_s=0.02), QUICK),
+        (build_dag("interleaved", 2, 4, 2), synthetic_profile(4, 7, base_time_s=0.01), H100),
+    ]
+
+
+def _random_row(stage: StageOptions, rng: random.Random) -> list[int]:
+    """A row of measured clocks in runs (what plans look like), sometimes one clock throughout."""
+    row: list[int] = []
+    while len(row) < len(stage.clocks_mhz):
+        clock = rng.choice(stage.all_clocks_mhz)
+        row.extend([clock] * rng.randint(1, 5))
+    return [stage.snap_up(k, clock) for k, clock in enumerate(row[: len(stage.clocks_mhz)])]
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_the_c_core_gives_the_pythons_bits(case: int) -> None:
+    _c_core_or_skip()
+    dag, profile, model = _cases()[case]
+    stages = [StageOptions(dag, profile, s) for s in range(dag.num_stages)]
+    c_core, py_core = switch_core(dag, stages, model), PyCore(dag, stages, model)
+    rng = random.Random(case)
+    for _ in range(60):
+        for stage, options in enumerate(stages):
+            row = _random_row(options, rng)
+            assert c_core.stage_cost(stage, row) == py_core.stage_cost(stage, row)
+            assert c_core.trial_time(stage) == py_core.trial_time(stage)
+            if rng.random() < 0.5:
+                c_core.accept(stage)
+                py_core.accept(stage)
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_the_c_scan_gives_the_pythons_moves(case: int) -> None:
+    """A stage's moves judged in C: the same evaluations, budget end and best move as the Python loop,
+    repairing or not, with bounds that some moves beat and budgets that run out."""
+    _c_core_or_skip()
+    dag, profile, model = _cases()[case]
+    stages = [StageOptions(dag, profile, s) for s in range(dag.num_stages)]
+    cores = [switch_core(dag, stages, model), PyCore(dag, stages, model)]
+    rng = random.Random(10 + case)
+    rows = [_random_row(options, rng) for options in stages]
+    costs = []
+    for core in cores:
+        costs = [core.stage_cost(stage, row) for stage, row in enumerate(rows)]
+        for stage in range(dag.num_stages):
+            core.accept(stage)
+    late = sum(cost[2] for cost in costs)
+    time_s = cores[1].trial_time(0)  # stage 0's trial is its current durations: the plan's time
+    energy_j = sum(c[0] for c in costs) + 124.0 * (dag.num_stages * time_s - sum(c[1] for c in costs))
+    for _ in range(12):
+        stage = rng.randrange(dag.num_stages)
+        before, after = costs[:stage], costs[stage + 1 :]
+        limits = ScanLimits(
+            late,
+            late - costs[stage][2],
+            rng.choice([late, late // 2, dag.num_computations]),
+            rng.random() < 0.3,
+            time_s * rng.uniform(0.97, 1.1),
+            rng.choice([math.inf, energy_j * rng.uniform(0.97, 1.02)]),
+            sum(c[0] for c in before),
+            sum(c[1] for c in before),
+            tuple((c[0], c[1]) for c in after),
+            124.0,
+            dag.num_stages,
+            rng.choice([0, 7, 50, 100_000]),
+        )
+        results = [core.scan(stage, rows[stage], *limits.args()) for core in cores]
+        assert results[0] == results[1]
+    with pytest.raises(ValueError, match="more stages"):
+        cores[0].scan(0, rows[0], *(*limits.args()[:8], ((1.0, 1.0),) * dag.num_stages, *limits.args()[9:]))
+
+
+def test_descents_are_the_same_with_and_without_c() -> None:
+    _c_core_or_skip()
+    dag, profile, model = _cases()[0]
+    searches = [DescentSearch(dag, profile, 124.0, model, use_c=use_c) for use_c in (True, False)]
+    start = searches[0].all_max()
+    limit_s = searches[0].evaluate(start)[0] * 1.02
+    found = [search.descend(start, limit_s, 3000, max_late=6) for search in searches]
+    assert found[0] is not None
+    assert found[0].moves > 0
+    assert found[0] == found[1]
+
+
+def test_the_longest_path_is_the_pythons() -> None:
+    rng = random.Random(3)
+    for dag, _, _ in _cases():
+        paths = [LongestPath(dag), LongestPath(dag, use_c=False)]
+        for _ in range(20):
+            durations = [rng.uniform(0.001, 0.05) for _ in range(dag.num_computations)]
+            expected = longest_path_s(dag, durations)
+            assert [path(durations) for path in paths] == [expected, expected]
+
+
+def test_following_figures_are_evaluate_clocks_figures() -> None:
+    """A followed point's refined time and energy: the effective plan as `evaluate_clocks` evaluates it."""
+    dag, profile, model = _cases()[0]
+    follower = PointFollower(dag, profile, 124.0, model)
+    rng = random.Random(5)
+    for _ in range(10):
+        rows = tuple(tuple(_random_row(options, rng)) for options in follower.stages)
+        start = follower.follow(_plan_stub(dag, profile, rows), rows, 0.0, 0.0, None)
+        assert start.followed is not None
+        clocks = [c for row in start.followed.effective_clocks_mhz for c in row]
+        evaluation = evaluate_clocks(dag, profile, clocks, 124.0)
+        assert (start.refined_time_s, start.refined_energy_j) == (evaluation.time_s, evaluation.energy_j)
+
+
+def _plan_stub(dag: ComputationDag, profile: Profile, rows: tuple[tuple[int, ...], ...]) -> Plan:
+    """A plan of `rows` (only its clocks matter to following)."""
+    return Plan(PlanMeta.for_dag(dag, profile, 0.001, 124.0), 0, 0, 0.0, 0.0, 0.0, (), rows)
+
+
+def test_the_c_core_refuses_bad_input() -> None:
+    _c_core_or_skip()
+    from perseusd.planner import _switchcore  # type: ignore[attr-defined]
+
+    dag, profile, model = _cases()[1]
+    stages = [StageOptions(dag, profile, s) for s in range(dag.num_stages)]
+    core = switch_core(dag, stages, model)
+    row = list(stages[0].top())
+    with pytest.raises(IndexError):
+        core.stage_cost(dag.num_stages, row)
+    with pytest.raises(ValueError, match="computations"):
+        core.stage_cost(0, row[:-1])
+    with pytest.raises(KeyError, match="no measured clock 1"):
+        core.stage_cost(0, [1, *row[1:]])
+    with pytest.raises(TypeError):
+        core.stage_cost(0, ["x", *row[1:]])
+    pred_ptr, pred_idx, topo = dag_arrays(dag)
+    with pytest.raises(ValueError, match="inconsistent"):
+        _switchcore.Paths(pred_ptr, pred_idx, topo[:-1])
+    broken = array("q", [*pred_idx[:-1], dag.num_computations])  # a predecessor that is no node
+    with pytest.raises(ValueError, match="inconsistent"):
+        _switchcore.Paths(pred_ptr, broken, topo)
+    one = array("d", [1.0])
+    stage_ptr, opt_ptr, opt_clock = array("q", [0, 1]), array("q", [0, 1]), array("q", [1])
+    with pytest.raises(ValueError, match="inconsistent"):
+        _switchcore.Core(pred_ptr, pred_idx, topo, stage_ptr, opt_ptr, opt_clock, one, one, 0.0, 0.0)
