@@ -44,9 +44,9 @@ from perseusd.emulate.messages import (
     StageReady,
 )
 from perseusd.emulate.straggler import HEALTHY, StragglerSpec, ThrottleSchedule
+from perseusd.emulate.tensor_group import TensorGroup
 from perseusd.emulate.topology import PipelineShape
 from perseusd.emulate.trace import TraceWriter
-from perseusd.gpu.sim_workload import SimGpuHandle
 from perseusd.planner.dag import Instruction
 from perseusd.planner.profile import Profile
 
@@ -78,6 +78,12 @@ class StageSpec:
     warmup_iterations: int = 1
     profile: Profile | None = None
     """The job's per-clock costs, which the stage brings to its simulated GPU (None: the board's bundled)."""
+    peers: tuple[str, ...] = ()
+    """The stage's other GPUs (tensor parallel): they run every computation with `gpu`, in step."""
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        return (self.gpu, *self.peers)
 
 
 @dataclass(frozen=True)
@@ -136,12 +142,15 @@ class StageWorker:
         self._dp_barrier = queues.dp_barrier
         self._trace = TraceWriter(None if spec.trace_path is None else Path(spec.trace_path))
         with contextlib.ExitStack() as stack:
-            self._handle = stack.enter_context(SimGpuHandle.open(spec.sim_dir, spec.gpu, spec.profile))
+            self._handle = stack.enter_context(
+                contextlib.closing(TensorGroup.open(spec.sim_dir, spec.gpus, spec.profile))
+            )
             self._client = stack.enter_context(
                 PerseusClient(spec.runtime_dir, spec.job, timeout_s=CONTROL_TIMEOUT_S)
             )
-            self._client.claim([spec.gpu])
-            self._client.set_clock(spec.gpu, spec.max_clock_mhz)
+            self._client.claim(list(spec.gpus))
+            for gpu in spec.gpus:
+                self._client.set_clock(gpu, spec.max_clock_mhz)
             stack.pop_all()
 
     def __enter__(self) -> StageWorker:
@@ -215,26 +224,35 @@ class StageWorker:
 
     def _register(self) -> None:
         spec, shape = self._spec, self._spec.shape
-        self._client.set_clock(spec.gpu, None)
-        reply = self._client.register(
-            spec.gpu,
-            stage=spec.stage,
-            num_stages=shape.num_stages,
-            num_microbatches=shape.num_microbatches,
-            schedule=spec.register_schedule,
-            pipeline=spec.pipeline,
-            chunks=shape.num_chunks,
-        )
+        for gpu in spec.gpus:
+            self._client.set_clock(gpu, None)
+        for gpu in spec.gpus:
+            reply = self._client.register(
+                gpu,
+                stage=spec.stage,
+                num_stages=shape.num_stages,
+                num_microbatches=shape.num_microbatches,
+                schedule=spec.register_schedule,
+                pipeline=spec.pipeline,
+                chunks=shape.num_chunks,
+                stage_gpus=len(spec.gpus),
+            )
         self._queues.reports.put(Registered(spec.pipeline, spec.stage, reply.state, reply.cached))
 
     def _run_iteration(self, iteration: int, throttle: float) -> None:
         spec, shape, client = self._spec, self._spec.shape, self._client
         records: list[dict[str, Any]] = []
-        with client.step(spec.gpu, iteration):
+        with contextlib.ExitStack() as step:
+            for gpu in spec.gpus:
+                step.enter_context(client.step(gpu, iteration))
             for instruction, microbatch, chunk in self._order:
                 if shape.source(spec.stage, instruction, chunk) is not None:
                     self._inbox.wait_activation(Activation(iteration, instruction.value, microbatch, chunk))
-                with client.computation(spec.gpu, spec.stage, instruction.value, microbatch, chunk):
+                with contextlib.ExitStack() as computation:
+                    for gpu in spec.gpus:
+                        computation.enter_context(
+                            client.computation(gpu, spec.stage, instruction.value, microbatch, chunk)
+                        )
                     run = self._handle.run(
                         shape.profile_stage(spec.stage, chunk), instruction.value, spec.time_scale
                     )

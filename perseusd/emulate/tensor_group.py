@@ -1,0 +1,53 @@
+"""The simulated GPUs of one emulated stage: one, or several running in step (tensor parallelism).
+
+Tensor-parallel GPUs split every layer of the stage and meet at its collectives, so a computation of the stage
+runs on all of them at once and ends when the slowest has finished. `run` starts the computation on every GPU
+(the first in this thread, the others on threads of their own) and returns when all are done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+from perseusd.gpu.sim_workload import RunRecord, SimGpuHandle
+from perseusd.planner.profile import Profile
+
+
+class TensorGroup:
+    """A stage's simulated GPUs; `close` closes them."""
+
+    def __init__(self, handles: Sequence[SimGpuHandle]) -> None:
+        self._handles = tuple(handles)
+        self._pool = ThreadPoolExecutor(len(handles) - 1) if len(handles) > 1 else None
+
+    @classmethod
+    def open(cls, sim_dir: Path | str, uuids: Sequence[str], profile: Profile | None) -> TensorGroup:
+        with contextlib.ExitStack() as stack:
+            handles = [stack.enter_context(SimGpuHandle.open(sim_dir, uuid, profile)) for uuid in uuids]
+            stack.pop_all()
+        return cls(handles)
+
+    def throttle(self, factor: float) -> None:
+        for handle in self._handles:
+            handle.throttle(factor)
+
+    def run(self, stage: int, instruction: str, time_scale: float) -> RunRecord:
+        """Run one computation on every GPU of the stage: the first GPU's record, lasting until the last GPU
+        finished, with the energy of all."""
+        if self._pool is None:
+            return self._handles[0].run(stage, instruction, time_scale)
+        others = [self._pool.submit(h.run, stage, instruction, time_scale) for h in self._handles[1:]]
+        records = [self._handles[0].run(stage, instruction, time_scale), *(f.result() for f in others)]
+        end_s = max(r.start_s + r.duration_s for r in records)
+        first = records[0]
+        return replace(first, duration_s=end_s - first.start_s, energy_j=sum(r.energy_j for r in records))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        for handle in self._handles:
+            handle.close()
