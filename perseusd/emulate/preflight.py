@@ -222,7 +222,7 @@ def lay_out(
         tuple(client.runtime_dir for client in clients),
         board,
         profile,
-        _predict(shape, pipelines, profile, board, time_scale),
+        _predict(shape, pipelines * tensor_parallel, profile, board, time_scale),
     )
 
 
@@ -284,9 +284,10 @@ def scaled_profile_csv(profile: Profile, shape: PipelineShape, time_scale: float
 
 
 def _predict(
-    shape: PipelineShape, pipelines: int, profile: Profile, board: Board, time_scale: float
+    shape: PipelineShape, copies: int, profile: Profile, board: Board, time_scale: float
 ) -> ModelPrediction:
+    """All-max by the profile: one pipeline's time, `copies` pipelines' energy (x tensor-parallel GPUs)."""
     schedule = "1f1b" if shape.schedule == "observed" else shape.schedule
     dag = build_dag(schedule, shape.num_stages, shape.num_microbatches, shape.num_chunks)
     point = all_max(dag, profile.scaled(time_scale, time_scale), board.blocking_power_w)
-    return ModelPrediction(point.time_s, point.energy_j * pipelines)
+    return ModelPrediction(point.time_s, point.energy_j * copies)

@@ -635,8 +635,8 @@ class JobManager:
             if job.state == SOLVING:
                 self._collect_solve(job)
             if job.span is not None and job.state != ENDED and self.spanning is not None:
-                self.spanning.sync(job)
-                self._advance_span(job)
+                if self.spanning.sync(job):
+                    self._advance_span(job)
             elif job.state in (REGISTERED, PROFILING, SOLVING):
                 self._advance(job)
             elif job.state == RUNNING:

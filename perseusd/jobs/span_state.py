@@ -59,3 +59,7 @@ class SpanState:
     leading: bool = False
     own: MemberRecord | None = None
     """This node's record as last shared."""
+    synced_at_s: float = -1e9
+    """When the view was last read and the record shared (monotonic)."""
+    detected_view: SpanView | None = None
+    """Leader: the view its detectors last looked at."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import time
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Protocol
@@ -68,6 +69,8 @@ SWITCH_LEAD_STEPS = 2
 """A re-plan switches a pipeline this many steps after the latest step the leader saw: time for every node
 to read the plan (a node that reads it later switches at its next step boundary)."""
 SOLUTION = "solution"
+SYNC_INTERVAL_S = 0.1
+"""How often a spanning job reads its view and shares its record (the plane talks to etcd every round)."""
 
 
 class SpanHost(Protocol):
@@ -100,8 +103,7 @@ class SpanCoordinator:
         """A registered job without a complete pipeline here: share this node's record; True once the
         records of the job's nodes cover a whole pipeline (the job spans them from now on)."""
         state = self._candidates.setdefault(job.cluster_key, SpanState(self.node))
-        self._refresh(job, state)
-        self._publish_member(job, state)
+        self._sync(job, state, force=state.own is None or state.own.slots != local_slots(job))
         covered = covered_pipelines(job, self._members(job, state))
         if not covered:
             set_waiting(job, self._waiting(job, state))
@@ -129,12 +131,21 @@ class SpanCoordinator:
 
     # ------------------------------------------------------------------ every tick
 
-    def sync(self, job: Job) -> None:
-        """Read the last view and share this node's record (every tick; never waits)."""
+    def sync(self, job: Job) -> bool:
+        """Read the last view and share this node's record, at most every `SYNC_INTERVAL_S` (the main loop
+        ticks after every event: the hot path); True when it did."""
         state = job.span
         assert state is not None
+        return self._sync(job, state)
+
+    def _sync(self, job: Job, state: SpanState, *, force: bool = False) -> bool:
+        now_s = time.monotonic()
+        if not force and now_s - state.synced_at_s < SYNC_INTERVAL_S:
+            return False
+        state.synced_at_s = now_s
         self._refresh(job, state)
         self._publish_member(job, state)
+        return True
 
     def step(self, job: Job) -> None:
         """Move the job on by the plan: lead when this node leads, load the solution, follow re-plans."""
@@ -171,8 +182,8 @@ class SpanCoordinator:
         state.leading = span.leader == self.node and view.fresh
 
     def _members(self, job: Job, state: SpanState) -> dict[str, MemberRecord]:
-        """The job's records, with this node's current record in place of the one etcd holds."""
-        return members_of(job, state, self._record(job, state))
+        """The job's records, with this node's last shared record in place of the one etcd holds."""
+        return members_of(job, state, None)
 
     def _record(self, job: Job, state: SpanState) -> MemberRecord:
         measured = self._host.measured(job)
@@ -414,8 +425,9 @@ class SpanCoordinator:
     def _detect(self, job: Job, state: SpanState) -> None:
         """Feed each pipeline's merged step time to its detector; re-plan when a straggler starts or ends,
         when an announcement changed, or when a node set another policy. Waits while the view is not fresh."""
-        if state.view_state != "fresh" or state.plan is None:
+        if state.view_state != "fresh" or state.plan is None or state.view is state.detected_view:
             return
+        state.detected_view = state.view  # each view is looked at once
         members = self._members(job, state)
         changed = self._follow_policy(job, members)
         for pipeline, (step, compute_s) in merged_spans(members).items():
