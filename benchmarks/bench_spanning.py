@@ -73,6 +73,7 @@ class Case:
 
 CASES = {
     "gpt3-tp2-8d": Case("a100_sxm", "a100_sxm", 8, 12, 8, tensor_parallel=2, closed_loop_case="a100x12"),
+    "gpt3-tp2-1d": Case("a100_sxm", "a100_sxm", 8, 12, 1, tensor_parallel=2, closed_loop_case="a100x12"),
     "h100x8-4d": Case("h100_sxm", "h100_sxm", 4, 8, 4, closed_loop_case="h100x8"),
     "h100x8-2d": Case("h100_sxm", "h100_sxm", 4, 8, 2, closed_loop_case="h100x8"),
     "h100-dp4-straggler": Case("h100_sxm", "h100_sxm", 4, 8, 4, pipelines=4, straggler="0:1.2"),
@@ -226,6 +227,11 @@ def _figures(case: Case, result: dict[str, Any]) -> dict[str, Any]:
     reference = references(case.closed_loop_case) if case.closed_loop_case else None
     figures = summary(result, reference)
     figures["solves"] = _solves(result)
+    figures["profiling"] = result.get("profiling")
+    figures["daemon_profiling_iterations"] = [
+        (job.get("profiling") or {}).get("iterations") if job else None
+        for job in result.get("daemon_jobs") or []
+    ]
     figures["gpus_left_locked"] = result["gpus_left_locked"]
     figures["wall_s"] = result["wall_s"]
     if "kill" in result:

@@ -270,6 +270,7 @@ class StageWorker:
                             "chunk": chunk,
                             "profile_stage": run.stage,
                             "clock_mhz": run.clock_mhz,
+                            "clocks_mhz": list(self._handle.last_clocks_mhz),
                             "ran_mhz": run.ran_mhz,
                             "capped": run.capped,
                             "throttle": throttle,

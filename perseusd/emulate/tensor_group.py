@@ -23,6 +23,8 @@ class TensorGroup:
     def __init__(self, handles: Sequence[SimGpuHandle]) -> None:
         self._handles = tuple(handles)
         self._pool = ThreadPoolExecutor(len(handles) - 1) if len(handles) > 1 else None
+        self.last_clocks_mhz: tuple[int, ...] = ()
+        """The clock each GPU began the last computation at."""
 
     @classmethod
     def open(cls, sim_dir: Path | str, uuids: Sequence[str], profile: Profile | None) -> TensorGroup:
@@ -39,9 +41,12 @@ class TensorGroup:
         """Run one computation on every GPU of the stage: the first GPU's record, lasting until the last GPU
         finished, with the energy of all."""
         if self._pool is None:
-            return self._handles[0].run(stage, instruction, time_scale)
+            record = self._handles[0].run(stage, instruction, time_scale)
+            self.last_clocks_mhz = (record.clock_mhz,)
+            return record
         others = [self._pool.submit(h.run, stage, instruction, time_scale) for h in self._handles[1:]]
         records = [self._handles[0].run(stage, instruction, time_scale), *(f.result() for f in others)]
+        self.last_clocks_mhz = tuple(r.clock_mhz for r in records)
         end_s = max(r.start_s + r.duration_s for r in records)
         first = records[0]
         return replace(first, duration_s=end_s - first.start_s, energy_j=sum(r.energy_j for r in records))

@@ -252,6 +252,8 @@ class JobManager:
                 self.response.cluster.withdraw(job.cluster_key, slot.pipeline)
         if not job.slots and job.active:
             self.response.forget(job)
+            if self.spanning is not None:
+                self.spanning.ended(job)
             why = _ended_why(job, slot)
             job.enter(ENDED, why)
             logger.info("job %s ended%s", job.name, f": {why}" if why else "")

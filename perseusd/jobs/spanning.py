@@ -120,6 +120,10 @@ class SpanCoordinator:
         )
         return True
 
+    def ended(self, job: Job) -> None:
+        """The job's last GPU here left (its keys are withdrawn with the job's)."""
+        self._candidates.pop(job.cluster_key, None)
+
     def withdraw(self, job: Job) -> None:
         """A candidate whose pipelines turned out complete here: it runs on this node alone."""
         if self._candidates.pop(job.cluster_key, None) is not None:
