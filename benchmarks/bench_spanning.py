@@ -13,7 +13,8 @@ a loopback etcd cluster of three members. Cases:
 - `h100-dp4-straggler`: 4 data-parallel pipelines of 4 stages (H100 GPT, 8 microbatches), stage s of every
   pipeline on daemon s, pipeline 0 throttled x1.2 in the baseline and from the moment the job runs.
 
-`--kill NODE` SIGKILLs daemon NODE (0 is the first) `--kill-after` iterations into the spanning run's
+`--kill NODE|leader|follower` SIGKILLs daemon NODE (0 is the first), the job's leader or a node that does
+not lead it, `--kill-after` iterations into the spanning run's
 optimized window, then does what systemd does for the unit (`perseusd reset`: its GPUs put back) and starts
 it again after `--restart-after-s`: the window measures the slowdown over the iterations that follow; the
 result says whether every simulated GPU of every daemon is unlocked at the end.
@@ -47,11 +48,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_closed_loop import references, summary  # noqa: E402
-from tests.support import perseusd_proc  # noqa: E402
+from tests.support import etcd_cluster, perseusd_proc  # noqa: E402
 from tests.support.etcd_cluster import EtcdCluster  # noqa: E402
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes, sim_control  # noqa: E402
 
 perseusd_proc.READY_TIMEOUT_S = 120.0
+etcd_cluster.HEARTBEAT_MS, etcd_cluster.ELECTION_MS = 100, 1000  # etcd's defaults: the tests' 50/500 ms
+# elect faster but keep 3 members busy on a 2-core machine
 EMULATE_TIMEOUT_S = 3600
 TTL_S = 6
 
@@ -67,6 +70,8 @@ class Case:
     pipelines: int = 1
     straggler: str | None = None
     reference_tensor_parallel: int = 1
+    settle_iterations: int | None = None
+    """Iterations between the job running and the optimized window (None: the emulator's default)."""
     closed_loop_case: str | None = None
     """The `bench_closed_loop.py` case whose references (the planner's no-slowdown saving) apply."""
 
@@ -76,7 +81,9 @@ CASES = {
     "gpt3-tp2-1d": Case("a100_sxm", "a100_sxm", 8, 12, 1, tensor_parallel=2, closed_loop_case="a100x12"),
     "h100x8-4d": Case("h100_sxm", "h100_sxm", 4, 8, 4, closed_loop_case="h100x8"),
     "h100x8-2d": Case("h100_sxm", "h100_sxm", 4, 8, 2, closed_loop_case="h100x8"),
-    "h100-dp4-straggler": Case("h100_sxm", "h100_sxm", 4, 8, 4, pipelines=4, straggler="0:1.2"),
+    "h100-dp4-straggler": Case(
+        "h100_sxm", "h100_sxm", 4, 8, 4, pipelines=4, straggler="0:1.2", settle_iterations=24
+    ),
 }
 
 
@@ -87,7 +94,7 @@ def _env(args: argparse.Namespace, endpoints: tuple[str, ...] = (), node: str = 
             "PERSEUSD_ETCD_ENDPOINTS": ",".join(endpoints),
             "PERSEUSD_CLUSTER_NODE_NAME": node,
             "PERSEUSD_CLUSTER_LEASE_TTL_S": str(TTL_S),
-            "PERSEUSD_CLUSTER_REFRESH_INTERVAL_S": "0.25",
+            "PERSEUSD_CLUSTER_REFRESH_INTERVAL_S": "0.5",  # the default
         }
     return env
 
@@ -125,6 +132,8 @@ def _command(case: Case, args: argparse.Namespace, daemons: list[DaemonProcess],
     settle = []
     if args.kill is not None and spanning:
         settle = ["--settle-iterations", str(args.settle_iterations)]
+    elif case.settle_iterations is not None:  # the straggler detected and planned for on every node first
+        settle = ["--settle-iterations", str(case.settle_iterations)]
     command = [
         sys.executable, "-m", "perseusd.emulate.main",
         "--profile", case.profile, "--stages", str(case.stages), "--microbatches", str(case.microbatches),
@@ -144,14 +153,21 @@ class Killer:
     """Watches the emulator's progress lines; SIGKILLs a daemon inside the optimized window, resets its GPUs
     as systemd's ExecStopPost would, and starts it again."""
 
-    def __init__(self, daemon: DaemonProcess, after: int, settle: int, restart_after_s: float) -> None:
-        self._daemon, self._after, self._settle, self._restart_after_s = (
-            daemon,
-            after,
-            settle,
-            restart_after_s,
-        )
+    def __init__(self, daemons: list[DaemonProcess], which: str, args: argparse.Namespace) -> None:
+        self._daemons, self._which = daemons, which
+        self._after, self._settle = args.kill_after, args.settle_iterations
+        self._restart_after_s = args.restart_after_s
         self.events: dict[str, Any] = {}
+
+    def _victim(self) -> int:
+        """The daemon to kill: an index, the job's leader, or a node that does not lead it."""
+        if self._which.isdigit():
+            return int(self._which)
+        leader = _leader(self._daemons[0])
+        index = int(leader.removeprefix("node-")) if leader.startswith("node-") else 0
+        if self._which == "leader":
+            return index
+        return max(i for i in range(len(self._daemons)) if i != index)
 
     def watch(self, stream: Any, lines: list[str]) -> None:
         running = 0
@@ -165,7 +181,9 @@ class Killer:
                 threading.Thread(target=self._kill_and_restart, daemon=True).start()
 
     def _kill_and_restart(self) -> None:
-        daemon = self._daemon
+        victim = self._victim()
+        self.events["daemon"] = victim
+        daemon = self._daemons[victim]
         daemon.signal(signal.SIGKILL)
         daemon.wait()
         killed_s = time.monotonic()
@@ -186,16 +204,16 @@ def _run(case: Case, args: argparse.Namespace, spanning: bool) -> dict[str, Any]
     with _cluster(case, args, spanning) as daemons:
         command = _command(case, args, daemons, spanning)
         started_s = time.monotonic()
-        killer = None
-        if spanning and args.kill is not None:
-            killer = Killer(daemons[args.kill], args.kill_after, args.settle_iterations, args.restart_after_s)
+        killer = Killer(daemons, args.kill, args) if spanning and args.kill is not None else None
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         lines: list[str] = []
         watcher = threading.Thread(
             target=(killer.watch if killer else _drain), args=(proc.stderr, lines), daemon=True
         )
         watcher.start()
-        out, _ = proc.communicate(timeout=EMULATE_TIMEOUT_S + 60)
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        proc.wait(timeout=EMULATE_TIMEOUT_S + 60)
         watcher.join(10)
         wall_s = round(time.monotonic() - started_s, 1)
         if proc.returncode != 0:
@@ -208,8 +226,18 @@ def _run(case: Case, args: argparse.Namespace, spanning: bool) -> dict[str, Any]
             for gpu in daemon.status()["gpus"]
             if sim_control(daemon.dirs.runtime_dir, gpu["uuid"]).locked_sm_clock_mhz is not None
         ]
-        extra = {"kill": {"daemon": args.kill, **killer.events}} if killer else {}
+        extra = {"kill": {"which": args.kill, **killer.events}} if killer else {}
         return {"wall_s": wall_s, "gpus_left_locked": locked, **extra, **result}
+
+
+def _leader(daemon: DaemonProcess) -> str:
+    """The node that leads the (only) job, as `perseusctl jobs --json` on `daemon` says ("" if none)."""
+    command = [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", str(daemon.dirs.runtime_dir)]
+    out = subprocess.run(
+        [*command, "jobs", "--json"], capture_output=True, text=True, check=False, timeout=60
+    )
+    jobs = json.loads(out.stdout or "{}").get("jobs") or [{}]
+    return str((jobs[0].get("span") or {}).get("leader") or "")
 
 
 def _drain(stream: Any, lines: list[str]) -> None:
@@ -270,7 +298,11 @@ def main() -> int:
     parser.add_argument("--time-scale", type=float, default=1.0)
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--no-reference", action="store_true", help="skip the one-daemon run")
-    parser.add_argument("--kill", type=int, help="SIGKILL this daemon (index) inside the optimized window")
+    parser.add_argument(
+        "--kill",
+        help="SIGKILL a daemon inside the optimized window: its index, `leader` (the job's solving node) or "
+        "`follower` (a node that does not lead the job)",
+    )
     parser.add_argument("--kill-after", type=int, default=2, help="iterations into the window (default 2)")
     parser.add_argument("--settle-iterations", type=int, default=4, help="with --kill (default 4)")
     parser.add_argument("--restart-after-s", type=float, default=5.0, help="with --kill (default 5)")

@@ -11,6 +11,7 @@ that measures is bench_spanning.py's business) but is still merged, solved once 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -127,6 +128,8 @@ class Training:
             thread.join(timeout=30)
         for stage in self.stages:
             if stage.client is not None:
+                with contextlib.suppress(PerseusClientError):
+                    stage.client.release()  # the job ends on its node
                 stage.client.close()
         errors = [e for s in self.stages for e in s.errors]
         assert not errors, errors
