@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Protocol
 
+from perseus_client.protocol import ProtocolError
+
 from perseusd.cluster.span_board import (
     MemberRecord,
     PipelinePlan,
@@ -388,6 +390,7 @@ class SpanCoordinator:
         ref = self._plane.publish_blob(job.cluster_key, SOLUTION, data)
         self._host.adopt_solution(job, frontier, profile, p_block_w)
         state.solution, state.solution_data = ref, data
+        self._follow_policy(job, self._members(job, state))
         chosen = job.choose_point()
         if chosen is None:
             self._publish_error(job, state, "the frontier is empty")
@@ -482,7 +485,10 @@ class SpanCoordinator:
         newest = max(members.values(), key=lambda m: m.policy_since)
         if newest.policy_since <= 0 or not newest.policy:
             return False
-        policy = Policy(newest.policy, newest.target)
+        try:
+            policy = Policy(newest.policy, newest.target)
+        except ProtocolError:  # a policy this version does not know (a newer node's)
+            return False
         if policy == job.policy:
             return False
         job.policy = policy
