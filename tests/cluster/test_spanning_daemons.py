@@ -210,10 +210,7 @@ def test_one_job_over_two_nodes_one_solve_the_same_plan_and_the_whole_job_from_e
             assert sim_control(stage.daemon.dirs.runtime_dir, stage.gpu).locked_sm_clock_mhz is not None
     finally:
         training.stop()
-    for daemon in nodes.values():  # the job ended on both nodes: every GPU back as it was
-        _until(lambda d=daemon: _state(d) in (None, "ended"), "the job ends")  # type: ignore[misc]
-        for gpu in daemon.status()["gpus"]:
-            assert sim_control(daemon.dirs.runtime_dir, gpu["uuid"]).locked_sm_clock_mhz is None
+    _all_unlocked(nodes)  # the job ended on both nodes: every GPU back as it was
 
 
 def test_the_solving_node_dies_another_takes_over_and_its_stage_rejoins_without_a_new_profile(
@@ -248,6 +245,49 @@ def test_the_solving_node_dies_another_takes_over_and_its_stage_rejoins_without_
         assert back.span.leader == other_name
     finally:
         training.stop()
+    _all_unlocked(nodes)
+
+
+def test_a_node_that_does_not_lead_dies_the_other_keeps_its_plan_and_the_node_rejoins(
+    nodes: dict[str, DaemonProcess],
+) -> None:
+    stages = _running(nodes)
+    training = Training(stages).start()
+    try:
+        before = _span(nodes["node-a"])
+        assert before.span is not None
+        leader_name = before.span.leader
+        follower_name = next(n for n in NODES if n != leader_name)
+        leader, follower = nodes[leader_name], nodes[follower_name]
+        epoch = _span(leader).span.plan_epoch  # type: ignore[union-attr]
+
+        follower.kill()
+        _until(lambda: len(_span(leader).span.members) == 1, "its record vanishes", TTL_S + 10)  # type: ignore[union-attr]
+        info = _span(leader)
+        assert info.state == "running"
+        assert info.plan_index == before.plan_index  # the other stages' plans are unchanged
+        assert info.span is not None
+        assert (info.span.plan_epoch, info.span.solves, info.span.leader) == (epoch, 1, leader_name)
+        assert "pipeline 0: stages" in info.span.missing  # what it cannot see now
+
+        follower.start()
+        _until(lambda: _state(follower) == "running", "the restarted node runs the plan again", 60)
+        back = _span(follower)
+        assert back.plan_index == before.plan_index
+        assert back.profiling is None  # no new profile
+        assert back.span is not None
+        assert (back.span.solves, back.span.leader) == (1, leader_name)
+    finally:
+        training.stop()
+    _all_unlocked(nodes)
+
+
+def _all_unlocked(nodes: dict[str, DaemonProcess]) -> None:
+    """Once the job's processes let go, no GPU is left locked on any node."""
+    for daemon in nodes.values():
+        _until(lambda d=daemon: _state(d) in (None, "ended"), "the job ends")  # type: ignore[misc]
+        for gpu in daemon.status()["gpus"]:
+            assert sim_control(daemon.dirs.runtime_dir, gpu["uuid"]).locked_sm_clock_mhz is None
 
 
 def test_etcd_lost_plans_keep_running_and_the_status_says_re_plans_wait(
