@@ -229,7 +229,7 @@ class JobManager:
                 self._start_profiling(slot)
             else:  # a tensor-parallel GPU of a stage that profiles: it follows the stage's clocks
                 follow(lead, slot, self._clock_ns())
-                self._sampler.watch(slot.gpu)
+                self._sampler.watch(slot.gpu, RUNNING_SAMPLE_PERIOD_S)  # its mean power is all it gives
                 self._request_clock(slot, lead.requested_mhz)
 
     # ------------------------------------------------------------------ leaving
