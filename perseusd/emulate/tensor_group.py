@@ -1,18 +1,18 @@
 """The simulated GPUs of one emulated stage: one, or several running in step (tensor parallelism).
 
 Tensor-parallel GPUs split every layer of the stage and meet at its collectives, so a computation of the stage
-runs on all of them at once and ends when the slowest has finished. `run` starts the computation on every GPU
-(the first in this thread, the others on threads of their own) and returns when all are done.
+runs on all of them at once and ends when the slowest has finished (`perseusd.gpu.sim_group.run_together`,
+one thread polling every GPU).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+from perseusd.gpu.sim_group import run_together
 from perseusd.gpu.sim_workload import RunRecord, SimGpuHandle
 from perseusd.planner.profile import Profile
 
@@ -22,7 +22,6 @@ class TensorGroup:
 
     def __init__(self, handles: Sequence[SimGpuHandle]) -> None:
         self._handles = tuple(handles)
-        self._pool = ThreadPoolExecutor(len(handles) - 1) if len(handles) > 1 else None
         self.last_clocks_mhz: tuple[int, ...] = ()
         """The clock each GPU began the last computation at."""
 
@@ -40,19 +39,16 @@ class TensorGroup:
     def run(self, stage: int, instruction: str, time_scale: float) -> RunRecord:
         """Run one computation on every GPU of the stage: the first GPU's record, lasting until the last GPU
         finished, with the energy of all."""
-        if self._pool is None:
+        if len(self._handles) == 1:
             record = self._handles[0].run(stage, instruction, time_scale)
             self.last_clocks_mhz = (record.clock_mhz,)
             return record
-        others = [self._pool.submit(h.run, stage, instruction, time_scale) for h in self._handles[1:]]
-        records = [self._handles[0].run(stage, instruction, time_scale), *(f.result() for f in others)]
+        records = run_together(self._handles, stage, instruction, time_scale)
         self.last_clocks_mhz = tuple(r.clock_mhz for r in records)
         end_s = max(r.start_s + r.duration_s for r in records)
         first = records[0]
         return replace(first, duration_s=end_s - first.start_s, energy_j=sum(r.energy_j for r in records))
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
         for handle in self._handles:
             handle.close()
