@@ -143,6 +143,8 @@ class MemberRecord:
     target: float = 0.0
     policy_since: float = 0.0
     """... and when (wall clock, 0: never set there): the leader follows the newest."""
+    clock_latency_s: float | None = None
+    """The slowest clock-set latency measured on its GPUs of the job: the solve plans for every node's."""
 
 
 @dataclass(frozen=True)
@@ -228,6 +230,7 @@ def encode_member(record: MemberRecord) -> str:
         "spans": [[s.pipeline, s.step, s.compute_s] for s in record.spans],
         "error": record.error,
         "policy": [record.policy, record.target, record.policy_since],
+        "clock_latency_s": record.clock_latency_s,
     }
     if record.profile is not None:
         doc["profile"] = {
@@ -289,6 +292,7 @@ def decode_member(raw: bytes) -> MemberRecord:
         spans=tuple(_span(item) for item in spans),
         error=_str(doc, "error"),
         **_policy(doc.get("policy")),
+        clock_latency_s=_optional_float(doc, "clock_latency_s"),
     )
 
 

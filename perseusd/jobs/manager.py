@@ -576,7 +576,12 @@ class JobManager:
         self._run(job)
 
     def submit_solve(
-        self, job: Job, profile: Profile, p_block_w: float, orders: tuple[StageOrder, ...]
+        self,
+        job: Job,
+        profile: Profile,
+        p_block_w: float,
+        orders: tuple[StageOrder, ...],
+        latency_s: float | None = None,
     ) -> None:
         unit_time_s = self.settings.unit_time_s or auto_unit_time_s(profile)
         task = SolveInput(
@@ -587,7 +592,7 @@ class JobManager:
             profile.source,
             p_block_w,
             unit_time_s,
-            self._switch_model(job),
+            self._switch_model(job, latency_s),
         )
         job.orders = orders
         job.solve_future = self._worker.submit(task)
@@ -621,10 +626,16 @@ class JobManager:
         job.solve_future = self._worker.submit(task)
         logger.info("job %s: solving the frontier (unit %.3g s)", job.name, unit_time_s)
 
-    def _switch_model(self, job: Job) -> SwitchModel | None:
-        """How the job's GPUs switch clocks: the slowest measured clock-set latency (None: none measured)."""
+    def clock_latency_s(self, job: Job) -> float | None:
+        """The slowest measured clock-set latency of the job's GPUs here (None: none measured)."""
         measured = [self._gpus.clock_set_latency_ns(slot.gpu) for slot in job.slots.values()]
         latencies_s = [ns / 1e9 for ns in measured if ns is not None]
+        return max(latencies_s) if latencies_s else None
+
+    def _switch_model(self, job: Job, others_s: float | None = None) -> SwitchModel | None:
+        """How the job's GPUs switch clocks: the slowest measured clock-set latency, here or (`others_s`) on
+        the job's other nodes (None: none measured)."""
+        latencies_s = [s for s in (self.clock_latency_s(job), others_s) if s is not None]
         if not latencies_s:
             return None
         latency_s = max(latencies_s)

@@ -81,8 +81,14 @@ class SpanHost(Protocol):
     def adopt_solution(self, job: Job, frontier: Frontier, profile: Profile, p_block_w: float) -> None: ...
     def run_plan(self, job: Job) -> None: ...
     def submit_solve(
-        self, job: Job, profile: Profile, p_block_w: float, orders: tuple[StageOrder, ...]
+        self,
+        job: Job,
+        profile: Profile,
+        p_block_w: float,
+        orders: tuple[StageOrder, ...],
+        latency_s: float | None = None,
     ) -> None: ...
+    def clock_latency_s(self, job: Job) -> float | None: ...
     def fail(self, job: Job, message: str) -> None: ...
     def measured(self, job: Job) -> MeasuredSaving | None: ...
     def switch_pipeline(self, job: Job, pipeline: int, index: int, from_step: int) -> None: ...
@@ -214,6 +220,7 @@ class SpanCoordinator:
             policy=job.policy.name,
             target=job.policy.target,
             policy_since=state.policy_since,
+            clock_latency_s=_significant(self._host.clock_latency_s(job)),
         )
 
     def _publish_member(self, job: Job, state: SpanState) -> None:
@@ -376,7 +383,9 @@ class SpanCoordinator:
             orders = tuple(learned[s] for s in range(job.shape.num_stages))
         state.merged = (profile, p_block_w)
         state.solving = shares[0][0].blob
-        self._host.submit_solve(job, profile, p_block_w, orders)
+        # The plan must suit the slowest clock switching of any node's GPUs (the switch-aware solve).
+        latencies_s = [m.clock_latency_s for m in members.values() if m.clock_latency_s is not None]
+        self._host.submit_solve(job, profile, p_block_w, orders, max(latencies_s, default=None))
         logger.info("job %s: solving the frontier for %d nodes", job.name, len(members))
 
     def solved(self, job: Job, frontier: Frontier) -> None:

@@ -66,6 +66,7 @@ def _member(node: str = "node-a") -> MemberRecord:
         policy="slowdown",
         target=0.05,
         policy_since=1700000000.5,
+        clock_latency_s=0.0123,
     )
 
 
