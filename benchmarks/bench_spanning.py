@@ -256,9 +256,22 @@ def _figures(case: Case, result: dict[str, Any]) -> dict[str, Any]:
     figures = summary(result, reference)
     figures["solves"] = _solves(result)
     figures["profiling"] = result.get("profiling")
+    jobs = result.get("daemon_jobs") or []
     figures["daemon_profiling_iterations"] = [
-        (job.get("profiling") or {}).get("iterations") if job else None
-        for job in result.get("daemon_jobs") or []
+        (job.get("profiling") or {}).get("iterations") if job else None for job in jobs
+    ]
+    figures["daemon_plans"] = [
+        None
+        if not job
+        else {
+            "state": job.get("state"),
+            "plan_index": job.get("plan_index"),
+            "plan_epoch": (job.get("span") or {}).get("plan_epoch"),
+            "leader": (job.get("span") or {}).get("leader"),
+            "wrong_clock_fraction": job.get("wrong_clock_fraction"),
+            "clock_changes_per_iteration": job.get("clock_changes_per_iteration"),
+        }
+        for job in jobs
     ]
     figures["gpus_left_locked"] = result["gpus_left_locked"]
     figures["wall_s"] = result["wall_s"]
