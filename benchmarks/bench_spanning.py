@@ -195,6 +195,7 @@ class Killer:
             timeout=120,
         )
         self.events["reset_rc"] = reset.returncode
+        self.events["reset_done_after_s"] = round(time.monotonic() - killed_s, 2)
         time.sleep(max(0.0, self._restart_after_s - (time.monotonic() - killed_s)))
         daemon.start()
         self.events["restarted_after_s"] = round(time.monotonic() - killed_s, 2)
