@@ -4,7 +4,8 @@ same job on one daemon in the same invocation; prints JSON.
 Each case runs `perseus-emulate` twice, each run with its own all-max baseline measured in that run (from the
 simulated GPUs' energy counters): once on one daemon without etcd (the reference), once with the job's stages
 spread over D daemons (stand-ins for nodes, each with its own runtime directory and simulated GPUs) that share
-a loopback etcd cluster of three members. Cases:
+a loopback etcd cluster of three members (at etcd's default heartbeat and election timeout; the plane at its
+default 0.5 s round, lease TTL 6 s). Cases:
 
 - `gpt3-tp2-8d`: GPT-3 175B on the A100 board, 8 stages x 12 microbatches, 8 daemons, 2 tensor-parallel GPUs
   per stage (reference: the same job on one daemon with one GPU per stage, the README's 15.1-15.2 %);
