@@ -54,7 +54,7 @@ def _timed_batches(client: PerseusClient, gpu: str, paced: bool) -> list[float]:
 def main() -> None:
     with daemon_processes() as make:
         daemon = make(DaemonDirs.create(), gpus=1).start()
-        with PerseusClient(daemon.dirs.runtime_dir, job="bench-client") as client:
+        with PerseusClient(daemon.dirs.runtime_dir, job="bench-client", strict=True) as client:
             gpu = client.daemon_info.gpus[0].uuid  # type: ignore[union-attr]
             client.claim([gpu])
             per_event_us = _timed_batches(client, gpu, paced=True)

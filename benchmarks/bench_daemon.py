@@ -39,7 +39,7 @@ TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 def sender(runtime_dir: str, index: int, go: Any, out: Any) -> None:
     """One sender process: claim GPU `index`, wait for `go`, send `EVENTS_PER_CLIENT` events flat out, put
     (events sent, events dropped) on `out`, then hold the lease while the daemon drains."""
-    with PerseusClient(runtime_dir, job=f"bench-{index}", timeout_s=10) as client:
+    with PerseusClient(runtime_dir, job=f"bench-{index}", timeout_s=10, strict=True) as client:
         gpu = client.daemon_info.gpus[index].uuid  # type: ignore[union-attr]
         client.claim([gpu])
         go.wait()
@@ -98,7 +98,7 @@ def bench_ingest(make: Any) -> dict[str, Any]:
 
 def bench_set_clock(make: Any) -> dict[str, Any]:
     daemon = make(DaemonDirs.create(), gpus=1).start()
-    with PerseusClient(daemon.dirs.runtime_dir, job="bench-rtt") as client:
+    with PerseusClient(daemon.dirs.runtime_dir, job="bench-rtt", strict=True) as client:
         gpu = client.daemon_info.gpus[0]  # type: ignore[union-attr]
         client.claim([gpu.uuid])
         clocks = gpu.supported_sm_clocks_mhz

@@ -48,7 +48,7 @@ STATUS_PERIOD_S = 0.1
 
 
 def _sender(runtime_dir: str, index: int, duration_s: float, go: Any, out: Any) -> None:
-    client = PerseusClient(runtime_dir, job=f"flood-{index}", timeout_s=10)
+    client = PerseusClient(runtime_dir, job=f"flood-{index}", timeout_s=10, strict=True)
     gpu = client.daemon_info.gpus[index].uuid  # type: ignore[union-attr]
     client.claim([gpu])
     go.wait()
@@ -115,7 +115,7 @@ class Watcher(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        with PerseusClient(self.runtime_dir, job="watcher", timeout_s=30) as client:
+        with PerseusClient(self.runtime_dir, job="watcher", timeout_s=30, strict=True) as client:
             while not self.stop.is_set():
                 self.rss_mb.append(_rss_mb(self.pid))
                 started_s = time.perf_counter()
@@ -151,7 +151,7 @@ def _perseusctl_ms(runtime_dir: Path, runs: int) -> list[float]:
 
 
 def _received(daemon: DaemonProcess) -> int:
-    with PerseusClient(daemon.dirs.runtime_dir, job="count", timeout_s=30) as client:
+    with PerseusClient(daemon.dirs.runtime_dir, job="count", timeout_s=30, strict=True) as client:
         return client.status().daemon.events_received
 
 

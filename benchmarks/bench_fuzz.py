@@ -54,7 +54,7 @@ def _session(peer: RawPeer, gpu: str) -> None:
 def fuzz(daemon: DaemonProcess, frames: int, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     runtime_dir = daemon.dirs.runtime_dir
-    with PerseusClient(runtime_dir, job="probe") as client:
+    with PerseusClient(runtime_dir, job="probe", strict=True) as client:
         assert client.daemon_info is not None
         gpu = client.daemon_info.gpus[0].uuid
     tally: Counter[str] = Counter()

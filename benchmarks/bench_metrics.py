@@ -59,7 +59,7 @@ def _scraper(url: str, period_s: float, ready: Any, stop: Any, out: Any) -> None
 
 
 def _event_cost_us(daemon: DaemonProcess) -> float:
-    with PerseusClient(daemon.dirs.runtime_dir, job="bench-cost") as client:
+    with PerseusClient(daemon.dirs.runtime_dir, job="bench-cost", strict=True) as client:
         gpu = client.daemon_info.gpus[CLIENTS].uuid  # type: ignore[union-attr]
         client.claim([gpu])
         per_event_us = []
@@ -80,7 +80,7 @@ def _ingest_per_s(daemon: DaemonProcess) -> float:
     for proc in procs:
         proc.start()
     # Polled through one client with a generous timeout: the machine may be loaded (no subprocess per poll).
-    with PerseusClient(runtime_dir, job="bench-poll", timeout_s=30) as poller:
+    with PerseusClient(runtime_dir, job="bench-poll", timeout_s=30, strict=True) as poller:
         while poller.status().daemon.clients < CLIENTS + 1:
             time.sleep(0.05)
         start = poller.status().daemon.events_received

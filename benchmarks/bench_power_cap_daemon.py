@@ -58,7 +58,7 @@ class Sampler(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
-        with PerseusClient(self._runtime_dir, job="bench-sampler", timeout_s=5.0) as client:
+        with PerseusClient(self._runtime_dir, job="bench-sampler", timeout_s=5.0, strict=True) as client:
             while not self._halt.is_set():
                 energies = [g.energy_j for g in client.status().gpus]
                 if all(e is not None for e in energies):
@@ -129,7 +129,7 @@ def wait_running(runtime_dir: Path, job: str, proc: subprocess.Popen[str]) -> No
 def wait_released(runtime_dir: Path) -> None:
     """Until the last run's leases are gone: their release restores the GPUs' originals, which would undo a
     power limit set in between."""
-    with PerseusClient(runtime_dir, job="bench-probe", timeout_s=5.0) as client:
+    with PerseusClient(runtime_dir, job="bench-probe", timeout_s=5.0, strict=True) as client:
         while any(g.lease is not None and g.lease.job != "bench-probe" for g in client.status().gpus):
             time.sleep(0.05)
 
@@ -221,7 +221,7 @@ def main() -> int:
     daemon.start()
     started_s = time.monotonic()
     try:
-        with PerseusClient(dirs.runtime_dir, job="bench-probe") as client:
+        with PerseusClient(dirs.runtime_dir, job="bench-probe", strict=True) as client:
             assert client.daemon_info is not None
             gpus = [g.uuid for g in client.daemon_info.gpus]
         result = measure(dirs.runtime_dir, gpus, args)

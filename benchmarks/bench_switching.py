@@ -68,7 +68,7 @@ def _run(
 def bench_switching(make: Any) -> dict[str, Any]:
     daemon = make(DaemonDirs.create(), gpus=1).start()
     runtime_dir = daemon.dirs.runtime_dir
-    with PerseusClient(runtime_dir, job="bench-switch", timeout_s=10) as client:
+    with PerseusClient(runtime_dir, job="bench-switch", timeout_s=10, strict=True) as client:
         info = client.daemon_info.gpus[0]  # type: ignore[union-attr]
         high, low = info.supported_sm_clocks_mhz[0], info.supported_sm_clocks_mhz[-1]
         plan = [PlanEntry("forward", mb, 0, high if mb % 2 == 0 else low) for mb in range(PLAN_LENGTH)]

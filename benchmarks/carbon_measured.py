@@ -234,7 +234,7 @@ def _read_rows(stream: Any, rows: Rows) -> None:
 
 def _measure(arm: Arm, work: Workload, server: SignalServer, daemon: DaemonProcess) -> dict[str, Any]:
     runtime_dir = daemon.dirs.runtime_dir
-    with PerseusClient(runtime_dir, job="bench-probe", timeout_s=5.0) as probe:
+    with PerseusClient(runtime_dir, job="bench-probe", timeout_s=5.0, strict=True) as probe:
         gpus = [g.uuid for g in probe.hello().gpus]
     proc = subprocess.Popen(
         _emulate(arm, work, runtime_dir),
@@ -253,7 +253,7 @@ def _measure(arm: Arm, work: Workload, server: SignalServer, daemon: DaemonProce
     points: list[int] = []
     looked_s = 0.0
     deadline_s = time.monotonic() + 3000
-    watcher = PerseusClient(runtime_dir, job="bench-watch", timeout_s=5.0)
+    watcher = PerseusClient(runtime_dir, job="bench-watch", timeout_s=5.0, strict=True)
     switching: dict[str, Any] = {}
     try:
         while proc.poll() is None and time.monotonic() < deadline_s:

@@ -34,36 +34,50 @@ The GPU's clocks are reset and the daemon stopped at the end, whatever happens.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from perseusd.emulate.hybrid import SweepRow  # the ground truth at one locked clock
+
 TARGET_FACTORS = (1.0, 1.15, 1.3)
 EXIT_REFUSED = 2
-
-
-@dataclass(frozen=True)
-class SweepRow:
-    """The ground truth at one locked clock: per execution of the stage's forward and backward."""
-
-    clock_mhz: int
-    forward_s: float
-    forward_j: float
-    backward_s: float
-    backward_j: float
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--gpu", type=int, default=0, help="NVML index of the GPU")
+    parser.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="the pipeline check instead: the stage on the real GPU inside a 4-stage pipeline of simulated "
+        "boards, at its first, a middle and its last position (benchmarks/pipeline_check.py)",
+    )
+    parser.add_argument("--positions", default="0,1,3", help="with --pipeline: the real stage's positions")
+    parser.add_argument(
+        "--run-timeout-s", type=float, default=240.0, help="with --pipeline: each emulator run's limit"
+    )
+    parser.add_argument(
+        "--targets",
+        default=",".join(map(str, TARGET_FACTORS)),
+        help="iteration-time targets (x all-max) of the one-stage check (default 1.0,1.15,1.3)",
+    )
+    parser.add_argument(
+        "--no-sweep",
+        action="store_true",
+        help="one-stage check without the ground-truth sweeps (no profile error, no single clocks): the "
+        "closed loop against all-max only",
+    )
     parser.add_argument("--microbatches", type=int, default=8)
     parser.add_argument("--layers", type=int, default=4, help="transformer layers in the stage")
     parser.add_argument("--d-model", type=int, default=4096)
@@ -92,6 +106,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             build_parser().error(f"--{name.replace('_', '-')} must be >= 1")
     if args.sweep_clocks < 3:
         build_parser().error("--sweep-clocks must be >= 3 (a curve needs three clocks)")
+    try:
+        args.targets = tuple(float(t) for t in args.targets.split(","))
+        args.positions = tuple(int(p) for p in args.positions.split(","))
+    except ValueError:
+        build_parser().error("--targets and --positions are comma-separated numbers")
     return args
 
 
@@ -126,6 +145,20 @@ def refusal() -> str | None:
     finally:
         backend.close()
     return None
+
+
+@contextlib.contextmanager
+def stopped_at_exit(process: subprocess.Popen[bytes], grace_s: float) -> Iterator[subprocess.Popen[bytes]]:
+    """Yield `process`; on the way out SIGTERM it (a daemon restores its GPUs), SIGKILL after `grace_s`."""
+    try:
+        yield process
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def sweep_at(sweep: Sequence[SweepRow], clock_mhz: int) -> SweepRow | None:
@@ -299,6 +332,10 @@ def markdown(report: Mapping[str, Any]) -> str:
     """The report as the Markdown section docs/gpu-backends.md keeps: the GPU, the profiling, the profile's
     error and one row per time target (a refused or failed run says so)."""
     lines = ["### Measured on a real GPU (`benchmarks/gpu_validate.py`)", ""]
+    if report.get("mode") == "pipeline" and report.get("pipeline"):
+        from benchmarks.pipeline_check import markdown as pipeline_markdown
+
+        return "\n".join([*lines, pipeline_markdown(report["pipeline"])])
     if report.get("refused"):
         return "\n".join([*lines, f"Refused: {report['refused']}", ""])
     info = (report.get("probe") or {}).get("info") or {}
@@ -334,6 +371,13 @@ def markdown(report: Mapping[str, Any]) -> str:
             f"{_fmt(None if worst_s is None else 100 * worst_s, 1, ' %')}, worst energy error "
             f"{_fmt(None if worst_j is None else 100 * worst_j, 1, ' %')} (bounds 2 % and 3 %: "
             f"{'met' if error.get('within_bounds') else 'not met'})."
+        )
+    default = report.get("no_slowdown")
+    if default:
+        note = (default.get("plan") or {}).get("plan_note") or "the plan as solved"
+        lines.append(
+            f"- Default policy (`no_slowdown`): {default['time_s']} s, {default['energy_j']} J per "
+            f"iteration, {_fmt(default['saving_pct'], 2, ' %')} against all-max padded to its time ({note})."
         )
     targets = report.get("targets") or []
     if targets:
@@ -371,9 +415,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if reason is not None:
         emit(refused_report(reason), args.out, args.markdown)
         return EXIT_REFUSED
-    from benchmarks.gpu_validate_run import run  # torch and NVML from here on
+    if args.pipeline:
+        from benchmarks.gpu_validate_pipeline import run_pipeline  # torch and NVML from here on
 
-    report = run(args)
+        report = run_pipeline(args)
+    else:
+        from benchmarks.gpu_validate_run import run  # torch and NVML from here on
+
+        report = run(args)
     emit(report, args.out, args.markdown)
     return 0 if report.get("ok") else 1
 

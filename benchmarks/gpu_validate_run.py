@@ -12,7 +12,6 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import signal
 import subprocess
 import sys
 import tempfile
@@ -32,12 +31,12 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
 from benchmarks.gpu_validate import (
-    TARGET_FACTORS,
     BoundaryRecorder,
     SweepRow,
     best_single_clock,
     job_truth,
     profile_error,
+    stopped_at_exit,
     target_row,
 )
 from benchmarks.nvml_probe import _set_reset, _switches
@@ -207,10 +206,11 @@ def single_clocks(
     truth: list[SweepRow],
     all_max_s: float,
     iterations: int,
+    targets: tuple[float, ...],
 ) -> dict[float, dict[str, float]]:
     """The job locked at the best single clock for each time target above 1 (when one fits)."""
     singles = {}
-    for factor in TARGET_FACTORS[1:]:
+    for factor in [f for f in targets if f > 1.0]:
         clock = best_single_clock(truth, all_max_s, factor * all_max_s)
         if clock is not None:
             device.set_locked_sm_clock_mhz(clock)
@@ -319,23 +319,14 @@ def daemon(runtime_dir: Path, state_dir: Path, log: Path | None) -> Iterator[sub
     command += ["--log-level", "WARNING" if log is None else "INFO"]
     with contextlib.ExitStack() as stack:
         stderr = None if log is None else stack.enter_context(log.open("ab"))
-        process = subprocess.Popen(command, stderr=stderr)
-        try:
-            yield process
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        yield stack.enter_context(stopped_at_exit(subprocess.Popen(command, stderr=stderr), 20.0))
 
 
 def connect(runtime_dir: Path) -> PerseusClient:
     deadline = time.monotonic() + DAEMON_READY_S
     while True:
         try:
-            return PerseusClient(runtime_dir, job=JOB, timeout_s=10.0)
+            return PerseusClient(runtime_dir, job=JOB, timeout_s=10.0, strict=True)
         except (PerseusClientError, OSError):
             if time.monotonic() > deadline:
                 raise
@@ -401,9 +392,12 @@ def _profile_and_run(
     if info is None or info.state != "running":
         return result
     result["profile_csv"] = client.profile_export(JOB).csv
+    # The default policy first (no_slowdown, with do-no-harm): what a job that sets nothing runs.
+    result["no_slowdown"] = job_iterations(device, schedule, *data, args.iterations)
+    result["no_slowdown_plan"] = deployed(job_info(client))
     runs = {}
     plans = {}
-    for factor in TARGET_FACTORS:
+    for factor in args.targets:
         client.set_policy("time", args.all_max_s * factor, job=JOB)
         runs[factor] = job_iterations(device, schedule, *data, args.iterations)
         plans[str(factor)] = deployed(job_info(client))
@@ -418,7 +412,8 @@ def deployed(info: Any) -> dict[str, Any] | None:
         return None
     names = ("plan_index", "plan_time_s", "plan_energy_j", "all_max_time_s", "all_max_energy_j")
     names += ("clock_changes_per_iteration", "wrong_clock_fraction", "frontier_points", "state", "error")
-    return {name: getattr(info, name) for name in names}
+    names += ("plan_note", "policy")
+    return {name: getattr(info, name, None) for name in names}
 
 
 def save_partial(report: dict[str, Any], out: Path | None) -> None:
@@ -462,29 +457,28 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> None:
             torch.randn(*shape, device="cuda", dtype=torch.bfloat16),
             torch.zeros(*shape, device="cuda"),
         )
-        standalone = locked_sweep(device, module, data[0][:1], sweep_clocks(device, args.sweep_clocks))
-        report["standalone_sweep"] = [dataclasses.asdict(r) for r in standalone]
         schedule = make_schedule(module, args.microbatches)
         idle_w = idle_power_w(device, device.info.supported_sm_clocks_mhz[0])
-        truth = job_sweep(device, schedule, data, standalone, idle_w, args.microbatches)
-        report["sweep"] = [dataclasses.asdict(r) for r in truth]
-        save_partial(report, args.out)
-        before = at_all_max(device, schedule, data, args.iterations)
-        singles = single_clocks(device, schedule, data, truth, before["time_s"], args.iterations)
-        report["all_max"] = {**before, "idle_w": idle_w, "before": before}
-        report["single_clocks"] = {str(f): v for f, v in singles.items()}
-        save_partial(report, args.out)
-        args.all_max_s = before["time_s"]
+        truth, standalone, singles = _ground_truth(args, device, module, schedule, data, idle_w, report)
+        args.all_max_s = report["all_max"]["time_s"]
         loop = closed_loop(args, device, schedule, data)
-        report["closed_loop"] = {k: v for k, v in loop.items() if k not in ("profile_csv", "runs")}
+        report["closed_loop"] = {
+            k: v for k, v in loop.items() if k not in ("profile_csv", "runs", "no_slowdown")
+        }
+        before = report["all_max"]["before"]
         after = at_all_max(device, schedule, data, args.iterations)
         all_max = reference(before, after)
         report["all_max"] = {**all_max, "idle_w": idle_w, "before": before, "after": after}
         if "profile_csv" in loop:
-            report["profile_error"] = profile_error(loop["profile_csv"], truth)
-            report["profile_error_standalone"] = profile_error(loop["profile_csv"], standalone)
+            if truth:
+                report["profile_error"] = profile_error(loop["profile_csv"], truth)
+                report["profile_error_standalone"] = profile_error(loop["profile_csv"], standalone)
+            report["no_slowdown"] = {
+                **target_row(1.0, loop["no_slowdown"], all_max, idle_w, None),
+                "plan": loop.get("no_slowdown_plan"),
+            }
             report["targets"] = [
-                target_row(f, loop["runs"][f], all_max, idle_w, singles.get(f)) for f in TARGET_FACTORS
+                target_row(f, loop["runs"][f], all_max, idle_w, singles.get(f)) for f in args.targets
             ]
             report["ok"] = True
             if args.profile_out is not None:
@@ -496,3 +490,34 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> None:
             backend.close()
             if dist.is_initialized():
                 dist.destroy_process_group()
+
+
+def _ground_truth(
+    args: argparse.Namespace,
+    device: GpuDevice,
+    module: nn.Module,
+    schedule: Schedule1F1B,
+    data: tuple[torch.Tensor, torch.Tensor],
+    idle_w: float,
+    report: dict[str, Any],
+) -> tuple[list[SweepRow], list[SweepRow], dict[float, dict[str, float]]]:
+    """The sweeps (unless --no-sweep), all-max before the closed loop and the best single clocks."""
+    truth: list[SweepRow] = []
+    standalone: list[SweepRow] = []
+    if not args.no_sweep:
+        clocks = sweep_clocks(device, args.sweep_clocks)
+        standalone = locked_sweep(device, module, data[0][:1], clocks)
+        report["standalone_sweep"] = [dataclasses.asdict(r) for r in standalone]
+        truth = job_sweep(device, schedule, data, standalone, idle_w, args.microbatches)
+        report["sweep"] = [dataclasses.asdict(r) for r in truth]
+        save_partial(report, args.out)
+    before = at_all_max(device, schedule, data, args.iterations)
+    singles = (
+        single_clocks(device, schedule, data, truth, before["time_s"], args.iterations, args.targets)
+        if truth
+        else {}
+    )
+    report["all_max"] = {**before, "idle_w": idle_w, "before": before}
+    report["single_clocks"] = {str(f): v for f, v in singles.items()}
+    save_partial(report, args.out)
+    return truth, standalone, singles

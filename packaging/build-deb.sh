@@ -71,7 +71,8 @@ for tool in perseusd:perseusd.daemon.main perseusctl:perseusd.ctl.main; do
 import sys
 sys.path.insert(0, "/opt/perseusd/lib/python")
 from $module import main
-sys.exit(main())
+if __name__ == "__main__":  # the solver's forkserver imports this file as __mp_main__: never a second daemon
+    sys.exit(main())
 SCRIPT
   chmod 0755 "$root/opt/perseusd/bin/$name"
   ln -s "/opt/perseusd/bin/$name" "$root/usr/bin/$name"

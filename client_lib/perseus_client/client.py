@@ -1,12 +1,24 @@
 """`PerseusClient`: what a training process uses to talk to perseusd (pyzmq and the protocol module only).
 
-Events (computation and step begin/end) go to the daemon's event socket without ever blocking or raising:
-when the daemon is down or slow they are dropped and counted (`events_dropped`). Control calls (hello, claim,
-release, set_clock, set_plan, clear_plan, status, the job calls) have timeouts and raise `PerseusClientError`;
-arguments the daemon would refuse anyway (a negative pipeline, a straggler factor below 1) raise `ValueError`
-before anything is sent. A small
-monitor thread notices when the daemon comes back and registers again (hello, re-claim of the GPUs this
-client held, and their plans).
+The client never harms training. By default it **fails open**: a daemon that is absent, stopped, restarting,
+upgrading or refusing leaves the job running unmanaged, at the GPUs' own clocks:
+
+- Events (computation and step begin/end) never block or raise: without a daemon session they are dropped
+  and counted (`events_dropped`), at a fraction of a sent event's cost.
+- Calls that change something (connect/hello, claim, release, set_clock, set_plan, clear_plan, register,
+  set_policy, profile_import, announce/clear_straggler) log a warning and return None (claim: (), set_plan:
+  0, clear_plan: False) when the daemon is out of reach or refuses; they are counted in `calls_skipped`.
+  A client that cannot reach the daemon at start logs one warning naming the cause.
+- Calls that ask for something (status, jobs, frontier, plan, profile_export, event_count) raise
+  `PerseusClientError`: there is no answer to return.
+- Arguments that are wrong whatever the daemon says (a negative pipeline, a straggler factor below 1) raise
+  `ValueError` before anything is sent.
+
+A monitor thread watches the connection: when the daemon (re)appears, the client says hello again and
+replays what it asked, the calls skipped while the daemon was away included (claims, plans, registrations,
+imported profiles, policies: `perseus_client.session`); a job the daemon finds in its cache runs its plan at
+once, without profiling. `strict=True`, or `PERSEUSD_CLIENT_STRICT=1`, makes every control call raise
+`PerseusClientError` instead (and the constructor too, when the daemon cannot be reached).
 
 Send events from one thread per client (ZeroMQ sockets are not thread-safe); control calls are locked.
 """
@@ -18,20 +30,19 @@ import json
 import logging
 import math
 import os
-import struct
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 import zmq
 
-from perseus_client.envelope import MINOR_REFUSED
+from perseus_client import devices, reach
+from perseus_client.link import PerseusClientError, monitor_event, request_reply, unreachable
 from perseus_client.protocol import (
     CONTROL_SOCKET_NAME,
-    DEFAULT_MAX_FRAME_BYTES,
     EVENT_SOCKET_NAME,
     PROTOCOL_MAJOR,
     PROTOCOL_MINOR,
@@ -42,7 +53,6 @@ from perseus_client.protocol import (
     ClearPlan,
     ClearPlanOk,
     DocumentReply,
-    ErrorReply,
     EventCount,
     EventCountOk,
     FrontierRequest,
@@ -57,7 +67,6 @@ from perseus_client.protocol import (
     ProfileImport,
     ProfileImportOk,
     ProfileReply,
-    ProtocolError,
     Register,
     RegisterOk,
     Release,
@@ -70,14 +79,15 @@ from perseus_client.protocol import (
     SetPolicyOk,
     StatusReply,
     StatusRequest,
-    decode_reply,
-    encode,
 )
+from perseus_client.session import SessionMemory
+
+__all__ = ["CLIENT_VERSION", "DEFAULT_RUNTIME_DIR", "PerseusClient", "PerseusClientError"]
 
 logger = logging.getLogger(__name__)
 
 CLIENT_VERSION = "0.1.0"
-DEFAULT_RUNTIME_DIR = "/run/perseusd"
+DEFAULT_RUNTIME_DIR = reach.DEFAULT_RUNTIME_DIR
 EVENT_SNDHWM = 500
 """Events queued towards a slow daemon before new ones are dropped (and counted): a small queue keeps the
 daemon's backlog, and so the time it spends on events of a lease already released, short."""
@@ -87,23 +97,21 @@ CLOSE_SETTLE_S = 30.0
 CLOSE_STALL_S = 3.0
 """At close, the client waits until the daemon has read every event it sent, at most CLOSE_SETTLE_S and at
 most CLOSE_STALL_S without progress; events still unread then are counted in `events_lost`."""
+CONNECT_PROBE_S = 0.05
+"""At connect, how long the link may take before the client looks at why (a daemon that is up connects in
+well under this; one that is not there fails at once instead of after the whole timeout)."""
+RETRY_MIN_S = 0.25
+RETRY_MAX_S = 5.0
+"""Back-off of a new session's hello while the link is up but the daemon does not answer."""
 _INSTRUCTIONS = frozenset(("forward", "backward"))
 M = TypeVar("M", bound=Message)
+R = TypeVar("R")
 # Events are written in minor 0 (no "m"): every daemon of the major reads them, and they stay short.
 _COMPUTATION_FORMAT = (
     b'{"v":%d,"id":0,' % PROTOCOL_MAJOR
     + b'"type":"%s","gpu":%s,"stage":%d,"instruction":"%s","microbatch":%d,"chunk":%d,"timestamp_ns":%d}'
 )
 _STEP_FORMAT = b'{"v":%d,"id":0,' % PROTOCOL_MAJOR + b'"type":"%s","gpu":%s,"step":%d,"timestamp_ns":%d}'
-
-
-class PerseusClientError(Exception):
-    """A control call failed. `code` is the daemon's stable error code, or UNREACHABLE / TIMEOUT."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
 
 
 class _Computation:
@@ -141,54 +149,81 @@ class PerseusClient:
     """A connection to perseusd from one training process.
 
     Args:
-        runtime_dir: the daemon's runtime directory (its sockets live there).
+        runtime_dir: the daemon's runtime directory (its sockets live there); default
+            `$PERSEUSD_RUNTIME_DIR`, else `/run/perseusd`.
         job: a name for this job, shown in `perseusctl status`.
         timeout_s: the timeout of each control call.
         connect: connect and say hello now (otherwise call `connect()`).
+        strict: raise `PerseusClientError` when the daemon is out of reach or refuses, instead of going on
+            unmanaged; default `$PERSEUSD_CLIENT_STRICT` (1/true/yes), else False (fail open).
+
+    Attributes:
+        managed: whether the client has a session with the daemon now.
+        calls_skipped: control calls that did nothing (fail-open: daemon away or refusing).
+        events_sent, events_dropped, events_lost: see `close()`.
+        reconnects: sessions the monitor opened by itself (the daemon came back, or came up late).
     """
 
     def __init__(
         self,
-        runtime_dir: str | Path = DEFAULT_RUNTIME_DIR,
+        runtime_dir: str | os.PathLike[str] | None = None,
         job: str = "",
         *,
         timeout_s: float = 2.0,
         connect: bool = True,
+        strict: bool | None = None,
     ) -> None:
-        self.runtime_dir = Path(runtime_dir)
+        self.runtime_dir = Path(reach.runtime_dir(runtime_dir))
         self.job = job or f"pid-{os.getpid()}"
         self.timeout_s = timeout_s
+        self.strict = reach.strict_from_env() if strict is None else strict
         self.events_sent = 0
         self.events_dropped = 0
         self.events_lost = 0
-        self._session_sent = 0  # events sent since the hello that opened this session with the daemon
+        self.calls_skipped = 0
         self.reconnects = 0
+        self._session_sent = 0  # events sent since the hello that opened this session with the daemon
         self.daemon_info: HelloOk | None = None
         self.protocol_minor = PROTOCOL_MINOR
         """The minor this client writes in: its own, or the daemon's when older (known from the hello)."""
-        self._claimed: list[str] = []
-        self._plans: dict[str, tuple[PlanEntry, ...]] = {}
-        self._registrations: dict[str, Register] = {}
+        self.auth_failed = False
+        self.managed = False
+        self._memory = SessionMemory()
         self._json_cache: dict[str, bytes] = {}
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
         self._ctx: zmq.Context[Any] | None = None
         self._control: zmq.Socket[bytes] | None = None
         self._events: zmq.Socket[bytes] | None = None
-        self._auth_failed = False
         self._monitor: threading.Thread | None = None
         self._closing = threading.Event()
+        self._link_up = False
+        self._wanted = False  # connect() was called: the monitor opens sessions by itself
+        self._away_warned = False
+        self._away = False  # known out of reach: calls fail at once instead of waiting for their timeout
         if connect:
-            self.connect()
+            try:
+                self.connect()
+            except BaseException:
+                self.close()
+                raise
 
     # ------------------------------------------------------------------ connection
 
-    def connect(self) -> HelloOk:
-        """Open the sockets and say hello; raises `PerseusClientError` when the daemon does not answer."""
+    def connect(self) -> HelloOk | None:
+        """Open the sockets and say hello. Fail-open: None (and one warning) when the daemon cannot be
+        reached; the client keeps trying in the background. Strict: raises `PerseusClientError`."""
         with self._lock:
+            self._wanted = True
             if self._ctx is None:
                 self._open_sockets()
-            return self.hello()
+            assert self._control is not None
+            if not self.strict and not self._control.poll(int(CONNECT_PROBE_S * 1000), zmq.POLLOUT):
+                cause = reach.diagnose(str(self.runtime_dir), CONTROL_SOCKET_NAME)
+                if not isinstance(cause, reach.NotAnswering):  # absent, closed, elsewhere: fail at once
+                    self._went_away(PerseusClientError(cause.code, cause.message, reached=False))
+                    return None
+            return self._act("hello", self._open)
 
     def _open_sockets(self) -> None:
         self._ctx = zmq.Context()
@@ -212,46 +247,66 @@ class PerseusClient:
         self._monitor.start()
 
     def _watch_connection(self, monitor: zmq.Socket[bytes]) -> None:
-        """Re-register after the daemon comes back (a handshake after a disconnect)."""
-        disconnected = False
+        """Follow the link; open a session (hello and replay) whenever the link is up without one."""
+        retry_at_s, backoff_s = 0.0, RETRY_MIN_S
         try:
             while not self._closing.is_set():
-                if not monitor.poll(100):
+                if monitor.poll(100):
+                    event = monitor_event(monitor.recv_multipart())
+                    if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                        self.auth_failed = True
+                    elif event == zmq.EVENT_DISCONNECTED:
+                        self._link_up = False
+                        self._went_away(None)
+                    elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                        self.auth_failed = False
+                        self._link_up = True
+                        retry_at_s, backoff_s = 0.0, RETRY_MIN_S
+                if not (self._link_up and self._wanted and not self.managed):
                     continue
-                event = monitor_event(monitor.recv_multipart())
-                if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-                    self._auth_failed = True
-                elif event == zmq.EVENT_DISCONNECTED:
-                    disconnected = True
-                elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                    self._auth_failed = False
-                    if disconnected:
-                        disconnected = False
-                        self._reregister()
+                if time.monotonic() >= retry_at_s and not self._reopen():
+                    retry_at_s = time.monotonic() + backoff_s
+                    backoff_s = min(RETRY_MAX_S, backoff_s * 2)
         except zmq.ZMQError:
             pass
         finally:
             monitor.close(linger=0)
 
-    def _reregister(self) -> None:
-        try:
-            with self._lock:
-                if self._control is None:
-                    return
+    def _reopen(self) -> bool:
+        """Hello again and replay what this client asked; False when the daemon is out of reach again."""
+        with self._lock:
+            if self._control is None or self.managed or self._closing.is_set():
+                return True
+            try:
                 self._session_sent = 0  # a new daemon: it counts from its hello
-                self.hello()
-                if self._claimed:
-                    self.claim(self._claimed)
-                for gpu, plan in list(self._plans.items()):
-                    self._call(SetPlan(gpu=gpu, plan=plan), SetPlanOk)
-                for registration in list(self._registrations.values()):
-                    self._call(registration, RegisterOk)
-                self.reconnects += 1
-        except PerseusClientError as exc:
-            logger.warning("perseus: re-registering with the daemon failed: %s", exc)
+                self._hello()
+                summary = self._memory.replay(self._call, self.job)
+            except PerseusClientError as exc:
+                self.managed = False
+                logger.debug("perseus: opening a session failed: %s", exc)
+                return False
+            self._opened()
+            self.reconnects += 1  # after: a count seen means the session is open
+            logger.info("perseus: connected to the daemon at %s: %s", self.runtime_dir, summary)
+            return True
+
+    def _went_away(self, exc: PerseusClientError | None) -> None:
+        """The daemon is out of reach: go on unmanaged; warn once per absence."""
+        self.managed = False
+        self._away = True
+        if self._away_warned or self._closing.is_set() or self.strict:  # strict: the caller gets the error
+            return
+        self._away_warned = True
+        cause = exc.message if exc is not None else f"lost the daemon at {self.runtime_dir}"
+        logger.warning(
+            "perseus: %s; training goes on unmanaged (events dropped and counted); the client reconnects "
+            "when the daemon is back",
+            cause,
+        )
 
     def close(self) -> None:
-        """Close the sockets (the daemon restores this process's GPUs when it exits anyway).
+        """Close the sockets (the daemon restores this process's GPUs when it exits anyway). Never raises
+        because of the daemon.
 
         Events still queued get up to `CLOSE_SETTLE_S` to reach the daemon; those that did not are counted in
         `events_lost` (the daemon says how many it read), so `events_sent - events_lost` arrived.
@@ -268,10 +323,15 @@ class PerseusClient:
             if self._ctx is not None:
                 self._ctx.term()
             self._ctx = self._control = self._events = None
+            self.managed = False
 
     def _settle_events(self) -> None:
         """Wait (bounded) until the daemon read every event sent in this session; count the rest as lost."""
         if self._control is None or self._session_sent <= 0:
+            return
+        if not self.managed:  # the daemon that had them is gone
+            self.events_lost += self._session_sent
+            self._session_sent = 0
             return
         started_s = progress_s = time.monotonic()
         received = 0
@@ -306,11 +366,54 @@ class PerseusClient:
     ) -> None:
         self.close()
 
-    # ------------------------------------------------------------------ control calls
+    def gpu_uuid(self, device: int | None = None) -> str | None:
+        """The UUID of the CUDA device this process computes on (`device`: its CUDA index, default torch's
+        current device, else `LOCAL_RANK`, else 0), right under any `CUDA_VISIBLE_DEVICES` remapping.
 
-    def hello(self) -> HelloOk:
+        torch's own view where this process has CUDA through torch (no daemon needed); otherwise NVML's
+        view of `CUDA_VISIBLE_DEVICES` through the daemon's GPU list (`perseus_client.devices`; a whole UUID
+        there needs no list). Without either: None (fail-open) or `PerseusClientError` (strict). Raises
+        `DeviceLookupError` when the device is not visible or not a whole GPU.
+        """
+        uuid = devices.cuda_uuid(device)
+        if uuid is not None:
+            return uuid
+        info = self.daemon_info
+        visible = os.environ.get(devices.VISIBLE_ENV)
+        index = devices.default_device() if device is None else device
+        if info is None:
+            whole = devices.visible_full_uuid(index, visible)  # named by UUID: no list needed
+            if whole is not None:
+                return whole
+            if self.strict:
+                raise unreachable(self, None, "no daemon session: the GPU list is the daemon's")
+            return None
+        return devices.visible_uuid(
+            index,
+            [gpu.uuid for gpu in info.gpus],
+            visible,
+            node_names=[gpu.name for gpu in info.gpus],
+            order=os.environ.get(devices.ORDER_ENV),
+        )
+
+    # ------------------------------------------------------------------ control calls that change something
+
+    def hello(self) -> HelloOk | None:
         """Register this process; the reply says which GPUs the daemon has and the protocol it speaks (from
         then on this client writes the older of the two minors)."""
+        return self._act("hello", self._open)
+
+    def _open(self) -> HelloOk:
+        """Hello, and the session is open."""
+        reply = self._hello()
+        self._opened()
+        return reply
+
+    def _opened(self) -> None:
+        self.managed = True
+        self._away = self._away_warned = False
+
+    def _hello(self) -> HelloOk:
         self.protocol_minor = PROTOCOL_MINOR  # the daemon may have been replaced by another version
         reply = self._call(Hello(job=self.job, client_version=CLIENT_VERSION), HelloOk)
         self.daemon_info = reply
@@ -318,47 +421,44 @@ class PerseusClient:
         return reply
 
     def claim(self, gpus: Sequence[str]) -> tuple[str, ...]:
-        """Lease GPUs (by UUID) for this process; all or nothing."""
-        reply = self._call(Claim(gpus=tuple(gpus), job=self.job), ClaimOk)
-        for gpu in reply.gpus:
-            if gpu not in self._claimed:
-                self._claimed.append(gpu)
-        return reply.gpus
+        """Lease GPUs (by UUID) for this process; all or nothing. Fail-open: () when not done now (claimed
+        when the daemon is back, if it was out of reach)."""
+        wanted = tuple(gpus)
+        request = Claim(gpus=wanted, job=self.job)
+        reply = self._act("claim", lambda: self._call(request, ClaimOk), lambda: self._memory.claim(wanted))
+        return () if reply is None else reply.gpus
 
-    def release(self, gpus: Sequence[str] = ()) -> ReleaseOk:
-        """Release leases (all of them by default); the daemon restores the GPUs."""
-        reply = self._call(Release(gpus=tuple(gpus)), ReleaseOk)
-        released = set(gpus) if gpus else set(self._claimed)
-        self._claimed = [gpu for gpu in self._claimed if gpu not in released]
-        for gpu in released:
-            self._plans.pop(gpu, None)
-            self._registrations.pop(gpu, None)
-        return reply
+    def release(self, gpus: Sequence[str] = ()) -> ReleaseOk | None:
+        """Release leases (all of them by default); the daemon restores the GPUs. Never claimed again."""
+        self._memory.forget_gpus(gpus or list(self._memory.claimed))
+        return self._act("release", lambda: self._call(Release(gpus=tuple(gpus)), ReleaseOk))
 
     def set_clock(self, gpu: str, sm_clock_mhz: int | None) -> int | None:
         """Lock the SM clock of a leased GPU (None unlocks); returns the clock applied (MHz)."""
-        return self._call(SetClock(gpu=gpu, sm_clock_mhz=sm_clock_mhz), SetClockOk).applied_mhz
+        request = SetClock(gpu=gpu, sm_clock_mhz=sm_clock_mhz)
+        reply = self._act("set_clock", lambda: self._call(request, SetClockOk))
+        return None if reply is None else reply.applied_mhz
 
     def set_plan(self, gpu: str, plan: Sequence[PlanEntry | Mapping[str, Any]]) -> int:
         """Deploy a clock plan on a leased GPU: its computations in schedule order, each with `freq_mhz`.
 
         Entries are `PlanEntry` or mappings with instruction, microbatch, chunk and freq_mhz. From now on the
-        daemon sets each computation's clock as the previous one ends. Returns the number of computations.
+        daemon sets each computation's clock as the previous one ends. Returns the number of computations
+        (0 when not done now).
         """
         entries = tuple(_plan_entry(entry) for entry in plan)
-        reply = self._call(SetPlan(gpu=gpu, plan=entries), SetPlanOk)
-        self._plans[gpu] = entries
-        return reply.computations
+        plans = self._memory.plans
+        request = SetPlan(gpu=gpu, plan=entries)
+        reply = self._act(
+            "set_plan", lambda: self._call(request, SetPlanOk), lambda: plans.update({gpu: entries})
+        )
+        return 0 if reply is None else reply.computations
 
     def clear_plan(self, gpu: str) -> bool:
         """Remove a GPU's plan (its clock stays as it is); returns whether there was one."""
-        self._plans.pop(gpu, None)
-        return self._call(ClearPlan(gpu=gpu), ClearPlanOk).cleared
-
-    def status(self) -> StatusReply:
-        return self._call(StatusRequest(), StatusReply)
-
-    # ------------------------------------------------------------------ jobs
+        self._memory.plans.pop(gpu, None)
+        reply = self._act("clear_plan", lambda: self._call(ClearPlan(gpu=gpu), ClearPlanOk))
+        return reply is not None and reply.cleared
 
     def register(
         self,
@@ -373,7 +473,7 @@ class PerseusClient:
         job: str | None = None,
         stage_gpus: int = 1,
         run: str = "",
-    ) -> RegisterOk:
+    ) -> RegisterOk | None:
         """Join job `job` (default: this client's job) with a GPU this process claimed.
 
         From now on the daemon profiles, plans and switches this GPU's clocks by itself; send step and
@@ -381,6 +481,7 @@ class PerseusClient:
         `stage_gpus`: the GPUs that run this stage together (tensor x context parallel; each registers the
         same `pipeline` and `stage`). `run`: an id all processes of this run share (the launcher's job id),
         so that a job's stages on several nodes are told apart from another run of the same name.
+        Fail-open: None when not done now (registered when the daemon is back, if it was out of reach).
         """
         request = Register(
             gpu=gpu,
@@ -394,16 +495,28 @@ class PerseusClient:
             stage_gpus=stage_gpus,
             run=run,
         )
-        reply = self._call(request, RegisterOk)
-        self._registrations[gpu] = request
-        return reply
+        registrations = self._memory.registrations
+        remember = lambda: registrations.update({gpu: request})  # noqa: E731
+        return self._act("register", lambda: self._call(request, RegisterOk), remember)
 
-    def set_policy(self, policy: str, target: float = 0.0, job: str | None = None) -> SetPolicyOk:
+    def set_policy(self, policy: str, target: float = 0.0, job: str | None = None) -> SetPolicyOk | None:
         """Choose the frontier point a job runs: fastest, slowdown (target fraction), time (s), min_energy."""
         request = SetPolicy(job=job or self.job, policy=policy, target=target)  # type: ignore[arg-type]
-        return self._call(request, SetPolicyOk)
+        remember = lambda: self._memory.policies.update({request.job: request})  # noqa: E731
+        return self._act("set_policy", lambda: self._call(request, SetPolicyOk), remember)
 
-    def announce_straggler(self, pipeline: int, factor: float, job: str | None = None) -> AnnounceStragglerOk:
+    def profile_import(
+        self, csv_text: str, *, source: str = "<memory>", p_block_w: float = 0.0, job: str | None = None
+    ) -> ProfileImportOk | None:
+        """Give a job its profile so it skips profiling (before it registers, or while it profiles). A new
+        daemon that does not find the job in its cache is given it again."""
+        request = ProfileImport(job=job or self.job, csv=csv_text, source=source, p_block_w=p_block_w)
+        remember = lambda: self._memory.imports.update({request.job: request})  # noqa: E731
+        return self._act("profile_import", lambda: self._call(request, ProfileImportOk), remember)
+
+    def announce_straggler(
+        self, pipeline: int, factor: float, job: str | None = None
+    ) -> AnnounceStragglerOk | None:
         """Tell the daemon that data-parallel `pipeline` of a job is slow by `factor` (>= 1, e.g. 1.2).
 
         For what the daemon cannot see in time from the step events: a replica known to be slow from outside
@@ -413,18 +526,43 @@ class PerseusClient:
         The job's owner or an admin may announce; `job` defaults to this client's job.
         """
         _check_pipeline(pipeline)
-        if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor >= 1.0:
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1.0:
             raise ValueError(f"straggler factor must be a number >= 1, e.g. 1.2 (got {factor!r})")
         if not math.isfinite(factor):
             raise ValueError(f"straggler factor must be finite (got {factor!r})")
         request = AnnounceStraggler(job=job or self.job, pipeline=pipeline, factor=float(factor), clear=False)
-        return self._call(request, AnnounceStragglerOk)
+        return self._act("announce_straggler", lambda: self._call(request, AnnounceStragglerOk))
 
-    def clear_straggler(self, pipeline: int, job: str | None = None) -> AnnounceStragglerOk:
+    def clear_straggler(self, pipeline: int, job: str | None = None) -> AnnounceStragglerOk | None:
         """Withdraw an announced straggler: the job's other pipelines go back to their own policy's plan."""
         _check_pipeline(pipeline)
         request = AnnounceStraggler(job=job or self.job, pipeline=pipeline, factor=1.0, clear=True)
-        return self._call(request, AnnounceStragglerOk)
+        return self._act("clear_straggler", lambda: self._call(request, AnnounceStragglerOk))
+
+    def _act(self, what: str, call: Callable[[], R], remember: Callable[[], None] | None = None) -> R | None:
+        """Run a call that changes something. Done: remembered for a new daemon. Out of reach: remembered too
+        (fail-open: None). Refused: not remembered (fail-open: a warning and None). Strict: raises."""
+        try:
+            result = call()
+        except PerseusClientError as exc:
+            if exc.lost_link:
+                self._went_away(exc)
+                if remember is not None:
+                    remember()
+            if self.strict:
+                raise
+            self.calls_skipped += 1
+            if not exc.lost_link:
+                logger.warning("perseus: the daemon refused %s: %s; training goes on", what, exc)
+            return None
+        if remember is not None:
+            remember()
+        return result
+
+    # ------------------------------------------------------------------ calls that ask (raise unanswered)
+
+    def status(self) -> StatusReply:
+        return self._call(StatusRequest(), StatusReply)
 
     def jobs(self) -> JobsReply:
         return self._call(JobsRequest(), JobsReply)
@@ -443,13 +581,6 @@ class PerseusClient:
         """The job's measured profile as CSV text, and its blocking power."""
         return self._call(ProfileExport(job=job or self.job), ProfileReply)
 
-    def profile_import(
-        self, csv_text: str, *, source: str = "<memory>", p_block_w: float = 0.0, job: str | None = None
-    ) -> ProfileImportOk:
-        """Give a job its profile so it skips profiling (before it registers, or while it profiles)."""
-        request = ProfileImport(job=job or self.job, csv=csv_text, source=source, p_block_w=p_block_w)
-        return self._call(request, ProfileImportOk)
-
     def event_count(self) -> EventCountOk:
         """How many of this process's events the daemon has read, and how many of those it dropped."""
         return self._call(EventCount(), EventCountOk)
@@ -457,15 +588,22 @@ class PerseusClient:
     def _call(self, request: Message, expected: type[M]) -> M:
         with self._lock:
             if self._control is None:
-                raise PerseusClientError("NOT_CONNECTED", "call connect() first")
-            return request_reply(
-                self._control,
-                request,
-                expected,
-                timeout_s=self.timeout_s,
-                request_id=next(self._ids),
-                client=self,
-            )
+                raise PerseusClientError("NOT_CONNECTED", "call connect() first", reached=False)
+            if self._away and not (self.strict or self._control.poll(0, zmq.POLLOUT)):
+                raise unreachable(self, None, "the daemon is out of reach")  # fail-open: never wait
+            try:
+                return request_reply(
+                    self._control,
+                    request,
+                    expected,
+                    timeout_s=self.timeout_s,
+                    request_id=next(self._ids),
+                    client=self,
+                )
+            except PerseusClientError as exc:
+                if exc.lost_link:
+                    self.managed = False
+                raise
 
     # ------------------------------------------------------------------ events (never block, never raise)
 
@@ -497,6 +635,9 @@ class PerseusClient:
     def _send_computation(
         self, kind: bytes, gpu: str, stage: int, instruction: str, microbatch: int, chunk: int
     ) -> None:
+        if not self.managed:  # no session: dropped at once, nothing formatted
+            self.events_dropped += 1
+            return
         try:
             if instruction not in _INSTRUCTIONS:
                 raise ValueError(instruction)
@@ -516,6 +657,9 @@ class PerseusClient:
             self.events_dropped += 1
 
     def _send_step(self, kind: bytes, gpu: str, step: int) -> None:
+        if not self.managed:
+            self.events_dropped += 1
+            return
         try:
             data = _STEP_FORMAT % (
                 kind,
@@ -557,89 +701,3 @@ def _plan_entry(entry: PlanEntry | Mapping[str, Any]) -> PlanEntry:
         )
     except (KeyError, TypeError) as exc:
         raise PerseusClientError("BAD_FIELD", f"bad plan entry {entry!r}: {exc}") from None
-
-
-def request_reply(
-    sock: zmq.Socket[bytes],
-    request: Message,
-    expected: type[M],
-    *,
-    timeout_s: float,
-    request_id: int,
-    client: PerseusClient | None = None,
-) -> M:
-    """Send one request on a DEALER socket and wait for its reply; raises `PerseusClientError`.
-
-    The request is written in the client's minor (`PerseusClient.protocol_minor`, else the newest). A daemon
-    of protocol 6 as first released refuses the minor field "m" itself: the request is then sent again in
-    minor 0, and the client keeps to it.
-    """
-    deadline_s = time.monotonic() + timeout_s
-    minor = client.protocol_minor if client is not None else PROTOCOL_MINOR
-    try:
-        return _exchange(sock, request, expected, deadline_s, timeout_s, request_id, client, minor)
-    except PerseusClientError as exc:
-        if minor == 0 or exc.code != "BAD_FIELD" or not exc.message.endswith(MINOR_REFUSED):
-            raise
-    if client is not None:
-        client.protocol_minor = 0
-    return _exchange(sock, request, expected, deadline_s, timeout_s, request_id, client, 0)
-
-
-def _exchange(
-    sock: zmq.Socket[bytes],
-    request: Message,
-    expected: type[M],
-    deadline_s: float,
-    timeout_s: float,
-    request_id: int,
-    client: PerseusClient | None,
-    minor: int,
-) -> M:
-    if not sock.poll(max(0, int((deadline_s - time.monotonic()) * 1000)), zmq.POLLOUT):
-        raise _unreachable(client, f"the daemon is not reachable at {_endpoint(sock)}")
-    sock.send(encode(request, request_id, minor, keep_newer_values=True), zmq.NOBLOCK)
-    while True:
-        left_ms = int((deadline_s - time.monotonic()) * 1000)
-        if left_ms <= 0 or not sock.poll(left_ms, zmq.POLLIN):
-            raise _unreachable(
-                client, f"no reply to {request.TYPE} within {timeout_s:g} s from {_endpoint(sock)}"
-            )
-        try:
-            frame = decode_reply(sock.recv(zmq.NOBLOCK), 64 * DEFAULT_MAX_FRAME_BYTES)
-        except ProtocolError as exc:
-            raise PerseusClientError(exc.code, f"bad reply from the daemon: {exc.message}") from None
-        if frame.request_id != request_id:
-            continue  # a late reply to an earlier, timed-out request
-        if isinstance(frame.message, ErrorReply):
-            raise PerseusClientError(frame.message.code, frame.message.message)
-        if not isinstance(frame.message, expected):
-            raise PerseusClientError("BAD_FRAME", f"unexpected reply {frame.message.TYPE}")
-        return frame.message
-
-
-def _endpoint(sock: zmq.Socket[bytes]) -> str:
-    """The socket path a client socket connects to (for error messages)."""
-    try:
-        endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-    except zmq.ZMQError:
-        endpoint = ""
-    return endpoint.removeprefix("ipc://") or "the daemon's control socket"
-
-
-def _unreachable(client: PerseusClient | None, message: str) -> PerseusClientError:
-    if client is not None and client._auth_failed:
-        return PerseusClientError(
-            "PERMISSION_DENIED", "the daemon refused this user; ask an admin to add you to group perseus"
-        )
-    return PerseusClientError("UNREACHABLE", message)
-
-
-def monitor_event(frames: list[bytes]) -> int:
-    """The event number of a ZeroMQ socket-monitor message (first frame: uint16 event, uint32 value).
-
-    Parsed here rather than with `zmq.utils.monitor`, which imports asyncio: that costs every short-lived
-    caller (perseusctl), and a process that dropped privileges may no longer be able to import it.
-    """
-    event: int = struct.unpack_from("=H", frames[0])[0]
-    return event

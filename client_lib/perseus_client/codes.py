@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
+import sys
+from enum import Enum
+
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:  # Python 3.10: the client library supports it (training images such as NGC 24.x run it)
+
+    class StrEnum(str, Enum):
+        """`enum.StrEnum` of Python 3.11: members are strings, and print as their value."""
+
+        def __str__(self) -> str:
+            return str(self.value)
+
+        def __format__(self, spec: str) -> str:
+            return str(self.value).__format__(spec)
 
 
 class JobState(StrEnum):

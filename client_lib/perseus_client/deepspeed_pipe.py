@@ -27,13 +27,19 @@ from typing import Any
 
 from perseus_client.client import PerseusClient
 from perseus_client.run_id import launcher_run_id
-from perseus_client.torch_events import CudaEventReporter, DirectReporter, Reporter, cuda_event_recorder
+from perseus_client.torch_events import (
+    CudaEventReporter,
+    DirectReporter,
+    Reporter,
+    cuda_event_recorder,
+    gpu_of,
+)
 
 
 def instrument_deepspeed(
     engine: Any,
     client: PerseusClient,
-    gpu: str,
+    gpu: str | None = None,
     *,
     pipeline: int | None = None,
     register: bool = True,
@@ -47,10 +53,10 @@ def instrument_deepspeed(
 
     Args:
         engine: the engine `deepspeed.initialize` returned for a `PipelineModule`.
-        client: a connected client that claimed `gpu`.
-        gpu: the UUID of this rank's GPU.
+        client: a client that claimed `gpu` (fail-open: connected or not).
+        gpu: the UUID of this rank's GPU (default: the engine's CUDA device's, `PerseusClient.gpu_uuid`).
         pipeline: which pipeline this rank belongs to (default: its data-parallel index in the engine's grid).
-        register: join the job now (`client.register`); raises `PerseusClientError` when the daemon refuses.
+        register: join the job now (`client.register`; a strict client raises when the daemon refuses).
         schedule_name: the schedule to register (default: `1f1b` for the engine's own `TrainSchedule`).
         first_step: the step number of the next `train_batch()`.
         cuda_events: report through CUDA events (default: when the engine's device is a CUDA device).
@@ -63,6 +69,7 @@ def instrument_deepspeed(
     if not isinstance(engine, PipelineEngine):
         raise TypeError(f"expected a DeepSpeed PipelineEngine, got {type(engine).__name__}")
     own_schedule = type(engine)._train_schedule is PipelineEngine._train_schedule
+    gpu = gpu_of(client, gpu, _torch_device(engine.device))
     if register:
         client.register(
             gpu,
@@ -84,6 +91,13 @@ def instrument_deepspeed(
     else:
         reporter = DirectReporter(client, gpu)
     return DeepSpeedInstrumentation(engine, reporter, first_step)
+
+
+def _torch_device(device: Any) -> Any:
+    """The engine's device as a `torch.device` (DeepSpeed keeps a device, a string or an index)."""
+    import torch
+
+    return device if isinstance(device, torch.device) else torch.device(device)
 
 
 class DeepSpeedInstrumentation:

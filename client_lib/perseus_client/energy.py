@@ -123,6 +123,8 @@ def measurement(
 def resolve_gpus(client: PerseusClient, gpus: Sequence[str | int]) -> tuple[str, ...]:
     """UUIDs for `gpus` (UUIDs or indices into the daemon's list); empty: all of the node's GPUs."""
     info = client.daemon_info if client.daemon_info is not None else client.hello()
+    if info is None:
+        raise PerseusClientError("UNREACHABLE", "energy windows need the daemon, and it is out of reach")
     known = [gpu.uuid for gpu in info.gpus]
     if not gpus:
         return tuple(known)

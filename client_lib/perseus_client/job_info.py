@@ -144,7 +144,10 @@ class JobInfo:
     """Measured: energy per iteration at all-max clocks, by the counters during profiling's first clock."""
     carbon: CarbonInfo | None = since(1, None)
     """The job's carbon so far (None: the node has no grid signal configured)."""
-    stage_gpus: int = since(3, 1)
+    plan_note: str = since(3, "")
+    """Why the running plan differs from its frontier point: under `no_slowdown`, stages whose plan would
+    save no more than its uncertainty plus its clock changes run one clock instead ("" when none do)."""
+    stage_gpus: int = since(4, 1)
     """GPUs per stage (tensor x context parallel), profiled, planned and switched together."""
-    span: SpanInfo | None = since(3, None)
+    span: SpanInfo | None = since(4, None)
     """Set for a job whose pipelines span nodes (coordinated through etcd); None for a job on one node."""

@@ -50,10 +50,10 @@ class Register(Message):
     schedule: Schedule
     chunks: int
     """Model chunks (virtual stages) per GPU: > 1 only for the interleaved schedule."""
-    stage_gpus: int = since(3, 1)
+    stage_gpus: int = since(4, 1)
     """GPUs that run each stage together, in step (tensor x context parallel): every rank of the stage
     registers the same `pipeline` and `stage`; the daemon profiles, plans and switches them as one stage."""
-    run: str = since(3, "")
+    run: str = since(4, "")
     """An id every process of one run of the job shares (the launcher's job id): jobs of the same name on
     different nodes are one job only when their runs (and owner and shape) are the same."""
 

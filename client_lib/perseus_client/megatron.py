@@ -32,7 +32,13 @@ from typing import Any
 
 from perseus_client.client import PerseusClient
 from perseus_client.run_id import launcher_run_id
-from perseus_client.torch_events import CudaEventReporter, DirectReporter, Reporter, cuda_event_recorder
+from perseus_client.torch_events import (
+    CudaEventReporter,
+    DirectReporter,
+    Reporter,
+    cuda_event_recorder,
+    gpu_of,
+)
 
 _INTERLEAVED = "forward_backward_pipelining_with_interleaving"
 
@@ -55,7 +61,7 @@ def schedule_name_for(function_name: str, num_stages: int, num_microbatches: int
 def instrument_megatron(
     forward_backward_func: Callable[..., Any],
     client: PerseusClient,
-    gpu: str,
+    gpu: str | None = None,
     *,
     num_microbatches: int,
     pipeline: int | None = None,
@@ -71,12 +77,12 @@ def instrument_megatron(
     Args:
         forward_backward_func: what `megatron.core.pipeline_parallel.get_forward_backward_func()` returned,
             with `megatron.core.parallel_state` initialised.
-        client: a connected client that claimed `gpu`.
-        gpu: the UUID of this rank's GPU.
+        client: a client that claimed `gpu` (fail-open: connected or not).
+        gpu: the UUID of this rank's GPU (default: torch's current CUDA device's, `PerseusClient.gpu_uuid`).
         num_microbatches: the microbatches per iteration (`get_num_microbatches()`), for the registration.
         pipeline: which pipeline this rank belongs to (default: its data-parallel rank; the tensor- and
             context-parallel ranks of a stage share it: they run the stage together).
-        register: join the job now (`client.register`); raises `PerseusClientError` when the daemon refuses.
+        register: join the job now (`client.register`; a strict client raises when the daemon refuses).
         schedule_name: the schedule to register (default: `schedule_name_for(...)`).
         first_step: the step number of the next training call.
         cuda_events: report through CUDA events (default: when CUDA is available).
@@ -97,6 +103,7 @@ def instrument_megatron(
         tp_size = parallel_state.get_tensor_model_parallel_world_size()
         stage_gpus = tp_size * parallel_state.get_context_parallel_world_size()
     name = schedule_name or schedule_name_for(forward_backward_func.__name__, num_stages, num_microbatches)
+    gpu = gpu_of(client, gpu)
     if register:
         client.register(
             gpu,

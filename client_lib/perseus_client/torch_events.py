@@ -145,6 +145,19 @@ class CudaEventReporter:
             send()
 
 
+def gpu_of(client: PerseusClient, gpu: str | None, device: torch.device | None = None) -> str:
+    """The GPU a rank reports on: `gpu` when given, else the UUID of the CUDA device it computes on
+    (`device`, else torch's current device; `PerseusClient.gpu_uuid`: right under any remapping)."""
+    if gpu is not None:
+        return gpu
+    cuda = device is not None and device.type == "cuda"
+    found = client.gpu_uuid(device.index if cuda and device is not None else None)
+    if found is None:  # fail-open, no CUDA and no daemon to list the node's GPUs
+        logger.warning("perseus: no GPU known for this rank yet (no CUDA device, no daemon): not managed")
+        return ""
+    return found
+
+
 def cuda_event_recorder(device: torch.device) -> Callable[[], CompletionEvent]:
     """A recorder of blocking CUDA events on `device`'s current stream (where the stage's kernels run)."""
     import torch

@@ -41,7 +41,13 @@ from torch.distributed.pipelining.stage import _PipelineStageBase
 
 from perseus_client.client import PerseusClient
 from perseus_client.run_id import launcher_run_id
-from perseus_client.torch_events import CudaEventReporter, DirectReporter, Reporter, cuda_event_recorder
+from perseus_client.torch_events import (
+    CudaEventReporter,
+    DirectReporter,
+    Reporter,
+    cuda_event_recorder,
+    gpu_of,
+)
 
 Schedule = PipelineScheduleSingle | PipelineScheduleMulti
 _NAMED_SCHEDULES: dict[type[Any], str] = {
@@ -78,7 +84,7 @@ def schedule_name_of(schedule: Schedule) -> str:
 def instrument(
     schedule: Schedule,
     client: PerseusClient,
-    gpu: str,
+    gpu: str | None = None,
     *,
     num_stages: int | None = None,
     pipeline: int = 0,
@@ -92,11 +98,11 @@ def instrument(
 
     Args:
         schedule: a `torch.distributed.pipelining` schedule, already built with this rank's stage(s).
-        client: a connected client that claimed `gpu`.
-        gpu: the UUID of the GPU this rank runs on.
+        client: a client that claimed `gpu` (fail-open: connected or not).
+        gpu: the UUID of the GPU this rank runs on (default: its CUDA device's, `PerseusClient.gpu_uuid`).
         num_stages: GPUs in the pipeline (default: the pipeline process group's size).
         pipeline: which data-parallel pipeline this rank belongs to.
-        register: join the job now (`client.register`); raises `PerseusClientError` when the daemon refuses.
+        register: join the job now (`client.register`; a strict client raises when the daemon refuses).
         schedule_name: the schedule to register (default: `schedule_name_of(schedule)`).
         first_step: the step number of the next `schedule.step()` (steps count up from it).
         stage_gpus: the GPUs that run this rank's stage together (tensor x context parallel: each registers
@@ -105,6 +111,7 @@ def instrument(
     """
     stages = local_stages(schedule)
     position = stages[0].group_rank
+    gpu = gpu_of(client, gpu, stages[0].device)
     if register:
         client.register(
             gpu,

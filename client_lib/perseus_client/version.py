@@ -14,7 +14,8 @@ added); 1, `protocol_minor` in `hello_ok` and in the daemon's `status` health, t
 `carbon` policy, status's `signal` and a job's `carbon`; the power pool's `admin_pool_set_budget` and
 `admin_pool_status`; the node power cap's `admin_set_cap`, `admin_clear_cap`, `admin_cap_status` and
 `admin_set_job_priority`; 2, status's `pool` (the node's power pool, to admin callers) and a job's
-carbon `unit` (a carbon intensity or a price per kWh); 3, `register`'s `stage_gpus` (tensor parallelism)
+carbon `unit` (a carbon intensity or a price per kWh); 3, a job's `plan_note` (do no harm: the stages that
+run one clock instead of their plan, and why); 4, `register`'s `stage_gpus` (tensor parallelism)
 and `run` (a job's identity across nodes), a job's `stage_gpus` and `span` (a job whose pipelines span
 nodes).
 
@@ -30,7 +31,7 @@ from typing import Any
 
 PROTOCOL_MAJOR = 6
 """The frame's `"v"`. Bump only on a change that older peers cannot read, never for an additive one."""
-PROTOCOL_MINOR = 3
+PROTOCOL_MINOR = 4
 """The newest minor of `PROTOCOL_MAJOR` this library writes and reads."""
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, TypeVar
 
+from perseus_client import reach
 from perseus_client.codes import ProtocolError
 from perseus_client.envelope import (
     ADMIN_SOCKET_NAME,
@@ -50,7 +51,8 @@ EXIT_UNREACHABLE = 2
 
 
 class DaemonUnreachableError(PerseusError):
-    """perseusd does not answer (not running, wrong --runtime-dir, or no permission on its sockets)."""
+    """perseusd does not answer (not running, wrong --runtime-dir, or no permission on its sockets); the
+    message says which (`perseus_client.reach.diagnose`)."""
 
     exit_code = EXIT_UNREACHABLE
 
@@ -76,11 +78,9 @@ def ask(
     """Send `request` to the control (or admin) socket and return the typed reply."""
     name = ADMIN_SOCKET_NAME if admin else CONTROL_SOCKET_NAME
     path = os.path.join(runtime_dir, name)
-    if not os.path.exists(path):
-        raise DaemonUnreachableError(f"{path} does not exist: is perseusd running (or pass --runtime-dir)?")
-    group = "perseus-admin" if admin else "perseus"
-    if not os.access(path, os.W_OK):
-        raise DaemonUnreachableError(f"no permission on {path}: run as root or join group {group}")
+    group = reach.ADMIN_GROUP if admin else reach.USER_GROUP
+    if not os.access(path, os.W_OK):  # absent, closed to this user, or elsewhere: say which
+        raise DaemonUnreachableError(reach.diagnose(os.fspath(runtime_dir), name, group).message)
     reply = _exchange(path, request, expected, timeout_s, PROTOCOL_MINOR, group)
     if _predates_minors(reply):  # a daemon of protocol 6.0 as first released: ask again in minor 0
         reply = _exchange(path, request, expected, timeout_s, 0, group)
@@ -101,9 +101,11 @@ def _exchange(
     try:
         data = zmtp.request(path, encode_frame(request, 1, minor, keep_newer_values=True), timeout_s)
     except zmtp.ZmtpRefusedError:
-        raise DaemonUnreachableError(f"perseusd refused this user on {path}: join group {group}") from None
+        raise DaemonUnreachableError(reach.refused_by_daemon(path, group).message) from None
     except zmtp.ZmtpUnreachableError as exc:
-        raise DaemonUnreachableError(f"perseusd: {exc}") from None
+        cause = reach.diagnose(os.path.dirname(path), os.path.basename(path), group)
+        message = f"perseusd: {exc}" if isinstance(cause, reach.NotAnswering) else cause.message
+        raise DaemonUnreachableError(message) from None
     types = {expected.TYPE: expected, ErrorReply.TYPE: ErrorReply}
     try:
         frame = decode_frame(

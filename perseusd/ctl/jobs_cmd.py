@@ -156,6 +156,8 @@ def summary_line(job: JobInfo) -> str | None:
         parts.append(carbon_part(job.carbon))
     if job.cluster:
         parts.append(f"cluster {job.cluster}")
+    if job.plan_note:
+        parts.append(f"do no harm: {job.plan_note}")
     if job.stage_gpus > 1:
         parts.append(f"{job.stage_gpus} GPUs per stage")
     return INDENT + ", ".join(parts) if parts else None

@@ -91,13 +91,21 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
+RUNTIME_DIR_ENV = "PERSEUSD_RUNTIME_DIR"
+DEFAULT_RUNTIME_DIR = "/run/perseusd"
+"""As `perseus_client.reach` has them (not imported here: `perseusctl solve` never loads the client)."""
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The `perseusctl` parser: every command registered, or only the command `only`."""
     parser = _Parser(prog="perseusctl", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"perseusctl {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     parser.add_argument(
-        "--runtime-dir", default="/run/perseusd", help="the daemon's runtime directory (default: %(default)s)"
+        "--runtime-dir",
+        default=os.environ.get(RUNTIME_DIR_ENV) or DEFAULT_RUNTIME_DIR,
+        help=f"the daemon's runtime directory (default: ${RUNTIME_DIR_ENV}, else {DEFAULT_RUNTIME_DIR}; "
+        "now %(default)s)",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command, module in COMMANDS.items():

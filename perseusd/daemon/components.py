@@ -159,5 +159,6 @@ def plan_book(config: DaemonConfig, registry: GpuRegistry) -> Iterator[PlanBook]
 
 def energy_requests(config: DaemonConfig, registry: GpuRegistry) -> EnergyRequests:
     """`energy_read` for energy windows; the counter period is the simulated one, else NVML's worst case."""
-    period_s = config.sim_update_period_s if config.backend == "sim" else NVML_COUNTER_PERIOD_S
+    simulated = config.backend == "sim" or (config.backend == "mixed" and config.mixed_real == "sim")
+    period_s = config.sim_update_period_s if simulated else NVML_COUNTER_PERIOD_S
     return EnergyRequests(registry, period_s, config.gpu_call_timeout_s)

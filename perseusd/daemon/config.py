@@ -15,10 +15,11 @@ from perseus_client.version import PROTOCOL_MINOR
 from perseusd.cluster.config import ClusterConfig
 from perseusd.cluster.power_pool_keys import POOL_PATTERN
 from perseusd.errors import ConfigError
+from perseusd.gpu.select import BACKEND_KINDS, MIXED_REAL_KINDS
 from perseusd.planner.policy import POLICIES
 
 DEFAULT_CONFIG_PATH = Path("/etc/perseusd/perseusd.toml")
-BACKENDS = ("auto", "nvml", "sim")
+BACKENDS = BACKEND_KINDS
 SIM_MODELS = ("a100_sxm", "a40", "h100_sxm")
 SIGNAL_SOURCES = ("off", "trace", "electricitymaps")
 FORECASTERS = ("auto", "svr", "persistence")
@@ -35,6 +36,10 @@ class DaemonConfig:
     sim_gpus: int = 1
     sim_model: str = "a100_sxm"
     sim_update_period_s: float = 0.1
+    sim_seed: int = 0
+    """Seeds the simulated GPUs' counter noise and lock latencies (benchmarks repeat a run over seeds)."""
+    mixed_real: str = "nvml"
+    """With `backend = "mixed"`: what plays the real GPU, NVML's GPUs or ("sim") a simulated stand-in."""
     runtime_dir: Path = Path("/run/perseusd")
     state_dir: Path = Path("/var/lib/perseusd")
     socket_group: str = "perseus"
@@ -110,9 +115,13 @@ class DaemonConfig:
 
     def __post_init__(self) -> None:
         _require(self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}")
+        _require(
+            self.mixed_real in MIXED_REAL_KINDS, f"mixed_real must be one of {', '.join(MIXED_REAL_KINDS)}"
+        )
         _require(self.sim_model in SIM_MODELS, f"sim_model must be one of {', '.join(SIM_MODELS)}")
         _require(1 <= self.sim_gpus <= 64, "sim_gpus must be between 1 and 64")
         _require(self.sim_update_period_s > 0, "sim_update_period_s must be positive")
+        _require(self.sim_seed >= 0, "sim_seed must be >= 0")
         _require(self.log_level in LOG_LEVELS, f"log_level must be one of {', '.join(LOG_LEVELS)}")
         _require(1024 <= self.max_frame_bytes <= 16 * 1024 * 1024, "max_frame_bytes must be 1 KiB..16 MiB")
         _require(

@@ -34,7 +34,7 @@ from perseusd.daemon.runtime_dir import DaemonLock, DaemonRunningError, prepare_
 from perseusd.daemon.service import Service
 from perseusd.errors import ConfigError, PerseusError
 from perseusd.gpu.owner import GpuOwner
-from perseusd.gpu.select import open_backend
+from perseusd.gpu.select import MIXED_REAL_KINDS, open_backend
 from perseusd.jobs.carbon_steering import CarbonSteering
 from perseusd.jobs.manager import JobSettings
 from perseusd.leasing.identity import Caller, process_start_time
@@ -64,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--backend", choices=BACKENDS)
     parser.add_argument("--sim-gpus", type=int)
+    parser.add_argument(
+        "--mixed-real",
+        choices=MIXED_REAL_KINDS,
+        help="with --backend mixed: the real GPU is NVML's (nvml) or a simulated stand-in (sim)",
+    )
     parser.add_argument("--sim-model", choices=SIM_MODELS)
     parser.add_argument("--runtime-dir", type=Path)
     parser.add_argument("--state-dir", type=Path)
@@ -79,6 +84,7 @@ def config_loader(args: argparse.Namespace) -> Callable[[], DaemonConfig]:
     overrides = {
         "backend": args.backend,
         "sim_gpus": args.sim_gpus,
+        "mixed_real": args.mixed_real,
         "sim_model": args.sim_model,
         "runtime_dir": args.runtime_dir.absolute() if args.runtime_dir else None,
         "state_dir": args.state_dir.absolute() if args.state_dir else None,
@@ -104,6 +110,8 @@ def gpu_registry(config: DaemonConfig, calls: GpuCallRecorder | None = None) -> 
         sim_model=config.sim_model,
         sim_dir=config.runtime_dir / "sim",
         sim_update_period_s=config.sim_update_period_s,
+        seed=config.sim_seed,
+        mixed_real=config.mixed_real,
     )
     owners: list[GpuOwner] = []
     try:

@@ -28,6 +28,7 @@ from perseus_client.protocol import CONTROL_SOCKET_NAME
 from perseusd.argtypes import positive_float, positive_int
 from perseusd.emulate.coordinator import Coordinator, CoordinatorOptions, ProfileToImport
 from perseusd.emulate.daemons import Daemons
+from perseusd.emulate.executors import RealStageSpec
 from perseusd.emulate.phases import SETTLE_ITERATIONS, STRAGGLER_SETTLE_ITERATIONS, PhaseConfig
 from perseusd.emulate.preflight import (
     PLACEMENTS,
@@ -132,6 +133,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="pipelines do not wait for each other at the end of an iteration (no gradient all-reduce)",
     )
     add("--timeout-s", type=positive_float, default=900.0, help="fail after this long (default 900)")
+    add(
+        "--real-stage",
+        type=int,
+        metavar="K",
+        help="pipeline 0's stage K runs real PyTorch layers on the daemon's first GPU, the real one of a "
+        "perseusd --backend mixed (a simulated stand-in runs the profile's costs instead)",
+    )
+    add("--real-layers", type=positive_int, default=4, help="the real stage's transformer layers (default 4)")
+    add("--real-d-model", type=positive_int, default=4096, help="their width (default 4096)")
+    add("--real-seq", type=positive_int, default=2048, help="tokens per microbatch (default 2048)")
+    add(
+        "--real-device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="where the real stage's layers run (cpu: the layers on the CPU beside a stand-in board, to try "
+        "the real stage's code without a GPU; the board then sees none of their energy)",
+    )
     add("--trace", type=Path, help="append every computation and counter sample to FILE (JSON lines)")
     add("--json", action="store_true", help="print one JSON object (progress goes to stderr)")
     add("--json-file", type=Path, help="also write the JSON object to FILE")
@@ -167,6 +185,7 @@ def _run(args: argparse.Namespace) -> int:
             args.pipelines,
             profile,
             args.time_scale,
+            args.real_stage,
             tensor_parallel=args.tensor_parallel,
             placement=args.placement,
         )
@@ -182,6 +201,7 @@ def _run(args: argparse.Namespace) -> int:
             dp_sync=args.dp_sync,
             straggler=straggler,
             warmup_iterations=phases.warmup_iterations,
+            real=RealStageSpec(args.real_layers, args.real_d_model, args.real_seq, args.real_device),
         )
         imported = None
         if args.import_profile:
@@ -265,7 +285,7 @@ def _connect(runtime_dir: Path, job: str) -> Iterator[PerseusClient]:
     if not (runtime_dir / CONTROL_SOCKET_NAME).exists():
         raise UsageError(f"no perseusd at {runtime_dir} ({CONTROL_SOCKET_NAME} is missing): {hint}")
     try:
-        client = PerseusClient(runtime_dir, job, timeout_s=CONTROL_TIMEOUT_S)
+        client = PerseusClient(runtime_dir, job, timeout_s=CONTROL_TIMEOUT_S, strict=True)
     except PerseusClientError as exc:
         raise UsageError(f"perseusd does not answer at {runtime_dir} ({exc.message}): {hint}") from None
     try:

@@ -8,6 +8,7 @@ daemon that does not run simulated GPUs or has too few, a profile that is not th
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,14 @@ class JobLayout:
     board: Board
     profile: Profile
     all_max: ModelPrediction
+    real_stage: int | None = None
+    """Pipeline 0's stage that runs on the daemon's real GPU (`--real-stage`; a `--backend mixed` daemon)."""
+    real_simulated: bool = False
+    """The real stage's GPU is a simulated board standing in for a real one (it runs the profile's costs)."""
+
+    @property
+    def real_gpu(self) -> str | None:
+        return None if self.real_stage is None else self.stage_gpus[0][self.real_stage][0]
 
     @property
     def profile_source(self) -> str:
@@ -183,6 +192,7 @@ def lay_out(
     pipelines: int,
     profile: Profile,
     time_scale: float,
+    real_stage: int | None = None,
     *,
     tensor_parallel: int = 1,
     placement: str | None = None,
@@ -190,7 +200,9 @@ def lay_out(
     """Check the run against every daemon (sim GPUs, their board, how many are free) and pick the GPUs.
 
     `shape` passed `check_shape` and `profile` was loaded (both before connecting). `placement`: see
-    `place_stages` (None: `default_placement`).
+    `place_stages` (None: `default_placement`). With `real_stage`, pipeline 0's stage `real_stage` gets the
+    first daemon's first GPU, the real one of a `--backend mixed` daemon (or the simulated board standing in
+    for it): that stage must be placed on the first daemon, with one GPU.
     """
     placement = placement or default_placement(pipelines, len(clients))
     limit = pipelines if placement == "pipelines" else pipelines * shape.num_stages
@@ -199,6 +211,11 @@ def lay_out(
         raise UsageError(f"{len(clients)} daemons (--runtime-dir) but only {what} to place on them")
     stage_daemons = place_stages(placement, pipelines, shape.num_stages, len(clients))
     statuses = [client.status() for client in clients]
+    real = _real_slot(clients[0].runtime_dir / "sim", statuses[0], shape, real_stage, time_scale)
+    if real is not None:
+        if real_stage is None or stage_daemons[0][real_stage] != 0 or tensor_parallel != 1:
+            raise UsageError("--real-stage needs its stage on the first daemon (--runtime-dir), one GPU each")
+        statuses[0] = dataclasses.replace(statuses[0], gpus=statuses[0].gpus[1:])
     models = {
         _sim_model_name(c.runtime_dir / "sim", status) for c, status in zip(clients, statuses, strict=True)
     }
@@ -207,13 +224,23 @@ def lay_out(
     board = load_board(models.pop())
     _check_profile(profile, board, shape)
     placed = [d for stages in stage_daemons for d in stages]
+    taken = int(real is not None)  # the real GPU, first daemon
     free = [
-        iter(_free_gpus(status, client.runtime_dir, placed.count(d) * tensor_parallel, len(clients)))
+        iter(
+            _free_gpus(
+                status, client.runtime_dir, placed.count(d) * tensor_parallel - taken * (d == 0), len(clients)
+            )
+        )
         for d, (client, status) in enumerate(zip(clients, statuses, strict=True))
     ]
     gpus = tuple(
-        tuple(tuple(next(free[d]) for _ in range(tensor_parallel)) for d in stages)
-        for stages in stage_daemons
+        tuple(
+            (real.uuid,)
+            if real is not None and (p, s) == (0, real_stage)
+            else tuple(next(free[d]) for _ in range(tensor_parallel))
+            for s, d in enumerate(stages)
+        )
+        for p, stages in enumerate(stage_daemons)
     )
     return JobLayout(
         shape,
@@ -223,11 +250,40 @@ def lay_out(
         board,
         profile,
         _predict(shape, pipelines * tensor_parallel, profile, board, time_scale),
+        real_stage=None if real is None else real_stage,
+        real_simulated=real is not None and real.simulated,
     )
 
 
+@dataclass(frozen=True)
+class _RealSlot:
+    uuid: str
+    simulated: bool
+
+
+def _real_slot(
+    sim_dir: Path, status: StatusReply, shape: PipelineShape, real_stage: int | None, time_scale: float
+) -> _RealSlot | None:
+    """The first GPU of the first daemon, for the real stage: free, and really real unless a stand-in."""
+    if real_stage is None:
+        return None
+    if not 0 <= real_stage < shape.num_stages or shape.num_chunks != 1:
+        raise UsageError(
+            f"--real-stage {real_stage} is not a stage of the pipeline (0..{shape.num_stages - 1}, one chunk)"
+        )
+    if not status.gpus:
+        raise UsageError("the daemon has no GPU for the real stage")
+    gpu = status.gpus[0]
+    if gpu.lease is not None:
+        raise EmulateError(f"the real GPU {gpu.uuid} is leased (see `perseusctl status`)")
+    simulated = state_path(sim_dir, gpu.uuid).exists()
+    if not simulated and time_scale != 1.0:
+        raise UsageError("a real stage runs at the GPU's own pace: --time-scale must be 1")
+    return _RealSlot(gpu.uuid, simulated)
+
+
 def _free_gpus(status: StatusReply, runtime_dir: Path, needed: int, daemons: int) -> list[str]:
-    """The daemon's free GPUs; it must have `needed` for the stages it runs."""
+    """The daemon's free GPUs; it must have `needed` for the stages it runs (the real GPU not counted)."""
     where = "" if daemons == 1 else f" at {runtime_dir}"
     if len(status.gpus) < needed:
         raise UsageError(

@@ -20,6 +20,7 @@ from multiprocessing.queues import Queue as MpQueue
 from multiprocessing.synchronize import Barrier
 from typing import Any
 
+from perseusd.emulate.executors import RealStageSpec
 from perseusd.emulate.messages import Command, Report
 from perseusd.emulate.preflight import JobLayout
 from perseusd.emulate.stage_worker import StageQueues, StageSpec, stage_main
@@ -41,6 +42,8 @@ class RunSettings:
     """Stage s of every pipeline waits for the others at the end of each iteration (P > 1)."""
     straggler: StragglerSpec | None = None
     warmup_iterations: int = 1
+    real: RealStageSpec | None = None
+    """What the real stage (`JobLayout.real_stage`) computes when its GPU is real."""
 
 
 class StageGroup:
@@ -79,6 +82,7 @@ class StageGroup:
                     straggler=straggler if straggler and straggler.pipeline == pipeline else None,
                     warmup_iterations=settings.warmup_iterations,
                     profile=layout.profile,
+                    real=settings.real if _is_real(layout, settings, pipeline, stage) else None,
                 )
                 commands.append(context.Queue())
                 barrier = self._barriers[stage] if self._barriers else None
@@ -155,3 +159,10 @@ class StageGroup:
             for stage_commands in commands:
                 stage_commands.cancel_join_thread()
         self.reports.cancel_join_thread()
+
+
+def _is_real(layout: JobLayout, settings: RunSettings, pipeline: int, stage: int) -> bool:
+    """Whether this stage runs real layers: the real stage, on a GPU that is not a simulated stand-in (or
+    on the CPU beside one, `--real-device cpu`)."""
+    on_cpu = settings.real is not None and settings.real.device == "cpu"
+    return pipeline == 0 and stage == layout.real_stage and (not layout.real_simulated or on_cpu)

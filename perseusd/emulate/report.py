@@ -202,6 +202,7 @@ def to_json(run: RunDescription, result: RunResult) -> dict[str, Any]:
         "cached": result.cached,
         "running_iteration": result.running_iteration,
         "plan": _plan_json(result),
+        "real_stage": _real_stage_json(run, result),
         "daemon_jobs": [None if job is None else dataclasses.asdict(job) for job in result.daemon_jobs],
         "iterations": [dataclasses.asdict(row) for row in result.rows],
         "failure": result.failure,
@@ -223,4 +224,23 @@ def _plan_json(result: RunResult) -> dict[str, Any] | None:
         "fastest_time_s": job.fastest_time_s,
         "clock_changes_per_iteration": job.clock_changes_per_iteration,
         "wrong_clock_fraction": job.wrong_clock_fraction,
+    }
+
+
+def _real_stage_json(run: RunDescription, result: RunResult) -> dict[str, Any] | None:
+    """The real stage (`--real-stage`): its GPU, and its own energy per iteration in each phase."""
+    layout = run.layout
+    if layout.real_stage is None:
+        return None
+    key = layout.counter_keys[0][layout.real_stage]
+    baseline = None if result.baseline is None else result.baseline.gpu_energy_per_iteration_j.get(key)
+    optimized = None if result.optimized is None else result.optimized.gpu_energy_per_iteration_j.get(key)
+    saving = None if baseline is None or optimized is None else 100.0 * (1.0 - optimized / baseline)
+    return {
+        "stage": layout.real_stage,
+        "gpu": layout.real_gpu,
+        "simulated_stand_in": layout.real_simulated,
+        "baseline_energy_per_iteration_j": baseline,
+        "optimized_energy_per_iteration_j": optimized,
+        "saving_pct": saving,
     }

@@ -51,6 +51,9 @@ class PhaseResult:
     duration_s: float
     pipeline_iteration_times_s: tuple[float, ...]
     pipelines: tuple[PipelinePhase, ...] = ()
+    gpu_energy_per_iteration_j: dict[str, float] = field(default_factory=dict)
+    """Each GPU's (counter key's) average power over the window times its pipeline's iteration time: one
+    stage's energy per iteration."""
 
 
 @dataclass
@@ -103,9 +106,12 @@ def phase_result(
     times_s = tuple((pipeline[last] - pipeline[first]) / count for pipeline in starts)
     iteration_time_s = sum(times_s) / len(times_s)
     pipelines = []
+    per_gpu: dict[str, float] = {}
     for time_s, gpus in zip(times_s, counter_keys, strict=True):
         own = window(samples[first], samples[last], gpus)
         pipelines.append(PipelinePhase(time_s, own.power_w * time_s, own.power_w, own.energy_j))
+        for gpu in gpus:
+            per_gpu[gpu] = window(samples[first], samples[last], [gpu]).power_w * time_s
     return PhaseResult(
         iterations=count,
         iteration_time_s=iteration_time_s,
@@ -115,6 +121,7 @@ def phase_result(
         duration_s=energy.duration_s,
         pipeline_iteration_times_s=times_s,
         pipelines=tuple(pipelines),
+        gpu_energy_per_iteration_j=per_gpu,
     )
 
 

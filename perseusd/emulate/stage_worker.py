@@ -2,8 +2,9 @@
 
 The stage claims its GPU through the real client library, locks it at its maximum clock (the baseline), and
 runs its schedule's computations iteration after iteration: each waits for its neighbour's computation, runs
-on the simulated GPU (`SimGpuHandle.run`: the profile's time at the clock the daemon set) wrapped in
-`client.computation`, and then frees the computation that waits for it. Each iteration is a `client.step`.
+on its GPU (`executors`: the profile's time at the clock the daemon set on a simulated GPU, or real PyTorch
+layers on a real one) wrapped in `client.computation`, and then frees the computation that waits for it. Each
+iteration is a `client.step`.
 The pipeline's first stage takes the coordinator's commands at iteration starts and passes them down the
 pipeline with the iteration start, so every stage registers with the daemon (or stops) at the same iteration;
 with an emulated straggler it also decides each iteration's throttle factor and passes it down the same way.
@@ -32,6 +33,7 @@ from typing import Any
 
 from perseus_client.client import PerseusClient, PerseusClientError
 
+from perseusd.emulate.executors import RealStageSpec, StagePlace, open_executor
 from perseusd.emulate.links import Inbox
 from perseusd.emulate.messages import (
     Activation,
@@ -44,7 +46,6 @@ from perseusd.emulate.messages import (
     StageReady,
 )
 from perseusd.emulate.straggler import HEALTHY, StragglerSpec, ThrottleSchedule
-from perseusd.emulate.tensor_group import TensorGroup
 from perseusd.emulate.topology import PipelineShape
 from perseusd.emulate.trace import TraceWriter
 from perseusd.planner.dag import Instruction
@@ -78,6 +79,8 @@ class StageSpec:
     warmup_iterations: int = 1
     profile: Profile | None = None
     """The job's per-clock costs, which the stage brings to its simulated GPU (None: the board's bundled)."""
+    real: RealStageSpec | None = None
+    """Set on the run's real stage only: its GPU is real and it runs real layers (`torch_stage`)."""
     peers: tuple[str, ...] = ()
     """The stage's other GPUs (tensor parallel): they run every computation with `gpu`, in step."""
 
@@ -141,12 +144,19 @@ class StageWorker:
         )
         self._dp_barrier = queues.dp_barrier
         self._trace = TraceWriter(None if spec.trace_path is None else Path(spec.trace_path))
+        place = StagePlace(
+            first=spec.stage == 0,
+            last=spec.stage == spec.shape.num_stages - 1,
+            microbatches=spec.shape.num_microbatches,
+        )
         with contextlib.ExitStack() as stack:
-            self._handle = stack.enter_context(
-                contextlib.closing(TensorGroup.open(spec.sim_dir, spec.gpus, spec.profile))
-            )
+            self._executor = open_executor(spec.sim_dir, spec.gpu, spec.profile, spec.real, place, spec.peers)
+            stack.callback(self._executor.close)
+            if spec.real is not None:
+                where = {"pipeline": spec.pipeline, "stage": spec.stage, "gpu": spec.gpu}
+                self._trace.write([{"kind": "executor", **where, **self._executor.describe()}])
             self._client = stack.enter_context(
-                PerseusClient(spec.runtime_dir, spec.job, timeout_s=CONTROL_TIMEOUT_S)
+                PerseusClient(spec.runtime_dir, spec.job, timeout_s=CONTROL_TIMEOUT_S, strict=True)
             )
             self._client.claim(list(spec.gpus))
             for gpu in spec.gpus:
@@ -163,7 +173,7 @@ class StageWorker:
         with contextlib.suppress(PerseusClientError):
             self._client.release()
         self._client.close()
-        self._handle.close()
+        self._executor.close()
         self._trace.close()
 
     @property
@@ -190,7 +200,7 @@ class StageWorker:
                 return
             if start.command == "register":
                 self._register()
-            self._handle.throttle(start.throttle)
+            self._executor.throttle(start.throttle)
             self._run_iteration(iteration, start.throttle)
             iteration += 1
 
@@ -226,8 +236,8 @@ class StageWorker:
         spec, shape = self._spec, self._spec.shape
         for gpu in spec.gpus:
             self._client.set_clock(gpu, None)
-        for gpu in spec.gpus:
-            reply = self._client.register(
+        replies = [
+            self._client.register(
                 gpu,
                 stage=spec.stage,
                 num_stages=shape.num_stages,
@@ -237,6 +247,10 @@ class StageWorker:
                 chunks=shape.num_chunks,
                 stage_gpus=len(spec.gpus),
             )
+            for gpu in spec.gpus
+        ]
+        reply = replies[-1]
+        assert reply is not None  # a strict client raises instead
         self._queues.reports.put(Registered(spec.pipeline, spec.stage, reply.state, reply.cached))
 
     def _run_iteration(self, iteration: int, throttle: float) -> None:
@@ -247,14 +261,17 @@ class StageWorker:
                 step.enter_context(client.step(gpu, iteration))
             for instruction, microbatch, chunk in self._order:
                 if shape.source(spec.stage, instruction, chunk) is not None:
-                    self._inbox.wait_activation(Activation(iteration, instruction.value, microbatch, chunk))
+                    with self._executor.waiting():
+                        self._inbox.wait_activation(
+                            Activation(iteration, instruction.value, microbatch, chunk)
+                        )
                 with contextlib.ExitStack() as computation:
                     for gpu in spec.gpus:
                         computation.enter_context(
                             client.computation(gpu, spec.stage, instruction.value, microbatch, chunk)
                         )
-                    run = self._handle.run(
-                        shape.profile_stage(spec.stage, chunk), instruction.value, spec.time_scale
+                    run = self._executor.run(
+                        shape.profile_stage(spec.stage, chunk), instruction.value, microbatch, spec.time_scale
                     )
                 self._activate(iteration, instruction, microbatch, chunk)
                 if self._trace.enabled:
@@ -270,7 +287,7 @@ class StageWorker:
                             "chunk": chunk,
                             "profile_stage": run.stage,
                             "clock_mhz": run.clock_mhz,
-                            "clocks_mhz": list(self._handle.last_clocks_mhz),
+                            "clocks_mhz": list(getattr(self._executor, "last_clocks_mhz", (run.clock_mhz,))),
                             "ran_mhz": run.ran_mhz,
                             "capped": run.capped,
                             "throttle": throttle,
@@ -279,6 +296,7 @@ class StageWorker:
                             "energy_j": run.energy_j,
                         }
                     )
+            self._executor.iteration_done()
             self._sync()
         self._trace.write(records)
 

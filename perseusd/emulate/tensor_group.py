@@ -8,7 +8,7 @@ one thread polling every GPU).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -36,7 +36,13 @@ class TensorGroup:
         for handle in self._handles:
             handle.throttle(factor)
 
-    def run(self, stage: int, instruction: str, time_scale: float) -> RunRecord:
+    def run(
+        self,
+        stage: int,
+        instruction: str,
+        microbatch: int,  # noqa: ARG002 (a simulated computation costs the same for every microbatch)
+        time_scale: float,
+    ) -> RunRecord:
         """Run one computation on every GPU of the stage: the first GPU's record, lasting until the last GPU
         finished, with the energy of all."""
         if len(self._handles) == 1:
@@ -48,6 +54,16 @@ class TensorGroup:
         end_s = max(r.start_s + r.duration_s for r in records)
         first = records[0]
         return replace(first, duration_s=end_s - first.start_s, energy_j=sum(r.energy_j for r in records))
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        yield  # idle simulated GPUs draw their board's idle power at the locked clock
+
+    def iteration_done(self) -> None:
+        """Nothing to do: the profile's costs are the whole iteration."""
+
+    def describe(self) -> dict[str, str]:
+        return {"executor": "sim", "gpus": str(len(self._handles))}
 
     def close(self) -> None:
         for handle in self._handles:

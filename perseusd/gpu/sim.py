@@ -264,6 +264,8 @@ class SimBackend(GpuBackend):
         state_mode, busy_mode: file modes of the `.state` and `.busy` files; workloads of other users need
             read access to both and write access to `.busy`.
         fresh: recreate every GPU's files (zero energy, unlocked, default power limit), never reuse them.
+        first_index: the index of the first GPU (GPU i is `first_index + i`, its UUID derived from that): a
+            mixed backend (`perseusd.gpu.mixed`) numbers its simulated GPUs after the real ones.
     """
 
     def __init__(
@@ -281,14 +283,17 @@ class SimBackend(GpuBackend):
         state_mode: int = 0o644,
         busy_mode: int = 0o644,
         fresh: bool = False,
+        first_index: int = 0,
     ) -> None:
         self._board = load_board(model)
         if update_period_s is None:
             update_period_s = self._board.counter_period_s
         if noise is None:
             noise = self._board.counter_noise
-        if gpus < 0 or update_period_s <= 0 or noise < 0:
-            raise GpuInvalidArgumentError("need gpus >= 0, update_period_s > 0 and noise >= 0", op="sim_init")
+        if gpus < 0 or update_period_s <= 0 or noise < 0 or first_index < 0:
+            raise GpuInvalidArgumentError(
+                "need gpus >= 0, update_period_s > 0, noise >= 0 and first_index >= 0", op="sim_init"
+            )
         self._owned_dir = sim_dir is None
         self.sim_dir = Path(tempfile.mkdtemp(prefix="perseusd-sim-")) if sim_dir is None else Path(sim_dir)
         self.sim_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
@@ -296,7 +301,7 @@ class SimBackend(GpuBackend):
         self._sleep = sleep
         self._modes = (state_mode, busy_mode)
         self._devices: list[SimDevice] = []
-        for index in range(gpus):
+        for index in range(first_index, first_index + gpus):
             device = self._open_device(index, fresh=fresh, period_s=update_period_s, noise=noise, seed=seed)
             for fault in faults:
                 if fault.gpu is None or fault.gpu == index:

@@ -26,7 +26,7 @@ from perseusd.jobs.slot import StageSlot
 from perseusd.jobs.span_state import SpanState
 from perseusd.jobs.states import ACTIVE, FAILED, REGISTERED, check_move
 from perseusd.jobs.straggling import ActiveStraggler, PipelineRun
-from perseusd.planner.dag import Instruction
+from perseusd.planner.dag import ComputationDag, Instruction
 from perseusd.planner.plan import Frontier, frontier_to_document, plan_document, plan_from_frontier
 from perseusd.planner.policy import PointSummary, Policy
 from perseusd.planner.profile import Measurement, Profile
@@ -104,6 +104,13 @@ class Job:
         self.replans = 0
         self.remote: RemoteView | None = None
         self.all_max: PointSummary | None = None
+        self.energy_rel_err: dict[tuple[int, Instruction, int], float] = {}
+        """Per profiled option, its energy's relative standard error (online profiling only)."""
+        self.safe_clocks: dict[int, int] = {}
+        """Stages that run one clock instead of their plan at point `safe_for_index` (do no harm)."""
+        self.safe_for_index: int | None = None
+        self.plan_note = ""
+        """Why the deployed plan differs from the frontier point (`jobs.no_harm`); "" when it does not."""
         self.energy_saved_j = 0.0
         # Power cap: the slowest-needed point the node cap allows (None: uncapped) and the job's tier.
         self.cap_index: int | None = None
@@ -241,14 +248,24 @@ class Job:
         return max(0.0, statistics.median(measured) - self.all_max.time_s)
 
     def plan_entries(self, stage: int, index: int) -> tuple[PlanEntry, ...]:
-        """One stage's plan at frontier point `index`: its computations in order, each with its clock."""
+        """One stage's plan at frontier point `index`: its computations in order, each with its clock (its
+        safe clock throughout when do-no-harm chose it for this stage at this point)."""
         assert self.frontier is not None
         order = self.frontier.order[stage]
         clocks = self.frontier.points[index].clocks_mhz[stage]
+        if index == self.safe_for_index and stage in self.safe_clocks:
+            clocks = (self.safe_clocks[stage],) * len(order)
         return tuple(
             PlanEntry(instruction=i.value, microbatch=mb, chunk=c, freq_mhz=f)
             for (i, mb, c), f in zip(order, clocks, strict=True)
         )
+
+    def node_clocks(self, index: int) -> tuple[ComputationDag, list[int]] | None:
+        """Frontier point `index` as its DAG and a clock per node (None before a frontier)."""
+        if self.frontier is None:
+            return None
+        plan = self.frontier.points[index]
+        return plan.dag(), list(plan.node_clocks_mhz())
 
     def plan_times_s(self, stage: int, entries: tuple[PlanEntry, ...]) -> tuple[float, ...] | None:
         """Each of one stage's plan `entries`' expected time at its clock, from the profile; None when the
@@ -284,7 +301,14 @@ class Job:
         """The deployed point as a `perseus-plan` document (written by `planner.plan`, the one writer)."""
         if self.frontier is None or self.deployed is None:
             return None
-        return plan_document(plan_from_frontier(self.frontier, self.deployed.point.index))
+        plan = plan_from_frontier(self.frontier, self.deployed.point.index)
+        if self.safe_clocks and self.safe_for_index == self.deployed.point.index:
+            rows = tuple(
+                (self.safe_clocks[stage],) * len(row) if stage in self.safe_clocks else row
+                for stage, row in enumerate(plan.clocks_mhz)
+            )
+            plan = dataclasses.replace(plan, clocks_mhz=rows, refined_energy_j=self.deployed.point.energy_j)
+        return plan_document(plan)
 
     def frontier_document(self) -> dict[str, Any] | None:
         """The frontier as a `perseus-frontier` document (written by `planner.plan`, the one writer)."""

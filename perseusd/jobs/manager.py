@@ -36,6 +36,7 @@ from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
 from perseusd.jobs.cluster_link import ClusterLink
 from perseusd.jobs.job import Job
 from perseusd.jobs.metering import SLOW_READS_MIN_SPAN_S, MeasuredSaving, iteration_energy_j, job_measurement
+from perseusd.jobs.no_harm import apply_no_harm, energy_rel_errors
 from perseusd.jobs.observed import OrderLearner
 from perseusd.jobs.response import StragglerResponse
 from perseusd.jobs.shape import JobShape, StageOrder, signature
@@ -476,6 +477,7 @@ class JobManager:
             self._cannot_plan(job, problems)
             return False
         job.profile, job.p_block_w = measured
+        job.energy_rel_err = energy_rel_errors(kept)
         self._store_profile(job)
         logger.info(
             "job %s profiled in %d iterations: %d measurements, blocking power %.1f W",
@@ -701,6 +703,9 @@ class JobManager:
         if spanning is None:  # a spanning job's point is its leader's choice
             deployed = self.carbon.steer(job, deployed, self._reference_power_w(job))
         job.deployed = deployed
+        switching = self._switch_model(job)  # each node judges its own stages (do no harm)
+        apply_no_harm(job, 0.0 if switching is None else switching.latency_s)
+        deployed = job.deployed
         for slot in job.slots.values():
             if not slot.run_since_ns:  # measure the running plan's energy from the counters, once a second
                 self._sampler.watch(slot.gpu, RUNNING_SAMPLE_PERIOD_S)

@@ -49,6 +49,18 @@ def evaluate_measurements(dag: ComputationDag, chosen: Sequence[Measurement], p_
     return Evaluation(time_s, compute_j + blocking_j, compute_j, blocking_j)
 
 
+def stage_energies_j(
+    dag: ComputationDag, chosen: Sequence[Measurement], p_block_w: float, time_s: float
+) -> list[float]:
+    """Each GPU stage's energy in an iteration of `time_s` when node i runs as `chosen[i]`: its computations
+    plus its blocking power while it is not computing (the terms of `evaluate_measurements`, per stage)."""
+    energies = []
+    for nodes in dag.stage_orders:
+        busy_s = sum(chosen[n].time_s for n in nodes)
+        energies.append(sum(chosen[n].energy_j for n in nodes) + p_block_w * max(0.0, time_s - busy_s))
+    return energies
+
+
 def evaluate_clocks(
     dag: ComputationDag, profile: Profile, clocks_mhz: Sequence[int], p_block_w: float
 ) -> Evaluation:

@@ -87,7 +87,16 @@ class EnergySampler:
                 if trace is not None:
                     trace.add(t_ns, energy_mj)
 
+    def rounds_until_due(self) -> int:
+        """Rounds from the current one to the next in which some watched GPU is read (at least 1)."""
+        with self._lock:
+            everies = set(self._every.values()) or {1}
+            return min(every - self._round % every for every in everies)
+
     def _run(self) -> None:
+        """Sleep until the next round that reads a GPU: a running job's GPUs, read once a second, cost one
+        wake-up a second instead of one every period (on a host whose cores training saturates, each wake-up
+        takes the core from a training process)."""
         while not self._stop.is_set():
             with self._lock:
                 idle = not self._traces
@@ -96,4 +105,9 @@ class EnergySampler:
                 self._wake.clear()
                 continue
             self.sample_once()
-            self._stop.wait(self._period_s)
+            rounds = self.rounds_until_due()
+            if self._wake.wait(self._period_s * rounds):  # a new watch (or stop): read at once
+                self._wake.clear()
+                continue
+            with self._lock:
+                self._round += rounds - 1  # the rounds slept through, as if read

@@ -94,13 +94,14 @@ def instrumented(case: dict[str, Any], rank: int) -> dict[str, Any]:
     from perseus_client.deepspeed_pipe import instrument_deepspeed
 
     client = RecordingClient(case["runtime_dir"], job=case["job"], timeout_s=5.0)
-    gpu = client.daemon_info.gpus[rank].uuid  # type: ignore[union-attr]
+    gpu = client.gpu_uuid()  # under the launcher's CUDA_VISIBLE_DEVICES and LOCAL_RANK
+    assert gpu is not None
     client.claim([gpu])
     log: Log = []
     engine = build_engine(case, log)
-    report: dict[str, Any] = {"stage": engine.stage_id}
+    report: dict[str, Any] = {"stage": engine.stage_id, "gpu": gpu, "rank": rank}
     try:
-        handle = instrument_deepspeed(engine, client, gpu, cuda_events=False)
+        handle = instrument_deepspeed(engine, client, cuda_events=False)  # finds the same GPU
         report["register"] = ["ok", None]
     except PerseusClientError as exc:
         report["register"] = [exc.code, exc.message]

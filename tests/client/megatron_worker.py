@@ -159,14 +159,15 @@ def instrumented(config: dict[str, Any], rank: int) -> dict[str, Any]:
     from perseus_client.megatron import instrument_megatron
 
     client = RecordingClient(config["runtime_dir"], job=config["job"], timeout_s=5.0)
-    gpu = client.daemon_info.gpus[rank].uuid  # type: ignore[union-attr]
+    gpu = client.gpu_uuid()  # under the launcher's CUDA_VISIBLE_DEVICES and LOCAL_RANK
+    assert gpu is not None
     client.claim([gpu])
     log: Log = []
     function = get_forward_backward_func()
-    report: dict[str, Any] = {"function": function.__name__}
+    report: dict[str, Any] = {"function": function.__name__, "gpu": gpu, "rank": rank}
     options: dict[str, Any] = {"num_microbatches": config["microbatches"], "cuda_events": False}  # CPU run
     try:
-        wrapped = instrument_megatron(function, client, gpu, **options)
+        wrapped = instrument_megatron(function, client, **options)  # finds the same GPU
         report["register"] = ["ok", None]
     except PerseusClientError as exc:  # the daemon cannot take jobs: still check the events
         report["register"] = [exc.code, exc.message]

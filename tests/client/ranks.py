@@ -16,12 +16,14 @@ def run_ranks(
     """Every case, one after the other in the same `world` processes: {case: per-rank reports}."""
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(worker.parent), env.get("PYTHONPATH", "")])
+    env["CUDA_VISIBLE_DEVICES"] = remapped(world)  # as a launcher remaps: each rank finds its GPU's UUID
     procs = []
     for rank in range(world):
         out = work / f"rank{rank}.json"
         config = {"rank": rank, "world": world, "store": str(work / "store"), "cases": cases}
         command = [sys.executable, str(worker), json.dumps(config), str(out)]
-        procs.append((subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True), out))
+        rank_env = {**env, "LOCAL_RANK": str(rank)}
+        procs.append((subprocess.Popen(command, env=rank_env, stderr=subprocess.PIPE, text=True), out))
     errors = []
     try:
         for proc, _ in procs:
@@ -36,6 +38,16 @@ def run_ranks(
         assert code == 0, f"worker failed ({code}):\n{err[-4000:]}"
     per_rank = [json.loads(out.read_text()) for _, out in procs]
     return {name: [ranks[name] for ranks in per_rank] for name in cases}
+
+
+def remapped(world: int) -> str:
+    """The `CUDA_VISIBLE_DEVICES` the ranks run under: the node's GPUs from the last one down."""
+    return ",".join(str(world - 1 - rank) for rank in range(world))
+
+
+def launched_gpus(node: list[str], world: int) -> list[str]:
+    """The GPU each rank was given under `remapped(world)`."""
+    return [node[int(index)] for index in remapped(world).split(",")]
 
 
 def split_steps(events: list[list[Any]], stage: int, steps: int) -> list[list[list[Any]]]:

@@ -15,7 +15,7 @@ pytest.importorskip("deepspeed")
 from perseus_client.run_id import launcher_run_id
 
 from perseusd.planner.dag import build_dag
-from tests.client.ranks import run_ranks, split_steps
+from tests.client.ranks import launched_gpus, run_ranks, split_steps
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 
 pytestmark = pytest.mark.timeout(240)
@@ -62,6 +62,13 @@ def test_events_are_what_deepspeed_executed(run: Run) -> None:
         assert [c[0] for c in steps[0]] == mine["schedule_object"]  # DeepSpeed's TrainSchedule
         assert mine["events_dropped"] == 0
         assert mine["restored"]
+
+
+def test_each_rank_found_the_gpu_its_launcher_gave_it(run: Run, daemon: DaemonProcess) -> None:
+    _, reports = run
+    node = [row["uuid"] for row in daemon.status()["gpus"]]
+    assert [report["instrumented"]["gpu"] for report in reports] == launched_gpus(node, WORLD)
+    assert all(report["instrumented"]["register"][0] == "ok" for report in reports)
 
 
 def test_training_unchanged(run: Run) -> None:

@@ -23,7 +23,7 @@ from perseus_client.megatron import schedule_name_for
 from perseus_client.run_id import launcher_run_id
 
 from perseusd.planner.dag import build_dag
-from tests.client.ranks import run_ranks, split_steps
+from tests.client.ranks import launched_gpus, run_ranks, split_steps
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 
 pytestmark = pytest.mark.timeout(240)
@@ -71,6 +71,13 @@ def run(request: pytest.FixtureRequest, reports: dict[str, list[dict[str, Any]]]
 def test_megatron_runs_the_expected_schedule(run: Run) -> None:
     name, _, reports = run
     assert {report["instrumented"]["function"] for report in reports} == {FUNCTIONS[name]}
+
+
+def test_each_rank_found_the_gpu_its_launcher_gave_it(run: Run, daemon: DaemonProcess) -> None:
+    _, _, reports = run
+    node = [row["uuid"] for row in daemon.status()["gpus"]]
+    assert [report["instrumented"]["gpu"] for report in reports] == launched_gpus(node, WORLD)
+    assert all(report["instrumented"]["register"][0] == "ok" for report in reports)
 
 
 def test_events_are_what_megatron_executed(run: Run) -> None:

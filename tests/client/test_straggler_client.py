@@ -28,7 +28,7 @@ pytestmark = pytest.mark.timeout(30)
 @pytest.fixture
 def unconnected(tmp_path: Path) -> PerseusClient:
     """A client with no sockets: any call that got past validation fails with NOT_CONNECTED."""
-    return PerseusClient(tmp_path, job="j1", connect=False)
+    return PerseusClient(tmp_path, job="j1", connect=False, strict=True)
 
 
 @pytest.mark.parametrize(

@@ -38,6 +38,7 @@ CASES = {
     "1f1b": {"schedule": "1f1b", "world": 3, "chunks": 1, "microbatches": 4},
     "interleaved": {"schedule": "interleaved", "world": 2, "chunks": 2, "microbatches": 4},
 }
+NODE_GPUS = max(case["world"] for case in CASES.values())
 if importlib.util.find_spec("torchtitan") is not None:  # the schedule torchtitan builds from its config
     CASES["torchtitan"] = {
         "schedule": "interleaved",
@@ -55,7 +56,7 @@ Run = tuple[dict[str, Any], list[dict[str, Any]]]
 @pytest.fixture(scope="module")
 def daemon() -> Iterator[DaemonProcess]:
     with daemon_processes() as make:
-        yield make(DaemonDirs.create(), gpus=max(case["world"] for case in CASES.values())).start()
+        yield make(DaemonDirs.create(), gpus=NODE_GPUS).start()
 
 
 @pytest.fixture(scope="module", params=list(CASES))
@@ -81,14 +82,21 @@ def _write_profile(daemon: DaemonProcess, work: Path, virtual_stages: int) -> Pa
     return path
 
 
+def remapped(world: int) -> str:
+    """The launcher's `CUDA_VISIBLE_DEVICES`: the node's GPUs from the last one down (rank r: GPU N-1-r)."""
+    return ",".join(str(NODE_GPUS - 1 - rank) for rank in range(world))
+
+
 def _run_ranks(case: dict[str, Any], work: Path) -> list[dict[str, Any]]:
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    env["CUDA_VISIBLE_DEVICES"] = remapped(case["world"])  # each rank names its GPU by UUID, by itself
     procs = []
     for rank in range(case["world"]):
         config = json.dumps({**case, "rank": rank})
         out = work / f"rank{rank}.json"
         command = [sys.executable, str(WORKER), config, str(out)]
-        procs.append((subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True), out))
+        rank_env = {**env, "LOCAL_RANK": str(rank)}
+        procs.append((subprocess.Popen(command, env=rank_env, stderr=subprocess.PIPE, text=True), out))
     try:
         for proc, _ in procs:
             _, err = proc.communicate(timeout=WORKER_TIMEOUT_S)
@@ -142,6 +150,13 @@ def test_events_follow_the_schedule(run: Run) -> None:
 def test_schedule_named_after_its_class(run: Run) -> None:
     case, reports = run
     assert {report["instrumented"]["named"] for report in reports} == {case["schedule"]}
+
+
+def test_each_rank_named_the_gpu_its_launcher_gave_it(run: Run, daemon: DaemonProcess) -> None:
+    case, reports = run
+    node = [row["uuid"] for row in daemon.status()["gpus"]]
+    visible = [int(index) for index in remapped(case["world"]).split(",")]
+    assert [report["instrumented"]["gpu"] for report in reports] == [node[index] for index in visible]
 
 
 def test_daemon_learned_the_schedule(run: Run) -> None:

@@ -45,6 +45,7 @@ class RecordingClient(PerseusClient):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.sent: list[list[Any]] = []
         self.threads: set[str] = set()
+        kwargs.setdefault("strict", True)  # the tests check what the daemon says; fail-open has its own
         super().__init__(*args, **kwargs)
 
     def register(self, gpu: str, **fields: Any) -> Any:
@@ -147,7 +148,8 @@ def wait_for_plan(client: PerseusClient, job: str) -> list[Any]:
 
 def instrumented_run(config: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     client = RecordingClient(config["runtime_dir"], job=config["job"], timeout_s=5.0)
-    gpu = client.daemon_info.gpus[rank].uuid  # type: ignore[union-attr]
+    gpu = client.gpu_uuid()  # CUDA_VISIBLE_DEVICES and LOCAL_RANK, as a launcher sets them
+    assert gpu is not None
     client.claim([gpu])
     if rank == 0:
         csv_text = Path(config["profile"]).read_text()
@@ -159,8 +161,9 @@ def instrumented_run(config: dict[str, Any], rank: int, world: int) -> dict[str,
     dist.barrier()  # every rank registers after the profile is there
     schedule = build_schedule(config, rank, world)
     report["named"] = schedule_name_of(schedule)
+    report["gpu"] = gpu
     try:
-        handle: PipelineInstrumentation = instrument(schedule, client, gpu, schedule_name="observed")
+        handle: PipelineInstrumentation = instrument(schedule, client, schedule_name="observed")
         report["register"] = ["ok", None]
     except PerseusClientError as exc:  # the daemon cannot take jobs: still check the events
         report["register"] = [exc.code, exc.message]

@@ -360,7 +360,7 @@ def test_unreachable_daemon_exits_2(tmp_path: Path, args: tuple[str, ...]) -> No
     out = _ctl(tmp_path, *args)
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1
-    assert "is perseusd running" in out.stderr
+    assert "wrong runtime directory" in out.stderr
 
 
 def test_write_atomically_replaces_and_leaves_no_temporary(tmp_path: Path) -> None:

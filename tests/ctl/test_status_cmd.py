@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -147,3 +148,27 @@ def test_status_imports_only_what_it_needs(daemon: DaemonProcess, tmp_path: Path
     assert not unwanted
     assert "perseus_client.protocol" not in loaded  # the status messages only, not every message class
     assert "perseusd.ctl.jobs_cmd" not in loaded  # the jobs' rendering only when there are jobs
+
+
+def test_the_runtime_directory_comes_from_the_environment(daemon: DaemonProcess) -> None:
+    """`PERSEUSD_RUNTIME_DIR` (what the client library reads too) instead of `--runtime-dir`."""
+    env = {**os.environ, "PERSEUSD_RUNTIME_DIR": str(daemon.dirs.runtime_dir)}
+    command = [sys.executable, "-m", "perseusd.ctl.main", "status", "--json"]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False, env=env)
+    assert out.returncode == 0, out.stderr
+    assert len(json.loads(out.stdout)["gpus"]) == 2
+    wrong = [*command[:3], "--runtime-dir", str(daemon.dirs.base / "elsewhere"), *command[3:]]
+    out = subprocess.run(wrong, capture_output=True, text=True, timeout=30, check=False, env=env)
+    assert out.returncode == 2  # the option wins
+    assert "wrong runtime directory" in out.stderr
+
+
+def test_perseusctl_and_the_client_read_the_same_variable() -> None:
+    from perseus_client import reach
+
+    from perseusd.ctl import main as ctl_main
+
+    assert (ctl_main.RUNTIME_DIR_ENV, ctl_main.DEFAULT_RUNTIME_DIR) == (
+        reach.RUNTIME_DIR_ENV,
+        reach.DEFAULT_RUNTIME_DIR,
+    )

@@ -165,4 +165,4 @@ def test_unreachable_daemon_exits_2_with_one_line(tmp_path: Path) -> None:
     assert out.returncode == 2
     assert out.stdout == ""
     assert len(out.stderr.strip().splitlines()) == 1
-    assert "is perseusd running" in out.stderr
+    assert "wrong runtime directory" in out.stderr

@@ -45,7 +45,7 @@ def _wait_running(runtime_dir: Path) -> dict[str, Any]:
 def daemon() -> Iterator[Daemon]:
     with daemon_processes() as make:
         runtime_dir = make(DaemonDirs.create(), gpus=PIPELINES).start().dirs.runtime_dir
-        with PerseusClient(runtime_dir, job=JOB, timeout_s=10.0) as client:
+        with PerseusClient(runtime_dir, job=JOB, timeout_s=10.0, strict=True) as client:
             assert client.daemon_info is not None
             gpus = [gpu.uuid for gpu in client.daemon_info.gpus]
             profile = synthetic_profile(1, seed=5, clocks_mhz=tuple(range(1410, 885, -90)))

@@ -147,7 +147,7 @@ def test_perseusctl_into_a_closed_pipe_prints_no_traceback(daemon: DaemonProcess
 
 def test_unreachable_names_the_socket(tmp_path: Path) -> None:
     with pytest.raises(PerseusClientError) as unreachable:
-        PerseusClient(tmp_path, job="nobody-home", timeout_s=0.2)
+        PerseusClient(tmp_path, job="nobody-home", timeout_s=0.2, strict=True)
     assert unreachable.value.code == "UNREACHABLE"
     assert str(tmp_path / "control.sock") in unreachable.value.message
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future
 
 import pytest
@@ -71,3 +72,38 @@ def test_a_slow_watch_reads_every_nth_round() -> None:
     for _ in range(10):
         sampler.sample_once()
     assert (reads.count("fast"), reads.count("slow")) == (10, 2)
+
+
+def test_the_sampler_sleeps_until_a_watched_gpu_is_due() -> None:
+    def read(_gpu: str) -> Future[tuple[int, int]]:
+        done: Future[tuple[int, int]] = Future()
+        done.set_result((0, 0))
+        return done
+
+    sampler = EnergySampler(read, period_s=0.01)
+    sampler.watch("running", period_s=1.0)  # a running job's GPU: once a second, 100 rounds
+    sampler.sample_once()
+    assert sampler.rounds_until_due() == 99
+    sampler.watch("profiling")  # every round
+    assert sampler.rounds_until_due() == 1
+
+
+def test_the_sampler_thread_reads_a_slow_watch_about_once_per_its_period() -> None:
+    """At most a few reads (and wake-ups) in half a second for a GPU read once a second; no timing asserted
+    beyond the order of magnitude (a loaded machine only makes it fewer)."""
+    reads: list[str] = []
+
+    def read(gpu: str) -> Future[tuple[int, int]]:
+        reads.append(gpu)
+        done: Future[tuple[int, int]] = Future()
+        done.set_result((len(reads), len(reads)))
+        return done
+
+    sampler = EnergySampler(read, period_s=0.005)
+    sampler.watch("running", period_s=0.25)
+    sampler.start()
+    try:
+        time.sleep(0.6)
+    finally:
+        sampler.stop()
+    assert 1 <= len(reads) <= 4

@@ -21,6 +21,9 @@ from conftest import SOURCE_INSIDE
 from nspawn_machine import Machine, MachineError, wait_until
 from rootfs import REPO_ROOT
 
+from perseusd.planner.profile_csv import profile_to_csv
+from tests.support.synthetic import synthetic_profile
+
 pytestmark = [pytest.mark.systemd, pytest.mark.timeout(600)]
 
 UNIT = "perseusd.service"
@@ -48,6 +51,30 @@ os.rename(sys.argv[2] + ".tmp", sys.argv[2])
 while True:
     time.sleep(3600)
 """
+# A training job on the second GPU, as docs/pytorch.md's client does it: fail-open, the GPU by UUID (from the
+# launcher's CUDA_VISIBLE_DEVICES), the profile imported, the stage registered; then it sends a 1-stage 1F1B
+# job's events until stopped and counts its steps in a file. It must never stop because of the daemon.
+TRAINER = """\
+import sys, time
+from perseus_client import PerseusClient
+client = PerseusClient(job="deb-train", timeout_s=5.0)
+gpu = client.gpu_uuid()
+client.profile_import(open(sys.argv[1]).read(), p_block_w=80.0)
+client.claim([gpu])
+client.register(gpu, stage=0, num_stages=1, num_microbatches=2)
+step = 0
+while True:
+    with client.step(gpu, step):
+        for mb in range(2):
+            for instruction in ("forward", "backward"):
+                with client.computation(gpu, 0, instruction, mb):
+                    time.sleep(0.005)
+    step += 1
+    with open(sys.argv[2] + ".tmp", "w") as out:
+        out.write(str(step))
+    __import__("os").rename(sys.argv[2] + ".tmp", sys.argv[2])
+"""
+TRAINER_STEPS = "/run/trainer.steps"
 SCRAPE = """\
 import sys, urllib.request
 print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())
@@ -133,6 +160,9 @@ def _eventually(machine: Machine, check: Callable[[], bool], what: str, timeout_
 def _prepare(machine: Machine, dropin: str = "") -> None:
     machine.write_file(TEST_DROPIN, SIM_ENV + dropin)
     machine.write_file("/opt/perseus-test/lease_holder.py", LEASE_HOLDER, mode=0o755)
+    machine.write_file("/opt/perseus-test/trainer.py", TRAINER, mode=0o755)
+    profile = synthetic_profile(1, seed=3, clocks_mhz=tuple(range(1410, 885, -90)))
+    machine.write_file("/opt/perseus-test/profile.csv", profile_to_csv(profile))
     machine.write_file("/opt/perseus-test/scrape.py", SCRAPE, mode=0o755)
 
 
@@ -145,6 +175,39 @@ def _hold_lease(machine: Machine) -> str:
     machine.run([*argv, "/opt/perseus-test/lease_holder.py", str(LOCK_MHZ), LEASED])
     _eventually(machine, machine.path(LEASED).exists, "the lease holder to lock a clock")
     return machine.path(LEASED).read_text()
+
+
+def _train(machine: Machine) -> None:
+    """The trainer on the second GPU (CUDA_VISIBLE_DEVICES=1, as a launcher gives it), its plan running."""
+    argv = [
+        "systemd-run",
+        "--unit=trainer",
+        f"--setenv=PYTHONPATH={PYTHONPATH}",
+        "--setenv=CUDA_VISIBLE_DEVICES=1",
+    ]
+    machine.run(
+        [
+            *argv,
+            "/usr/bin/python3",
+            "/opt/perseus-test/trainer.py",
+            "/opt/perseus-test/profile.csv",
+            TRAINER_STEPS,
+        ]
+    )
+    _eventually(machine, lambda: _job_state(machine) == "running", "the trainer's plan")
+
+
+def _job_state(machine: Machine) -> object:
+    proc = machine.run(["/usr/bin/perseusctl", "jobs", "--json"], check=False)
+    if proc.returncode != 0:
+        return None
+    jobs = {job["job"]: job for job in json.loads(proc.stdout)["jobs"]}
+    return jobs["deb-train"]["state"] if "deb-train" in jobs else None
+
+
+def _trainer_steps(machine: Machine) -> int:
+    path = machine.path(TRAINER_STEPS)
+    return int(path.read_text()) if path.exists() else 0
 
 
 def _lease_pid(machine: Machine, uuid: str) -> object:
@@ -168,6 +231,7 @@ def test_install_upgrade_while_leased_and_purge(machine: Machine, debs: tuple[Pa
     assert len(_status(machine)) == 2
 
     uuid = _hold_lease(machine)
+    _train(machine)
     holder_pid = _lease_pid(machine, uuid)
     assert isinstance(holder_pid, int)
     assert next(g for g in _status(machine) if g["uuid"] == uuid)["locked_clock_mhz"] == LOCK_MHZ
@@ -183,12 +247,25 @@ def test_install_upgrade_while_leased_and_purge(machine: Machine, debs: tuple[Pa
     _eventually(machine, lambda: _lease_pid(machine, uuid) == holder_pid, "the client to re-claim its GPU")
     gpu = next(g for g in _status(machine) if g["uuid"] == uuid)
     assert gpu["locked_clock_mhz"] is None  # restored at the upgrade; the client re-claimed, did not re-lock
-    assert "shutdown: restored 1 GPU(s)" in machine.journal(UNIT)
+    assert "shutdown: restored 2 GPU(s)" in machine.journal(UNIT)
+    # The trainer never stopped: it trained on unmanaged, then its job came back from the daemon's cache,
+    # running its plan again without profiling.
+    steps = _trainer_steps(machine)
+    _eventually(machine, lambda: _job_state(machine) == "running", "the trainer's plan back", 30)
+    _eventually(machine, lambda: _trainer_steps(machine) > steps + 5, "the trainer to go on")
+    assert machine.show("trainer.service", "ActiveState") == "active"
+    jobs = {
+        job["job"]: job
+        for job in json.loads(machine.run(["/usr/bin/perseusctl", "jobs", "--json"]).stdout)["jobs"]
+    }
+    assert jobs["deb-train"]["cached"]
+    assert jobs["deb-train"]["profiling"] is None
+    machine.systemctl("stop", "trainer.service")
 
     # Purge: stopped (the re-claimed GPU restored again), disabled, files and state gone.
     _dpkg(machine, "--purge", "perseusd")
     assert machine.show(UNIT, "ActiveState") in ("inactive", "")
-    assert machine.journal(UNIT).count("shutdown: restored 1 GPU(s)") >= 2
+    assert machine.journal(UNIT).count("shutdown: restored 1 GPU(s)") >= 1  # the holder's, at the purge
     for path in (
         "/lib/systemd/system/perseusd.service",
         "/etc/perseusd",

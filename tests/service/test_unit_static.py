@@ -92,6 +92,13 @@ def test_unit_raises_the_descriptor_limit() -> None:
     assert int(limits[0]) >= 16384
 
 
+def test_unit_gives_the_daemon_the_cpu_weight_it_was_measured_to_need() -> None:
+    """docs/daemon.md measured the daemon keeping up under contention at nice -10: its weight is 930."""
+    text = UNIT.read_text()
+    assert re.findall(r"^CPUWeight=(\d+)$", text, re.MULTILINE) == ["930"]
+    assert re.findall(r"^Nice=(-?\d+)$", text, re.MULTILINE) == ["-10"]
+
+
 @pytest.mark.parametrize("with_cluster_dropin", [False, True], ids=["unit", "unit+cluster"])
 @needs_analyze
 def test_verify_is_silent(tmp_path: Path, with_cluster_dropin: bool) -> None:

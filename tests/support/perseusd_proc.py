@@ -15,13 +15,18 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perseus_client.client import PerseusClient, PerseusClientError
 
-from perseusd.gpu.sim_shared import ControlState, StateMap, state_path
+if TYPE_CHECKING:
+    from perseusd.gpu.sim_shared import ControlState
 
 READY_TIMEOUT_S = 15.0
+DAEMON_PYTHON_ENV = "PERSEUSD_TEST_DAEMON_PYTHON"
+"""The interpreter that runs the daemon and perseusctl in end-to-end tests (default: this one). The client's
+tests run on every supported Python (scripts/test_client_pythons.sh) against a daemon on Python 3.11+."""
+REPO_ROOT = Path(__file__).resolve().parents[2]
 NOBODY_UID = 65534
 NOBODY_GID = 65534
 
@@ -54,7 +59,7 @@ class DaemonProcess:
 
     def command(self) -> list[str]:
         return [
-            sys.executable,
+            daemon_python(),
             "-m",
             "perseusd.daemon.main",
             "--backend",
@@ -99,7 +104,7 @@ class DaemonProcess:
         """`perseusctl status --json` as a dict (through the admin view, we are root)."""
         out = subprocess.run(
             [
-                sys.executable,
+                daemon_python(),
                 "-m",
                 "perseusd.ctl.main",
                 "--runtime-dir",
@@ -162,8 +167,39 @@ def daemon_processes() -> Iterator[Callable[..., DaemonProcess]]:
             shutil.rmtree(base, ignore_errors=True)
 
 
+def daemon_python() -> str:
+    return os.environ.get(DAEMON_PYTHON_ENV) or sys.executable
+
+
+def daemon_side(code: str, *args: str) -> str:
+    """The output of `code` run by the daemon's interpreter in the repository (for tests whose own
+    interpreter has only the client library: simulated GPUs' UUIDs, synthetic profiles)."""
+    out = subprocess.run(
+        [daemon_python(), "-c", code, *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise AssertionError(f"daemon-side code failed: {out.stderr[-2000:]}")
+    return out.stdout
+
+
+def sim_gpu_uuids(count: int, model: str = "a100_sxm") -> list[str]:
+    """The UUIDs the simulated GPUs of `perseusd --backend sim` will have, known before any daemon runs."""
+    code = (
+        "import sys; from perseusd.gpu.sim import sim_uuid; "
+        "print(*(sim_uuid(sys.argv[1], i) for i in range(int(sys.argv[2]))))"
+    )
+    return daemon_side(code, model, str(count)).split()
+
+
 def sim_control(runtime_dir: Path, uuid: str) -> ControlState:
     """What the simulated GPU was last told, read straight from its shared-memory file."""
+    from perseusd.gpu.sim_shared import StateMap, state_path
+
     state = StateMap(state_path(runtime_dir / "sim", uuid), writable=False)
     try:
         return state.read_control()
@@ -175,7 +211,7 @@ CLIENT_SCRIPT = """
 import sys, time
 from perseus_client import PerseusClient
 runtime_dir, clock = sys.argv[1], int(sys.argv[2])
-client = PerseusClient(runtime_dir, job="e2e-holder")
+client = PerseusClient(runtime_dir, job="e2e-holder", strict=True)
 gpus = [g.uuid for g in client.daemon_info.gpus][: int(sys.argv[3])]
 client.claim(gpus)
 for gpu in gpus:
@@ -248,7 +284,7 @@ def run_as_user(
 def client_outcome(runtime_dir: Path, action: Callable[[PerseusClient], Any]) -> tuple[str, Any]:
     """("ok", result) or (error code, message) of running `action` on a fresh client."""
     try:
-        with PerseusClient(runtime_dir, job="probe", timeout_s=2.0) as client:
+        with PerseusClient(runtime_dir, job="probe", timeout_s=2.0, strict=True) as client:
             return "ok", action(client)
     except PerseusClientError as exc:
         return exc.code, exc.message
