@@ -471,11 +471,16 @@ class PerseusClient:
         pipeline: int = 0,
         chunks: int = 1,
         job: str | None = None,
+        stage_gpus: int = 1,
+        run: str = "",
     ) -> RegisterOk | None:
         """Join job `job` (default: this client's job) with a GPU this process claimed.
 
         From now on the daemon profiles, plans and switches this GPU's clocks by itself; send step and
         computation events. `schedule` is "1f1b", "gpipe", "interleaved" (with `chunks` > 1) or "observed".
+        `stage_gpus`: the GPUs that run this stage together (tensor x context parallel; each registers the
+        same `pipeline` and `stage`). `run`: an id all processes of this run share (the launcher's job id),
+        so that a job's stages on several nodes are told apart from another run of the same name.
         Fail-open: None when not done now (registered when the daemon is back, if it was out of reach).
         """
         request = Register(
@@ -487,6 +492,8 @@ class PerseusClient:
             num_microbatches=num_microbatches,
             schedule=schedule,  # type: ignore[arg-type]  # checked by the daemon
             chunks=chunks,
+            stage_gpus=stage_gpus,
+            run=run,
         )
         registrations = self._memory.registrations
         remember = lambda: registrations.update({gpu: request})  # noqa: E731

@@ -71,6 +71,8 @@ from perseus_client.job_messages import (
     RegisterOk,
     SetPolicy,
     SetPolicyOk,
+    SpanInfo,
+    SpanMember,
     StragglerInfo,
 )
 from perseus_client.message import JOB_STATES, ErrorReply, Instruction, Message, Policy, Schedule
@@ -146,6 +148,8 @@ __all__ = [
     "SetPolicy",
     "SetPolicyOk",
     "SignalInfo",
+    "SpanInfo",
+    "SpanMember",
     "StatusReply",
     "StatusRequest",
     "StragglerInfo",
