@@ -197,6 +197,9 @@ class HelloOk(Message):
     gpus: tuple[GpuCapabilities, ...]
     protocol_minor: int = since(1, 0)
     """The newest minor of `protocol` the daemon speaks (it speaks every older one too)."""
+    visible_gpus: tuple[str, ...] | None = since(3, None)
+    """The UUIDs of the GPUs this process may claim, in its own device order (index 0 first: what
+    `CUDA_VISIBLE_DEVICES` indexes in its container); None: every GPU of `gpus`, in their order."""
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from perseusd.cluster.config import ClusterConfig
 from perseusd.cluster.power_pool_keys import POOL_PATTERN
 from perseusd.errors import ConfigError
 from perseusd.gpu.select import BACKEND_KINDS, MIXED_REAL_KINDS
+from perseusd.leasing.gpu_access import ACCESS_MODES
 from perseusd.planner.policy import POLICIES
 
 DEFAULT_CONFIG_PATH = Path("/etc/perseusd/perseusd.toml")
@@ -50,6 +51,10 @@ class DaemonConfig:
     """The newest protocol minor the daemon speaks (-1: the newest it knows). An older one makes it answer
     as a daemon of that minor would (docs/protocol.md): for compatibility tests and staged roll-outs."""
     gpu_call_timeout_s: float = 5.0
+    gpu_access: str = "auto"
+    """Which GPUs a caller may claim (docs/containers.md): "auto" those its container's device nodes and its
+    cgroup's device rules allow, where the daemon can read them; "strict" also refuses a container whose
+    devices it cannot read; "off" every GPU."""
     # Jobs: online profiling, solving and deployment.
     profile_warmup_iterations: int = 2
     profile_max_iterations: int = 300
@@ -129,6 +134,7 @@ class DaemonConfig:
             f"protocol_minor must be -1 (newest) or 0..{PROTOCOL_MINOR}",
         )
         _require(self.gpu_call_timeout_s > 0, "gpu_call_timeout_s must be positive")
+        _require(self.gpu_access in ACCESS_MODES, f"gpu_access must be one of {', '.join(ACCESS_MODES)}")
         _require(0 <= self.profile_warmup_iterations <= 100, "profile_warmup_iterations must be 0..100")
         _require(self.profile_max_iterations >= 1, "profile_max_iterations must be >= 1")
         _require(self.profile_clock_stride >= 1, "profile_clock_stride must be >= 1")

@@ -34,6 +34,7 @@ from perseusd.daemon.status import gpu_rows
 from perseusd.daemon.wire_errors import protocol_error
 from perseusd.errors import PerseusError
 from perseusd.jobs.manager import JobManager
+from perseusd.leasing.gpu_access import GpuAccess
 from perseusd.leasing.identity import Caller
 from perseusd.leasing.leases import Lease, LeaseBook
 from perseusd.leasing.registry import GpuRegistry
@@ -65,6 +66,7 @@ class DaemonCore:
         power_cap: NodeCap | None = None,
         protocol_minor: int = PROTOCOL_MINOR,
         pool_info: Callable[[], PoolInfo] | None = None,
+        gpu_access: GpuAccess | None = None,
     ) -> None:
         self.registry = registry
         self._pool_info = pool_info
@@ -97,6 +99,7 @@ class DaemonCore:
             protocol_minor=protocol_minor,
             forget_gpu=self._forget,
             after_restore=self._restored,
+            access=gpu_access,
         )
 
     # ------------------------------------------------------------------ dispatch

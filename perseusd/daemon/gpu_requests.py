@@ -35,6 +35,7 @@ from perseus_client.protocol import (
     SetPlanOk,
 )
 
+from perseusd.leasing.gpu_access import GpuAccess
 from perseusd.leasing.identity import Caller
 from perseusd.leasing.leases import LeaseBook
 from perseusd.leasing.registry import GpuRegistry
@@ -61,8 +62,11 @@ class GpuRequests:
         protocol_minor: int,
         forget_gpu: Callable[[str], None],
         after_restore: Callable[[], None],
+        access: GpuAccess | None = None,
     ) -> None:
         self.registry = registry
+        self.access = access if access is not None else GpuAccess("off", registry.infos())
+        """Which GPUs a caller's container and cgroup hold (`perseusd.leasing.gpu_access`)."""
         self.leases = leases
         self.keeper = keeper
         self.plans = plans
@@ -90,7 +94,9 @@ class GpuRequests:
         return {AdminReset: self.admin_reset, AdminSetPowerLimit: self.admin_set_power_limit}
 
     def hello(self, caller: Caller, message: Hello) -> HelloOk:
-        self.leases.register(caller, message.job)
+        placement = self.access.placement(caller)
+        session = self.leases.register(caller, message.job)
+        session.placement = placement
         gpus = tuple(
             GpuCapabilities(
                 uuid=info.uuid,
@@ -108,11 +114,13 @@ class GpuRequests:
             protocol=PROTOCOL_MAJOR,
             gpus=gpus,
             protocol_minor=self.protocol_minor,
+            visible_gpus=self.access.visible(placement),
         )
 
     def claim(self, caller: Caller, message: Claim) -> ClaimOk:
         session = self.leases.require_session(caller)
         session.job = message.job
+        self.access.check_claim(caller, session.placement, message.gpus)
         for gpu in message.gpus:  # all or nothing: check every GPU before taking any
             self._require_known(gpu)
             self.leases.check_claim(caller, gpu)

@@ -37,6 +37,7 @@ from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.select import MIXED_REAL_KINDS, open_backend
 from perseusd.jobs.carbon_steering import CarbonSteering
 from perseusd.jobs.manager import JobSettings
+from perseusd.leasing.gpu_access import GpuAccess
 from perseusd.leasing.identity import Caller, process_start_time
 from perseusd.leasing.leases import LeaseBook
 from perseusd.leasing.registry import GpuRegistry
@@ -217,6 +218,7 @@ def daemon_core(
                 power_cap=node_cap,
                 protocol_minor=config.speaks_minor,
                 pool_info=pool_info,
+                gpu_access=GpuAccess(config.gpu_access, registry.infos()),
             )
             yield core
 

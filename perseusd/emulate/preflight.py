@@ -154,7 +154,7 @@ def lay_out(
     if len(clients) > pipelines:
         raise UsageError(f"{len(clients)} daemons (--runtime-dir) but only {pipelines} pipeline(s) to run")
     daemons = tuple(daemon_of(p, pipelines, len(clients)) for p in range(pipelines))
-    statuses = [client.status() for client in clients]
+    statuses = [_visible(client, client.status()) for client in clients]
     real = _real_slot(clients[0].runtime_dir / "sim", statuses[0], shape, real_stage, time_scale)
     if real is not None:
         statuses[0] = dataclasses.replace(statuses[0], gpus=statuses[0].gpus[1:])
@@ -188,6 +188,15 @@ def lay_out(
         real_stage=None if real is None else real_stage,
         real_simulated=real is not None and real.simulated,
     )
+
+
+def _visible(client: PerseusClient, status: StatusReply) -> StatusReply:
+    """The status with only the GPUs this process may claim (its container's, in its order)."""
+    visible = client.daemon_info.visible_gpus if client.daemon_info is not None else None
+    if visible is None:
+        return status
+    rows = {gpu.uuid: gpu for gpu in status.gpus}
+    return dataclasses.replace(status, gpus=tuple(rows[uuid] for uuid in visible if uuid in rows))
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,18 @@ class GpuInfo:
     power_limit_max_w: float
     power_limit_default_w: float
     energy_counter_supported: bool
+    device_minor: int | None = None
+    """The minor number of the GPU's device node, `/dev/nvidia<minor>` (char major `NVIDIA_MAJOR`); None:
+    unknown, then taken to be `index`. How a container's device list names the host GPU it holds."""
+
+
+NVIDIA_MAJOR = 195
+"""The char major of NVIDIA's GPU device nodes (`/dev/nvidia<N>`; 255 is /dev/nvidiactl, not a GPU)."""
+
+
+def gpu_minor(info: GpuInfo) -> int:
+    """The minor of the GPU's `/dev/nvidia<minor>` node (its index when the backend does not know it)."""
+    return info.index if info.device_minor is None else info.device_minor
 
 
 @dataclass(frozen=True)

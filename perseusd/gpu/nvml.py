@@ -211,6 +211,17 @@ def _energy_supported(nvml: ModuleType, errors: NvmlErrors, uuid: str, handle: o
     return True
 
 
+def _minor_number(nvml: ModuleType, errors: NvmlErrors, uuid: str, handle: object) -> int | None:
+    """The minor of the GPU's /dev/nvidia<N> node (None where NVML does not say: then its index)."""
+    getter = getattr(nvml, "nvmlDeviceGetMinorNumber", None)
+    if getter is None:
+        return None
+    try:
+        return int(errors.call("enumerate", uuid, getter, handle))
+    except GpuOperationError:
+        return None
+
+
 def _probe_device(nvml: ModuleType, errors: NvmlErrors, index: int) -> NvmlDevice:
     handle = errors.call("enumerate", None, nvml.nvmlDeviceGetHandleByIndex, index)
     uuid = _text(errors.call("enumerate", None, nvml.nvmlDeviceGetUUID, handle))
@@ -227,6 +238,7 @@ def _probe_device(nvml: ModuleType, errors: NvmlErrors, index: int) -> NvmlDevic
         power_limit_max_w=high_w,
         power_limit_default_w=default_w,
         energy_counter_supported=_energy_supported(nvml, errors, uuid, handle),
+        device_minor=_minor_number(nvml, errors, uuid, handle),
     )
     return NvmlDevice(nvml, errors, handle, info)
 
