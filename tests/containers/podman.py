@@ -65,7 +65,9 @@ class Podman:
     def run(self, *args: str, timeout_s: float = COMMAND_TIMEOUT_S) -> str:
         out = subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=timeout_s, check=False)
         if out.returncode != 0:
-            raise AssertionError(f"podman {' '.join(args[:2])} failed ({out.returncode}): {out.stderr[-3000:]}")
+            raise AssertionError(
+                f"podman {' '.join(args[:2])} failed ({out.returncode}): {out.stderr[-3000:]}"
+            )
         return out.stdout
 
     def create(

@@ -1,6 +1,6 @@
-"""Training processes in real podman containers (Debian's podman, a local image, a user namespace) against the
-host's perseusd on simulated GPUs: identity from the kernel, GPUs by what the container holds, restore when the
-container is killed, and a training job's closed loop."""
+"""Training processes in real podman containers (Debian's podman, a local image, a user namespace) against
+the host's perseusd on simulated GPUs: identity from the kernel, GPUs by what the container holds, restore
+when the container is killed, and a training job's closed loop."""
 
 from __future__ import annotations
 
