@@ -88,6 +88,8 @@ class DaemonHealth:
     """Connections shut down at once because a limit was reached (docs/daemon.md, Limits)."""
     protocol_minor: int = since(1, 0)
     """The newest minor of `protocol` the daemon speaks."""
+    monitor_only: bool = since(3, False)
+    """The daemon only reads (energy, status) and never writes a clock or a limit."""
 
 
 @dataclass(frozen=True)

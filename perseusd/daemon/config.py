@@ -51,6 +51,9 @@ class DaemonConfig:
     """The newest protocol minor the daemon speaks (-1: the newest it knows). An older one makes it answer
     as a daemon of that minor would (docs/protocol.md): for compatibility tests and staged roll-outs."""
     gpu_call_timeout_s: float = 5.0
+    monitor_only: bool = False
+    """Read energy and status only, never write a clock or a limit (docs/daemon.md, Monitor-only): refuses
+    claims and admin writes, skips the restore of a previous daemon's state; runs without privileges."""
     gpu_access: str = "auto"
     """Which GPUs a caller may claim (docs/containers.md): "auto" those its container's device nodes and its
     cgroup's device rules allow, where the daemon can read them; "strict" also refuses a container whose
@@ -99,6 +102,12 @@ class DaemonConfig:
     metrics_http_address: str = "127.0.0.1"
     metrics_textfile_dir: str = ""
     metrics_textfile_interval_s: float = 15.0
+    metrics_dcgm_families: bool = True
+    """Export dcgm-exporter's families (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, ...) too; set false on nodes
+    where dcgm-exporter runs (the families are then its)."""
+    metrics_hostname: str = ""
+    """The `Hostname` label of the dcgm-joinable families ("": $NODE_NAME, else cluster_node_name, else the
+    host name), as dcgm-exporter labels its series."""
     # The grid signal (docs/carbon.md), off by default: a replayed trace file or the Electricity Maps API.
     signal_source: str = "off"
     signal_trace: str = ""
@@ -177,6 +186,10 @@ class DaemonConfig:
                 bool(self.etcd_endpoints.strip()), "power_pool needs etcd_endpoints (the pool lives in etcd)"
             )
         _require(
+            not (self.monitor_only and self.power_pool),
+            "monitor_only and power_pool exclude each other (a pool member writes power limits)",
+        )
+        _require(
             self.power_pool_target in POOL_TARGETS,
             "power_pool_target must be one of " + ", ".join(POOL_TARGETS),
         )
@@ -205,8 +218,19 @@ class DaemonConfig:
     def metrics_enabled(self) -> bool:
         return bool(self.metrics_http_port or self.metrics_textfile_dir)
 
+    def metrics_host(self, environ: Mapping[str, str]) -> str:
+        """The `Hostname` label of the metrics (see `metrics_hostname`)."""
+        return (
+            self.metrics_hostname
+            or environ.get("NODE_NAME", "")
+            or self.cluster_node_name
+            or socket.gethostname().split(".")[0]
+        )
+
     def metrics_settings(self) -> tuple[object, ...]:
         return (
+            self.metrics_dcgm_families,
+            self.metrics_hostname,
             self.metrics_http_port,
             self.metrics_http_address,
             self.metrics_textfile_dir,

@@ -30,6 +30,7 @@ from perseus_client.protocol import (
 from perseusd.daemon.events import EventTracker
 from perseusd.daemon.gpu_requests import GpuRequests
 from perseusd.daemon.job_requests import JobRequests
+from perseusd.daemon.monitor_only import refuse_writes
 from perseusd.daemon.status import gpu_rows
 from perseusd.daemon.wire_errors import protocol_error
 from perseusd.errors import PerseusError
@@ -67,7 +68,10 @@ class DaemonCore:
         protocol_minor: int = PROTOCOL_MINOR,
         pool_info: Callable[[], PoolInfo] | None = None,
         gpu_access: GpuAccess | None = None,
+        monitor_only: bool = False,
     ) -> None:
+        self.monitor_only = monitor_only
+        """Reads only (`perseusd.daemon.monitor_only`): every request that would write is refused."""
         self.registry = registry
         self._pool_info = pool_info
         """The node's power pool for admin status (None: not in a pool)."""
@@ -116,6 +120,8 @@ class DaemonCore:
             raise mapped from None
 
     def _dispatch(self, caller: Caller, message: Message, *, admin_socket: bool) -> Message:
+        if self.monitor_only:
+            refuse_writes(message)
         if isinstance(message, StatusRequest):
             return self.status(caller, admin=admin_socket and self._is_admin(caller))
         if admin_socket:
@@ -327,4 +333,5 @@ class DaemonCore:
             connections=connections,
             connections_refused=refused,
             protocol_minor=self.protocol_minor,
+            monitor_only=self.monitor_only,
         )

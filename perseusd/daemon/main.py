@@ -34,6 +34,7 @@ from perseusd.daemon.runtime_dir import DaemonLock, DaemonRunningError, prepare_
 from perseusd.daemon.service import Service
 from perseusd.errors import ConfigError, PerseusError
 from perseusd.gpu.owner import GpuOwner
+from perseusd.gpu.readonly import ReadOnlyDevice
 from perseusd.gpu.select import MIXED_REAL_KINDS, open_backend
 from perseusd.jobs.carbon_steering import CarbonSteering
 from perseusd.jobs.manager import JobSettings
@@ -75,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--state-dir", type=Path)
     parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS)
     parser.add_argument(
+        "--monitor-only",
+        action="store_const",
+        const=True,
+        help="read energy and status only, never write a clock or a limit (no privileges needed)",
+    )
+    parser.add_argument(
         "--check-config", action="store_true", help="print the effective configuration and exit"
     )
     return parser
@@ -90,6 +97,7 @@ def config_loader(args: argparse.Namespace) -> Callable[[], DaemonConfig]:
         "runtime_dir": args.runtime_dir.absolute() if args.runtime_dir else None,
         "state_dir": args.state_dir.absolute() if args.state_dir else None,
         "log_level": args.log_level,
+        "monitor_only": args.monitor_only,
     }
     return lambda: load_config(args.config, os.environ, overrides)
 
@@ -116,7 +124,8 @@ def gpu_registry(config: DaemonConfig, calls: GpuCallRecorder | None = None) -> 
     )
     owners: list[GpuOwner] = []
     try:
-        for device in backend.devices():
+        for raw in backend.devices():
+            device = ReadOnlyDevice(raw) if config.monitor_only else raw
             timed = TimedDevice(device, calls) if calls is not None else device
             owner = GpuOwner(timed, call_timeout_s=config.gpu_call_timeout_s)
             owner.start()
@@ -190,7 +199,8 @@ def daemon_core(
     settings or a carbon steering instead of the ones `config` describes).
     """
     ensure_state_dir(config.state_dir)
-    restore_pool_limits(registry, set(registry.uuids), config.state_dir)  # a crashed uniform pool's
+    if not config.monitor_only:  # a crashed uniform pool's limits (a monitor-only daemon writes nothing)
+        restore_pool_limits(registry, set(registry.uuids), config.state_dir)
     pid = os.getpid()
     keeper = RestoreKeeper(registry, state_path(config.state_dir), pid, process_start_time(pid) or 0)
     leases = LeaseBook()
@@ -219,6 +229,7 @@ def daemon_core(
                 protocol_minor=config.speaks_minor,
                 pool_info=pool_info,
                 gpu_access=GpuAccess(config.gpu_access, registry.infos()),
+                monitor_only=config.monitor_only,
             )
             yield core
 
@@ -233,7 +244,13 @@ def metrics_exposure(config: DaemonConfig, core: DaemonCore, calls: GpuCallRecor
     from perseusd.metrics.collector import PerseusCollector
     from perseusd.metrics.exposure import HttpExposure, TextfileExposure, metrics_registry
 
-    registry = metrics_registry(PerseusCollector(core, calls))
+    collector = PerseusCollector(
+        core,
+        calls,
+        hostname=config.metrics_host(os.environ),
+        dcgm_families=config.metrics_dcgm_families,
+    )
+    registry = metrics_registry(collector)
     exposures: list[HttpExposure | TextfileExposure] = []
     try:
         if config.metrics_http_port:
@@ -257,11 +274,14 @@ def serve(
 ) -> int:
     """Reconcile the state file, bind the sockets and run the service until it stops."""
     registry, keeper, leases = core.registry, core.keeper, core.leases
-    outcome = keeper.reconcile(leases)
-    if outcome.restored or outcome.failed:
-        logger.warning("reconciled: restored %s; failed %s", list(outcome.restored), list(outcome.failed))
-    if core.power_cap is not None:
-        core.power_cap.resume()  # the node budget a previous daemon held, before any job registers again
+    if config.monitor_only:
+        logger.info("monitor-only: reading energy and status, never writing a clock or a limit")
+    else:
+        outcome = keeper.reconcile(leases)
+        if outcome.restored or outcome.failed:
+            logger.warning("reconciled: restored %s; failed %s", list(outcome.restored), list(outcome.failed))
+        if core.power_cap is not None:
+            core.power_cap.resume()  # the node budget a previous daemon held, before any job registers again
     limits = ConnectionLimits.for_descriptors(raise_descriptor_limit())
     ipc = IpcServer(
         core, policy, IpcSettings(config.runtime_dir, config.max_frame_bytes, limits, config.speaks_minor)

@@ -51,6 +51,11 @@ class Session:
     placement: Placement | None = None
     """Where the process runs (its container, cgroup, devices), read from /proc at its hello."""
 
+    @property
+    def slurm_job(self) -> int | None:
+        """The Slurm job the process runs in (None: none, or not read)."""
+        return None if self.placement is None else self.placement.slurm_job
+
 
 MAX_SESSIONS_PER_USER = 256
 """Registered processes per uid (root excepted): each holds a descriptor (pidfd) in the daemon."""

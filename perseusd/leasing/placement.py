@@ -8,7 +8,10 @@ host pid. From that pid the daemon reads what the kernel says about it, never wh
 - its cgroup (`/proc/<pid>/cgroup`) and, where the host runs the cgroup v1 devices controller, the devices
   its cgroup may open (`devices.list`);
 - its time namespace's clock offsets (`/proc/<pid>/timens_offsets`);
-- its pid inside its own pid namespace (`NSpid` in `/proc/<pid>/status`), for the logs.
+- its pid inside its own pid namespace (`NSpid` in `/proc/<pid>/status`), for the logs;
+- the Slurm job it belongs to: from its cgroup path (`.../job_<id>/step_<n>/...`, written by slurmd, which
+  the process cannot leave), else from the `SLURM_JOB_ID` its environment started with (a hint the process
+  could have set itself: the source is kept beside the id).
 
 Reading another user's `/proc/<pid>/root` and environment takes ptrace read access (the daemon runs as root
 with CAP_SYS_PTRACE); what cannot be read is None (unknown), never a guess.
@@ -30,6 +33,7 @@ logger = logging.getLogger(__name__)
 PROC = Path("/proc")
 CGROUP_V1_DEVICES = Path("/sys/fs/cgroup/devices")
 _NVIDIA_NODE = re.compile(r"nvidia\d+")
+_SLURM_JOB = re.compile(r"/job_(\d+)(?:/|$)")
 CTL_MINOR = 255
 """/dev/nvidiactl (195:255) and the modeset node (195:254) are not GPUs."""
 ENVIRONMENT_KEYS = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "SLURM_JOB_ID", "SLURM_STEP_ID")
@@ -77,6 +81,10 @@ class Placement:
     environment: dict[str, str] | None
     """`ENVIRONMENT_KEYS` of its initial environment (set by the container runtime or Slurm, or by the
     process itself: a hint, never a permission); None: unreadable."""
+    slurm_job: int | None = None
+    """The Slurm job it runs in (None: none found)."""
+    slurm_job_source: str = ""
+    """Where `slurm_job` was read: "cgroup" (slurmd's, authoritative) or "environment" (a hint)."""
 
     def gpu_allowed(self, minor: int) -> bool | None:
         """Whether its container and cgroup let it use GPU device 195:`minor` (None: nothing restricts it
@@ -94,6 +102,8 @@ def read_placement(pid: int, *, proc: Path = PROC, devices_root: Path = CGROUP_V
     base = proc / str(pid)
     containerized = _other_mount_namespace(base, proc)
     cgroups = _cgroups(base)
+    environment = _environment(base)
+    slurm_job, slurm_source = slurm_job_of(cgroups, environment)
     return Placement(
         pid=pid,
         containerized=containerized,
@@ -102,8 +112,25 @@ def read_placement(pid: int, *, proc: Path = PROC, devices_root: Path = CGROUP_V
         device_minors=_device_minors(base) if containerized else None,
         device_rules=_device_rules(cgroups, devices_root),
         monotonic_offset_ns=_time_offset_ns(base),
-        environment=_environment(base),
+        environment=environment,
+        slurm_job=slurm_job,
+        slurm_job_source=slurm_source,
     )
+
+
+def slurm_job_of(
+    cgroups: dict[str, str] | None, environment: dict[str, str] | None
+) -> tuple[int | None, str]:
+    """(job id, "cgroup" | "environment") of a Slurm job, or (None, "")."""
+    for path in (cgroups or {}).values():
+        if "slurm" in path:
+            match = _SLURM_JOB.search(path)
+            if match:
+                return int(match.group(1)), "cgroup"
+    value = (environment or {}).get("SLURM_JOB_ID", "")
+    if value.isdigit():
+        return int(value), "environment"
+    return None, ""
 
 
 def _other_mount_namespace(base: Path, proc: Path) -> bool | None:

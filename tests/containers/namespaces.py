@@ -66,18 +66,35 @@ def _setup_script(runtime_dir: Path, minors: Sequence[int], stash: Path) -> str:
         "mount -t tmpfs -o mode=1777 perseus-shm /dev/shm",
     ]
     lines += [f"mknod -m 666 /dev/nvidia{minor} c 195 {minor}" for minor in minors]
+    return "\n".join([*lines, *_interpreter_mounts(stash)])
+
+
+def _interpreter_mounts(stash: Path) -> list[str]:
+    """Where the interpreter lives under a 0700 directory (pyenv under /root): shell lines that hide that
+    directory behind a tmpfs and bind the interpreter's prefix alone back at its own path."""
     hidden = _hidden_prefix()
-    if hidden is not None:  # the interpreter lives under a 0700 directory (pyenv under /root)
-        prefix = Path(sys.base_prefix).resolve()
-        keep = stash.with_name(stash.name + "-python")
-        lines += [
-            f"mkdir -p {q(str(keep))}",
-            f"mount --bind {q(str(prefix))} {q(str(keep))}",
-            f"mount -t tmpfs -o mode=0755 perseus-hide {q(str(hidden))}",
-            f"mkdir -p {q(str(prefix))}",
-            f"mount --bind {q(str(keep))} {q(str(prefix))}",
-        ]
-    return "\n".join(lines)
+    if hidden is None:
+        return []
+    q = shlex.quote
+    prefix = Path(sys.base_prefix).resolve()
+    keep = stash.with_name(stash.name + "-python")
+    return [
+        f"mkdir -p {q(str(keep))}",
+        f"mount --bind {q(str(prefix))} {q(str(keep))}",
+        f"mount -t tmpfs -o mode=0755 perseus-hide {q(str(hidden))}",
+        f"mkdir -p {q(str(prefix))}",
+        f"mount --bind {q(str(keep))} {q(str(prefix))}",
+    ]
+
+
+def unprivileged_command(command: Sequence[str], uid: int, gid: int, scratch: Path) -> list[str]:
+    """`command` as `uid`:`gid` with no capability and no way to gain one (the interpreter kept reachable)."""
+    drop = [
+        "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+        "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--", *command,
+    ]  # fmt: skip
+    script = "\n".join(["set -e", *_interpreter_mounts(scratch / "stash"), "exec " + shlex.join(drop)])
+    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script]
 
 
 def container_command(
