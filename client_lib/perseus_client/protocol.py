@@ -80,6 +80,14 @@ from perseus_client.pool_messages import (
     PoolNode,
     PoolStatusReply,
 )
+from perseus_client.slurm_messages import (
+    AdminSlurmEpilog,
+    AdminSlurmProlog,
+    SlurmJobEnergy,
+    SlurmJobOk,
+    SlurmJobsReply,
+    SlurmJobsRequest,
+)
 from perseus_client.status_messages import (
     DaemonHealth,
     GpuStatus,
@@ -101,6 +109,8 @@ __all__ = [
     "AdminPoolStatus",
     "AdminSetCap",
     "AdminSetJobPriority",
+    "AdminSlurmEpilog",
+    "AdminSlurmProlog",
     "AnnounceStraggler",
     "AnnounceStragglerOk",
     "CapGpu",
@@ -144,6 +154,10 @@ __all__ = [
     "SetPolicy",
     "SetPolicyOk",
     "SignalInfo",
+    "SlurmJobEnergy",
+    "SlurmJobOk",
+    "SlurmJobsReply",
+    "SlurmJobsRequest",
     "StatusReply",
     "StatusRequest",
     "StragglerInfo",
@@ -400,6 +414,7 @@ REQUEST_TYPES: tuple[type[Message], ...] = (
     AnnounceStraggler,
     EventCount,
     EnergyRead,
+    SlurmJobsRequest,
     *EVENT_TYPES,
 )
 ADMIN_TYPES: tuple[type[Message], ...] = (
@@ -412,6 +427,9 @@ ADMIN_TYPES: tuple[type[Message], ...] = (
     AdminClearCap,
     AdminCapStatus,
     AdminSetJobPriority,
+    AdminSlurmProlog,
+    AdminSlurmEpilog,
+    SlurmJobsRequest,
 )
 REPLY_TYPES: tuple[type[Message], ...] = (
     HelloOk,
@@ -437,6 +455,8 @@ REPLY_TYPES: tuple[type[Message], ...] = (
     PoolStatusReply,
     CapStatusReply,
     JobPriorityOk,
+    SlurmJobsReply,
+    SlurmJobOk,
     ErrorReply,
 )
 MESSAGE_TYPES: dict[str, type[Message]] = {

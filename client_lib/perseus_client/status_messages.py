@@ -27,6 +27,8 @@ class LeaseInfo:
     pid: int
     uid: int
     job: str
+    slurm_job: int | None = since(3, None)
+    """The Slurm job of the holding process (its cgroup's, else its environment's; None: none)."""
 
 
 @dataclass(frozen=True)

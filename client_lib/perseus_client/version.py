@@ -15,7 +15,9 @@ added); 1, `protocol_minor` in `hello_ok` and in the daemon's `status` health, t
 `admin_pool_status`; the node power cap's `admin_set_cap`, `admin_clear_cap`, `admin_cap_status` and
 `admin_set_job_priority`; 2, status's `pool` (the node's power pool, to admin callers) and a job's
 carbon `unit` (a carbon intensity or a price per kWh); 3, a job's `plan_note` (do no harm: the stages that
-run one clock instead of their plan, and why).
+run one clock instead of their plan, and why); `hello_ok`'s `visible_gpus` (the GPUs a container holds),
+the daemon's `monitor_only`, a lease's `slurm_job`, `slurm_jobs` and the Slurm prolog/epilog's
+`admin_slurm_prolog` and `admin_slurm_epilog`.
 
 Adding a message or a field: see docs/protocol.md ("Changing the protocol"); in short, bump
 `PROTOCOL_MINOR`, give a new message type `SINCE = PROTOCOL_MINOR` and a new field of an existing message a

@@ -102,7 +102,8 @@ def _lease(gpu: GpuStatus) -> str:
     if gpu.lease is None:
         return PLACEHOLDER
     job = f" {gpu.lease.job}" if gpu.lease.job else ""
-    return f"pid {gpu.lease.pid} uid {gpu.lease.uid}{job}"
+    slurm = "" if gpu.lease.slurm_job is None else f" (Slurm job {gpu.lease.slurm_job})"
+    return f"pid {gpu.lease.pid} uid {gpu.lease.uid}{job}{slurm}"
 
 
 def _sm_clock(gpu: GpuStatus) -> str:

@@ -31,6 +31,8 @@ from perseusd.daemon.events import EventTracker
 from perseusd.daemon.gpu_requests import GpuRequests
 from perseusd.daemon.job_requests import JobRequests
 from perseusd.daemon.monitor_only import refuse_writes
+from perseusd.daemon.slurm_jobs import SlurmLedger
+from perseusd.daemon.slurm_requests import SlurmRequests
 from perseusd.daemon.status import gpu_rows
 from perseusd.daemon.wire_errors import protocol_error
 from perseusd.errors import PerseusError
@@ -69,7 +71,10 @@ class DaemonCore:
         pool_info: Callable[[], PoolInfo] | None = None,
         gpu_access: GpuAccess | None = None,
         monitor_only: bool = False,
+        slurm: SlurmLedger | None = None,
     ) -> None:
+        self.slurm = slurm
+        """Slurm jobs' GPU energy and their prolog/epilog (None: not kept)."""
         self.monitor_only = monitor_only
         """Reads only (`perseusd.daemon.monitor_only`): every request that would write is refused."""
         self.registry = registry
@@ -104,6 +109,10 @@ class DaemonCore:
             forget_gpu=self._forget,
             after_restore=self._restored,
             access=gpu_access,
+            slurm=slurm,
+        )
+        self._slurm_requests = (
+            SlurmRequests(slurm, is_admin, self._release_leftovers) if slurm is not None else None
         )
 
     # ------------------------------------------------------------------ dispatch
@@ -138,6 +147,8 @@ class DaemonCore:
         if self._job_requests is not None:
             handlers.update(self._job_requests.handlers())
         handlers.update(self._extra_handlers)
+        if self._slurm_requests is not None:
+            handlers.update(self._slurm_requests.handlers())
         return handlers
 
     def _handle_admin(self, caller: Caller, message: Message) -> Message:
@@ -153,6 +164,10 @@ class DaemonCore:
         cap_handler = self._cap_requests.handlers().get(type(message)) if self._cap_requests else None
         if cap_handler is not None:
             return cap_handler(caller, message)
+        slurm = self._slurm_requests
+        slurm_handler = slurm.admin_handlers().get(type(message)) if slurm is not None else None
+        if slurm_handler is not None:
+            return slurm_handler(caller, message)
         raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not an admin request")
 
     def _restored(self) -> None:
@@ -164,8 +179,21 @@ class DaemonCore:
         """A lease ended: drop the GPU's open events, its plan and its place in a job."""
         self.tracker.forget(gpu)
         self.plans.drop(gpu)
+        if self.slurm is not None:
+            self.slurm.lease_ended(gpu)
         if self.jobs is not None:
             self.jobs.gpu_released(gpu)
+
+    def _release_leftovers(self, gpus: list[str]) -> tuple[str, ...]:
+        """A Slurm job's epilog: drop whatever leases remain on `gpus` and restore them."""
+        for gpu in gpus:
+            lease = self.leases.release(gpu)
+            self._forget(gpu)
+            if lease is not None:
+                logger.warning("Slurm epilog: released GPU %s left leased by pid %d", gpu, lease.pid)
+        outcome = self.keeper.restore(tuple(gpus))
+        self._restored()
+        return tuple(outcome.restored)
 
     # ------------------------------------------------------------------ events (hot path)
 

@@ -35,9 +35,10 @@ from perseus_client.protocol import (
     SetPlanOk,
 )
 
+from perseusd.daemon.slurm_jobs import SlurmLedger
 from perseusd.leasing.gpu_access import GpuAccess
 from perseusd.leasing.identity import Caller
-from perseusd.leasing.leases import LeaseBook
+from perseusd.leasing.leases import LeaseBook, Session
 from perseusd.leasing.registry import GpuRegistry
 from perseusd.leasing.restore import RestoreKeeper
 from perseusd.leasing.state_file import StateWriteError
@@ -63,7 +64,9 @@ class GpuRequests:
         forget_gpu: Callable[[str], None],
         after_restore: Callable[[], None],
         access: GpuAccess | None = None,
+        slurm: SlurmLedger | None = None,
     ) -> None:
+        self.slurm = slurm
         self.registry = registry
         self.access = access if access is not None else GpuAccess("off", registry.infos())
         """Which GPUs a caller's container and cgroup hold (`perseusd.leasing.gpu_access`)."""
@@ -114,13 +117,23 @@ class GpuRequests:
             protocol=PROTOCOL_MAJOR,
             gpus=gpus,
             protocol_minor=self.protocol_minor,
-            visible_gpus=self.access.visible(placement),
+            visible_gpus=self._visible(session),
         )
+
+    def _visible(self, session: Session) -> tuple[str, ...] | None:
+        """The GPUs the session's process may claim: its container's and cgroup's, and its Slurm job's."""
+        visible = self.access.visible(session.placement)
+        allowed = self.slurm.allowed(session.slurm_job) if self.slurm is not None else None
+        if allowed is None:
+            return visible
+        return tuple(uuid for uuid in (visible or self.registry.uuids) if uuid in allowed)
 
     def claim(self, caller: Caller, message: Claim) -> ClaimOk:
         session = self.leases.require_session(caller)
         session.job = message.job
         self.access.check_claim(caller, session.placement, message.gpus)
+        if self.slurm is not None:
+            self.slurm.check_claim(session, message.gpus)
         for gpu in message.gpus:  # all or nothing: check every GPU before taking any
             self._require_known(gpu)
             self.leases.check_claim(caller, gpu)
@@ -140,6 +153,8 @@ class GpuRequests:
             for gpu in unsaved:
                 self.keeper.discard(gpu)
             raise
+        if self.slurm is not None:
+            self.slurm.leased(session, message.gpus)
         return ClaimOk(gpus=message.gpus)
 
     def release(self, caller: Caller, message: Release) -> ReleaseOk:

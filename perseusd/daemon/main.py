@@ -32,6 +32,7 @@ from perseusd.daemon.ipc import IpcServer, IpcSettings
 from perseusd.daemon.limits import ConnectionLimits
 from perseusd.daemon.runtime_dir import DaemonLock, DaemonRunningError, prepare_runtime_dir
 from perseusd.daemon.service import Service
+from perseusd.daemon.slurm_jobs import SlurmLedger
 from perseusd.errors import ConfigError, PerseusError
 from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.readonly import ReadOnlyDevice
@@ -230,6 +231,7 @@ def daemon_core(
                 pool_info=pool_info,
                 gpu_access=GpuAccess(config.gpu_access, registry.infos()),
                 monitor_only=config.monitor_only,
+                slurm=SlurmLedger(registry),
             )
             yield core
 

@@ -44,10 +44,8 @@ class GpuAccess:
         """Claims refused because the caller's container or cgroup does not hold the GPU."""
 
     def placement(self, caller: Caller) -> Placement | None:
-        """Where the caller runs (None when the mode is off); raises for a process the daemon cannot serve
-        truthfully (a time namespace that shifts its event timestamps)."""
-        if self.mode == "off":
-            return None
+        """Where the caller runs (read in every mode: its Slurm job is read from it too); raises for a
+        process the daemon cannot serve truthfully (a time namespace that shifts its event timestamps)."""
         placement = self._read(caller.pid)
         if placement.monotonic_offset_ns:
             raise ProtocolError(
@@ -61,7 +59,7 @@ class GpuAccess:
     def visible(self, placement: Placement | None) -> tuple[str, ...] | None:
         """The UUIDs the caller may claim, in its own device order; None: every GPU (nothing restricts it
         that the daemon can see)."""
-        if placement is None:
+        if placement is None or self.mode == "off":
             return None
         verdicts = [(info.uuid, placement.gpu_allowed(gpu_minor(info))) for info in self._infos]
         if all(verdict is None for _, verdict in verdicts):

@@ -24,6 +24,7 @@ from perseusd.metrics.dcgm_names import GpuRow, dcgm_families, joinable_families
 from perseusd.metrics.families import PREFIX, counter, gauge, mhz_to_hz
 from perseusd.metrics.gpu_calls import GpuCallRecorder
 from perseusd.metrics.job_metrics import MAX_JOBS, job_families, job_snapshots
+from perseusd.metrics.slurm_metrics import slurm_families
 
 GPU = ("uuid", "name", "index")
 MALFORMED_CODES = (
@@ -61,6 +62,8 @@ class PerseusCollector(Collector):
         if self._dcgm:
             yield from dcgm_families(rows, self._hostname)
         yield from joinable_families(self._core, rows, self._hostname)
+        if self._core.slurm is not None:
+            yield from slurm_families(self._core.slurm)
         if self._calls is not None:
             yield from self._gpu_calls(self._calls)
         if self._core.jobs is not None:

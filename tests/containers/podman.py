@@ -90,6 +90,7 @@ class Podman:
             environment += ["-e", f"{key}={value}"]
         return self.run(
             "create",
+            "--interactive",  # stdin stays open: the client holds its lease until told to go
             "--network", "none",
             "--cgroupns", "private",
             "--uidmap", f"0:{PODMAN_UID_BASE}:65534",

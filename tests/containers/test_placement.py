@@ -128,8 +128,9 @@ def test_strict_refuses_a_container_it_cannot_read_and_off_checks_nothing() -> N
     with pytest.raises(ProtocolError, match="CAP_SYS_PTRACE"):
         strict.check_claim(Caller(1, 1, PID), unreadable, ["GPU-0"])
     assert strict.visible(_place(containerized=False)) is None
-    off = GpuAccess("off", infos, read=lambda _pid: pytest.fail("read in mode off"))
-    assert off.placement(Caller(1, 1, PID)) is None
+    off = GpuAccess("off", infos, read=lambda _pid: unreadable)
+    assert off.visible(off.placement(Caller(1, 1, PID))) is None
+    assert off.visible(_place(minors=frozenset())) is None
 
 
 def test_a_shifted_clock_is_refused() -> None:
