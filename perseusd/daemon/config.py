@@ -81,6 +81,10 @@ class DaemonConfig:
     # Power caps (docs/power-caps.md): the window node power is held over, and how limits enforce it.
     power_cap_window_s: float = 1.0
     power_cap_enforcement: str = "window"
+    power_cap_dir: str = ""
+    """A node budget declared in files (a Kubernetes ConfigMap volume; "" = off): `<dir>/<node>` (the node:
+    cluster_node_name, $NODE_NAME or the host name), else `<dir>/default`, in W (docs/kubernetes.md)."""
+    power_cap_dir_interval_s: float = 5.0
     # The cluster plane (etcd), only when endpoints are given: comma-separated http(s)://HOST:PORT.
     etcd_endpoints: str = ""
     cluster_node_name: str = ""
@@ -164,6 +168,15 @@ class DaemonConfig:
             self.power_cap_enforcement in ("window", "strict"),
             "power_cap_enforcement must be window or strict",
         )
+        _require(
+            not self.power_cap_dir or Path(self.power_cap_dir).is_absolute(),
+            "power_cap_dir must be an absolute path (or empty: off)",
+        )
+        _require(0.1 <= self.power_cap_dir_interval_s <= 3600, "power_cap_dir_interval_s must be 0.1..3600")
+        _require(
+            not (self.monitor_only and self.power_cap_dir),
+            "monitor_only and power_cap_dir exclude each other (a node budget writes power limits)",
+        )
         _require(self.runtime_dir.is_absolute(), "runtime_dir must be an absolute path")
         _require(self.state_dir.is_absolute(), "state_dir must be an absolute path")
         _require(0 <= self.metrics_http_port <= 65535, "metrics_http_port must be 0..65535 (0: off)")
@@ -217,6 +230,10 @@ class DaemonConfig:
     @property
     def metrics_enabled(self) -> bool:
         return bool(self.metrics_http_port or self.metrics_textfile_dir)
+
+    def node_name(self, environ: Mapping[str, str]) -> str:
+        """This node's name for declared budgets: cluster_node_name, else $NODE_NAME, else the host name."""
+        return self.cluster_node_name or environ.get("NODE_NAME", "") or socket.gethostname().split(".")[0]
 
     def metrics_host(self, environ: Mapping[str, str]) -> str:
         """The `Hostname` label of the metrics (see `metrics_hostname`)."""

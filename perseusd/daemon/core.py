@@ -43,6 +43,7 @@ from perseusd.leasing.leases import Lease, LeaseBook
 from perseusd.leasing.registry import GpuRegistry
 from perseusd.leasing.restore import RestoreKeeper, RestoreOutcome
 from perseusd.power.cap_requests import CapRequests
+from perseusd.power.declared_cap import DeclaredCap
 from perseusd.power.node_cap import NodeCap
 from perseusd.switching.plans import PlanBook
 
@@ -72,7 +73,10 @@ class DaemonCore:
         gpu_access: GpuAccess | None = None,
         monitor_only: bool = False,
         slurm: SlurmLedger | None = None,
+        declared_cap: DeclaredCap | None = None,
     ) -> None:
+        self._declared_cap = declared_cap
+        """A node budget declared in files (a Kubernetes ConfigMap), polled from `tick`."""
         self.slurm = slurm
         """Slurm jobs' GPU energy and their prolog/epilog (None: not kept)."""
         self.monitor_only = monitor_only
@@ -274,6 +278,11 @@ class DaemonCore:
         self.keeper.retry_persist()
         if self.jobs is not None:
             self.jobs.tick()
+        if self._declared_cap is not None:
+            try:
+                self._declared_cap.poll()
+            except Exception:  # a bad declaration never stops the main loop
+                logger.exception("power cap: the declared budget could not be applied")
         if self.power_cap is not None:
             try:
                 self.power_cap.tick()

@@ -47,6 +47,7 @@ from perseusd.leasing.restore import RestoreKeeper, reset_node
 from perseusd.leasing.state_file import ensure_state_dir, state_path
 from perseusd.metrics.gpu_calls import GpuCallRecorder, TimedDevice
 from perseusd.power.cap_file import cap_path
+from perseusd.power.declared_cap import DeclaredCap
 from perseusd.power.node_cap import CapSettings, NodeCap
 
 logger = logging.getLogger("perseusd")
@@ -232,8 +233,18 @@ def daemon_core(
                 gpu_access=GpuAccess(config.gpu_access, registry.infos()),
                 monitor_only=config.monitor_only,
                 slurm=SlurmLedger(registry),
+                declared_cap=declared_cap(config, node_cap),
             )
             yield core
+
+
+def declared_cap(config: DaemonConfig, node_cap: NodeCap) -> DeclaredCap | None:
+    """The node budget declared in `power_cap_dir` (a Kubernetes ConfigMap volume), when configured."""
+    if not config.power_cap_dir:
+        return None
+    node = config.node_name(os.environ)
+    logger.info("power cap: following %s/%s (else default)", config.power_cap_dir, node)
+    return DeclaredCap(Path(config.power_cap_dir), node, node_cap, config.power_cap_dir_interval_s)
 
 
 @contextlib.contextmanager
