@@ -3,7 +3,8 @@
 A process in a container (its own mount, pid, user and cgroup namespaces) is seen by the daemon through its
 host pid. From that pid the daemon reads what the kernel says about it, never what the process says:
 
-- its mount namespace, compared with the daemon's own: another one means a container;
+- its mount namespace, compared with the daemon's own and the host's (init's): another one means a
+  container;
 - the NVIDIA GPU device nodes (char major 195) under its root's `/dev`: the GPUs its container holds;
 - its cgroup (`/proc/<pid>/cgroup`) and, where the host runs the cgroup v1 devices controller, the devices
   its cgroup may open (`devices.list`);
@@ -19,6 +20,7 @@ with CAP_SYS_PTRACE); what cannot be read is None (unknown), never a guess.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -134,12 +136,18 @@ def slurm_job_of(
 
 
 def _other_mount_namespace(base: Path, proc: Path) -> bool | None:
+    """Whether the process's mount namespace is neither the daemon's nor the host's (init's): a systemd unit
+    with PrivateMounts= runs the daemon in a mount namespace of its own, and host processes are no
+    containers."""
     try:
         theirs = os.stat(base / "ns" / "mnt").st_ino
-        ours = os.stat(proc / "self" / "ns" / "mnt").st_ino
+        host = {os.stat(proc / "self" / "ns" / "mnt").st_ino}
     except OSError:
         return None
-    return theirs != ours
+    # init's may not be readable (the daemon in a container without hostPID): its own counts then
+    with contextlib.suppress(OSError):
+        host.add(os.stat(proc / "1" / "ns" / "mnt").st_ino)
+    return theirs not in host
 
 
 def _ns_pid(base: Path) -> int | None:
