@@ -65,6 +65,9 @@ class GpuStatus:
     power_capped: bool | None = None
     """The power cap holds the SM clock (`sm_clock_mhz`, the clock it actually runs at) below the locked or
     top clock: NVML's clock-event reasons; the simulator's: its last computation was capped. None: unknown."""
+    power_features: tuple[str, ...] = since(3, ())
+    """The driver's power features that can fight the daemon's clocks, each "name: state (detail)" (workload
+    power profile, power smoothing; "not supported" on GPUs and drivers without them)."""
 
 
 @dataclass(frozen=True)

@@ -171,6 +171,10 @@ def render_table(reply: StatusReply) -> str:
     ]
     if daemon.persistence_error:
         lines.append(f"PERSISTENCE FAILING: {daemon.persistence_error}")
+    if daemon.monitor_only:
+        lines.append("monitor-only: reads energy and status, never writes a clock or a limit")
+    for gpu in reply.gpus:  # a driver feature that can fight the daemon's clocks is never silent
+        lines += [f"{gpu.uuid}: {text}" for text in gpu.power_features if ": active" in text]
     if reply.signal is not None:
         lines.append(signal_line(reply.signal))
     if reply.pool is not None:

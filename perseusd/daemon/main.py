@@ -34,7 +34,9 @@ from perseusd.daemon.runtime_dir import DaemonLock, DaemonRunningError, prepare_
 from perseusd.daemon.service import Service
 from perseusd.daemon.slurm_jobs import SlurmLedger
 from perseusd.errors import ConfigError, PerseusError
+from perseusd.gpu.backend import GpuDevice
 from perseusd.gpu.owner import GpuOwner
+from perseusd.gpu.power_features import PowerFeature
 from perseusd.gpu.readonly import ReadOnlyDevice
 from perseusd.gpu.select import MIXED_REAL_KINDS, open_backend
 from perseusd.jobs.carbon_steering import CarbonSteering
@@ -125,6 +127,7 @@ def gpu_registry(config: DaemonConfig, calls: GpuCallRecorder | None = None) -> 
         mixed_real=config.mixed_real,
     )
     owners: list[GpuOwner] = []
+    features = {device.info.uuid: read_power_features(device) for device in backend.devices()}
     try:
         for raw in backend.devices():
             device = ReadOnlyDevice(raw) if config.monitor_only else raw
@@ -133,11 +136,26 @@ def gpu_registry(config: DaemonConfig, calls: GpuCallRecorder | None = None) -> 
             owner.start()
             owners.append(owner)
         registry = GpuRegistry(owners, config.gpu_call_timeout_s)
+        registry.power_features = features
         yield registry
     finally:
         for owner in owners:
             owner.stop()
         backend.close()
+
+
+def read_power_features(device: GpuDevice) -> tuple[PowerFeature, ...]:
+    """The driver power features of a GPU (read before its owner thread starts), each active one logged:
+    the daemon never loses to them silently (docs/gpu-backends.md)."""
+    features = device.power_features()
+    for feature in features:
+        if feature.active:
+            logger.warning(
+                "GPU %s: %s; it can hold clocks or power away from what perseusd sets",
+                device.info.uuid,
+                feature.text(),
+            )
+    return features
 
 
 @contextlib.contextmanager

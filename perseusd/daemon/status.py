@@ -46,6 +46,7 @@ def gpu_rows(
             keeper,
             plans,
             slurm_job=slurm_jobs.get(info.uuid),
+            power_features=tuple(f.text() for f in registry.power_features.get(info.uuid, ())),
         )
         for info in registry.infos()
     )
@@ -63,6 +64,7 @@ def gpu_status(
     plans: PlanBook,
     *,
     slurm_job: int | None = None,
+    power_features: tuple[str, ...] = (),
 ) -> GpuStatus:
     """One GPU's status row; the job of another user's lease is hidden unless `admin`."""
     lease_info = None
@@ -88,6 +90,7 @@ def gpu_status(
         call_ms=call_times_ms(stats.get(uuid, {})),
         plan=plans.stats(uuid),
         power_capped=_capped(reading.clock_event_reasons),
+        power_features=power_features,
     )
 
 

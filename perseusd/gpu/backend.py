@@ -10,6 +10,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from perseusd.gpu.power_features import PowerFeature
+
 CLOCK_EVENT_SW_POWER_CAP = 0x4
 """NVML's clock-event (throttle) reason bit: the software power cap lowered the SM clock."""
 CLOCK_EVENT_HW_POWER_BRAKE = 0x80
@@ -113,6 +115,11 @@ class GpuDevice(ABC):
     @abstractmethod
     def power_w(self) -> float:
         """Instant power draw (W)."""
+
+    def power_features(self) -> tuple[PowerFeature, ...]:
+        """The driver's power features that can fight locked clocks (`perseusd.gpu.power_features`); none
+        known by default (the simulated boards have none)."""
+        return ()
 
     def state(self) -> GpuState:
         """The controllable state, as saved before a first write."""

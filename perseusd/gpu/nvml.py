@@ -28,6 +28,7 @@ from perseusd.gpu.errors import (
     GpuUnknownError,
     NvmlLibraryError,
 )
+from perseusd.gpu.power_features import PowerFeature, nvml_power_features
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +134,9 @@ class NvmlDevice(GpuDevice):
 
     def sm_clock_mhz(self) -> int:
         return int(self._call("sm_clock_mhz", self._nvml.nvmlDeviceGetClockInfo, self._nvml.NVML_CLOCK_SM))
+
+    def power_features(self) -> tuple[PowerFeature, ...]:
+        return nvml_power_features(self._nvml, self._errors, self._info.uuid, self._handle)
 
     def clock_event_reasons(self) -> int:
         """`nvmlDeviceGetCurrentClocksEventReasons` (the throttle reasons of older drivers' bindings)."""

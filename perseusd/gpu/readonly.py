@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from perseusd.gpu.backend import GpuDevice, GpuInfo
 from perseusd.gpu.errors import GpuPermissionError
+from perseusd.gpu.power_features import PowerFeature
 
 
 class ReadOnlyError(GpuPermissionError):
@@ -48,6 +49,9 @@ class ReadOnlyDevice(GpuDevice):
 
     def clock_event_reasons(self) -> int:
         return self._device.clock_event_reasons()
+
+    def power_features(self) -> tuple[PowerFeature, ...]:
+        return self._device.power_features()
 
     def power_limit_w(self) -> float:
         return self._device.power_limit_w()

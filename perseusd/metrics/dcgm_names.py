@@ -93,6 +93,11 @@ def joinable_families(core: DaemonCore, rows: list[GpuRow], hostname: str) -> It
         "gpu_plan_wrong_clock_computations", "Computations begun before their planned clock", JOIN
     )
     latency = gauge("gpu_clock_lock_latency_seconds", "Measured clock-lock latency (recent median)", JOIN)
+    feature = gauge(
+        "gpu_driver_power_feature_active",
+        "1 when a driver power feature that can fight the locked clocks is on (state: as read at start)",
+        (*JOIN, "feature", "state"),
+    )
     leases = core.leases.leases()
     for row in rows:
         uuid = row.info.uuid
@@ -107,7 +112,10 @@ def joinable_families(core: DaemonCore, rows: list[GpuRow], hostname: str) -> It
         if plan is not None:
             computations.add_metric(key, plan.begins)
             wrong.add_metric(key, plan.late)
+        for power_feature in core.registry.power_features.get(uuid, ()):
+            state = [power_feature.name, power_feature.state]
+            feature.add_metric([*key, *state], 1.0 if power_feature.active else 0.0)
         latency_ns = core.registry.clock_set_latency_ns(uuid)
         if latency_ns is not None:
             latency.add_metric(key, latency_ns / 1e9)
-    yield from (info, job, computations, wrong, latency)
+    yield from (info, job, computations, wrong, latency, feature)
