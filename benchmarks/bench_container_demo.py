@@ -1,13 +1,14 @@
 """The README demo's job on the host and in a podman container: does a training job in a container save what
 it saves on the host? Prints JSON.
 
-Each run: a fresh perseusd on 8 simulated A100s (the demo's: `--time-scale 0.25` world, 25 ms counters, a fresh
-state so the job profiles online) and the demo's emulated job, GPT-3 175B with 8 stages and 12 microbatches,
-10 measured iterations, run either on the host or inside a podman container (Debian's podman, a local image
-from the cached Debian root filesystem, root inside mapped to host uid 200000, the 8 GPU device nodes given,
-the runtime directory bind-mounted; tests/containers/podman.py). Host and container runs alternate
-(`--rounds` of each), so both see the same machine; the summary gives each placement's savings and
-slowdowns, their means and the difference of the means against the spread between runs of one placement.
+Each run: a fresh perseusd on 8 simulated A100s (the demo's: `--time-scale 0.25` world, 25 ms counters,
+a fresh state so the job profiles online) and the demo's emulated job, GPT-3 175B with 8 stages and 12
+microbatches, 10 measured iterations, run either on the host or inside a podman container (Debian's
+podman, a local image from the cached Debian root filesystem, root inside mapped to host uid 200000, the 8
+GPU device nodes given, the runtime directory bind-mounted; tests/containers/podman.py). Host and
+container runs alternate (`--rounds` of each), so both see the same machine; the summary gives each
+placement's savings and slowdowns, their means and the difference of the means against the spread between
+runs of one placement.
 
     python benchmarks/bench_container_demo.py [--rounds 2] [--iterations 10] [--time-scale 0.25]
 

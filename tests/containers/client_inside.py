@@ -12,15 +12,16 @@ import sys
 
 from perseus_client import PerseusClient
 from perseus_client.client import PerseusClientError
-from perseus_client.visible import device_uuid
 
 
 def main() -> None:
     clock_mhz = int(sys.argv[1])
-    client = PerseusClient(os.environ.get("PERSEUSD_RUNTIME_DIR", "/run/perseusd"), job="in-container")
+    client = PerseusClient(
+        os.environ.get("PERSEUSD_RUNTIME_DIR", "/run/perseusd"), job="in-container", strict=True
+    )
     hello = client.daemon_info
     assert hello is not None
-    mine = device_uuid(hello, 0)
+    mine = client.gpu_uuid(0)
     result: dict[str, object] = {
         "pid": os.getpid(),
         "uid": os.getuid(),

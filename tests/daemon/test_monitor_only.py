@@ -66,7 +66,7 @@ def test_an_unprivileged_monitor_reads_energy_and_status_and_refuses_every_write
     uuids = [row["uuid"] for row in report["gpus"]]
     assert all(row["energy_j"] is not None for row in report["gpus"])
     runtime_dir = monitor.dirs.runtime_dir
-    with PerseusClient(runtime_dir, job="watcher") as client:
+    with PerseusClient(runtime_dir, job="watcher", strict=True) as client:
         energy = EnergyMonitor(client)
         energy.begin_window("w")
         time.sleep(0.25)

@@ -11,15 +11,16 @@ import time
 
 from perseus_client import PerseusClient
 from perseus_client.client import PerseusClientError
-from perseus_client.visible import device_order
 
 
 def main() -> None:
     runtime_dir, hold = sys.argv[1], "--hold" in sys.argv
-    with PerseusClient(runtime_dir, job=f"slurm-{os.environ.get('SLURM_JOB_ID', '?')}") as client:
+    job = f"slurm-{os.environ.get('SLURM_JOB_ID', '?')}"
+    with PerseusClient(runtime_dir, job=job, strict=True) as client:
         hello = client.daemon_info
         assert hello is not None
-        mine = device_order(hello)
+        count = len(os.environ.get("CUDA_VISIBLE_DEVICES", "").split(","))
+        mine = [client.gpu_uuid(device) for device in range(count)]
         client.claim(mine)
         for gpu in mine:
             client.set_clock(gpu, 1005)
