@@ -372,7 +372,9 @@ class PerseusClient:
 
         torch's own view where this process has CUDA through torch (no daemon needed); otherwise NVML's
         view of `CUDA_VISIBLE_DEVICES` through the daemon's GPU list (`perseus_client.devices`; a whole UUID
-        there needs no list). Without either: None (fail-open) or `PerseusClientError` (strict). Raises
+        there needs no list). In a container, the daemon's list is of the container's GPUs in its own order
+        (`HelloOk.visible_gpus`): device 0 is the first GPU it was given. Without either: None (fail-open) or
+        `PerseusClientError` (strict). Raises
         `DeviceLookupError` when the device is not visible or not a whole GPU.
         """
         uuid = devices.cuda_uuid(device)
@@ -388,11 +390,15 @@ class PerseusClient:
             if self.strict:
                 raise unreachable(self, None, "no daemon session: the GPU list is the daemon's")
             return None
+        gpus = info.gpus
+        if info.visible_gpus is not None:  # in a container: its own GPUs, in its order (docs/containers.md)
+            by_uuid = {gpu.uuid: gpu for gpu in info.gpus}
+            gpus = tuple(by_uuid[uuid] for uuid in info.visible_gpus if uuid in by_uuid)
         return devices.visible_uuid(
             index,
-            [gpu.uuid for gpu in info.gpus],
+            [gpu.uuid for gpu in gpus],
             visible,
-            node_names=[gpu.name for gpu in info.gpus],
+            node_names=[gpu.name for gpu in gpus],
             order=os.environ.get(devices.ORDER_ENV),
         )
 

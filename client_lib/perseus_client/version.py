@@ -18,7 +18,9 @@ carbon `unit` (a carbon intensity or a price per kWh); 3, a job's `plan_note` (d
 run one clock instead of their plan, and why) and its `planning` (how long its plan took from profiling
 done to deployed, by phase); 4, `register`'s `stage_gpus` (tensor parallelism)
 and `run` (a job's identity across nodes), a job's `stage_gpus` and `span` (a job whose pipelines span
-nodes).
+nodes); 5, `hello_ok`'s `visible_gpus` (the GPUs a container holds), the daemon's `monitor_only`, a
+lease's `slurm_job`, a GPU row's `power_features`, `slurm_jobs` and the Slurm prolog/epilog's
+`admin_slurm_prolog` and `admin_slurm_epilog`.
 
 Adding a message or a field: see docs/protocol.md ("Changing the protocol"); in short, bump
 `PROTOCOL_MINOR`, give a new message type `SINCE = PROTOCOL_MINOR` and a new field of an existing message a
@@ -32,7 +34,7 @@ from typing import Any
 
 PROTOCOL_MAJOR = 6
 """The frame's `"v"`. Bump only on a change that older peers cannot read, never for an additive one."""
-PROTOCOL_MINOR = 4
+PROTOCOL_MINOR = 5
 """The newest minor of `PROTOCOL_MAJOR` this library writes and reads."""
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from perseus_client.carbon_messages import CarbonInfo, amount_unit, is_carbon
 from perseus_client.job_info import JobInfo, PipelineInfo, PlanningInfo, ProfilingInfo
 
+from perseusd.ctl import slurm_cmd
 from perseusd.ctl.daemon_link import fetch_jobs
 from perseusd.ctl.terminal import (
     PLACEHOLDER,
@@ -287,7 +288,10 @@ def render_jobs_brief(jobs: Sequence[JobInfo]) -> str:
 
 def _render(runtime_dir: Path, as_json: bool) -> str:
     jobs = fetch_jobs(runtime_dir)
-    return json.dumps({"jobs": jobs_json(jobs)}, indent=2) if as_json else render_jobs(jobs)
+    slurm = slurm_cmd.fetch_slurm_jobs(runtime_dir, quiet=True)  # the Slurm jobs' GPU energy (docs/slurm.md)
+    if as_json:
+        return json.dumps({"jobs": jobs_json(jobs), "slurm_jobs": slurm_cmd.slurm_jobs_json(slurm)}, indent=2)
+    return render_jobs(jobs) + ("\n\n" + slurm_cmd.render(slurm) if slurm else "")
 
 
 def run(args: argparse.Namespace) -> int:

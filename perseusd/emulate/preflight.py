@@ -210,7 +210,7 @@ def lay_out(
         what = f"{pipelines} pipeline(s)" if placement == "pipelines" else f"{limit} stages"
         raise UsageError(f"{len(clients)} daemons (--runtime-dir) but only {what} to place on them")
     stage_daemons = place_stages(placement, pipelines, shape.num_stages, len(clients))
-    statuses = [client.status() for client in clients]
+    statuses = [_visible(client, client.status()) for client in clients]
     real = _real_slot(clients[0].runtime_dir / "sim", statuses[0], shape, real_stage, time_scale)
     if real is not None:
         if real_stage is None or stage_daemons[0][real_stage] != 0 or tensor_parallel != 1:
@@ -253,6 +253,15 @@ def lay_out(
         real_stage=None if real is None else real_stage,
         real_simulated=real is not None and real.simulated,
     )
+
+
+def _visible(client: PerseusClient, status: StatusReply) -> StatusReply:
+    """The status with only the GPUs this process may claim (its container's, in its order)."""
+    visible = client.daemon_info.visible_gpus if client.daemon_info is not None else None
+    if visible is None:
+        return status
+    rows = {gpu.uuid: gpu for gpu in status.gpus}
+    return dataclasses.replace(status, gpus=tuple(rows[uuid] for uuid in visible if uuid in rows))
 
 
 @dataclass(frozen=True)
