@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import socket
 import tomllib
@@ -348,6 +349,52 @@ def _read_file(path: Path, required: bool) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     return data
+
+
+RESTORE_SETTINGS = (
+    "backend",
+    "sim_gpus",
+    "sim_model",
+    "sim_update_period_s",
+    "sim_seed",
+    "mixed_real",
+    "runtime_dir",
+    "state_dir",
+    "socket_group",
+    "admin_group",
+    "gpu_call_timeout_s",
+    "monitor_only",
+)
+"""What restoring GPUs needs: the settings `load_restore_config` salvages from a configuration that fails."""
+
+
+def load_restore_config(
+    config_path: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> DaemonConfig:
+    """The configuration a restore runs with when `load_config` fails: only `RESTORE_SETTINGS`, each taken
+    from the file, the environment and the flags wherever it is valid (a bad setting elsewhere must not
+    leave a GPU locked); the defaults when even those do not make a valid configuration."""
+    path = config_path or DEFAULT_CONFIG_PATH
+    sources: list[tuple[str, Mapping[str, object]]] = []
+    with contextlib.suppress(ConfigError):
+        sources.append((str(path), _read_file(path, required=False)))
+    environ = environ or {}
+    env = {key[len(ENV_PREFIX) :].lower(): environ[key] for key in environ if key.startswith(ENV_PREFIX)}
+    sources += [("environment", env), ("flags", overrides or {})]
+    values: dict[str, object] = {}
+    for source, items in sources:
+        for name in RESTORE_SETTINGS:
+            if items.get(name) is not None:
+                try:
+                    values[name] = _coerce(name, items[name], source)
+                except ConfigError:
+                    continue
+    try:
+        return DaemonConfig(**values)  # type: ignore[arg-type]
+    except (ConfigError, TypeError):
+        return DaemonConfig()
 
 
 def load_config(

@@ -25,7 +25,14 @@ from perseusd.cluster.pool_limits_file import restore_pool_limits
 from perseusd.daemon import sdnotify
 from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.components import cluster_link, energy_requests, job_manager, plan_book, power_pool
-from perseusd.daemon.config import BACKENDS, LOG_LEVELS, SIM_MODELS, DaemonConfig, load_config
+from perseusd.daemon.config import (
+    BACKENDS,
+    LOG_LEVELS,
+    SIM_MODELS,
+    DaemonConfig,
+    load_config,
+    load_restore_config,
+)
 from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.events import EventTracker
 from perseusd.daemon.ipc import IpcServer, IpcSettings
@@ -44,8 +51,9 @@ from perseusd.jobs.manager import JobSettings
 from perseusd.leasing.gpu_access import GpuAccess
 from perseusd.leasing.identity import Caller, process_start_time
 from perseusd.leasing.leases import LeaseBook
+from perseusd.leasing.recovery import read_or_recover, reset_node, restore_recorded
 from perseusd.leasing.registry import GpuRegistry
-from perseusd.leasing.restore import RestoreKeeper, reset_node
+from perseusd.leasing.restore import RestoreKeeper
 from perseusd.leasing.state_file import ensure_state_dir, state_path
 from perseusd.metrics.gpu_calls import GpuCallRecorder, TimedDevice
 from perseusd.power.cap_file import cap_path
@@ -197,10 +205,31 @@ def run_daemon(config: DaemonConfig, reload_config: Callable[[], DaemonConfig]) 
     with (
         locked_runtime_dir(config, policy),
         gpu_registry(config, calls) as registry,
+        restored_unless_served(config, registry),
         daemon_core(config, registry, policy.is_admin) as core,
         metrics_exposure(config, core, calls),
     ):
         return serve(config, reload_config, policy, core)
+
+
+@contextlib.contextmanager
+def restored_unless_served(config: DaemonConfig, registry: GpuRegistry) -> Iterator[None]:
+    """Start-up restores first: a state file that cannot be read gives every GPU its defaults (and is moved
+    aside) before anything else starts; a start that fails later (a port taken, etcd, the cluster, ...)
+    restores every GPU the last run touched before the daemon exits. A monitor-only daemon writes nothing."""
+    if config.monitor_only:
+        yield
+        return
+    ensure_state_dir(config.state_dir)
+    read_or_recover(registry, state_path(config.state_dir))
+    try:
+        yield
+    except BaseException:
+        logger.error("start-up failed: restoring every GPU the last run touched before exiting")
+        outcome = restore_recorded(registry, state_path(config.state_dir))
+        if outcome.failed:
+            logger.error("restore FAILED on %s (perseusd reset retries)", ", ".join(outcome.failed))
+        raise
 
 
 @contextlib.contextmanager
@@ -357,6 +386,43 @@ def run_reset(config: DaemonConfig) -> int:
     return EXIT_OK
 
 
+def restore_despite_config(args: argparse.Namespace) -> None:
+    """A configuration that fails to load must not leave a GPU locked: with the settings a restore needs
+    (salvaged from the file, the environment and the flags), restore what the state file records; `reset`
+    also unlocks every clock. Nothing is opened when there is no state file and no reset was asked for."""
+    overrides = {
+        "backend": args.backend,
+        "sim_gpus": args.sim_gpus,
+        "mixed_real": args.mixed_real,
+        "sim_model": args.sim_model,
+        "runtime_dir": args.runtime_dir.absolute() if args.runtime_dir else None,
+        "state_dir": args.state_dir.absolute() if args.state_dir else None,
+        "monitor_only": args.monitor_only,
+    }
+    config = load_restore_config(args.config, os.environ, overrides)
+    if config.monitor_only:
+        return
+    if args.command != "reset" and not os.path.lexists(state_path(config.state_dir)):
+        return
+    configure_logging("INFO")
+    logger.error("bad configuration: restoring the GPUs of the last run before exiting")
+    try:
+        run_reset(config) if args.command == "reset" else restore_last_run(config)
+    except PerseusError as exc:
+        logger.error("restore failed: %s", exc)
+
+
+def restore_last_run(config: DaemonConfig) -> None:
+    policy = AccessPolicy(config.socket_group, config.admin_group)
+    try:
+        with locked_runtime_dir(config, policy), gpu_registry(config) as registry:
+            outcome = restore_recorded(registry, state_path(config.state_dir))
+    except DaemonRunningError:
+        return  # a running daemon owns the GPUs
+    if outcome.failed:
+        logger.error("restore FAILED on %s (perseusd reset retries)", ", ".join(outcome.failed))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     load = config_loader(args)
@@ -364,6 +430,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load()
     except ConfigError as exc:
         print(f"perseusd: {exc}", file=sys.stderr)
+        if not args.check_config:
+            restore_despite_config(args)
         return EXIT_USAGE
     if args.check_config:
         sys.stdout.write(config.to_toml())
