@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import socket
+import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,7 +15,13 @@ import pytest
 
 from perseusd.gpu.sim_shared import ControlState, StateMap, state_path
 from perseusd.private_file import MAX_PRIVATE_BYTES
-from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes, sim_control, sim_gpu_uuids
+from tests.support.perseusd_proc import (
+    DaemonDirs,
+    DaemonProcess,
+    daemon_processes,
+    sim_control,
+    sim_gpu_uuids,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -83,20 +91,40 @@ def test_reset_restores_power_limits_without_a_readable_state_file(
     make_daemon(dirs, gpus=2).start()  # and the daemon starts again without anyone deleting a file
 
 
-def test_metrics_port_taken_restores_before_exiting(
+def test_failed_start_restores_before_exiting(
     make_daemon: Callable[..., DaemonProcess], crashed: tuple[DaemonDirs, str]
 ) -> None:
     dirs, uuid = crashed
-    with socket.socket() as squatter:
-        squatter.bind(("127.0.0.1", 0))
-        squatter.listen()
-        port = squatter.getsockname()[1]
-        env = {"PERSEUSD_METRICS_HTTP_PORT": str(port)}
-        daemon = make_daemon(dirs, gpus=2, env=env).start(wait=False)
-        assert daemon.wait() == 1, daemon.log()
-    assert "Address already in use" in daemon.log()
+    env = {"PERSEUSD_METRICS_TEXTFILE_DIR": str(dirs.base / "no-such-directory")}
+    daemon = make_daemon(dirs, gpus=2, env=env).start(wait=False)
+    assert daemon.wait() == 1, daemon.log()
+    assert "metrics:" in daemon.log()
     assert _restored(dirs, uuid), daemon.log()
     assert not (dirs.state_dir / "state.json").exists()
+
+
+def test_metrics_port_squatted_the_daemon_serves_and_takes_it_later(
+    make_daemon: Callable[..., DaemonProcess],
+    crashed: tuple[DaemonDirs, str],
+) -> None:
+    dirs, uuid = crashed
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    port = squatter.getsockname()[1]
+    daemon = make_daemon(dirs, gpus=2, env={"PERSEUSD_METRICS_HTTP_PORT": str(port)}).start()
+    assert _restored(dirs, uuid), daemon.log()
+    assert "taken by another process" in daemon.log()
+    squatter.close()
+    deadline_s = time.monotonic() + 15
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                assert b"perseus_gpu_up" in response.read()
+                break
+        except OSError:
+            assert time.monotonic() < deadline_s, daemon.log()
+            time.sleep(0.2)
 
 
 def test_bad_configuration_restores_before_exiting(
