@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from perseusd import __version__
+from perseusd.ctl.terminal import safe_output
 from perseusd.errors import PerseusError
 
 EXIT_OK = 0
@@ -122,6 +123,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.debug or getattr(args, "logs", True):
         _configure_logging(args.debug)
     func: Callable[[Any], int] = args.func
+    with safe_output():
+        return _run(func, args)
+
+
+def _run(func: Callable[[Any], int], args: Any) -> int:
     try:
         code = func(args)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ from perseus_client.protocol import (
 )
 
 from perseusd.ctl.status_cmd import render_table, status_json
+from perseusd.ctl.terminal import safe_output
 from perseusd.gpu.sim_workload import SimGpuHandle
 from perseusd.planner.bundled import bundled_profile
 from tests.support.ctl import run_ctl as _ctl
@@ -172,3 +174,17 @@ def test_perseusctl_and_the_client_read_the_same_variable() -> None:
         reach.RUNTIME_DIR_ENV,
         reach.DEFAULT_RUNTIME_DIR,
     )
+
+
+def test_hostile_job_name_reaches_the_terminal_as_visible_escapes(capsys: pytest.CaptureFixture[str]) -> None:
+    """A job name from a reply (a fake daemon owning the socket, a state file of an older version) with an
+    OSC title escape, a bell and a lone surrogate: printed as visible escapes, and nothing crashes."""
+    hostile = "evil\x1b]0;owned\x07\x9b2J\u202e\ud800"
+    row = dataclasses.replace(REPLY.gpus[0], lease=LeaseInfo(7, 0, hostile))
+    with safe_output():
+        print(render_table(dataclasses.replace(REPLY, gpus=(row,))))
+        print(f"perseusctl: error: job {hostile}", file=sys.stderr)
+    captured = capsys.readouterr()
+    for text in (captured.out, captured.err):
+        assert not any(char in text for char in "\x1b\x07\x9b\u202e\ud800")
+        assert "evil\\x1b]0;owned\\x07\\x9b2J\\u202e\\ud800" in text
