@@ -256,6 +256,7 @@ class JobManager:
             if self.spanning is not None:
                 self.spanning.ended(job)
             why = _ended_why(job, slot)
+            self._cancel_solve(job)
             job.enter(ENDED, why)
             logger.info("job %s ended%s", job.name, f": {why}" if why else "")
             self._trim_ended()
@@ -603,7 +604,16 @@ class JobManager:
     def fail(self, job: Job, message: str) -> None:
         if job.state != FAILED:
             logger.warning("job %s: %s", job.name, message)
+            self._cancel_solve(job)
             job.enter(FAILED, message)
+
+    def _cancel_solve(self, job: Job) -> None:
+        """A job that ends or fails while solving: its solve is abandoned (its worker's memory and core go
+        back at once; other jobs' solves go on)."""
+        if job.solve_future is not None and not job.solve_future.done():
+            self._worker.cancel(job.solve_future)
+            logger.info("job %s: its solve was cancelled", job.name)
+        job.solve_future = None
 
     def switch_pipeline(self, job: Job, pipeline: int, index: int, from_step: int) -> None:
         run = job.runs.get(pipeline)

@@ -163,6 +163,23 @@ def test_job_that_ends_after_running_its_plan_reports_no_error(core: DaemonCore)
     assert ended.error == ""
 
 
+def test_a_job_that_ends_while_solving_cancels_its_solve(core: DaemonCore) -> None:
+    """The solve of a job that ended is abandoned at once: it never keeps the one solver worker (a core and
+    gigabytes) from other users' jobs."""
+    assert core.jobs is not None
+    _claim_all(core)
+    core.handle(ME, ProfileImport("train", _profile_csv(), "synthetic.csv", 80.0))
+    _register(core, 0)
+    assert _register(core, 1).state == "solving"
+    solving = core.jobs.jobs["train"].solve_future
+    assert solving is not None
+    assert not solving.done()
+    core.handle(ME, Release(gpus=()))
+    assert _info(core)["train"].state == "ended"
+    assert solving.cancelled()
+    assert core.jobs.jobs["train"].solve_future is None
+
+
 def test_policies_choose_frontier_points(core: DaemonCore) -> None:
     _claim_all(core)
     core.handle(ME, ProfileImport("train", _profile_csv(), "synthetic.csv", 80.0))
