@@ -75,6 +75,13 @@ class DaemonConfig:
     default_policy: str = "no_slowdown"
     default_policy_target: float = 0.0
     job_cache: bool = True
+    # Work one user can cause (docs/daemon.md, "Limits per user").
+    max_job_computations: int = 4096
+    """The largest schedule a job may register: stages x microbatches x chunks x 2."""
+    max_solves_per_user: int = 1
+    """Solves of one user's jobs queued or running at a time; the user's other jobs wait in `solving`."""
+    solve_timeout_s: float = 900.0
+    """A solve running longer fails its job and frees the solver for the others."""
     # Stragglers: hysteresis of the detection from pipelines' compute times.
     straggler_threshold: float = 0.05
     straggler_clear_threshold: float = 0.02
@@ -157,6 +164,9 @@ class DaemonConfig:
         _require(0.001 <= self.energy_sample_period_s <= 1.0, "energy_sample_period_s must be 0.001..1")
         _require(0 <= self.clock_lead_ms <= 100, "clock_lead_ms must be 0..100")
         _require(self.solver_unit_time_s >= 0, "solver_unit_time_s must be >= 0 (0: automatic)")
+        _require(self.max_job_computations >= 2, "max_job_computations must be >= 2")
+        _require(self.max_solves_per_user >= 1, "max_solves_per_user must be >= 1")
+        _require(self.solve_timeout_s > 0, "solve_timeout_s must be positive")
         _require(self.default_policy in POLICIES, f"default_policy must be one of {', '.join(POLICIES)}")
         _require(0 < self.straggler_threshold <= 1.0, "straggler_threshold must be in (0, 1]")
         _require(

@@ -93,6 +93,8 @@ class Job:
         self.points_by_index: dict[int, PointSummary] = {}
         self.deployed: Deployed | None = None
         self.solve_future: Future[Solved] | None = None
+        self.solve_since_s: float | None = None
+        """When the solve of `solve_future` was submitted (monotonic s)."""
         self.planning_since_s: float | None = None
         """When profiling was done (`time.monotonic`): the solve being waited for began then."""
         self.planning: PlanningTimes | None = None

@@ -272,3 +272,45 @@ def test_the_frontier_states_what_the_gpus_will_do(core: DaemonCore) -> None:
     assert {"effective_clocks_mhz", "switch_changed", "planned_energy_j"} <= set(deployed)
     assert info.plan_energy_j == deployed["refined_energy_j"]
     assert info.plan_time_s == deployed["refined_time_s"]
+
+
+def _one_stage_jobs(core: DaemonCore, names: tuple[str, ...]) -> None:
+    """One-stage jobs of this user, each with an imported profile, one GPU each."""
+    csv = profile_to_csv(synthetic_profile(1, seed=3, clocks_mhz=A100_CLOCKS_MHZ))
+    _claim_all(core)
+    for gpu, name in zip(core.registry.uuids, names, strict=False):
+        core.handle(ME, ProfileImport(name, csv, "synthetic.csv", 80.0))
+        reply = core.handle(ME, Register(gpu, name, 0, 0, 1, MICROBATCHES, "1f1b", 1))  # type: ignore[arg-type]
+        assert isinstance(reply, RegisterOk)
+
+
+def test_one_users_solves_take_turns(core: DaemonCore) -> None:
+    """One user's jobs solve one at a time (`max_solves_per_user`): the others wait in `solving`, so
+    another user's job is never queued behind all of them."""
+    assert core.jobs is not None
+    _one_stage_jobs(core, ("a", "b"))
+    queued = [name for name in ("a", "b") if core.jobs.jobs[name].solve_future is not None]
+    assert queued == ["a"]
+    assert _info(core)["b"].state == "solving"
+    _wait_for(lambda: all(job.state == "running" for job in _info(core).values()), core)
+
+
+def test_a_schedule_too_large_to_plan_is_refused(core: DaemonCore) -> None:
+    assert core.jobs is not None
+    limit = core.jobs.settings.max_job_computations
+    _claim_all(core)
+    gpu = core.registry.uuids[0]
+    too_many = Register(gpu, "huge", 0, 0, 1, limit // 2 + 1, "1f1b", 1)  # type: ignore[arg-type]
+    with pytest.raises(ProtocolError, match=f"plans at most {limit} \\(max_job_computations\\)"):
+        core.handle(ME, too_many)
+    assert "huge" not in _info(core)
+    assert isinstance(core.handle(ME, Register(gpu, "fits", 0, 0, 1, limit // 2, "1f1b", 1)), RegisterOk)
+
+
+def test_a_solve_past_its_timeout_fails_its_job(tmp_path: Path) -> None:
+    with sim_core(tmp_path, gpus=1, jobs=JobSettings(solve_timeout_s=0.001)) as core:
+        assert core.jobs is not None
+        _one_stage_jobs(core, ("slow",))
+        _wait_for(lambda: _info(core)["slow"].state == "failed", core)
+        assert "solving took longer than 0.001 s (solve_timeout_s)" in _info(core)["slow"].error
+        assert core.jobs.jobs["slow"].solve_future is None
