@@ -102,10 +102,12 @@ class JobRequests:
 
     def visible_jobs(self, caller: Caller) -> tuple[JobInfo, ...]:
         admin = self._is_admin(caller)
-        jobs = self._manager.jobs.values()
+        manager = self._manager
         return tuple(
-            job_info(j, self._plans, self._manager.measured(j), self._manager.carbon.info(j))
-            for j in jobs
+            job_info(
+                j, self._plans, manager.measured(j), manager.carbon.info(j), manager.profiling_energy_j(j)
+            )
+            for j in manager.jobs.values()
             if admin or j.uid == caller.uid
         )
 

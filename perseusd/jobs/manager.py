@@ -831,6 +831,20 @@ class JobManager:
             slot.running_steps = 0
         slot.plan_index = index
 
+    def profiling_energy_j(self, job: Job) -> float | None:
+        """What the job's GPUs used since its profiling began, by their counters (None: not profiling, or
+        no two readings yet)."""
+        if job.state != PROFILING:
+            return None
+        total_j, counted = 0.0, False
+        for slot in job.profiling_slots():
+            for gpu_slot in (slot, *job.followers(slot)):
+                samples = self._sampler.samples(gpu_slot.gpu, gpu_slot.profiling_since_ns)
+                if len(samples) >= 2:
+                    total_j += (samples[-1].energy_mj - samples[0].energy_mj) / 1000.0
+                    counted = True
+        return total_j if counted else None
+
     def measured(self, job: Job) -> MeasuredSaving | None:
         """The job's energy per iteration as the counters measured it (None until every GPU's is)."""
         per_gpu = [

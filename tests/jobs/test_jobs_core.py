@@ -314,3 +314,19 @@ def test_a_solve_past_its_timeout_fails_its_job(tmp_path: Path) -> None:
         _wait_for(lambda: _info(core)["slow"].state == "failed", core)
         assert "solving took longer than 0.001 s (solve_timeout_s)" in _info(core)["slow"].error
         assert core.jobs.jobs["slow"].solve_future is None
+
+
+def test_a_profiling_job_shows_the_energy_its_gpus_used_so_far(core: DaemonCore) -> None:
+    """`jobs` during profiling shows the counters' energy, not a hard-coded 0 J."""
+    _claim_all(core)
+    _register(core, 0)
+    assert _register(core, 1).state == "profiling"
+    _run_iteration(core, 0)
+
+    def used_j() -> float:
+        profiling = _info(core)["train"].profiling
+        assert profiling is not None
+        return profiling.energy_j
+
+    _wait_for(lambda: used_j() > 0, core, timeout_s=20)
+    assert _info(core)["train"].state == "profiling"
