@@ -161,8 +161,10 @@ def test_perseusctl_measure_runs_the_command(daemon: DaemonProcess) -> None:
         daemon.dirs.runtime_dir, "--json", "--gpu", "0", "--", "sh", "-c", "sleep 1; echo out; exit 3"
     )
     assert proc.returncode == 3
-    assert proc.stdout == "out\n"
-    report = json.loads(proc.stderr)
+    output, json_line = proc.stdout.splitlines()  # --json on stdout, its last line
+    assert output == "out"
+    assert proc.stderr == ""
+    report = json.loads(json_line)
     assert report["exit_code"] == 3
     assert report["time_s"] >= 1.0
     [(uuid, energy_j)] = report["energy_j"].items()
