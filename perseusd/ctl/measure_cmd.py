@@ -1,7 +1,7 @@
 """`perseusctl measure [--gpu G ...] [--json] -- CMD [ARG ...]`: run a command, print its GPUs' energy.
 
 No privileges needed: perseusd reads the energy counters (any member of group perseus may ask). The report
-goes to stderr (like `time`), so the command's own output stays as it was; `--json` goes to stdout, as one line
+goes to stderr (like `time`), so the command's own output stays as it was; `--json` goes to stdout, one line
 after the command's output; the exit code is the command's.
 Energy counters advance every ~100 ms on NVIDIA GPUs: each GPU's energy is given with its uncertainty
 (one counter period of power at each end of the run), which matters only for commands shorter than seconds.
