@@ -309,6 +309,7 @@ def metrics_exposure(config: DaemonConfig, core: DaemonCore, calls: GpuCallRecor
         calls,
         hostname=config.metrics_host(os.environ),
         dcgm_families=config.metrics_dcgm_families,
+        backend=config.backend,
     )
     registry = metrics_registry(collector)
     exposures: list[HttpExposure | TextfileExposure] = []

@@ -46,8 +46,11 @@ class PerseusCollector(Collector):
         *,
         hostname: str = "",
         dcgm_families: bool = True,
+        backend: str = "",
     ) -> None:
         self._core = core
+        self._backend = backend
+        """The GPU backend (`nvml`, `sim`, ...): simulated GPUs' figures are not a real node's."""
         self._calls = calls
         self._hostname = hostname
         """The `Hostname` label of the dcgm-joinable families (docs/metrics.md)."""
@@ -95,8 +98,14 @@ class PerseusCollector(Collector):
     def _daemon(self) -> Iterator[Metric]:
         core = self._core
         health = core.health()
-        info = gauge("daemon_info", "perseusd version and wire protocol (always 1)", ("version", "protocol"))
-        info.add_metric([health.version, str(health.protocol)], 1)
+        info = gauge(
+            "daemon_info",
+            "perseusd version, wire protocol (major.minor), GPU backend and monitor-only (always 1)",
+            ("version", "protocol", "backend", "monitor_only"),
+        )
+        protocol = f"{health.protocol}.{health.protocol_minor}"
+        monitor_only = str(bool(health.monitor_only)).lower()
+        info.add_metric([health.version, protocol, self._backend, monitor_only], 1)
         uptime = gauge("daemon_uptime_seconds", "Seconds since the daemon started")
         uptime.add_metric([], health.uptime_s)
         clients = gauge("daemon_clients", "Client processes connected (sessions)")

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import zmq
 from perseus_client.client import PerseusClient
-from perseus_client.protocol import EVENT_SOCKET_NAME
+from perseus_client.protocol import EVENT_SOCKET_NAME, PROTOCOL_MAJOR, PROTOCOL_MINOR
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -168,6 +168,12 @@ def test_daemon_health_counts_events_and_malformed_frames(scraped: Scraped) -> N
     assert one(after, "perseus_events_dropped_total") >= 1
     assert one(after, "perseus_messages_rejected_total", code="BAD_FRAME") >= 1
     assert one(after, "perseus_events_received_total") == received + 1
+
+
+def test_daemon_info_says_protocol_minor_and_backend(scraped: Scraped) -> None:
+    by_name = samples(scrape(scraped.url))
+    protocol = f"{PROTOCOL_MAJOR}.{PROTOCOL_MINOR}"  # as `status` shows it, not the major alone
+    assert one(by_name, "perseus_daemon_info", protocol=protocol, backend="sim", monitor_only="false") == 1.0
 
 
 def test_gpu_call_latency_histogram(scraped: Scraped) -> None:
