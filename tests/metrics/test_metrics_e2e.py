@@ -279,6 +279,21 @@ def test_grafana_dashboard_uses_only_exposed_metrics(scraped: Scraped) -> None:
     assert not missing, f"the dashboard uses metrics perseusd does not expose: {sorted(missing)}"
 
 
+def test_savings_carry_their_basis_and_the_dashboard_sums_measured_only(scraped: Scraped) -> None:
+    """A saving is labelled measured or predicted; the job runs an imported profile (no all-max measured by
+    its counters), so its saving is predicted, and the dashboard's sums leave it out."""
+    by_name = samples(scrape(scraped.url))
+    assert one(by_name, "perseus_job_energy_saved_joules", job_name=JOB, basis="predicted") >= 0
+    assert all(
+        s.labels["basis"] in ("measured", "predicted") for s in by_name["perseus_job_energy_saved_joules"]
+    )
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    sums = [expr for expr in exprs if "sum(" in expr and "energy_saved" in expr]
+    assert sums
+    assert all('basis="measured"' in expr for expr in sums), sums
+
+
 def test_dcgm_exporter_names_and_joinable_labels(scraped: Scraped) -> None:
     """dcgm-exporter's energy counter (mJ, no _total) and gauges, and perseusd's own per-GPU families, all
     labelled gpu / UUID / Hostname so that one dashboard joins them."""
