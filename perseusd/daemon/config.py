@@ -115,6 +115,10 @@ class DaemonConfig:
     metrics_textfile_dir: str = ""
     metrics_textfile_interval_s: float = 15.0
     metrics_dcgm_families: bool = True
+    metrics_job_names: bool = False
+    """Label job series with job names and owners' uids. Off: a pseudonym per job (`job-<hash>`, stable while
+    the daemon runs) and uid -1, since the metrics are readable by every local user while the control socket
+    shows a job only to its owner and admins."""
     """Export dcgm-exporter's families (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, ...) too; set false on nodes
     where dcgm-exporter runs (the families are then its)."""
     metrics_hostname: str = ""
@@ -263,6 +267,7 @@ class DaemonConfig:
             self.metrics_http_address,
             self.metrics_textfile_dir,
             self.metrics_textfile_interval_s,
+            self.metrics_job_names,
         )
 
     def to_toml(self) -> str:

@@ -310,6 +310,7 @@ def metrics_exposure(config: DaemonConfig, core: DaemonCore, calls: GpuCallRecor
         hostname=config.metrics_host(os.environ),
         dcgm_families=config.metrics_dcgm_families,
         backend=config.backend,
+        job_names=config.metrics_job_names,
     )
     registry = metrics_registry(collector)
     exposures: list[HttpExposure | TextfileExposure] = []

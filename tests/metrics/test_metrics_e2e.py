@@ -96,7 +96,7 @@ def scraped() -> Iterator[Scraped]:
         config = dirs.base / "perseusd.toml"
         config.write_text(
             f'metrics_http_port = {port}\nmetrics_textfile_dir = "{textfile_dir}"\n'
-            "metrics_textfile_interval_s = 1.0\n"
+            "metrics_textfile_interval_s = 1.0\nmetrics_job_names = true\n"
         )
         daemon = make(dirs, gpus=STAGES, extra_args=("--config", str(config))).start()
         url = f"http://127.0.0.1:{port}/metrics"
