@@ -69,24 +69,43 @@ WANTED_NOFILE = 524_288
 LOW_NOFILE_WARNING = 4096
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="perseusd", description="Perseus per-node GPU energy daemon")
-    parser.add_argument("command", nargs="?", choices=["reset"], help="reset: restore every GPU and exit")
+RESET_DESCRIPTION = (
+    "Restore every GPU the state file records (clocks and power limits as they were before perseusd wrote "
+    "them; the defaults when the state file cannot be read) and unlock the clocks of all GPUs, then exit. "
+    "Run while the daemon is stopped (the service's ExecStopPost=); exit 0 when every GPU was restored."
+)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of `perseusd` (`command` "reset": of `perseusd reset`, whose --help describes it)."""
+    if command == "reset":
+        parser = argparse.ArgumentParser(prog="perseusd reset", description=RESET_DESCRIPTION)
+        parser.add_argument("command", choices=["reset"], help=argparse.SUPPRESS)
+    else:
+        parser = argparse.ArgumentParser(
+            prog="perseusd",
+            description="Perseus per-node GPU energy daemon: leases GPUs to training processes, profiles "
+            "and plans their clocks, restores every GPU it touched. `perseusd reset --help`: the offline "
+            "restore.",
+        )
+        parser.add_argument("command", nargs="?", choices=["reset"], help="reset: restore every GPU and exit")
     parser.add_argument("--version", action="version", version=f"perseusd {__version__}")
     parser.add_argument(
         "--config", type=Path, help="configuration file (default: /etc/perseusd/perseusd.toml)"
     )
-    parser.add_argument("--backend", choices=BACKENDS)
-    parser.add_argument("--sim-gpus", type=int)
+    parser.add_argument("--backend", choices=BACKENDS, help="GPU backend: NVML, simulated GPUs, or auto")
+    parser.add_argument("--sim-gpus", type=int, help="with --backend sim: how many simulated GPUs")
     parser.add_argument(
         "--mixed-real",
         choices=MIXED_REAL_KINDS,
         help="with --backend mixed: the real GPU is NVML's (nvml) or a simulated stand-in (sim)",
     )
-    parser.add_argument("--sim-model", choices=SIM_MODELS)
-    parser.add_argument("--runtime-dir", type=Path)
-    parser.add_argument("--state-dir", type=Path)
-    parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS)
+    parser.add_argument("--sim-model", choices=SIM_MODELS, help="with --backend sim: the simulated board")
+    parser.add_argument("--runtime-dir", type=Path, help="sockets and lock (default: /run/perseusd)")
+    parser.add_argument(
+        "--state-dir", type=Path, help="state file and job cache (default: /var/lib/perseusd)"
+    )
+    parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, help="log level (default: INFO)")
     parser.add_argument(
         "--monitor-only",
         action="store_const",
@@ -426,7 +445,8 @@ def restore_last_run(config: DaemonConfig) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser("reset" if "reset" in argv else None).parse_args(argv)
     load = config_loader(args)
     try:
         config = load()
