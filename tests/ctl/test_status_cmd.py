@@ -188,3 +188,11 @@ def test_hostile_job_name_reaches_the_terminal_as_visible_escapes(capsys: pytest
     for text in (captured.out, captured.err):
         assert not any(char in text for char in "\x1b\x07\x9b\u202e\ud800")
         assert "evil\\x1b]0;owned\\x07\\x9b2J\\u202e\\ud800" in text
+
+
+def test_top_level_help_describes_the_tool() -> None:
+    out = _ctl(Path("/nonexistent"), "--help")
+    assert out.returncode == 0
+    assert "The command line of Perseus" in out.stdout
+    assert "entry point" not in out.stdout  # the tool, not the module
+    assert "Exit codes: 0 ok" in out.stdout
