@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from perseus_client.protocol import (
+    PROTOCOL_MINOR,
     AnnounceStraggler,
     AnnounceStragglerOk,
     DocumentReply,
@@ -46,6 +47,8 @@ from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream
 from perseusd.switching.plans import PlanBook
 
+CARBON_SINCE_MINOR = 1
+"""The protocol minor that added the `carbon` policy."""
 MAX_PENDING_IMPORTS_PER_USER = 16
 """Profiles one user may have waiting for jobs not registered yet; each user has their own namespace."""
 MAX_P_BLOCK_W = 10_000.0
@@ -58,8 +61,15 @@ class JobRequests:
     """The job requests, for callers the IPC layer identified."""
 
     def __init__(
-        self, manager: JobManager, plans: PlanBook, leases: LeaseBook, is_admin: Callable[[Caller], bool]
+        self,
+        manager: JobManager,
+        plans: PlanBook,
+        leases: LeaseBook,
+        is_admin: Callable[[Caller], bool],
+        protocol_minor: int = PROTOCOL_MINOR,
     ) -> None:
+        self._protocol_minor = protocol_minor
+        """The newest minor this daemon speaks: values newer than it are refused like newer fields."""
         self._manager = manager
         self._plans = plans
         self._leases = leases
@@ -82,6 +92,12 @@ class JobRequests:
         return self._manager.register(caller.uid, caller.pid, message)
 
     def set_policy(self, caller: Caller, message: SetPolicy) -> SetPolicyOk:
+        if message.policy == "carbon" and self._protocol_minor < CARBON_SINCE_MINOR:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"policy carbon needs protocol 6.{CARBON_SINCE_MINOR}; this daemon speaks "
+                f"6.0-6.{self._protocol_minor}",
+            )
         job = self._own_job(caller, message.job)
         policy = Policy(message.policy, message.target)
         self._manager.set_policy(job, policy)

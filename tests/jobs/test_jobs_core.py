@@ -35,6 +35,7 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
+from perseusd.daemon.job_requests import JobRequests
 from perseusd.jobs.manager import JobSettings
 from perseusd.leasing.identity import Caller
 from perseusd.planner.dag import Instruction, one_f_one_b_order
@@ -330,3 +331,14 @@ def test_a_profiling_job_shows_the_energy_its_gpus_used_so_far(core: DaemonCore)
 
     _wait_for(lambda: used_j() > 0, core, timeout_s=20)
     assert _info(core)["train"].state == "profiling"
+
+
+def test_a_daemon_pinned_to_6_0_refuses_the_carbon_policy(core: DaemonCore) -> None:
+    """`carbon` came with minor 1: a daemon speaking 6.0 refuses it like any newer field."""
+    assert core.jobs is not None
+    _claim_all(core)
+    _register(core, 0)
+    pinned = JobRequests(core.jobs, core.plans, core.leases, lambda _caller: False, protocol_minor=0)
+    with pytest.raises(ProtocolError, match=r"carbon needs protocol 6\.1; this daemon speaks 6\.0-6\.0"):
+        pinned.set_policy(ME, SetPolicy("train", "carbon", 0.0))
+    assert pinned.set_policy(ME, SetPolicy("train", "fastest", 0.0)).policy == "fastest"
