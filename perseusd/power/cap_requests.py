@@ -81,7 +81,14 @@ class CapRequests:
             raise ProtocolError(
                 ErrorCode.BAD_FIELD, "admin_set_job_priority.priority: 0 (low), 1 (normal) or 2 (high)"
             )
-        self._cap.set_priority(message.job, message.priority)
+        job = self._cap.job(message.job)
+        if job is None:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"no job {message.job} on this node (perseusctl jobs lists them): a tier is given to a job "
+                "that has registered, bound to its owner",
+            )
+        self._cap.set_priority(job.name, job.uid, message.priority)
         logger.warning(
             "power cap: job %s priority set to %d by %s", message.job, message.priority, who(caller)
         )
