@@ -98,15 +98,22 @@ class JobRequests:
                 f"policy carbon needs protocol 6.{CARBON_SINCE_MINOR}; this daemon speaks "
                 f"6.0-6.{self._protocol_minor}",
             )
-        job = self._own_job(caller, message.job)
+        job = self._active_job(caller, message.job)
         policy = Policy(message.policy, message.target)
         self._manager.set_policy(job, policy)
         return SetPolicyOk(job=job.name, policy=policy.name, target=policy.target)
 
     def announce_straggler(self, caller: Caller, message: AnnounceStraggler) -> AnnounceStragglerOk:
-        job = self._own_job(caller, message.job)
+        job = self._active_job(caller, message.job)
         if not 0 <= message.pipeline <= MAX_PIPELINE:
-            raise ProtocolError(ErrorCode.BAD_FIELD, f"announce_straggler.pipeline must be 0..{MAX_PIPELINE}")
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"the pipeline must be 0..{MAX_PIPELINE}")
+        pipelines = sorted({slot.pipeline for slot in job.slots.values()})
+        if job.span is None and message.pipeline not in pipelines:  # a spanning job's may be elsewhere
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"job {job.name} has no pipeline {message.pipeline} (its pipelines: "
+                f"{', '.join(map(str, pipelines)) or 'none'})",
+            )
         factor = None if message.clear else message.factor
         shared = self._manager.response.announce(job, message.pipeline, factor)
         return AnnounceStragglerOk(
@@ -184,6 +191,15 @@ class JobRequests:
             )
         pending[key] = PendingImport(profile, message.p_block_w)
         return ProfileImportOk(job=message.job, rows=len(profile.measurements), state="pending")
+
+    def _active_job(self, caller: Caller, name: str) -> Job:
+        """The caller's job, refused when it has ended or failed: a change to it would take no effect."""
+        job = self._own_job(caller, name)
+        if not job.active:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD, f"job {job.name} has {job.state}: nothing of it can change any more"
+            )
+        return job
 
     def _own_job(self, caller: Caller, name: str) -> Job:
         return self._manager.job_for(caller.uid, name, admin=self._is_admin(caller))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from perseus_client.protocol import (
+    AnnounceStraggler,
     Claim,
     ComputationBegin,
     ComputationEnd,
@@ -342,3 +343,18 @@ def test_a_daemon_pinned_to_6_0_refuses_the_carbon_policy(core: DaemonCore) -> N
     with pytest.raises(ProtocolError, match=r"carbon needs protocol 6\.1; this daemon speaks 6\.0-6\.0"):
         pinned.set_policy(ME, SetPolicy("train", "carbon", 0.0))
     assert pinned.set_policy(ME, SetPolicy("train", "fastest", 0.0)).policy == "fastest"
+
+
+def test_changes_to_an_ended_job_or_a_missing_pipeline_are_refused(core: DaemonCore) -> None:
+    """`straggler JOB --pipeline 3` on a one-pipeline job and `plan --policy` on an ended job said nothing
+    and changed nothing: they are refused, so exit 0 means the change took effect."""
+    _claim_all(core)
+    _register(core, 0)
+    _register(core, 1)
+    with pytest.raises(ProtocolError, match=r"job train has no pipeline 3 \(its pipelines: 0\)"):
+        core.handle(ME, AnnounceStraggler("train", 3, 1.2, False))
+    core.handle(ME, Release(gpus=()))
+    assert _info(core)["train"].state == "ended"
+    for change in (SetPolicy("train", "fastest", 0.0), AnnounceStraggler("train", 0, 1.2, False)):
+        with pytest.raises(ProtocolError, match="job train has ended: nothing of it can change any more"):
+            core.handle(ME, change)
