@@ -17,6 +17,7 @@ from perseusd.jobs.job import Job
 from perseusd.jobs.manager import JobManager
 from perseusd.jobs.metering import MeasuredSaving
 from perseusd.jobs.report import job_info
+from perseusd.jobs.response import DEPARTS
 from perseusd.metrics.families import counter, gauge
 from perseusd.switching.plans import PlanBook
 
@@ -70,6 +71,12 @@ def job_families(snapshots: list[tuple[JobInfo, int, int]]) -> Iterator[Metric]:
         "the plan and all-max) or predicted (the profile's figures): sum only basis=measured as a fact",
         (*JOB, "basis"),
     )
+    departs = gauge(
+        "job_plan_departs",
+        "1 when the running plan's measured iteration time departs from its prediction (the profile does not "
+        "hold for this run; predicted savings stop accruing)",
+        JOB,
+    )
     changes = counter("job_clock_changes", "SM clock changes made by the job's plans", JOB)
     late = counter("job_wrong_clock_starts", "Computations that began before their planned clock", JOB)
     straggling = gauge("job_straggler_factor", "Slowdown factor of the job's straggler pipeline", PIPELINE)
@@ -90,6 +97,7 @@ def job_families(snapshots: list[tuple[JobInfo, int, int]]) -> Iterator[Metric]:
         _maybe(max_time, key, info.all_max_time_s)
         _maybe(max_energy, key, info.all_max_energy_j)
         saved.add_metric([*key, info.energy_saved_source or "predicted"], info.energy_saved_j)
+        departs.add_metric(key, 1.0 if DEPARTS in info.plan_note else 0.0)
         changes.add_metric(key, clock_changes)
         late.add_metric(key, wrong_starts)
         if info.straggler is not None:
@@ -102,7 +110,18 @@ def job_families(snapshots: list[tuple[JobInfo, int, int]]) -> Iterator[Metric]:
             if not pipe.node:  # this node's pipelines only (others are the other nodes' metrics)
                 iterations.add_metric(pkey, pipe.iterations)
             _maybe(slowness, pkey, pipe.slowness)
-    yield from (state, plan_time, plan_energy, max_time, max_energy, saved, changes, late, straggling)
+    yield from (
+        state,
+        plan_time,
+        plan_energy,
+        max_time,
+        max_energy,
+        saved,
+        departs,
+        changes,
+        late,
+        straggling,
+    )
     yield from (iteration, iterations, slowness, planning)
 
 

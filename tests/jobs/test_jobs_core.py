@@ -38,6 +38,7 @@ from perseus_client.protocol import (
 from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.job_requests import JobRequests
 from perseusd.jobs.manager import JobSettings
+from perseusd.jobs.response import DEPARTS
 from perseusd.leasing.identity import Caller
 from perseusd.planner.dag import Instruction, one_f_one_b_order
 from perseusd.planner.profile_csv import profile_to_csv
@@ -358,3 +359,23 @@ def test_changes_to_an_ended_job_or_a_missing_pipeline_are_refused(core: DaemonC
     for change in (SetPolicy("train", "fastest", 0.0), AnnounceStraggler("train", 0, 1.2, False)):
         with pytest.raises(ProtocolError, match="job train has ended: nothing of it can change any more"):
             core.handle(ME, change)
+
+
+def test_a_plan_far_off_its_prediction_is_flagged_and_accrues_no_predicted_saving(core: DaemonCore) -> None:
+    """A job running a profile that is not its own (its iterations take a fraction of the planned time) is
+    flagged in `jobs` (and the log, the metrics), and no predicted saving accrues for it."""
+    _claim_all(core)
+    core.handle(ME, ProfileImport("train", _profile_csv(), "synthetic.csv", 80.0))
+    _register(core, 0)
+    _register(core, 1)
+    _wait_for(lambda: _info(core)["train"].state == "running", core)
+    for step in range(6):  # events at once: microseconds against the plan's milliseconds
+        _run_iteration(core, step)
+        core.tick()
+    info = _info(core)["train"]
+    assert DEPARTS in info.plan_note
+    assert "s planned (x0.0" in info.plan_note
+    for step in range(6, 10):
+        _run_iteration(core, step)
+        core.tick()
+    assert _info(core)["train"].energy_saved_j == info.energy_saved_j  # no longer accrues
