@@ -45,6 +45,7 @@ GOLDEN = """\
 perseusd 0.1.0 (protocol 1.0), pid 42, up 1h02m05s, 1 client(s)
 events: 100 received, 2 dropped; restores: 3 (0 failed); refused connections: 0
 GPU call mean ms (worst GPU): read 0.020
+users: uid 0 1 GPU
 
 UUID   NAME  SM MHZ       LOCKED  POWER W  LIMIT W  ENERGY J  LEASE
 GPU-a  A100  1200         1200    250.2    400      12.5      pid 7 uid 0 train
@@ -188,6 +189,20 @@ def test_hostile_job_name_reaches_the_terminal_as_visible_escapes(capsys: pytest
     for text in (captured.out, captured.err):
         assert not any(char in text for char in "\x1b\x07\x9b\u202e\ud800")
         assert "evil\\x1b]0;owned\\x07\\x9b2J\\u202e\\ud800" in text
+
+
+def test_status_shows_who_uses_what() -> None:
+    """Per uid: GPUs leased and jobs by state, in the table and in `--json`."""
+    leases = [
+        dataclasses.replace(REPLY.gpus[i], lease=LeaseInfo(7 + i, uid, "j"))
+        for i, uid in ((0, 0), (1, 1000), (2, 1000))
+    ]
+    reply = dataclasses.replace(REPLY, gpus=(*leases, REPLY.gpus[3]))
+    assert "users: uid 1000 2 GPUs; uid 0 1 GPU" in render_table(reply)
+    assert status_json(reply)["users"] == [
+        {"uid": 1000, "gpus_leased": 2, "jobs": {}},
+        {"uid": 0, "gpus_leased": 1, "jobs": {}},
+    ]
 
 
 def test_top_level_help_describes_the_tool() -> None:
