@@ -159,7 +159,8 @@ class JobRequests:
     def profile_import(self, caller: Caller, message: ProfileImport) -> ProfileImportOk:
         if not 0 <= message.p_block_w <= MAX_P_BLOCK_W:  # the decoder refused NaN and infinities
             raise ProtocolError(
-                ErrorCode.BAD_FIELD, f"profile_import.p_block_w must be 0..{MAX_P_BLOCK_W:g} W"
+                ErrorCode.BAD_FIELD,
+                f"the blocking power (--p-block-w, p_block_w) must be 0..{MAX_P_BLOCK_W:g} W",
             )
         profile = _parse_profile(message.csv, message.source or "<import>")
         job = self._manager.jobs.get(message.job)
@@ -169,7 +170,11 @@ class JobRequests:
         _check_stages(job, profile)
         p_block_w = message.p_block_w or job.p_block_w
         if p_block_w <= 0:
-            raise ProtocolError(ErrorCode.BAD_FIELD, "profile_import: give p_block_w (nothing measured yet)")
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                "give the GPU's power while blocked on communication (--p-block-w, p_block_w): nothing "
+                "measured yet",
+            )
         self._manager.reprofile_with(job, profile, p_block_w)
         return ProfileImportOk(job=job.name, rows=len(profile.measurements), state=job.state)
 
@@ -187,7 +192,9 @@ class JobRequests:
             )
         if message.p_block_w <= 0:
             raise ProtocolError(
-                ErrorCode.BAD_FIELD, "a profile imported before its job registers needs p_block_w > 0"
+                ErrorCode.BAD_FIELD,
+                "a profile imported before its job registers needs the GPU's power while blocked on "
+                "communication (--p-block-w, p_block_w > 0)",
             )
         pending[key] = PendingImport(profile, message.p_block_w)
         return ProfileImportOk(job=message.job, rows=len(profile.measurements), state="pending")

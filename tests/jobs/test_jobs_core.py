@@ -379,3 +379,9 @@ def test_a_plan_far_off_its_prediction_is_flagged_and_accrues_no_predicted_savin
         _run_iteration(core, step)
         core.tick()
     assert _info(core)["train"].energy_saved_j == info.energy_saved_j  # no longer accrues
+
+
+def test_errors_speak_the_users_terms(core: DaemonCore) -> None:
+    """An error names what the user typed (the flag), not only the wire field."""
+    with pytest.raises(ProtocolError, match="blocked on communication \\(--p-block-w, p_block_w > 0\\)"):
+        core.handle(ME, ProfileImport("later", _profile_csv(), "synthetic.csv", 0.0))
