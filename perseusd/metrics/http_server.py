@@ -6,10 +6,14 @@ limit, the daemon's other work fails). Here:
 
 - one accept thread and `WORKERS` worker threads, started once: no thread per connection;
 - at most `QUEUED` accepted connections wait for a worker; more are closed at once (descriptors bounded);
-- at most `PER_CLIENT` connections per client (its address; on loopback, its address and uid, read from
-  /proc/net/tcp) are served or queued: one user cannot hold the workers a scraper needs;
+- at most `PER_CLIENT` connections per client are served or queued (its address; once the address has
+  `PER_CLIENT` in flight, its address and uid, read from /proc/net/tcp then: on loopback every user shares
+  the address), so one user holds at most 2 x `PER_CLIENT` and never the workers another user's scraper
+  needs;
 - the request head must arrive within `HEAD_DEADLINE_S` and fit in `MAX_HEAD_BYTES`; the reply must be
-  taken within `REPLY_DEADLINE_S`; every connection is closed after one reply.
+  taken within `REPLY_DEADLINE_S`; every connection is closed after one reply;
+- the metrics are collected at most once per `CACHE_S` (per format): scrapes in between get the same
+  text, so scraping in a loop costs the daemon no more than one collection a second.
 
 Only GET and HEAD of `/metrics` (and `/`) are answered; the collector runs on a worker, never on the main
 loop.
@@ -38,6 +42,7 @@ PER_CLIENT = 2
 HEAD_DEADLINE_S = 5.0
 REPLY_DEADLINE_S = 10.0
 MAX_HEAD_BYTES = 8192
+CACHE_S = 1.0
 PATHS = ("/metrics", "/")
 _ClientKey = tuple[str, int | None]
 
@@ -54,6 +59,9 @@ class BoundedHttpServer:
         self._queue: queue.Queue[tuple[socket.socket, _ClientKey] | None] = queue.Queue(QUEUED)
         self._lock = threading.Lock()
         self._clients: Counter[_ClientKey] = Counter()
+        self._by_address: Counter[str] = Counter()
+        self._cache: dict[str, tuple[float, bytes]] = {}  # content type -> (collected at, body)
+        self._collect_lock = threading.Lock()
         self.refused = 0
         self._stopping = False
         self._threads = [
@@ -85,15 +93,22 @@ class BoundedHttpServer:
                 conn, peer = self._sock.accept()
             except OSError:
                 continue  # the client went away, or no descriptor now: the next one may succeed
-            self._admit(conn, client_key(peer, self.port))
+            self._admit(conn, peer)
 
-    def _admit(self, conn: socket.socket, key: _ClientKey) -> None:
+    def _admit(self, conn: socket.socket, peer: tuple[str, int] | tuple[str, int, int, int]) -> None:
+        address = peer[0]
+        with self._lock:
+            crowded = self._by_address[address] >= PER_CLIENT
+        # Who the client is (its uid on loopback) is looked up only when its address is crowded: a
+        # connection costs no /proc read otherwise.
+        key = client_key(peer, self.port) if crowded else (address, None)
         with self._lock:
             admitted = self._clients[key] < PER_CLIENT
             if admitted:
                 try:
                     self._queue.put_nowait((conn, key))
                     self._clients[key] += 1
+                    self._by_address[address] += 1
                 except queue.Full:
                     admitted = False
             if not admitted:
@@ -114,6 +129,9 @@ class BoundedHttpServer:
                     self._clients[key] -= 1
                     if not self._clients[key]:
                         del self._clients[key]
+                    self._by_address[key[0]] -= 1
+                    if not self._by_address[key[0]]:
+                        del self._by_address[key[0]]
 
     def _serve(self, conn: socket.socket) -> None:
         head = read_head(conn, time.monotonic() + HEAD_DEADLINE_S)
@@ -134,8 +152,11 @@ class BoundedHttpServer:
             return
         accept = next((line.split(":", 1)[1] for line in lines[1:] if line.lower().startswith("accept:")), "")
         encoder, content_type = choose_encoder(accept.strip())
-        body = encoder(self._registry)
-        conn.sendall(reply(200, body, content_type, head_only=method == "HEAD"))
+        with self._collect_lock:  # one collection at a time, and at most one per CACHE_S
+            cached = self._cache.get(content_type)
+            if cached is None or time.monotonic() - cached[0] >= CACHE_S:
+                cached = self._cache[content_type] = (time.monotonic(), encoder(self._registry))
+        conn.sendall(reply(200, cached[1], content_type, head_only=method == "HEAD"))
 
 
 def read_head(conn: socket.socket, deadline_s: float) -> bytes | None:
@@ -195,6 +216,7 @@ def socket_uid(address: str, client_port: int, server_port: int) -> int | None:
             continue
         for line in lines:
             fields = line.split()
-            if len(fields) > 7 and fields[1].endswith(local) and fields[2].endswith(remote):
+            established = len(fields) > 7 and fields[3] == "01"
+            if established and fields[1].endswith(local) and fields[2].endswith(remote):
                 return int(fields[7])
     return None
