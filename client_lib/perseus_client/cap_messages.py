@@ -36,7 +36,7 @@ class AdminCapStatus(Message):
 @dataclass(frozen=True)
 class AdminSetJobPriority(Message):
     """Set a job's priority tier under a power cap: 0 low, 1 normal (default), 2 high; lower tiers are
-    slowed first. A job not (yet) on this node keeps the tier for when it comes."""
+    slowed first. The job must be on this node; its tier is bound to its owner and name."""
 
     TYPE: ClassVar[str] = "admin_set_job_priority"
     SINCE: ClassVar[int] = 1

@@ -138,4 +138,4 @@ def resolve_gpus(client: PerseusClient, gpus: Sequence[str | int]) -> tuple[str,
             uuids.append(gpu)
         else:
             raise ValueError(f"no GPU {gpu!r} on this node")
-    return tuple(uuids)
+    return tuple(dict.fromkeys(uuids))  # each GPU once: the daemon refuses a GPU named twice

@@ -19,6 +19,11 @@ from perseus_client.codes import ErrorCode, ProtocolError
 
 MAX_ABS_INT = (1 << 63) - 1
 """Integers on the wire fit in 64 bits (larger ones are refused, whatever the field)."""
+MAX_NAME_CHARS = 256
+"""The longest name a request may carry in a name field (`NAME_FIELDS`): a job's name is saved in the
+daemon's state file, shown by `perseusctl` and logged, so it must stay small and printable."""
+NAME_FIELDS = frozenset({"job", "run", "client_version"})
+"""String fields that name something (checked by `check_name` in strict schemas, the daemon's side)."""
 _Checker = typing.Callable[[Any, str], Any]
 
 
@@ -62,7 +67,7 @@ def _fields_of(cls: type[Any], schema: Schema) -> tuple[dict[str, _Field], froze
     if cached is None:
         hints = typing.get_type_hints(cls)
         fields = {
-            f.name: _Field(f.name, _checker_for(hints[f.name], schema), _required(f))
+            f.name: _Field(f.name, _field_checker(f.name, hints[f.name], schema), _required(f))
             for f in dataclasses.fields(cls)
             if f.metadata.get("since", 0) <= schema.minor
         }
@@ -72,6 +77,24 @@ def _fields_of(cls: type[Any], schema: Schema) -> tuple[dict[str, _Field], froze
 
 def _required(f: dataclasses.Field[Any]) -> bool:
     return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def _field_checker(name: str, hint: Any, schema: Schema) -> _Checker:
+    if schema.strict and name in NAME_FIELDS and hint is str:
+        return check_name
+    return _checker_for(hint, schema)
+
+
+def check_name(value: Any, where: str) -> str:
+    """A name field: a string of at most `MAX_NAME_CHARS` printable characters (no control characters, no
+    lone surrogates: it reaches terminals, logs and the state file)."""
+    if type(value) is not str:
+        raise _bad(where, "a string")
+    if len(value) > MAX_NAME_CHARS:
+        raise _bad(where, f"a name of at most {MAX_NAME_CHARS} characters (got {len(value)})")
+    if not value.isprintable():
+        raise _bad(where, "a name of printable characters (no control characters or escape sequences)")
+    return value
 
 
 def _bad(where: str, expected: str) -> ProtocolError:

@@ -7,6 +7,7 @@ own thread and decides what a failure means.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -82,19 +83,32 @@ class ElectricityMapsSettings:
     timeout_s: float = 10.0
 
 
+MAX_TOKEN_BYTES = 4096
+
+
 def read_token(path: Path) -> str:
-    """The API token from a file only its owner may read (a token readable by others is refused)."""
+    """The API token from a regular file only its owner (the daemon's user) may read: a symlink (never
+    followed), a FIFO or device, a file of another user or readable by others is refused. The checks are made
+    on the opened file itself, so the file cannot be swapped between them and the read."""
     try:
-        info = path.stat()
-        text = path.read_text().strip()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SignalError(f"the token file {path} is a symlink: give the file itself") from None
         raise SignalError(
             f"cannot read the Electricity Maps token file {path}: {exc.strerror or exc}"
         ) from exc
-    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise SignalError(f"the token file {path} is readable by others: chmod 600 {path}")
-    if info.st_uid != os.geteuid():
-        raise SignalError(f"the token file {path} belongs to another user: it must be the daemon's own")
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise SignalError(f"the token file {path} is not a regular file")
+        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise SignalError(f"the token file {path} is readable by others: chmod 600 {path}")
+        if info.st_uid != os.geteuid():
+            raise SignalError(f"the token file {path} belongs to another user: it must be the daemon's own")
+        text = os.read(fd, MAX_TOKEN_BYTES).decode(errors="replace").strip()
+    finally:
+        os.close(fd)
     if not text:
         raise SignalError(f"the token file {path} is empty")
     return text

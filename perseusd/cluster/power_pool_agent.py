@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from perseus_client.status_messages import PoolInfo
 
 from perseusd.cluster.config import ClusterConfig
-from perseusd.cluster.etcd_store import ClusterError, EtcdStore, LeaseLostError
+from perseusd.cluster.etcd_store import ClusterError, EtcdStore, LeaseLostError, compare_create, put_op
 from perseusd.cluster.power_pool_allocator import PoolAllocator
 from perseusd.cluster.power_pool_keys import NodeReport, PoolKeys, check_pool
 from perseusd.cluster.power_pool_view import PoolView, read_pool
@@ -166,6 +166,12 @@ class PoolAgent:
             view = read_pool(self._keys, revision, entries)
             self._follow(view, lease_id)
             self._allocator.round(view, lease_id)
+        except NodeNameTakenError as exc:
+            with self._lock:
+                if self._last_error != str(exc):
+                    logger.error("power pool %s: %s", self._settings.pool, exc)
+                self._last_error = str(exc)
+            self._apply(self._safe_cap_w(), "safe cap (node name taken)")
         except LeaseLostError as exc:
             self._failed(exc)
             self._lease_id = None  # a new lease next round; the report is written again under it
@@ -212,9 +218,28 @@ class PoolAgent:
             self._measured_w(),
         )
         value = report.encode()
-        if value != self._written:
+        if self._written is None:
+            self._claim_node_name(value, lease_id)
+            self._written = value
+        elif value != self._written:
             self._store.put(self._keys.node(self._node), value, lease_id)
             self._written = value
+
+    def _claim_node_name(self, value: str, lease_id: int) -> None:
+        """The first report under a lease: written only if no other lease holds this node's key, so two
+        daemons with one node name never both take a share (`NodeNameTakenError` otherwise)."""
+        key = self._keys.node(self._node)
+        created, _revision = self._store.txn([compare_create(key, 0)], [put_op(key, value, lease_id)])
+        if created:
+            return
+        held = [entry for entry in self._store.range_prefix(key)[1] if entry.key == key]
+        if held and held[0].lease_id not in (0, lease_id):
+            raise NodeNameTakenError(
+                f"node name {self._node} is held in the pool under another lease ({held[0].lease_id:x}): "
+                "another perseusd runs with this node name (set cluster_node_name), or this node's previous "
+                f"run, whose lease expires within {self._cluster.lease_ttl_s} s; holding the safe cap"
+            )
+        self._store.put(key, value, lease_id)
 
     def _measured_w(self) -> float | None:
         """Measured node power, read at most every `MEASURE_EVERY_S` (each change is an etcd write); the
@@ -269,6 +294,10 @@ class PoolAgent:
             self._target.apply_grant_w(grant_w)
         except Exception:  # the target's own failure never stops the pool
             logger.exception("power pool %s: applying %s failed", self._settings.pool, _watts(grant_w))
+
+
+class NodeNameTakenError(ClusterError):
+    """Another lease holds this node's key in the pool."""
 
 
 def _watts(grant_w: float | None) -> str:

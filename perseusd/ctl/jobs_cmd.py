@@ -158,8 +158,11 @@ def summary_line(job: JobInfo) -> str | None:
         parts.append(carbon_part(job.carbon))
     if job.cluster:
         parts.append(f"cluster {job.cluster}")
-    if job.plan_note:
-        parts.append(f"do no harm: {job.plan_note}")
+    notes = job.plan_note.split("; ") if job.plan_note else []
+    harm = [note for note in notes if not note.startswith("measured ")]  # the rest: a departing plan
+    if harm:
+        parts.append(f"do no harm: {'; '.join(harm)}")
+    parts += [note for note in notes if note.startswith("measured ")]
     if job.planning is not None:
         parts.append(planning_part(job.planning))
     if job.stage_gpus > 1:
@@ -210,15 +213,16 @@ def span_lines(job: JobInfo) -> list[str]:
 
 
 def carbon_part(carbon: CarbonInfo) -> str:
-    """`carbon 12.3 g vs 14.1 g at all-max (measured), forecast 612.3 gCO2eq/kWh`; with a price signal
-    `cost 0.0123 EUR vs 0.0141 EUR at all-max (measured), forecast 0.312 EUR/kWh`."""
+    """`carbon 12.3 g (measured) vs 14.1 g at all-max (predicted), forecast 612.3 gCO2eq/kWh`; with a price
+    signal `cost 0.0123 EUR (measured) vs 0.0141 EUR at all-max (measured), ...`: each figure says its basis
+    (the job's own is always the counters'), never one label for a measured figure and a predicted one."""
     if is_carbon(carbon.unit):
         name, unit = "carbon", "g"
     else:
         name, unit = "cost", amount_unit(carbon.unit)
-    text = f"{name} {carbon.carbon_g:.3g} {unit}"
+    text = f"{name} {carbon.carbon_g:.3g} {unit} (measured)"
     if carbon.all_max_carbon_g is not None:
-        text += f" vs {carbon.all_max_carbon_g:.3g} {unit} at all-max ({carbon.all_max_basis})"
+        text += f" vs {carbon.all_max_carbon_g:.3g} {unit} at all-max ({carbon.all_max_basis or 'predicted'})"
     if carbon.uncounted_energy_j:
         text += f", {fmt_unit(carbon.uncounted_energy_j / 1000.0, 1, 'kJ')} without a signal"
     if carbon.basis:

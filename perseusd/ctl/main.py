@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from perseusd import __version__
+from perseusd.ctl.terminal import safe_output
 from perseusd.errors import PerseusError
 
 EXIT_OK = 0
@@ -92,6 +93,11 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
+DESCRIPTION = (
+    "The command line of Perseus: see GPUs, jobs and their plans, measure energy, set power caps and plan "
+    "offline from a profile. `perseusctl COMMAND --help` describes each command."
+)
+EPILOG = "Exit codes: 0 ok, 1 the command failed, 2 the daemon is unreachable or a usage error."
 RUNTIME_DIR_ENV = "PERSEUSD_RUNTIME_DIR"
 DEFAULT_RUNTIME_DIR = "/run/perseusd"
 """As `perseus_client.reach` has them (not imported here: `perseusctl solve` never loads the client)."""
@@ -99,7 +105,7 @@ DEFAULT_RUNTIME_DIR = "/run/perseusd"
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The `perseusctl` parser: every command registered, or only the command `only`."""
-    parser = _Parser(prog="perseusctl", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = _Parser(prog="perseusctl", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"perseusctl {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     parser.add_argument(
@@ -122,6 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.debug or getattr(args, "logs", True):
         _configure_logging(args.debug)
     func: Callable[[Any], int] = args.func
+    with safe_output():
+        return _run(func, args)
+
+
+def _run(func: Callable[[Any], int], args: Any) -> int:
     try:
         code = func(args)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit

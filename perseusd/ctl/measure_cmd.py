@@ -1,7 +1,8 @@
 """`perseusctl measure [--gpu G ...] [--json] -- CMD [ARG ...]`: run a command, print its GPUs' energy.
 
 No privileges needed: perseusd reads the energy counters (any member of group perseus may ask). The report
-goes to stderr (like `time`), so the command's own output stays as it was; the exit code is the command's.
+goes to stderr (like `time`), so the command's own output stays as it was; `--json` goes to stdout, one line
+after the command's output; the exit code is the command's.
 Energy counters advance every ~100 ms on NVIDIA GPUs: each GPU's energy is given with its uncertainty
 (one counter period of power at each end of the run), which matters only for commands shorter than seconds.
 """
@@ -40,7 +41,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="G",
         help="a GPU to measure, by index or UUID (repeat for more; default: every GPU of the node)",
     )
-    parser.add_argument("--json", action="store_true", help="print the measurement as JSON (on stderr)")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the measurement as one line of JSON on stdout, after the command's output",
+    )
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]", help="the command")
     parser.set_defaults(func=run)
 
@@ -98,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
     end = read(runtime_dir, tuple(gpu.uuid for gpu in begin))
     m = measurement(" ".join(cmd), time_s, begin, end)
     if args.json:
-        print(json.dumps({**dataclasses.asdict(m), "exit_code": exit_code}, indent=2), file=sys.stderr)
+        # On stdout, as every --json (one line, after the command's own output: its last line).
+        print(json.dumps({**dataclasses.asdict(m), "exit_code": exit_code}), flush=True)
     else:
         print(render(m, exit_code), file=sys.stderr)
     return exit_code if exit_code >= 0 else 128 - exit_code  # killed by a signal: as a shell reports it

@@ -35,7 +35,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Compute the iteration time-energy Pareto frontier and a frequency plan for every point.",
     )
     add_planning_arguments(parser)
-    parser.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write frontier.csv and frontier.json here (created if missing); none: only look",
+    )
     parser.add_argument("--plot", metavar="PNG", help="also draw the frontier to this image file")
     parser.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
     parser.set_defaults(func=run)
@@ -85,7 +89,7 @@ def write_outputs(inputs: PlanningInputs, points: list[FrontierPoint], out_dir: 
 
 
 def summary(
-    inputs: PlanningInputs, points: list[FrontierPoint], solve_s: float, out_dir: Path
+    inputs: PlanningInputs, points: list[FrontierPoint], solve_s: float, out_dir: Path | None
 ) -> dict[str, Any]:
     """The `--json` summary of a solve."""
     from perseusd.planner.baselines import all_max
@@ -109,8 +113,8 @@ def summary(
         "chunks": inputs.dag.num_chunks,
         "unit_time_s": inputs.unit_time_s,
         "p_block_w": inputs.p_block_w,
-        "frontier_csv": str(out_dir / FRONTIER_CSV),
-        "frontier_json": str(out_dir / FRONTIER_JSON),
+        "frontier_csv": None if out_dir is None else str(out_dir / FRONTIER_CSV),
+        "frontier_json": None if out_dir is None else str(out_dir / FRONTIER_JSON),
     }
 
 
@@ -126,7 +130,8 @@ def _print_text(info: dict[str, Any]) -> None:
         f"{info['refined_energy_at_t_min_j']:.1f} J (profile), {saving_pct:.1f} % below all-max"
     )
     print(f"  all-max    {info['all_max_time_s']:.4f} s, {info['all_max_energy_j']:.1f} J (profile)")
-    print(f"  wrote      {info['frontier_csv']}, {info['frontier_json']}")
+    if info["frontier_csv"] is not None:
+        print(f"  wrote      {info['frontier_csv']}, {info['frontier_json']}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -145,8 +150,9 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     inputs = load_inputs(args)
     points, solve_s = solve_points(inputs)
-    out_dir = Path(args.out)
-    write_outputs(inputs, points, out_dir)
+    out_dir = None if args.out is None else Path(args.out)
+    if out_dir is not None:
+        write_outputs(inputs, points, out_dir)
     info = summary(inputs, points, solve_s, out_dir)
     if args.plot:
         from perseusd.planner.plot import plot_frontier

@@ -50,7 +50,37 @@ def status_json(reply: StatusReply) -> dict[str, Any]:
         "jobs": _jobs_json(reply),
         "signal": None if reply.signal is None else dataclasses.asdict(reply.signal),
         "pool": None if reply.pool is None else dataclasses.asdict(reply.pool),
+        "users": users_usage(reply),
     }
+
+
+def users_usage(reply: StatusReply) -> list[dict[str, Any]]:
+    """Who uses what, per uid, from the leases and the jobs the reply shows (all of them to an admin):
+    GPUs leased and jobs by state, the busiest first."""
+    usage: dict[int, dict[str, Any]] = {}
+
+    def of(uid: int) -> dict[str, Any]:
+        return usage.setdefault(uid, {"uid": uid, "gpus_leased": 0, "jobs": {}})
+
+    for gpu in reply.gpus:
+        if gpu.lease is not None:
+            of(gpu.lease.uid)["gpus_leased"] += 1
+    for job in reply.jobs:
+        jobs = of(job.uid)["jobs"]
+        jobs[str(job.state)] = jobs.get(str(job.state), 0) + 1
+    return sorted(usage.values(), key=lambda u: (-u["gpus_leased"], -sum(u["jobs"].values()), u["uid"]))
+
+
+def users_line(reply: StatusReply) -> str | None:
+    """`users: uid 1000 2 GPUs, jobs 1 running 1 solving; uid 1001 1 GPU` (None: nobody uses the node)."""
+    parts = []
+    for user in users_usage(reply):
+        gpus = user["gpus_leased"]
+        text = f"uid {user['uid']} {gpus} GPU{'s' if gpus != 1 else ''}"
+        if user["jobs"]:
+            text += ", jobs " + " ".join(f"{count} {state}" for state, count in sorted(user["jobs"].items()))
+        parts.append(text)
+    return "users: " + "; ".join(parts) if parts else None
 
 
 def signal_line(signal: SignalInfo) -> str:
@@ -179,6 +209,9 @@ def render_table(reply: StatusReply) -> str:
         lines.append(signal_line(reply.signal))
     if reply.pool is not None:
         lines.append(pool_line(reply.pool))
+    users = users_line(reply)
+    if users is not None:
+        lines.append(users)
     lines.append("")
     with_plan = any(gpu.plan is not None for gpu in reply.gpus)
     header = ["UUID", "NAME", "SM MHZ", "LOCKED", "POWER W", "LIMIT W", "ENERGY J"]

@@ -7,15 +7,55 @@ every table can be tested on constructed replies without a daemon.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TextIO
 
 PLACEHOLDER = "-"
 """What an unavailable value prints as."""
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 MIN_WATCH_INTERVAL_S = 0.1
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
+"""What never reaches a terminal as it is: C0/C1 controls (escape sequences begin with one) but newline and
+tab, Unicode line separators and bidi overrides, lone surrogates (which cannot even be encoded)."""
+
+
+def printable(text: str) -> str:
+    """`text` with every unsafe character written as its visible escape (`\\x1b`, `\\ud800`)."""
+    return _UNSAFE.sub(lambda match: ascii(match.group())[1:-1], text)
+
+
+class SafeText:
+    """A text stream whose `write` passes only `printable` text: a job name from a daemon's reply (another
+    user's, or a hostile process owning the socket) never sends escape sequences to the reader's terminal,
+    and never crashes the command. `write_raw` is for perseusctl's own control sequences."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(printable(text))
+
+    def write_raw(self, text: str) -> int:
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def safe_output() -> Iterator[None]:
+    """stdout and stderr as `SafeText` for the duration."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = SafeText(saved[0]), SafeText(saved[1])
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 def fmt(value: float | None, digits: int = 0) -> str:
@@ -64,13 +104,16 @@ def watch(render: Callable[[], str], interval_s: float, *, clear: bool) -> int:
     """Print `render()` every `interval_s` until Ctrl-C (exit code 0).
 
     The next screen is rendered before the old one is cleared, so a slow daemon never leaves a blank
-    terminal; with `clear` False (JSON) every snapshot is printed after the previous one.
+    terminal; with `clear` False (JSON), or stdout not a terminal (a pipe, a file), every snapshot is
+    printed after the previous one, with no control codes.
     """
+    clear = clear and sys.stdout.isatty()
+    write_raw = getattr(sys.stdout, "write_raw", sys.stdout.write)
     try:
         while True:
             text = render()
             if clear:
-                sys.stdout.write(CLEAR_SCREEN)
+                write_raw(CLEAR_SCREEN)
             sys.stdout.write(text + "\n")
             sys.stdout.flush()
             time.sleep(max(interval_s, MIN_WATCH_INTERVAL_S))

@@ -26,7 +26,9 @@ FLAG_MORE = 0x01
 FLAG_LONG = 0x02
 FLAG_COMMAND = 0x04
 MAX_REPLY_BYTES = 64 << 20
-"""A frontier document of a large job is megabytes; anything far beyond is not a reply."""
+"""A frontier document of a large job is megabytes; anything far beyond is not a reply. The cap is on
+everything the peer sends for one request (frames of a multi-frame reply, heartbeats), not on one frame."""
+READ_CHUNK_BYTES = 1 << 20
 
 
 class ZmtpUnreachableError(Exception):
@@ -113,6 +115,7 @@ class _Link:
         self._deadline_s = deadline_s
         self.path = path
         self._buffer = b""
+        self._received = 0
 
     def _left_s(self) -> float:
         left_s = self._deadline_s - time.monotonic()
@@ -137,11 +140,14 @@ class _Link:
         while len(self._buffer) < count:
             try:
                 self._sock.settimeout(self._left_s())
-                chunk = self._sock.recv(max(65536, count - len(self._buffer)))
+                chunk = self._sock.recv(min(max(65536, count - len(self._buffer)), READ_CHUNK_BYTES))
             except OSError as exc:
                 raise self._error(exc) from None
             if not chunk:
                 raise _ClosedError
+            self._received += len(chunk)
+            if self._received > MAX_REPLY_BYTES + GREETING_BYTES + 1024:
+                raise ZmtpUnreachableError(f"{self.path}: a reply larger than {MAX_REPLY_BYTES} bytes")
             self._buffer += chunk
         data, self._buffer = self._buffer[:count], self._buffer[count:]
         return data

@@ -54,6 +54,9 @@ def job_settings(config: DaemonConfig) -> JobSettings:
         clock_lead_s=config.clock_lead_ms / 1000.0,
         sweep=sweep,
         stragglers=stragglers,
+        max_job_computations=config.max_job_computations,
+        max_solves_per_user=config.max_solves_per_user,
+        solve_timeout_s=config.solve_timeout_s,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import socket
 import tomllib
@@ -74,6 +75,13 @@ class DaemonConfig:
     default_policy: str = "no_slowdown"
     default_policy_target: float = 0.0
     job_cache: bool = True
+    # Work one user can cause (docs/daemon.md, "Limits per user").
+    max_job_computations: int = 4096
+    """The largest schedule a job may register: stages x microbatches x chunks x 2."""
+    max_solves_per_user: int = 1
+    """Solves of one user's jobs queued or running at a time; the user's other jobs wait in `solving`."""
+    solve_timeout_s: float = 900.0
+    """A solve running longer fails its job and frees the solver for the others."""
     # Stragglers: hysteresis of the detection from pipelines' compute times.
     straggler_threshold: float = 0.05
     straggler_clear_threshold: float = 0.02
@@ -107,6 +115,10 @@ class DaemonConfig:
     metrics_textfile_dir: str = ""
     metrics_textfile_interval_s: float = 15.0
     metrics_dcgm_families: bool = True
+    metrics_job_names: bool = False
+    """Label job series with job names and owners' uids. Off: a pseudonym per job (`job-<hash>`, stable while
+    the daemon runs) and uid -1, since the metrics are readable by every local user while the control socket
+    shows a job only to its owner and admins."""
     """Export dcgm-exporter's families (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, ...) too; set false on nodes
     where dcgm-exporter runs (the families are then its)."""
     metrics_hostname: str = ""
@@ -156,6 +168,9 @@ class DaemonConfig:
         _require(0.001 <= self.energy_sample_period_s <= 1.0, "energy_sample_period_s must be 0.001..1")
         _require(0 <= self.clock_lead_ms <= 100, "clock_lead_ms must be 0..100")
         _require(self.solver_unit_time_s >= 0, "solver_unit_time_s must be >= 0 (0: automatic)")
+        _require(self.max_job_computations >= 2, "max_job_computations must be >= 2")
+        _require(self.max_solves_per_user >= 1, "max_solves_per_user must be >= 1")
+        _require(self.solve_timeout_s > 0, "solve_timeout_s must be positive")
         _require(self.default_policy in POLICIES, f"default_policy must be one of {', '.join(POLICIES)}")
         _require(0 < self.straggler_threshold <= 1.0, "straggler_threshold must be in (0, 1]")
         _require(
@@ -252,6 +267,7 @@ class DaemonConfig:
             self.metrics_http_address,
             self.metrics_textfile_dir,
             self.metrics_textfile_interval_s,
+            self.metrics_job_names,
         )
 
     def to_toml(self) -> str:
@@ -348,6 +364,52 @@ def _read_file(path: Path, required: bool) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     return data
+
+
+RESTORE_SETTINGS = (
+    "backend",
+    "sim_gpus",
+    "sim_model",
+    "sim_update_period_s",
+    "sim_seed",
+    "mixed_real",
+    "runtime_dir",
+    "state_dir",
+    "socket_group",
+    "admin_group",
+    "gpu_call_timeout_s",
+    "monitor_only",
+)
+"""What restoring GPUs needs: the settings `load_restore_config` salvages from a configuration that fails."""
+
+
+def load_restore_config(
+    config_path: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> DaemonConfig:
+    """The configuration a restore runs with when `load_config` fails: only `RESTORE_SETTINGS`, each taken
+    from the file, the environment and the flags wherever it is valid (a bad setting elsewhere must not
+    leave a GPU locked); the defaults when even those do not make a valid configuration."""
+    path = config_path or DEFAULT_CONFIG_PATH
+    sources: list[tuple[str, Mapping[str, object]]] = []
+    with contextlib.suppress(ConfigError):
+        sources.append((str(path), _read_file(path, required=False)))
+    environ = environ or {}
+    env = {key[len(ENV_PREFIX) :].lower(): environ[key] for key in environ if key.startswith(ENV_PREFIX)}
+    sources += [("environment", env), ("flags", overrides or {})]
+    values: dict[str, object] = {}
+    for source, items in sources:
+        for name in RESTORE_SETTINGS:
+            if items.get(name) is not None:
+                try:
+                    values[name] = _coerce(name, items[name], source)
+                except ConfigError:
+                    continue
+    try:
+        return DaemonConfig(**values)  # type: ignore[arg-type]
+    except (ConfigError, TypeError):
+        return DaemonConfig()
 
 
 def load_config(

@@ -88,7 +88,9 @@ class DaemonCore:
         self._cap_requests = CapRequests(power_cap) if power_cap is not None else None
         self.plans = plans if plans is not None else PlanBook(registry.submit_locked_sm_clock_mhz)
         self.jobs = jobs
-        self._job_requests = JobRequests(jobs, self.plans, leases, is_admin) if jobs is not None else None
+        self._job_requests = (
+            JobRequests(jobs, self.plans, leases, is_admin, protocol_minor) if jobs is not None else None
+        )
         self._extra_handlers = dict(extra_handlers or {})
         self._admin_handlers = dict(admin_handlers or {})
         self.leases = leases

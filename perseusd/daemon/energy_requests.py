@@ -38,6 +38,9 @@ class EnergyRequests:
     def read(self, _caller: Caller, message: EnergyRead) -> EnergyReading:
         if len(message.gpus) > MAX_GPUS:
             raise ProtocolError(ErrorCode.BAD_FIELD, f"energy_read.gpus: at most {MAX_GPUS} GPUs")
+        if len(set(message.gpus)) != len(message.gpus):  # each would queue one more read the loop waits for
+            twice = next(gpu for gpu in message.gpus if message.gpus.count(gpu) > 1)
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"energy_read.gpus: GPU {twice} named more than once")
         gpus = message.gpus or self._registry.uuids
         for gpu in gpus:
             if gpu not in self._registry:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from perseus_client.protocol import (
+    PROTOCOL_MINOR,
     AnnounceStraggler,
     AnnounceStragglerOk,
     DocumentReply,
@@ -46,6 +47,8 @@ from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream
 from perseusd.switching.plans import PlanBook
 
+CARBON_SINCE_MINOR = 1
+"""The protocol minor that added the `carbon` policy."""
 MAX_PENDING_IMPORTS_PER_USER = 16
 """Profiles one user may have waiting for jobs not registered yet; each user has their own namespace."""
 MAX_P_BLOCK_W = 10_000.0
@@ -58,8 +61,15 @@ class JobRequests:
     """The job requests, for callers the IPC layer identified."""
 
     def __init__(
-        self, manager: JobManager, plans: PlanBook, leases: LeaseBook, is_admin: Callable[[Caller], bool]
+        self,
+        manager: JobManager,
+        plans: PlanBook,
+        leases: LeaseBook,
+        is_admin: Callable[[Caller], bool],
+        protocol_minor: int = PROTOCOL_MINOR,
     ) -> None:
+        self._protocol_minor = protocol_minor
+        """The newest minor this daemon speaks: values newer than it are refused like newer fields."""
         self._manager = manager
         self._plans = plans
         self._leases = leases
@@ -82,15 +92,28 @@ class JobRequests:
         return self._manager.register(caller.uid, caller.pid, message)
 
     def set_policy(self, caller: Caller, message: SetPolicy) -> SetPolicyOk:
-        job = self._own_job(caller, message.job)
+        if message.policy == "carbon" and self._protocol_minor < CARBON_SINCE_MINOR:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"policy carbon needs protocol 6.{CARBON_SINCE_MINOR}; this daemon speaks "
+                f"6.0-6.{self._protocol_minor}",
+            )
+        job = self._active_job(caller, message.job)
         policy = Policy(message.policy, message.target)
         self._manager.set_policy(job, policy)
         return SetPolicyOk(job=job.name, policy=policy.name, target=policy.target)
 
     def announce_straggler(self, caller: Caller, message: AnnounceStraggler) -> AnnounceStragglerOk:
-        job = self._own_job(caller, message.job)
+        job = self._active_job(caller, message.job)
         if not 0 <= message.pipeline <= MAX_PIPELINE:
-            raise ProtocolError(ErrorCode.BAD_FIELD, f"announce_straggler.pipeline must be 0..{MAX_PIPELINE}")
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"the pipeline must be 0..{MAX_PIPELINE}")
+        pipelines = sorted({slot.pipeline for slot in job.slots.values()})
+        if job.span is None and message.pipeline not in pipelines:  # a spanning job's may be elsewhere
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"job {job.name} has no pipeline {message.pipeline} (its pipelines: "
+                f"{', '.join(map(str, pipelines)) or 'none'})",
+            )
         factor = None if message.clear else message.factor
         shared = self._manager.response.announce(job, message.pipeline, factor)
         return AnnounceStragglerOk(
@@ -102,10 +125,12 @@ class JobRequests:
 
     def visible_jobs(self, caller: Caller) -> tuple[JobInfo, ...]:
         admin = self._is_admin(caller)
-        jobs = self._manager.jobs.values()
+        manager = self._manager
         return tuple(
-            job_info(j, self._plans, self._manager.measured(j), self._manager.carbon.info(j))
-            for j in jobs
+            job_info(
+                j, self._plans, manager.measured(j), manager.carbon.info(j), manager.profiling_energy_j(j)
+            )
+            for j in manager.jobs.values()
             if admin or j.uid == caller.uid
         )
 
@@ -134,7 +159,8 @@ class JobRequests:
     def profile_import(self, caller: Caller, message: ProfileImport) -> ProfileImportOk:
         if not 0 <= message.p_block_w <= MAX_P_BLOCK_W:  # the decoder refused NaN and infinities
             raise ProtocolError(
-                ErrorCode.BAD_FIELD, f"profile_import.p_block_w must be 0..{MAX_P_BLOCK_W:g} W"
+                ErrorCode.BAD_FIELD,
+                f"the blocking power (--p-block-w, p_block_w) must be 0..{MAX_P_BLOCK_W:g} W",
             )
         profile = _parse_profile(message.csv, message.source or "<import>")
         job = self._manager.jobs.get(message.job)
@@ -144,7 +170,11 @@ class JobRequests:
         _check_stages(job, profile)
         p_block_w = message.p_block_w or job.p_block_w
         if p_block_w <= 0:
-            raise ProtocolError(ErrorCode.BAD_FIELD, "profile_import: give p_block_w (nothing measured yet)")
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                "give the GPU's power while blocked on communication (--p-block-w, p_block_w): nothing "
+                "measured yet",
+            )
         self._manager.reprofile_with(job, profile, p_block_w)
         return ProfileImportOk(job=job.name, rows=len(profile.measurements), state=job.state)
 
@@ -162,10 +192,21 @@ class JobRequests:
             )
         if message.p_block_w <= 0:
             raise ProtocolError(
-                ErrorCode.BAD_FIELD, "a profile imported before its job registers needs p_block_w > 0"
+                ErrorCode.BAD_FIELD,
+                "a profile imported before its job registers needs the GPU's power while blocked on "
+                "communication (--p-block-w, p_block_w > 0)",
             )
         pending[key] = PendingImport(profile, message.p_block_w)
         return ProfileImportOk(job=message.job, rows=len(profile.measurements), state="pending")
+
+    def _active_job(self, caller: Caller, name: str) -> Job:
+        """The caller's job, refused when it has ended or failed: a change to it would take no effect."""
+        job = self._own_job(caller, name)
+        if not job.active:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD, f"job {job.name} has {job.state}: nothing of it can change any more"
+            )
+        return job
 
     def _own_job(self, caller: Caller, name: str) -> Job:
         return self._manager.job_for(caller.uid, name, admin=self._is_admin(caller))

@@ -25,7 +25,14 @@ from perseusd.cluster.pool_limits_file import restore_pool_limits
 from perseusd.daemon import sdnotify
 from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.components import cluster_link, energy_requests, job_manager, plan_book, power_pool
-from perseusd.daemon.config import BACKENDS, LOG_LEVELS, SIM_MODELS, DaemonConfig, load_config
+from perseusd.daemon.config import (
+    BACKENDS,
+    LOG_LEVELS,
+    SIM_MODELS,
+    DaemonConfig,
+    load_config,
+    load_restore_config,
+)
 from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.events import EventTracker
 from perseusd.daemon.ipc import IpcServer, IpcSettings
@@ -44,8 +51,9 @@ from perseusd.jobs.manager import JobSettings
 from perseusd.leasing.gpu_access import GpuAccess
 from perseusd.leasing.identity import Caller, process_start_time
 from perseusd.leasing.leases import LeaseBook
+from perseusd.leasing.recovery import read_or_recover, reset_node, restore_recorded
 from perseusd.leasing.registry import GpuRegistry
-from perseusd.leasing.restore import RestoreKeeper, reset_node
+from perseusd.leasing.restore import RestoreKeeper
 from perseusd.leasing.state_file import ensure_state_dir, state_path
 from perseusd.metrics.gpu_calls import GpuCallRecorder, TimedDevice
 from perseusd.power.cap_file import cap_path
@@ -61,24 +69,43 @@ WANTED_NOFILE = 524_288
 LOW_NOFILE_WARNING = 4096
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="perseusd", description="Perseus per-node GPU energy daemon")
-    parser.add_argument("command", nargs="?", choices=["reset"], help="reset: restore every GPU and exit")
+RESET_DESCRIPTION = (
+    "Restore every GPU the state file records (clocks and power limits as they were before perseusd wrote "
+    "them; the defaults when the state file cannot be read) and unlock the clocks of all GPUs, then exit. "
+    "Run while the daemon is stopped (the service's ExecStopPost=); exit 0 when every GPU was restored."
+)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of `perseusd` (`command` "reset": of `perseusd reset`, whose --help describes it)."""
+    if command == "reset":
+        parser = argparse.ArgumentParser(prog="perseusd reset", description=RESET_DESCRIPTION)
+        parser.add_argument("command", choices=["reset"], help=argparse.SUPPRESS)
+    else:
+        parser = argparse.ArgumentParser(
+            prog="perseusd",
+            description="Perseus per-node GPU energy daemon: leases GPUs to training processes, profiles "
+            "and plans their clocks, restores every GPU it touched. `perseusd reset --help`: the offline "
+            "restore.",
+        )
+        parser.add_argument("command", nargs="?", choices=["reset"], help="reset: restore every GPU and exit")
     parser.add_argument("--version", action="version", version=f"perseusd {__version__}")
     parser.add_argument(
         "--config", type=Path, help="configuration file (default: /etc/perseusd/perseusd.toml)"
     )
-    parser.add_argument("--backend", choices=BACKENDS)
-    parser.add_argument("--sim-gpus", type=int)
+    parser.add_argument("--backend", choices=BACKENDS, help="GPU backend: NVML, simulated GPUs, or auto")
+    parser.add_argument("--sim-gpus", type=int, help="with --backend sim: how many simulated GPUs")
     parser.add_argument(
         "--mixed-real",
         choices=MIXED_REAL_KINDS,
         help="with --backend mixed: the real GPU is NVML's (nvml) or a simulated stand-in (sim)",
     )
-    parser.add_argument("--sim-model", choices=SIM_MODELS)
-    parser.add_argument("--runtime-dir", type=Path)
-    parser.add_argument("--state-dir", type=Path)
-    parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS)
+    parser.add_argument("--sim-model", choices=SIM_MODELS, help="with --backend sim: the simulated board")
+    parser.add_argument("--runtime-dir", type=Path, help="sockets and lock (default: /run/perseusd)")
+    parser.add_argument(
+        "--state-dir", type=Path, help="state file and job cache (default: /var/lib/perseusd)"
+    )
+    parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, help="log level (default: INFO)")
     parser.add_argument(
         "--monitor-only",
         action="store_const",
@@ -197,10 +224,31 @@ def run_daemon(config: DaemonConfig, reload_config: Callable[[], DaemonConfig]) 
     with (
         locked_runtime_dir(config, policy),
         gpu_registry(config, calls) as registry,
+        restored_unless_served(config, registry),
         daemon_core(config, registry, policy.is_admin) as core,
         metrics_exposure(config, core, calls),
     ):
         return serve(config, reload_config, policy, core)
+
+
+@contextlib.contextmanager
+def restored_unless_served(config: DaemonConfig, registry: GpuRegistry) -> Iterator[None]:
+    """Start-up restores first: a state file that cannot be read gives every GPU its defaults (and is moved
+    aside) before anything else starts; a start that fails later (a port taken, etcd, the cluster, ...)
+    restores every GPU the last run touched before the daemon exits. A monitor-only daemon writes nothing."""
+    if config.monitor_only:
+        yield
+        return
+    ensure_state_dir(config.state_dir)
+    read_or_recover(registry, state_path(config.state_dir))
+    try:
+        yield
+    except BaseException:
+        logger.error("start-up failed: restoring every GPU the last run touched before exiting")
+        outcome = restore_recorded(registry, state_path(config.state_dir))
+        if outcome.failed:
+            logger.error("restore FAILED on %s (perseusd reset retries)", ", ".join(outcome.failed))
+        raise
 
 
 @contextlib.contextmanager
@@ -280,6 +328,8 @@ def metrics_exposure(config: DaemonConfig, core: DaemonCore, calls: GpuCallRecor
         calls,
         hostname=config.metrics_host(os.environ),
         dcgm_families=config.metrics_dcgm_families,
+        backend=config.backend,
+        job_names=config.metrics_job_names,
     )
     registry = metrics_registry(collector)
     exposures: list[HttpExposure | TextfileExposure] = []
@@ -357,13 +407,53 @@ def run_reset(config: DaemonConfig) -> int:
     return EXIT_OK
 
 
+def restore_despite_config(args: argparse.Namespace) -> None:
+    """A configuration that fails to load must not leave a GPU locked: with the settings a restore needs
+    (salvaged from the file, the environment and the flags), restore what the state file records; `reset`
+    also unlocks every clock. Nothing is opened when there is no state file and no reset was asked for."""
+    overrides = {
+        "backend": args.backend,
+        "sim_gpus": args.sim_gpus,
+        "mixed_real": args.mixed_real,
+        "sim_model": args.sim_model,
+        "runtime_dir": args.runtime_dir.absolute() if args.runtime_dir else None,
+        "state_dir": args.state_dir.absolute() if args.state_dir else None,
+        "monitor_only": args.monitor_only,
+    }
+    config = load_restore_config(args.config, os.environ, overrides)
+    if config.monitor_only:
+        return
+    if args.command != "reset" and not os.path.lexists(state_path(config.state_dir)):
+        return
+    configure_logging("INFO")
+    logger.error("bad configuration: restoring the GPUs of the last run before exiting")
+    try:
+        run_reset(config) if args.command == "reset" else restore_last_run(config)
+    except PerseusError as exc:
+        logger.error("restore failed: %s", exc)
+
+
+def restore_last_run(config: DaemonConfig) -> None:
+    policy = AccessPolicy(config.socket_group, config.admin_group)
+    try:
+        with locked_runtime_dir(config, policy), gpu_registry(config) as registry:
+            outcome = restore_recorded(registry, state_path(config.state_dir))
+    except DaemonRunningError:
+        return  # a running daemon owns the GPUs
+    if outcome.failed:
+        logger.error("restore FAILED on %s (perseusd reset retries)", ", ".join(outcome.failed))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser("reset" if "reset" in argv else None).parse_args(argv)
     load = config_loader(args)
     try:
         config = load()
     except ConfigError as exc:
         print(f"perseusd: {exc}", file=sys.stderr)
+        if not args.check_config:
+            restore_despite_config(args)
         return EXIT_USAGE
     if args.check_config:
         sys.stdout.write(config.to_toml())

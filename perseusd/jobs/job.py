@@ -93,6 +93,8 @@ class Job:
         self.points_by_index: dict[int, PointSummary] = {}
         self.deployed: Deployed | None = None
         self.solve_future: Future[Solved] | None = None
+        self.solve_since_s: float | None = None
+        """When the solve of `solve_future` was submitted (monotonic s)."""
         self.planning_since_s: float | None = None
         """When profiling was done (`time.monotonic`): the solve being waited for began then."""
         self.planning: PlanningTimes | None = None
@@ -115,6 +117,8 @@ class Job:
         """Stages that run one clock instead of their plan at point `safe_for_index` (do no harm)."""
         self.safe_for_index: int | None = None
         self.plan_note = ""
+        self.departure = ""
+        """Why the running plan departs from its prediction ("": it does not, or not yet known)."""
         """Why the deployed plan differs from the frontier point (`jobs.no_harm`); "" when it does not."""
         self.energy_saved_j = 0.0
         # Power cap: the slowest-needed point the node cap allows (None: uncapped) and the job's tier.
@@ -220,6 +224,7 @@ class Job:
 
     def set_frontier(self, frontier: Frontier) -> None:
         self.frontier = frontier
+        self.departure = ""  # a new prediction: judged afresh
         self.points = [
             PointSummary(position if p.index is None else p.index, p.predicted_time_s, p.refined_energy_j)
             for position, p in enumerate(frontier.points)

@@ -99,6 +99,14 @@ class JobSettings:
     """The margin added to the measured clock-set latency when raising early (0: raises wait for the end)."""
     sweep: SweepSettings = field(default_factory=SweepSettings)
     stragglers: StragglerSettings = field(default_factory=StragglerSettings)
+    max_job_computations: int = 4096
+    """The largest schedule a job may register (stages x microbatches x chunks x 2): its schedule is built
+    on the main loop and its solve's time and memory grow with it."""
+    max_solves_per_user: int = 1
+    """Solves of one user's jobs in the worker's queue at a time (the others wait their turn in `solving`):
+    one user's many jobs never make another user's wait behind all of them."""
+    solve_timeout_s: float = 900.0
+    """A solve that runs longer fails its job (and frees the worker for the others)."""
 
 
 class JobManager:
@@ -136,6 +144,7 @@ class JobManager:
     def register(self, uid: int, pid: int, message: Register) -> RegisterOk:
         """Join (or create) a job with a GPU the caller leases (the core checked the lease)."""
         shape = JobShape.of(message)
+        self._check_size(shape)
         info = self._gpus.info(message.gpu)
         job = self.jobs.get(message.job)
         if job is not None and not job.active:
@@ -149,6 +158,15 @@ class JobManager:
                 self._drop_job(job)
                 raise
         return self._join(job, uid, shape, message, pid, info)
+
+    def _check_size(self, shape: JobShape) -> None:
+        limit = self.settings.max_job_computations
+        if shape.computations > limit:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"register: {shape.describe()} has {shape.computations} computations (stages x "
+                f"microbatches x chunks x 2); this daemon plans at most {limit} (max_job_computations)",
+            )
 
     def _join(
         self, job: Job, uid: int, shape: JobShape, message: Register, pid: int, info: GpuInfo
@@ -256,6 +274,7 @@ class JobManager:
             if self.spanning is not None:
                 self.spanning.ended(job)
             why = _ended_why(job, slot)
+            self._cancel_solve(job)
             job.enter(ENDED, why)
             logger.info("job %s ended%s", job.name, f": {why}" if why else "")
             self._trim_ended()
@@ -599,11 +618,21 @@ class JobManager:
         )
         job.orders = orders
         job.solve_future = self._worker.submit(task)
+        job.solve_since_s = time.monotonic()
 
     def fail(self, job: Job, message: str) -> None:
         if job.state != FAILED:
             logger.warning("job %s: %s", job.name, message)
+            self._cancel_solve(job)
             job.enter(FAILED, message)
+
+    def _cancel_solve(self, job: Job) -> None:
+        """A job that ends or fails while solving: its solve is abandoned (its worker's memory and core go
+        back at once; other jobs' solves go on)."""
+        if job.solve_future is not None and not job.solve_future.done():
+            self._worker.cancel(job.solve_future)
+            logger.info("job %s: its solve was cancelled", job.name)
+        job.solve_future = None
 
     def switch_pipeline(self, job: Job, pipeline: int, index: int, from_step: int) -> None:
         run = job.runs.get(pipeline)
@@ -611,6 +640,8 @@ class JobManager:
             self.response.schedule_at(job, run, index, from_step)
 
     def _submit_solve(self, job: Job) -> None:
+        if self._solving(job.uid) >= self.settings.max_solves_per_user:
+            return  # the user's other solves first (tick retries)
         orders = job.stage_orders()
         if orders is None or job.profile is None:
             return  # "observed": wait until every stage's order is learned (tick retries)
@@ -628,6 +659,7 @@ class JobManager:
         job.orders = orders
         job.planning_since_s, job.planning = job.state_since_s, None  # solving since profiling was done
         job.solve_future = self._worker.submit(task)
+        job.solve_since_s = time.monotonic()
         logger.info("job %s: solving the frontier (unit %.3g s)", job.name, unit_time_s)
 
     def clock_latency_s(self, job: Job) -> float | None:
@@ -660,8 +692,19 @@ class JobManager:
                 self.response.tick(job)
                 self._follow_grid(job)
 
+    def _solving(self, uid: int) -> int:
+        """Solves of `uid`'s jobs in the worker's queue or running."""
+        return sum(1 for job in self.jobs.values() if job.uid == uid and job.solve_future is not None)
+
     def _collect_solve(self, job: Job) -> None:
         future = job.solve_future
+        if future is not None and job.solve_since_s is not None and not future.done():
+            if time.monotonic() - job.solve_since_s > self.settings.solve_timeout_s:
+                limit_s = self.settings.solve_timeout_s
+                self.fail(
+                    job, f"solving took longer than {limit_s:g} s (solve_timeout_s): plan a smaller shape"
+                )
+            return
         if future is None or not future.done():
             return
         job.solve_future = None
@@ -787,6 +830,20 @@ class JobManager:
         if slot.plan_index is None:
             slot.running_steps = 0
         slot.plan_index = index
+
+    def profiling_energy_j(self, job: Job) -> float | None:
+        """What the job's GPUs used since its profiling began, by their counters (None: not profiling, or
+        no two readings yet)."""
+        if job.state != PROFILING:
+            return None
+        total_j, counted = 0.0, False
+        for slot in job.profiling_slots():
+            for gpu_slot in (slot, *job.followers(slot)):
+                samples = self._sampler.samples(gpu_slot.gpu, gpu_slot.profiling_since_ns)
+                if len(samples) >= 2:
+                    total_j += (samples[-1].energy_mj - samples[0].energy_mj) / 1000.0
+                    counted = True
+        return total_j if counted else None
 
     def measured(self, job: Job) -> MeasuredSaving | None:
         """The job's energy per iteration as the counters measured it (None until every GPU's is)."""

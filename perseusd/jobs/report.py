@@ -25,9 +25,14 @@ from perseusd.switching.plans import PlanBook
 
 
 def job_info(
-    job: Job, plans: PlanBook, measured: MeasuredSaving | None = None, carbon: CarbonInfo | None = None
+    job: Job,
+    plans: PlanBook,
+    measured: MeasuredSaving | None = None,
+    carbon: CarbonInfo | None = None,
+    profiling_j: float | None = None,
 ) -> JobInfo:
-    """The job as `perseusctl jobs` shows it; `measured`: its energy as the counters measured it.
+    """The job as `perseusctl jobs` shows it; `measured`: its energy as the counters measured it;
+    `profiling_j`: what its GPUs used so far while it profiles (counters).
 
     "Saved vs all-max" is measured (counters: all-max during profiling's first clock, the plan while it runs)
     where the daemon measured both, else predicted from the profile; `energy_saved_source` says which.
@@ -56,7 +61,7 @@ def job_info(
         policy=job.policy.name,
         target=job.policy.target,
         cached=job.cached,
-        profiling=span_profiling(job, _profiling(job)),
+        profiling=span_profiling(job, _profiling(job, profiling_j)),
         frontier_points=len(job.points),
         plan_index=deployed.point.index if deployed else None,
         plan_time_s=deployed.point.time_s if deployed else None,
@@ -75,7 +80,7 @@ def job_info(
         measured_energy_j=_round(measured.running_j, 3) if measured is not None else None,
         measured_all_max_energy_j=_round(measured.all_max_j, 3) if measured is not None else None,
         carbon=carbon,
-        plan_note=job.plan_note,
+        plan_note="; ".join(note for note in (job.plan_note, job.departure) if note),
         planning=_planning(job),
         stage_gpus=job.shape.stage_gpus,
         span=span_info(job),
@@ -152,17 +157,19 @@ def _remote(pipeline: int, facts: PipelineFacts) -> PipelineInfo:
     )
 
 
-def _profiling(job: Job) -> ProfilingInfo | None:
+def _profiling(job: Job, profiling_j: float | None) -> ProfilingInfo | None:
+    """Profiling's progress and the energy it used, measured by the counters: so far while it runs, in
+    total once done (also when it ended in a failure)."""
     sweeps = [s.sweep for s in job.profiling_slots() if s.sweep is not None]
     if sweeps and job.state == PROFILING:
         return ProfilingInfo(
             iterations=max(s.steps_done for s in job.slots.values()),
             clocks_done=min(sw.clocks_done for sw in sweeps),
             clocks_total=max(sw.clocks_total for sw in sweeps),
-            energy_j=0.0,
+            energy_j=round(profiling_j or 0.0, 3),
         )
-    if job.profiling_iterations and job.profile is not None:
-        clocks = len(job.profile.frequencies_mhz())
+    if job.profiling_iterations and (job.profile is not None or job.profiling_energy_j):
+        clocks = len(job.profile.frequencies_mhz()) if job.profile is not None else 0
         return ProfilingInfo(job.profiling_iterations, clocks, clocks, round(job.profiling_energy_j, 3))
     return None
 

@@ -35,6 +35,13 @@ from perseusd.planner.straggler import outcome
 
 logger = logging.getLogger(__name__)
 
+DEPARTURE_FACTOR = 1.5
+"""A plan whose measured iteration time is off its prediction by more than this factor (either way) is
+flagged: far beyond a profile's measurement error (a few percent) and the straggler detection's range."""
+DEPARTURE_MIN_STEPS = 3
+DEPARTS = "departs from its prediction"
+"""In a job's `plan_note` when its plan departs (the metrics' `perseus_job_plan_departs` reads it)."""
+
 Deploy = Callable[[Job, StageSlot, int], None]
 CLUSTER = "cluster"
 
@@ -119,6 +126,8 @@ class StragglerResponse:
     def _count_saving(self, job: Job, run: PipelineRun, point: PointSummary) -> None:
         if job.all_max is None or run.pending is not None:
             return
+        if self._departs(job, run, point):
+            return  # its prediction does not hold: no predicted saving accrues
         straggler = job.straggler
         wait_s = None
         if straggler is not None and straggler.pipeline != run.pipeline:
@@ -129,6 +138,27 @@ class StragglerResponse:
         if job.span is not None:
             share = len({s.stage for s in job.slots.values() if s.pipeline == run.pipeline}) / stages
         job.energy_saved_j += share * (baseline - outcome(point, wait_s, stages, p_block_w).energy_j)
+
+    def _departs(self, job: Job, run: PipelineRun, point: PointSummary) -> bool:
+        """Whether the pipeline's measured iterations depart from the plan's prediction by more than a factor
+        `DEPARTURE_FACTOR` (faster: the profile cannot be this run's; slower without a straggler announced or
+        detected); flagged once in `departure` (jobs, metrics) and the log."""
+        if job.departure:
+            return True
+        compute_s = run.compute_time_s()
+        if compute_s is None or len(run.compute_times_s) < DEPARTURE_MIN_STEPS or point.time_s <= 0:
+            return False
+        ratio = compute_s / point.time_s
+        straggling = job.straggler is not None and job.straggler.pipeline == run.pipeline
+        if 1 / DEPARTURE_FACTOR <= ratio <= DEPARTURE_FACTOR or (ratio > 1 and straggling):
+            return False
+        job.departure = (
+            f"measured {compute_s:.4g} s per iteration against {point.time_s:.4g} s planned "
+            f"(x{ratio:.2f}): the plan {DEPARTS} (is the profile this job's?); predicted savings stop "
+            "accruing"
+        )
+        logger.warning("job %s, pipeline %d: %s", job.name, run.pipeline, job.departure)
+        return True
 
     # ------------------------------------------------------------------ detection
 

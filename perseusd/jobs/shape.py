@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Sequence
@@ -68,26 +69,36 @@ class JobShape:
         if len(message.run) > MAX_RUN or not message.run.isprintable():
             raise bad(f"run must be at most {MAX_RUN} printable characters")
 
+    @property
+    def computations(self) -> int:
+        """Forward and backward computations of one iteration, over all stages."""
+        return self.num_stages * self.num_microbatches * self.chunks * 2
+
     def describe(self) -> str:
         chunks = f"x{self.chunks}" if self.chunks > 1 else ""
         gpus = f", {self.stage_gpus} GPUs per stage" if self.stage_gpus > 1 else ""
         return f"{self.schedule} {self.num_stages}x{self.num_microbatches}{chunks}{gpus}"
 
     def named_orders(self) -> tuple[StageOrder, ...] | None:
-        """Each stage's order for a named schedule (None for "observed")."""
+        """Each stage's order for a named schedule (None for "observed"); built once per shape."""
         if self.schedule == "observed":
             return None
-        dag = build_dag(self.schedule, self.num_stages, self.num_microbatches, self.chunks)
-        return tuple(
-            tuple((c.instruction, c.microbatch, c.chunk) for c in (dag.computations[n] for n in ids))
-            for ids in dag.stage_orders
-        )
+        return _named_orders(self.schedule, self.num_stages, self.num_microbatches, self.chunks)
 
     def dag(self, orders: Sequence[StageOrder]) -> ComputationDag:
         """The DAG of this job with these per-stage orders (named or learned)."""
         return from_stage_orders(
             [list(order) for order in orders], self.num_microbatches, self.chunks, self.schedule
         )
+
+
+@functools.lru_cache(maxsize=32)
+def _named_orders(schedule: str, stages: int, microbatches: int, chunks: int) -> tuple[StageOrder, ...]:
+    dag = build_dag(schedule, stages, microbatches, chunks)
+    return tuple(
+        tuple((c.instruction, c.microbatch, c.chunk) for c in (dag.computations[n] for n in ids))
+        for ids in dag.stage_orders
+    )
 
 
 def step_of(instruction: str, microbatch: int, chunk: int) -> ScheduleStep:

@@ -21,6 +21,7 @@ import os
 import select
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -175,24 +176,81 @@ class SolveWorker:
 
     Starting the process (the forkserver, the worker, its imports) takes most of a second of the caller's
     time: `warm` does it on a thread of its own, so the daemon's main loop never waits for it unless a solve
-    is submitted while the start is under way (or without `warm`, at the first solve)."""
+    is submitted while the start is under way (or without `warm`, at the first solve).
 
-    def __init__(self) -> None:
+    `cancel` abandons a solve nobody waits for any more (its job ended): a queued one is dropped; the running
+    one stops the worker process (its memory and core freed at once) and the other jobs' solves are
+    submitted again to a fresh one, unseen by their callers."""
+
+    def __init__(self, solve_fn: Callable[[SolveInput], Solved] = solve) -> None:
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
         self._warming: threading.Thread | None = None
+        self._solve_fn = solve_fn
+        self._inflight: dict[Future[Solved], tuple[SolveInput, Future[Solved] | None]] = {}
+        self.cancelled = 0
+        """Solves abandoned by `cancel`."""
 
     def submit(self, task: SolveInput) -> Future[Solved]:
         """Queue a solve; a worker that died (killed, out of memory) is replaced, never fatal."""
+        outer: Future[Solved] = Future()
         with self._lock:
-            for _ in range(2):
-                try:
-                    return self._started().submit(solve, task)
-                except BrokenProcessPool:
-                    self._stop()
+            self._start(outer, task)
+        return outer
+
+    def _start(self, outer: Future[Solved], task: SolveInput) -> None:
+        inner = self._submit_inner(task)
+        self._inflight[outer] = (task, inner)
+        inner.add_done_callback(lambda done: self._finished(outer, done))
+
+    def _submit_inner(self, task: SolveInput) -> Future[Solved]:
+        for _ in range(2):
+            try:
+                return self._started().submit(self._solve_fn, task)
+            except BrokenProcessPool:
+                self._stop()
         failed: Future[Solved] = Future()
         failed.set_exception(PlanningError("the solver worker could not be started"))
         return failed
+
+    def _finished(self, outer: Future[Solved], inner: Future[Solved]) -> None:
+        """The worker's future is done: pass its outcome on, unless it was superseded or abandoned (dict
+        operations only: this runs on the executor's threads, also while `cancel` holds the lock)."""
+        entry = self._inflight.get(outer)
+        if entry is None or entry[1] is not inner:
+            return
+        self._inflight.pop(outer, None)
+        if outer.done():
+            return
+        if inner.cancelled():
+            outer.set_exception(PlanningError("the solve was cancelled"))
+        elif (exc := inner.exception()) is not None:
+            outer.set_exception(exc)
+        else:
+            outer.set_result(inner.result())
+
+    def cancel(self, outer: Future[Solved]) -> None:
+        """Abandon the solve of `outer` (a no-op when it is done or unknown); `outer` ends cancelled."""
+        with self._lock:
+            entry = self._inflight.pop(outer, None)
+            if entry is None:
+                return
+            self.cancelled += 1
+            outer.cancel()
+            _task, inner = entry
+            if inner is None or inner.cancel():
+                return  # still queued: dropped
+            others = [(other, task) for other, (task, _inner) in self._inflight.items()]
+            for other, task in others:
+                self._inflight[other] = (task, None)  # their worker futures fail now: not theirs any more
+            self._stop()
+            for other, task in others:
+                self._start(other, task)
+
+    @property
+    def inflight(self) -> int:
+        """Solves submitted and not yet done."""
+        return len(self._inflight)
 
     def warm(self) -> None:
         """Start the worker process (and its imports) on a thread, if it is not running or starting: the

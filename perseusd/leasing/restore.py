@@ -23,7 +23,6 @@ from perseusd.leasing.registry import GpuRegistry
 from perseusd.leasing.state_file import (
     SavedGpu,
     SavedLease,
-    StateFileError,
     StateRecord,
     StateWriteError,
     load_state,
@@ -228,30 +227,3 @@ class RestoreKeeper:
         if adopted:
             logger.info("re-adopted lease of GPU %s by live process %d (%s)", gpu, lease.pid, lease.job)
         return adopted
-
-
-def reset_node(registry: GpuRegistry, path: Path) -> RestoreOutcome:
-    """`perseusd reset`: restore everything in the state file, then unlock clocks on every GPU."""
-    keeper = RestoreKeeper(registry, path, daemon_pid=0, daemon_start_time=0)
-    problems: list[str] = []
-    try:
-        record = load_state(path)
-    except StateFileError as exc:
-        logger.error("%s", exc)
-        record = None
-        problems.append("state-file")
-        keeper.persist_enabled = False  # leave the refused file for an operator to inspect
-    for gpu, saved in (record.gpus if record else {}).items():
-        if gpu in registry:
-            keeper.seed(gpu, replace(saved, lease=None))
-        else:
-            logger.error("state file names GPU %s which is not on this node; ignoring it", gpu)
-    outcome = keeper.restore_all()
-    for gpu in registry.uuids:
-        try:
-            registry.reset_locked_sm_clock(gpu)
-        except GpuError as exc:
-            logger.error("unlocking clocks of GPU %s failed: %s", gpu, exc)
-            if gpu not in outcome.failed:
-                problems.append(gpu)
-    return RestoreOutcome(outcome.restored, outcome.failed + tuple(problems))

@@ -59,8 +59,9 @@ def job_carbon_families(rows: Sequence[tuple[str, int, CarbonInfo]], signal_unit
     )
     all_max = counter(
         "job_grid_cost_all_max",
-        "What the same iterations would have cost at all-max clocks, at the same signal values",
-        JOB_UNIT,
+        "What the same iterations would have cost at all-max clocks, at the same signal values; basis: how "
+        "the all-max energy is known (measured by the counters, predicted from the profile, or mixed)",
+        (*JOB_UNIT, "basis"),
     )
     energy = counter(
         "job_grid_energy_joules",
@@ -71,7 +72,7 @@ def job_carbon_families(rows: Sequence[tuple[str, int, CarbonInfo]], signal_unit
         key = [job, str(uid), unit]
         emitted.add_metric(key, carbon.carbon_g)
         if carbon.all_max_carbon_g is not None:
-            all_max.add_metric(key, carbon.all_max_carbon_g)
+            all_max.add_metric([*key, carbon.all_max_basis or "predicted"], carbon.all_max_carbon_g)
         energy.add_metric([job, str(uid), "counted"], carbon.energy_j)
         energy.add_metric([job, str(uid), "uncounted"], carbon.uncounted_energy_j)
     yield from (emitted, all_max, energy)

@@ -8,10 +8,15 @@ joules, watts, hertz), `_total` on counters, `perseus_` prefix. Later features a
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import hmac
+import secrets
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from perseus_client.codes import ErrorCode
+from perseus_client.protocol import JobInfo
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -46,8 +51,15 @@ class PerseusCollector(Collector):
         *,
         hostname: str = "",
         dcgm_families: bool = True,
+        backend: str = "",
+        job_names: bool = False,
     ) -> None:
         self._core = core
+        self._job_names = job_names
+        """Label job series with job names and uids; False: pseudonyms (`job_pseudonym`), uid -1."""
+        self._salt = secrets.token_bytes(16)
+        self._backend = backend
+        """The GPU backend (`nvml`, `sim`, ...): simulated GPUs' figures are not a real node's."""
         self._calls = calls
         self._hostname = hostname
         """The `Hostname` label of the dcgm-joinable families (docs/metrics.md)."""
@@ -61,13 +73,15 @@ class PerseusCollector(Collector):
         rows = [GpuRow(info, readings[info.uuid]) for info in self._core.registry.infos()]
         if self._dcgm:
             yield from dcgm_families(rows, self._hostname)
-        yield from joinable_families(self._core, rows, self._hostname)
+        yield from joinable_families(self._core, rows, self._hostname, self._job_label)
         if self._core.slurm is not None:
             yield from slurm_families(self._core.slurm)
         if self._calls is not None:
             yield from self._gpu_calls(self._calls)
         if self._core.jobs is not None:
             snapshots, omitted = job_snapshots(self._core.jobs, self._core.plans)
+            if not self._job_names:
+                snapshots = [(self._hidden(info), changes, late) for info, changes, late in snapshots]
             yield from job_families(snapshots)
             yield from self._carbon(self._core.jobs)
             left_out = gauge("metrics_series_omitted", "Jobs left out of the metrics (cardinality bound)")
@@ -84,8 +98,24 @@ class PerseusCollector(Collector):
         for job in list(jobs.jobs.values())[:MAX_JOBS]:
             carbon = jobs.carbon.info(job)
             if carbon is not None:
-                rows.append((job.name, job.uid, carbon))
+                if self._job_names:
+                    rows.append((job.name, job.uid, carbon))
+                else:
+                    rows.append((self.pseudonym(job.name, job.uid), -1, carbon))
         yield from job_carbon_families(rows, signal.unit)
+
+    def pseudonym(self, name: str, uid: int) -> str:
+        """A job's label when names are hidden: stable while the daemon runs, unguessable from the name (the
+        metrics endpoint and textfile are readable by every local user; the control socket shows a job only
+        to its owner and admins)."""
+        digest = hmac.new(self._salt, f"{uid}/{name}".encode(), hashlib.sha256).hexdigest()
+        return f"job-{digest[:12]}"
+
+    def _job_label(self, name: str, uid: int) -> tuple[str, str]:
+        return (name, str(uid)) if self._job_names else (self.pseudonym(name, uid), "-1")
+
+    def _hidden(self, info: JobInfo) -> JobInfo:
+        return dataclasses.replace(info, job=self.pseudonym(info.job, info.uid), uid=-1)
 
     def describe(self) -> Iterable[Metric]:
         return []  # built at scrape time only (registering must not read GPUs)
@@ -95,8 +125,14 @@ class PerseusCollector(Collector):
     def _daemon(self) -> Iterator[Metric]:
         core = self._core
         health = core.health()
-        info = gauge("daemon_info", "perseusd version and wire protocol (always 1)", ("version", "protocol"))
-        info.add_metric([health.version, str(health.protocol)], 1)
+        info = gauge(
+            "daemon_info",
+            "perseusd version, wire protocol (major.minor), GPU backend and monitor-only (always 1)",
+            ("version", "protocol", "backend", "monitor_only"),
+        )
+        protocol = f"{health.protocol}.{health.protocol_minor}"
+        monitor_only = str(bool(health.monitor_only)).lower()
+        info.add_metric([health.version, protocol, self._backend, monitor_only], 1)
         uptime = gauge("daemon_uptime_seconds", "Seconds since the daemon started")
         uptime.add_metric([], health.uptime_s)
         clients = gauge("daemon_clients", "Client processes connected (sessions)")

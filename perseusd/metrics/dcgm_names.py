@@ -16,7 +16,7 @@ latency, and `perseus_gpu_info`, which maps perseusd's lowercase `uuid` label on
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -78,8 +78,18 @@ def dcgm_families(rows: list[GpuRow], hostname: str) -> Iterator[Metric]:
     yield from (energy, power, clock, limit)
 
 
-def joinable_families(core: DaemonCore, rows: list[GpuRow], hostname: str) -> Iterator[Metric]:
-    """perseusd's own per-GPU families with dcgm's join labels (`gpu`, `UUID`, `Hostname`)."""
+def named_job(name: str, uid: int) -> tuple[str, str]:
+    return name, str(uid)
+
+
+def joinable_families(
+    core: DaemonCore,
+    rows: list[GpuRow],
+    hostname: str,
+    job_label: Callable[[str, int], tuple[str, str]] = named_job,
+) -> Iterator[Metric]:
+    """perseusd's own per-GPU families with dcgm's join labels (`gpu`, `UUID`, `Hostname`); `job_label`
+    gives a lease's (job_name, uid) labels (the collector's pseudonyms when names are hidden)."""
     info = gauge(
         "gpu_info", "perseusd's GPU (always 1): maps its uuid label onto dcgm's UUID", (*JOIN, "uuid")
     )
@@ -107,7 +117,7 @@ def joinable_families(core: DaemonCore, rows: list[GpuRow], hostname: str) -> It
         if lease is not None:
             session = core.leases.session(lease.pid)
             slurm = "" if session is None or session.slurm_job is None else str(session.slurm_job)
-            job.add_metric([*key, lease.job, str(lease.uid), slurm], 1.0)
+            job.add_metric([*key, *job_label(lease.job, lease.uid), slurm], 1.0)
         plan = core.plans.get(uuid)
         if plan is not None:
             computations.add_metric(key, plan.begins)

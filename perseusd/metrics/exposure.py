@@ -1,7 +1,8 @@
 """The two ways perseusd exposes its metrics, both off unless configured.
 
-- HTTP: prometheus_client's server on its own thread, bound to `metrics_http_address:metrics_http_port`
-  (127.0.0.1 by default). Each scrape runs the collector on that thread, never on the main loop.
+- HTTP: a server of fixed threads with bounded work per client (`perseusd.metrics.http_server`), bound to
+  `metrics_http_address:metrics_http_port` (127.0.0.1 by default). Each scrape runs the collector on one of
+  its workers, never on the main loop.
 - Textfile: a thread writes `perseusd.prom` into node_exporter's textfile directory every interval, through a
   temporary file in the same directory renamed over the old one (readers never see half a file). The file is
   made world-readable (node_exporter runs unprivileged; the service's umask is 0077) and removed at shutdown,
@@ -10,20 +11,23 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import tempfile
 import threading
 from pathlib import Path
-from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.registry import Collector
+
+from perseusd.metrics.http_server import BoundedHttpServer
 
 logger = logging.getLogger(__name__)
 
 TEXTFILE_NAME = "perseusd.prom"
 TEXTFILE_MODE = 0o644
+BIND_RETRY_S = 5.0
 
 
 def metrics_registry(collector: Collector) -> CollectorRegistry:
@@ -33,18 +37,61 @@ def metrics_registry(collector: Collector) -> CollectorRegistry:
 
 
 class HttpExposure:
-    """Serves /metrics over HTTP until `stop`."""
+    """Serves /metrics over HTTP until `stop`.
+
+    A port another process holds (a local user can bind an unprivileged port first) never stops the daemon:
+    the error is logged and the bind retried every `BIND_RETRY_S` until it succeeds. Prefer a port below
+    1024, which only root can bind (docs/metrics.md).
+    """
 
     def __init__(self, registry: CollectorRegistry, address: str, port: int) -> None:
-        self._server: WSGIServer
-        self._server, self._thread = start_http_server(port, addr=address, registry=registry)
-        self.port = int(self._server.server_address[1])
-        logger.info("metrics: serving http://%s:%d/metrics", address, self.port)
+        self._registry = registry
+        self._address = address
+        self.port = port
+        self._server: BoundedHttpServer | None = None
+        self._stop = threading.Event()
+        self._retry: threading.Thread | None = None
+        self.problem: str | None = None
+        if not self._bind():
+            self._retry = threading.Thread(target=self._retry_bind, name="perseusd-metrics-bind", daemon=True)
+            self._retry.start()
+
+    def _bind(self) -> bool:
+        try:
+            self._server = BoundedHttpServer(self._registry, self._address, self.port)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            if self.problem is None:
+                logger.error(
+                    "metrics: %s:%d is taken by another process (%s): serving without HTTP metrics, "
+                    "retrying every %g s",
+                    self._address,
+                    self.port,
+                    exc.strerror,
+                    BIND_RETRY_S,
+                )
+            self.problem = f"port {self.port} taken by another process"
+            return False
+        self.port = self._server.port
+        self.problem = None
+        logger.info("metrics: serving http://%s:%d/metrics", self._address, self.port)
+        return True
+
+    def _retry_bind(self) -> None:
+        while not self._stop.wait(BIND_RETRY_S):
+            try:
+                if self._bind():
+                    return
+            except OSError as exc:
+                logger.error("metrics: cannot bind %s:%d: %s", self._address, self.port, exc)
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5.0)
+        self._stop.set()
+        if self._retry is not None:
+            self._retry.join(timeout=5.0)
+        if self._server is not None:
+            self._server.stop()
 
 
 class TextfileExposure:

@@ -15,7 +15,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from perseusd.jobs.job import Job
 from perseusd.jobs.manager import JobManager
+from perseusd.jobs.metering import MeasuredSaving
 from perseusd.jobs.report import job_info
+from perseusd.jobs.response import DEPARTS
 from perseusd.metrics.families import counter, gauge
 from perseusd.switching.plans import PlanBook
 
@@ -38,21 +40,21 @@ def job_snapshots(manager: JobManager, plans: PlanBook) -> tuple[list[tuple[JobI
     for job in jobs[:MAX_JOBS]:
         for _attempt in range(2):
             try:
-                snapshots.append(_snapshot(job, plans))
+                snapshots.append(_snapshot(job, plans, manager.measured(job)))
                 break
             except RuntimeError as exc:  # a dict changed size during iteration
                 logger.debug("job %s changed while scraped: %s", job.name, exc)
     return snapshots, max(0, len(jobs) - MAX_JOBS)
 
 
-def _snapshot(job: Job, plans: PlanBook) -> tuple[JobInfo, int, int]:
+def _snapshot(job: Job, plans: PlanBook, measured: MeasuredSaving | None) -> tuple[JobInfo, int, int]:
     changes, late = 0, 0
     for slot in list(job.slots.values()):
         plan = plans.get(slot.gpu)
         if plan is not None:
             changes += plan.clock_changes
             late += plan.late
-    return job_info(job, plans), changes, late
+    return job_info(job, plans, measured), changes, late
 
 
 def job_families(snapshots: list[tuple[JobInfo, int, int]]) -> Iterator[Metric]:
@@ -63,7 +65,18 @@ def job_families(snapshots: list[tuple[JobInfo, int, int]]) -> Iterator[Metric]:
     )
     max_time = gauge("job_all_max_iteration_time_seconds", "Predicted iteration time at all-max clocks", JOB)
     max_energy = gauge("job_all_max_iteration_energy_joules", "Predicted iteration energy, all-max", JOB)
-    saved = gauge("job_energy_saved_joules", "Energy saved versus all-max clocks since the plan runs", JOB)
+    saved = gauge(
+        "job_energy_saved_joules",
+        "Energy saved versus all-max clocks since the plan runs; basis: measured (the counters, both "
+        "the plan and all-max) or predicted (the profile's figures): sum only basis=measured as a fact",
+        (*JOB, "basis"),
+    )
+    departs = gauge(
+        "job_plan_departs",
+        "1 when the running plan's measured iteration time departs from its prediction (the profile does not "
+        "hold for this run; predicted savings stop accruing)",
+        JOB,
+    )
     changes = counter("job_clock_changes", "SM clock changes made by the job's plans", JOB)
     late = counter("job_wrong_clock_starts", "Computations that began before their planned clock", JOB)
     straggling = gauge("job_straggler_factor", "Slowdown factor of the job's straggler pipeline", PIPELINE)
@@ -83,7 +96,8 @@ def job_families(snapshots: list[tuple[JobInfo, int, int]]) -> Iterator[Metric]:
         _maybe(plan_energy, key, info.plan_energy_j)
         _maybe(max_time, key, info.all_max_time_s)
         _maybe(max_energy, key, info.all_max_energy_j)
-        saved.add_metric(key, info.energy_saved_j)
+        saved.add_metric([*key, info.energy_saved_source or "predicted"], info.energy_saved_j)
+        departs.add_metric(key, 1.0 if DEPARTS in info.plan_note else 0.0)
         changes.add_metric(key, clock_changes)
         late.add_metric(key, wrong_starts)
         if info.straggler is not None:
@@ -96,7 +110,18 @@ def job_families(snapshots: list[tuple[JobInfo, int, int]]) -> Iterator[Metric]:
             if not pipe.node:  # this node's pipelines only (others are the other nodes' metrics)
                 iterations.add_metric(pkey, pipe.iterations)
             _maybe(slowness, pkey, pipe.slowness)
-    yield from (state, plan_time, plan_energy, max_time, max_energy, saved, changes, late, straggling)
+    yield from (
+        state,
+        plan_time,
+        plan_energy,
+        max_time,
+        max_energy,
+        saved,
+        departs,
+        changes,
+        late,
+        straggling,
+    )
     yield from (iteration, iterations, slowness, planning)
 
 

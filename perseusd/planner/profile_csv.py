@@ -34,6 +34,9 @@ MAX_STAGE = 65_535
 """The largest stage number (1,024 stages of 64 chunks each: more than any job the daemon accepts)."""
 MAX_FREQ_MHZ = 100_000
 MAX_ERRORS = 100
+MAX_TIME_S = 60.0
+"""The longest one computation (a microbatch's forward or backward on one stage) may take: far above any
+real one (tens to hundreds of ms), and below what a profile in milliseconds instead of seconds gives."""
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,12 @@ def _parse_row(
             f"a positive integer (MHz, at most {MAX_FREQ_MHZ})",
         )
         time_s = _parse_positive_float(field["time"], "time", "seconds")
+        if time_s > MAX_TIME_S:
+            raise _FieldError(
+                "time",
+                f"{time_s:g} s for one computation is more than {MAX_TIME_S:g} s: times are in seconds "
+                "(is this profile in milliseconds?)",
+            )
         energy_j = _parse_positive_float(field["energy"], "energy", "joules")
     except _FieldError as exc:
         return ProfileError(source, line, exc.column, exc.problem)

@@ -52,7 +52,14 @@ class CapRequests:
     def _set(self, caller: Caller, message: AdminSetCap) -> CapStatusReply:
         budget_w = message.budget_w
         if not (math.isfinite(budget_w) and 0 < budget_w <= MAX_BUDGET_W):
-            raise ProtocolError(ErrorCode.BAD_FIELD, f"admin_set_cap.budget_w must be 0..{MAX_BUDGET_W:g} W")
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"the node budget must be 0..{MAX_BUDGET_W:g} W")
+        floor_w = self._cap.power_floor_w()
+        if budget_w < floor_w:  # it could not be met: refused, rather than applied and reported as failed
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"the node budget {budget_w:g} W is below the node's floor of {floor_w:g} W (every GPU at "
+                "its lowest power limit): nothing changed",
+            )
         logger.warning("power cap: node budget set to %.1f W by %s", budget_w, who(caller))
         self._cap.set_budget_w(budget_w, who(caller))
         return cap_status(self._cap)
@@ -74,7 +81,14 @@ class CapRequests:
             raise ProtocolError(
                 ErrorCode.BAD_FIELD, "admin_set_job_priority.priority: 0 (low), 1 (normal) or 2 (high)"
             )
-        self._cap.set_priority(message.job, message.priority)
+        job = self._cap.job(message.job)
+        if job is None:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"no job {message.job} on this node (perseusctl jobs lists them): a tier is given to a job "
+                "that has registered, bound to its owner",
+            )
+        self._cap.set_priority(job.name, job.uid, message.priority)
         logger.warning(
             "power cap: job %s priority set to %d by %s", message.job, message.priority, who(caller)
         )

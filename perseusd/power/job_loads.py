@@ -62,7 +62,7 @@ class JobLoads:
                 logger.warning("job %s: no power model for the cap (%s): limits alone hold it", job.name, exc)
                 continue
             seen.add(job.name)
-            priority = priorities.get(job.name, DEFAULT_PRIORITY)
+            priority = priorities.get(f"{job.uid}/{job.name}", DEFAULT_PRIORITY)  # node_cap.priority_key
             loads.append(JobLoad(job.name, priority, points, base, limit_model=self._modeller(job)))
         for name in set(self._cache) - seen:
             del self._cache[name]

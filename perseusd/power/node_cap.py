@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perseusd.errors import GpuError
+from perseusd.jobs.job import Job
 from perseusd.jobs.manager import JobManager
 from perseusd.leasing.leases import LeaseBook
 from perseusd.leasing.registry import GpuRegistry
@@ -75,6 +76,11 @@ class CapSettings:
             raise ValueError("power_cap_window_s must be > 0")
         if self.enforcement not in ENFORCEMENTS:
             raise ValueError(f"power_cap_enforcement must be one of {', '.join(ENFORCEMENTS)}")
+
+
+def priority_key(job: str, uid: int) -> str:
+    """How a job's tier is keyed (in memory and in `power-cap.json`): its owner and its name."""
+    return f"{uid}/{job}"
 
 
 class NodeCap:
@@ -191,10 +197,12 @@ class NodeCap:
         self._changed()
         self.tick()
 
-    def set_priority(self, job: str, priority: int) -> None:
+    def set_priority(self, job: str, uid: int, priority: int) -> None:
+        """Give the job `job` of user `uid` a tier: bound to the job's identity (owner and name), never to
+        the name alone, so another user's job of the same name later never gets it."""
         if priority not in PRIORITIES:
             raise ValueError(f"priority must be one of {', '.join(map(str, PRIORITIES))} (0 lowest)")
-        self.priorities[job] = priority
+        self.priorities[priority_key(job, uid)] = priority
         self._save()
         self._changed()
 
@@ -268,6 +276,11 @@ class NodeCap:
 
     def measured(self) -> WindowPower | None:
         return self.window.power()
+
+    def job(self, name: str) -> Job | None:
+        """The active job of that name on this node (None: none)."""
+        job = None if self._jobs is None else self._jobs.jobs.get(name)
+        return job if job is not None and job.active else None
 
     def _loads(self) -> list[JobLoad]:
         if self._jobs is None:

@@ -70,6 +70,19 @@ def test_a_token_file_others_can_read_is_refused(token_file: Path) -> None:
             read_token(token_file)
 
 
+def test_a_token_file_symlink_or_fifo_is_refused(token_file: Path) -> None:
+    """A link to a file the daemon owns (or to another user's secret) is never followed; a FIFO never
+    blocks the read."""
+    link = token_file.with_name("link")
+    link.symlink_to(token_file)
+    with pytest.raises(SignalError, match="is a symlink"):
+        read_token(link)
+    fifo = token_file.with_name("fifo")
+    os.mkfifo(fifo, 0o600)
+    with pytest.raises(SignalError, match="not a regular file"):
+        read_token(fifo)
+
+
 def test_a_trace_replays_against_the_clock_and_loops(shared_data: Path) -> None:
     trace = load_trace(shared_data / "carbon" / "chase_carbon_hist.csv")
     now = [1000.0]

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 from perseus_client import PerseusClient
+from perseus_client.client import PerseusClientError
 from perseus_client.energy import EnergyMonitor, Measurement
+from perseus_client.energy_messages import EnergyRead, EnergyReading
 
 from tests.support.ctl import run_ctl
 from tests.support.perseusd_proc import (
@@ -125,6 +127,17 @@ def test_window_misuse_is_a_clear_error(client: PerseusClient) -> None:
         EnergyMonitor(client, gpus=["GPU-not-here"])
 
 
+def test_a_gpu_named_many_times_is_refused(client: PerseusClient) -> None:
+    """256 reads of one GPU per request, queued on its owner thread while the main loop waits, let two
+    flooders without a lease slow every other user: a GPU named twice is refused at once."""
+    gpu = client.status().gpus[0].uuid
+    with pytest.raises(PerseusClientError) as refused:
+        client._call(EnergyRead(gpus=(gpu,) * 256), EnergyReading)
+    assert refused.value.code == "BAD_FIELD"
+    assert "named more than once" in refused.value.message
+    assert EnergyMonitor(client, gpus=[0, 0, gpu]).gpus == (gpu,)  # the library names each GPU once
+
+
 def test_an_unprivileged_user_measures_without_a_lease(daemon: DaemonProcess) -> None:
     runtime_dir = daemon.dirs.runtime_dir
 
@@ -148,8 +161,10 @@ def test_perseusctl_measure_runs_the_command(daemon: DaemonProcess) -> None:
         daemon.dirs.runtime_dir, "--json", "--gpu", "0", "--", "sh", "-c", "sleep 1; echo out; exit 3"
     )
     assert proc.returncode == 3
-    assert proc.stdout == "out\n"
-    report = json.loads(proc.stderr)
+    output, json_line = proc.stdout.splitlines()  # --json on stdout, its last line
+    assert output == "out"
+    assert proc.stderr == ""
+    report = json.loads(json_line)
     assert report["exit_code"] == 3
     assert report["time_s"] >= 1.0
     [(uuid, energy_j)] = report["energy_j"].items()

@@ -6,6 +6,7 @@ import json
 
 import pytest
 from perseus_client import protocol as p
+from perseus_client.validation import MAX_NAME_CHARS
 
 from tests.support.frames import V
 
@@ -63,6 +64,27 @@ def test_rejections_have_stable_codes() -> None:
         b'"microbatch":0,"chunk":0,"timestamp_ns":0}'  # fmt: skip
     assert _code(bad_instruction) == "BAD_FIELD"
     assert _code(V + b'"id":1,"type":"status"}' + b" " * 2000, max_bytes=1024) == "TOO_LARGE"
+
+
+@pytest.mark.parametrize(
+    "job",
+    ["x" * (MAX_NAME_CHARS + 1), "evil\x1b]0;pwned\x07", "nul\x00", "bell\x07", "lone\ud800surrogate"],
+    ids=["too-long", "osc-escape", "nul", "bell", "lone-surrogate"],
+)
+@pytest.mark.parametrize("kind", ["hello", "claim", "register"])
+def test_job_names_are_bounded_and_printable(job: str, kind: str) -> None:
+    """A job name lands in the state file, in root's terminal and in the logs: one that is huge (a state file
+    too big to read back), carries escape sequences or cannot be encoded is refused at decode."""
+    bodies = {
+        "hello": {"job": job, "client_version": "1"},
+        "claim": {"gpus": ["GPU-a"], "job": job},
+        "register": {"job": job, "pipeline": 0, "stage": 0, "gpu": "GPU-a", "num_stages": 1,
+                     "num_microbatches": 1, "schedule": "1f1b", "chunks": 1},
+    }  # fmt: skip
+    frame = {"v": p.PROTOCOL_MAJOR, "id": 1, "type": kind, **bodies[kind]}
+    assert _code(json.dumps(frame).encode()) == "BAD_FIELD"
+    good = {**frame, "job": "a job-name_1 \u00e9\u6f22" + "x" * (MAX_NAME_CHARS - 15)}
+    assert p.decode(json.dumps(good).encode()).message.job == good["job"]  # type: ignore[attr-defined]
 
 
 def test_request_id_of_bad_frame_is_best_effort() -> None:

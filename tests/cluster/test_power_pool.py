@@ -20,7 +20,7 @@ from perseusd.cluster.power_pool_allocator import PoolAllocator
 from perseusd.cluster.power_pool_keys import NodeReport
 from perseusd.cluster.power_pool_view import PoolView, read_pool
 from tests.support.etcd_cluster import EtcdCluster, requires_etcd
-from tests.support.perseusd_proc import DaemonProcess
+from tests.support.perseusd_proc import DaemonDirs, DaemonProcess
 from tests.support.power_pool import PoolRun, wait_for
 
 pytestmark = [requires_etcd, pytest.mark.timeout(300)]
@@ -300,3 +300,22 @@ def test_a_stale_allocator_cannot_write(run: PoolRun) -> None:
     assert {n: g.grant_w for n, g in view().grants.items()} == {"n2": 600.0}
     for lease in (other_lease, new_lease):
         store.revoke(lease)
+
+
+def test_a_second_daemon_with_the_same_node_name_takes_no_share(run: PoolRun) -> None:
+    """Two daemons with one node name: the second finds the name held under another lease, says so in
+    its log and status, and holds its safe cap (its floor) instead of a share of the budget."""
+    run.start_node("node-a")
+    run.daemons["node-a-twin"] = DaemonProcess(DaemonDirs.create(), gpus=2, env=run.env("node-a"))
+    twin = run.daemons["node-a-twin"].start()
+    run.set_budget(1000)
+    _settle(run, 1000)
+    taken = wait_for(
+        lambda: "node name node-a is held in the pool under another lease" in twin.log(), SETTLE_S
+    )
+    assert taken is not None, twin.log()
+    assert [n.node for n in run.status().nodes] == ["node-a"]  # one report, one grant
+    assert run.gpu_limits_w("node-a") == pytest.approx(1000, abs=0.5)
+    assert wait_for(lambda: run.gpu_limits_w("node-a-twin") == 2 * MIN_W, SETTLE_S) is not None
+    shown = run.ctl("node-a-twin", "status").stdout
+    assert "node name node-a is held" in shown, shown

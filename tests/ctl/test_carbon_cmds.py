@@ -58,16 +58,18 @@ def test_status_shows_the_signal_under_the_header_and_in_json() -> None:
 def test_a_jobs_carbon_part() -> None:
     carbon = CarbonInfo(0.02373, 0.02811, "measured", 170.9, 0.0, "forecast 612.3 gCO2eq/kWh")
     assert carbon_part(carbon) == (
-        "carbon 0.0237 g vs 0.0281 g at all-max (measured), point by forecast 612.3 gCO2eq/kWh"
+        "carbon 0.0237 g (measured) vs 0.0281 g at all-max (measured), point by forecast 612.3 gCO2eq/kWh"
     )
+    mixed = CarbonInfo(0.144, 4.58, "predicted", 170.9, 0.0, "")  # each figure its own basis
+    assert carbon_part(mixed) == "carbon 0.144 g (measured) vs 4.58 g at all-max (predicted)"
     unknown = CarbonInfo(12.5, None, "", 9000.0, 2500.0, "")
-    assert carbon_part(unknown) == "carbon 12.5 g, 2.5 kJ without a signal"
+    assert carbon_part(unknown) == "carbon 12.5 g (measured), 2.5 kJ without a signal"
 
 
 def test_a_price_signal_is_named_a_cost_in_its_currency() -> None:
     price = CarbonInfo(0.0123, 0.0141, "measured", 170.9, 0.0, "forecast 0.3 EUR/kWh", unit="EUR/kWh")
     assert carbon_part(price) == (
-        "cost 0.0123 EUR vs 0.0141 EUR at all-max (measured), point by forecast 0.3 EUR/kWh"
+        "cost 0.0123 EUR (measured) vs 0.0141 EUR at all-max (measured), point by forecast 0.3 EUR/kWh"
     )
     assert amount_unit("gCO2eq/kWh") == amount_unit("") == "gCO2eq"
     assert amount_unit("USD / kWh") == "USD"
@@ -75,7 +77,7 @@ def test_a_price_signal_is_named_a_cost_in_its_currency() -> None:
     assert is_carbon("gCO2/kWh")
     assert not is_carbon("EUR/kWh")
     explicit = CarbonInfo(1.0, None, "", 1.0, 0.0, "", unit="gCO2eq/kWh")
-    assert carbon_part(explicit) == "carbon 1 g"
+    assert carbon_part(explicit) == "carbon 1 g (measured)"
 
 
 def test_the_carbon_policy_label_and_target() -> None:

@@ -4,6 +4,7 @@ constructed replies and documents, argument parsing, and the checks done before 
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -371,7 +372,10 @@ def test_write_atomically_replaces_and_leaves_no_temporary(tmp_path: Path) -> No
     assert [p.name for p in tmp_path.iterdir()] == ["p.csv"]
 
 
-def test_watch_redraws_until_ctrl_c(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("tty", [True, False])
+def test_watch_redraws_until_ctrl_c(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tty: bool
+) -> None:
     screens = iter(["first", "second"])
 
     def render() -> str:
@@ -380,5 +384,7 @@ def test_watch_redraws_until_ctrl_c(capsys: pytest.CaptureFixture[str]) -> None:
             raise KeyboardInterrupt
         return screen
 
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: tty)
     assert watch(render, 0.0, clear=True) == 0
-    assert capsys.readouterr().out == f"{CLEAR_SCREEN}first\n{CLEAR_SCREEN}second\n"
+    clear = CLEAR_SCREEN if tty else ""  # no control codes into a pipe
+    assert capsys.readouterr().out == f"{clear}first\n{clear}second\n"

@@ -141,7 +141,8 @@ def test_jobs_and_status_show_the_running_job(running: Ctl) -> None:
     code, out, _ = running("status")
     assert code == 0
     assert f"  pipeline 0: {STAGES}/{STAGES} stages" in out
-    assert "PLAN" in out.splitlines()[4]
+    assert "PLAN" in next(line for line in out.splitlines() if line.startswith("UUID"))
+    assert "users: uid " in out  # who uses what
     assert any(line.startswith(JOB) for line in out.splitlines())
     assert running.json("status")["jobs"][0]["job"] == JOB
 

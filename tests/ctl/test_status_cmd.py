@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ from perseus_client.protocol import (
 )
 
 from perseusd.ctl.status_cmd import render_table, status_json
+from perseusd.ctl.terminal import safe_output
 from perseusd.gpu.sim_workload import SimGpuHandle
 from perseusd.planner.bundled import bundled_profile
 from tests.support.ctl import run_ctl as _ctl
@@ -43,6 +45,7 @@ GOLDEN = """\
 perseusd 0.1.0 (protocol 1.0), pid 42, up 1h02m05s, 1 client(s)
 events: 100 received, 2 dropped; restores: 3 (0 failed); refused connections: 0
 GPU call mean ms (worst GPU): read 0.020
+users: uid 0 1 GPU
 
 UUID   NAME  SM MHZ       LOCKED  POWER W  LIMIT W  ENERGY J  LEASE
 GPU-a  A100  1200         1200    250.2    400      12.5      pid 7 uid 0 train
@@ -172,3 +175,39 @@ def test_perseusctl_and_the_client_read_the_same_variable() -> None:
         reach.RUNTIME_DIR_ENV,
         reach.DEFAULT_RUNTIME_DIR,
     )
+
+
+def test_hostile_job_name_reaches_the_terminal_as_visible_escapes(capsys: pytest.CaptureFixture[str]) -> None:
+    """A job name from a reply (a fake daemon owning the socket, a state file of an older version) with an
+    OSC title escape, a bell and a lone surrogate: printed as visible escapes, and nothing crashes."""
+    hostile = "evil\x1b]0;owned\x07\x9b2J\u202e\ud800"
+    row = dataclasses.replace(REPLY.gpus[0], lease=LeaseInfo(7, 0, hostile))
+    with safe_output():
+        print(render_table(dataclasses.replace(REPLY, gpus=(row,))))
+        print(f"perseusctl: error: job {hostile}", file=sys.stderr)
+    captured = capsys.readouterr()
+    for text in (captured.out, captured.err):
+        assert not any(char in text for char in "\x1b\x07\x9b\u202e\ud800")
+        assert "evil\\x1b]0;owned\\x07\\x9b2J\\u202e\\ud800" in text
+
+
+def test_status_shows_who_uses_what() -> None:
+    """Per uid: GPUs leased and jobs by state, in the table and in `--json`."""
+    leases = [
+        dataclasses.replace(REPLY.gpus[i], lease=LeaseInfo(7 + i, uid, "j"))
+        for i, uid in ((0, 0), (1, 1000), (2, 1000))
+    ]
+    reply = dataclasses.replace(REPLY, gpus=(*leases, REPLY.gpus[3]))
+    assert "users: uid 1000 2 GPUs; uid 0 1 GPU" in render_table(reply)
+    assert status_json(reply)["users"] == [
+        {"uid": 1000, "gpus_leased": 2, "jobs": {}},
+        {"uid": 0, "gpus_leased": 1, "jobs": {}},
+    ]
+
+
+def test_top_level_help_describes_the_tool() -> None:
+    out = _ctl(Path("/nonexistent"), "--help")
+    assert out.returncode == 0
+    assert "The command line of Perseus" in out.stdout
+    assert "entry point" not in out.stdout  # the tool, not the module
+    assert "Exit codes: 0 ok" in out.stdout

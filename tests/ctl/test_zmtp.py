@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from perseus_client.status_messages import StatusReply, StatusRequest
 
+from perseusd.ctl import zmtp
 from perseusd.ctl.daemon_link import DaemonUnreachableError, ask
 
 pytestmark = pytest.mark.timeout(30)
@@ -73,3 +74,20 @@ def _answer_junk(conn: socket.socket) -> None:
 def test_a_peer_that_is_not_zeromq(tmp_path: Path) -> None:
     with _listener(tmp_path / "control.sock", _answer_junk):
         assert "did not greet as ZeroMQ" in _error(tmp_path)
+
+
+def _stream_frames(conn: socket.socket) -> None:
+    """A process owning the socket path that answers with an endless multi-frame reply, each frame below
+    the size limit of one frame; it gives up after 3x the reply limit."""
+    conn.recv(64)
+    conn.sendall(zmtp.GREETING + zmtp._frame(zmtp._ready(b"ROUTER"), zmtp.FLAG_COMMAND))
+    frame = zmtp._frame(b"x" * (1 << 20), zmtp.FLAG_MORE)
+    with contextlib.suppress(OSError):
+        for _ in range(3 * zmtp.MAX_REPLY_BYTES // len(frame)):
+            conn.sendall(frame)
+
+
+def test_a_reply_is_capped_in_total_not_per_frame(tmp_path: Path) -> None:
+    with _listener(tmp_path / "control.sock", _stream_frames), pytest.raises(DaemonUnreachableError) as info:
+        ask(tmp_path, StatusRequest(), StatusReply, admin=False, timeout_s=20)
+    assert f"a reply larger than {zmtp.MAX_REPLY_BYTES} bytes" in str(info.value)

@@ -131,3 +131,20 @@ def test_a_power_pool_needs_etcd_and_a_key_safe_name() -> None:
     )
     assert config.power_pool == "row-3"
     assert config.power_pool_safe_cap_w == 0.0
+
+
+def test_perseusd_help_describes_the_daemon_and_reset_its_own() -> None:
+    def help_of(*args: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "perseusd.daemon.main", *args, "--help"],
+            capture_output=True, text=True, timeout=30, check=True,
+        )  # fmt: skip
+        return out.stdout
+
+    main_help = help_of()
+    assert "GPU energy daemon" in main_help
+    assert "--state-dir STATE_DIR" in main_help
+    assert "state file and job cache" in main_help  # every flag says what it is
+    reset_help = help_of("reset")
+    assert reset_help.startswith("usage: perseusd reset")
+    assert "Restore every GPU the state file records" in reset_help

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from perseus_client.protocol import (
+    AnnounceStraggler,
     Claim,
     ComputationBegin,
     ComputationEnd,
@@ -35,7 +36,9 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
+from perseusd.daemon.job_requests import JobRequests
 from perseusd.jobs.manager import JobSettings
+from perseusd.jobs.response import DEPARTS
 from perseusd.leasing.identity import Caller
 from perseusd.planner.dag import Instruction, one_f_one_b_order
 from perseusd.planner.profile_csv import profile_to_csv
@@ -163,6 +166,23 @@ def test_job_that_ends_after_running_its_plan_reports_no_error(core: DaemonCore)
     assert ended.error == ""
 
 
+def test_a_job_that_ends_while_solving_cancels_its_solve(core: DaemonCore) -> None:
+    """The solve of a job that ended is abandoned at once: it never keeps the one solver worker (a core and
+    gigabytes) from other users' jobs."""
+    assert core.jobs is not None
+    _claim_all(core)
+    core.handle(ME, ProfileImport("train", _profile_csv(), "synthetic.csv", 80.0))
+    _register(core, 0)
+    assert _register(core, 1).state == "solving"
+    solving = core.jobs.jobs["train"].solve_future
+    assert solving is not None
+    assert not solving.done()
+    core.handle(ME, Release(gpus=()))
+    assert _info(core)["train"].state == "ended"
+    assert solving.cancelled()
+    assert core.jobs.jobs["train"].solve_future is None
+
+
 def test_policies_choose_frontier_points(core: DaemonCore) -> None:
     _claim_all(core)
     core.handle(ME, ProfileImport("train", _profile_csv(), "synthetic.csv", 80.0))
@@ -255,3 +275,113 @@ def test_the_frontier_states_what_the_gpus_will_do(core: DaemonCore) -> None:
     assert {"effective_clocks_mhz", "switch_changed", "planned_energy_j"} <= set(deployed)
     assert info.plan_energy_j == deployed["refined_energy_j"]
     assert info.plan_time_s == deployed["refined_time_s"]
+
+
+def _one_stage_jobs(core: DaemonCore, names: tuple[str, ...]) -> None:
+    """One-stage jobs of this user, each with an imported profile, one GPU each."""
+    csv = profile_to_csv(synthetic_profile(1, seed=3, clocks_mhz=A100_CLOCKS_MHZ))
+    _claim_all(core)
+    for gpu, name in zip(core.registry.uuids, names, strict=False):
+        core.handle(ME, ProfileImport(name, csv, "synthetic.csv", 80.0))
+        reply = core.handle(ME, Register(gpu, name, 0, 0, 1, MICROBATCHES, "1f1b", 1))  # type: ignore[arg-type]
+        assert isinstance(reply, RegisterOk)
+
+
+def test_one_users_solves_take_turns(core: DaemonCore) -> None:
+    """One user's jobs solve one at a time (`max_solves_per_user`): the others wait in `solving`, so
+    another user's job is never queued behind all of them."""
+    assert core.jobs is not None
+    _one_stage_jobs(core, ("a", "b"))
+    queued = [name for name in ("a", "b") if core.jobs.jobs[name].solve_future is not None]
+    assert queued == ["a"]
+    assert _info(core)["b"].state == "solving"
+    _wait_for(lambda: all(job.state == "running" for job in _info(core).values()), core)
+
+
+def test_a_schedule_too_large_to_plan_is_refused(core: DaemonCore) -> None:
+    assert core.jobs is not None
+    limit = core.jobs.settings.max_job_computations
+    _claim_all(core)
+    gpu = core.registry.uuids[0]
+    too_many = Register(gpu, "huge", 0, 0, 1, limit // 2 + 1, "1f1b", 1)  # type: ignore[arg-type]
+    with pytest.raises(ProtocolError, match=f"plans at most {limit} \\(max_job_computations\\)"):
+        core.handle(ME, too_many)
+    assert "huge" not in _info(core)
+    assert isinstance(core.handle(ME, Register(gpu, "fits", 0, 0, 1, limit // 2, "1f1b", 1)), RegisterOk)
+
+
+def test_a_solve_past_its_timeout_fails_its_job(tmp_path: Path) -> None:
+    with sim_core(tmp_path, gpus=1, jobs=JobSettings(solve_timeout_s=0.001)) as core:
+        assert core.jobs is not None
+        _one_stage_jobs(core, ("slow",))
+        _wait_for(lambda: _info(core)["slow"].state == "failed", core)
+        assert "solving took longer than 0.001 s (solve_timeout_s)" in _info(core)["slow"].error
+        assert core.jobs.jobs["slow"].solve_future is None
+
+
+def test_a_profiling_job_shows_the_energy_its_gpus_used_so_far(core: DaemonCore) -> None:
+    """`jobs` during profiling shows the counters' energy, not a hard-coded 0 J."""
+    _claim_all(core)
+    _register(core, 0)
+    assert _register(core, 1).state == "profiling"
+    _run_iteration(core, 0)
+
+    def used_j() -> float:
+        profiling = _info(core)["train"].profiling
+        assert profiling is not None
+        return profiling.energy_j
+
+    _wait_for(lambda: used_j() > 0, core, timeout_s=20)
+    assert _info(core)["train"].state == "profiling"
+
+
+def test_a_daemon_pinned_to_6_0_refuses_the_carbon_policy(core: DaemonCore) -> None:
+    """`carbon` came with minor 1: a daemon speaking 6.0 refuses it like any newer field."""
+    assert core.jobs is not None
+    _claim_all(core)
+    _register(core, 0)
+    pinned = JobRequests(core.jobs, core.plans, core.leases, lambda _caller: False, protocol_minor=0)
+    with pytest.raises(ProtocolError, match=r"carbon needs protocol 6\.1; this daemon speaks 6\.0-6\.0"):
+        pinned.set_policy(ME, SetPolicy("train", "carbon", 0.0))
+    assert pinned.set_policy(ME, SetPolicy("train", "fastest", 0.0)).policy == "fastest"
+
+
+def test_changes_to_an_ended_job_or_a_missing_pipeline_are_refused(core: DaemonCore) -> None:
+    """`straggler JOB --pipeline 3` on a one-pipeline job and `plan --policy` on an ended job said nothing
+    and changed nothing: they are refused, so exit 0 means the change took effect."""
+    _claim_all(core)
+    _register(core, 0)
+    _register(core, 1)
+    with pytest.raises(ProtocolError, match=r"job train has no pipeline 3 \(its pipelines: 0\)"):
+        core.handle(ME, AnnounceStraggler("train", 3, 1.2, False))
+    core.handle(ME, Release(gpus=()))
+    assert _info(core)["train"].state == "ended"
+    for change in (SetPolicy("train", "fastest", 0.0), AnnounceStraggler("train", 0, 1.2, False)):
+        with pytest.raises(ProtocolError, match="job train has ended: nothing of it can change any more"):
+            core.handle(ME, change)
+
+
+def test_a_plan_far_off_its_prediction_is_flagged_and_accrues_no_predicted_saving(core: DaemonCore) -> None:
+    """A job running a profile that is not its own (its iterations take a fraction of the planned time) is
+    flagged in `jobs` (and the log, the metrics), and no predicted saving accrues for it."""
+    _claim_all(core)
+    core.handle(ME, ProfileImport("train", _profile_csv(), "synthetic.csv", 80.0))
+    _register(core, 0)
+    _register(core, 1)
+    _wait_for(lambda: _info(core)["train"].state == "running", core)
+    for step in range(6):  # events at once: microseconds against the plan's milliseconds
+        _run_iteration(core, step)
+        core.tick()
+    info = _info(core)["train"]
+    assert DEPARTS in info.plan_note
+    assert "s planned (x0.0" in info.plan_note
+    for step in range(6, 10):
+        _run_iteration(core, step)
+        core.tick()
+    assert _info(core)["train"].energy_saved_j == info.energy_saved_j  # no longer accrues
+
+
+def test_errors_speak_the_users_terms(core: DaemonCore) -> None:
+    """An error names what the user typed (the flag), not only the wire field."""
+    with pytest.raises(ProtocolError, match="blocked on communication \\(--p-block-w, p_block_w > 0\\)"):
+        core.handle(ME, ProfileImport("later", _profile_csv(), "synthetic.csv", 0.0))

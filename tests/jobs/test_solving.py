@@ -4,7 +4,9 @@ writes it only at its edges)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 
 import pytest
 
@@ -14,6 +16,7 @@ from perseusd.planner.plan import Frontier, PlanMeta, frontier_document, frontie
 from perseusd.planner.profile_csv import profile_to_csv
 from perseusd.planner.solver import SolverParams, solve_frontier
 from perseusd.planner.switching import SwitchModel
+from tests.support.slow_solve import slow_or_fast
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
 pytestmark = pytest.mark.timeout(120)
@@ -78,3 +81,25 @@ def test_a_worker_closed_while_it_starts_leaves_nothing() -> None:
     worker.close()
     assert worker._pool is None
     worker.close()  # closing twice is fine
+
+
+def test_a_cancelled_solve_frees_the_worker_for_the_others() -> None:
+    """The job of a long solve ended: its solve stops (the worker process with it) and the next user's
+    small job does not wait behind it."""
+    worker = SolveWorker(slow_or_fast)
+    try:
+        worker.submit(_task(None)).result(timeout=60)  # the worker process is up
+        slow = worker.submit(dataclasses.replace(_task(None), job="slow"))
+        small = worker.submit(_task(None))
+        time.sleep(0.5)  # the worker took the slow solve
+        worker.cancel(slow)
+        assert slow.cancelled()
+        started_s = time.monotonic()
+        assert isinstance(small.result(timeout=30).frontier, Frontier)
+        assert time.monotonic() - started_s < 20  # not behind the 60 s solve
+        assert worker.cancelled == 1
+        assert worker.inflight == 0
+        worker.cancel(small)  # done: a no-op
+        assert worker.cancelled == 1
+    finally:
+        worker.close()

@@ -44,7 +44,7 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 def _scrape(core: DaemonCore) -> Samples:
     registry = CollectorRegistry()
-    registry.register(PerseusCollector(core))
+    registry.register(PerseusCollector(core, job_names=True))
     text = generate_latest(registry).decode()
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -124,7 +124,9 @@ def test_the_signal_and_each_jobs_carbon_or_cost(
         assert emitted is not None
         assert emitted == pytest.approx(carbon.carbon_g, rel=0.05, abs=1e-5)  # counted on between reads
         assert emitted > 0
-        all_max = _value(samples, "perseus_job_grid_cost_all_max_total", **key)
+        basis = carbon.all_max_basis  # the all-max figure says how it is known
+        assert basis in ("measured", "predicted", "mixed")
+        all_max = _value(samples, "perseus_job_grid_cost_all_max_total", **key, basis=basis)
         assert all_max is not None
         assert all_max > 0
         counted = _value(

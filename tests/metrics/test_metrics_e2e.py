@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import zmq
 from perseus_client.client import PerseusClient
-from perseus_client.protocol import EVENT_SOCKET_NAME
+from perseus_client.protocol import EVENT_SOCKET_NAME, PROTOCOL_MAJOR, PROTOCOL_MINOR
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -96,7 +96,7 @@ def scraped() -> Iterator[Scraped]:
         config = dirs.base / "perseusd.toml"
         config.write_text(
             f'metrics_http_port = {port}\nmetrics_textfile_dir = "{textfile_dir}"\n'
-            "metrics_textfile_interval_s = 1.0\n"
+            "metrics_textfile_interval_s = 1.0\nmetrics_job_names = true\n"
         )
         daemon = make(dirs, gpus=STAGES, extra_args=("--config", str(config))).start()
         url = f"http://127.0.0.1:{port}/metrics"
@@ -168,6 +168,12 @@ def test_daemon_health_counts_events_and_malformed_frames(scraped: Scraped) -> N
     assert one(after, "perseus_events_dropped_total") >= 1
     assert one(after, "perseus_messages_rejected_total", code="BAD_FRAME") >= 1
     assert one(after, "perseus_events_received_total") == received + 1
+
+
+def test_daemon_info_says_protocol_minor_and_backend(scraped: Scraped) -> None:
+    by_name = samples(scrape(scraped.url))
+    protocol = f"{PROTOCOL_MAJOR}.{PROTOCOL_MINOR}"  # as `status` shows it, not the major alone
+    assert one(by_name, "perseus_daemon_info", protocol=protocol, backend="sim", monitor_only="false") == 1.0
 
 
 def test_gpu_call_latency_histogram(scraped: Scraped) -> None:
@@ -271,6 +277,21 @@ def test_grafana_dashboard_uses_only_exposed_metrics(scraped: Scraped) -> None:
         exposed |= {family.name, f"{family.name}_total", f"{family.name}_bucket"}
     missing = {name for name in used if name not in exposed}
     assert not missing, f"the dashboard uses metrics perseusd does not expose: {sorted(missing)}"
+
+
+def test_savings_carry_their_basis_and_the_dashboard_sums_measured_only(scraped: Scraped) -> None:
+    """A saving is labelled measured or predicted; the job runs an imported profile (no all-max measured by
+    its counters), so its saving is predicted, and the dashboard's sums leave it out."""
+    by_name = samples(scrape(scraped.url))
+    assert one(by_name, "perseus_job_energy_saved_joules", job_name=JOB, basis="predicted") >= 0
+    assert all(
+        s.labels["basis"] in ("measured", "predicted") for s in by_name["perseus_job_energy_saved_joules"]
+    )
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    sums = [expr for expr in exprs if "sum(" in expr and "energy_saved" in expr]
+    assert sums
+    assert all('basis="measured"' in expr for expr in sums), sums
 
 
 def test_dcgm_exporter_names_and_joinable_labels(scraped: Scraped) -> None:

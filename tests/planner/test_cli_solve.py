@@ -75,6 +75,16 @@ def test_solve_synthetic(tmp_path: Path, profile_csv: Path, capsys: pytest.Captu
     assert info["all_max_time_s"] >= info["t_min_s"] - 0.001 * 4 * 6 * 2  # quantised times floor
 
 
+def test_solve_without_out_only_looks(
+    tmp_path: Path, profile_csv: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    info = solve_json(capsys, "--profile", str(profile_csv), "--stages", "4", "--microbatches", "6")
+    assert info["points"] > 5
+    assert (info["frontier_csv"], info["frontier_json"]) == (None, None)
+    assert [p.name for p in tmp_path.iterdir()] == [profile_csv.name]  # nothing written beside the profile
+
+
 def test_solve_text_output_plot_and_options(
     tmp_path: Path, profile_csv: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -147,6 +147,7 @@ def test_header_without_rows(tmp_path: Path) -> None:
         ("-1,forward,1410,0.01,2.0", "stage", "non-negative integer"),
         ("zero,forward,1410,0.01,2.0", "stage", "non-negative integer"),
         ("0,fwd,1410,0.01,2.0", "instruction", "unknown instruction"),
+        ("0,forward,1410,71.56,2.0", "time", "is this profile in milliseconds?"),
     ],
 )
 def test_bad_field(tmp_path: Path, row: str, column: str, fragment: str) -> None:

@@ -83,13 +83,15 @@ def test_cap_set_infeasible_clear(make_daemon: Callable[..., DaemonProcess]) -> 
     assert all(200.0 <= w <= 700.0 for w in limits_w(run, status))
     assert "node budget set to 1000.0 W by uid" in daemon.log()
 
-    out = ctl(run, "cap", "set", "--node", "500")  # below the floor: reported, never an impossible limit
+    before = limits_w(run, status)
+    out = ctl(run, "cap", "set", "--node", "500")  # below the floor: refused, nothing changes (exit 1)
     assert out.returncode == 1
-    assert "INFEASIBLE" in out.stdout
+    assert "the node budget 500 W is below the node's floor of 800 W" in out.stderr
+    assert "nothing changed" in out.stderr
     status = cap_status(run)
-    assert not status["feasible"]
-    assert "floor 800 W" in status["problem"]
-    assert limits_w(run, status) == [200.0] * GPUS
+    assert status["grant_w"] == 1000.0
+    assert status["feasible"]
+    assert limits_w(run, status) == before
 
     out = ctl(run, "cap", "clear")
     assert out.returncode == 0, out.stderr
@@ -115,7 +117,6 @@ def test_budget_kept_across_a_crash_and_limits_held(make_daemon: Callable[..., D
     daemon = make_daemon(dirs, gpus=2, extra_args=H100).start()
     run = dirs.runtime_dir
     assert ctl(run, "cap", "set", "--node", "600").returncode == 0
-    assert ctl(run, "cap", "priority", "train-a", "high").returncode == 0
     set_by = cap_status(run)["set_by"]
     uuids = [g["uuid"] for g in cap_status(run)["gpus"]]
     assert [sim_control(run, u).power_limit_w for u in uuids] == [300.0, 300.0]
@@ -134,11 +135,10 @@ def test_budget_kept_across_a_crash_and_limits_held(make_daemon: Callable[..., D
     assert sum(limits_w(run, status)) <= 600.0 + 1e-6
     assert "node budget 600.0 W (set by uid" in daemon.log()
     assert "kept across a restart" in daemon.log()
-    assert json.loads(saved.read_text())["priorities"] == {"train-a": 2}
 
     assert ctl(run, "cap", "clear").returncode == 0
     assert [sim_control(run, u).power_limit_w for u in uuids] == [700.0, 700.0]
-    assert json.loads(saved.read_text())["budget_w"] is None  # the priority stays
+    assert not saved.exists()  # no budget and no priority: nothing to keep
     daemon.kill()
     make_daemon(dirs, gpus=2, extra_args=H100).start()
     assert cap_status(run)["budget_w"] is None
@@ -195,9 +195,9 @@ def test_cap_written_again_after_a_lease_restores_the_gpu(make_daemon: Callable[
 def test_job_priority_is_set_and_checked(make_daemon: Callable[..., DaemonProcess]) -> None:
     dirs = DaemonDirs.create()
     daemon = make_daemon(dirs, gpus=1, extra_args=H100).start()
-    out = ctl(dirs.runtime_dir, "cap", "priority", "train-a", "low")
-    assert out.returncode == 0
-    assert "priority low (0)" in out.stdout
-    assert "job train-a priority set to 0 by uid" in daemon.log()
+    out = ctl(dirs.runtime_dir, "cap", "priority", "train-a", "low")  # no such job: refused, nothing kept
+    assert out.returncode == 1
+    assert "no job train-a on this node" in out.stderr
+    assert "priority set" not in daemon.log()
     out = ctl(dirs.runtime_dir, "cap", "priority", "train-a", "urgent")
     assert out.returncode != 0

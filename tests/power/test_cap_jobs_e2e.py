@@ -95,7 +95,9 @@ def _energy_rises_below_1050_mhz() -> Profile:
 def test_low_priority_job_slowed_first_then_released(runtime_dir: Path) -> None:
     run = runtime_dir
     assert ctl(run, "cap", "priority", "cap-low", "low").returncode == 0
-    assert ctl(run, "cap", "priority", "cap-high", "high").returncode == 0
+    out = ctl(run, "cap", "priority", "cap-high", "high")
+    assert out.returncode == 0, out.stderr
+    assert "priority high (2)" in out.stdout
     uncapped = {name: job["plan_index"] for name, job in jobs(run).items()}
     status = cap_status(run)
     floor_w, demand_w = status["floor_w"], status["demand_w"]

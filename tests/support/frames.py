@@ -68,6 +68,24 @@ def valid_bodies(gpu: str) -> list[dict[str, Any]]:
     ]
 
 
+def new_surface_bodies(gpu: str) -> list[dict[str, Any]]:
+    """One valid body of each request added since the first round of fuzzing: energy windows, the node cap,
+    the power pool, Slurm (for `benchmarks/bench_fuzz.py`; the suite's fuzz tests keep `valid_bodies`)."""
+    return [
+        {"type": "energy_read", "gpus": [gpu]},
+        {"type": "energy_read", "gpus": []},
+        {"type": "admin_set_cap", "budget_w": 900.0},
+        {"type": "admin_clear_cap"},
+        {"type": "admin_cap_status"},
+        {"type": "admin_set_job_priority", "job": "fuzz", "priority": 2},
+        {"type": "admin_pool_set_budget", "pool": "fuzz", "budget_w": 1000.0},
+        {"type": "admin_pool_status", "pool": "fuzz"},
+        {"type": "slurm_jobs"},
+        {"type": "admin_slurm_prolog", "job": 7, "uid": 1000, "gpu_minors": [0]},
+        {"type": "admin_slurm_epilog", "job": 7},
+    ]
+
+
 def frame_bytes(body: dict[str, Any], request_id: int = 1) -> bytes:
     """`body` as a frame; NaN and infinities written as the non-standard JSON Python emits."""
     return json.dumps({"v": PROTOCOL_VERSION, "id": request_id, **body}, allow_nan=True).encode()
@@ -175,11 +193,14 @@ def _random_value(rng: random.Random, depth: int = 0) -> Any:
     return {str(rng.randrange(5)): _random_value(rng, depth + 1) for _ in range(rng.randrange(4))}
 
 
-def random_frame(rng: random.Random, gpu: str) -> bytes:
-    """One hostile frame from `rng`: mostly mutated valid requests, some raw JSON, bytes and deep nesting."""
+def random_frame(rng: random.Random, gpu: str, bodies: list[dict[str, Any]] | None = None) -> bytes:
+    """One hostile frame from `rng`: mostly mutated valid requests (of `bodies`, default `valid_bodies`),
+    some raw JSON, bytes and deep nesting."""
     kind = rng.randrange(100)
     if kind < 70:
-        body = dict(rng.choice(valid_bodies(gpu)))
+        body = dict(rng.choice(bodies or valid_bodies(gpu)))
+        if rng.random() < 0.2:  # the protocol's minors: any, a newer one, nonsense
+            body["m"] = rng.choice([0, 1, 5, 6, 99, -1, "5", None])
         for key in rng.sample([k for k in body if k != "type"], k=min(len(body) - 1, rng.randrange(3))):
             if rng.random() < 0.2:
                 body.pop(key)
