@@ -3,8 +3,8 @@ recording its own time and energy as `SimGpuHandle.run` would, the call ending w
 
 from __future__ import annotations
 
-import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,13 +37,33 @@ def test_gpus_run_together_at_their_own_clocks_and_a_clock_changed_mid_run_appli
         assert [r.duration_s for r in records] == [pytest.approx(fast.time_s), pytest.approx(slow.time_s)]
         assert [r.energy_j for r in records] == [pytest.approx(fast.energy_j), pytest.approx(slow.energy_j)]
         assert wall_s >= slow.time_s  # the group waits for its slowest GPU
-        # The second GPU is raised to 1410 MHz half way through: the work left runs at the new clock.
-        raise_at = threading.Timer(slow.time_s / 2, second.set_locked_sm_clock_mhz, args=(1410,))
-        raise_at.start()
+    # The second GPU is raised to 1410 MHz half way through: the work left runs at the new clock. On a virtual
+    # clock (the raise lands half way through whatever the machine's load), the handles' own sleeps drive it.
+    time_now = _VirtualTime(time.monotonic(), slow.time_s / 2, lambda: second.set_locked_sm_clock_mhz(1410))
+    with (
+        SimGpuHandle.open(tmp_path, first.info.uuid, clock=time_now.clock, sleep=time_now.sleep) as a,
+        SimGpuHandle.open(tmp_path, second.info.uuid, clock=time_now.clock, sleep=time_now.sleep) as b,
+    ):
         again = run_together([a, b], 0, "forward")
-        raise_at.join()
+        assert time_now.fired
         assert again[1].clock_switches == 1
         assert fast.time_s < again[1].duration_s < slow.time_s
         low_j, high_j = sorted((fast.energy_j, slow.energy_j))
         assert low_j < again[1].energy_j < high_j  # part of the work at each clock
     backend.close()
+
+
+class _VirtualTime:
+    """A clock that moves only when slept on, running `action` once when it passes `after_s` seconds."""
+
+    def __init__(self, start_s: float, after_s: float, action: Callable[[], None]) -> None:
+        self.now_s, self.at_s, self.action, self.fired = start_s, start_s + after_s, action, False
+
+    def clock(self) -> float:
+        return self.now_s
+
+    def sleep(self, seconds: float) -> None:
+        self.now_s += seconds
+        if not self.fired and self.now_s >= self.at_s:
+            self.fired = True
+            self.action()
