@@ -2,7 +2,16 @@
 
 Every round (`refresh_interval_s`): keep this node's lease alive (every third of the TTL), publish its report
 (demand, floor, priority mix, safe cap, the grant it applies, measured power) when it changed, read the pool,
-apply this node's grant through its `NodePowerTarget`, and take its turn as allocator (`PoolAllocator`).
+apply this node's grant through its `NodePowerTarget` (and publish at once that it applies it), and take its
+turn as allocator (`PoolAllocator`).
+
+What a round reads is sized for pools of a thousand nodes on one etcd: a node reads only its own grant, the
+budget and the allocator key (one small request), and only when one of its two watches (`RangeWatch`: its
+grant; the allocator key and the budget, deletions only) says they changed, or every third of the TTL with
+its keep-alive (so a watch that hangs costs latency, never correctness). Only the allocator, and a node that
+finds no allocator, reads the whole pool, every round. The measured power in the report is published when it
+moves by `POWER_REPORT_CHANGE` or every `POWER_REPORT_EVERY_S`, not at every measurement (each publication is
+an etcd write; a thousand nodes measuring every 2 s would be 500 writes a second).
 
 What is applied:
 - no budget in the pool: nothing (uncapped);
@@ -23,20 +32,28 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from perseus_client.status_messages import PoolInfo
 
 from perseusd.cluster.config import ClusterConfig
-from perseusd.cluster.etcd_store import ClusterError, EtcdStore, LeaseLostError
+from perseusd.cluster.etcd_store import ClusterError, EtcdStore, LeaseLostError, prefix_end
 from perseusd.cluster.power_pool_allocator import PoolAllocator
 from perseusd.cluster.power_pool_keys import NodeReport, PoolKeys, check_pool
 from perseusd.cluster.power_pool_view import PoolView, read_pool
 from perseusd.power.target import NodePowerTarget
 
+if TYPE_CHECKING:
+    from perseusd.cluster.etcd_watch import RangeWatch
+
 logger = logging.getLogger(__name__)
 
 UNCAPPED = "uncapped"
 MEASURE_EVERY_S = 2.0
+POWER_REPORT_CHANGE = 0.05
+"""A measured power is published again when it moved by this fraction (or 1 W) since the last one..."""
+POWER_REPORT_EVERY_S = 60.0
+"""... or when the last one is this old."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +97,9 @@ class PoolAgent:
         measure_w: Callable[[], float | None] = lambda: None,
         store: EtcdStore | None = None,
         clock: Callable[[], float] = time.monotonic,
+        watch: bool = True,
     ) -> None:
+        """`watch=False`: no watches; every round reads (for a store that is not a real etcd)."""
         self._cluster, self._settings, self._target = cluster, settings, target
         self._measure_w, self._clock = measure_w, clock
         self._store = store or EtcdStore(cluster.parsed_endpoints, cluster.timeout_s)
@@ -101,16 +120,50 @@ class PoolAgent:
         self._last_error: str | None = None
         self._measured: float | None = None
         self._measured_at_s: float | None = None
+        self._reported_at_s: float | None = None
+        self._wake = threading.Event()
+        self._watches = self._make_watches() if watch else []
+        self._read_at_s: float | None = None
+        self.reads = self.full_reads = 0
+        self.allocator_cpu_s: list[float] = []
+        """CPU time of this node's last allocator rounds (the full read, decoding, allocation, writes)."""
 
     # -- life cycle --------------------------------------------------------------------------------
 
+    def _make_watches(self) -> list[RangeWatch]:
+        from perseusd.cluster.etcd_watch import NO_PUT, RangeWatch
+
+        endpoints, timeout_s = self._cluster.parsed_endpoints, self._cluster.timeout_s
+        keys = self._keys
+        return [
+            RangeWatch(endpoints, keys.grant(self._node), None, self._woken, timeout_s, name="pool-grant"),
+            # "allocator" < "budget/..." < "grants/": the allocator key and the budgets, nothing else.
+            RangeWatch(
+                endpoints,
+                keys.allocator,
+                prefix_end(keys.root + "budget/"),
+                self._woken,
+                timeout_s,
+                filters=(NO_PUT,),
+                name="pool-budget",
+            ),
+        ]
+
+    def _woken(self, _events: object) -> None:
+        self._wake.set()
+
     def start(self) -> None:
+        for watch in self._watches:
+            watch.start()
         self._thread = threading.Thread(target=self._run, name="perseusd-power-pool", daemon=True)
         self._thread.start()
 
     def stop(self, revoke: bool = True, uncap: bool = True) -> None:
         """Stop; with `revoke`, drop out of the pool at once; with `uncap`, lift this node's cap."""
         self._stopping.set()
+        self._wake.set()
+        for watch in self._watches:
+            watch.stop()
         if self._thread is not None:
             self._thread.join(timeout=2 * self._store.attempts * self._cluster.timeout_s + 1.0)
         if self._thread is not None and self._thread.is_alive():
@@ -153,19 +206,31 @@ class PoolAgent:
     def _run(self) -> None:
         interval_s = self._cluster.refresh_interval_s
         while not self._stopping.is_set():
-            self._round()
-            self._stopping.wait(interval_s)
+            woken = self._wake.is_set()
+            self._wake.clear()
+            self._round(woken or self._read_due())
+            self._wake.wait(interval_s)
+
+    def _read_due(self) -> bool:
+        """Whether this round reads etcd without being woken: always without watches, as the allocator, and
+        every third of the TTL."""
+        last_s = self._read_at_s
+        return (
+            not self._watches
+            or self._allocator.leader
+            or last_s is None
+            or self._clock() - last_s >= self._cluster.keepalive_interval_s
+        )
 
     # -- one round ---------------------------------------------------------------------------------
 
-    def _round(self) -> None:
+    def _round(self, read: bool = True) -> None:
         try:
             lease_id = self._ensure_lease()
             self._publish(lease_id)
-            revision, entries = self._store.range_prefix(self._keys.root)
-            view = read_pool(self._keys, revision, entries)
-            self._follow(view, lease_id)
-            self._allocator.round(view, lease_id)
+            if read:
+                self._read_and_follow(lease_id)
+                self._publish(lease_id)  # what it applies now, at once: the allocator waits for it
         except LeaseLostError as exc:
             self._failed(exc)
             self._lease_id = None  # a new lease next round; the report is written again under it
@@ -177,6 +242,29 @@ class PoolAgent:
                 if self._last_error is not None:
                     logger.info("power pool %s: etcd is reachable again", self._settings.pool)
                 self._last_error = None
+
+    def _read_and_follow(self, lease_id: int) -> None:
+        """Read this node's part of the pool (the whole pool if it allocates or nobody does), apply it, and
+        take the allocator's turn."""
+        self._read_at_s = self._clock()
+        keys = self._keys
+        revision, entries = self._store.read_ranges(
+            [(keys.allocator, prefix_end(keys.root + "budget/")), (keys.grant(self._node), None)]
+        )
+        self.reads += 1
+        view = read_pool(keys, revision, entries)
+        if view.allocator is not None and view.allocator.lease_id != lease_id:
+            self._allocator.leader = False
+            self._follow(view, lease_id)
+            return
+        started_s = time.thread_time()
+        revision, entries = self._store.range_prefix(keys.root)
+        self.full_reads += 1
+        view = read_pool(keys, revision, entries)
+        self._follow(view, lease_id)
+        self._allocator.round(view, lease_id)
+        if self._allocator.leader:
+            self.allocator_cpu_s = [*self.allocator_cpu_s[-99:], time.thread_time() - started_s]
 
     def _failed(self, exc: ClusterError) -> None:
         with self._lock:
@@ -217,14 +305,26 @@ class PoolAgent:
             self._written = value
 
     def _measured_w(self) -> float | None:
-        """Measured node power, read at most every `MEASURE_EVERY_S` (each change is an etcd write); the
-        target's measure averages over the time between two reads."""
+        """Measured node power, read at most every `MEASURE_EVERY_S` (the target's measure averages over the
+        time between two reads), and the value published only when it moved enough or is old (see module)."""
         now_s = self._clock()
         if self._measured_at_s is None or now_s - self._measured_at_s >= MEASURE_EVERY_S:
             value_w = self._measure_w()
-            self._measured = None if value_w is None else round(value_w)
             self._measured_at_s = now_s
+            if self._report_power(value_w, now_s):
+                self._measured = None if value_w is None else round(value_w)
+                self._reported_at_s = now_s
         return self._measured
+
+    def _report_power(self, value_w: float | None, now_s: float) -> bool:
+        last_w, last_s = self._measured, self._reported_at_s
+        if last_s is None or now_s - last_s >= POWER_REPORT_EVERY_S or (value_w is None) != (last_w is None):
+            return True
+        return (
+            value_w is not None
+            and last_w is not None
+            and abs(value_w - last_w) >= max(POWER_REPORT_CHANGE * last_w, 1.0)
+        )
 
     def _follow(self, view: PoolView, lease_id: int) -> None:
         """Apply what the pool says for this node (see module)."""
