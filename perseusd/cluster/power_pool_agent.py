@@ -50,6 +50,8 @@ logger = logging.getLogger(__name__)
 
 UNCAPPED = "uncapped"
 MEASURE_EVERY_S = 2.0
+BUSY_ROUNDS_PER_INTERVAL = 5
+"""An allocator that just moved grants, or awaits their acknowledgements, reads again this much sooner."""
 POWER_REPORT_CHANGE = 0.05
 """A measured power is published again when it moved by this fraction (or 1 W) since the last one..."""
 POWER_REPORT_EVERY_S = 60.0
@@ -209,7 +211,8 @@ class PoolAgent:
             woken = self._wake.is_set()
             self._wake.clear()
             self._round(woken or self._read_due())
-            self._wake.wait(interval_s)
+            busy = self._allocator.leader and self._allocator.busy
+            self._wake.wait(interval_s / BUSY_ROUNDS_PER_INTERVAL if busy else interval_s)
 
     def _read_due(self) -> bool:
         """Whether this round reads etcd without being woken: always without watches, as the allocator, and

@@ -64,6 +64,9 @@ class PoolAllocator:
         self._waiting_since_s: float | None = None
         self._problem: str | None = None
         self.leader = False
+        self.busy = False
+        """Whether the next round has work soon: a move was just made, acknowledgements are awaited, or
+        this node just won the election (its owner then runs the next round sooner)."""
         self.moves = 0
         self.transactions = 0
         self.last_allocation: Allocation | None = None
@@ -71,6 +74,7 @@ class PoolAllocator:
     def round(self, view: PoolView, lease_id: int) -> None:
         """Campaign if nobody allocates; if this node does, make the next move (see module)."""
         allocator = view.allocator
+        self.busy = False
         if allocator is None:
             won, _ = self._store.txn(
                 [compare_create(self._keys.allocator, 0)],
@@ -78,6 +82,7 @@ class PoolAllocator:
             )
             if won:
                 logger.info("power pool %s: this node (%s) allocates", self._keys.pool, self._node)
+                self.busy = True
             return  # the next round reads the key back and acts
         self.leader = allocator.lease_id == lease_id
         if self.leader:
@@ -106,6 +111,7 @@ class PoolAllocator:
             self._waiting_since_s = None
             return
         if self._waiting_for_acks(view):
+            self.busy = True
             return
         extra = []
         if view.active_entry is not None:
@@ -186,6 +192,7 @@ class PoolAllocator:
             self.transactions += 1
             seen = revision
         self.moves += 1
+        self.busy = True
         logger.debug("power pool %s: %s at revision %d (read %d)", self._keys.pool, what, seen, view.revision)
         return True
 
