@@ -10,8 +10,11 @@ budget and the allocator key (one small request), and only when one of its two w
 grant; the allocator key and the budget, deletions only) says they changed, or every third of the TTL with
 its keep-alive (so a watch that hangs costs latency, never correctness). Only the allocator, and a node that
 finds no allocator, reads the whole pool, every round. The measured power in the report is published when it
-moves by `POWER_REPORT_CHANGE` or every `POWER_REPORT_EVERY_S`, not at every measurement (each publication is
-an etcd write; a thousand nodes measuring every 2 s would be 500 writes a second).
+moves by `POWER_REPORT_CHANGE` (at most every `POWER_REPORT_GAP_S`) or every `POWER_REPORT_EVERY_S`, not at
+every measurement (each publication is an etcd write; a thousand nodes measuring every 2 s would be 500
+writes a second). A new grant is applied from the watch event itself, without a read; a node that finds no
+allocator campaigns on its small read, and only the winner reads the pool (a thousand nodes reading the
+whole pool when the allocator dies would take etcd seconds).
 
 What is applied:
 - no budget in the pool: nothing (uncapped);
@@ -27,19 +30,20 @@ target is called from this thread, which is why targets must be safe to call fro
 
 from __future__ import annotations
 
+import base64
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from perseus_client.status_messages import PoolInfo
 
 from perseusd.cluster.config import ClusterConfig
 from perseusd.cluster.etcd_store import ClusterError, EtcdStore, LeaseLostError, prefix_end
 from perseusd.cluster.power_pool_allocator import PoolAllocator
-from perseusd.cluster.power_pool_keys import NodeReport, PoolKeys, check_pool
+from perseusd.cluster.power_pool_keys import NodeReport, PoolKeys, check_pool, decode_grant
 from perseusd.cluster.power_pool_view import PoolView, read_pool
 from perseusd.power.target import NodePowerTarget
 
@@ -52,8 +56,10 @@ UNCAPPED = "uncapped"
 MEASURE_EVERY_S = 2.0
 BUSY_ROUNDS_PER_INTERVAL = 5
 """An allocator that just moved grants, or awaits their acknowledgements, reads again this much sooner."""
-POWER_REPORT_CHANGE = 0.05
-"""A measured power is published again when it moved by this fraction (or 1 W) since the last one..."""
+POWER_REPORT_CHANGE = 0.1
+POWER_REPORT_GAP_S = 15.0
+"""A measured power is published again when it moved by this fraction (or 1 W) since the last one and that
+one is this old..."""
 POWER_REPORT_EVERY_S = 60.0
 """... or when the last one is this old."""
 
@@ -126,6 +132,12 @@ class PoolAgent:
         self._wake = threading.Event()
         self._watches = self._make_watches() if watch else []
         self._read_at_s: float | None = None
+        self._pushed: tuple[float, int, int] | None = None
+        """(grant W, lease, revision) from this node's grant watch, not applied yet."""
+        self._pushed_read = False
+        self._grant_revision = 0
+        """The etcd revision of the grant last applied (an older one from the watch is ignored)."""
+        self.pushed_applied = 0
         self.reads = self.full_reads = 0
         self.allocator_cpu_s: list[float] = []
         """CPU time of this node's last allocator rounds (the full read, decoding, allocation, writes)."""
@@ -138,7 +150,9 @@ class PoolAgent:
         endpoints, timeout_s = self._cluster.parsed_endpoints, self._cluster.timeout_s
         keys = self._keys
         return [
-            RangeWatch(endpoints, keys.grant(self._node), None, self._woken, timeout_s, name="pool-grant"),
+            RangeWatch(
+                endpoints, keys.grant(self._node), None, self._grant_event, timeout_s, name="pool-grant"
+            ),
             # "allocator" < "budget/..." < "grants/": the allocator key and the budgets, nothing else.
             RangeWatch(
                 endpoints,
@@ -152,6 +166,22 @@ class PoolAgent:
         ]
 
     def _woken(self, _events: object) -> None:
+        self._wake.set()
+
+    def _grant_event(self, events: list[dict[str, Any]]) -> None:
+        """This node's grant changed: a new value is applied from the event itself, without a read (the
+        allocator's moves reach a thousand nodes at once); a deletion, or a reconnection, makes a read."""
+        pushed = None
+        if events and events[-1].get("type", "PUT") == "PUT":
+            kv = events[-1].get("kv", {})
+            try:
+                grant_w = decode_grant(base64.b64decode(kv.get("value", "")))
+                pushed = (grant_w, int(kv.get("lease", 0)), int(kv.get("mod_revision", 0)))
+            except (ValueError, TypeError):
+                pushed = None
+        with self._lock:
+            self._pushed = pushed
+            self._pushed_read = pushed is None
         self._wake.set()
 
     def start(self) -> None:
@@ -208,9 +238,11 @@ class PoolAgent:
     def _run(self) -> None:
         interval_s = self._cluster.refresh_interval_s
         while not self._stopping.is_set():
-            woken = self._wake.is_set()
             self._wake.clear()
-            self._round(woken or self._read_due())
+            with self._lock:
+                pushed, must_read = self._pushed, self._pushed_read
+                self._pushed, self._pushed_read = None, False
+            self._round(must_read or self._read_due(), pushed)
             busy = self._allocator.leader and self._allocator.busy
             self._wake.wait(interval_s / BUSY_ROUNDS_PER_INTERVAL if busy else interval_s)
 
@@ -227,9 +259,11 @@ class PoolAgent:
 
     # -- one round ---------------------------------------------------------------------------------
 
-    def _round(self, read: bool = True) -> None:
+    def _round(self, read: bool = True, pushed: tuple[float, int, int] | None = None) -> None:
         try:
             lease_id = self._ensure_lease()
+            if pushed is not None and not read:
+                self._follow_pushed(pushed, lease_id)
             self._publish(lease_id)
             if read:
                 self._read_and_follow(lease_id)
@@ -256,9 +290,11 @@ class PoolAgent:
         )
         self.reads += 1
         view = read_pool(keys, revision, entries)
-        if view.allocator is not None and view.allocator.lease_id != lease_id:
+        if view.allocator is None or view.allocator.lease_id != lease_id:
             self._allocator.leader = False
             self._follow(view, lease_id)
+            if view.allocator is None:  # campaign on this small read; only the winner reads the pool
+                self._allocator.round(view, lease_id)
             return
         started_s = time.thread_time()
         revision, entries = self._store.range_prefix(keys.root)
@@ -329,10 +365,26 @@ class PoolAgent:
             and abs(value_w - last_w) >= max(POWER_REPORT_CHANGE * last_w, 1.0)
         )
 
+    def _follow_pushed(self, pushed: tuple[float, int, int], lease_id: int) -> None:
+        """A grant from the watch: applied if it is this lease's and newer than the one applied (a grant
+        exists only under an active budget)."""
+        grant_w, grant_lease, revision = pushed
+        if grant_lease != lease_id or revision <= self._grant_revision:
+            return
+        self._grant_revision, self._budget_seen, self._last_grant_w = revision, True, grant_w
+        with self._lock:
+            self._seen_grant_w = grant_w
+        self.pushed_applied += 1
+        self._apply(grant_w, "grant")
+
     def _follow(self, view: PoolView, lease_id: int) -> None:
         """Apply what the pool says for this node (see module)."""
         self._budget_seen = view.request is not None or view.active is not None
         grant = view.grants.get(self._node)
+        if grant is not None:
+            if grant.entry.mod_revision < self._grant_revision:
+                return  # the watch brought a newer one already
+            self._grant_revision = grant.entry.mod_revision
         with self._lock:
             self._seen_budget_w = None if view.active is None else view.active.budget_w
             mine = grant is not None and grant.entry.lease_id == lease_id
