@@ -7,8 +7,8 @@ turn as allocator (`PoolAllocator`).
 
 What a round reads is sized for pools of a thousand nodes on one etcd: a node reads only its own grant, the
 budget and the allocator key (one small request), and only when one of its two watches (`RangeWatch`: its
-grant; the allocator key and the budget, deletions only) says they changed, or every third of the TTL with
-its keep-alive (so a watch that hangs costs latency, never correctness). Only the allocator, and a node that
+grant; the allocator key and the budget, deletions only) says they changed, or every half TTL (so a watch that
+hangs costs latency, never correctness). Only the allocator, and a node that
 finds no allocator, reads the whole pool, every round. The measured power in the report is published when it
 moves by `POWER_REPORT_CHANGE` (at most every `POWER_REPORT_GAP_S`) or every `POWER_REPORT_EVERY_S`, not at
 every measurement (each publication is an etcd write; a thousand nodes measuring every 2 s would be 500
@@ -248,13 +248,14 @@ class PoolAgent:
 
     def _read_due(self) -> bool:
         """Whether this round reads etcd without being woken: always without watches, as the allocator, and
-        every third of the TTL."""
+        every half TTL (so a node whose watch hung applies a lowered grant before the allocator stops
+        waiting for it, one TTL)."""
         last_s = self._read_at_s
         return (
             not self._watches
             or self._allocator.leader
             or last_s is None
-            or self._clock() - last_s >= self._cluster.keepalive_interval_s
+            or self._clock() - last_s >= self._cluster.lease_ttl_s / 2
         )
 
     # -- one round ---------------------------------------------------------------------------------
