@@ -36,14 +36,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perseus_client.status_messages import PoolInfo
 
 from perseusd.cluster.config import ClusterConfig
-from perseusd.cluster.etcd_store import ClusterError, EtcdStore, LeaseLostError, prefix_end
+from perseusd.cluster.etcd_store import ClusterError, EtcdStore, LeaseLostError, prefix_end, put_op
 from perseusd.cluster.power_pool_allocator import PoolAllocator
-from perseusd.cluster.power_pool_keys import NodeReport, PoolKeys, check_pool, decode_grant
+from perseusd.cluster.power_pool_feed import BudgetFile, FeedSettings
+from perseusd.cluster.power_pool_keys import Budget, NodeReport, PoolKeys, check_pool, decode_grant
 from perseusd.cluster.power_pool_view import PoolView, read_pool
 from perseusd.power.target import NodePowerTarget
 
@@ -70,9 +72,15 @@ class PoolSettings:
 
     pool: str
     safe_cap_w: float = 0.0
+    budget_file: str = ""
+    """A file a facility controller writes the pool's budget to ("" = none; `power_pool_feed`)."""
+    budget_max_age_s: float = 120.0
+    budget_hold_s: float = 300.0
 
     def __post_init__(self) -> None:
         check_pool(self.pool)
+        if self.budget_file:
+            FeedSettings(Path(self.budget_file), self.budget_max_age_s, self.budget_hold_s)
         if not 0 <= self.safe_cap_w < 1e7:
             raise ValueError("power pool safe cap must be 0 (the floor) .. 10 MW")
 
@@ -92,6 +100,12 @@ class AgentStatus:
     """The active budget as last read (None: none, or not read yet)."""
     grant_w: float | None = None
     """This node's grant as last read."""
+    budget_by: str | None = None
+    """Who or what set the requested budget (an admin, or a facility signal and its file)."""
+    budget_age_s: float | None = None
+    """Seconds since the requested budget was set or its signal issued."""
+    budget_signal: str | None = None
+    """"fresh", "stale: last grants held" or "stale: safe caps" (an admin's budget is always fresh)."""
 
 
 class PoolAgent:
@@ -106,6 +120,7 @@ class PoolAgent:
         store: EtcdStore | None = None,
         clock: Callable[[], float] = time.monotonic,
         watch: bool = True,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         """`watch=False`: no watches; every round reads (for a store that is not a real etcd)."""
         self._cluster, self._settings, self._target = cluster, settings, target
@@ -113,7 +128,9 @@ class PoolAgent:
         self._store = store or EtcdStore(cluster.parsed_endpoints, cluster.timeout_s)
         self._keys = PoolKeys(cluster.prefix, settings.pool)
         self._node = cluster.node_name
-        self._allocator = PoolAllocator(self._store, self._keys, self._node, cluster.lease_ttl_s, clock)
+        self._allocator = PoolAllocator(
+            self._store, self._keys, self._node, cluster.lease_ttl_s, clock, wall_clock
+        )
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -126,6 +143,14 @@ class PoolAgent:
         self._seen_budget_w: float | None = None
         self._seen_grant_w: float | None = None
         self._last_error: str | None = None
+        self._wall_clock = wall_clock
+        self._seen_request: Budget | None = None
+        self._feed = None
+        if settings.budget_file:
+            feed = FeedSettings(Path(settings.budget_file), settings.budget_max_age_s, settings.budget_hold_s)
+            self._feed = BudgetFile(feed)
+        self._fed: str | None = None
+        self._feed_error: str | None = None
         self._measured: float | None = None
         self._measured_at_s: float | None = None
         self._reported_at_s: float | None = None
@@ -216,8 +241,19 @@ class PoolAgent:
             applied = self._applied or (None, UNCAPPED)
             error = self._last_error
             budget_w, grant_w = self._seen_budget_w, self._seen_grant_w
+            request = self._seen_request
+        now_s = self._wall_clock()
         return AgentStatus(
-            self._settings.pool, applied[0], applied[1], self._allocator.leader, error, budget_w, grant_w
+            self._settings.pool,
+            applied[0],
+            applied[1],
+            self._allocator.leader,
+            error,
+            budget_w,
+            grant_w,
+            None if request is None else request.by,
+            None if request is None else round(max(0.0, now_s - request.at_s), 1),
+            None if request is None else request.freshness(now_s),
         )
 
     def info(self, target: str) -> PoolInfo:
@@ -233,6 +269,9 @@ class PoolAgent:
             status.reason,
             status.allocator,
             status.last_error,
+            status.budget_by,
+            status.budget_age_s,
+            status.budget_signal,
         )
 
     def _run(self) -> None:
@@ -263,6 +302,7 @@ class PoolAgent:
     def _round(self, read: bool = True, pushed: tuple[float, int, int] | None = None) -> None:
         try:
             lease_id = self._ensure_lease()
+            self._feed_budget()
             if pushed is not None and not read:
                 self._follow_pushed(pushed, lease_id)
             self._publish(lease_id)
@@ -280,6 +320,26 @@ class PoolAgent:
                 if self._last_error is not None:
                     logger.info("power pool %s: etcd is reachable again", self._settings.pool)
                 self._last_error = None
+
+    def _feed_budget(self) -> None:
+        """Request the budget the facility's file asks for, when it changed (see `power_pool_feed`)."""
+        if self._feed is None:
+            return
+        try:
+            budget = self._feed.read()
+        except ValueError as exc:
+            if str(exc) != self._feed_error:
+                logger.error("power pool %s: %s; the last budget stays requested", self._settings.pool, exc)
+            self._feed_error = str(exc)
+            return
+        self._feed_error = None
+        if budget is None or budget.encode() == self._fed:
+            return
+        self._store.txn([], [put_op(self._keys.request, budget.encode())])
+        self._fed = budget.encode()
+        logger.info(
+            "power pool %s: budget %.1f W requested by %s", self._settings.pool, budget.budget_w, budget.by
+        )
 
     def _read_and_follow(self, lease_id: int) -> None:
         """Read this node's part of the pool (the whole pool if it allocates or nobody does), apply it, and
@@ -388,6 +448,7 @@ class PoolAgent:
             self._grant_revision = grant.entry.mod_revision
         with self._lock:
             self._seen_budget_w = None if view.active is None else view.active.budget_w
+            self._seen_request = view.request
             mine = grant is not None and grant.entry.lease_id == lease_id
             self._seen_grant_w = grant.grant_w if grant is not None and mine else None
         if not self._budget_seen:

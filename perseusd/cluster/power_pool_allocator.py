@@ -17,6 +17,9 @@ Each round works from one read of the pool (`PoolView`) and makes at most one mo
    the sum is at most the new budget.
 2. Raise, once no lower is left and every node whose grant was lowered reports it applied (or `ack_timeout_s`
    passed: a node that does not answer loses its lease soon): grants below their targets are raised.
+
+An external budget signal that went stale moves nothing for its hold time, then deletes every grant (each
+node holds its safe cap); docs/power-pool.md, "Budgets from outside".
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from perseusd.cluster.etcd_store import (
     put_op,
 )
 from perseusd.cluster.power_pool_alloc import Allocation, allocate, plan_moves
-from perseusd.cluster.power_pool_keys import PoolKeys, encode_grant
+from perseusd.cluster.power_pool_keys import FRESH, LAPSED, PoolKeys, encode_grant
 from perseusd.cluster.power_pool_view import PoolView
 
 logger = logging.getLogger(__name__)
@@ -58,9 +61,11 @@ class PoolAllocator:
         node: str,
         ack_timeout_s: float,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._store, self._keys, self._node = store, keys, node
-        self._ack_timeout_s, self._clock = ack_timeout_s, clock
+        self._ack_timeout_s, self._clock, self._wall_clock = ack_timeout_s, clock, wall_clock
+        self._freshness = FRESH
         self._waiting_since_s: float | None = None
         self._problem: str | None = None
         self.leader = False
@@ -92,6 +97,8 @@ class PoolAllocator:
         if view.request is None:
             self._clear(view, won_at)
             return
+        if self._signal_stale(view, won_at):
+            return
         needs = [r.report.need(node) for node, r in sorted(view.reports.items())]
         allocation = allocate(view.request.budget_w, needs)
         self.last_allocation = allocation
@@ -119,10 +126,26 @@ class PoolAllocator:
         ops = [self._put_grant(view, n, w) for n, w in moves.raises.items()]
         self._commit("raise", won_at, ops, [], view, extra)
 
-    def _clear(self, view: PoolView, won_at: int) -> None:
-        """No budget requested: every grant goes, then the active budget."""
+    def _signal_stale(self, view: PoolView, won_at: int) -> bool:
+        """An external budget signal that stopped: nothing moves while the grants are held; once the hold is
+        over every grant is deleted (each node then holds its safe cap, never above its last grant); the
+        active budget stays, so the nodes know the pool is still capped."""
+        assert view.request is not None
+        freshness = view.request.freshness(self._wall_clock())
+        if freshness != self._freshness:
+            log = logger.info if freshness == FRESH else logger.warning
+            log("power pool %s: budget signal from %s: %s", self._keys.pool, view.request.by, freshness)
+            self._freshness = freshness
+        if freshness == FRESH:
+            return False
+        if freshness == LAPSED and view.grants:
+            self._clear(view, won_at, budget=False)
+        return True
+
+    def _clear(self, view: PoolView, won_at: int, budget: bool = True) -> None:
+        """No budget requested: every grant goes, then the active budget (with `budget`)."""
         ops = [delete_op(self._keys.grant(n)) for n in view.grants]
-        last = [delete_op(self._keys.active)] if view.active_entry is not None else []
+        last = [delete_op(self._keys.active)] if budget and view.active_entry is not None else []
         if ops or last:
             self._commit("clear", won_at, ops, last, view)
 
