@@ -133,3 +133,22 @@ def _signal(path: Path, budget_w: float) -> None:
 
 def _all_granted(sims: dict[str, SimNode]) -> bool:
     return all(s.held is not None and s.held > FLOOR_W for s in sims.values())
+
+
+def test_status_lines_show_the_budget_source_age_and_state() -> None:
+    from perseus_client.pool_messages import PoolStatusReply
+    from perseus_client.status_messages import PoolInfo
+
+    from perseusd.ctl.cap_pool_cmd import format_pool_status
+    from perseusd.ctl.status_cmd import pool_line
+
+    info = PoolInfo(
+        "row-3", "n1", "frontier", 900.0, 300.0, 300.0, "grant", False, None, "dr-7 (file f)", 75.0, HOLDING
+    )
+    assert "budget from dr-7 (file f), 0h01m15s old, stale: last grants held" in pool_line(info)
+    admin = PoolInfo(
+        "row-3", "n1", "frontier", 900.0, 300.0, 300.0, "grant", False, None, "admin", 5.0, FRESH
+    )
+    assert FRESH not in pool_line(admin)
+    reply = PoolStatusReply("row-3", 7, 900.0, "dr-7 (file f)", 900.0, 0.0, "n1", None, (), 400.0, LAPSED)
+    assert "by dr-7 (file f) 400 s ago (stale: safe caps)" in format_pool_status(reply)
