@@ -23,6 +23,7 @@ from perseusd.metrics.carbon_metrics import job_carbon_families, signal_families
 from perseusd.metrics.families import PREFIX, counter, gauge, mhz_to_hz
 from perseusd.metrics.gpu_calls import GpuCallRecorder
 from perseusd.metrics.job_metrics import MAX_JOBS, job_families, job_snapshots
+from perseusd.metrics.pool_metrics import pool_families
 
 GPU = ("uuid", "name", "index")
 MALFORMED_CODES = (
@@ -44,6 +45,9 @@ class PerseusCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         yield from self._daemon()
         yield from self._gpus()
+        pool = self._core.pool_info()
+        if pool is not None:
+            yield from pool_families(pool)
         if self._calls is not None:
             yield from self._gpu_calls(self._calls)
         if self._core.jobs is not None:

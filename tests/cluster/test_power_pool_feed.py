@@ -152,3 +152,25 @@ def test_status_lines_show_the_budget_source_age_and_state() -> None:
     assert FRESH not in pool_line(admin)
     reply = PoolStatusReply("row-3", 7, 900.0, "dr-7 (file f)", 900.0, 0.0, "n1", None, (), 400.0, LAPSED)
     assert "by dr-7 (file f) 400 s ago (stale: safe caps)" in format_pool_status(reply)
+
+
+def test_pool_metrics_show_the_budget_age_and_signal_state() -> None:
+    from perseus_client.status_messages import PoolInfo
+
+    from perseusd.metrics.pool_metrics import pool_families
+
+    info = PoolInfo(
+        "row-3", "n1", "frontier", 900.0, 300.0, 300.0, "grant", False, None, "dr-7 (file f)", 75.0, LAPSED
+    )
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in pool_families(info)
+        for s in family.samples
+    }
+    assert samples[("perseus_power_pool_budget_watts", (("pool", "row-3"),))] == 900.0
+    assert (
+        samples[("perseus_power_pool_budget_age_seconds", (("pool", "row-3"), ("source", "dr-7 (file f)")))]
+        == 75.0
+    )
+    assert samples[("perseus_power_pool_budget_signal", (("pool", "row-3"), ("state", LAPSED)))] == 1.0
+    assert samples[("perseus_power_pool_budget_signal", (("pool", "row-3"), ("state", FRESH)))] == 0.0
