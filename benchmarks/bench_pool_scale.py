@@ -79,14 +79,18 @@ def summary(values: list[float]) -> dict[str, Any]:
 class Worker:
     """One worker process and what it printed."""
 
-    def __init__(self, endpoints: str, nodes: list[str], ttl_s: int, interval_s: float) -> None:
+    def __init__(
+        self, endpoints: str, nodes: list[str], ttl_s: int, interval_s: float, extra: tuple[str, ...] = ()
+    ) -> None:
         command = [sys.executable, str(WORKER), "--endpoints", endpoints, "--pool", POOL]
-        command += ["--ttl", str(ttl_s), "--interval", str(interval_s), *nodes]
+        command += ["--ttl", str(ttl_s), "--interval", str(interval_s), *extra, *nodes]
         self.nodes = nodes
         self.process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True
         )
         self.events: list[tuple[str, float | None, float]] = []
+        self.saw: dict[str, float] = {}
+        self.announced: dict[str, float] = {}
         self.stats: dict[str, Any] | None = None
         self.started = threading.Event()
         self._stats_ready = threading.Event()
@@ -99,6 +103,10 @@ class Worker:
             record = json.loads(line)
             if "grant_w" in record:
                 self.events.append((record["node"], record["grant_w"], record["t"]))
+            elif "saw" in record:
+                self.saw[record["saw"]] = record["t"]
+            elif "announced" in record:
+                self.announced[record["announced"]] = record["t"]
             elif "started" in record:
                 self.started.set()
             elif "stats" in record:
@@ -547,6 +555,70 @@ def run_one(nodes: int, args: argparse.Namespace) -> dict[str, Any]:
             etcd.close()
 
 
+def run_plane(nodes: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The straggler plane: every node runs a `ClusterPlane` with one pipeline of a job of `--job-size`
+    pipelines; one pipeline per job (up to `--announcements` jobs, 3 s apart) is announced a straggler, and
+    every other node of its job's view must hold it."""
+    size = args.job_size
+    with tempfile.TemporaryDirectory(prefix="plane-scale-") as base:
+        etcd = EtcdCluster(Path(base))
+        etcd.start()
+        workers: list[Worker] = []
+        try:
+            endpoints = ",".join(etcd.endpoints)
+            names = [f"node-{i:04d}" for i in range(nodes)]
+            extra = ("--no-pool", "--job-size", str(size))
+            for i in range(0, nodes, args.per_process):
+                workers.append(
+                    Worker(endpoints, names[i : i + args.per_process], args.ttl, args.interval, extra)
+                )
+            for worker in workers:
+                worker.started.wait(120)
+            store = EtcdStore([parse_endpoint(e) for e in etcd.endpoints], timeout_s=5.0, attempts=9)
+            wait(lambda: len(store.get_prefix(f"{PREFIX}/jobs/")) == nodes, 120.0, "every pipeline")
+            store.close()
+            etcd_pids = [m.process.pid for m in etcd.members if m.process is not None]
+            cpu0 = (sum(map(process_cpu_s, etcd_pids)), sum(w.cpu_s() for w in workers), time.monotonic())
+            time.sleep(5.0)
+            cpu1 = (sum(map(process_cpu_s, etcd_pids)), sum(w.cpu_s() for w in workers), time.monotonic())
+            latencies: list[float] = []
+            jobs = min(args.announcements, nodes // size)
+            missed = 0
+            for job in range(jobs):
+                announcer = names[job * size]
+                owner = next(w for w in workers if announcer in w.nodes)
+                owner.send(f"announce {announcer}")
+                others = names[job * size + 1 : (job + 1) * size]
+                with contextlib.suppress(TimeoutError):
+                    wait(
+                        lambda o=others: all(any(n in w.saw for w in workers) for n in o),
+                        30.0,
+                        "the straggler",
+                    )
+                at = owner.announced.get(announcer)
+                for node in others:
+                    seen = next((w.saw[node] for w in workers if node in w.saw), None)
+                    if seen is None or at is None:
+                        missed += 1
+                    else:
+                        latencies.append(seen - at)
+                time.sleep(3.0)
+            elapsed_s = cpu1[2] - cpu0[2]
+            return {
+                "nodes": nodes,
+                "job_size": size,
+                "interval_s": args.interval,
+                "straggler_seen_by_every_other_pipeline": summary(latencies) | {"missed": missed},
+                "steady_etcd_cpu_cores": round((cpu1[0] - cpu0[0]) / elapsed_s, 2),
+                "steady_planes_cpu_cores": round((cpu1[1] - cpu0[1]) / elapsed_s, 2),
+                "load": os.getloadavg()[0],
+            }
+        finally:
+            for worker in workers:
+                worker.close()
+            etcd.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", default="16,128,512,1024")
@@ -556,11 +628,16 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=5)
     parser.add_argument("--hold", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--plane", action="store_true", help="measure the straggler plane instead of the pool"
+    )
+    parser.add_argument("--job-size", type=int, default=16, help="with --plane: pipelines (nodes) per job")
+    parser.add_argument("--announcements", type=int, default=5, help="with --plane: jobs announcing one")
     args = parser.parse_args()
     results = []
     for nodes in (int(n) for n in args.nodes.split(",")):
         try:
-            results.append(run_one(nodes, args))
+            results.append(run_plane(nodes, args) if args.plane else run_one(nodes, args))
         except Exception as exc:
             results.append({"nodes": nodes, "failed": f"{type(exc).__name__}: {exc}"})
         print(json.dumps(results[-1]), file=sys.stderr, flush=True)

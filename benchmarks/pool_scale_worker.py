@@ -5,6 +5,9 @@ Every grant an agent applies is printed as a JSON line `{"node", "grant_w", "t"}
 monotonic clock, shared by every process). Commands on stdin, one a line:
 
 - `hang NODE`: the agent stops without revoking its lease (as a killed or hung daemon: its lease expires);
+- `announce NODE`: with `--job-size P`, NODE's cluster plane announces its pipeline a straggler (every node
+  runs a `ClusterPlane` too, publishing pipeline `i % P` of job `job-{i // P}`); each node prints
+  `{"saw": node, "t"}` when its plane's view first holds a straggler;
 - `stats`: prints `{"stats": {node: {...}}}` (allocator CPU per round, reads, largest request and reply);
 - `quit`: every agent stops and revokes its lease; the process exits.
 
@@ -28,6 +31,7 @@ if str(ROOT) not in sys.path:
 
 from perseusd.cluster.config import ClusterConfig  # noqa: E402
 from perseusd.cluster.etcd_store import Entry, EtcdStore  # noqa: E402
+from perseusd.cluster.plane import ClusterPlane  # noqa: E402
 from perseusd.cluster.power_pool_agent import PoolAgent, PoolSettings  # noqa: E402
 
 GPUS, MIN_W, MAX_W = 8, 100.0, 400.0
@@ -113,31 +117,62 @@ def main() -> None:
     parser.add_argument("--pool", default="fleet")
     parser.add_argument("--ttl", type=int, default=10)
     parser.add_argument("--interval", type=float, default=0.5)
+    parser.add_argument("--job-size", type=int, default=0, help="pipelines per job (0: no cluster planes)")
+    parser.add_argument("--no-pool", action="store_true", help="cluster planes only")
     parser.add_argument("nodes", nargs="+")
     args = parser.parse_args()
     endpoints = tuple(args.endpoints.split(","))
     agents: dict[str, PoolAgent] = {}
     stores: dict[str, MeasuredStore] = {}
+    planes: dict[str, tuple[ClusterPlane, str]] = {}
     for node in args.nodes:
         config = ClusterConfig(endpoints, node, args.ttl, 2.0, refresh_interval_s=args.interval)
-        sim = SimNode(node, hash(node) & 0xFFFF)
-        store = MeasuredStore(config.parsed_endpoints, config.timeout_s)
-        agent = PoolAgent(config, PoolSettings(args.pool), sim, sim.measure_w, store)
-        agents[node], stores[node] = agent, store
-        agent.start()
-    emit({"started": len(agents)})
+        if not args.no_pool:
+            sim = SimNode(node, hash(node) & 0xFFFF)
+            store = MeasuredStore(config.parsed_endpoints, config.timeout_s)
+            agent = PoolAgent(config, PoolSettings(args.pool), sim, sim.measure_w, store)
+            agents[node], stores[node] = agent, store
+            agent.start()
+        if args.job_size:
+            index = int(node.rsplit("-", 1)[1])
+            job, pipeline = f"job-{index // args.job_size}", index % args.job_size
+            plane = ClusterPlane(config)
+            plane.start()
+            plane.publish_pipeline(job, pipeline, iteration_time_s=1.0, t_min_s=1.0, t_max_s=1.5)
+            planes[node] = (plane, job)
+    if planes:
+        threading.Thread(target=_watch_planes, args=(planes,), daemon=True).start()
+    emit({"started": len(args.nodes)})
     for line in sys.stdin:
         command, _, node = line.strip().partition(" ")
         if command == "hang" and node in agents:
             agents.pop(node).stop(revoke=False, uncap=False)
             emit({"hung": node, "t": time.monotonic()})
+        elif command == "announce" and node in planes:
+            plane, job = planes[node]
+            index = int(node.rsplit("-", 1)[1])
+            plane.announce_straggler(job, index % args.job_size, 1.2)
+            emit({"announced": node, "t": time.monotonic()})
         elif command == "stats":
             emit({"stats": {n: _stats(a, stores[n]) for n, a in agents.items()}})
         elif command == "quit":
             break
     for agent in agents.values():
         agent.stop()
+    for plane, _job in planes.values():
+        plane.stop()
     emit({"stopped": True})
+
+
+def _watch_planes(planes: dict[str, tuple[ClusterPlane, str]]) -> None:
+    """Print when each node's view of its job first holds a straggler (views polled every 10 ms)."""
+    waiting = dict(planes)
+    while True:
+        for node, (plane, job) in list(waiting.items()):
+            if plane.snapshot(job).stragglers:
+                emit({"saw": node, "t": time.monotonic()})
+                del waiting[node]
+        time.sleep(0.01)
 
 
 def _stats(agent: PoolAgent, store: MeasuredStore) -> dict[str, Any]:
