@@ -70,7 +70,7 @@ class PoolStatusReply(Message):
     problem: str | None
     """Why the budget cannot be met (below the sum of the floors), None when it can."""
     nodes: tuple[PoolNode, ...]
-    requested_age_s: float | None = since(4, None)
+    requested_age_s: float | None = since(6, None)
     """Seconds since the requested budget was set (or its facility signal issued)."""
-    signal: str | None = since(4, None)
+    signal: str | None = since(6, None)
     """"fresh", "stale: last grants held" or "stale: safe caps" (None: no budget)."""
