@@ -52,7 +52,7 @@ from perseusd.cluster.etcd_store import EtcdStore, put_op  # noqa: E402
 from perseusd.cluster.power_pool_admin import set_budget  # noqa: E402
 from perseusd.cluster.power_pool_alloc import allocate  # noqa: E402
 from perseusd.cluster.power_pool_keys import PoolKeys, decode_budget, decode_grant, decode_report  # noqa: E402
-from perseusd.cluster.power_pool_view import read_pool  # noqa: E402
+from perseusd.cluster.power_pool_view import PoolView, read_pool  # noqa: E402
 from tests.support.etcd_cluster import EtcdCluster  # noqa: E402
 
 WORKER = Path(__file__).resolve().parent / "pool_scale_worker.py"
@@ -164,7 +164,7 @@ class InvariantWatch:
         self.grant_events = 0
         self.deleted_at: dict[str, float] = {}
         """When each node's report was seen deleted (its lease expired or was revoked; monotonic s)."""
-        body = {
+        body: dict[str, Any] = {
             "create_request": {
                 "key": _b64(keys.root),
                 "range_end": _b64(prefix_end(keys.root)),
@@ -281,7 +281,7 @@ class Fleet:
         wait(lambda: len(self.view().reports) == nodes, 120.0, "every node's report")
         self.names = names
 
-    def view(self) -> Any:
+    def view(self) -> PoolView:
         revision, entries = self.store.range_prefix(self.keys.root)
         return read_pool(self.keys, revision, entries)
 
@@ -365,9 +365,7 @@ def budget_changes(fleet: Fleet, changes: int, rng: random.Random) -> tuple[list
         set_at = time.monotonic()
         set_budget(fleet.store, fleet.keys, budget_w, "bench")
         times = settle(fleet, targets, set_at, 120.0)
-        moved = [
-            times[n] for n, w in targets.items() if before.get(n) is None or abs(before[n] - w) > TOLERANCE_W
-        ]  # type: ignore[operator]
+        moved = [times[n] for n, w in targets.items() if _moved(before.get(n), w)]
         latencies += moved
         per_change_max.append(max(moved, default=0.0))
         time.sleep(2.0)
@@ -422,8 +420,9 @@ def steady_state(fleet: Fleet, hold_s: float) -> dict[str, Any]:
 def kill_node(fleet: Fleet) -> dict[str, Any]:
     allocator = fleet.allocator()
     victim = next(n for n in reversed(fleet.names) if n != allocator)
-    budget_w = fleet.view().active.budget_w
-    targets = fleet.targets(budget_w, without={victim})
+    active = fleet.view().active
+    assert active is not None
+    targets = fleet.targets(active.budget_w, without={victim})
     before = fleet.held()
     changed = {n: w for n, w in targets.items() if abs((before.get(n) or 0) - w) > TOLERANCE_W}
     hung_at = time.monotonic()
@@ -439,11 +438,17 @@ def kill_node(fleet: Fleet) -> dict[str, Any]:
     }
 
 
+def _moved(before_w: float | None, target_w: float) -> bool:
+    return before_w is None or abs(before_w - target_w) > TOLERANCE_W
+
+
 def kill_allocator(fleet: Fleet) -> dict[str, Any]:
     """SIGKILL the allocator's process just after the first transaction of a budget change (lower)."""
     allocator = fleet.allocator()
+    assert allocator is not None
     worker = fleet.worker_of(allocator)
     view = fleet.view()
+    assert view.active is not None
     budget_w = round(0.9 * view.active.budget_w, 1)
     survivors = {n for n in view.reports if n not in worker.nodes}
     targets = {n: w for n, w in fleet.targets(budget_w, without=set(worker.nodes)).items() if n in survivors}
