@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import random
 import sys
 import threading
@@ -121,6 +123,9 @@ def main() -> None:
     parser.add_argument("--no-pool", action="store_true", help="cluster planes only")
     parser.add_argument("nodes", nargs="+")
     args = parser.parse_args()
+    logging.basicConfig(
+        level=os.environ.get("POOL_SCALE_LOG", "WARNING"), format="%(asctime)s %(threadName)s %(message)s"
+    )
     endpoints = tuple(args.endpoints.split(","))
     agents: dict[str, PoolAgent] = {}
     stores: dict[str, MeasuredStore] = {}

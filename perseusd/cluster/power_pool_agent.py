@@ -282,7 +282,7 @@ class PoolAgent:
                 pushed, must_read = self._pushed, self._pushed_read
                 self._pushed, self._pushed_read = None, False
             self._round(must_read or self._read_due(), pushed)
-            busy = self._allocator.leader and self._allocator.busy
+            busy = self._allocator.busy
             self._wake.wait(interval_s / BUSY_ROUNDS_PER_INTERVAL if busy else interval_s)
 
     def _read_due(self) -> bool:
@@ -352,10 +352,12 @@ class PoolAgent:
         self.reads += 1
         view = read_pool(keys, revision, entries)
         if view.allocator is None or view.allocator.lease_id != lease_id:
-            self._allocator.leader = False
+            self._allocator.leader = self._allocator.busy = False
             self._follow(view, lease_id)
             if view.allocator is None:  # campaign on this small read; only the winner reads the pool
                 self._allocator.round(view, lease_id)
+                if self._allocator.busy:  # won: read the whole pool at the next round, not at the next poll
+                    self._read_at_s = None
             return
         started_s = time.thread_time()
         revision, entries = self._store.range_prefix(keys.root)

