@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from perseus_client.message import Message
+from perseus_client.version import since
 
 
 @dataclass(frozen=True)
@@ -69,3 +70,7 @@ class PoolStatusReply(Message):
     problem: str | None
     """Why the budget cannot be met (below the sum of the floors), None when it can."""
     nodes: tuple[PoolNode, ...]
+    requested_age_s: float | None = since(6, None)
+    """Seconds since the requested budget was set (or its facility signal issued)."""
+    signal: str | None = since(6, None)
+    """"fresh", "stale: last grants held" or "stale: safe caps" (None: no budget)."""

@@ -115,6 +115,12 @@ class PoolInfo:
     """Why `applied_w`: "uncapped", "grant", "safe cap (no grant yet)", ...."""
     allocator: bool
     error: str | None
+    budget_by: str | None = since(6, None)
+    """Who or what set the requested budget: an admin (user, uid, pid) or a facility signal and its file."""
+    budget_age_s: float | None = since(6, None)
+    """Seconds since the requested budget was set (or its signal issued)."""
+    budget_signal: str | None = since(6, None)
+    """"fresh", "stale: last grants held" or "stale: safe caps" (docs/power-pool.md)."""
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ done to deployed, by phase); 4, `register`'s `stage_gpus` (tensor parallelism)
 and `run` (a job's identity across nodes), a job's `stage_gpus` and `span` (a job whose pipelines span
 nodes); 5, `hello_ok`'s `visible_gpus` (the GPUs a container holds), the daemon's `monitor_only`, a
 lease's `slurm_job`, a GPU row's `power_features`, `slurm_jobs` and the Slurm prolog/epilog's
-`admin_slurm_prolog` and `admin_slurm_epilog`.
+`admin_slurm_prolog` and `admin_slurm_epilog`;
+6, the power pool's budget source, age and signal state (status's `pool`, `pool_status`).
 
 Adding a message or a field: see docs/protocol.md ("Changing the protocol"); in short, bump
 `PROTOCOL_MINOR`, give a new message type `SINCE = PROTOCOL_MINOR` and a new field of an existing message a
@@ -34,7 +35,7 @@ from typing import Any
 
 PROTOCOL_MAJOR = 6
 """The frame's `"v"`. Bump only on a change that older peers cannot read, never for an additive one."""
-PROTOCOL_MINOR = 5
+PROTOCOL_MINOR = 6
 """The newest minor of `PROTOCOL_MAJOR` this library writes and reads."""
 
 

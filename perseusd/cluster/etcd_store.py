@@ -156,19 +156,23 @@ class EtcdStore:
     def range_prefix(self, prefix: str, revision: int = 0) -> tuple[int, list[Entry]]:
         """The store's revision and every key under `prefix` with its metadata (linearizable), as of
         `revision` (0: now; an older one reads history, until etcd compacts it)."""
-        body: dict[str, Any] = {"key": _b64(prefix), "range_end": _b64(_prefix_end(prefix))}
+        body: dict[str, Any] = {"key": _b64(prefix), "range_end": _b64(prefix_end(prefix))}
         if revision:
             body["revision"] = revision
         reply = self._call(f"range {prefix}", lambda c: c.post(c.get_url("/kv/range"), json=body))
+        entries = [_entry(kv) for kv in reply.get("kvs", [])]
+        return int(reply["header"]["revision"]), entries
+
+    def read_ranges(self, ranges: Sequence[tuple[str, str | None]]) -> tuple[int, list[Entry]]:
+        """Several keys or ranges (`(key, range_end)`, `range_end` None for one key) in one linearizable
+        request, at one revision: the store's revision and the entries, in the order of `ranges`."""
+        success = [{"request_range": _range_body(key, end)} for key, end in ranges]
+        body = {"compare": [], "success": success, "failure": []}
+        reply = self._call("read", lambda c: c.post(c.get_url("/kv/txn"), json=body))
         entries = [
-            Entry(
-                base64.b64decode(kv["key"]).decode("utf-8", "replace"),
-                base64.b64decode(kv.get("value", "")),
-                int(kv.get("create_revision", 0)),
-                int(kv.get("mod_revision", 0)),
-                int(kv.get("lease", 0)),
-            )
-            for kv in reply.get("kvs", [])
+            _entry(kv)
+            for response in reply.get("responses", [])
+            for kv in response.get("response_range", {}).get("kvs", [])
         ]
         return int(reply["header"]["revision"]), entries
 
@@ -196,11 +200,28 @@ def _describe(exc: Exception | None) -> str:
     return " ".join(text.split())[:300]
 
 
+def _entry(kv: dict[str, Any]) -> Entry:
+    return Entry(
+        base64.b64decode(kv["key"]).decode("utf-8", "replace"),
+        base64.b64decode(kv.get("value", "")),
+        int(kv.get("create_revision", 0)),
+        int(kv.get("mod_revision", 0)),
+        int(kv.get("lease", 0)),
+    )
+
+
+def _range_body(key: str, range_end: str | None) -> dict[str, str]:
+    body = {"key": _b64(key)}
+    if range_end is not None:
+        body["range_end"] = _b64(range_end)
+    return body
+
+
 def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-def _prefix_end(prefix: str) -> str:
+def prefix_end(prefix: str) -> str:
     """The first key after every key starting with `prefix` (ASCII prefixes, as the plane's are)."""
     return prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
@@ -213,6 +234,18 @@ def compare_create(key: str, revision: int) -> dict[str, Any]:
 def compare_mod(key: str, revision: int) -> dict[str, Any]:
     """Holds when `key` was last written at `revision` (0: the key does not exist)."""
     return {"key": _b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": revision}
+
+
+def compare_range_mod_at_most(prefix: str, revision: int) -> dict[str, Any]:
+    """Holds when no key under `prefix` was written after `revision` (an empty range holds). One comparison
+    for a whole range, where one per key would pass etcd's limit on a transaction's operations."""
+    return {
+        "key": _b64(prefix),
+        "range_end": _b64(prefix_end(prefix)),
+        "target": "MOD",
+        "result": "LESS",
+        "mod_revision": revision + 1,
+    }
 
 
 def compare_value(key: str, value: str) -> dict[str, Any]:

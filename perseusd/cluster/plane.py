@@ -7,15 +7,21 @@ network: they take one lock that the thread holds only for in-memory bookkeeping
 
 The thread works in rounds (every `refresh_interval_s`, or at once when woken, at most four times as often):
 grant a lease if it has none, keep it alive every third of the TTL, delete and write what changed (every key
-attached to the lease), then re-read every followed job. Any failure ends the round early and is retried the
-next round; the views are kept as they were, so they turn stale and, once no keep-alive has succeeded for a
-whole TTL, expired. A lease that expired (locally or in etcd) is replaced: a new one is granted, everything
-is written again under it, and the old one is revoked (best effort) so keys withdrawn meanwhile disappear.
+attached to the lease), then re-read the followed jobs that changed. A job is re-read when its watch (one
+etcd watch stream per followed job, `RangeWatch`) says a key under it changed, and every job every quarter
+TTL whatever happens (so a view is fresh while etcd answers, and a watch that hangs costs latency, never
+correctness): a thousand nodes polling their jobs twice a second would be thousands of reads a second on
+etcd, where a straggler announcement now costs one read per node of its job. Any failure ends the round
+early and is retried the next round; the views are kept as they were, so they turn stale and, once no
+keep-alive has succeeded for a whole TTL, expired. A lease that expired (locally or in etcd) is replaced: a
+new one is granted, everything is written again under it, and the old one is revoked (best effort) so keys
+withdrawn meanwhile disappear.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -25,7 +31,8 @@ from types import MappingProxyType
 
 from perseusd.cluster import span_sync
 from perseusd.cluster.config import ClusterConfig
-from perseusd.cluster.etcd_store import ClusterError, EtcdStore, LeaseLostError
+from perseusd.cluster.etcd_store import ClusterError, EtcdStore, LeaseLostError, prefix_end
+from perseusd.cluster.etcd_watch import RangeWatch
 from perseusd.cluster.job_board import (
     JobView,
     PipelineFacts,
@@ -131,9 +138,14 @@ class ClusterPlane:
         self._round_ok_at_s: float | None = None
         self._rounds = self._errors = self._grants = self._skipped = 0
         self._last_error: str | None = None
+        self._changed: set[str] = set()
+        """Jobs whose watch reported a change (or that were just followed): re-read at the next round."""
         # Owned by the thread.
         self._lease_id: int | None = None
         self._old_leases: list[int] = []
+        self._watches: dict[str, RangeWatch] = {}
+        self._views_read_at_s: float | None = None
+        self.view_reads = 0
 
     # -- the daemon's side: never blocks on etcd -----------------------------------------------------------
 
@@ -349,6 +361,8 @@ class ClusterPlane:
         self._shut_down()
 
     def _shut_down(self) -> None:
+        for watch in self._watches.values():
+            watch.stop()
         if self._revoke_on_stop and self._lease_id is not None:
             try:
                 self._store.revoke(self._lease_id)
@@ -444,16 +458,53 @@ class ClusterPlane:
                 self._written[key] = value
 
     def _refresh_views(self) -> None:
+        """Re-read the jobs that changed, and every job every quarter TTL (see module)."""
+        now_s = self._clock()
         with self._lock:
             jobs = sorted(self._followed)
-        for job in jobs:
+            changed, self._changed = self._changed, set()
+        self._watch(jobs)
+        last_s = self._views_read_at_s
+        every = last_s is None or now_s - last_s >= self.config.lease_ttl_s / 4
+        todo = [job for job in jobs if every or job in changed or job not in self._views]
+        for position, job in enumerate(todo):
             started_s = self._clock()
-            entries = self._store.get_prefix(job_prefix(self.config.prefix, job))
+            try:
+                entries = self._store.get_prefix(job_prefix(self.config.prefix, job))
+            except ClusterError:
+                with self._lock:
+                    self._changed |= set(todo[position:])  # read again next round
+                raise
+            self.view_reads += 1
             pipelines, stragglers, span, skipped = build_full_view(job, self.config.prefix, entries)
             with self._lock:
                 if job in self._followed:
                     self._views[job] = _View(pipelines, stragglers, started_s, span)
                 self._skipped += skipped
+        if every:
+            self._views_read_at_s = now_s
+
+    def _watch(self, jobs: list[str]) -> None:
+        """One watch per followed job (started and stopped here, on the plane's thread)."""
+        for job in [j for j in self._watches if j not in jobs]:
+            self._watches.pop(job).stop()
+        for job in [j for j in jobs if j not in self._watches]:
+            prefix = job_prefix(self.config.prefix, job)
+            watch = RangeWatch(
+                self.config.parsed_endpoints,
+                prefix,
+                prefix_end(prefix),
+                functools.partial(self._job_changed, job),
+                self.config.timeout_s,
+                name="perseusd-cluster-watch",
+            )
+            watch.start()
+            self._watches[job] = watch
+
+    def _job_changed(self, job: str, _events: object) -> None:
+        with self._lock:
+            self._changed.add(job)
+        self._wake.set()
 
     def _elect(self) -> None:
         """Campaign for the jobs without a leader; give back the roles resigned."""

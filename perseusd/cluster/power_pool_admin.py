@@ -64,6 +64,8 @@ class PoolStatus:
     allocator: str | None
     nodes: tuple[NodeStatus, ...]
     problem: str | None
+    requested_age_s: float | None = None
+    signal: str | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -75,6 +77,8 @@ class PoolStatus:
             "granted_w": self.granted_w,
             "allocator": self.allocator,
             "problem": self.problem,
+            "requested_age_s": self.requested_age_s,
+            "signal": self.signal,
             "nodes": [
                 {
                     "node": n.node,
@@ -94,6 +98,7 @@ def pool_status(store: EtcdStore, keys: PoolKeys) -> PoolStatus:
     """The pool's budget (requested, active), grants, and each node's report (ClusterError if unreachable)."""
     revision, entries = store.range_prefix(keys.root)
     view = read_pool(keys, revision, entries)
+    now_s = time.time()
     nodes = []
     for node in sorted(set(view.reports) | set(view.grants)):
         report = view.reports.get(node)
@@ -123,4 +128,6 @@ def pool_status(store: EtcdStore, keys: PoolKeys) -> PoolStatus:
         view.allocator_node,
         tuple(nodes),
         problem,
+        None if view.request is None else round(max(0.0, now_s - view.request.at_s), 1),
+        None if view.request is None else view.request.freshness(now_s),
     )

@@ -69,16 +69,32 @@ class PoolKeys:
         return self.grants + node
 
 
+FRESH, HOLDING, LAPSED = "fresh", "stale: last grants held", "stale: safe caps"
+
+
 @dataclass(frozen=True)
 class Budget:
-    """A budget and who set it."""
+    """A budget and who set it (`at_s`: when, Unix time). A budget from an external signal (a facility
+    controller's file) carries `max_age_s`: older than that it is stale, and the grants are held for `hold_s`
+    more before every node falls back to its safe cap (0: an admin's budget, never stale)."""
 
     budget_w: float
     by: str = ""
     at_s: float = 0.0
+    max_age_s: float = 0.0
+    hold_s: float = 0.0
 
     def encode(self) -> str:
-        return json.dumps({"budget_w": self.budget_w, "by": self.by, "at_s": self.at_s})
+        data: dict[str, object] = {"budget_w": self.budget_w, "by": self.by, "at_s": self.at_s}
+        if self.max_age_s > 0:
+            data |= {"max_age_s": self.max_age_s, "hold_s": self.hold_s}
+        return json.dumps(data)
+
+    def freshness(self, now_s: float) -> str:
+        """`FRESH`, `HOLDING` (stale, within `hold_s`) or `LAPSED` (stale for longer), at Unix `now_s`."""
+        if self.max_age_s <= 0 or now_s - self.at_s <= self.max_age_s:
+            return FRESH
+        return HOLDING if now_s - self.at_s <= self.max_age_s + self.hold_s else LAPSED
 
 
 @dataclass(frozen=True)
@@ -115,7 +131,13 @@ def decode_budget(raw: bytes) -> Budget:
     """A budget value (ValueError if malformed)."""
     data = _object(raw)
     budget_w = _number(data, "budget_w")
-    return Budget(budget_w, str(data.get("by", ""))[:200], finite_or_none(data.get("at_s")) or 0.0)
+    return Budget(
+        budget_w,
+        str(data.get("by", ""))[:200],
+        finite_or_none(data.get("at_s")) or 0.0,
+        finite_or_none(data.get("max_age_s")) or 0.0,
+        finite_or_none(data.get("hold_s")) or 0.0,
+    )
 
 
 def decode_report(raw: bytes) -> NodeReport:

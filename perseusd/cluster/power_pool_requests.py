@@ -73,6 +73,8 @@ class PoolRequests:
             allocator=status.allocator,
             problem=status.problem,
             nodes=nodes,
+            requested_age_s=status.requested_age_s,
+            signal=status.signal,
         )
 
     def _keys(self, pool: str) -> PoolKeys:

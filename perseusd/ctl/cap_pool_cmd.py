@@ -87,6 +87,8 @@ def format_pool_status(reply: PoolStatusReply) -> str:
         f"pool {reply.pool} (etcd revision {reply.revision}, allocator {reply.allocator or '-'})",
         f"budget: requested {_w(reply.requested_w)}"
         + (f" by {reply.requested_by}" if reply.requested_by else "")
+        + (f" {reply.requested_age_s:.0f} s ago" if reply.requested_age_s is not None else "")
+        + (f" ({reply.signal})" if reply.signal and reply.signal != "fresh" else "")
         + f", active {_w(reply.active_w)}, granted {reply.granted_w:.1f} W",
     ]
     if reply.problem:

@@ -111,6 +111,10 @@ def pool_line(pool: PoolInfo) -> str:
         f"grant {_watts(pool.grant_w)}",
         f"holds {_watts(pool.applied_w)} ({pool.reason})",
     ]
+    if pool.budget_by:
+        age = "" if pool.budget_age_s is None else f", {fmt_duration(pool.budget_age_s)} old"
+        signal = "" if pool.budget_signal in (None, "fresh") else f", {pool.budget_signal}"
+        parts.append(f"budget from {pool.budget_by}{age}{signal}")
     if pool.error:
         parts.append(f"etcd failing: {pool.error}")
     return ", ".join(parts)

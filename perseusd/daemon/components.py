@@ -94,7 +94,13 @@ def power_pool(
     requests = PoolRequests(cluster)
     agent = None
     if config.power_pool:
-        settings = PoolSettings(config.power_pool, config.power_pool_safe_cap_w)
+        settings = PoolSettings(
+            config.power_pool,
+            config.power_pool_safe_cap_w,
+            config.power_pool_budget_file,
+            config.power_pool_budget_max_age_s,
+            config.power_pool_budget_hold_s,
+        )
         if config.power_pool_target == "uniform":
             uniform = UniformPowerTarget(registry, originals_path=pool_limits_path(config.state_dir))
             agent = PoolAgent(cluster, settings, uniform, uniform.measure_and_hold_w)

@@ -108,6 +108,12 @@ class DaemonConfig:
     power_pool_target: str = "frontier"
     """How a grant is held: "frontier" (the node cap: frontier points, then limits) or "uniform" (one GPU
     power limit level summing to the grant, for nodes whose jobs are not under perseusd)."""
+    power_pool_budget_file: str = ""
+    """A file a facility controller writes the pool's budget to ("" = none; docs/power-pool.md)."""
+    power_pool_budget_max_age_s: float = 120.0
+    """A budget signal older than this is stale: the grants are held `power_pool_budget_hold_s` more, then
+    every node holds its safe cap."""
+    power_pool_budget_hold_s: float = 300.0
     # Prometheus metrics (docs/metrics.md), both off by default: an HTTP listener (port 0 = off) and/or the
     # node_exporter textfile collector (a directory; "" = off), rewritten atomically every interval.
     metrics_http_port: int = 0
@@ -222,6 +228,16 @@ class DaemonConfig:
             "power_pool_target must be one of " + ", ".join(POOL_TARGETS),
         )
         _require(0 <= self.power_pool_safe_cap_w < 1e7, "power_pool_safe_cap_w must be 0 (the floor)..1e7 W")
+        _require(
+            not self.power_pool_budget_file or bool(self.power_pool),
+            "power_pool_budget_file needs power_pool",
+        )
+        _require(
+            0 < self.power_pool_budget_max_age_s <= 86400, "power_pool_budget_max_age_s must be in (0, 86400]"
+        )
+        _require(
+            0 <= self.power_pool_budget_hold_s <= 86400, "power_pool_budget_hold_s must be in [0, 86400]"
+        )
 
     def cluster(self) -> ClusterConfig | None:
         """The cluster plane's settings, None when no etcd endpoint is configured (one node alone)."""

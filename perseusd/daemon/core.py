@@ -349,6 +349,10 @@ class DaemonCore:
             daemon=self.health(), gpus=rows, jobs=self._visible_jobs(caller), signal=signal, pool=pool
         )
 
+    def pool_info(self) -> PoolInfo | None:
+        """This node's power pool (None: in none), for metrics."""
+        return None if self._pool_info is None else self._pool_info()
+
     def _visible_jobs(self, caller: Caller) -> tuple[JobInfo, ...]:
         return self._job_requests.visible_jobs(caller) if self._job_requests is not None else ()
 

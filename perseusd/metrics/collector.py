@@ -29,6 +29,7 @@ from perseusd.metrics.dcgm_names import GpuRow, dcgm_families, joinable_families
 from perseusd.metrics.families import PREFIX, counter, gauge, mhz_to_hz
 from perseusd.metrics.gpu_calls import GpuCallRecorder
 from perseusd.metrics.job_metrics import MAX_JOBS, job_families, job_snapshots
+from perseusd.metrics.pool_metrics import pool_families
 from perseusd.metrics.slurm_metrics import slurm_families
 
 GPU = ("uuid", "name", "index")
@@ -76,6 +77,9 @@ class PerseusCollector(Collector):
         yield from joinable_families(self._core, rows, self._hostname, self._job_label)
         if self._core.slurm is not None:
             yield from slurm_families(self._core.slurm)
+        pool = self._core.pool_info()
+        if pool is not None:
+            yield from pool_families(pool)
         if self._calls is not None:
             yield from self._gpu_calls(self._calls)
         if self._core.jobs is not None:
