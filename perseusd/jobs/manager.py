@@ -51,6 +51,7 @@ from perseusd.planner.profile_csv import profile_to_csv
 from perseusd.planner.switching import SwitchModel
 from perseusd.profiling.adequacy import plan_problems
 from perseusd.profiling.estimator import OptionEstimate, StageEstimate, estimate_segment
+from perseusd.profiling.fill import fill_stage
 from perseusd.profiling.sweep import StageSweep, SweepSettings
 from perseusd.profiling.trace import Interval, OptionKey
 from perseusd.switching.energy_sampler import EnergySampler
@@ -93,6 +94,8 @@ class JobSettings:
     policy: Policy = field(default_factory=Policy)
     clock_lead_s: float = 0.002
     """The margin added to the measured clock-set latency when raising early (0: raises wait for the end)."""
+    fill_clocks: bool = True
+    """Add options at the clocks the sweep did not visit from each key's trusted fit (`profiling.fill`)."""
     sweep: SweepSettings = field(default_factory=SweepSettings)
     stragglers: StragglerSettings = field(default_factory=StragglerSettings)
 
@@ -412,6 +415,8 @@ class JobManager:
             for s in job.profiling_slots()
             if s.sweep is not None and s.estimate is not None
         }
+        if self.settings.fill_clocks:
+            kept = self._with_fitted_clocks(job, kept)
         counted = False
         timed = any(s.timed_computations for s in job.profiling_slots())
         for slot in job.profiling_slots():
@@ -442,6 +447,22 @@ class JobManager:
             job.p_block_w,
         )
         return True
+
+    def _with_fitted_clocks(
+        self, job: Job, kept: dict[str, list[OptionEstimate]]
+    ) -> dict[str, list[OptionEstimate]]:
+        """`kept` with each GPU's options at the clocks its sweep did not visit where its key's curves are
+        trusted (`perseusd.profiling.fill`), Pareto-filtered again; the log says what was filled or why."""
+        out = {}
+        for slot in job.profiling_slots():
+            if slot.gpu not in kept or slot.sweep is None or slot.estimate is None:
+                continue
+            filled, notes = fill_stage(
+                slot.estimate, slot.sweep.clocks_mhz, slot.supported_clocks_mhz, kept[slot.gpu]
+            )
+            out[slot.gpu] = filled
+            logger.info("job %s stage %d: %s", job.name, slot.stage, "; ".join(notes))
+        return {gpu: out.get(gpu, options) for gpu, options in kept.items()}
 
     def _cannot_plan(self, job: Job, problems: list[str]) -> None:
         """The measurements cannot support a plan: never deploy one; say why (jobs table and log)."""
