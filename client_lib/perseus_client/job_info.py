@@ -123,3 +123,16 @@ class JobInfo:
     save no more than its uncertainty plus its clock changes run one clock instead ("" when none do)."""
     planning: PlanningInfo | None = since(3, None)
     """How long its plan took from profiling done to deployed (None: not solved here, or not deployed yet)."""
+    profile_error_pct: float | None = since(4, None)
+    """The profile's estimated error: RMS of its energies' relative standard errors, % (None: not known,
+    as for an imported or cached profile)."""
+    predicted_saving_pct: float | None = since(4, None)
+    """The running plan's saving against all-max, predicted from the profile (%)."""
+    measured_saving_pct: float | None = since(4, None)
+    """The same as the counters measured it (None until both energies are measured)."""
+    saving_error_pts: float | None = since(4, None)
+    """How far the measured saving may lie below the prediction from the profile's error alone (points); a
+    larger shortfall re-plans the job once."""
+    accuracy_action: str = since(4, "")
+    """"re-planned" (measured saving fell short by more than the error), "kept" (still short after the
+    re-plan), or "" (within the error, or not judged yet)."""

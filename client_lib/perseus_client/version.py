@@ -16,7 +16,8 @@ added); 1, `protocol_minor` in `hello_ok` and in the daemon's `status` health, t
 `admin_set_job_priority`; 2, status's `pool` (the node's power pool, to admin callers) and a job's
 carbon `unit` (a carbon intensity or a price per kWh); 3, a job's `plan_note` (do no harm: the stages that
 run one clock instead of their plan, and why) and its `planning` (how long its plan took from profiling
-done to deployed, by phase).
+done to deployed, by phase); 4, a job's own error: `profile_error_pct`, `predicted_saving_pct`,
+`measured_saving_pct`, `saving_error_pts` and `accuracy_action`.
 
 Adding a message or a field: see docs/protocol.md ("Changing the protocol"); in short, bump
 `PROTOCOL_MINOR`, give a new message type `SINCE = PROTOCOL_MINOR` and a new field of an existing message a
@@ -30,7 +31,7 @@ from typing import Any
 
 PROTOCOL_MAJOR = 6
 """The frame's `"v"`. Bump only on a change that older peers cannot read, never for an additive one."""
-PROTOCOL_MINOR = 3
+PROTOCOL_MINOR = 4
 """The newest minor of `PROTOCOL_MAJOR` this library writes and reads."""
 
 

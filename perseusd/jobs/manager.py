@@ -30,6 +30,7 @@ from perseus_client.protocol import (
 from perseusd.errors import JobNotFoundError, JobOwnerError, PerseusError
 from perseusd.gpu.backend import GpuInfo
 from perseusd.gpu.owner import GpuReading
+from perseusd.jobs.accuracy import AccuracyCheck, profile_error_pct
 from perseusd.jobs.cache import JobCache
 from perseusd.jobs.capping import CAPPING_READS, capped_clock_mhz, finished_readings
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
@@ -45,6 +46,7 @@ from perseusd.jobs.solving import PlanningTimes, SolveInput, SolveWorker, auto_u
 from perseusd.jobs.states import ENDED, FAILED, PROFILING, REGISTERED, RUNNING, SOLVING
 from perseusd.jobs.straggling import StragglerSettings
 from perseusd.planner.baselines import all_max
+from perseusd.planner.dag import Instruction
 from perseusd.planner.policy import PointSummary, Policy
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv
@@ -63,6 +65,10 @@ RUNNING_SAMPLE_PERIOD_S = 1.0
 
 MAX_ENDED_JOBS = 32
 MIN_RUN_LEADS = 2.0
+ACCURACY_PERIOD_S = 1.0
+"""How often a running job's measured saving is judged against its prediction (`jobs.accuracy`)."""
+UNKNOWN_OPTION_ERROR = 0.01
+"""The per-option energy error a re-plan scales when the profile carries none (imported or cached)."""
 """Lowered runs shorter than this many clock leads are merged into a higher neighbour before deployment."""
 
 
@@ -438,6 +444,7 @@ class JobManager:
             return False
         job.profile, job.p_block_w = measured
         job.energy_rel_err = energy_rel_errors(kept)
+        job.accuracy = AccuracyCheck()
         self._store_profile(job)
         logger.info(
             "job %s profiled in %d iterations: %d measurements, blocking power %.1f W",
@@ -538,6 +545,7 @@ class JobManager:
             elif job.state == RUNNING:
                 self.response.tick(job)
                 self._follow_grid(job)
+                self._check_accuracy(job)
 
     def _collect_solve(self, job: Job) -> None:
         future = job.solve_future
@@ -626,6 +634,43 @@ class JobManager:
                 self.response.decide(job)  # every pipeline switches at its next iteration boundary
         self.carbon.count(job, self._sampler.samples, self._clock_ns())
 
+    def _check_accuracy(self, job: Job) -> None:
+        """Once a second: the plan's measured saving against its prediction; re-plan once when it falls
+        short by more than the profile's error (`jobs.accuracy`)."""
+        now_s = time.monotonic()
+        if now_s - job.accuracy_checked_s < ACCURACY_PERIOD_S or job.deployed is None or job.all_max is None:
+            return
+        job.accuracy_checked_s = now_s
+        measured = self.measured(job)
+        if measured is None or not measured.all_max_j or job.all_max.energy_j <= 0:
+            return
+        predicted_pct = 100.0 * (1.0 - job.deployed.point.energy_j / job.all_max.energy_j)
+        measured_pct = 100.0 * (1.0 - measured.running_j / measured.all_max_j)
+        error_pct = profile_error_pct(job.energy_rel_err.values())
+        was = job.accuracy.action
+        scale = job.accuracy.judge(predicted_pct, measured_pct, error_pct, measured.iterations)
+        check = job.accuracy
+        if scale is None:
+            if check.action == "kept" and was != "kept":
+                logger.warning(
+                    "job %s: measured saving %.1f %% still falls short of the re-planned %.1f %% by %.1f "
+                    "points (error %.1f): keeps the plan; re-profile it (import a profile) to do better",
+                    job.name, measured_pct, predicted_pct, check.gap_pts or 0.0, check.error_pts or 0.0,
+                )  # fmt: skip
+            return
+        logger.warning(
+            "job %s: measured saving %.1f %% falls short of the predicted %.1f %% by %.1f points, more than "
+            "its error (%.1f points, profile error %s): re-planned with the profile's errors x %.1f",
+            job.name, measured_pct, predicted_pct, check.gap_pts or 0.0, check.error_pts or 0.0,
+            "unknown" if error_pct is None else f"{error_pct:.2f} %", scale,
+        )  # fmt: skip
+        base = job.energy_rel_err or dict.fromkeys(_profile_options(job), UNKNOWN_OPTION_ERROR)
+        job.energy_rel_err = {key: err * scale for key, err in base.items()}
+        for slot in job.slots.values():
+            slot.run_since_ns = 0  # measure the re-planned run afresh
+            slot.running_steps = 0
+        self._run(job)
+
     def _all_max(self, job: Job) -> PointSummary | None:
         """All-max clocks on the job's profile: what the energy saved is counted against."""
         orders = job.orders or job.stage_orders()
@@ -693,6 +738,7 @@ class JobManager:
         """An imported profile replaces the job's: solve again (the running plan stays until then)."""
         job.profile, job.p_block_w, job.cached = profile, p_block_w, False
         job.all_max = None  # counted again on the new profile
+        job.energy_rel_err, job.accuracy = {}, AccuracyCheck()
         job.frontier, job.points, job.points_by_index = None, [], {}
         self._store_profile(job)
         for slot in job.profiling_slots():
@@ -701,6 +747,12 @@ class JobManager:
         if job.state in (PROFILING, RUNNING, FAILED):
             job.enter(SOLVING)
         self._advance(job)
+
+
+def _profile_options(job: Job) -> list[tuple[int, Instruction, int]]:
+    if job.profile is None:
+        return []
+    return [(m.stage, m.instruction, m.freq_mhz) for m in job.profile.measurements]
 
 
 def nothing_measured(counted_j: float | None, timed: bool) -> str:

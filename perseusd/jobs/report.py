@@ -15,6 +15,7 @@ from perseus_client.protocol import (
 )
 
 from perseusd.cluster.job_board import PipelineFacts
+from perseusd.jobs.accuracy import profile_error_pct
 from perseusd.jobs.job import Job
 from perseusd.jobs.metering import MeasuredSaving
 from perseusd.jobs.slot import StageSlot
@@ -76,7 +77,18 @@ def job_info(
         carbon=carbon,
         plan_note=job.plan_note,
         planning=_planning(job),
+        profile_error_pct=_round(profile_error_pct(job.energy_rel_err.values()), 3),
+        predicted_saving_pct=_predicted_saving_pct(job),
+        measured_saving_pct=job.accuracy.measured_saving_pct,
+        saving_error_pts=job.accuracy.error_pts,
+        accuracy_action=job.accuracy.action,
     )
+
+
+def _predicted_saving_pct(job: Job) -> float | None:
+    if job.deployed is None or job.all_max is None or job.all_max.energy_j <= 0:
+        return None
+    return round(100.0 * (1.0 - job.deployed.point.energy_j / job.all_max.energy_j), 3)
 
 
 def _planning(job: Job) -> PlanningInfo | None:
