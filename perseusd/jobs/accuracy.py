@@ -14,7 +14,7 @@ daemon does when the measured saving falls short of the prediction by more than 
   gap / error (at least 2), so the do-no-harm rule (`perseusd.jobs.no_harm`) runs one clock on every stage
   whose plan does not save measurably more than that larger error, and the measurement starts again. If the
   re-planned job still falls short, the check says so and keeps the plan (re-profiling is left to the user:
-  `perseusctl profile reset` or an imported profile). The log and `perseusctl jobs` say which.
+  `perseusctl profile import` of a profile measured offline). The log and `perseusctl jobs` say which.
 """
 
 from __future__ import annotations
