@@ -31,6 +31,10 @@ Where the curves come from (`KIND_SOURCES` says it per kind):
   (79 W at 900, 130 W at 1980 MHz). The embedding is `memory` work: forward 0.02 ms, backward 0.6 ms per
   50,257 tokens of vocabulary (what the measured stage 0 adds to its blocks, whose energy the noise hides).
 
+Kinds measured by the real-GPU check's layer sweep (`gpu_validate.py --layer-sweep`, reports committed as
+`docs/gpu-validate/layer-sweep-*.json`) join as `GPU/kind` (`measured_layer_kinds`); none is committed yet,
+so the family below uses the kinds above.
+
 A workload (`Workload`) is a pipeline of 4-8 stages, each a number of transformer layers (dense: one block;
 MoE: a block whose FFN is experts, plus the all-to-all waits and the router's memory-bound work), the first
 stage adding the embedding, the last the output layer; long-context workloads add attention to every layer;
@@ -59,6 +63,7 @@ from perseusd.planner.bundled import bundled_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 H200_RECORD = ROOT / "docs" / "gpu-validate" / "h200-2026-11-25.json"
+LAYER_SWEEPS = ROOT / "docs" / "gpu-validate"
 CLOCKS_MHZ: tuple[int, ...] = tuple(range(900, 1981, 45))
 """The measured H100 sweep's clocks."""
 TOP_MHZ = 1980
@@ -113,17 +118,28 @@ def _block_h100(instruction: str) -> Curve:
 def _block_h200(instruction: str) -> Curve:
     record = json.loads(H200_RECORD.read_text())
     sweeps = (record["sweep"], record["standalone_sweep"])
-    times: dict[int, float] = {}
-    energies: dict[int, float] = {}
+    rows = []
     for row in sweeps[0]:
         clock = int(row["clock_mhz"])
         other = next(r for r in sweeps[1] if int(r["clock_mhz"]) == clock)
-        times[clock] = (row[f"{instruction}_s"] + other[f"{instruction}_s"]) / 8
-        energies[clock] = (row[f"{instruction}_j"] + other[f"{instruction}_j"]) / 8
-    low = min(times)
+        rows.append(
+            {key: (row[key] + other[key]) / 8 for key in row if key != "clock_mhz"} | {"clock_mhz": clock}
+        )
+    return curve_from_rows(rows, instruction)
+
+
+def curve_from_rows(rows: list[dict[str, float]], instruction: str) -> Curve:
+    """A kind's curve from locked-clock sweep rows (`clock_mhz`, `forward_s`, `forward_j`, `backward_s`,
+    `backward_j`), linear between their clocks; below the lowest, synthesised (compute-bound: time x low /
+    f, power falling in proportion to the clock); above the highest, the highest's."""
+    times = {int(r["clock_mhz"]): float(r[f"{instruction}_s"]) for r in rows}
+    energies = {int(r["clock_mhz"]): float(r[f"{instruction}_j"]) for r in rows}
+    low, high = min(times), max(times)
     curve: Curve = {}
     for clock in CLOCKS_MHZ:
-        if clock >= low:
+        if clock >= high:
+            curve[clock] = (times[high], energies[high] / times[high])
+        elif clock >= low:
             time_s = _lerp(times, clock)
             curve[clock] = (time_s, _lerp(energies, clock) / time_s)
         else:  # synthesised: compute-bound below the sweep, power falling with the clock
@@ -190,10 +206,26 @@ KINDS: dict[str, Callable[[str], Curve]] = {
 }
 
 
+def measured_layer_kinds(directory: Path = LAYER_SWEEPS) -> dict[str, Callable[[str], Curve]]:
+    """The kinds of every layer sweep in `directory` (`gpu_validate.py --layer-sweep`'s reports, files
+    `layer-sweep-*.json`), named `GPU/kind`, each one unit = one execution of the swept module."""
+    found: dict[str, Callable[[str], Curve]] = {}
+    for path in sorted(directory.glob("layer-sweep-*.json")):
+        report = json.loads(path.read_text())
+        for kind, rows in report["kinds"].items():
+            found[f"{report['gpu']}/{kind}"] = lambda instruction, rows=rows: curve_from_rows(
+                rows, instruction
+            )
+    return found
+
+
 @cache
 def kind_curve(kind: str, instruction: str) -> Curve:
     """One unit of `kind` (see the module docstring): clock -> (time s, power W)."""
-    return KINDS[kind](instruction)
+    maker = KINDS.get(kind) or measured_layer_kinds().get(kind)
+    if maker is None:
+        raise KeyError(f"no kind {kind!r}: one of {', '.join(KINDS)} or a layer sweep's GPU/kind")
+    return maker(instruction)
 
 
 Parts = dict[str, float]

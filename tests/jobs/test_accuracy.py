@@ -67,7 +67,7 @@ def test_a_running_job_reports_its_error_and_is_re_planned_when_it_falls_short(
         # counters' figure, replaced here: the simulated job sends no computations).
         all_max_j = 100.0
         short = all_max_j * (1 - (before.predicted_saving_pct - 5.0) / 100)
-        monkeypatch.setattr(manager, "measured", lambda job: MeasuredSaving(short, all_max_j, 20.0))
+        monkeypatch.setattr(manager, "measured", lambda _job: MeasuredSaving(short, all_max_j, 20.0))
         job = next(iter(manager.jobs.values()))
         job.accuracy_checked_s = 0.0
         with caplog.at_level(logging.WARNING, logger="perseusd.jobs.manager"):
