@@ -9,7 +9,8 @@
 #                                   python3 (3.11)
 #   /opt/perseusd/bin/perseusd, perseusctl   entry points (the unit's ExecStart= path), linked from /usr/bin
 #   /lib/systemd/system/perseusd.service     the unit, unchanged
-#   /usr/share/perseusd/systemd/*.conf       the optional drop-ins (cluster, metrics over HTTP or textfile)
+#   /usr/share/perseusd/systemd/*.conf       the optional drop-ins (cluster, metrics over HTTP or textfile,
+#                                            containers)
 #   /usr/lib/sysusers.d/perseusd.conf, /usr/lib/tmpfiles.d/perseusd.conf
 #   /etc/perseusd/perseusd.toml              the commented example configuration (a conffile)
 # Its maintainer scripts create the groups, enable and start the service, and on removal stop (which
@@ -79,7 +80,7 @@ SCRIPT
 done
 
 install -D -m 0644 "$SRC/systemd/perseusd.service" "$root/lib/systemd/system/perseusd.service"
-for dropin in perseusd-cluster.conf perseusd-metrics-http.conf perseusd-metrics-textfile.conf; do
+for dropin in perseusd-cluster.conf perseusd-metrics-http.conf perseusd-metrics-textfile.conf perseusd-containers.conf; do
   install -D -m 0644 "$SRC/systemd/$dropin" "$root/usr/share/perseusd/systemd/$dropin"
 done
 install -D -m 0644 "$SRC/packaging/perseusd-grafana.json" "$root/usr/share/perseusd/grafana/perseusd.json"

@@ -2,7 +2,8 @@
 # Set up a fresh machine: a virtual environment in .venv with the project installed (editable).
 #   scripts/setup.sh         what the main job needs
 #   scripts/setup.sh --dev   plus what the tests need: development tools and, when run as root, the Debian
-#                            packages of the service and cluster tests (systemd-nspawn, debootstrap, etcd)
+#                            packages of the service, cluster, container and Slurm tests (systemd-nspawn,
+#                            debootstrap, etcd, podman, Slurm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dev=0
@@ -11,8 +12,11 @@ dev=0
 if [ "$dev" = 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   need=()
   # systemd: systemd-analyze (unit checks); procps: /bin/kill (the unit's ExecReload=); prometheus: promtool
-  # (the metrics test checks the exposition with `promtool check metrics`).
-  for pkg in etcd-server etcd-client systemd systemd-container debootstrap libsystemd-dev pkg-config procps prometheus; do
+  # (the metrics test checks the exposition with `promtool check metrics`); podman, runc: the container
+  # tests (runc: crun refuses hosts with cgroup controllers in both hierarchies); slurmctld, slurmd,
+  # slurm-client, munge: the Slurm tests start a one-node cluster.
+  for pkg in etcd-server etcd-client systemd systemd-container debootstrap libsystemd-dev pkg-config procps prometheus \
+    podman runc slurmctld slurmd slurm-client munge; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   if [ "${#need[@]}" -gt 0 ]; then

@@ -372,7 +372,9 @@ class PerseusClient:
 
         torch's own view where this process has CUDA through torch (no daemon needed); otherwise NVML's
         view of `CUDA_VISIBLE_DEVICES` through the daemon's GPU list (`perseus_client.devices`; a whole UUID
-        there needs no list). Without either: None (fail-open) or `PerseusClientError` (strict). Raises
+        there needs no list). In a container, the daemon's list is of the container's GPUs in its own order
+        (`HelloOk.visible_gpus`): device 0 is the first GPU it was given. Without either: None (fail-open) or
+        `PerseusClientError` (strict). Raises
         `DeviceLookupError` when the device is not visible or not a whole GPU.
         """
         uuid = devices.cuda_uuid(device)
@@ -388,11 +390,15 @@ class PerseusClient:
             if self.strict:
                 raise unreachable(self, None, "no daemon session: the GPU list is the daemon's")
             return None
+        gpus = info.gpus
+        if info.visible_gpus is not None:  # in a container: its own GPUs, in its order (docs/containers.md)
+            by_uuid = {gpu.uuid: gpu for gpu in info.gpus}
+            gpus = tuple(by_uuid[uuid] for uuid in info.visible_gpus if uuid in by_uuid)
         return devices.visible_uuid(
             index,
-            [gpu.uuid for gpu in info.gpus],
+            [gpu.uuid for gpu in gpus],
             visible,
-            node_names=[gpu.name for gpu in info.gpus],
+            node_names=[gpu.name for gpu in gpus],
             order=os.environ.get(devices.ORDER_ENV),
         )
 
@@ -471,11 +477,16 @@ class PerseusClient:
         pipeline: int = 0,
         chunks: int = 1,
         job: str | None = None,
+        stage_gpus: int = 1,
+        run: str = "",
     ) -> RegisterOk | None:
         """Join job `job` (default: this client's job) with a GPU this process claimed.
 
         From now on the daemon profiles, plans and switches this GPU's clocks by itself; send step and
         computation events. `schedule` is "1f1b", "gpipe", "interleaved" (with `chunks` > 1) or "observed".
+        `stage_gpus`: the GPUs that run this stage together (tensor x context parallel; each registers the
+        same `pipeline` and `stage`). `run`: an id all processes of this run share (the launcher's job id),
+        so that a job's stages on several nodes are told apart from another run of the same name.
         Fail-open: None when not done now (registered when the daemon is back, if it was out of reach).
         """
         request = Register(
@@ -487,6 +498,8 @@ class PerseusClient:
             num_microbatches=num_microbatches,
             schedule=schedule,  # type: ignore[arg-type]  # checked by the daemon
             chunks=chunks,
+            stage_gpus=stage_gpus,
+            run=run,
         )
         registrations = self._memory.registrations
         remember = lambda: registrations.update({gpu: request})  # noqa: E731

@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Any
 
 from perseus_client.client import PerseusClient
+from perseus_client.run_id import launcher_run_id
 from perseus_client.torch_events import (
     CudaEventReporter,
     DirectReporter,
@@ -45,6 +46,8 @@ def instrument_deepspeed(
     schedule_name: str | None = None,
     first_step: int = 0,
     cuda_events: bool | None = None,
+    stage_gpus: int | None = None,
+    run: str | None = None,
 ) -> DeepSpeedInstrumentation:
     """Make a `deepspeed.runtime.pipe.engine.PipelineEngine` report each `train_batch()` to perseusd.
 
@@ -57,6 +60,9 @@ def instrument_deepspeed(
         schedule_name: the schedule to register (default: `1f1b` for the engine's own `TrainSchedule`).
         first_step: the step number of the next `train_batch()`.
         cuda_events: report through CUDA events (default: when the engine's device is a CUDA device).
+        stage_gpus: the GPUs that run this stage together (default: the grid's model-parallel slice, its
+            tensor parallelism); the daemon profiles, plans and switches them as one stage.
+        run: the id all ranks of this run share (default: the launcher's, `launcher_run_id()`).
     """
     from deepspeed.runtime.pipe.engine import PipelineEngine
 
@@ -73,6 +79,8 @@ def instrument_deepspeed(
             schedule=schedule_name or ("1f1b" if own_schedule else "observed"),
             pipeline=engine.grid.data_parallel_id if pipeline is None else pipeline,
             chunks=1,
+            stage_gpus=engine.grid.get_slice_parallel_world_size() if stage_gpus is None else stage_gpus,
+            run=launcher_run_id() if run is None else run,
         )
     reporter: Reporter
     device = engine.device

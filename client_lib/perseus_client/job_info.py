@@ -70,6 +70,46 @@ class PlanningInfo:
 
 
 @dataclass(frozen=True)
+class SpanMember:
+    """One node of a job whose pipelines span nodes, as its record in etcd says."""
+
+    node: str
+    stages: str
+    """The (pipeline, stage) slots it runs, `p0:s0-3 p1:s4`."""
+    state: str
+    """Its job's state there."""
+    profiling_iterations: int
+    measured_energy_j: float | None
+    """Energy per iteration of its GPUs of the job while the plan runs, by their counters."""
+    measured_all_max_energy_j: float | None
+    """Energy per iteration of its GPUs at all-max clocks (profiling's first clock), by their counters."""
+
+
+@dataclass(frozen=True)
+class SpanInfo:
+    """A job whose pipelines span nodes: who takes part, who solves, what this node cannot see."""
+
+    node: str
+    """This node's cluster name."""
+    leader: str
+    """The node that solves and re-plans the job ("" while none holds the role)."""
+    members: tuple[SpanMember, ...]
+    missing: str
+    """What the job lacks that this node can see is missing ("" when nothing): stages no node registered,
+    a conflicting registration, a cluster view that is stale or expired."""
+    view: str
+    """The cluster view: "fresh", "stale" or "expired" (then plans keep running and re-plans wait)."""
+    solves: int
+    """Frontiers solved for the job (one per job; again only when the solving node died before sharing)."""
+    plan_epoch: int
+    """The leader's plan decisions so far (the first deployment and each re-plan)."""
+    measured_energy_j: float | None
+    """The whole job's energy per iteration under the plan (every member's GPUs), None until all report."""
+    measured_all_max_energy_j: float | None
+    """The whole job's energy per iteration at all-max clocks, None until every member reports."""
+
+
+@dataclass(frozen=True)
 class JobInfo:
     """A job as `perseusctl jobs` shows it. Times in seconds; `plan_*` describe the deployed point."""
 
@@ -123,16 +163,20 @@ class JobInfo:
     save no more than its uncertainty plus its clock changes run one clock instead ("" when none do)."""
     planning: PlanningInfo | None = since(3, None)
     """How long its plan took from profiling done to deployed (None: not solved here, or not deployed yet)."""
-    profile_error_pct: float | None = since(4, None)
+    stage_gpus: int = since(4, 1)
+    """GPUs per stage (tensor x context parallel), profiled, planned and switched together."""
+    span: SpanInfo | None = since(4, None)
+    """Set for a job whose pipelines span nodes (coordinated through etcd); None for a job on one node."""
+    profile_error_pct: float | None = since(6, None)
     """The profile's estimated error: RMS of its energies' relative standard errors, % (None: not known,
     as for an imported or cached profile)."""
-    predicted_saving_pct: float | None = since(4, None)
+    predicted_saving_pct: float | None = since(6, None)
     """The running plan's saving against all-max, predicted from the profile (%)."""
-    measured_saving_pct: float | None = since(4, None)
+    measured_saving_pct: float | None = since(6, None)
     """The same as the counters measured it (None until both energies are measured)."""
-    saving_error_pts: float | None = since(4, None)
+    saving_error_pts: float | None = since(6, None)
     """How far the measured saving may lie below the prediction from the profile's error alone (points); a
     larger shortfall re-plans the job once."""
-    accuracy_action: str = since(4, "")
+    accuracy_action: str = since(6, "")
     """"re-planned" (measured saving fell short by more than the error), "kept" (still short after the
     re-plan), or "" (within the error, or not judged yet)."""

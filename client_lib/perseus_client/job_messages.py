@@ -7,8 +7,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from perseus_client.job_info import JobInfo, PipelineInfo, PlanningInfo, ProfilingInfo, StragglerInfo
+from perseus_client.job_info import (
+    JobInfo,
+    PipelineInfo,
+    PlanningInfo,
+    ProfilingInfo,
+    SpanInfo,
+    SpanMember,
+    StragglerInfo,
+)
 from perseus_client.message import Message, Policy, Schedule
+from perseus_client.version import since
 
 __all__ = [
     "AnnounceStraggler",
@@ -30,6 +39,8 @@ __all__ = [
     "RegisterOk",
     "SetPolicy",
     "SetPolicyOk",
+    "SpanInfo",
+    "SpanMember",
     "StragglerInfo",
 ]
 
@@ -48,6 +59,12 @@ class Register(Message):
     schedule: Schedule
     chunks: int
     """Model chunks (virtual stages) per GPU: > 1 only for the interleaved schedule."""
+    stage_gpus: int = since(4, 1)
+    """GPUs that run each stage together, in step (tensor x context parallel): every rank of the stage
+    registers the same `pipeline` and `stage`; the daemon profiles, plans and switches them as one stage."""
+    run: str = since(4, "")
+    """An id every process of one run of the job shares (the launcher's job id): jobs of the same name on
+    different nodes are one job only when their runs (and owner and shape) are the same."""
 
 
 @dataclass(frozen=True)

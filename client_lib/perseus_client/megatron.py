@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from perseus_client.client import PerseusClient
+from perseus_client.run_id import launcher_run_id
 from perseus_client.torch_events import (
     CudaEventReporter,
     DirectReporter,
@@ -68,6 +69,8 @@ def instrument_megatron(
     schedule_name: str | None = None,
     first_step: int = 0,
     cuda_events: bool | None = None,
+    stage_gpus: int | None = None,
+    run: str | None = None,
 ) -> MegatronInstrumentation:
     """Wrap a Megatron-Core forward-backward function so that each training call reports to perseusd.
 
@@ -77,13 +80,15 @@ def instrument_megatron(
         client: a client that claimed `gpu` (fail-open: connected or not).
         gpu: the UUID of this rank's GPU (default: torch's current CUDA device's, `PerseusClient.gpu_uuid`).
         num_microbatches: the microbatches per iteration (`get_num_microbatches()`), for the registration.
-        pipeline: which pipeline this rank belongs to (default: its data-parallel rank, context-parallel
-            ranks included, times the tensor-parallel size plus its tensor-parallel rank: every GPU at a
-            pipeline stage is in a pipeline of its own).
+        pipeline: which pipeline this rank belongs to (default: its data-parallel rank; the tensor- and
+            context-parallel ranks of a stage share it: they run the stage together).
         register: join the job now (`client.register`; a strict client raises when the daemon refuses).
         schedule_name: the schedule to register (default: `schedule_name_for(...)`).
         first_step: the step number of the next training call.
         cuda_events: report through CUDA events (default: when CUDA is available).
+        stage_gpus: the GPUs that run this stage together (default: the tensor-parallel size times the
+            context-parallel size); the daemon profiles, plans and switches them as one stage.
+        run: the id all ranks of this run share (default: the launcher's, `launcher_run_id()`).
     """
     import torch
     from megatron.core import parallel_state
@@ -93,9 +98,10 @@ def instrument_megatron(
     position = parallel_state.get_pipeline_model_parallel_rank()
     chunks = parallel_state.get_virtual_pipeline_model_parallel_world_size() or 1
     if pipeline is None:
+        pipeline = parallel_state.get_data_parallel_rank(with_context_parallel=False)
+    if stage_gpus is None:
         tp_size = parallel_state.get_tensor_model_parallel_world_size()
-        tp_rank = parallel_state.get_tensor_model_parallel_rank()
-        pipeline = parallel_state.get_data_parallel_rank(with_context_parallel=True) * tp_size + tp_rank
+        stage_gpus = tp_size * parallel_state.get_context_parallel_world_size()
     name = schedule_name or schedule_name_for(forward_backward_func.__name__, num_stages, num_microbatches)
     gpu = gpu_of(client, gpu)
     if register:
@@ -107,6 +113,8 @@ def instrument_megatron(
             schedule=name,
             pipeline=pipeline,
             chunks=chunks,
+            stage_gpus=stage_gpus,
+            run=launcher_run_id() if run is None else run,
         )
     if cuda_events is None:
         cuda_events = torch.cuda.is_available()

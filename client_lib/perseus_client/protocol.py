@@ -71,6 +71,8 @@ from perseus_client.job_messages import (
     RegisterOk,
     SetPolicy,
     SetPolicyOk,
+    SpanInfo,
+    SpanMember,
     StragglerInfo,
 )
 from perseus_client.message import JOB_STATES, ErrorReply, Instruction, Message, Policy, Schedule
@@ -80,6 +82,14 @@ from perseus_client.pool_messages import (
     PoolBudgetOk,
     PoolNode,
     PoolStatusReply,
+)
+from perseus_client.slurm_messages import (
+    AdminSlurmEpilog,
+    AdminSlurmProlog,
+    SlurmJobEnergy,
+    SlurmJobOk,
+    SlurmJobsReply,
+    SlurmJobsRequest,
 )
 from perseus_client.status_messages import (
     DaemonHealth,
@@ -102,6 +112,8 @@ __all__ = [
     "AdminPoolStatus",
     "AdminSetCap",
     "AdminSetJobPriority",
+    "AdminSlurmEpilog",
+    "AdminSlurmProlog",
     "AnnounceStraggler",
     "AnnounceStragglerOk",
     "CapGpu",
@@ -146,6 +158,12 @@ __all__ = [
     "SetPolicy",
     "SetPolicyOk",
     "SignalInfo",
+    "SlurmJobEnergy",
+    "SlurmJobOk",
+    "SlurmJobsReply",
+    "SlurmJobsRequest",
+    "SpanInfo",
+    "SpanMember",
     "StatusReply",
     "StatusRequest",
     "StragglerInfo",
@@ -199,6 +217,9 @@ class HelloOk(Message):
     gpus: tuple[GpuCapabilities, ...]
     protocol_minor: int = since(1, 0)
     """The newest minor of `protocol` the daemon speaks (it speaks every older one too)."""
+    visible_gpus: tuple[str, ...] | None = since(5, None)
+    """The UUIDs of the GPUs this process may claim, in its own device order (index 0 first: what
+    `CUDA_VISIBLE_DEVICES` indexes in its container); None: every GPU of `gpus`, in their order."""
 
 
 @dataclass(frozen=True)
@@ -399,6 +420,7 @@ REQUEST_TYPES: tuple[type[Message], ...] = (
     AnnounceStraggler,
     EventCount,
     EnergyRead,
+    SlurmJobsRequest,
     *EVENT_TYPES,
 )
 ADMIN_TYPES: tuple[type[Message], ...] = (
@@ -411,6 +433,9 @@ ADMIN_TYPES: tuple[type[Message], ...] = (
     AdminClearCap,
     AdminCapStatus,
     AdminSetJobPriority,
+    AdminSlurmProlog,
+    AdminSlurmEpilog,
+    SlurmJobsRequest,
 )
 REPLY_TYPES: tuple[type[Message], ...] = (
     HelloOk,
@@ -436,6 +461,8 @@ REPLY_TYPES: tuple[type[Message], ...] = (
     PoolStatusReply,
     CapStatusReply,
     JobPriorityOk,
+    SlurmJobsReply,
+    SlurmJobOk,
     ErrorReply,
 )
 MESSAGE_TYPES: dict[str, type[Message]] = {

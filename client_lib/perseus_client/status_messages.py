@@ -27,6 +27,8 @@ class LeaseInfo:
     pid: int
     uid: int
     job: str
+    slurm_job: int | None = since(5, None)
+    """The Slurm job of the holding process (its cgroup's, else its environment's; None: none)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,9 @@ class GpuStatus:
     power_capped: bool | None = None
     """The power cap holds the SM clock (`sm_clock_mhz`, the clock it actually runs at) below the locked or
     top clock: NVML's clock-event reasons; the simulator's: its last computation was capped. None: unknown."""
+    power_features: tuple[str, ...] = since(5, ())
+    """The driver's power features that can fight the daemon's clocks, each "name: state (detail)" (workload
+    power profile, power smoothing; "not supported" on GPUs and drivers without them)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,8 @@ class DaemonHealth:
     """Connections shut down at once because a limit was reached (docs/daemon.md, Limits)."""
     protocol_minor: int = since(1, 0)
     """The newest minor of `protocol` the daemon speaks."""
+    monitor_only: bool = since(5, False)
+    """The daemon only reads (energy, status) and never writes a clock or a limit."""
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from torch.distributed.pipelining.schedules import PipelineScheduleMulti, Pipeli
 from torch.distributed.pipelining.stage import _PipelineStageBase
 
 from perseus_client.client import PerseusClient
+from perseus_client.run_id import launcher_run_id
 from perseus_client.torch_events import (
     CudaEventReporter,
     DirectReporter,
@@ -90,6 +91,8 @@ def instrument(
     register: bool = True,
     schedule_name: str | None = None,
     first_step: int = 0,
+    stage_gpus: int = 1,
+    run: str | None = None,
 ) -> PipelineInstrumentation:
     """Make `schedule` report its steps and computations on `gpu` to perseusd; undo with `.close()`.
 
@@ -102,6 +105,9 @@ def instrument(
         register: join the job now (`client.register`; a strict client raises when the daemon refuses).
         schedule_name: the schedule to register (default: `schedule_name_of(schedule)`).
         first_step: the step number of the next `schedule.step()` (steps count up from it).
+        stage_gpus: the GPUs that run this rank's stage together (tensor x context parallel: each registers
+            the same `pipeline`; torchtitan: `parallel_dims.tp * parallel_dims.cp`).
+        run: the id all ranks of this run share (default: the launcher's, `launcher_run_id()`).
     """
     stages = local_stages(schedule)
     position = stages[0].group_rank
@@ -115,6 +121,8 @@ def instrument(
             schedule=schedule_name or schedule_name_of(schedule),
             pipeline=pipeline,
             chunks=len(stages),
+            stage_gpus=stage_gpus,
+            run=launcher_run_id() if run is None else run,
         )
     return PipelineInstrumentation(schedule, stages, _reporter_for(stages[0].device, client, gpu), first_step)
 

@@ -16,8 +16,12 @@ added); 1, `protocol_minor` in `hello_ok` and in the daemon's `status` health, t
 `admin_set_job_priority`; 2, status's `pool` (the node's power pool, to admin callers) and a job's
 carbon `unit` (a carbon intensity or a price per kWh); 3, a job's `plan_note` (do no harm: the stages that
 run one clock instead of their plan, and why) and its `planning` (how long its plan took from profiling
-done to deployed, by phase); 4, a job's own error: `profile_error_pct`, `predicted_saving_pct`,
-`measured_saving_pct`, `saving_error_pts` and `accuracy_action`.
+done to deployed, by phase); 4, `register`'s `stage_gpus` (tensor parallelism)
+and `run` (a job's identity across nodes), a job's `stage_gpus` and `span` (a job whose pipelines span
+nodes); 5, `hello_ok`'s `visible_gpus` (the GPUs a container holds), the daemon's `monitor_only`, a
+lease's `slurm_job`, a GPU row's `power_features`, `slurm_jobs` and the Slurm prolog/epilog's
+`admin_slurm_prolog` and `admin_slurm_epilog`; 6, a job's own error: `profile_error_pct`,
+`predicted_saving_pct`, `measured_saving_pct`, `saving_error_pts` and `accuracy_action`.
 
 Adding a message or a field: see docs/protocol.md ("Changing the protocol"); in short, bump
 `PROTOCOL_MINOR`, give a new message type `SINCE = PROTOCOL_MINOR` and a new field of an existing message a
@@ -31,7 +35,7 @@ from typing import Any
 
 PROTOCOL_MAJOR = 6
 """The frame's `"v"`. Bump only on a change that older peers cannot read, never for an additive one."""
-PROTOCOL_MINOR = 4
+PROTOCOL_MINOR = 6
 """The newest minor of `PROTOCOL_MAJOR` this library writes and reads."""
 
 

@@ -215,6 +215,11 @@ def compare_mod(key: str, revision: int) -> dict[str, Any]:
     return {"key": _b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": revision}
 
 
+def compare_value(key: str, value: str) -> dict[str, Any]:
+    """Holds when `key` holds exactly `value`."""
+    return {"key": _b64(key), "target": "VALUE", "result": "EQUAL", "value": _b64(value)}
+
+
 def put_op(key: str, value: str, lease_id: int = 0) -> dict[str, Any]:
     request: dict[str, Any] = {"key": _b64(key), "value": _b64(value)}
     if lease_id:

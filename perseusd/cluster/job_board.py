@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perseusd.cluster.config import NAME_PATTERN
+from perseusd.cluster.span_board import MemberRecord, PlanRecord, decode_leader, decode_member, decode_plan
 
 VALUE_VERSION = 1
 MAX_PIPELINE = 1_000_000
@@ -82,6 +83,15 @@ class StragglerAnnouncement:
 
 
 @dataclass(frozen=True)
+class SpanView:
+    """What etcd holds of a job whose pipelines span nodes: each node's record, the leader, its plan."""
+
+    members: Mapping[str, MemberRecord] = field(default_factory=dict)
+    leader: str | None = None
+    plan: PlanRecord | None = None
+
+
+@dataclass(frozen=True)
 class JobView:
     """The last known facts of one job's pipelines (every node's, this one's included), and their state.
 
@@ -93,6 +103,8 @@ class JobView:
     stragglers: Mapping[int, StragglerAnnouncement] = field(default_factory=dict)
     state: ViewState = ViewState.EXPIRED
     age_s: float = math.inf
+    span: SpanView | None = None
+    """The records of a job whose pipelines span nodes (None when etcd holds none)."""
 
     @property
     def fresh(self) -> bool:
@@ -195,12 +207,37 @@ def build_view(
     job: str, prefix: str, entries: list[tuple[str, bytes]]
 ) -> tuple[dict[int, PipelineFacts], dict[int, StragglerAnnouncement], int]:
     """Decode a job's (key, value) entries; returns its pipelines, its stragglers and the number skipped."""
+    pipelines, stragglers, _span, skipped = build_full_view(job, prefix, entries)
+    return pipelines, stragglers, skipped
+
+
+def build_full_view(
+    job: str, prefix: str, entries: list[tuple[str, bytes]]
+) -> tuple[dict[int, PipelineFacts], dict[int, StragglerAnnouncement], SpanView | None, int]:
+    """Decode a job's (key, value) entries: its pipelines, its stragglers, its spanning records (None when
+    there are none) and the number of entries skipped."""
     job_key_prefix = job_prefix(prefix, job)
     pipelines: dict[int, PipelineFacts] = {}
     stragglers: dict[int, StragglerAnnouncement] = {}
+    members: dict[str, MemberRecord] = {}
+    leader: list[str] = []
+    plans: list[PlanRecord] = []
     skipped = 0
     for key, raw in entries:
+        rest = key.removeprefix(job_key_prefix)
         try:
+            if rest.startswith("members/"):
+                record = decode_member(raw)
+                if record.node != rest.removeprefix("members/"):
+                    raise ValueError("a member record under another node's key")
+                members[record.node] = record
+                continue
+            if rest == "leader":
+                leader.append(decode_leader(raw))
+                continue
+            if rest == "plan":
+                plans.append(decode_plan(raw))
+                continue
             kind, pipeline, value = decode_entry(job_key_prefix, key, raw)
         except (ValueError, UnicodeDecodeError):
             skipped += 1
@@ -209,7 +246,10 @@ def build_view(
             pipelines[pipeline] = value
         elif isinstance(value, StragglerAnnouncement) and kind == "stragglers":
             stragglers[pipeline] = value
-    return pipelines, stragglers, skipped
+    span = None
+    if members or leader or plans:
+        span = SpanView(members, leader[0] if leader else None, plans[0] if plans else None)
+    return pipelines, stragglers, span, skipped
 
 
 def view_state(

@@ -23,14 +23,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from perseusd.cluster import span_sync
 from perseusd.cluster.config import ClusterConfig
 from perseusd.cluster.etcd_store import ClusterError, EtcdStore, LeaseLostError
 from perseusd.cluster.job_board import (
     JobView,
     PipelineFacts,
+    SpanView,
     StragglerAnnouncement,
     ViewState,
-    build_view,
+    build_full_view,
     check_name,
     encode_announcement,
     encode_facts,
@@ -39,8 +41,24 @@ from perseusd.cluster.job_board import (
     straggler_key,
     view_state,
 )
+from perseusd.cluster.span_board import (
+    BlobRef,
+    MemberRecord,
+    PlanRecord,
+    blob_chunks,
+    blob_job_prefix,
+    blob_prefix,
+    chunk_key,
+    encode_member,
+    encode_plan,
+    member_key,
+    plan_key,
+)
 
 logger = logging.getLogger(__name__)
+
+MAX_BLOBS = 16
+"""Fetched blobs kept (the newest); a job needs one solution and, on its leader, each node's profile."""
 
 ROUNDS_PER_INTERVAL_MAX = 4
 """Publications wake the thread at once, but rounds never start more often than this per interval."""
@@ -80,6 +98,7 @@ class _View:
     pipelines: dict[int, PipelineFacts]
     stragglers: dict[int, StragglerAnnouncement]
     refreshed_at_s: float
+    span: SpanView | None = None
 
 
 class ClusterPlane:
@@ -104,6 +123,10 @@ class ClusterPlane:
         self._to_delete: set[str] = set()
         self._followed: set[str] = set()
         self._views: dict[str, _View] = {}
+        self._campaigns: set[str] = set()
+        self._resigns: set[str] = set()
+        self._wanted_blobs: dict[tuple[str, str], BlobRef] = {}
+        self._blobs: dict[tuple[str, str], bytes] = {}
         self._kept_alive_at_s: float | None = None
         self._round_ok_at_s: float | None = None
         self._rounds = self._errors = self._grants = self._skipped = 0
@@ -148,13 +171,80 @@ class ClusterPlane:
 
     def forget_job(self, job: str) -> None:
         """Withdraw every key this node published for `job` and stop keeping its view."""
-        prefix = job_prefix(self.config.prefix, job)
+        prefixes = (job_prefix(self.config.prefix, job), blob_job_prefix(self.config.prefix, job))
         with self._lock:
-            for key in [k for k in self._desired if k.startswith(prefix)]:
+            for key in [k for k in self._desired if k.startswith(prefixes)]:
                 del self._desired[key]
                 self._to_delete.add(key)
             self._followed.discard(job)
             self._views.pop(job, None)
+            if job in self._campaigns:
+                self._campaigns.discard(job)
+                self._resigns.add(job)
+            for wanted in [w for w in (*self._wanted_blobs, *self._blobs) if w[0] == job]:
+                self._wanted_blobs.pop(wanted, None)
+                self._blobs.pop(wanted, None)
+        self._wake.set()
+
+    # -- jobs whose pipelines span nodes (docs/cluster.md) ------------------------------------------------
+
+    def publish_member(self, job: str, record: MemberRecord) -> None:
+        """Share this node's record of a spanning job (written when it changed)."""
+        self._want(job, member_key(self.config.prefix, job, self.config.node_name), encode_member(record))
+
+    def publish_plan(self, job: str, plan: PlanRecord) -> None:
+        """Share the job's plan (the leader's decision)."""
+        self._want(job, plan_key(self.config.prefix, job), encode_plan(plan))
+
+    def publish_blob(self, job: str, name: str, data: bytes) -> BlobRef:
+        """Share `data` as blob `name` of `job` (replacing this node's earlier version); returns its ref."""
+        ref, chunks = blob_chunks(name, data)
+        prefix = blob_prefix(self.config.prefix, job, name)
+        keys = {chunk_key(self.config.prefix, job, ref, i): chunk for i, chunk in enumerate(chunks)}
+        with self._lock:
+            for old in [k for k in self._desired if k.startswith(prefix) and k not in keys]:
+                del self._desired[old]
+                self._to_delete.add(old)
+            self._blobs[(job, ref.digest)] = data
+        for key, chunk in keys.items():
+            self._want(job, key, chunk)
+        return ref
+
+    def withdraw_blob(self, job: str, name: str) -> None:
+        """Stop sharing blob `name` of `job`."""
+        prefix = blob_prefix(self.config.prefix, job, name)
+        with self._lock:
+            for key in [k for k in self._desired if k.startswith(prefix)]:
+                del self._desired[key]
+                self._to_delete.add(key)
+        self._wake.set()
+
+    def blob(self, job: str, ref: BlobRef) -> bytes | None:
+        """The blob `ref` once fetched (or shared by this node); None asks the thread to fetch it."""
+        with self._lock:
+            data = self._blobs.get((job, ref.digest))
+            if data is None:
+                self._wanted_blobs[(job, ref.digest)] = ref
+        if data is None:
+            self._wake.set()
+        return data
+
+    def campaign(self, job: str) -> None:
+        """Take part in the job's leader election from now on (the role goes to one node at a time)."""
+        check_name("job", job)
+        with self._lock:
+            self._follow_locked(job)
+            self._resigns.discard(job)
+            if job not in self._campaigns:
+                self._campaigns.add(job)
+                self._wake.set()
+
+    def resign(self, job: str) -> None:
+        """Give the job's leader role back (if this node holds it) and stop campaigning."""
+        with self._lock:
+            if job in self._campaigns:
+                self._campaigns.discard(job)
+                self._resigns.add(job)
         self._wake.set()
 
     def snapshot(self, job: str) -> JobView:
@@ -179,6 +269,7 @@ class ClusterPlane:
                 MappingProxyType(dict(view.stragglers)),
                 state,
                 now_s - view.refreshed_at_s,
+                view.span,
             )
 
     def status(self) -> PlaneStatus:
@@ -271,7 +362,9 @@ class ClusterPlane:
         try:
             self._ensure_lease()
             self._sync_keys()
+            self._elect()
             self._refresh_views()
+            self._fetch_blobs()
             self._revoke_old_leases()
         except LeaseLostError as exc:
             self._failed(exc)
@@ -356,11 +449,43 @@ class ClusterPlane:
         for job in jobs:
             started_s = self._clock()
             entries = self._store.get_prefix(job_prefix(self.config.prefix, job))
-            pipelines, stragglers, skipped = build_view(job, self.config.prefix, entries)
+            pipelines, stragglers, span, skipped = build_full_view(job, self.config.prefix, entries)
             with self._lock:
                 if job in self._followed:
-                    self._views[job] = _View(pipelines, stragglers, started_s)
+                    self._views[job] = _View(pipelines, stragglers, started_s, span)
                 self._skipped += skipped
+
+    def _elect(self) -> None:
+        """Campaign for the jobs without a leader; give back the roles resigned."""
+        with self._lock:
+            resigns, self._resigns = set(self._resigns), set()
+            candidates = [
+                job
+                for job in sorted(self._campaigns)
+                if (view := self._views.get(job)) is None or view.span is None or view.span.leader is None
+            ]
+        node, prefix = self.config.node_name, self.config.prefix
+        for job in sorted(resigns):
+            span_sync.resign(self._store, prefix, job, node)
+        assert self._lease_id is not None
+        for job in candidates:
+            if span_sync.campaign(self._store, prefix, job, node, self._lease_id):
+                logger.info("cluster plane: this node now solves and re-plans job %s", job)
+
+    def _fetch_blobs(self) -> None:
+        with self._lock:
+            wanted = dict(self._wanted_blobs)
+        for (job, digest), ref in wanted.items():
+            try:
+                data = span_sync.fetch_blob(self._store, self.config.prefix, job, ref)
+            except ValueError as exc:  # not (completely) written yet: asked again next round
+                logger.debug("cluster plane: blob %s of job %s: %s", ref.name, job, exc)
+                continue
+            with self._lock:
+                if self._wanted_blobs.pop((job, digest), None) is not None:
+                    self._blobs[(job, digest)] = data
+                    for old in list(self._blobs)[:-MAX_BLOBS]:
+                        del self._blobs[old]
 
     def _revoke_old_leases(self) -> None:
         while self._old_leases:

@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "measure": "measure_cmd",
     "cap-pool": "cap_pool_cmd",
     "cap": "cap_cmd",
+    "slurm": "slurm_cmd",
 }
 COMMAND_MODULES: tuple[str, ...] = tuple(COMMANDS.values())
 _OPTIONS_WITH_VALUE = ("--runtime-dir",)

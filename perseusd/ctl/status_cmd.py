@@ -102,7 +102,8 @@ def _lease(gpu: GpuStatus) -> str:
     if gpu.lease is None:
         return PLACEHOLDER
     job = f" {gpu.lease.job}" if gpu.lease.job else ""
-    return f"pid {gpu.lease.pid} uid {gpu.lease.uid}{job}"
+    slurm = "" if gpu.lease.slurm_job is None else f" (Slurm job {gpu.lease.slurm_job})"
+    return f"pid {gpu.lease.pid} uid {gpu.lease.uid}{job}{slurm}"
 
 
 def _sm_clock(gpu: GpuStatus) -> str:
@@ -170,6 +171,10 @@ def render_table(reply: StatusReply) -> str:
     ]
     if daemon.persistence_error:
         lines.append(f"PERSISTENCE FAILING: {daemon.persistence_error}")
+    if daemon.monitor_only:
+        lines.append("monitor-only: reads energy and status, never writes a clock or a limit")
+    for gpu in reply.gpus:  # a driver feature that can fight the daemon's clocks is never silent
+        lines += [f"{gpu.uuid}: {text}" for text in gpu.power_features if ": active" in text]
     if reply.signal is not None:
         lines.append(signal_line(reply.signal))
     if reply.pool is not None:

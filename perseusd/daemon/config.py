@@ -16,6 +16,7 @@ from perseusd.cluster.config import ClusterConfig
 from perseusd.cluster.power_pool_keys import POOL_PATTERN
 from perseusd.errors import ConfigError
 from perseusd.gpu.select import BACKEND_KINDS, MIXED_REAL_KINDS
+from perseusd.leasing.gpu_access import ACCESS_MODES
 from perseusd.planner.policy import POLICIES
 
 DEFAULT_CONFIG_PATH = Path("/etc/perseusd/perseusd.toml")
@@ -50,6 +51,13 @@ class DaemonConfig:
     """The newest protocol minor the daemon speaks (-1: the newest it knows). An older one makes it answer
     as a daemon of that minor would (docs/protocol.md): for compatibility tests and staged roll-outs."""
     gpu_call_timeout_s: float = 5.0
+    monitor_only: bool = False
+    """Read energy and status only, never write a clock or a limit (docs/daemon.md, Monitor-only): refuses
+    claims and admin writes, skips the restore of a previous daemon's state; runs without privileges."""
+    gpu_access: str = "auto"
+    """Which GPUs a caller may claim (docs/containers.md): "auto" those its container's device nodes and its
+    cgroup's device rules allow, where the daemon can read them; "strict" also refuses a container whose
+    devices it cannot read; "off" every GPU."""
     # Jobs: online profiling, solving and deployment.
     profile_warmup_iterations: int = 2
     profile_max_iterations: int = 300
@@ -76,6 +84,10 @@ class DaemonConfig:
     # Power caps (docs/power-caps.md): the window node power is held over, and how limits enforce it.
     power_cap_window_s: float = 1.0
     power_cap_enforcement: str = "window"
+    power_cap_dir: str = ""
+    """A node budget declared in files (a Kubernetes ConfigMap volume; "" = off): `<dir>/<node>` (the node:
+    cluster_node_name, $NODE_NAME or the host name), else `<dir>/default`, in W (docs/kubernetes.md)."""
+    power_cap_dir_interval_s: float = 5.0
     # The cluster plane (etcd), only when endpoints are given: comma-separated http(s)://HOST:PORT.
     etcd_endpoints: str = ""
     cluster_node_name: str = ""
@@ -97,6 +109,12 @@ class DaemonConfig:
     metrics_http_address: str = "127.0.0.1"
     metrics_textfile_dir: str = ""
     metrics_textfile_interval_s: float = 15.0
+    metrics_dcgm_families: bool = True
+    """Export dcgm-exporter's families (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, ...) too; set false on nodes
+    where dcgm-exporter runs (the families are then its)."""
+    metrics_hostname: str = ""
+    """The `Hostname` label of the dcgm-joinable families ("": $NODE_NAME, else cluster_node_name, else the
+    host name), as dcgm-exporter labels its series."""
     # The grid signal (docs/carbon.md), off by default: a replayed trace file or the Electricity Maps API.
     signal_source: str = "off"
     signal_trace: str = ""
@@ -132,6 +150,7 @@ class DaemonConfig:
             f"protocol_minor must be -1 (newest) or 0..{PROTOCOL_MINOR}",
         )
         _require(self.gpu_call_timeout_s > 0, "gpu_call_timeout_s must be positive")
+        _require(self.gpu_access in ACCESS_MODES, f"gpu_access must be one of {', '.join(ACCESS_MODES)}")
         _require(0 <= self.profile_warmup_iterations <= 100, "profile_warmup_iterations must be 0..100")
         _require(self.profile_max_iterations >= 1, "profile_max_iterations must be >= 1")
         _require(self.profile_clock_stride >= 1, "profile_clock_stride must be >= 1")
@@ -151,6 +170,15 @@ class DaemonConfig:
         _require(
             self.power_cap_enforcement in ("window", "strict"),
             "power_cap_enforcement must be window or strict",
+        )
+        _require(
+            not self.power_cap_dir or Path(self.power_cap_dir).is_absolute(),
+            "power_cap_dir must be an absolute path (or empty: off)",
+        )
+        _require(0.1 <= self.power_cap_dir_interval_s <= 3600, "power_cap_dir_interval_s must be 0.1..3600")
+        _require(
+            not (self.monitor_only and self.power_cap_dir),
+            "monitor_only and power_cap_dir exclude each other (a node budget writes power limits)",
         )
         _require(self.runtime_dir.is_absolute(), "runtime_dir must be an absolute path")
         _require(self.state_dir.is_absolute(), "state_dir must be an absolute path")
@@ -173,6 +201,10 @@ class DaemonConfig:
             _require(
                 bool(self.etcd_endpoints.strip()), "power_pool needs etcd_endpoints (the pool lives in etcd)"
             )
+        _require(
+            not (self.monitor_only and self.power_pool),
+            "monitor_only and power_pool exclude each other (a pool member writes power limits)",
+        )
         _require(
             self.power_pool_target in POOL_TARGETS,
             "power_pool_target must be one of " + ", ".join(POOL_TARGETS),
@@ -202,8 +234,23 @@ class DaemonConfig:
     def metrics_enabled(self) -> bool:
         return bool(self.metrics_http_port or self.metrics_textfile_dir)
 
+    def node_name(self, environ: Mapping[str, str]) -> str:
+        """This node's name for declared budgets: cluster_node_name, else $NODE_NAME, else the host name."""
+        return self.cluster_node_name or environ.get("NODE_NAME", "") or socket.gethostname().split(".")[0]
+
+    def metrics_host(self, environ: Mapping[str, str]) -> str:
+        """The `Hostname` label of the metrics (see `metrics_hostname`)."""
+        return (
+            self.metrics_hostname
+            or environ.get("NODE_NAME", "")
+            or self.cluster_node_name
+            or socket.gethostname().split(".")[0]
+        )
+
     def metrics_settings(self) -> tuple[object, ...]:
         return (
+            self.metrics_dcgm_families,
+            self.metrics_hostname,
             self.metrics_http_port,
             self.metrics_http_address,
             self.metrics_textfile_dir,

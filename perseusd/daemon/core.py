@@ -30,15 +30,20 @@ from perseus_client.protocol import (
 from perseusd.daemon.events import EventTracker
 from perseusd.daemon.gpu_requests import GpuRequests
 from perseusd.daemon.job_requests import JobRequests
+from perseusd.daemon.monitor_only import refuse_writes
+from perseusd.daemon.slurm_jobs import SlurmLedger
+from perseusd.daemon.slurm_requests import SlurmRequests
 from perseusd.daemon.status import gpu_rows
 from perseusd.daemon.wire_errors import protocol_error
 from perseusd.errors import PerseusError
 from perseusd.jobs.manager import JobManager
+from perseusd.leasing.gpu_access import GpuAccess
 from perseusd.leasing.identity import Caller
 from perseusd.leasing.leases import Lease, LeaseBook
 from perseusd.leasing.registry import GpuRegistry
 from perseusd.leasing.restore import RestoreKeeper, RestoreOutcome
 from perseusd.power.cap_requests import CapRequests
+from perseusd.power.declared_cap import DeclaredCap
 from perseusd.power.node_cap import NodeCap
 from perseusd.switching.plans import PlanBook
 
@@ -65,7 +70,17 @@ class DaemonCore:
         power_cap: NodeCap | None = None,
         protocol_minor: int = PROTOCOL_MINOR,
         pool_info: Callable[[], PoolInfo] | None = None,
+        gpu_access: GpuAccess | None = None,
+        monitor_only: bool = False,
+        slurm: SlurmLedger | None = None,
+        declared_cap: DeclaredCap | None = None,
     ) -> None:
+        self._declared_cap = declared_cap
+        """A node budget declared in files (a Kubernetes ConfigMap), polled from `tick`."""
+        self.slurm = slurm
+        """Slurm jobs' GPU energy and their prolog/epilog (None: not kept)."""
+        self.monitor_only = monitor_only
+        """Reads only (`perseusd.daemon.monitor_only`): every request that would write is refused."""
         self.registry = registry
         self._pool_info = pool_info
         """The node's power pool for admin status (None: not in a pool)."""
@@ -97,6 +112,11 @@ class DaemonCore:
             protocol_minor=protocol_minor,
             forget_gpu=self._forget,
             after_restore=self._restored,
+            access=gpu_access,
+            slurm=slurm,
+        )
+        self._slurm_requests = (
+            SlurmRequests(slurm, is_admin, self._release_leftovers) if slurm is not None else None
         )
 
     # ------------------------------------------------------------------ dispatch
@@ -113,6 +133,8 @@ class DaemonCore:
             raise mapped from None
 
     def _dispatch(self, caller: Caller, message: Message, *, admin_socket: bool) -> Message:
+        if self.monitor_only:
+            refuse_writes(message)
         if isinstance(message, StatusRequest):
             return self.status(caller, admin=admin_socket and self._is_admin(caller))
         if admin_socket:
@@ -129,6 +151,8 @@ class DaemonCore:
         if self._job_requests is not None:
             handlers.update(self._job_requests.handlers())
         handlers.update(self._extra_handlers)
+        if self._slurm_requests is not None:
+            handlers.update(self._slurm_requests.handlers())
         return handlers
 
     def _handle_admin(self, caller: Caller, message: Message) -> Message:
@@ -144,6 +168,10 @@ class DaemonCore:
         cap_handler = self._cap_requests.handlers().get(type(message)) if self._cap_requests else None
         if cap_handler is not None:
             return cap_handler(caller, message)
+        slurm = self._slurm_requests
+        slurm_handler = slurm.admin_handlers().get(type(message)) if slurm is not None else None
+        if slurm_handler is not None:
+            return slurm_handler(caller, message)
         raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not an admin request")
 
     def _restored(self) -> None:
@@ -155,8 +183,21 @@ class DaemonCore:
         """A lease ended: drop the GPU's open events, its plan and its place in a job."""
         self.tracker.forget(gpu)
         self.plans.drop(gpu)
+        if self.slurm is not None:
+            self.slurm.lease_ended(gpu)
         if self.jobs is not None:
             self.jobs.gpu_released(gpu)
+
+    def _release_leftovers(self, gpus: list[str]) -> tuple[str, ...]:
+        """A Slurm job's epilog: drop whatever leases remain on `gpus` and restore them."""
+        for gpu in gpus:
+            lease = self.leases.release(gpu)
+            self._forget(gpu)
+            if lease is not None:
+                logger.warning("Slurm epilog: released GPU %s left leased by pid %d", gpu, lease.pid)
+        outcome = self.keeper.restore(tuple(gpus))
+        self._restored()
+        return tuple(outcome.restored)
 
     # ------------------------------------------------------------------ events (hot path)
 
@@ -237,6 +278,11 @@ class DaemonCore:
         self.keeper.retry_persist()
         if self.jobs is not None:
             self.jobs.tick()
+        if self._declared_cap is not None:
+            try:
+                self._declared_cap.poll()
+            except Exception:  # a bad declaration never stops the main loop
+                logger.exception("power cap: the declared budget could not be applied")
         if self.power_cap is not None:
             try:
                 self.power_cap.tick()
@@ -324,4 +370,5 @@ class DaemonCore:
             connections=connections,
             connections_refused=refused,
             protocol_minor=self.protocol_minor,
+            monitor_only=self.monitor_only,
         )

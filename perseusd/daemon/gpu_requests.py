@@ -35,8 +35,10 @@ from perseus_client.protocol import (
     SetPlanOk,
 )
 
+from perseusd.daemon.slurm_jobs import SlurmLedger
+from perseusd.leasing.gpu_access import GpuAccess
 from perseusd.leasing.identity import Caller
-from perseusd.leasing.leases import LeaseBook
+from perseusd.leasing.leases import LeaseBook, Session
 from perseusd.leasing.registry import GpuRegistry
 from perseusd.leasing.restore import RestoreKeeper
 from perseusd.leasing.state_file import StateWriteError
@@ -61,8 +63,13 @@ class GpuRequests:
         protocol_minor: int,
         forget_gpu: Callable[[str], None],
         after_restore: Callable[[], None],
+        access: GpuAccess | None = None,
+        slurm: SlurmLedger | None = None,
     ) -> None:
+        self.slurm = slurm
         self.registry = registry
+        self.access = access if access is not None else GpuAccess("off", registry.infos())
+        """Which GPUs a caller's container and cgroup hold (`perseusd.leasing.gpu_access`)."""
         self.leases = leases
         self.keeper = keeper
         self.plans = plans
@@ -90,7 +97,9 @@ class GpuRequests:
         return {AdminReset: self.admin_reset, AdminSetPowerLimit: self.admin_set_power_limit}
 
     def hello(self, caller: Caller, message: Hello) -> HelloOk:
-        self.leases.register(caller, message.job)
+        placement = self.access.placement(caller)
+        session = self.leases.register(caller, message.job)
+        session.placement = placement
         gpus = tuple(
             GpuCapabilities(
                 uuid=info.uuid,
@@ -108,11 +117,23 @@ class GpuRequests:
             protocol=PROTOCOL_MAJOR,
             gpus=gpus,
             protocol_minor=self.protocol_minor,
+            visible_gpus=self._visible(session),
         )
+
+    def _visible(self, session: Session) -> tuple[str, ...] | None:
+        """The GPUs the session's process may claim: its container's and cgroup's, and its Slurm job's."""
+        visible = self.access.visible(session.placement)
+        allowed = self.slurm.allowed(session.slurm_job) if self.slurm is not None else None
+        if allowed is None:
+            return visible
+        return tuple(uuid for uuid in (visible or self.registry.uuids) if uuid in allowed)
 
     def claim(self, caller: Caller, message: Claim) -> ClaimOk:
         session = self.leases.require_session(caller)
         session.job = message.job
+        self.access.check_claim(caller, session.placement, message.gpus)
+        if self.slurm is not None:
+            self.slurm.check_claim(session, message.gpus)
         for gpu in message.gpus:  # all or nothing: check every GPU before taking any
             self._require_known(gpu)
             self.leases.check_claim(caller, gpu)
@@ -132,6 +153,8 @@ class GpuRequests:
             for gpu in unsaved:
                 self.keeper.discard(gpu)
             raise
+        if self.slurm is not None:
+            self.slurm.leased(session, message.gpus)
         return ClaimOk(gpus=message.gpus)
 
     def release(self, caller: Caller, message: Release) -> ReleaseOk:

@@ -32,11 +32,16 @@ from perseusd.daemon.ipc import IpcServer, IpcSettings
 from perseusd.daemon.limits import ConnectionLimits
 from perseusd.daemon.runtime_dir import DaemonLock, DaemonRunningError, prepare_runtime_dir
 from perseusd.daemon.service import Service
+from perseusd.daemon.slurm_jobs import SlurmLedger
 from perseusd.errors import ConfigError, PerseusError
+from perseusd.gpu.backend import GpuDevice
 from perseusd.gpu.owner import GpuOwner
+from perseusd.gpu.power_features import PowerFeature
+from perseusd.gpu.readonly import ReadOnlyDevice
 from perseusd.gpu.select import MIXED_REAL_KINDS, open_backend
 from perseusd.jobs.carbon_steering import CarbonSteering
 from perseusd.jobs.manager import JobSettings
+from perseusd.leasing.gpu_access import GpuAccess
 from perseusd.leasing.identity import Caller, process_start_time
 from perseusd.leasing.leases import LeaseBook
 from perseusd.leasing.registry import GpuRegistry
@@ -44,6 +49,7 @@ from perseusd.leasing.restore import RestoreKeeper, reset_node
 from perseusd.leasing.state_file import ensure_state_dir, state_path
 from perseusd.metrics.gpu_calls import GpuCallRecorder, TimedDevice
 from perseusd.power.cap_file import cap_path
+from perseusd.power.declared_cap import DeclaredCap
 from perseusd.power.node_cap import CapSettings, NodeCap
 
 logger = logging.getLogger("perseusd")
@@ -74,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--state-dir", type=Path)
     parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS)
     parser.add_argument(
+        "--monitor-only",
+        action="store_const",
+        const=True,
+        help="read energy and status only, never write a clock or a limit (no privileges needed)",
+    )
+    parser.add_argument(
         "--check-config", action="store_true", help="print the effective configuration and exit"
     )
     return parser
@@ -89,6 +101,7 @@ def config_loader(args: argparse.Namespace) -> Callable[[], DaemonConfig]:
         "runtime_dir": args.runtime_dir.absolute() if args.runtime_dir else None,
         "state_dir": args.state_dir.absolute() if args.state_dir else None,
         "log_level": args.log_level,
+        "monitor_only": args.monitor_only,
     }
     return lambda: load_config(args.config, os.environ, overrides)
 
@@ -114,18 +127,35 @@ def gpu_registry(config: DaemonConfig, calls: GpuCallRecorder | None = None) -> 
         mixed_real=config.mixed_real,
     )
     owners: list[GpuOwner] = []
+    features = {device.info.uuid: read_power_features(device) for device in backend.devices()}
     try:
-        for device in backend.devices():
+        for raw in backend.devices():
+            device = ReadOnlyDevice(raw) if config.monitor_only else raw
             timed = TimedDevice(device, calls) if calls is not None else device
             owner = GpuOwner(timed, call_timeout_s=config.gpu_call_timeout_s)
             owner.start()
             owners.append(owner)
         registry = GpuRegistry(owners, config.gpu_call_timeout_s)
+        registry.power_features = features
         yield registry
     finally:
         for owner in owners:
             owner.stop()
         backend.close()
+
+
+def read_power_features(device: GpuDevice) -> tuple[PowerFeature, ...]:
+    """The driver power features of a GPU (read before its owner thread starts), each active one logged:
+    the daemon never loses to them silently (docs/gpu-backends.md)."""
+    features = device.power_features()
+    for feature in features:
+        if feature.active:
+            logger.warning(
+                "GPU %s: %s; it can hold clocks or power away from what perseusd sets",
+                device.info.uuid,
+                feature.text(),
+            )
+    return features
 
 
 @contextlib.contextmanager
@@ -189,7 +219,8 @@ def daemon_core(
     settings or a carbon steering instead of the ones `config` describes).
     """
     ensure_state_dir(config.state_dir)
-    restore_pool_limits(registry, set(registry.uuids), config.state_dir)  # a crashed uniform pool's
+    if not config.monitor_only:  # a crashed uniform pool's limits (a monitor-only daemon writes nothing)
+        restore_pool_limits(registry, set(registry.uuids), config.state_dir)
     pid = os.getpid()
     keeper = RestoreKeeper(registry, state_path(config.state_dir), pid, process_start_time(pid) or 0)
     leases = LeaseBook()
@@ -217,8 +248,21 @@ def daemon_core(
                 power_cap=node_cap,
                 protocol_minor=config.speaks_minor,
                 pool_info=pool_info,
+                gpu_access=GpuAccess(config.gpu_access, registry.infos()),
+                monitor_only=config.monitor_only,
+                slurm=SlurmLedger(registry),
+                declared_cap=declared_cap(config, node_cap),
             )
             yield core
+
+
+def declared_cap(config: DaemonConfig, node_cap: NodeCap) -> DeclaredCap | None:
+    """The node budget declared in `power_cap_dir` (a Kubernetes ConfigMap volume), when configured."""
+    if not config.power_cap_dir:
+        return None
+    node = config.node_name(os.environ)
+    logger.info("power cap: following %s/%s (else default)", config.power_cap_dir, node)
+    return DeclaredCap(Path(config.power_cap_dir), node, node_cap, config.power_cap_dir_interval_s)
 
 
 @contextlib.contextmanager
@@ -231,7 +275,13 @@ def metrics_exposure(config: DaemonConfig, core: DaemonCore, calls: GpuCallRecor
     from perseusd.metrics.collector import PerseusCollector
     from perseusd.metrics.exposure import HttpExposure, TextfileExposure, metrics_registry
 
-    registry = metrics_registry(PerseusCollector(core, calls))
+    collector = PerseusCollector(
+        core,
+        calls,
+        hostname=config.metrics_host(os.environ),
+        dcgm_families=config.metrics_dcgm_families,
+    )
+    registry = metrics_registry(collector)
     exposures: list[HttpExposure | TextfileExposure] = []
     try:
         if config.metrics_http_port:
@@ -255,11 +305,14 @@ def serve(
 ) -> int:
     """Reconcile the state file, bind the sockets and run the service until it stops."""
     registry, keeper, leases = core.registry, core.keeper, core.leases
-    outcome = keeper.reconcile(leases)
-    if outcome.restored or outcome.failed:
-        logger.warning("reconciled: restored %s; failed %s", list(outcome.restored), list(outcome.failed))
-    if core.power_cap is not None:
-        core.power_cap.resume()  # the node budget a previous daemon held, before any job registers again
+    if config.monitor_only:
+        logger.info("monitor-only: reading energy and status, never writing a clock or a limit")
+    else:
+        outcome = keeper.reconcile(leases)
+        if outcome.restored or outcome.failed:
+            logger.warning("reconciled: restored %s; failed %s", list(outcome.restored), list(outcome.failed))
+        if core.power_cap is not None:
+            core.power_cap.resume()  # the node budget a previous daemon held, before any job registers again
     limits = ConnectionLimits.for_descriptors(raise_descriptor_limit())
     ipc = IpcServer(
         core, policy, IpcSettings(config.runtime_dir, config.max_frame_bytes, limits, config.speaks_minor)

@@ -30,6 +30,10 @@ def gpu_rows(
     readings = registry.read_all()
     stats = registry.stats()
     held = leases.leases()
+    slurm_jobs = {}
+    for gpu, lease in held.items():
+        session = leases.session(lease.pid)
+        slurm_jobs[gpu] = None if session is None else session.slurm_job
     return tuple(
         gpu_status(
             info.uuid,
@@ -41,6 +45,8 @@ def gpu_rows(
             admin,
             keeper,
             plans,
+            slurm_job=slurm_jobs.get(info.uuid),
+            power_features=tuple(f.text() for f in registry.power_features.get(info.uuid, ())),
         )
         for info in registry.infos()
     )
@@ -56,12 +62,17 @@ def gpu_status(
     admin: bool,
     keeper: RestoreKeeper,
     plans: PlanBook,
+    *,
+    slurm_job: int | None = None,
+    power_features: tuple[str, ...] = (),
 ) -> GpuStatus:
     """One GPU's status row; the job of another user's lease is hidden unless `admin`."""
     lease_info = None
     if lease is not None:
         own = admin or lease.uid == caller.uid
-        lease_info = LeaseInfo(pid=lease.pid, uid=lease.uid, job=lease.job if own else "")
+        lease_info = LeaseInfo(
+            pid=lease.pid, uid=lease.uid, job=lease.job if own else "", slurm_job=slurm_job if own else None
+        )
     saved = keeper.saved(uuid)
     error = reading.error or (
         f"restore failed: {saved.restore_error}" if saved and saved.restore_error else None
@@ -79,6 +90,7 @@ def gpu_status(
         call_ms=call_times_ms(stats.get(uuid, {})),
         plan=plans.stats(uuid),
         power_capped=_capped(reading.clock_event_reasons),
+        power_features=power_features,
     )
 
 

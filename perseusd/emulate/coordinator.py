@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from perseusd.emulate.daemons import Daemons, combined_state, summary_job
+from perseusd.emulate.daemons import Daemons, DaemonUnreachableError, combined_state, summary_job
 from perseusd.emulate.measure import CounterSample, CounterSampler
 from perseusd.emulate.messages import (
     Command,
@@ -36,6 +36,9 @@ READY_TIMEOUT_S = 120.0
 REPORT_WAIT_S = 0.2
 STOP_TIMEOUT_S = 30.0
 """Stages stop at their next iteration start; then they release their GPUs and exit."""
+UNREACHABLE_LIMIT_S = 120.0
+"""A daemon may be away this long (killed and restarted, as a node's daemon under systemd): its iterations go
+unsampled meanwhile (phase windows are measured between samples); longer fails the run."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ class _Progress:
     done: int = 0
     stopping: bool = False
     running_sent: bool = False
+    unreachable_since_s: float | None = None
 
 
 class Coordinator:
@@ -161,10 +165,17 @@ class Coordinator:
     def _on_iteration(self, iteration: int) -> None:
         """Pipeline 0 began `iteration`: sample, ask the daemon, advance the phases."""
         progress = self._progress
-        sample = self._sampler.sample()
+        try:
+            sample = self._sampler.sample()
+            state, error = self._job_state() if self._machine.registered_at is not None else (None, "")
+        except DaemonUnreachableError as exc:
+            since_s = progress.unreachable_since_s = progress.unreachable_since_s or time.monotonic()
+            if time.monotonic() - since_s > UNREACHABLE_LIMIT_S:
+                raise EmulateError(f"{exc} (for over {UNREACHABLE_LIMIT_S:g} s)") from None
+            return  # this iteration goes unsampled
+        progress.unreachable_since_s = None
         progress.samples[iteration] = sample
         self._trace.write([{"kind": "sample", "iteration": iteration, **_sample_record(sample)}])
-        state, error = self._job_state() if self._machine.registered_at is not None else (None, "")
         decision = self._machine.on_iteration(iteration, state, error)
         progress.phases[iteration] = decision.label
         if progress.last_sampled is not None:

@@ -9,6 +9,7 @@ and combines the daemons' views of the job (`combined_state`).
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from collections.abc import Sequence
 
 from perseus_client.client import PerseusClient, PerseusClientError
@@ -20,6 +21,10 @@ FAILED = "failed"
 RUNNING = "running"
 PROGRESS = ("registered", "profiling", "solving", RUNNING)
 """Job states in the order a job goes through them; any other state (e.g. "ended") ranks below them."""
+
+
+class DaemonUnreachableError(EmulateError):
+    """A daemon did not answer (it died or restarts: a node's daemon going away is what the job survives)."""
 
 
 def combined_state(jobs: Sequence[JobInfo | None]) -> tuple[str | None, str]:
@@ -50,7 +55,11 @@ class Daemons:
         """Every GPU's energy counter by its counter key (`preflight.counter_key`)."""
         counters: dict[str, float | None] = {}
         for daemon, client in enumerate(self._clients):
-            for gpu in client.status().gpus:
+            try:
+                gpus = client.status().gpus
+            except PerseusClientError as exc:
+                raise DaemonUnreachableError(f"the daemon at {client.runtime_dir}: {exc}") from None
+            for gpu in gpus:
                 counters[counter_key(daemon, gpu.uuid, len(self._clients))] = gpu.energy_j
         return counters
 
@@ -73,7 +82,7 @@ class Daemons:
                     client.set_policy(policy, target, job=self._job)
                     self._policy_set.add(daemon)
             except PerseusClientError as exc:
-                raise EmulateError(
+                raise DaemonUnreachableError(
                     f"asking the daemon at {client.runtime_dir} about the job failed: {exc}"
                 ) from None
             infos.append(job)
@@ -81,9 +90,19 @@ class Daemons:
 
 
 def summary_job(jobs: Sequence[JobInfo | None]) -> JobInfo | None:
-    """The first daemon's view of the job with the combined state (the plan statistics the report shows)."""
+    """The first daemon's view of the job with the combined state, and the switching statistics (clock changes
+    per iteration, computations begun at a wrong clock) averaged over the daemons that report them: each
+    daemon counts only its own GPUs, and the stages of a pipeline differ."""
     first = next((job for job in jobs if job is not None), None)
     if first is None:
         return None
     state, error = combined_state(jobs)
-    return dataclasses.replace(first, state=state or first.state, error=error or first.error)
+    changes = [j.clock_changes_per_iteration for j in jobs if j and j.clock_changes_per_iteration is not None]
+    wrong = [j.wrong_clock_fraction for j in jobs if j and j.wrong_clock_fraction is not None]
+    return dataclasses.replace(
+        first,
+        state=state or first.state,
+        error=error or first.error,
+        clock_changes_per_iteration=round(statistics.fmean(changes), 3) if changes else None,
+        wrong_clock_fraction=round(statistics.fmean(wrong), 5) if wrong else None,
+    )

@@ -4,6 +4,7 @@ Every stage of an emulated pipeline runs its schedule the same way (`stage_worke
 differs:
 
 - `SimExecutor`: the profile's time at the clock the daemon set, on a simulated GPU (`SimGpuHandle.run`);
+- `perseusd.emulate.tensor_group.TensorGroup`: the same on a tensor-parallel stage's simulated GPUs, in step;
 - `perseusd.emulate.torch_stage.TorchExecutor`: one pipeline stage of GPT-like layers executed by PyTorch on
   the CUDA device that is the daemon's real GPU (a `--backend mixed` daemon), waiting for its simulated
   neighbours the way a NCCL receive does. Imported only when a run has a real stage (it needs torch).
@@ -14,7 +15,7 @@ differs:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -97,10 +98,19 @@ class StagePlace:
 
 
 def open_executor(
-    sim_dir: str, gpu: str, profile: Profile | None, real: RealStageSpec | None, place: StagePlace
+    sim_dir: str,
+    gpu: str,
+    profile: Profile | None,
+    real: RealStageSpec | None,
+    place: StagePlace,
+    peers: Sequence[str] = (),
 ) -> StageExecutor:
     """The executor of one stage: real layers when `real` is given (the run's real stage on a GPU that is not
-    simulated), otherwise the simulated GPU."""
+    simulated), otherwise the simulated GPU, or with `peers` the stage's tensor-parallel simulated GPUs."""
+    if peers:
+        from perseusd.emulate.tensor_group import TensorGroup
+
+        return TensorGroup.open(sim_dir, (gpu, *peers), profile)
     if real is not None:
         from perseusd.emulate.torch_stage import TorchExecutor
 

@@ -31,6 +31,7 @@ from perseusd.emulate.daemons import Daemons
 from perseusd.emulate.executors import RealStageSpec
 from perseusd.emulate.phases import SETTLE_ITERATIONS, STRAGGLER_SETTLE_ITERATIONS, PhaseConfig
 from perseusd.emulate.preflight import (
+    PLACEMENTS,
     EmulateError,
     UsageError,
     check_shape,
@@ -82,7 +83,20 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         required=True,
         help="the runtime directory of a perseusd --backend sim; give it once per daemon (node): pipelines "
-        "go to the daemons in contiguous blocks",
+        "go to the daemons in contiguous blocks, or with more daemons than pipelines each pipeline's stages "
+        "spread over them (see --placement)",
+    )
+    add(
+        "--placement",
+        choices=PLACEMENTS,
+        help="pipelines: whole pipelines per daemon; stages: stage-major, every pipeline spans the daemons "
+        "(default: pipelines when there are at least as many pipelines as daemons, else stages)",
+    )
+    add(
+        "--tensor-parallel",
+        type=positive_int,
+        default=1,
+        help="GPUs per stage (on the stage's daemon), running every computation in step (default 1)",
     )
     add("--job", help="job name (default emulate-<pid>)")
     add("--policy", choices=POLICIES, help="the frontier point the daemon runs (default: the daemon's)")
@@ -165,7 +179,16 @@ def _run(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
     job = args.job or f"emulate-{os.getpid()}"
     with _connect_all(args.runtime_dir, job) as clients:
-        layout = lay_out(clients, shape, args.pipelines, profile, args.time_scale, args.real_stage)
+        layout = lay_out(
+            clients,
+            shape,
+            args.pipelines,
+            profile,
+            args.time_scale,
+            args.real_stage,
+            tensor_parallel=args.tensor_parallel,
+            placement=args.placement,
+        )
         run = RunDescription(job, layout, args.schedule, args.time_scale, straggler, args.dp_sync)
         progress = sys.stderr if args.json else sys.stdout
         print(header(run), file=progress, flush=True)

@@ -45,15 +45,21 @@ class ModelPrediction:
     energy_per_iteration_j: float
 
 
+PLACEMENTS = ("pipelines", "stages")
+"""How stages go to daemons: whole pipelines in contiguous blocks, or stage-major (stage s of every
+pipeline together, the stages spread over the daemons: each pipeline spans nodes)."""
+
+
 @dataclass(frozen=True)
 class JobLayout:
     """The checked job: its pipelines' shape, daemons and GPUs, the simulated GPUs' board and the profile."""
 
     shape: PipelineShape
-    gpus: tuple[tuple[str, ...], ...]
-    """gpus[pipeline][stage]: the simulated GPU (UUID) of each stage."""
-    daemons: tuple[int, ...]
-    """daemons[pipeline]: the index (in `runtime_dirs`) of the daemon that runs the pipeline."""
+    stage_gpus: tuple[tuple[tuple[str, ...], ...], ...]
+    """stage_gpus[pipeline][stage]: the simulated GPUs (UUIDs) that run the stage together (tensor parallel:
+    more than one; the first leads)."""
+    stage_daemons: tuple[tuple[int, ...], ...]
+    """stage_daemons[pipeline][stage]: the index (in `runtime_dirs`) of the daemon that runs the stage."""
     runtime_dirs: tuple[Path, ...]
     board: Board
     profile: Profile
@@ -65,7 +71,7 @@ class JobLayout:
 
     @property
     def real_gpu(self) -> str | None:
-        return None if self.real_stage is None else self.gpus[0][self.real_stage]
+        return None if self.real_stage is None else self.stage_gpus[0][self.real_stage][0]
 
     @property
     def profile_source(self) -> str:
@@ -73,7 +79,26 @@ class JobLayout:
 
     @property
     def num_pipelines(self) -> int:
-        return len(self.gpus)
+        return len(self.stage_gpus)
+
+    @property
+    def tensor_parallel(self) -> int:
+        return len(self.stage_gpus[0][0])
+
+    @property
+    def gpus(self) -> tuple[tuple[str, ...], ...]:
+        """gpus[pipeline]: every GPU of the pipeline, stage by stage."""
+        return tuple(tuple(g for stage in pipeline for g in stage) for pipeline in self.stage_gpus)
+
+    @property
+    def daemons(self) -> tuple[int, ...]:
+        """daemons[pipeline]: the daemon of the pipeline's first stage (its only one unless stages spread)."""
+        return tuple(stages[0] for stages in self.stage_daemons)
+
+    @property
+    def spans(self) -> bool:
+        """Whether a pipeline's stages run on several daemons."""
+        return any(len(set(stages)) > 1 for stages in self.stage_daemons)
 
     @property
     def all_gpus(self) -> tuple[str, ...]:
@@ -81,10 +106,13 @@ class JobLayout:
 
     @property
     def counter_keys(self) -> tuple[tuple[str, ...], ...]:
-        """counter_keys[pipeline][stage]: the GPU's name in counter samples (unique across daemons)."""
+        """counter_keys[pipeline]: its GPUs' names in counter samples (unique across daemons)."""
+        n = len(self.runtime_dirs)
         return tuple(
-            tuple(counter_key(self.daemons[p], gpu, len(self.runtime_dirs)) for gpu in gpus)
-            for p, gpus in enumerate(self.gpus)
+            tuple(
+                counter_key(self.stage_daemons[p][s], gpu, n) for s, gpus in enumerate(stages) for gpu in gpus
+            )
+            for p, stages in enumerate(self.stage_gpus)
         )
 
     @property
@@ -95,9 +123,13 @@ class JobLayout:
     def max_clock_mhz(self) -> int:
         return self.board.max_clock_mhz
 
-    def sim_dir(self, pipeline: int) -> Path:
-        """The sim directory of the daemon that runs `pipeline`."""
-        return self.runtime_dirs[self.daemons[pipeline]] / "sim"
+    def runtime_dir(self, pipeline: int, stage: int) -> Path:
+        """The runtime directory of the daemon that runs the stage."""
+        return self.runtime_dirs[self.stage_daemons[pipeline][stage]]
+
+    def sim_dir(self, pipeline: int, stage: int) -> Path:
+        """The sim directory of the daemon that runs the stage."""
+        return self.runtime_dir(pipeline, stage) / "sim"
 
 
 def counter_key(daemon: int, uuid: str, num_daemons: int) -> str:
@@ -109,6 +141,23 @@ def counter_key(daemon: int, uuid: str, num_daemons: int) -> str:
 def daemon_of(pipeline: int, pipelines: int, daemons: int) -> int:
     """Pipelines go to the daemons in contiguous blocks."""
     return pipeline * daemons // pipelines
+
+
+def place_stages(placement: str, pipelines: int, stages: int, daemons: int) -> tuple[tuple[int, ...], ...]:
+    """Each stage's daemon: `pipelines`, whole pipelines in contiguous blocks; `stages`, stage-major (stage s
+    of every pipeline next to each other, then the next stage), cut into contiguous blocks, so that each
+    pipeline spans the daemons as Megatron-LM lays pipeline stages out over nodes."""
+    if placement == "pipelines":
+        return tuple((daemon_of(p, pipelines, daemons),) * stages for p in range(pipelines))
+    total = pipelines * stages
+    return tuple(
+        tuple((s * pipelines + p) * daemons // total for s in range(stages)) for p in range(pipelines)
+    )
+
+
+def default_placement(pipelines: int, daemons: int) -> str:
+    """Whole pipelines per daemon when there are enough pipelines, else the stages spread."""
+    return "pipelines" if daemons <= pipelines else "stages"
 
 
 def check_shape(shape: PipelineShape) -> None:
@@ -144,19 +193,28 @@ def lay_out(
     profile: Profile,
     time_scale: float,
     real_stage: int | None = None,
+    *,
+    tensor_parallel: int = 1,
+    placement: str | None = None,
 ) -> JobLayout:
     """Check the run against every daemon (sim GPUs, their board, how many are free) and pick the GPUs.
 
-    `shape` passed `check_shape` and `profile` was loaded (both before connecting). With `real_stage`,
-    pipeline 0's stage `real_stage` gets the first daemon's first GPU, the real one of a `--backend mixed`
-    daemon (or the simulated board standing in for it).
+    `shape` passed `check_shape` and `profile` was loaded (both before connecting). `placement`: see
+    `place_stages` (None: `default_placement`). With `real_stage`, pipeline 0's stage `real_stage` gets the
+    first daemon's first GPU, the real one of a `--backend mixed` daemon (or the simulated board standing in
+    for it): that stage must be placed on the first daemon, with one GPU.
     """
-    if len(clients) > pipelines:
-        raise UsageError(f"{len(clients)} daemons (--runtime-dir) but only {pipelines} pipeline(s) to run")
-    daemons = tuple(daemon_of(p, pipelines, len(clients)) for p in range(pipelines))
-    statuses = [client.status() for client in clients]
+    placement = placement or default_placement(pipelines, len(clients))
+    limit = pipelines if placement == "pipelines" else pipelines * shape.num_stages
+    if len(clients) > limit:
+        what = f"{pipelines} pipeline(s)" if placement == "pipelines" else f"{limit} stages"
+        raise UsageError(f"{len(clients)} daemons (--runtime-dir) but only {what} to place on them")
+    stage_daemons = place_stages(placement, pipelines, shape.num_stages, len(clients))
+    statuses = [_visible(client, client.status()) for client in clients]
     real = _real_slot(clients[0].runtime_dir / "sim", statuses[0], shape, real_stage, time_scale)
     if real is not None:
+        if real_stage is None or stage_daemons[0][real_stage] != 0 or tensor_parallel != 1:
+            raise UsageError("--real-stage needs its stage on the first daemon (--runtime-dir), one GPU each")
         statuses[0] = dataclasses.replace(statuses[0], gpus=statuses[0].gpus[1:])
     models = {
         _sim_model_name(c.runtime_dir / "sim", status) for c, status in zip(clients, statuses, strict=True)
@@ -165,29 +223,45 @@ def lay_out(
         raise UsageError(f"the daemons' simulated GPUs are of different boards: {sorted(models)}")
     board = load_board(models.pop())
     _check_profile(profile, board, shape)
+    placed = [d for stages in stage_daemons for d in stages]
+    taken = int(real is not None)  # the real GPU, first daemon
     free = [
-        _free_gpus(
-            status, client.runtime_dir, daemons.count(d), shape, pipelines, int(real is not None and d == 0)
+        iter(
+            _free_gpus(
+                status, client.runtime_dir, placed.count(d) * tensor_parallel - taken * (d == 0), len(clients)
+            )
         )
         for d, (client, status) in enumerate(zip(clients, statuses, strict=True))
     ]
-    if real is not None:
-        free[0].insert(real_stage or 0, real.uuid)
     gpus = tuple(
-        tuple(free[d][(p - daemons.index(d)) * shape.num_stages :][: shape.num_stages])
-        for p, d in enumerate(daemons)
+        tuple(
+            (real.uuid,)
+            if real is not None and (p, s) == (0, real_stage)
+            else tuple(next(free[d]) for _ in range(tensor_parallel))
+            for s, d in enumerate(stages)
+        )
+        for p, stages in enumerate(stage_daemons)
     )
     return JobLayout(
         shape,
         gpus,
-        daemons,
+        stage_daemons,
         tuple(client.runtime_dir for client in clients),
         board,
         profile,
-        _predict(shape, pipelines, profile, board, time_scale),
+        _predict(shape, pipelines * tensor_parallel, profile, board, time_scale),
         real_stage=None if real is None else real_stage,
         real_simulated=real is not None and real.simulated,
     )
+
+
+def _visible(client: PerseusClient, status: StatusReply) -> StatusReply:
+    """The status with only the GPUs this process may claim (its container's, in its order)."""
+    visible = client.daemon_info.visible_gpus if client.daemon_info is not None else None
+    if visible is None:
+        return status
+    rows = {gpu.uuid: gpu for gpu in status.gpus}
+    return dataclasses.replace(status, gpus=tuple(rows[uuid] for uuid in visible if uuid in rows))
 
 
 @dataclass(frozen=True)
@@ -217,21 +291,13 @@ def _real_slot(
     return _RealSlot(gpu.uuid, simulated)
 
 
-def _free_gpus(
-    status: StatusReply,
-    runtime_dir: Path,
-    pipelines_here: int,
-    shape: PipelineShape,
-    pipelines: int,
-    taken: int = 0,
-) -> list[str]:
-    """The daemon's free GPUs; it must have enough for the pipelines it runs (less `taken`: the real GPU)."""
-    needed = pipelines_here * shape.num_stages - taken
-    where = "" if pipelines_here == pipelines else f" at {runtime_dir}"
+def _free_gpus(status: StatusReply, runtime_dir: Path, needed: int, daemons: int) -> list[str]:
+    """The daemon's free GPUs; it must have `needed` for the stages it runs (the real GPU not counted)."""
+    where = "" if daemons == 1 else f" at {runtime_dir}"
     if len(status.gpus) < needed:
         raise UsageError(
-            f"{pipelines_here} pipeline(s) x {shape.num_stages} stages need {needed} simulated GPUs, "
-            f"the daemon{where} has {len(status.gpus)}: start perseusd with --sim-gpus {needed} or more"
+            f"the stages placed on the daemon{where} need {needed} simulated GPUs, it has "
+            f"{len(status.gpus)}: start perseusd with --sim-gpus {needed} or more"
         )
     free = [gpu.uuid for gpu in status.gpus if gpu.lease is None]
     if len(free) < needed:
@@ -283,9 +349,10 @@ def scaled_profile_csv(profile: Profile, shape: PipelineShape, time_scale: float
 
 
 def _predict(
-    shape: PipelineShape, pipelines: int, profile: Profile, board: Board, time_scale: float
+    shape: PipelineShape, copies: int, profile: Profile, board: Board, time_scale: float
 ) -> ModelPrediction:
+    """All-max by the profile: one pipeline's time, `copies` pipelines' energy (x tensor-parallel GPUs)."""
     schedule = "1f1b" if shape.schedule == "observed" else shape.schedule
     dag = build_dag(schedule, shape.num_stages, shape.num_microbatches, shape.num_chunks)
     point = all_max(dag, profile.scaled(time_scale, time_scale), board.blocking_power_w)
-    return ModelPrediction(point.time_s, point.energy_j * pipelines)
+    return ModelPrediction(point.time_s, point.energy_j * copies)

@@ -60,16 +60,17 @@ class StageGroup:
             [context.Barrier(layout.num_pipelines) for _ in range(layout.shape.num_stages)] if sync else []
         )
         straggler = settings.straggler
-        for pipeline, gpus in enumerate(layout.gpus):
-            inboxes: tuple[MpQueue[Any], ...] = tuple(context.Queue() for _ in gpus)
+        for pipeline, stages in enumerate(layout.stage_gpus):
+            inboxes: tuple[MpQueue[Any], ...] = tuple(context.Queue() for _ in stages)
             self._inboxes.append(inboxes)
             commands: list[MpQueue[Any]] = []
-            for stage, gpu in enumerate(gpus):
+            for stage, gpus in enumerate(stages):
                 spec = StageSpec(
-                    runtime_dir=str(layout.runtime_dirs[layout.daemons[pipeline]]),
-                    sim_dir=str(layout.sim_dir(pipeline)),
+                    runtime_dir=str(layout.runtime_dir(pipeline, stage)),
+                    sim_dir=str(layout.sim_dir(pipeline, stage)),
                     job=settings.job,
-                    gpu=gpu,
+                    gpu=gpus[0],
+                    peers=gpus[1:],
                     pipeline=pipeline,
                     stage=stage,
                     shape=layout.shape,

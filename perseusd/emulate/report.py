@@ -28,6 +28,10 @@ def header(run: RunDescription) -> str:
     layout, shape = run.layout, run.layout.shape
     chunks = f", {shape.num_chunks} chunks per GPU" if shape.num_chunks > 1 else ""
     daemons = f" of {len(layout.runtime_dirs)} daemons" if len(layout.runtime_dirs) > 1 else ""
+    if layout.spans:
+        daemons += " (each pipeline's stages spread over them)"
+    if layout.tensor_parallel > 1:
+        daemons += f", {layout.tensor_parallel} GPUs per stage"
     prediction = layout.all_max
     lines = [
         f"perseus-emulate: job {run.job}: {layout.num_pipelines} pipeline(s) x {shape.num_stages} stages "
@@ -138,6 +142,7 @@ def _pipelines_json(run: RunDescription, result: RunResult) -> list[dict[str, An
         {
             "pipeline": p,
             "daemon": run.layout.daemons[p],
+            "stage_daemons": list(run.layout.stage_daemons[p]),
             "gpus": list(run.layout.gpus[p]),
             "baseline": _pipeline_phase_json(result.baseline, p),
             "optimized": _pipeline_phase_json(result.optimized, p),
@@ -173,6 +178,7 @@ def to_json(run: RunDescription, result: RunResult) -> dict[str, Any]:
         "microbatches": shape.num_microbatches,
         "chunks": shape.num_chunks,
         "num_pipelines": layout.num_pipelines,
+        "tensor_parallel": layout.tensor_parallel,
         "time_scale": run.time_scale,
         "runtime_dirs": [str(path) for path in layout.runtime_dirs],
         "dp_sync": run.dp_sync,

@@ -81,6 +81,12 @@ class StageSpec:
     """The job's per-clock costs, which the stage brings to its simulated GPU (None: the board's bundled)."""
     real: RealStageSpec | None = None
     """Set on the run's real stage only: its GPU is real and it runs real layers (`torch_stage`)."""
+    peers: tuple[str, ...] = ()
+    """The stage's other GPUs (tensor parallel): they run every computation with `gpu`, in step."""
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        return (self.gpu, *self.peers)
 
 
 @dataclass(frozen=True)
@@ -144,7 +150,7 @@ class StageWorker:
             microbatches=spec.shape.num_microbatches,
         )
         with contextlib.ExitStack() as stack:
-            self._executor = open_executor(spec.sim_dir, spec.gpu, spec.profile, spec.real, place)
+            self._executor = open_executor(spec.sim_dir, spec.gpu, spec.profile, spec.real, place, spec.peers)
             stack.callback(self._executor.close)
             if spec.real is not None:
                 where = {"pipeline": spec.pipeline, "stage": spec.stage, "gpu": spec.gpu}
@@ -152,8 +158,9 @@ class StageWorker:
             self._client = stack.enter_context(
                 PerseusClient(spec.runtime_dir, spec.job, timeout_s=CONTROL_TIMEOUT_S, strict=True)
             )
-            self._client.claim([spec.gpu])
-            self._client.set_clock(spec.gpu, spec.max_clock_mhz)
+            self._client.claim(list(spec.gpus))
+            for gpu in spec.gpus:
+                self._client.set_clock(gpu, spec.max_clock_mhz)
             stack.pop_all()
 
     def __enter__(self) -> StageWorker:
@@ -227,30 +234,42 @@ class StageWorker:
 
     def _register(self) -> None:
         spec, shape = self._spec, self._spec.shape
-        self._client.set_clock(spec.gpu, None)
-        reply = self._client.register(
-            spec.gpu,
-            stage=spec.stage,
-            num_stages=shape.num_stages,
-            num_microbatches=shape.num_microbatches,
-            schedule=spec.register_schedule,
-            pipeline=spec.pipeline,
-            chunks=shape.num_chunks,
-        )
+        for gpu in spec.gpus:
+            self._client.set_clock(gpu, None)
+        replies = [
+            self._client.register(
+                gpu,
+                stage=spec.stage,
+                num_stages=shape.num_stages,
+                num_microbatches=shape.num_microbatches,
+                schedule=spec.register_schedule,
+                pipeline=spec.pipeline,
+                chunks=shape.num_chunks,
+                stage_gpus=len(spec.gpus),
+            )
+            for gpu in spec.gpus
+        ]
+        reply = replies[-1]
         assert reply is not None  # a strict client raises instead
         self._queues.reports.put(Registered(spec.pipeline, spec.stage, reply.state, reply.cached))
 
     def _run_iteration(self, iteration: int, throttle: float) -> None:
         spec, shape, client = self._spec, self._spec.shape, self._client
         records: list[dict[str, Any]] = []
-        with client.step(spec.gpu, iteration):
+        with contextlib.ExitStack() as step:
+            for gpu in spec.gpus:
+                step.enter_context(client.step(gpu, iteration))
             for instruction, microbatch, chunk in self._order:
                 if shape.source(spec.stage, instruction, chunk) is not None:
                     with self._executor.waiting():
                         self._inbox.wait_activation(
                             Activation(iteration, instruction.value, microbatch, chunk)
                         )
-                with client.computation(spec.gpu, spec.stage, instruction.value, microbatch, chunk):
+                with contextlib.ExitStack() as computation:
+                    for gpu in spec.gpus:
+                        computation.enter_context(
+                            client.computation(gpu, spec.stage, instruction.value, microbatch, chunk)
+                        )
                     run = self._executor.run(
                         shape.profile_stage(spec.stage, chunk), instruction.value, microbatch, spec.time_scale
                     )
@@ -268,6 +287,7 @@ class StageWorker:
                             "chunk": chunk,
                             "profile_stage": run.stage,
                             "clock_mhz": run.clock_mhz,
+                            "clocks_mhz": list(getattr(self._executor, "last_clocks_mhz", (run.clock_mhz,))),
                             "ran_mhz": run.ran_mhz,
                             "capped": run.capped,
                             "throttle": throttle,

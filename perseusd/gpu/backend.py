@@ -10,6 +10,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from perseusd.gpu.power_features import PowerFeature
+
 CLOCK_EVENT_SW_POWER_CAP = 0x4
 """NVML's clock-event (throttle) reason bit: the software power cap lowered the SM clock."""
 CLOCK_EVENT_HW_POWER_BRAKE = 0x80
@@ -47,6 +49,18 @@ class GpuInfo:
     power_limit_max_w: float
     power_limit_default_w: float
     energy_counter_supported: bool
+    device_minor: int | None = None
+    """The minor number of the GPU's device node, `/dev/nvidia<minor>` (char major `NVIDIA_MAJOR`); None:
+    unknown, then taken to be `index`. How a container's device list names the host GPU it holds."""
+
+
+NVIDIA_MAJOR = 195
+"""The char major of NVIDIA's GPU device nodes (`/dev/nvidia<N>`; 255 is /dev/nvidiactl, not a GPU)."""
+
+
+def gpu_minor(info: GpuInfo) -> int:
+    """The minor of the GPU's `/dev/nvidia<minor>` node (its index when the backend does not know it)."""
+    return info.index if info.device_minor is None else info.device_minor
 
 
 @dataclass(frozen=True)
@@ -101,6 +115,11 @@ class GpuDevice(ABC):
     @abstractmethod
     def power_w(self) -> float:
         """Instant power draw (W)."""
+
+    def power_features(self) -> tuple[PowerFeature, ...]:
+        """The driver's power features that can fight locked clocks (`perseusd.gpu.power_features`); none
+        known by default (the simulated boards have none)."""
+        return ()
 
     def state(self) -> GpuState:
         """The controllable state, as saved before a first write."""

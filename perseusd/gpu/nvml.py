@@ -28,6 +28,7 @@ from perseusd.gpu.errors import (
     GpuUnknownError,
     NvmlLibraryError,
 )
+from perseusd.gpu.power_features import PowerFeature, nvml_power_features
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +135,9 @@ class NvmlDevice(GpuDevice):
     def sm_clock_mhz(self) -> int:
         return int(self._call("sm_clock_mhz", self._nvml.nvmlDeviceGetClockInfo, self._nvml.NVML_CLOCK_SM))
 
+    def power_features(self) -> tuple[PowerFeature, ...]:
+        return nvml_power_features(self._nvml, self._errors, self._info.uuid, self._handle)
+
     def clock_event_reasons(self) -> int:
         """`nvmlDeviceGetCurrentClocksEventReasons` (the throttle reasons of older drivers' bindings)."""
         getter = getattr(self._nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
@@ -211,6 +215,17 @@ def _energy_supported(nvml: ModuleType, errors: NvmlErrors, uuid: str, handle: o
     return True
 
 
+def _minor_number(nvml: ModuleType, errors: NvmlErrors, uuid: str, handle: object) -> int | None:
+    """The minor of the GPU's /dev/nvidia<N> node (None where NVML does not say: then its index)."""
+    getter = getattr(nvml, "nvmlDeviceGetMinorNumber", None)
+    if getter is None:
+        return None
+    try:
+        return int(errors.call("enumerate", uuid, getter, handle))
+    except GpuOperationError:
+        return None
+
+
 def _probe_device(nvml: ModuleType, errors: NvmlErrors, index: int) -> NvmlDevice:
     handle = errors.call("enumerate", None, nvml.nvmlDeviceGetHandleByIndex, index)
     uuid = _text(errors.call("enumerate", None, nvml.nvmlDeviceGetUUID, handle))
@@ -227,6 +242,7 @@ def _probe_device(nvml: ModuleType, errors: NvmlErrors, index: int) -> NvmlDevic
         power_limit_max_w=high_w,
         power_limit_default_w=default_w,
         energy_counter_supported=_energy_supported(nvml, errors, uuid, handle),
+        device_minor=_minor_number(nvml, errors, uuid, handle),
     )
     return NvmlDevice(nvml, errors, handle, info)
 

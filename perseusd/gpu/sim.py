@@ -320,6 +320,7 @@ class SimBackend(GpuBackend):
             power_limit_max_w=board.power_limit_max_w,
             power_limit_default_w=board.power_limit_default_w,
             energy_counter_supported=True,
+            device_minor=index,
         )
 
     def _open_device(self, index: int, *, fresh: bool, period_s: float, noise: float, seed: int) -> SimDevice:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from perseusd.cluster.job_board import JobView, PipelineFacts
+from perseusd.cluster.span_board import BlobRef, MemberRecord, PlanRecord
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +35,13 @@ class Plane(Protocol):
     def clear_straggler(self, job: str, pipeline: int) -> None: ...
     def snapshot(self, job: str) -> JobView: ...
     def forget_job(self, job: str) -> None: ...
+    def publish_member(self, job: str, record: MemberRecord) -> None: ...
+    def publish_plan(self, job: str, plan: PlanRecord) -> None: ...
+    def publish_blob(self, job: str, name: str, data: bytes) -> BlobRef: ...
+    def withdraw_blob(self, job: str, name: str) -> None: ...
+    def blob(self, job: str, ref: BlobRef) -> bytes | None: ...
+    def campaign(self, job: str) -> None: ...
+    def resign(self, job: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,11 @@ class ClusterLink:
     def forget(self, job: str) -> None:
         with contextlib.suppress(ValueError):
             self._plane.forget_job(job)
+
+    @property
+    def plane(self) -> Plane:
+        """The plane itself, for a spanning job's records (`perseusd.jobs.spanning`)."""
+        return self._plane
 
     def remote(self, job: str) -> RemoteView:
         """The other nodes' view of `job` (empty and expired when the job name is not a valid key)."""

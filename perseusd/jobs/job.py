@@ -18,12 +18,14 @@ from typing import Any
 from perseus_client.codes import JobState
 from perseus_client.protocol import PlanEntry
 
+from perseusd.cluster.span_board import JobIdentity
 from perseusd.errors import PerseusError
 from perseusd.jobs.accuracy import AccuracyCheck
 from perseusd.jobs.cluster_link import RemoteView
 from perseusd.jobs.shape import JobShape, StageOrder
 from perseusd.jobs.slot import StageSlot
 from perseusd.jobs.solving import PlanningTimes, Solved
+from perseusd.jobs.span_state import SpanState
 from perseusd.jobs.states import ACTIVE, FAILED, REGISTERED, check_move
 from perseusd.jobs.straggling import ActiveStraggler, PipelineRun
 from perseusd.planner.dag import ComputationDag, Instruction
@@ -44,12 +46,38 @@ class Deployed:
 
 
 class Job:
-    """One job on this node (all its pipelines and stages here)."""
+    """One job on this node: its pipelines and stages here (for a job whose pipelines span nodes, `span`
+    holds what it shares with the others through etcd)."""
 
-    def __init__(self, name: str, uid: int, shape: JobShape, gpu_name: str, signature: str, policy: Policy):
+    def __init__(
+        self,
+        name: str,
+        uid: int,
+        shape: JobShape,
+        gpu_name: str,
+        signature: str,
+        policy: Policy,
+        run: str = "",
+    ):
         self.name = name
         self.uid = uid
         self.shape = shape
+        self.run = run
+        self.identity = JobIdentity(
+            name,
+            uid,
+            shape.schedule,
+            shape.num_stages,
+            shape.num_microbatches,
+            shape.chunks,
+            shape.stage_gpus,
+            run,
+        )
+        self.cluster_key = self.identity.key()
+        """The job's key in etcd: its identity's digest, so same-name jobs of other owners, shapes or runs
+        never share facts."""
+        self.span: SpanState | None = None
+        """Set once the job runs as one job over several nodes (its pipelines span them)."""
         self.gpu_name = gpu_name
         self.signature = signature
         self.policy = policy
@@ -123,8 +151,18 @@ class Job:
         return dict(sorted(by_pipeline.items()))
 
     def complete_pipelines(self) -> list[int]:
-        """Pipelines with every stage registered."""
-        return [p for p, slots in self.pipelines().items() if len(slots) == self.shape.num_stages]
+        """Pipelines with every stage registered (each with its `stage_gpus` GPUs)."""
+        needed = self.shape.num_stages * self.shape.stage_gpus
+        return [p for p, slots in self.pipelines().items() if len(slots) == needed]
+
+    def stage_group(self, pipeline: int, stage: int) -> list[StageSlot]:
+        """The GPUs running one stage of one pipeline together (tensor parallel), in registration order: the
+        first leads its profiling."""
+        return [s for s in self.slots.values() if (s.pipeline, s.stage) == (pipeline, stage)]
+
+    def followers(self, lead: StageSlot) -> list[StageSlot]:
+        """The GPUs that follow `lead`'s clocks while it profiles their stage."""
+        return [s for s in self.slots.values() if s.group_lead == lead.gpu]
 
     def profiling_slots(self) -> Iterator[StageSlot]:
         return (slot for slot in self.slots.values() if slot.sweep is not None)
@@ -143,11 +181,24 @@ class Job:
 
     # ------------------------------------------------------------------ profile
 
-    def measured_profile(self, kept: dict[str, list[OptionEstimate]]) -> tuple[Profile, float] | None:
-        """The profile measured on every GPU (stages merged across pipelines), and the blocking power."""
+    def measured_profile(
+        self, kept: dict[str, list[OptionEstimate]], scales: dict[str, float] | None = None
+    ) -> tuple[Profile, float] | None:
+        """The profile measured on every GPU (stages merged across pipelines), and the blocking power.
+
+        `scales`: per profiling GPU, how much energy its whole stage draws for each joule of its own (its
+        tensor-parallel GPUs' energy over its own, plus one; 1 without): a stage's energy and blocking power
+        are its GPUs' sum."""
+        scales = scales or {}
         merged: dict[tuple[int, str, int], list[OptionEstimate]] = {}
-        for estimates in kept.values():
-            for est in estimates:
+        for gpu, estimates in kept.items():
+            scale = scales.get(gpu, 1.0)
+            for measured in estimates:
+                est = (
+                    measured
+                    if scale == 1.0
+                    else dataclasses.replace(measured, energy_j=measured.energy_j * scale)
+                )
                 if not (est.time_s > 0 and est.energy_j > 0 and math.isfinite(est.energy_j)):
                     continue  # the regression could not separate this option: leave it out
                 merged.setdefault((est.key[0], est.key[1], est.clock_mhz), []).append(est)
@@ -162,7 +213,7 @@ class Job:
                 Measurement(stage, Instruction(instruction), int(clock_mhz), float(time_s), float(energy_j))
             )
         blocking = [
-            s.estimate.p_block_w
+            s.estimate.p_block_w * scales.get(s.gpu, 1.0)
             for s in self.slots.values()
             if s.estimate is not None and s.estimate.p_block_w is not None
         ]

@@ -40,13 +40,17 @@ from perseusd.jobs.metering import SLOW_READS_MIN_SPAN_S, MeasuredSaving, iterat
 from perseusd.jobs.no_harm import apply_no_harm, energy_rel_errors
 from perseusd.jobs.observed import OrderLearner
 from perseusd.jobs.response import StragglerResponse
-from perseusd.jobs.shape import JobShape, signature
+from perseusd.jobs.shape import JobShape, StageOrder, signature
 from perseusd.jobs.slot import MAX_INTERVALS, StageSlot
 from perseusd.jobs.solving import PlanningTimes, SolveInput, SolveWorker, auto_unit_time_s
+from perseusd.jobs.spanning import SpanCoordinator
 from perseusd.jobs.states import ENDED, FAILED, PROFILING, REGISTERED, RUNNING, SOLVING
 from perseusd.jobs.straggling import StragglerSettings
+from perseusd.jobs.tensor_groups import finish_following, follow, stage_scale
+from perseusd.jobs.waiting import set_waiting, waiting_alone
 from perseusd.planner.baselines import all_max
 from perseusd.planner.dag import Instruction
+from perseusd.planner.plan import Frontier
 from perseusd.planner.policy import PointSummary, Policy
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv
@@ -133,6 +137,8 @@ class JobManager:
         self.pending_imports: dict[tuple[int, str], PendingImport] = {}  # by (uid, job name)
         self.response = StragglerResponse(settings.stragglers, self._deploy_point, cluster)
         self.carbon = carbon or CarbonSteering(None, CarbonSettings())
+        self.spanning = SpanCoordinator(cluster, settings.stragglers, self) if cluster is not None else None
+        """Jobs whose pipelines span nodes (only with a cluster plane)."""
 
     # ------------------------------------------------------------------ registration
 
@@ -145,7 +151,7 @@ class JobManager:
             self._drop_job(job)
             job = None
         if job is None:
-            job = self._new_job(message.job, uid, shape, info.name)
+            job = self._new_job(message.job, uid, shape, info.name, message.run)
             try:
                 return self._join(job, uid, shape, message, pid, info)
             except BaseException:  # never leave a half-created job behind
@@ -177,8 +183,10 @@ class JobManager:
         self._advance(job)
         return RegisterOk(job=job.name, state=job.state, cached=job.cached)
 
-    def _new_job(self, name: str, uid: int, shape: JobShape, gpu_name: str) -> Job:
-        job = Job(name, uid, shape, gpu_name, signature(name, uid, shape, gpu_name), self.settings.policy)
+    def _new_job(self, name: str, uid: int, shape: JobShape, gpu_name: str, run: str = "") -> Job:
+        job = Job(
+            name, uid, shape, gpu_name, signature(name, uid, shape, gpu_name), self.settings.policy, run
+        )
         self.jobs[name] = job
         imported = self.pending_imports.pop((uid, name), None)
         if imported is not None:
@@ -202,11 +210,17 @@ class JobManager:
             raise ProtocolError(
                 ErrorCode.BAD_FIELD, f"job {job.name} is {job.shape.describe()}, not {shape.describe()}"
             )
-        taken = job.slot_at(message.pipeline, message.stage)
-        if taken is not None and taken.gpu != message.gpu:
+        if job.run != message.run:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD, f"job {job.name} is run {job.run!r}, not {message.run!r}: another run"
+            )
+        group = [s.gpu for s in job.stage_group(message.pipeline, message.stage) if s.gpu != message.gpu]
+        if len(group) >= shape.stage_gpus:
+            gpus = f"{shape.stage_gpus} GPU(s) per stage" if shape.stage_gpus > 1 else "one GPU per stage"
             raise ProtocolError(
                 ErrorCode.BAD_FIELD,
-                f"pipeline {message.pipeline} stage {message.stage} of job {job.name} runs on {taken.gpu}",
+                f"pipeline {message.pipeline} stage {message.stage} of job {job.name} runs on "
+                f"{', '.join(group)} ({gpus}; give stage_gpus for tensor parallelism)",
             )
 
     def _slot_joined(self, job: Job, slot: StageSlot, info: GpuInfo) -> None:
@@ -220,7 +234,13 @@ class JobManager:
                     f"GPU {slot.gpu} has no energy counter: import a profile (perseusctl profile import)"
                 )
                 return
-            self._start_profiling(slot)
+            lead = next((s for s in job.stage_group(slot.pipeline, slot.stage) if s.sweep is not None), None)
+            if lead is None:
+                self._start_profiling(slot)
+            else:  # a tensor-parallel GPU of a stage that profiles: it follows the stage's clocks
+                follow(lead, slot, self._clock_ns())
+                self._sampler.watch(slot.gpu, RUNNING_SAMPLE_PERIOD_S)  # its mean power is all it gives
+                self._request_clock(slot, lead.requested_mhz)
 
     # ------------------------------------------------------------------ leaving
 
@@ -234,16 +254,31 @@ class JobManager:
         slot = job.slots.pop(gpu, None)
         self._by_gpu.pop(gpu, None)
         self._sampler.unwatch(gpu)
+        if slot is not None and slot.sweep is not None:
+            self._promote_follower(job, slot)
         if slot is not None and all(s.pipeline != slot.pipeline for s in job.slots.values()):
             job.runs.pop(slot.pipeline, None)
             if self.response.cluster is not None:
-                self.response.cluster.withdraw(job.name, slot.pipeline)
+                self.response.cluster.withdraw(job.cluster_key, slot.pipeline)
         if not job.slots and job.active:
             self.response.forget(job)
+            if self.spanning is not None:
+                self.spanning.ended(job)
             why = _ended_why(job, slot)
             job.enter(ENDED, why)
             logger.info("job %s ended%s", job.name, f": {why}" if why else "")
             self._trim_ended()
+
+    def _promote_follower(self, job: Job, lead: StageSlot) -> None:
+        """A stage's profiling lead left: its first follower profiles the stage from now on."""
+        followers = job.followers(lead)
+        if not followers:
+            return
+        new_lead, rest = followers[0], followers[1:]
+        new_lead.group_lead = None
+        self._start_profiling(new_lead)
+        for follower in rest:
+            follow(new_lead, follower, follower.profiling_since_ns)
 
     def _trim_ended(self) -> None:
         ended = [j for j in self.jobs.values() if not j.active]
@@ -342,6 +377,10 @@ class JobManager:
                 slot.clock_applied_ns = self._clock_ns()
 
         future.add_done_callback(applied)
+        if slot.sweep is not None:  # the stage's other GPUs run its clock too
+            job = self._by_gpu.get(slot.gpu)
+            for follower in job.followers(slot) if job is not None else ():
+                self._request_clock(follower, clock_mhz)
 
     def _read_capping(self, slot: StageSlot) -> None:
         """At the highest clock, read the GPU while it computes (a few reads per iteration): the clock it
@@ -408,7 +447,7 @@ class JobManager:
 
     def _profiling_finished(self, job: Job) -> bool:
         slots = list(job.profiling_slots())
-        if not slots or not job.complete_pipelines():
+        if not slots or not (job.complete_pipelines() or job.span is not None):
             return False
         limit = self.settings.max_profiling_iterations
         return all(
@@ -425,15 +464,21 @@ class JobManager:
             kept = self._with_fitted_clocks(job, kept)
         counted = False
         timed = any(s.timed_computations for s in job.profiling_slots())
-        for slot in job.profiling_slots():
+        scales = {
+            s.gpu: stage_scale(s, job.followers(s), self._sampler.samples) for s in job.profiling_slots()
+        }
+        for slot in list(job.profiling_slots()):
+            followers = job.followers(slot)
+            finish_following(slot, followers, self._sampler.samples)
             job.profiling_iterations = max(job.profiling_iterations, slot.steps_done)
-            samples = self._sampler.samples(slot.gpu, slot.profiling_since_ns)
-            if len(samples) >= 2:
-                counted = True
-                job.profiling_energy_j += (samples[-1].energy_mj - samples[0].energy_mj) / 1000.0
-            self._sampler.unwatch(slot.gpu)
+            for gpu_slot in (slot, *followers):
+                samples = self._sampler.samples(gpu_slot.gpu, gpu_slot.profiling_since_ns)
+                if len(samples) >= 2:
+                    counted = True
+                    job.profiling_energy_j += (samples[-1].energy_mj - samples[0].energy_mj) / 1000.0
+                self._sampler.unwatch(gpu_slot.gpu)
             slot.intervals.clear()
-        measured = job.measured_profile(kept)
+        measured = job.measured_profile(kept, scales)
         counted_j = job.profiling_energy_j if counted else None
         if measured is None:
             self._cannot_plan(job, [nothing_measured(counted_j, timed)])
@@ -476,10 +521,12 @@ class JobManager:
         message = "no plan: the measurements cannot support one: " + "; ".join(problems)
         logger.warning("job %s: %s (%d profiling iterations)", job.name, message, job.profiling_iterations)
         job.enter(FAILED, message)
+        if self.spanning is not None:
+            self.spanning.failed(job, message)
 
     def _store_profile(self, job: Job) -> None:
-        if self._cache is None or job.profile is None:
-            return
+        if self._cache is None or job.profile is None or job.span is not None:
+            return  # a spanning job's profile here is its stages' only: the etcd plan is its record
         about = {"job": job.name, "uid": job.uid, "shape": job.shape.describe(), "gpu": job.gpu_name}
         try:
             self._cache.store_profile(job.signature, job.profile, job.p_block_w, about)
@@ -490,7 +537,18 @@ class JobManager:
 
     def _advance(self, job: Job) -> None:
         """Move `job` forward as far as its facts allow (never waits)."""
+        if job.span is None and job.state == REGISTERED and not job.complete_pipelines():
+            if self.spanning is None:
+                set_waiting(job, waiting_alone(job))
+            if self.spanning is None or not self.spanning.join(job):
+                return
+        if job.span is not None:
+            self._advance_span(job)
+            return
+        if self.spanning is not None and job.state == REGISTERED:
+            self.spanning.withdraw(job)
         if job.state == REGISTERED and job.complete_pipelines():
+            set_waiting(job, "")
             if job.frontier is not None:
                 self._run(job)
                 return
@@ -504,6 +562,81 @@ class JobManager:
             job.enter(SOLVING)  # a profile was imported while profiling
         if job.state == SOLVING and job.solve_future is None:
             self._submit_solve(job)
+
+    def _advance_span(self, job: Job) -> None:
+        """A job whose pipelines span nodes: profile this node's stages, share them, run the leader's plan."""
+        assert self.spanning is not None
+        assert job.span is not None
+        if job.state == REGISTERED:
+            plan = job.span.plan
+            if plan is None or plan.solution is None:  # else: the job runs already, this node rejoins it
+                job.enter(PROFILING if job.profile is None else SOLVING, job.error)
+                if job.profile is not None:  # imported: share it as this node's measurement
+                    self.spanning.share(job, job.profile, job.p_block_w, None)
+        if job.state == PROFILING and job.span.plan is not None and job.span.plan.solution is not None:
+            self._stop_profiling(job)  # the job was solved without this node (it joined late)
+            job.enter(SOLVING)
+        if job.state == PROFILING and self._profiling_finished(job):
+            if not self._finish_profiling(job) or job.profile is None:
+                return
+            self.spanning.share(job, job.profile, job.p_block_w, job.iteration_overhead_s())
+            job.enter(SOLVING)
+        self.spanning.step(job)
+
+    def _stop_profiling(self, job: Job) -> None:
+        for slot in list(job.profiling_slots()):
+            for gpu_slot in (slot, *job.followers(slot)):
+                self._sampler.unwatch(gpu_slot.gpu)
+                gpu_slot.group_lead = None
+            slot.sweep = None
+            slot.intervals.clear()
+
+    # ------------------------------------------------------------------ spanning jobs (SpanHost)
+
+    def adopt_solution(self, job: Job, frontier: Frontier, profile: Profile, p_block_w: float) -> None:
+        """Install a spanning job's solution (the leader's frontier and the merged profile)."""
+        if job.profiling_slots():
+            self._stop_profiling(job)
+        job.profile, job.p_block_w, job.orders = profile, p_block_w, frontier.order
+        job.all_max = None
+        job.set_frontier(frontier)
+
+    def run_plan(self, job: Job) -> None:
+        if job.state == PROFILING:
+            job.enter(SOLVING)
+        self._run(job)
+
+    def submit_solve(
+        self,
+        job: Job,
+        profile: Profile,
+        p_block_w: float,
+        orders: tuple[StageOrder, ...],
+        latency_s: float | None = None,
+    ) -> None:
+        unit_time_s = self.settings.unit_time_s or auto_unit_time_s(profile)
+        task = SolveInput(
+            job.name,
+            job.shape,
+            orders,
+            profile_to_csv(profile),
+            profile.source,
+            p_block_w,
+            unit_time_s,
+            self._switch_model(job, latency_s),
+        )
+        job.orders = orders
+        job.solve_future = self._worker.submit(task)
+
+    def fail(self, job: Job, message: str) -> None:
+        if job.state != FAILED:
+            logger.warning("job %s: %s", job.name, message)
+            job.enter(FAILED, message)
+
+    def switch_pipeline(self, job: Job, pipeline: int, index: int, from_step: int) -> None:
+        run = job.runs.get(pipeline)
+        if run is not None:
+            self.response.schedule_at(job, run, index, from_step)
 
     def _submit_solve(self, job: Job) -> None:
         orders = job.stage_orders()
@@ -525,10 +658,16 @@ class JobManager:
         job.solve_future = self._worker.submit(task)
         logger.info("job %s: solving the frontier (unit %.3g s)", job.name, unit_time_s)
 
-    def _switch_model(self, job: Job) -> SwitchModel | None:
-        """How the job's GPUs switch clocks: the slowest measured clock-set latency (None: none measured)."""
+    def clock_latency_s(self, job: Job) -> float | None:
+        """The slowest measured clock-set latency of the job's GPUs here (None: none measured)."""
         measured = [self._gpus.clock_set_latency_ns(slot.gpu) for slot in job.slots.values()]
         latencies_s = [ns / 1e9 for ns in measured if ns is not None]
+        return max(latencies_s) if latencies_s else None
+
+    def _switch_model(self, job: Job, others_s: float | None = None) -> SwitchModel | None:
+        """How the job's GPUs switch clocks: the slowest measured clock-set latency, here or (`others_s`) on
+        the job's other nodes (None: none measured)."""
+        latencies_s = [s for s in (self.clock_latency_s(job), others_s) if s is not None]
         if not latencies_s:
             return None
         latency_s = max(latencies_s)
@@ -540,7 +679,10 @@ class JobManager:
         for job in list(self.jobs.values()):
             if job.state == SOLVING:
                 self._collect_solve(job)
-            if job.state in (REGISTERED, PROFILING, SOLVING):
+            if job.span is not None and job.state != ENDED and self.spanning is not None:
+                if self.spanning.sync(job):
+                    self._advance_span(job)
+            elif job.state in (REGISTERED, PROFILING, SOLVING):
                 self._advance(job)
             elif job.state == RUNNING:
                 self.response.tick(job)
@@ -556,7 +698,12 @@ class JobManager:
             solved = future.result()
         except Exception as exc:  # the solver's error ends this job, never the daemon
             logger.error("job %s: solving failed: %s", job.name, exc)
+            if job.span is not None and self.spanning is not None:
+                self.spanning.solve_failed(job, f"solving failed: {exc}")
             job.enter(FAILED, f"solving failed: {exc}")
+            return
+        if job.span is not None and self.spanning is not None:
+            self.spanning.solved(job, solved.frontier)
             return
         job.set_frontier(solved.frontier)
         self._run(job)
@@ -588,12 +735,15 @@ class JobManager:
                     job.name,
                     overhead_s * 1000,
                 )
-        deployed = job.choose_point()
+        spanning = self.spanning if job.span is not None else None
+        deployed = job.choose_point() if spanning is None else spanning.deployed(job)
         if deployed is None:
             job.enter(FAILED, "the frontier is empty")
             return
-        job.deployed = self.carbon.steer(job, deployed, self._reference_power_w(job))
-        switching = self._switch_model(job)
+        if spanning is None:  # a spanning job's point is its leader's choice
+            deployed = self.carbon.steer(job, deployed, self._reference_power_w(job))
+        job.deployed = deployed
+        switching = self._switch_model(job)  # each node judges its own stages (do no harm)
         apply_no_harm(job, 0.0 if switching is None else switching.latency_s)
         deployed = job.deployed
         for slot in job.slots.values():
@@ -609,6 +759,8 @@ class JobManager:
                 return
         if job.state != RUNNING:
             job.enter(RUNNING)
+        if spanning is not None:
+            spanning.apply(job)
         self.response.decide(job)
         logger.info(
             "job %s runs frontier point %d: %.4f s/iteration (fastest %.4f s), %.1f J",
@@ -731,6 +883,9 @@ class JobManager:
 
     def set_policy(self, job: Job, policy: Policy) -> None:
         job.policy = policy
+        if self.spanning is not None and job.span is not None:
+            self.spanning.policy_set(job, time.time())  # its leader follows the newest policy
+            return
         if job.state == RUNNING:
             self._run(job)
 

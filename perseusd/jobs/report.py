@@ -19,6 +19,7 @@ from perseusd.jobs.accuracy import profile_error_pct
 from perseusd.jobs.job import Job
 from perseusd.jobs.metering import MeasuredSaving
 from perseusd.jobs.slot import StageSlot
+from perseusd.jobs.span_report import span_info, span_pipelines, span_profiling
 from perseusd.jobs.states import PROFILING
 from perseusd.jobs.straggling import target_time_s
 from perseusd.switching.plans import PlanBook
@@ -52,11 +53,11 @@ def job_info(
         num_stages=job.shape.num_stages,
         num_microbatches=job.shape.num_microbatches,
         chunks=job.shape.chunks,
-        pipelines=_pipelines(job),
+        pipelines=_pipelines(job) if job.span is None else span_pipelines(job, list(_pipelines(job))),
         policy=job.policy.name,
         target=job.policy.target,
         cached=job.cached,
-        profiling=_profiling(job),
+        profiling=span_profiling(job, _profiling(job)),
         frontier_points=len(job.points),
         plan_index=deployed.point.index if deployed else None,
         plan_time_s=deployed.point.time_s if deployed else None,
@@ -77,6 +78,8 @@ def job_info(
         carbon=carbon,
         plan_note=job.plan_note,
         planning=_planning(job),
+        stage_gpus=job.shape.stage_gpus,
+        span=span_info(job),
         profile_error_pct=_round(profile_error_pct(job.energy_rel_err.values()), 3),
         predicted_saving_pct=_predicted_saving_pct(job),
         measured_saving_pct=job.accuracy.measured_saving_pct,

@@ -54,10 +54,10 @@ class StragglerResponse:
         installs it on every GPU, then calls `decide`)."""
         assert job.deployed is not None
         index = job.deployed.point.index
-        for pipeline in job.pipelines():
+        for pipeline, slots in job.pipelines().items():
             run = job.runs.get(pipeline)
             if run is None:
-                run = PipelineRun(pipeline, job.shape.num_stages, Detector(self.settings))
+                run = PipelineRun(pipeline, len(slots), Detector(self.settings))
                 job.runs[pipeline] = run
             run.point_index, run.pending = index, None
             run.plan_since_step = job.latest_step() + 1
@@ -67,14 +67,15 @@ class StragglerResponse:
         """The point a GPU joining a running job runs (its pipeline's)."""
         run = job.runs.get(slot.pipeline)
         if run is None and job.deployed is not None:
-            run = PipelineRun(slot.pipeline, job.shape.num_stages, Detector(self.settings))
+            gpus = sum(1 for s in job.slots.values() if s.pipeline == slot.pipeline)
+            run = PipelineRun(slot.pipeline, gpus, Detector(self.settings))
             run.point_index = job.deployed.point.index
             job.runs[slot.pipeline] = run
         return run.target_index() if run is not None else None
 
     def forget(self, job: Job) -> None:
         if self.cluster is not None:
-            self.cluster.forget(job.name)
+            self.cluster.forget(job.cluster_key)
 
     # ------------------------------------------------------------------ events
 
@@ -106,10 +107,12 @@ class StragglerResponse:
         if point is None:
             return
         self._count_saving(job, run, point)
+        if job.span is not None:
+            return  # a spanning job's leader detects stragglers from every node's report
         compute_s = run.compute_time_s()
         if self.cluster is not None and compute_s is not None and job.deployed is not None:
             fastest_s, slowest_s = job.deployed.fastest.time_s, job.deployed.slowest.time_s
-            self.cluster.publish(job.name, run.pipeline, compute_s, fastest_s, slowest_s, point.time_s)
+            self.cluster.publish(job.cluster_key, run.pipeline, compute_s, fastest_s, slowest_s, point.time_s)
         if self._detect(job, run, step):
             self.decide(job)
 
@@ -122,7 +125,10 @@ class StragglerResponse:
             wait_s = target_time_s(straggler, job.deployed.fastest if job.deployed else None)
         stages, p_block_w = job.shape.num_stages, job.p_block_w
         baseline = outcome(job.all_max, wait_s, stages, p_block_w).energy_j
-        job.energy_saved_j += baseline - outcome(point, wait_s, stages, p_block_w).energy_j
+        share = 1.0  # of the pipeline's stages, those on this node (a spanning job's others count theirs)
+        if job.span is not None:
+            share = len({s.stage for s in job.slots.values() if s.pipeline == run.pipeline}) / stages
+        job.energy_saved_j += share * (baseline - outcome(point, wait_s, stages, p_block_w).energy_j)
 
     # ------------------------------------------------------------------ detection
 
@@ -147,12 +153,12 @@ class StragglerResponse:
                 "job %s: pipeline %d straggles (x%.3f) at step %d", job.name, run.pipeline, factor, step
             )
             if self.cluster is not None and run.pipeline not in job.announced:
-                self.cluster.announce(job.name, run.pipeline, factor)
+                self.cluster.announce(job.cluster_key, run.pipeline, factor)
         else:
             job.detected.pop(run.pipeline, None)
             logger.info("job %s: pipeline %d recovered at step %d", job.name, run.pipeline, step)
             if self.cluster is not None and run.pipeline not in job.announced:
-                self.cluster.clear(job.name, run.pipeline)
+                self.cluster.clear(job.cluster_key, run.pipeline)
         return True
 
     def announce(self, job: Job, pipeline: int, factor: float | None) -> bool:
@@ -168,12 +174,12 @@ class StragglerResponse:
         shared = False
         if self.cluster is not None:
             if factor is not None:
-                shared = self.cluster.announce(job.name, pipeline, factor)
+                shared = self.cluster.announce(job.cluster_key, pipeline, factor)
             elif pipeline not in job.detected:
-                self.cluster.clear(job.name, pipeline)
+                self.cluster.clear(job.cluster_key, pipeline)
                 shared = True
             else:
-                shared = self.cluster.announce(job.name, pipeline, job.detected[pipeline].factor)
+                shared = self.cluster.announce(job.cluster_key, pipeline, job.detected[pipeline].factor)
         if job.deployed is not None:
             self.decide(job)
         return shared
@@ -182,9 +188,9 @@ class StragglerResponse:
 
     def tick(self, job: Job) -> None:
         """From the main loop: read the other nodes' view of a running job; re-decide when it changed."""
-        if self.cluster is None:
+        if self.cluster is None or job.span is not None:
             return
-        remote = self.cluster.remote(job.name)
+        remote = self.cluster.remote(job.cluster_key)
         was_usable = job.remote is not None and job.remote.usable
         job.remote = remote
         known = job.remote_stragglers
@@ -210,8 +216,8 @@ class StragglerResponse:
     def decide(self, job: Job) -> None:
         """Pick the straggler to plan around and move every local pipeline to its point for it."""
         deployed = job.deployed
-        if deployed is None:
-            return
+        if deployed is None or job.span is not None:
+            return  # a spanning job's points are its leader's decision
         candidates = [*job.announced.values(), *job.detected.values(), *job.remote_stragglers.values()]
         if self.cluster is not None and (job.remote is None or not job.remote.usable):
             candidates = []  # this node's lease lapsed: the no-slowdown plan, whatever anyone said
@@ -252,6 +258,18 @@ class StragglerResponse:
         run.pending = (index, run.latest_step + 1)
         for slot in job.slots.values():
             if slot.pipeline == run.pipeline and not slot.in_step and slot.current_step <= run.latest_step:
+                self._switch_slot(job, run, slot)
+
+    def schedule_at(self, job: Job, run: PipelineRun, index: int, from_step: int) -> None:
+        """Switch `run` to point `index` from step `from_step` on (the step after its latest when that one
+        has begun already): a spanning job's stages on every node switch at the same step."""
+        if index == run.point_index:
+            run.pending = None
+            return
+        start = max(from_step, run.latest_step + 1)
+        run.pending = (index, start)
+        for slot in job.slots.values():
+            if slot.pipeline == run.pipeline and not slot.in_step and slot.current_step + 1 >= start:
                 self._switch_slot(job, run, slot)
 
     def _switch_slot(self, job: Job, run: PipelineRun, slot: StageSlot) -> None:

@@ -17,6 +17,8 @@ MAX_MICROBATCHES = 4096
 MAX_CHUNKS = 64
 MAX_JOB_NAME = 128
 MAX_PIPELINE = 1_000_000
+MAX_STAGE_GPUS = 64
+MAX_RUN = 128
 
 StageOrder = tuple[ScheduleStep, ...]
 
@@ -29,11 +31,15 @@ class JobShape:
     num_stages: int
     num_microbatches: int
     chunks: int
+    stage_gpus: int = 1
+    """GPUs per stage (tensor x context parallel): profiled, planned and switched as one stage."""
 
     @classmethod
     def of(cls, message: Register) -> JobShape:
         """The shape a registration declares; raises `ProtocolError(BAD_FIELD)` when it cannot be right."""
-        shape = cls(message.schedule, message.num_stages, message.num_microbatches, message.chunks)
+        shape = cls(
+            message.schedule, message.num_stages, message.num_microbatches, message.chunks, message.stage_gpus
+        )
         shape.check(message)
         return shape
 
@@ -57,10 +63,15 @@ class JobShape:
             raise bad(f"stage {message.stage} outside 0..{self.num_stages - 1}")
         if not 0 <= message.pipeline <= MAX_PIPELINE:
             raise bad(f"pipeline must be 0..{MAX_PIPELINE}")
+        if not 1 <= self.stage_gpus <= MAX_STAGE_GPUS:
+            raise bad(f"stage_gpus must be 1..{MAX_STAGE_GPUS}")
+        if len(message.run) > MAX_RUN or not message.run.isprintable():
+            raise bad(f"run must be at most {MAX_RUN} printable characters")
 
     def describe(self) -> str:
         chunks = f"x{self.chunks}" if self.chunks > 1 else ""
-        return f"{self.schedule} {self.num_stages}x{self.num_microbatches}{chunks}"
+        gpus = f", {self.stage_gpus} GPUs per stage" if self.stage_gpus > 1 else ""
+        return f"{self.schedule} {self.num_stages}x{self.num_microbatches}{chunks}{gpus}"
 
     def named_orders(self) -> tuple[StageOrder, ...] | None:
         """Each stage's order for a named schedule (None for "observed")."""
@@ -94,6 +105,7 @@ def signature(job: str, uid: int, shape: JobShape, gpu_name: str) -> str:
             "num_microbatches": shape.num_microbatches,
             "chunks": shape.chunks,
             "gpu": gpu_name,
+            **({"stage_gpus": shape.stage_gpus} if shape.stage_gpus > 1 else {}),
         },
         sort_keys=True,
     )

@@ -71,6 +71,9 @@ class StageSlot:
     """The step of the last step begin (the step events' iteration number)."""
     plan_index: int | None = None
     """The frontier point whose plan this GPU runs."""
+    group_lead: str | None = None
+    """While its stage profiles: the GPU whose clocks this one follows (the first of its tensor-parallel
+    group); None for that first GPU and for a stage of one GPU."""
 
     def key(self, instruction: str, chunk: int) -> OptionKey:
         """The profile stage (virtual stage) and instruction of a computation on this GPU."""

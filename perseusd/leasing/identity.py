@@ -94,7 +94,10 @@ def same_process_alive(pid: int, start_time: int) -> bool:
 
 
 def group_id(name: str) -> int | None:
-    """The gid of a group, or None when the group does not exist."""
+    """The gid of a group, or None when the group does not exist. A number is taken as a gid (a container
+    image, a DaemonSet's, may not name the node's groups)."""
+    if name.isdigit():
+        return int(name)
     try:
         return grp.getgrnam(name).gr_gid
     except KeyError:

@@ -21,6 +21,7 @@ from perseusd.leasing.identity import (
     process_start_time,
     read_start_time,
 )
+from perseusd.leasing.placement import Placement
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,13 @@ class Session:
     """Events read from this process since it registered (on the event or control socket)."""
     events_dropped: int = 0
     """Of those, the ones rejected (bad frame, not leased, out of order, ...)."""
+    placement: Placement | None = None
+    """Where the process runs (its container, cgroup, devices), read from /proc at its hello."""
+
+    @property
+    def slurm_job(self) -> int | None:
+        """The Slurm job the process runs in (None: none, or not read)."""
+        return None if self.placement is None else self.placement.slurm_job
 
 
 MAX_SESSIONS_PER_USER = 256

@@ -11,6 +11,7 @@ from typing import TypeVar
 from perseusd.errors import GpuError
 from perseusd.gpu.backend import GpuInfo, GpuState
 from perseusd.gpu.owner import GpuOwner, GpuReading
+from perseusd.gpu.power_features import PowerFeature
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +28,8 @@ class GpuRegistry:
     def __init__(self, owners: Sequence[GpuOwner], call_timeout_s: float) -> None:
         self._owners: dict[str, GpuOwner] = {owner.info.uuid: owner for owner in owners}
         self._call_timeout_s = call_timeout_s
+        self.power_features: dict[str, tuple[PowerFeature, ...]] = {}
+        """The driver power features of each GPU that can fight its clocks, read at start."""
 
     @property
     def uuids(self) -> tuple[str, ...]:

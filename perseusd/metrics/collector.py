@@ -20,9 +20,11 @@ from perseusd.gpu.backend import GpuInfo, power_capped, throttled
 from perseusd.gpu.owner import GpuReading
 from perseusd.jobs.manager import JobManager
 from perseusd.metrics.carbon_metrics import job_carbon_families, signal_families
+from perseusd.metrics.dcgm_names import GpuRow, dcgm_families, joinable_families
 from perseusd.metrics.families import PREFIX, counter, gauge, mhz_to_hz
 from perseusd.metrics.gpu_calls import GpuCallRecorder
 from perseusd.metrics.job_metrics import MAX_JOBS, job_families, job_snapshots
+from perseusd.metrics.slurm_metrics import slurm_families
 
 GPU = ("uuid", "name", "index")
 MALFORMED_CODES = (
@@ -37,13 +39,31 @@ MALFORMED_CODES = (
 class PerseusCollector(Collector):
     """Every perseusd metric, built fresh at each scrape."""
 
-    def __init__(self, core: DaemonCore, calls: GpuCallRecorder | None = None) -> None:
+    def __init__(
+        self,
+        core: DaemonCore,
+        calls: GpuCallRecorder | None = None,
+        *,
+        hostname: str = "",
+        dcgm_families: bool = True,
+    ) -> None:
         self._core = core
         self._calls = calls
+        self._hostname = hostname
+        """The `Hostname` label of the dcgm-joinable families (docs/metrics.md)."""
+        self._dcgm = dcgm_families
+        """Export dcgm-exporter's own families too (off beside a dcgm-exporter)."""
 
     def collect(self) -> Iterable[Metric]:
         yield from self._daemon()
-        yield from self._gpus()
+        readings = self._core.registry.read_all()
+        yield from self._gpus(readings)
+        rows = [GpuRow(info, readings[info.uuid]) for info in self._core.registry.infos()]
+        if self._dcgm:
+            yield from dcgm_families(rows, self._hostname)
+        yield from joinable_families(self._core, rows, self._hostname)
+        if self._core.slurm is not None:
+            yield from slurm_families(self._core.slurm)
         if self._calls is not None:
             yield from self._gpu_calls(self._calls)
         if self._core.jobs is not None:
@@ -104,9 +124,8 @@ class PerseusCollector(Collector):
 
     # ------------------------------------------------------------------ GPUs
 
-    def _gpus(self) -> Iterator[Metric]:
+    def _gpus(self, readings: dict[str, GpuReading]) -> Iterator[Metric]:
         core = self._core
-        readings = core.registry.read_all()
         leases = core.leases.leases()
         f = _GpuFamilies()
         for index, info in enumerate(core.registry.infos()):

@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from perseusd.gpu.backend import GpuDevice, GpuInfo, GpuState
 from perseusd.gpu.errors import GpuOperationError
+from perseusd.gpu.power_features import PowerFeature
 
 T = TypeVar("T")
 
@@ -127,6 +128,9 @@ class TimedDevice(GpuDevice):
 
     def set_power_limit_w(self, limit_w: float) -> float:
         return self._timed("set_power_limit_w", lambda: self._device.set_power_limit_w(limit_w))
+
+    def power_features(self) -> tuple[PowerFeature, ...]:
+        return self._device.power_features()
 
     def power_limit_w(self) -> float:
         return self._timed("power_limit_w", self._device.power_limit_w)

@@ -111,10 +111,12 @@ def train(config: dict[str, Any], forward_backward_func: Any, log: Log) -> dict[
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     pp, vp = config["pp"], config["vp"]
+    tp = config.get("tp", 1)
     megatron_config = TransformerConfig(
         num_layers=pp * (vp or 1),
         hidden_size=WIDTH,
-        num_attention_heads=1,
+        num_attention_heads=tp,
+        tensor_model_parallel_size=tp,
         pipeline_model_parallel_size=pp,
         virtual_pipeline_model_parallel_size=vp,
         pipeline_dtype=torch.float32,
@@ -190,7 +192,9 @@ def run_case(config: dict[str, Any], rank: int) -> dict[str, Any]:
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     parallel_state.initialize_model_parallel(
-        pipeline_model_parallel_size=config["pp"], virtual_pipeline_model_parallel_size=config["vp"]
+        tensor_model_parallel_size=config.get("tp", 1),
+        pipeline_model_parallel_size=config["pp"],
+        virtual_pipeline_model_parallel_size=config["vp"],
     )
     try:
         baseline = train(config, get_forward_backward_func(), [])

@@ -12,6 +12,8 @@ import pytest
 
 pytest.importorskip("deepspeed")
 
+from perseus_client.run_id import launcher_run_id
+
 from perseusd.planner.dag import build_dag
 from tests.client.ranks import launched_gpus, run_ranks, split_steps
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
@@ -93,6 +95,8 @@ def test_registration_and_named_order(run: Run) -> None:
             "schedule": "1f1b",
             "pipeline": fields["pipeline"],
             "chunks": 1,
+            "stage_gpus": 1,  # no tensor parallelism in these grids
+            "run": launcher_run_id(),
         }
         positions.add((fields["pipeline"], fields["stage"]))
         order = [

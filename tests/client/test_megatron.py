@@ -2,9 +2,11 @@
 
 Four ranks run every schedule `get_forward_backward_func()` returns in megatron-core, one after the other: no
 pipelining (four data-parallel replicas), 1F1B on four stages, interleaved with two model chunks per rank
-(two replicas of a two-stage pipeline). The order the integration reports must equal the order Megatron
-really executed (recorded by the model itself: data consumed by forwards, autograd running backwards),
-training must be unchanged, and the named schedules it registers must be perseusd's order for that stage.
+(two replicas of a two-stage pipeline), and 1F1B on two stages of two tensor-parallel ranks each (both ranks
+of a stage register the same pipeline and stage, with `stage_gpus` 2). The order the integration reports must
+equal the order Megatron really executed (recorded by the model itself: data consumed by forwards, autograd
+running backwards), training must be unchanged, and the named schedules it registers must be perseusd's
+order for that stage.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pytest
 pytest.importorskip("megatron.core")
 
 from perseus_client.megatron import schedule_name_for
+from perseus_client.run_id import launcher_run_id
 
 from perseusd.planner.dag import build_dag
 from tests.client.ranks import launched_gpus, run_ranks, split_steps
@@ -32,11 +35,13 @@ CASES = {
     "no_pipelining": {"pp": 1, "vp": None, "microbatches": 3},
     "1f1b": {"pp": 4, "vp": None, "microbatches": 6},
     "interleaved": {"pp": 2, "vp": 2, "microbatches": 4},
+    "tp2": {"pp": 2, "vp": None, "microbatches": 4, "tp": 2},
 }
 FUNCTIONS = {
     "no_pipelining": "forward_backward_no_pipelining",
     "1f1b": "forward_backward_pipelining_without_interleaving",
     "interleaved": "forward_backward_pipelining_with_interleaving",
+    "tp2": "forward_backward_pipelining_without_interleaving",
 }
 Run = tuple[str, dict[str, Any], list[dict[str, Any]]]
 
@@ -100,7 +105,8 @@ def test_training_unchanged(run: Run) -> None:
 def test_registration_and_named_order(run: Run) -> None:
     _, case, reports = run
     pp, chunks, microbatches = case["pp"], case["vp"] or 1, case["microbatches"]
-    positions = set()
+    tp = case.get("tp", 1)
+    positions: dict[tuple[int, int], int] = {}
     for report in reports:
         mine = report["instrumented"]
         assert mine["register"] == ["ok", None]
@@ -113,8 +119,11 @@ def test_registration_and_named_order(run: Run) -> None:
             "schedule": schedule,
             "pipeline": fields["pipeline"],
             "chunks": chunks,
+            "stage_gpus": tp,
+            "run": launcher_run_id(),
         }
-        positions.add((fields["pipeline"], fields["stage"]))
+        position = (fields["pipeline"], fields["stage"])
+        positions[position] = positions.get(position, 0) + 1
         assert schedule != "observed"
         planned = build_dag(schedule, pp, microbatches, chunks)
         order = [
@@ -122,8 +131,9 @@ def test_registration_and_named_order(run: Run) -> None:
             for c in (planned.computations[node] for node in planned.stage_orders[mine["stage"]])
         ]
         assert mine["executed"] == order * STEPS
-    replicas = WORLD // pp
-    assert positions == {(p, s) for p in range(replicas) for s in range(pp)}  # data-parallel: pipelines
+    replicas = WORLD // (pp * tp)
+    # Data-parallel replicas are pipelines; a stage's tensor-parallel ranks register it together.
+    assert positions == {(p, s): tp for p in range(replicas) for s in range(pp)}
 
 
 def test_schedule_names() -> None:

@@ -212,9 +212,9 @@ def test_refused_registration_leaves_the_schedule_alone() -> None:
     schedule = ScheduleInterleaved1F1B(_stages(2), 4, _loss)
     client = RecordingClient(connect=False)
     with pytest.raises(PerseusClientError):
-        instrument(schedule, client, "GPU-x", pipeline=3)
+        instrument(schedule, client, "GPU-x", pipeline=3, stage_gpus=2, run="r7")
     fields = {"stage": 0, "num_stages": 1, "num_microbatches": 4, "schedule": "interleaved", "pipeline": 3}
-    assert client.sent == [["register", {**fields, "chunks": 2}]]
+    assert client.sent == [["register", {**fields, "chunks": 2, "stage_gpus": 2, "run": "r7"}]]
     assert "step" not in vars(schedule)
 
 

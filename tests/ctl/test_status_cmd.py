@@ -63,7 +63,7 @@ def test_json_shape() -> None:
     gpu = body["gpus"][1]
     assert gpu["locked_clock_mhz"] is None
     assert gpu["lease"] is None
-    assert body["gpus"][0]["lease"] == {"pid": 7, "uid": 0, "job": "train"}
+    assert body["gpus"][0]["lease"] == {"pid": 7, "uid": 0, "job": "train", "slurm_job": None}
     json.dumps(body)
 
 

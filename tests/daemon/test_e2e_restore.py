@@ -50,7 +50,7 @@ def test_client_sigkill_restores_gpu_fast(
     try:
         row = _gpu(daemon.status(), 0)
         assert row["locked_clock_mhz"] == LOCK_MHZ
-        assert row["lease"] == {"pid": holder.pid, "uid": os.getuid(), "job": "e2e-holder"}
+        assert row["lease"] == {"pid": holder.pid, "uid": os.getuid(), "job": "e2e-holder", "slurm_job": None}
         uuid = str(row["uuid"])
         killed_s = time.monotonic()
         holder.kill()

@@ -7,11 +7,18 @@ profiling; the slow one lets the daemon profile online.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from perseusd.emulate.trace import read_trace
+from perseusd.planner.bundled import bundled_profile
+from perseusd.planner.dag import Instruction
+from perseusd.planner.profile_csv import read_profile
 from tests.emulate.helpers import run_emulate
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 
@@ -71,3 +78,42 @@ def test_online_profiling_job_reaches_running_and_saves_energy(daemon: DaemonPro
     _check_report(report)
     assert report["profiling"]["iterations"] > 0
     assert report["profiling"]["energy_j"] > 0
+
+
+@pytest.mark.slow
+def test_a_tensor_parallel_stage_is_profiled_and_switched_as_one(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    """2 stages of 2 GPUs each: every computation starts at one clock on both GPUs of its stage (profiling
+    sets the followers the lead's clocks at the same moment; the plan is the stage's), and the stage's
+    measured energy is both GPUs'."""
+    trace = tmp_path / "trace.jsonl"
+    out = run_emulate(
+        daemon.dirs.runtime_dir,
+        "--profile", "a100_sxm", "--stages", "2", "--microbatches", "4", "--time-scale", "0.25",
+        "--iterations", "5", "--tensor-parallel", "2", "--json", "--timeout-s", "200", "--trace", str(trace),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    _check_report(report)
+    (job,) = report["daemon_jobs"]
+    assert job["stage_gpus"] == 2
+    assert report["profiling"]["iterations"] > 0
+    runs = [r for r in read_trace(trace) if r["kind"] == "computation" and r["iteration"] > 0]
+    apart = [r for r in runs if len(set(r["clocks_mhz"])) > 1]
+    assert len(runs[0]["clocks_mhz"]) == 2
+    assert len(apart) <= 0.05 * len(runs)  # at most a switch landing between the two GPUs' starts
+    exported = subprocess.run(
+        [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", str(daemon.dirs.runtime_dir),
+         "profile", "export", report["job"], "-o", str(tmp_path / "measured.csv")],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert exported.returncode == 0, exported.stderr
+    measured = read_profile(tmp_path / "measured.csv")
+    one_gpu = bundled_profile("a100_sxm").scaled(0.25, 0.25)
+    top = max(m.freq_mhz for m in measured.measurements)
+    ratio = (
+        measured.lookup(0, Instruction.FORWARD, top).energy_j
+        / one_gpu.lookup(0, Instruction.FORWARD, top).energy_j
+    )
+    assert 1.6 < ratio < 2.4  # the stage's energy is its two GPUs'

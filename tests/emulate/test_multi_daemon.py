@@ -122,9 +122,46 @@ def test_the_same_daemon_twice_and_more_daemons_than_pipelines_exit_2(
     twice = run_emulate(daemons[0].dirs.runtime_dir, "--runtime-dir", first, *TWO_PIPELINES)
     assert twice.returncode == 2
     assert "the same --runtime-dir is given twice" in twice.stderr
-    alone = run_emulate(daemons[0].dirs.runtime_dir, *_dirs(daemons), *TWO_PIPELINES, "--pipelines", "1")
+    alone = run_emulate(
+        daemons[0].dirs.runtime_dir,
+        *_dirs(daemons),
+        *TWO_PIPELINES,
+        "--pipelines",
+        "1",
+        "--placement",
+        "pipelines",
+    )
     assert alone.returncode == 2
     assert "2 daemons (--runtime-dir) but only 1 pipeline(s)" in alone.stderr
+    one_stage = run_emulate(
+        daemons[0].dirs.runtime_dir, *_dirs(daemons), *TWO_PIPELINES, "--pipelines", "1", "--stages", "1"
+    )
+    assert one_stage.returncode == 2
+    assert "2 daemons (--runtime-dir) but only 1 stages to place" in one_stage.stderr
+
+
+def test_one_pipeline_spreads_its_stages_and_tensor_parallel_gpus_over_the_daemons(
+    daemons: tuple[DaemonProcess, DaemonProcess], tmp_path: Path
+) -> None:
+    """More daemons than pipelines: stage s on daemon s; with 2 tensor-parallel GPUs per stage every GPU of
+    both daemons runs every computation of its stage, in step, and counts."""
+    trace = tmp_path / "trace.jsonl"
+    args = ("--pipelines", "1", "--tensor-parallel", "2", "--trace", str(trace))
+    report = _run(daemons, *args)
+    (pipeline,) = report["pipelines"]
+    assert pipeline["stage_daemons"] == [0, 1]
+    assert len(pipeline["gpus"]) == 2 * GPUS_PER_DAEMON
+    assert report["tensor_parallel"] == 2
+    (window,) = [record for record in read_trace(trace) if record["kind"] == "window"]
+    assert {key.split("/")[0] for key in window["end"]["energy_j"]} == {"d0", "d1"}
+    assert len(window["end"]["energy_j"]) == 2 * GPUS_PER_DAEMON
+    baseline = report["baseline"]
+    # Two GPUs per stage draw twice one GPU's energy: the prediction counts them (x tensor parallel).
+    assert baseline["energy_per_iteration_j"] == pytest.approx(
+        report["model_all_max"]["energy_per_iteration_j"], rel=0.2
+    )
+    for daemon in daemons:
+        assert [gpu["lease"] for gpu in daemon.status()["gpus"]] == [None] * GPUS_PER_DAEMON
 
 
 def test_the_straggler_throttles_in_the_baseline_and_its_closed_loop_window_only(

@@ -23,7 +23,9 @@ UNIT = REPO_ROOT / "systemd" / "perseusd.service"
 CLUSTER_DROPIN = REPO_ROOT / "systemd" / "perseusd-cluster.conf"
 METRICS_HTTP_DROPIN = REPO_ROOT / "systemd" / "perseusd-metrics-http.conf"
 METRICS_TEXTFILE_DROPIN = REPO_ROOT / "systemd" / "perseusd-metrics-textfile.conf"
+CONTAINERS_DROPIN = REPO_ROOT / "systemd" / "perseusd-containers.conf"
 DROPINS = {
+    "containers": CONTAINERS_DROPIN,
     "cluster": CLUSTER_DROPIN,
     "metrics-http": METRICS_HTTP_DROPIN,
     "metrics-textfile": METRICS_TEXTFILE_DROPIN,
@@ -110,7 +112,7 @@ def test_verify_is_silent(tmp_path: Path, with_cluster_dropin: bool) -> None:
     assert proc.stderr == "", f"systemd-analyze verify complained:\n{proc.stderr}"
 
 
-@pytest.mark.parametrize("dropin", ["metrics-http", "metrics-textfile"])
+@pytest.mark.parametrize("dropin", ["metrics-http", "metrics-textfile", "containers"])
 @needs_analyze
 def test_verify_is_silent_with_metrics_dropins(tmp_path: Path, dropin: str) -> None:
     unit = _stage_unit(tmp_path, with_cluster_dropin=False, dropin=DROPINS[dropin])

@@ -1,0 +1,50 @@
+"""The Slurm requests: `slurm_jobs` (any caller: its own jobs; an admin: all) and the prolog's and epilog's
+admin requests (`perseusd.daemon.slurm_jobs` keeps the records)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from perseus_client.protocol import (
+    AdminSlurmEpilog,
+    AdminSlurmProlog,
+    Message,
+    SlurmJobOk,
+    SlurmJobsReply,
+    SlurmJobsRequest,
+)
+
+from perseusd.daemon.slurm_jobs import SlurmLedger
+from perseusd.leasing.identity import Caller
+
+Handler = Callable[[Caller, Any], Message]
+
+
+class SlurmRequests:
+    def __init__(
+        self,
+        ledger: SlurmLedger,
+        is_admin: Callable[[Caller], bool],
+        release: Callable[[list[str]], tuple[str, ...]],
+    ) -> None:
+        self._ledger = ledger
+        self._is_admin = is_admin
+        self._release = release
+        """Drop the leases on these GPUs and restore them; returns those restored."""
+
+    def handlers(self) -> Mapping[type[Message], Handler]:
+        return {SlurmJobsRequest: self.jobs}
+
+    def admin_handlers(self) -> Mapping[type[Message], Handler]:
+        return {SlurmJobsRequest: self.jobs, AdminSlurmProlog: self.prolog, AdminSlurmEpilog: self.epilog}
+
+    def jobs(self, caller: Caller, _message: SlurmJobsRequest) -> SlurmJobsReply:
+        uid = None if self._is_admin(caller) else caller.uid
+        return SlurmJobsReply(jobs=self._ledger.records(uid))
+
+    def prolog(self, _caller: Caller, message: AdminSlurmProlog) -> SlurmJobOk:
+        return SlurmJobOk(record=self._ledger.prolog(message.job, message.uid, message.gpu_minors))
+
+    def epilog(self, _caller: Caller, message: AdminSlurmEpilog) -> SlurmJobOk:
+        return SlurmJobOk(record=self._ledger.epilog(message.job, self._release))

@@ -1,0 +1,109 @@
+"""Training processes in real podman containers (Debian's podman, a local image, a user namespace) against
+the host's perseusd on simulated GPUs: identity from the kernel, GPUs by what the container holds, restore
+when the container is killed, and a training job's closed loop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.containers.podman import (
+    PODMAN_UID_BASE,
+    Podman,
+    device_nodes,
+    first_json_line,
+    missing_requirement,
+    podman_storage,
+)
+from tests.support.perseusd_proc import DaemonProcess, sim_control
+
+pytestmark = pytest.mark.timeout(600)
+
+CLIENT = str(Path(__file__).resolve().parent / "client_inside.py")
+CLOCK_MHZ = 1005
+RESTORE_TIMEOUT_S = 20.0
+
+
+@pytest.fixture(scope="module")
+def podman() -> Iterator[Podman]:
+    reason = missing_requirement()
+    if reason:
+        pytest.skip(reason)
+    with podman_storage() as storage:
+        yield storage
+
+
+def _gpus(daemon: DaemonProcess) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = daemon.status()["gpus"]
+    return rows
+
+
+def test_a_podman_container_claims_its_gpu_and_its_death_restores_it(
+    podman: Podman, container_daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    daemon = container_daemon
+    uuids = [row["uuid"] for row in _gpus(daemon)]
+    nodes = device_nodes(tmp_path / "dev", [1, 2])
+    container, attached = podman.start(
+        [sys.executable, CLIENT, str(CLOCK_MHZ)],
+        daemon.dirs.runtime_dir,
+        nodes,
+        env={"CUDA_VISIBLE_DEVICES": "1"},
+    )
+    try:
+        seen = first_json_line(attached)
+        host_pid = podman.pid(container)
+        assert seen["pid"] == 1
+        assert seen["uid"] == 0
+        assert seen["visible"] == [uuids[1], uuids[2]]
+        assert seen["mine"] == uuids[2]
+        assert seen["applied_mhz"] == CLOCK_MHZ
+        assert seen["other"] == "PERMISSION_DENIED"
+        lease = _gpus(daemon)[2]["lease"]
+        assert lease["pid"] == host_pid
+        assert lease["uid"] == PODMAN_UID_BASE
+        assert sim_control(daemon.dirs.runtime_dir, uuids[2]).locked_sm_clock_mhz == CLOCK_MHZ
+        os.kill(host_pid, signal.SIGKILL)  # the container dies (podman kill would do the same)
+        deadline_s = time.monotonic() + RESTORE_TIMEOUT_S
+        while _gpus(daemon)[2]["lease"] is not None:
+            assert time.monotonic() < deadline_s, "the lease outlived the container"
+            time.sleep(0.05)
+        assert sim_control(daemon.dirs.runtime_dir, uuids[2]).locked_sm_clock_mhz is None
+    finally:
+        attached.kill()
+        attached.communicate(timeout=30)
+        podman.remove(container)
+
+
+def test_a_training_job_in_podman_runs_its_plan_and_saves_energy(
+    podman: Podman, container_daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    """perseus-emulate (2 stages, one process each) in a podman container given host GPUs 2 and 3."""
+    daemon = container_daemon
+    uuids = [row["uuid"] for row in _gpus(daemon)]
+    command = [
+        sys.executable, "-m", "perseusd.emulate.main", "--runtime-dir", "/run/perseusd",
+        "--profile", "a100_sxm", "--stages", "2", "--microbatches", "4", "--time-scale", "0.2",
+        "--iterations", "4", "--import-profile", "--json", "--timeout-s", "120", "--job", "in-podman",
+    ]  # fmt: skip
+    container, attached = podman.start(command, daemon.dirs.runtime_dir, device_nodes(tmp_path, [2, 3]))
+    try:
+        out, err = attached.communicate(timeout=240)
+    finally:
+        podman.remove(container)
+    assert attached.returncode == 0, err
+    report = json.loads(out)
+    assert report["failure"] is None
+    assert report["plan"]["state"] == "running"
+    assert report["saving_pct"] > 0
+    assert [pipe["gpus"] for pipe in report["pipelines"]] == [[uuids[2], uuids[3]]]
+    for uuid in uuids:
+        assert sim_control(daemon.dirs.runtime_dir, uuid).locked_sm_clock_mhz is None
