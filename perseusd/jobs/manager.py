@@ -788,9 +788,12 @@ class JobManager:
 
     def _check_accuracy(self, job: Job) -> None:
         """Once a second: the plan's measured saving against its prediction; re-plan once when it falls
-        short by more than the profile's error (`jobs.accuracy`)."""
+        short by more than the profile's error (`jobs.accuracy`). Not for a job whose pipelines span nodes:
+        this node's GPUs measure only their stages, and its plan is the spanning solve's (`jobs.spanning`)."""
         now_s = time.monotonic()
         if now_s - job.accuracy_checked_s < ACCURACY_PERIOD_S or job.deployed is None or job.all_max is None:
+            return
+        if job.span is not None:
             return
         job.accuracy_checked_s = now_s
         measured = self.measured(job)
