@@ -489,7 +489,7 @@ class JobManager:
             return False
         job.profile, job.p_block_w = measured
         job.energy_rel_err = energy_rel_errors(kept)
-        job.accuracy = AccuracyCheck()
+        job.accuracy = AccuracyCheck(profile_error_pct=profile_error_pct(job.energy_rel_err.values()))
         self._store_profile(job)
         logger.info(
             "job %s profiled in %d iterations: %d measurements, blocking power %.1f W",
@@ -801,7 +801,7 @@ class JobManager:
             return
         predicted_pct = 100.0 * (1.0 - job.deployed.point.energy_j / job.all_max.energy_j)
         measured_pct = 100.0 * (1.0 - measured.running_j / measured.all_max_j)
-        error_pct = profile_error_pct(job.energy_rel_err.values())
+        error_pct = job.accuracy.profile_error_pct
         was = job.accuracy.action
         scale = job.accuracy.judge(predicted_pct, measured_pct, error_pct, measured.iterations)
         check = job.accuracy

@@ -15,7 +15,6 @@ from perseus_client.protocol import (
 )
 
 from perseusd.cluster.job_board import PipelineFacts
-from perseusd.jobs.accuracy import profile_error_pct
 from perseusd.jobs.job import Job
 from perseusd.jobs.metering import MeasuredSaving
 from perseusd.jobs.slot import StageSlot
@@ -80,7 +79,7 @@ def job_info(
         planning=_planning(job),
         stage_gpus=job.shape.stage_gpus,
         span=span_info(job),
-        profile_error_pct=_round(profile_error_pct(job.energy_rel_err.values()), 3),
+        profile_error_pct=_round(job.accuracy.profile_error_pct, 3),
         predicted_saving_pct=_predicted_saving_pct(job),
         measured_saving_pct=job.accuracy.measured_saving_pct,
         saving_error_pts=job.accuracy.error_pts,

@@ -67,7 +67,8 @@ def test_a_running_job_reports_its_error_and_is_re_planned_when_it_falls_short(
         # counters' figure, replaced here: the simulated job sends no computations).
         all_max_j = 100.0
         short = all_max_j * (1 - (before.predicted_saving_pct - 5.0) / 100)
-        monkeypatch.setattr(manager, "measured", lambda _job: MeasuredSaving(short, all_max_j, 20.0))
+        iterations = float(MIN_ITERATIONS)
+        monkeypatch.setattr(manager, "measured", lambda _job: MeasuredSaving(short, all_max_j, iterations))
         job = next(iter(manager.jobs.values()))
         job.accuracy_checked_s = 0.0
         with caplog.at_level(logging.WARNING, logger="perseusd.jobs.manager"):
@@ -77,7 +78,7 @@ def test_a_running_job_reports_its_error_and_is_re_planned_when_it_falls_short(
         assert after.saving_error_pts == 2 * MIN_SAVING_ERROR_PTS
         assert after.measured_saving_pct == pytest.approx(before.predicted_saving_pct - 5.0, abs=1e-3)
         assert "re-planned with the profile's errors" in caplog.text
-        assert after.profile_error_pct is not None  # the re-plan's scaled errors
+        assert after.profile_error_pct is None  # the profile's own error: the re-plan's scaling is not it
         assert "re-planned" in accuracy_part(after)
         assert "5.0 points short" in accuracy_part(after)
         names = {m.name: m for m in job_families([(after, 0, 0)])}
