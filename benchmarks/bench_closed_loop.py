@@ -54,7 +54,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.closed_loop_suite import FAMILY_PREFIX, family_bars, family_case, family_csv, family_spec
 from benchmarks.h100_variants import VARIANTS, variant_csv, variant_stages
+from benchmarks.switch_reference import switch_aware_pct
 from perseusd.gpu.sim_boards import load_board
 from perseusd.gpu.sim_costs import WorkloadCosts
 from perseusd.jobs.solving import auto_unit_time_s
@@ -97,6 +99,8 @@ def case_spec(name: str) -> tuple[str, str, int, int]:
     """A named case, or `BOARD:PROFILE:STAGES:MICROBATCHES` (PROFILE a CSV path or a bundled name)."""
     if name in CASES:
         return CASES[name]
+    if name.startswith(FAMILY_PREFIX):
+        return family_spec(name)
     parts = name.rsplit(":", 3)
     if len(parts) != 4 or not parts[2].isdigit() or not parts[3].isdigit():
         raise SystemExit(
@@ -113,6 +117,8 @@ def shipped_profile(profile: str) -> Profile:
     if profile.startswith(VARIANT):
         text = variant_csv(profile.removeprefix(VARIANT))
         return read_profile_stream(io.StringIO(text, newline=""), source=profile)
+    if profile.startswith(FAMILY_PREFIX):
+        return read_profile_stream(io.StringIO(family_csv(profile), newline=""), source=profile)
     return bundled_profile(profile) if profile in BUNDLED_PROFILES else read_profile(profile)
 
 
@@ -165,12 +171,15 @@ def references(name: str) -> dict[str, float]:
     if profile_name == SYNTHETIC:
         return {}
     shipped = shipped_profile(profile_name)
-    return {
+    effective = board_effective_profile(shipped, board)
+    found = {
         "reference_shipped_pct": planner_no_slowdown_pct(shipped, stages, microbatches, board),
-        "reference_board_pct": planner_no_slowdown_pct(
-            board_effective_profile(shipped, board), stages, microbatches, board
-        ),
+        "reference_board_pct": planner_no_slowdown_pct(effective, stages, microbatches, board),
     }
+    switch_aware = switch_aware_pct(effective, stages, microbatches, board)
+    if switch_aware is not None:
+        found["reference_switch_aware_pct"] = switch_aware
+    return found
 
 
 def summary(result: dict[str, Any], reference: dict[str, float] | None = None) -> dict[str, Any]:
@@ -190,6 +199,7 @@ def summary(result: dict[str, Any], reference: dict[str, float] | None = None) -
         "slowdown_pct": result.get("slowdown_pct"),
         "clock_changes_per_iteration": plan.get("clock_changes_per_iteration"),
         "began_before_clock_fraction": plan.get("wrong_clock_fraction"),
+        "prediction_gap_pts": round(abs(planned - measured), 2) if planned is not None and measured else None,
     }
     for name, value in (reference or {}).items():
         figures[name] = value
@@ -209,7 +219,7 @@ def bars(figures: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return judged
 
 
-def run_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
+def run_case(name: str, args: argparse.Namespace, seed: int | None = None) -> dict[str, Any]:
     board, profile, stages, microbatches = case_spec(name)
     gpus = stages * args.pipelines
     # Counters update every 100 ms of emulated time: a faster world gets faster counters.
@@ -223,6 +233,12 @@ def run_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
         path = dirs.base / f"{profile.removeprefix(VARIANT)}-h100.csv"
         path.write_text(variant_csv(profile.removeprefix(VARIANT)))
         profile = str(path)
+    elif profile.startswith(FAMILY_PREFIX):
+        path = dirs.base / f"{_file_name(profile)}.csv"
+        path.write_text(family_csv(profile))
+        profile = str(path)
+    if seed is not None:
+        counters["PERSEUSD_SIM_SEED"] = str(seed)
     daemon = DaemonProcess(dirs, gpus=gpus, extra_args=("--sim-model", board), env=counters)
     started_s = time.monotonic()
     try:
@@ -251,23 +267,24 @@ def run_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
         ]
         if args.trace_dir is not None:
             args.trace_dir.mkdir(parents=True, exist_ok=True)
-            trace = args.trace_dir / f"{_file_name(name)}.jsonl"
+            trace = args.trace_dir / f"{_file_name(_seeded(name, seed))}.jsonl"
             trace.unlink(missing_ok=True)
             command += ["--trace", str(trace)]
         out = subprocess.run(
             command, capture_output=True, text=True, check=False, timeout=args.timeout_s + 60
         )
         if out.returncode != 0:
-            return {"case": name, "error": out.stderr.strip()[-2000:]}
+            return {"case": name, "seed": seed, "error": out.stderr.strip()[-2000:]}
         result: dict[str, Any] = json.loads(out.stdout)
         if args.trace_dir is not None:
-            path = args.trace_dir / f"{_file_name(name)}.profile.csv"
+            path = args.trace_dir / f"{_file_name(_seeded(name, seed))}.profile.csv"
             result["measured_profile"] = export_profile(daemon, result.get("job"), path)
     finally:
         daemon.signal(signal.SIGTERM)
         daemon.wait()
     return {
         "case": name,
+        "seed": seed,
         "board": board,
         "stages": stages,
         "microbatches": microbatches,
@@ -277,6 +294,10 @@ def run_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "summary": summary(result, references(name)),
         **result,
     }
+
+
+def _seeded(case: str, seed: int | None) -> str:
+    return case if seed is None else f"{case}-seed{seed}"
 
 
 def _file_name(case: str) -> str:
@@ -297,6 +318,18 @@ def export_profile(daemon: DaemonProcess, job: Any, path: Path) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument(
+        "--suite",
+        choices=("family",),
+        help="family: every workload of benchmarks/workload_family.py (cases family:NAME; --cases then "
+        "picks among them by NAME), judged by the family's bars (benchmarks/closed_loop_suite.py)",
+    )
+    parser.add_argument(
+        "--seeds",
+        default="",
+        help="comma-separated simulated-GPU seeds (PERSEUSD_SIM_SEED): every case runs once per seed "
+        "(default: one run at the daemon's seed 0)",
+    )
     parser.add_argument("--time-scale", type=float, default=1.0)
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--pipelines", type=int, default=1)
@@ -314,11 +347,19 @@ def main() -> int:
         help="per case (profiling A40 or 48 microbatches at time scale 1 takes over 15 min)",
     )
     args = parser.parse_args()
-    names = args.cases.split(",")
+    if args.suite == "family":
+        chosen = args.cases.split(",") if "--cases" in sys.argv else None
+        names = family_case(chosen)
+    else:
+        names = args.cases.split(",")
     for name in names:
         case_spec(name)  # every case checked before the first one runs
-    results = [run_case(name, args) for name in names]
-    print(json.dumps({"benchmark": "closed_loop", "results": results}, indent=2))
+    seeds: list[int | None] = [int(s) for s in args.seeds.split(",") if s] or [None]
+    results = [run_case(name, args, seed) for name in names for seed in seeds]
+    report: dict[str, Any] = {"benchmark": "closed_loop", "results": results}
+    if args.suite == "family":
+        report["family"] = family_bars(results)
+    print(json.dumps(report, indent=2))
     return 0 if all("error" not in r for r in results) else 1
 
 

@@ -41,6 +41,7 @@ from perseusd.planner.bundled import bundled_profile
 from perseusd.planner.dag import Instruction, build_dag
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.profiling.estimator import OptionEstimate
+from perseusd.profiling.fill import fill_stage
 from tests.profiling.emulation import StageEmulator
 from tests.profiling.test_h100_accuracy import ground_truth, profile_stage, truth_at
 
@@ -96,7 +97,9 @@ def plan_figures(kept: list[OptionEstimate], microbatches: int, truth: Profile) 
     }
 
 
-def run_case(microbatches: int, seed: int, truth_costs: Profile | None = None) -> dict[str, Any]:
+def run_case(
+    microbatches: int, seed: int, truth_costs: Profile | None = None, fill: bool = False
+) -> dict[str, Any]:
     truth = ground_truth()
     iterations, clocks, worst_time, worst_energy = [], [], 0.0, 0.0
     worst_option: dict[str, Any] = {}
@@ -116,9 +119,13 @@ def run_case(microbatches: int, seed: int, truth_costs: Profile | None = None) -
             finally:
                 stage.close()
         iterations.append(profiled.iterations)
-        kept.extend(profiled.kept)
+        stage_kept = profiled.kept
+        if fill and profiled.estimate is not None:
+            clocks_mhz = load_board(BOARD).clocks_mhz
+            stage_kept, _ = fill_stage(profiled.estimate, profiled.sweep_clocks_mhz, clocks_mhz, stage_kept)
+        kept.extend(stage_kept)
         clocks.append(sorted({int(o.clock_mhz) for o in profiled.kept}, reverse=True))
-        for option in profiled.kept:
+        for option in stage_kept:
             group = (option.key, option.clock_mhz)
             time_s, energy_j = (
                 profiled.ran[group]
@@ -154,10 +161,18 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--microbatches", default="8,16")
     parser.add_argument("--plan", action="store_true", help="also plan each measured profile (see above)")
+    parser.add_argument(
+        "--fill",
+        action="store_true",
+        help="add the options at unvisited clocks as the daemon does (profile_fill_clocks, perseusd.profiling"
+        ".fill); their errors count in the worst error",
+    )
     args = parser.parse_args()
     truth_costs = board_costs() if args.plan else None
     cases = [
-        run_case(int(m), s, truth_costs) for m in args.microbatches.split(",") for s in range(args.seeds)
+        run_case(int(m), s, truth_costs, args.fill)
+        for m in args.microbatches.split(",")
+        for s in range(args.seeds)
     ]
     summary = {
         "max_iterations": max(max(c["iterations_per_stage"]) for c in cases),

@@ -4,6 +4,11 @@
         [--seq 2048] [--sweep-clocks 10] [--iterations 12] [--out report.json] [--markdown report.md]
         [--daemon-log daemon.log] [--profile-out profile.csv] [--trace-out trace.json]
 
+`--layer-sweep` measures per-kind curves instead (`benchmarks/gpu_layer_sweep.py`: matmul, attention,
+memory-bound work, embedding and LM head at each vocabulary of `--vocabs`, at `--sweep-clocks` locked clocks):
+the measured curves `benchmarks/workload_family.py` composes workloads from, once written to
+`docs/gpu-validate/layer-sweep-*.json`.
+
 `--markdown` also writes the report as the Markdown section that docs/gpu-backends.md keeps ("Measured on a
 real GPU"). `--trace-out` keeps the closed loop's raw record (events, energy counter, SM clock) for study
 offline (tests/profiling/test_h200_traces.py replays two).
@@ -65,6 +70,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--positions", default="0,1,3", help="with --pipeline: the real stage's positions")
     parser.add_argument(
+        "--layer-sweep",
+        action="store_true",
+        help="the layer sweep instead: per kind of computation (matmul, attention, memory-bound, embedding, "
+        "LM head) its time and energy at --sweep-clocks locked clocks, for benchmarks/workload_family.py "
+        "(benchmarks/gpu_layer_sweep.py)",
+    )
+    parser.add_argument(
+        "--vocabs",
+        default="32000,128256",
+        help="with --layer-sweep: the vocabularies of embedding and LM head",
+    )
+    parser.add_argument(
         "--run-timeout-s", type=float, default=240.0, help="with --pipeline: each emulator run's limit"
     )
     parser.add_argument(
@@ -109,8 +126,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     try:
         args.targets = tuple(float(t) for t in args.targets.split(","))
         args.positions = tuple(int(p) for p in args.positions.split(","))
+        args.vocabs = tuple(int(v) for v in args.vocabs.split(","))
     except ValueError:
-        build_parser().error("--targets and --positions are comma-separated numbers")
+        build_parser().error("--targets, --positions and --vocabs are comma-separated numbers")
     return args
 
 
@@ -415,6 +433,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if reason is not None:
         emit(refused_report(reason), args.out, args.markdown)
         return EXIT_REFUSED
+    if args.layer_sweep:
+        from benchmarks.gpu_layer_sweep import run_layer_sweep  # torch and NVML from here on
+
+        report = run_layer_sweep(args)
+        emit(report, args.out)
+        return 0
     if args.pipeline:
         from benchmarks.gpu_validate_pipeline import run_pipeline  # torch and NVML from here on
 

@@ -167,3 +167,16 @@ class JobInfo:
     """GPUs per stage (tensor x context parallel), profiled, planned and switched together."""
     span: SpanInfo | None = since(4, None)
     """Set for a job whose pipelines span nodes (coordinated through etcd); None for a job on one node."""
+    profile_error_pct: float | None = since(7, None)
+    """The profile's estimated error: RMS of its energies' relative standard errors, % (None: not known,
+    as for an imported or cached profile)."""
+    predicted_saving_pct: float | None = since(7, None)
+    """The running plan's saving against all-max, predicted from the profile (%)."""
+    measured_saving_pct: float | None = since(7, None)
+    """The same as the counters measured it (None until both energies are measured)."""
+    saving_error_pts: float | None = since(7, None)
+    """How far the measured saving may lie below the prediction from the profile's error alone (points); a
+    larger shortfall re-plans the job once."""
+    accuracy_action: str = since(7, "")
+    """"re-planned" (measured saving fell short by more than the error), "kept" (still short after the
+    re-plan), or "" (within the error, or not judged yet)."""

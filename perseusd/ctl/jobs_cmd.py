@@ -163,11 +163,31 @@ def summary_line(job: JobInfo) -> str | None:
     if harm:
         parts.append(f"do no harm: {'; '.join(harm)}")
     parts += [note for note in notes if note.startswith("measured ")]
+    accuracy = accuracy_part(job)
+    if accuracy:
+        parts.append(accuracy)
     if job.planning is not None:
         parts.append(planning_part(job.planning))
     if job.stage_gpus > 1:
         parts.append(f"{job.stage_gpus} GPUs per stage")
     return INDENT + ", ".join(parts) if parts else None
+
+
+def accuracy_part(job: JobInfo) -> str:
+    """`saving predicted 15.8 % (profile error 0.9 %), measured 15.1 %: 0.7 points short (error 2.1),
+    re-planned`: the job's own error, each part only when known ("" when none is)."""
+    parts = []
+    if job.predicted_saving_pct is not None:
+        error = f" (profile error {job.profile_error_pct:.1f} %)" if job.profile_error_pct is not None else ""
+        parts.append(f"saving predicted {job.predicted_saving_pct:.1f} %{error}")
+    if job.measured_saving_pct is not None and job.predicted_saving_pct is not None:
+        gap = job.predicted_saving_pct - job.measured_saving_pct
+        within = f" (error {job.saving_error_pts:.1f})" if job.saving_error_pts is not None else ""
+        word = "short" if gap >= 0 else "over"
+        parts.append(f"measured {job.measured_saving_pct:.1f} %: {abs(gap):.1f} points {word}{within}")
+    if job.accuracy_action:
+        parts.append(job.accuracy_action)
+    return ", ".join(parts)
 
 
 def planning_part(planning: PlanningInfo) -> str:

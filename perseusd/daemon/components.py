@@ -52,6 +52,7 @@ def job_settings(config: DaemonConfig) -> JobSettings:
         unit_time_s=config.solver_unit_time_s,
         policy=Policy(config.default_policy, config.default_policy_target),
         clock_lead_s=config.clock_lead_ms / 1000.0,
+        fill_clocks=config.profile_fill_clocks,
         sweep=sweep,
         stragglers=stragglers,
         max_job_computations=config.max_job_computations,

@@ -67,6 +67,9 @@ class DaemonConfig:
     profile_iteration_budget: int = 40
     """Space the profiled clocks so that they fit about this many iterations at the pace the highest clock
     took (0: profile every clock the stride allows)."""
+    profile_fill_clocks: bool = True
+    """Plan with options at the clocks the sweep did not visit, from each key's fitted curves where the fit
+    reproduces its measured clocks (docs/profiling.md); false: measured clocks only."""
     energy_sample_period_s: float = 0.01
     clock_lead_ms: float = 2.0
     """A higher next clock is set the GPU's measured clock-set latency plus this margin before the running

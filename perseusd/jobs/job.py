@@ -20,6 +20,7 @@ from perseus_client.protocol import PlanEntry
 
 from perseusd.cluster.span_board import JobIdentity
 from perseusd.errors import PerseusError
+from perseusd.jobs.accuracy import AccuracyCheck
 from perseusd.jobs.cluster_link import RemoteView
 from perseusd.jobs.shape import JobShape, StageOrder
 from perseusd.jobs.slot import StageSlot
@@ -120,6 +121,9 @@ class Job:
         self.departure = ""
         """Why the running plan departs from its prediction ("": it does not, or not yet known)."""
         """Why the deployed plan differs from the frontier point (`jobs.no_harm`); "" when it does not."""
+        self.accuracy = AccuracyCheck()
+        """The plan's predicted saving against its measured one (`jobs.accuracy`)."""
+        self.accuracy_checked_s = 0.0
         self.energy_saved_j = 0.0
         # Power cap: the slowest-needed point the node cap allows (None: uncapped) and the job's tier.
         self.cap_index: int | None = None

@@ -30,6 +30,7 @@ from perseus_client.protocol import (
 from perseusd.errors import JobNotFoundError, JobOwnerError, PerseusError
 from perseusd.gpu.backend import GpuInfo
 from perseusd.gpu.owner import GpuReading
+from perseusd.jobs.accuracy import AccuracyCheck, profile_error_pct
 from perseusd.jobs.cache import JobCache
 from perseusd.jobs.capping import CAPPING_READS, capped_clock_mhz, finished_readings
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
@@ -48,6 +49,7 @@ from perseusd.jobs.straggling import StragglerSettings
 from perseusd.jobs.tensor_groups import finish_following, follow, stage_scale
 from perseusd.jobs.waiting import set_waiting, waiting_alone
 from perseusd.planner.baselines import all_max
+from perseusd.planner.dag import Instruction
 from perseusd.planner.plan import Frontier
 from perseusd.planner.policy import PointSummary, Policy
 from perseusd.planner.profile import Profile
@@ -55,6 +57,7 @@ from perseusd.planner.profile_csv import profile_to_csv
 from perseusd.planner.switching import SwitchModel
 from perseusd.profiling.adequacy import plan_problems
 from perseusd.profiling.estimator import OptionEstimate, StageEstimate, estimate_segment
+from perseusd.profiling.fill import fill_stage
 from perseusd.profiling.sweep import StageSweep, SweepSettings
 from perseusd.profiling.trace import Interval, OptionKey
 from perseusd.switching.energy_sampler import EnergySampler
@@ -66,6 +69,10 @@ RUNNING_SAMPLE_PERIOD_S = 1.0
 
 MAX_ENDED_JOBS = 32
 MIN_RUN_LEADS = 2.0
+ACCURACY_PERIOD_S = 1.0
+"""How often a running job's measured saving is judged against its prediction (`jobs.accuracy`)."""
+UNKNOWN_OPTION_ERROR = 0.01
+"""The per-option energy error a re-plan scales when the profile carries none (imported or cached)."""
 """Lowered runs shorter than this many clock leads are merged into a higher neighbour before deployment."""
 
 
@@ -97,6 +104,8 @@ class JobSettings:
     policy: Policy = field(default_factory=Policy)
     clock_lead_s: float = 0.002
     """The margin added to the measured clock-set latency when raising early (0: raises wait for the end)."""
+    fill_clocks: bool = True
+    """Add options at the clocks the sweep did not visit from each key's trusted fit (`profiling.fill`)."""
     sweep: SweepSettings = field(default_factory=SweepSettings)
     stragglers: StragglerSettings = field(default_factory=StragglerSettings)
     max_job_computations: int = 4096
@@ -470,6 +479,8 @@ class JobManager:
             for s in job.profiling_slots()
             if s.sweep is not None and s.estimate is not None
         }
+        if self.settings.fill_clocks:
+            kept = self._with_fitted_clocks(job, kept)
         counted = False
         timed = any(s.timed_computations for s in job.profiling_slots())
         scales = {
@@ -497,6 +508,7 @@ class JobManager:
             return False
         job.profile, job.p_block_w = measured
         job.energy_rel_err = energy_rel_errors(kept)
+        job.accuracy = AccuracyCheck(profile_error_pct=profile_error_pct(job.energy_rel_err.values()))
         self._store_profile(job)
         logger.info(
             "job %s profiled in %d iterations: %d measurements, blocking power %.1f W",
@@ -506,6 +518,22 @@ class JobManager:
             job.p_block_w,
         )
         return True
+
+    def _with_fitted_clocks(
+        self, job: Job, kept: dict[str, list[OptionEstimate]]
+    ) -> dict[str, list[OptionEstimate]]:
+        """`kept` with each GPU's options at the clocks its sweep did not visit where its key's curves are
+        trusted (`perseusd.profiling.fill`), Pareto-filtered again; the log says what was filled or why."""
+        out = {}
+        for slot in job.profiling_slots():
+            if slot.gpu not in kept or slot.sweep is None or slot.estimate is None:
+                continue
+            filled, notes = fill_stage(
+                slot.estimate, slot.sweep.clocks_mhz, slot.supported_clocks_mhz, kept[slot.gpu]
+            )
+            out[slot.gpu] = filled
+            logger.info("job %s stage %d: %s", job.name, slot.stage, "; ".join(notes))
+        return {gpu: out.get(gpu, options) for gpu, options in kept.items()}
 
     def _cannot_plan(self, job: Job, problems: list[str]) -> None:
         """The measurements cannot support a plan: never deploy one; say why (jobs table and log)."""
@@ -691,6 +719,7 @@ class JobManager:
             elif job.state == RUNNING:
                 self.response.tick(job)
                 self._follow_grid(job)
+                self._check_accuracy(job)
 
     def _solving(self, uid: int) -> int:
         """Solves of `uid`'s jobs in the worker's queue or running."""
@@ -800,6 +829,46 @@ class JobManager:
                 self.response.decide(job)  # every pipeline switches at its next iteration boundary
         self.carbon.count(job, self._sampler.samples, self._clock_ns())
 
+    def _check_accuracy(self, job: Job) -> None:
+        """Once a second: the plan's measured saving against its prediction; re-plan once when it falls
+        short by more than the profile's error (`jobs.accuracy`). Not for a job whose pipelines span nodes:
+        this node's GPUs measure only their stages, and its plan is the spanning solve's (`jobs.spanning`)."""
+        now_s = time.monotonic()
+        if now_s - job.accuracy_checked_s < ACCURACY_PERIOD_S or job.deployed is None or job.all_max is None:
+            return
+        if job.span is not None:
+            return
+        job.accuracy_checked_s = now_s
+        measured = self.measured(job)
+        if measured is None or not measured.all_max_j or job.all_max.energy_j <= 0:
+            return
+        predicted_pct = 100.0 * (1.0 - job.deployed.point.energy_j / job.all_max.energy_j)
+        measured_pct = 100.0 * (1.0 - measured.running_j / measured.all_max_j)
+        error_pct = job.accuracy.profile_error_pct
+        was = job.accuracy.action
+        scale = job.accuracy.judge(predicted_pct, measured_pct, error_pct, measured.iterations)
+        check = job.accuracy
+        if scale is None:
+            if check.action == "kept" and was != "kept":
+                logger.warning(
+                    "job %s: measured saving %.1f %% still falls short of the re-planned %.1f %% by %.1f "
+                    "points (error %.1f): keeps the plan; re-profile it (import a profile) to do better",
+                    job.name, measured_pct, predicted_pct, check.gap_pts or 0.0, check.error_pts or 0.0,
+                )  # fmt: skip
+            return
+        logger.warning(
+            "job %s: measured saving %.1f %% falls short of the predicted %.1f %% by %.1f points, more than "
+            "its error (%.1f points, profile error %s): re-planned with the profile's errors x %.1f",
+            job.name, measured_pct, predicted_pct, check.gap_pts or 0.0, check.error_pts or 0.0,
+            "unknown" if error_pct is None else f"{error_pct:.2f} %", scale,
+        )  # fmt: skip
+        base = job.energy_rel_err or dict.fromkeys(_profile_options(job), UNKNOWN_OPTION_ERROR)
+        job.energy_rel_err = {key: err * scale for key, err in base.items()}
+        for slot in job.slots.values():
+            slot.run_since_ns = 0  # measure the re-planned run afresh
+            slot.running_steps = 0
+        self._run(job)
+
     def _all_max(self, job: Job) -> PointSummary | None:
         """All-max clocks on the job's profile: what the energy saved is counted against."""
         orders = job.orders or job.stage_orders()
@@ -884,6 +953,7 @@ class JobManager:
         """An imported profile replaces the job's: solve again (the running plan stays until then)."""
         job.profile, job.p_block_w, job.cached = profile, p_block_w, False
         job.all_max = None  # counted again on the new profile
+        job.energy_rel_err, job.accuracy = {}, AccuracyCheck()
         job.frontier, job.points, job.points_by_index = None, [], {}
         self._store_profile(job)
         for slot in job.profiling_slots():
@@ -892,6 +962,12 @@ class JobManager:
         if job.state in (PROFILING, RUNNING, FAILED):
             job.enter(SOLVING)
         self._advance(job)
+
+
+def _profile_options(job: Job) -> list[tuple[int, Instruction, int]]:
+    if job.profile is None:
+        return []
+    return [(m.stage, m.instruction, m.freq_mhz) for m in job.profile.measurements]
 
 
 def nothing_measured(counted_j: float | None, timed: bool) -> str:

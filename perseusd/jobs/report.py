@@ -84,7 +84,18 @@ def job_info(
         planning=_planning(job),
         stage_gpus=job.shape.stage_gpus,
         span=span_info(job),
+        profile_error_pct=_round(job.accuracy.profile_error_pct, 3),
+        predicted_saving_pct=_predicted_saving_pct(job),
+        measured_saving_pct=job.accuracy.measured_saving_pct,
+        saving_error_pts=job.accuracy.error_pts,
+        accuracy_action=job.accuracy.action,
     )
+
+
+def _predicted_saving_pct(job: Job) -> float | None:
+    if job.deployed is None or job.all_max is None or job.all_max.energy_j <= 0:
+        return None
+    return round(100.0 * (1.0 - job.deployed.point.energy_j / job.all_max.energy_j), 3)
 
 
 def _planning(job: Job) -> PlanningInfo | None:

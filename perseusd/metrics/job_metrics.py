@@ -88,6 +88,14 @@ def job_families(snapshots: list[tuple[JobInfo, int, int]]) -> Iterator[Metric]:
         "Profiling done to plan deployed, by phase (fit, frontier, follow, descent, transfer; total)",
         (*JOB, "phase"),
     )
+    accuracy = gauge(
+        "job_saving_percent",
+        "The running plan's saving versus all-max: predicted, measured, how far it may lie (error_points)",
+        (*JOB, "kind"),
+    )
+    profile_error = gauge(
+        "job_profile_error_percent", "RMS relative standard error of the profile's energies", JOB
+    )
     for info, clock_changes, wrong_starts in snapshots:
         key = [info.job, str(info.uid)]
         for name in JOB_STATES:
@@ -102,6 +110,14 @@ def job_families(snapshots: list[tuple[JobInfo, int, int]]) -> Iterator[Metric]:
         late.add_metric(key, wrong_starts)
         if info.straggler is not None:
             straggling.add_metric([*key, str(info.straggler.pipeline)], info.straggler.factor)
+        _maybe(profile_error, key, info.profile_error_pct)
+        for kind, value in (
+            ("predicted", info.predicted_saving_pct),
+            ("measured", info.measured_saving_pct),
+            ("error_points", info.saving_error_pts),
+        ):
+            if value is not None:
+                accuracy.add_metric([*key, kind], value)
         for phase, seconds in planning_phases(info):
             planning.add_metric([*key, phase], seconds)
         for pipe in info.pipelines[:MAX_PIPELINES]:
@@ -122,7 +138,7 @@ def job_families(snapshots: list[tuple[JobInfo, int, int]]) -> Iterator[Metric]:
         late,
         straggling,
     )
-    yield from (iteration, iterations, slowness, planning)
+    yield from (iteration, iterations, slowness, planning, accuracy, profile_error)
 
 
 def planning_phases(info: JobInfo) -> list[tuple[str, float]]:

@@ -81,6 +81,9 @@ class OptionEstimate:
     """Standard error of `energy_j` / `energy_j` (power and time errors combined); inf when unknown."""
     windows: int = 0
     """Counter windows of the final fit that this option's computations overlap."""
+    fitted: bool = False
+    """Not measured: read off the key's fitted curves at a clock the sweep did not visit
+    (`perseusd.profiling.fill`)."""
 
 
 @dataclass(frozen=True)

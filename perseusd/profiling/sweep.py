@@ -197,6 +197,9 @@ class StageSweep:
         budget = self._settings.iteration_budget
         if budget > 0 and below:
             pace = min(max(first_iterations, 1), self._settings.max_iterations_per_clock)
+            # The pace is noise (where the precision rule happens to stop): rounded up to a power of two,
+            # runs of one job space their clocks alike (see docs/profiling.md, "Which clocks").
+            pace = min(1 << (pace - 1).bit_length(), self._settings.max_iterations_per_clock)
             affordable = max(MIN_BUDGET_CLOCKS, budget // pace) - 1
             useful = [c for c in below if c >= top * BUDGET_RANGE]
             self._stride = max(self._stride, -(-len(useful) // affordable))

@@ -72,6 +72,9 @@ class Profiled:
     """Mean time and energy of the computations the board ran, per (key, locked clock)."""
     board_capped: set[tuple[OptionKey, int]]
     """Options whose computations the board capped below their lock."""
+    estimate: StageEstimate | None = None
+    """The last estimate (every measured option)."""
+    sweep_clocks_mhz: tuple[int, ...] = ()
 
 
 def profile_stage(stage: StageEmulator) -> Profiled:
@@ -108,7 +111,7 @@ def profile_stage(stage: StageEmulator) -> Profiled:
         if record.capped:
             board_capped.add(group)
     ran = {g: (sum(t for t, _ in v) / len(v), sum(e for _, e in v) / len(v)) for g, v in runs.items()}
-    return Profiled(iterations, sweep.kept(estimate), ran, board_capped)
+    return Profiled(iterations, sweep.kept(estimate), ran, board_capped, estimate, sweep.clocks_mhz)
 
 
 @pytest.fixture

@@ -1,0 +1,58 @@
+"""The honest reference for a closed-loop run: the best no-slowdown plan a GPU with the board's lock latency
+can follow on the TRUE profile, beside the switch-free planner's figure.
+
+`switch_aware_pct` builds the solve exactly as the daemon does (`perseusd.jobs.solving.solve`: the frontier,
+every point followed under the switch model, the switch-aware descent) on the profile as the board runs it,
+with the switch model the daemon derives from the board's mean lock latency (lead = latency + 2 ms, lowered
+runs shorter than two leads merged), and picks what `no_slowdown` picks: the least switch-aware energy whose
+predicted time is no longer than all-max's. The saving is against all-max on the same profile, with the
+board's idle power at its top clock as the blocking power (as `perseusctl compare` is given).
+"""
+
+from __future__ import annotations
+
+from perseusd.gpu.sim_boards import load_board
+from perseusd.jobs.manager import MIN_RUN_LEADS, JobSettings
+from perseusd.jobs.shape import JobShape
+from perseusd.jobs.solving import SolveInput, auto_unit_time_s, solve
+from perseusd.planner.baselines import all_max
+from perseusd.planner.policy import PointSummary, Policy
+from perseusd.planner.profile import Profile
+from perseusd.planner.profile_csv import profile_to_csv
+from perseusd.planner.switching import SwitchModel
+
+
+def board_switch_model(board_name: str) -> SwitchModel | None:
+    """The switch model the daemon would derive on this board (None: the board states no lock latency)."""
+    board = load_board(board_name)
+    timing = board.clock_lock
+    if timing.call_max_s <= 0:
+        return None
+    latency_s = (timing.call_min_s + timing.call_max_s) / 2
+    lead_s = latency_s + JobSettings().clock_lead_s
+    return SwitchModel(latency_s, lead_s, min_run_s=MIN_RUN_LEADS * lead_s)
+
+
+def switch_aware_pct(profile: Profile, stages: int, microbatches: int, board_name: str) -> float | None:
+    """The no-slowdown saving (%) of the best followable plan on `profile` (None: no switch model)."""
+    switch = board_switch_model(board_name)
+    if switch is None:
+        return None
+    p_block_w = load_board(board_name).idle_power_w(load_board(board_name).max_clock_mhz)
+    shape = JobShape("1f1b", stages, microbatches, 1)
+    orders = shape.named_orders() or ()
+    task = SolveInput(
+        "reference",
+        shape,
+        orders,
+        profile_to_csv(profile),
+        profile.source,
+        p_block_w,
+        auto_unit_time_s(profile),
+        switch,
+    )
+    frontier = solve(task).frontier
+    base = all_max(shape.dag(orders), profile, p_block_w)
+    points = [PointSummary(i, p.predicted_time_s, p.refined_energy_j) for i, p in enumerate(frontier.points)]
+    chosen = Policy("no_slowdown").choose(points, base.time_s)
+    return round(100.0 * (1.0 - chosen.energy_j / base.energy_j), 2)

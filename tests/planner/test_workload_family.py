@@ -1,0 +1,124 @@
+"""`benchmarks/workload_family.py`: the closed-loop suite's workloads, composed from per-kind curves, and the
+suite's references and bars (`switch_reference.py`, `closed_loop_suite.py`)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from benchmarks.closed_loop_suite import family_bars, family_case, family_spec
+from benchmarks.switch_reference import board_switch_model, switch_aware_pct
+from benchmarks.workload_family import (
+    CLOCKS_MHZ,
+    FAMILY,
+    KINDS,
+    bounds_violations,
+    kind_curve,
+    profile_csv,
+    stage_cost,
+)
+from perseusd.gpu.sim_boards import load_board
+from perseusd.gpu.sim_costs import check_profile_fits
+from perseusd.planner.bundled import bundled_profile
+from perseusd.planner.profile_csv import read_profile_stream
+
+
+def test_the_family_covers_the_shapes_the_suite_needs() -> None:
+    workloads = list(FAMILY.values())
+    assert len(workloads) >= 24
+    assert {w.stages for w in workloads} == {4, 6, 8}
+    assert min(w.microbatches for w in workloads) == 8
+    assert max(w.microbatches for w in workloads) == 32
+    for flag in ("moe", "recompute", "balanced"):
+        assert {bool(getattr(w, flag)) for w in workloads} == {True, False}, flag
+    assert min(w.vocab for w in workloads) <= 32_000
+    assert max(w.vocab for w in workloads) >= 256_000
+    assert {w.block for w in workloads} == {"block_h100", "block_h200"}
+
+
+@pytest.mark.parametrize("name", list(FAMILY))
+def test_every_profile_is_within_physical_bounds_and_fits_the_board(name: str) -> None:
+    workload = FAMILY[name]
+    assert bounds_violations(workload) == []
+    profile = read_profile_stream(io.StringIO(profile_csv(workload)), source=name)
+    check_profile_fits(profile, load_board("h100_sxm"))
+    assert profile.num_stages == workload.stages
+
+
+def test_the_measured_block_is_the_shipped_profiles_middle_stages() -> None:
+    shipped = bundled_profile("h100_sxm")
+    for clock in (1980, 1440, 900):
+        for instruction in ("forward", "backward"):
+            time_s, power_w = kind_curve("block_h100", instruction)[clock]
+            rows = [m for m in shipped.measurements if m.stage in (1, 2) and m.freq_mhz == clock]
+            rows = [m for m in rows if m.instruction.value == instruction]
+            assert 4 * time_s == pytest.approx(sum(m.time_s for m in rows) / 2)
+            assert 4 * time_s * power_w == pytest.approx(sum(m.energy_j for m in rows) / 2)
+
+
+def test_kinds_depend_on_the_clock_differently() -> None:
+    def slowdown(kind: str) -> float:
+        curve = kind_curve(kind, "forward")
+        return curve[990][0] / curve[1980][0]
+
+    assert slowdown("alltoall") == 1.0  # a wait the SM clock does not touch
+    assert slowdown("memory") < 1.15  # HBM-bound: nearly flat
+    assert slowdown("attention") > 1.8  # compute-bound, not capped
+    block = kind_curve("block_h100", "forward")
+    assert block[1665][0] / block[1980][0] < 1.02  # power-capped: flat over the top clocks
+    assert set(KINDS) >= {"block_h100", "block_h200", "lm_head", "attention", "memory", "alltoall"}
+    for kind in KINDS:
+        assert set(kind_curve(kind, "backward")) == set(CLOCKS_MHZ)
+
+
+def test_recomputation_adds_the_forward_to_the_backward_and_vocabulary_scales_the_head() -> None:
+    dense = FAMILY["dense4x8"]
+    recomputed = type(dense)("r", dense.layers, dense.microbatches, recompute=True, vocab=dense.vocab)
+    for stage in range(dense.stages):
+        plain = stage_cost(dense, stage, "backward", 1440)[0]
+        layers_forward = stage_cost(dense, 1, "forward", 1440)[0]  # a middle stage: its layers alone
+        extra = stage_cost(recomputed, stage, "backward", 1440)[0] - plain
+        assert extra == pytest.approx(layers_forward)  # the layers' forward again, not the head's
+    big = type(dense)("v", dense.layers, dense.microbatches, vocab=4 * dense.vocab)
+    assert stage_cost(big, 3, "forward", 1980)[0] > 2 * stage_cost(dense, 3, "forward", 1980)[0]
+    assert stage_cost(big, 1, "forward", 1980) == stage_cost(dense, 1, "forward", 1980)
+
+
+def test_the_switch_aware_reference_follows_the_boards_lock_latency() -> None:
+    model = board_switch_model("h100_sxm")
+    assert model is not None
+    assert 0.009 <= model.latency_s <= 0.015
+    assert model.lead_s > model.latency_s
+    profile = bundled_profile("h100_sxm")
+    aware = switch_aware_pct(profile, 4, 8, "h100_sxm")
+    assert aware is not None
+    assert 10.0 < aware < 20.0
+
+
+def test_the_suite_names_every_workload_and_judges_its_bars() -> None:
+    cases = family_case()
+    assert len(cases) == len(FAMILY)
+    assert family_spec(cases[0])[0] == "h100_sxm"
+    assert family_case(["dense4x8"]) == ["family:dense4x8"]
+    with pytest.raises(SystemExit):
+        family_spec("family:nonesuch")
+    good = {
+        "of_switch_aware_reference": 0.95,
+        "slowdown_pct": 0.3,
+        "profiling_iterations": 60,
+        "began_before_clock_fraction": 0.05,
+        "prediction_gap_pts": 0.5,
+    }
+    runs = [
+        {"case": "family:a", "seed": 0, "summary": {**good, "measured_saving_pct": 15.0}},
+        {"case": "family:a", "seed": 1, "summary": {**good, "measured_saving_pct": 15.5}},
+        {"case": "family:b", "seed": 0, "summary": {**good, "measured_saving_pct": 12.0}},
+        {"case": "family:b", "seed": 1, "summary": {**good, "measured_saving_pct": 9.5, "slowdown_pct": 1.4}},
+    ]
+    judged = family_bars(runs)
+    assert judged["failed"] == ["family:b"]  # a slow run and 2.5 points between seeds
+    assert judged["workloads"]["family:a"]["seed_spread_pts"] == 0.5
+    assert judged["workloads"]["family:b"]["seed_spread_met"] is False
+    assert judged["median_of_switch_aware_reference"] == 0.95
+    assert judged["median_met"] is True
