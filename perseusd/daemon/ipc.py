@@ -66,6 +66,7 @@ MAX_ERROR_CHARS = 400
 MAX_ECHOED_MAJOR = (1 << 31) - 1
 DEFAULT_LIMITS = ConnectionLimits.for_descriptors(1024)
 MONITORED_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
+_POLLIN = int(zmq.POLLIN)  # a plain int: `&` with the enum member costs an enum operation per event
 
 
 class RateLimitedLog:
@@ -180,10 +181,14 @@ class IpcServer:
 
     # ------------------------------------------------------------------ loop
 
-    def poll_once(self, timeout_ms: int) -> None:
-        """Wait up to `timeout_ms` and serve whatever is ready."""
+    def poll_once(self, timeout_ms: int) -> bool:
+        """Wait up to `timeout_ms` and serve whatever is ready; whether that was events and nothing else (no
+        request, connection, process death or signal, and not a timeout)."""
         self._sync_pidfds()
         ready = dict(self._poller.poll(timeout_ms))
+        if len(ready) == 1 and self._events in ready:  # the hot path: a training process's event
+            self._drain_events()
+            return True
         for monitor in self._monitors:
             if monitor in ready:
                 self._serve_monitor(monitor)
@@ -200,6 +205,7 @@ class IpcServer:
         for fd, callback in self._extra_fds.items():
             if fd in ready:
                 callback()
+        return False
 
     def _sync_pidfds(self) -> None:
         current = set(self._core.client_pidfds())
@@ -430,4 +436,4 @@ class IpcServer:
 def _readable(sock: zmq.Socket[bytes]) -> bool:
     """Whether a message waits on `sock` (one getsockopt: no exception as `zmq.Again` raises)."""
     flags = sock.getsockopt(zmq.EVENTS)
-    return isinstance(flags, int) and bool(flags & zmq.POLLIN)
+    return isinstance(flags, int) and bool(flags & _POLLIN)
