@@ -55,7 +55,7 @@ def test_the_solution_round_trips_and_bad_documents_are_refused() -> None:
     orders = shape.named_orders()
     assert orders is not None
     task = SolveInput("j", shape, orders, profile_to_csv(profile), "p", 80.0, auto_unit_time_s(profile))
-    frontier = solve(task)
+    frontier = solve(task).frontier
     again, merged, p_block_w = decode_solution(encode_solution(frontier, profile, 80.0), "solution")
     assert again == frontier
     assert (merged.measurements, p_block_w) == (profile.measurements, 80.0)
