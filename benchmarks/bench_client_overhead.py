@@ -13,7 +13,8 @@ flipped every round (benchmarks/overhead_worker.py). Reported per world size:
   restricted to the client library's functions (where the training process's share goes);
 - the daemon's CPU use during off and on blocks (% of one core), by thread (from /proc: the IPC loop, the GPU
   owner threads, the energy sampler, the deadline timer), so what the daemon takes from the cores training
-  uses is seen, not guessed.
+  uses is seen, not guessed; and per event read in the "on" blocks (benchmarks/bench_event_cost.py measures
+  that alone, against another checkout).
 
 Run timing-sensitive: `flock /tmp/perseus-bench.lock python benchmarks/bench_client_overhead.py`; the
 machine's load is printed beside the numbers. Prints JSON.
@@ -176,16 +177,31 @@ def _run_world(args: argparse.Namespace, world: int, daemon: DaemonProcess, work
                 proc.communicate()
         cpu.stop()
     report = json.loads(procs[0][1].read_text())
-    return _summary(report, cpu, world)
+    return _summary(report, cpu, world, args.microbatches, args.warmup)
 
 
-def _summary(report: dict[str, Any], cpu: ThreadCpu, world: int) -> dict[str, Any]:
+def _per_event_us(
+    daemon_pct: float, blocks: list[dict[str, Any]], world: int, microbatches: int, warmup: int
+) -> float:
+    """The daemon's CPU per event read during the "on" blocks (us): each rank sends a step's begin and end and
+    a begin and an end per forward and backward, warm-up steps included."""
+    chosen = [b for b in blocks if b["mode"] == "on"]
+    wall_s = sum(b["wall_s"][1] - b["wall_s"][0] for b in chosen)
+    events = world * (2 + 4 * microbatches) * sum(len(b["step_s"]) + warmup for b in chosen)
+    per_event_us: float = daemon_pct / 100 * wall_s / max(1, events) * 1e6
+    return round(per_event_us, 1)
+
+
+def _summary(
+    report: dict[str, Any], cpu: ThreadCpu, world: int, microbatches: int, warmup: int
+) -> dict[str, Any]:
     blocks = report["blocks"]
     modes = sorted({b["mode"] for b in blocks}, key=["off", "hooks", "sent", "on"].index)
     medians = {mode: [statistics.median(b["step_s"]) for b in blocks if b["mode"] == mode] for mode in modes}
     off_s, on_s = statistics.median(medians["off"]), statistics.median(medians["on"])
     paired = [(on - off) / off for off, on in zip(medians["off"], medians["on"], strict=True)]
-    per_step_computations = 2 * report.get("microbatches", 0)
+    per_step_computations = 2 * microbatches
+    daemon_on = _daemon_cpu(cpu, blocks, "on")
     return {
         "ranks": world,
         "step_ms": {"off": round(off_s * 1e3, 2), "on": round(on_s * 1e3, 2)},
@@ -204,7 +220,8 @@ def _summary(report: dict[str, Any], cpu: ThreadCpu, world: int) -> dict[str, An
         "rank0_by_mode": {mode: _rank_threads(blocks, mode) for mode in modes},
         "computation_us": round(report["computation_us"], 2),
         "daemon_cpu_off": _daemon_cpu(cpu, blocks, "off"),
-        "daemon_cpu_on": _daemon_cpu(cpu, blocks, "on"),
+        "daemon_cpu_on": daemon_on,
+        "daemon_us_per_event_on": _per_event_us(daemon_on["total_pct"], blocks, world, microbatches, warmup),
         "client_profile": report.get("client_profile"),
         "events_dropped": report["events_dropped"],
         "calls_skipped": report["calls_skipped"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import socket
@@ -20,6 +21,12 @@ logger = logging.getLogger(__name__)
 
 IDLE_POLL_S = 1.0
 BUSY_POLL_S = 0.05
+TICK_PERIOD_S = 0.01
+"""While only events arrive, the main loop's periodic work (`DaemonCore.tick`: solves to collect, waiting
+jobs, the power cap's sampling, a state write to retry) runs at most this often, not after every event: that
+work is paced by the clock (with no event it waits up to `BUSY_POLL_S`), and a training job's events would
+otherwise run it thousands of times a second. A request, a connection, a process death, a signal or a
+timeout is still followed by a tick at once, and so is the first event after a quiet spell."""
 MAX_LOOP_FAILURES = 20
 """Iterations in a row that may fail before the daemon gives up (restoring every GPU) and exits."""
 EXIT_CRASHED = 1
@@ -93,6 +100,8 @@ class Service:
         self._signals = SignalState()
         self._watchdog_s = sdnotify.watchdog_interval_s()
         self._next_ping_s = 0.0
+        self._last_tick_s = -math.inf
+        self._tick_skipped = False  # after events only, within TICK_PERIOD_S of the last tick
         self.loop_errors = 0
 
     def run(self) -> int:
@@ -134,9 +143,16 @@ class Service:
                 time.sleep(BUSY_POLL_S)
 
     def _iterate(self, poll_s: float) -> None:
-        timeout_s = BUSY_POLL_S if self._core.busy() else poll_s
-        self._ipc.poll_once(int(timeout_s * 1000))
-        self._core.tick()
+        if self._tick_skipped:  # wake up for it in time (sooner than BUSY_POLL_S: no need to ask busy())
+            timeout_s = max(0.0, min(poll_s, self._last_tick_s + TICK_PERIOD_S - time.monotonic()))
+        else:
+            timeout_s = BUSY_POLL_S if self._core.busy() else poll_s
+        events_only = self._ipc.poll_once(math.ceil(timeout_s * 1000))
+        now_s = time.monotonic()
+        self._tick_skipped = events_only and now_s < self._last_tick_s + TICK_PERIOD_S
+        if not self._tick_skipped:
+            self._last_tick_s = now_s
+            self._core.tick()
         if self._signals.reload:
             self._signals.reload = False
             self._reload()

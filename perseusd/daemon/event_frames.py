@@ -1,0 +1,94 @@
+"""Decoding event frames cheaply: the hot path of the event socket (no transport here).
+
+Every computation and step boundary of every training process is one event frame, so the daemon's CPU per
+event is what a training job pays for the integration when the daemon shares its cores (docs/pytorch.md,
+"Cost"). The client library writes events in one fixed form (`perseus_client.client`'s formats: minor 0,
+request id 0, fields in order, no whitespace); a frame in exactly that form, with values the generic
+validation would accept as they are, is read by one regular expression instead of the JSON parser and the
+schema walk. Anything else (another field order, whitespace, escapes in a string, a negative or very large
+number, leading zeros, a frame over the size limit, any other type) goes through `perseus_client.protocol.
+decode`, so the result, and every error with its code and message, is the same as before: the fast path
+only ever accepts frames the generic path decodes to an equal message.
+"""
+
+from __future__ import annotations
+
+import re
+
+from perseus_client.protocol import (
+    PROTOCOL_MAJOR,
+    ComputationBegin,
+    ComputationEnd,
+    Message,
+    StepBegin,
+    StepEnd,
+    decode,
+)
+
+_NUMBER = rb"(0|[1-9][0-9]{0,17})"
+"""A JSON integer the generic path takes as it is: no sign, no leading zero, below 2^63 (18 digits)."""
+_STRING = rb'"([^"\\\x00-\x1f]*)"'
+"""A JSON string without escapes and without the control characters JSON refuses (UTF-8 checked apart)."""
+_HEAD = rb'\{"v":%d,"id":0,"type":"' % PROTOCOL_MAJOR
+_COMPUTATION = re.compile(
+    _HEAD
+    + rb'comp_(begin|end)","gpu":'
+    + _STRING
+    + rb',"stage":'
+    + _NUMBER
+    + rb',"instruction":"(forward|backward)","microbatch":'
+    + _NUMBER
+    + rb',"chunk":'
+    + _NUMBER
+    + rb',"timestamp_ns":'
+    + _NUMBER
+    + rb"\}"
+)
+_STEP = re.compile(
+    _HEAD
+    + rb'step_(begin|end)","gpu":'
+    + _STRING
+    + rb',"step":'
+    + _NUMBER
+    + rb',"timestamp_ns":'
+    + _NUMBER
+    + rb"\}"
+)
+
+
+def decode_event(data: bytes, max_frame_bytes: int, minor: int) -> Message:
+    """The message of one frame read on the event socket; raises `ProtocolError` as `decode` does.
+
+    `minor` is the newest minor the daemon speaks (events exist since minor 0, so every minor reads them).
+    The message may be of any type: the caller refuses what is not an event.
+    """
+    if len(data) <= max_frame_bytes:
+        message = _fast(data)
+        if message is not None:
+            return message
+    return decode(data, max_frame_bytes, minor).message
+
+
+def _fast(data: bytes) -> Message | None:
+    """The event of a frame in the client library's exact form, or None (then the generic path decides)."""
+    try:
+        match = _COMPUTATION.fullmatch(data)
+        if match is not None:
+            kind, gpu, stage, instruction, microbatch, chunk, timestamp_ns = match.groups()
+            cls = ComputationBegin if kind == b"begin" else ComputationEnd
+            return cls(
+                gpu.decode(),
+                int(stage),
+                "forward" if instruction == b"forward" else "backward",
+                int(microbatch),
+                int(chunk),
+                int(timestamp_ns),
+            )
+        match = _STEP.fullmatch(data)
+        if match is not None:
+            kind, gpu, step, timestamp_ns = match.groups()
+            step_cls = StepBegin if kind == b"begin" else StepEnd
+            return step_cls(gpu.decode(), int(step), int(timestamp_ns))
+    except UnicodeDecodeError:  # not UTF-8: the generic path names it
+        return None
+    return None
