@@ -67,7 +67,7 @@ class DaemonConfig:
     profile_iteration_budget: int = 40
     """Space the profiled clocks so that they fit about this many iterations at the pace the highest clock
     took (0: profile every clock the stride allows)."""
-    profile_fill_clocks: bool = False
+    profile_fill_clocks: bool = True
     """Plan with options at the clocks the sweep did not visit, from each key's fitted curves where the fit
     reproduces its measured clocks (docs/profiling.md); false: measured clocks only."""
     energy_sample_period_s: float = 0.01
