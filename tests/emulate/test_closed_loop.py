@@ -41,9 +41,13 @@ def _check_report(report: dict[str, Any]) -> None:
         assert report[phase]["energy_per_iteration_j"] > 0
     assert report["saving_pct"] > 0
     # No slowdown, as planned (the measured slowdown is wall-clock time, a benchmark's business:
-    # bench_closed_loop.py): the deployed point is predicted no slower than all-max on the job's profile.
+    # bench_closed_loop.py): the deployed point is predicted no slower than all-max on the job's profile, or,
+    # when no point of the frontier is (a point followed under the measured clock-set latency can take a
+    # fraction of a percent longer than the profile's all-max), the policy's fallback: the fastest point.
     (job,) = report["daemon_jobs"]
-    assert job["plan_time_s"] <= job["all_max_time_s"] * (1 + 1e-9)
+    if job["plan_time_s"] > job["all_max_time_s"] * (1 + 1e-9):
+        assert job["plan_time_s"] == job["fastest_time_s"] > job["all_max_time_s"]
+        assert job["plan_time_s"] <= job["all_max_time_s"] * 1.01
     assert set(report["profiling"]) >= {"iterations", "energy_j"}
     assert report["plan"]["state"] == "running"
     assert report["plan"]["plan_index"] is not None
