@@ -120,17 +120,21 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def config_loader(args: argparse.Namespace) -> Callable[[], DaemonConfig]:
     """Build the configuration the same way at start and on SIGHUP: file, environment, flags."""
-    overrides = {
+    overrides = {**flag_overrides(args), "log_level": args.log_level}
+    return lambda: load_config(args.config, os.environ, overrides)
+
+
+def flag_overrides(args: argparse.Namespace) -> dict[str, object]:
+    """The settings given as flags (None where not given), over the file and the environment."""
+    return {
         "backend": args.backend,
         "sim_gpus": args.sim_gpus,
         "mixed_real": args.mixed_real,
         "sim_model": args.sim_model,
         "runtime_dir": args.runtime_dir.absolute() if args.runtime_dir else None,
         "state_dir": args.state_dir.absolute() if args.state_dir else None,
-        "log_level": args.log_level,
         "monitor_only": args.monitor_only,
     }
-    return lambda: load_config(args.config, os.environ, overrides)
 
 
 def configure_logging(level: str) -> None:
@@ -411,16 +415,7 @@ def restore_despite_config(args: argparse.Namespace) -> None:
     """A configuration that fails to load must not leave a GPU locked: with the settings a restore needs
     (salvaged from the file, the environment and the flags), restore what the state file records; `reset`
     also unlocks every clock. Nothing is opened when there is no state file and no reset was asked for."""
-    overrides = {
-        "backend": args.backend,
-        "sim_gpus": args.sim_gpus,
-        "mixed_real": args.mixed_real,
-        "sim_model": args.sim_model,
-        "runtime_dir": args.runtime_dir.absolute() if args.runtime_dir else None,
-        "state_dir": args.state_dir.absolute() if args.state_dir else None,
-        "monitor_only": args.monitor_only,
-    }
-    config = load_restore_config(args.config, os.environ, overrides)
+    config = load_restore_config(args.config, os.environ, flag_overrides(args))
     if config.monitor_only:
         return
     if args.command != "reset" and not os.path.lexists(state_path(config.state_dir)):
