@@ -138,7 +138,7 @@ def job_manager(
             registry,
             plans,
             sampler,
-            SolveWorker(),
+            SolveWorker(memory_limit_mib=config.solver_memory_limit_mib or None),
             cache,
             settings if settings is not None else job_settings(config),
             cluster=cluster,
