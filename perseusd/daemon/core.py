@@ -37,6 +37,7 @@ from perseusd.daemon.status import gpu_rows
 from perseusd.daemon.wire_errors import protocol_error
 from perseusd.errors import PerseusError
 from perseusd.jobs.manager import JobManager
+from perseusd.jobs.past_jobs import PastJobs
 from perseusd.leasing.gpu_access import GpuAccess
 from perseusd.leasing.identity import Caller
 from perseusd.leasing.leases import Lease, LeaseBook
@@ -74,6 +75,7 @@ class DaemonCore:
         monitor_only: bool = False,
         slurm: SlurmLedger | None = None,
         declared_cap: DeclaredCap | None = None,
+        past_jobs: PastJobs | None = None,
     ) -> None:
         self._declared_cap = declared_cap
         """A node budget declared in files (a Kubernetes ConfigMap), polled from `tick`."""
@@ -89,7 +91,9 @@ class DaemonCore:
         self.plans = plans if plans is not None else PlanBook(registry.submit_locked_sm_clock_mhz)
         self.jobs = jobs
         self._job_requests = (
-            JobRequests(jobs, self.plans, leases, is_admin, protocol_minor) if jobs is not None else None
+            JobRequests(jobs, self.plans, leases, is_admin, protocol_minor, past_jobs)
+            if jobs is not None
+            else None
         )
         self._extra_handlers = dict(extra_handlers or {})
         self._admin_handlers = dict(admin_handlers or {})
@@ -280,6 +284,8 @@ class DaemonCore:
         self.keeper.retry_persist()
         if self.jobs is not None:
             self.jobs.tick()
+        if self._job_requests is not None:
+            self._job_requests.record_ended()
         if self._declared_cap is not None:
             try:
                 self._declared_cap.poll()
@@ -330,7 +336,8 @@ class DaemonCore:
 
         Each step is guarded, so that nothing before the restore can keep a GPU locked.
         """
-        for step in (self.leases.close, self.plans.clear, self.jobs.close if self.jobs else None):
+        record = self._job_requests.record_ended if self._job_requests else None
+        for step in (self.leases.close, record, self.plans.clear, self.jobs.close if self.jobs else None):
             if step is None:
                 continue
             try:

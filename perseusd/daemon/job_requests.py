@@ -38,8 +38,10 @@ from perseus_client.protocol import (
 from perseusd.errors import PerseusError
 from perseusd.jobs.job import Job
 from perseusd.jobs.manager import JobManager, PendingImport, check_owner
+from perseusd.jobs.past_jobs import PastJobs
 from perseusd.jobs.report import document_text, job_info
 from perseusd.jobs.shape import MAX_PIPELINE
+from perseusd.jobs.states import ENDED, FAILED
 from perseusd.leasing.identity import Caller
 from perseusd.leasing.leases import LeaseBook
 from perseusd.planner.policy import Policy
@@ -67,7 +69,10 @@ class JobRequests:
         leases: LeaseBook,
         is_admin: Callable[[Caller], bool],
         protocol_minor: int = PROTOCOL_MINOR,
+        past: PastJobs | None = None,
     ) -> None:
+        self._past = past
+        """Ended and failed jobs kept across restarts (None: this run's only, as the manager keeps them)."""
         self._protocol_minor = protocol_minor
         """The newest minor this daemon speaks: values newer than it are refused like newer fields."""
         self._manager = manager
@@ -124,14 +129,25 @@ class JobRequests:
         return JobsReply(jobs=self.visible_jobs(caller))
 
     def visible_jobs(self, caller: Caller) -> tuple[JobInfo, ...]:
+        """The caller's jobs (an admin's: every job), the previous runs' ended ones first, then this run's."""
         admin = self._is_admin(caller)
+        past = () if self._past is None else self._past.shown(lambda job: admin or job.uid == caller.uid)
+        jobs = self._manager.jobs.values()
+        return past + tuple(self._info(j) for j in jobs if admin or j.uid == caller.uid)
+
+    def record_ended(self) -> None:
+        """Keep the record of every job that ended or failed since the last call (`PastJobs`)."""
+        if self._past is None:
+            return
+        for job in self._manager.jobs.values():
+            key = (job.name, job.uid, job.state_since_s)  # the moment it ended: one record per ending
+            if job.state in (ENDED, FAILED) and not self._past.known(key):
+                self._past.record(key, self._info(job))
+
+    def _info(self, job: Job) -> JobInfo:
         manager = self._manager
-        return tuple(
-            job_info(
-                j, self._plans, manager.measured(j), manager.carbon.info(j), manager.profiling_energy_j(j)
-            )
-            for j in manager.jobs.values()
-            if admin or j.uid == caller.uid
+        return job_info(
+            job, self._plans, manager.measured(job), manager.carbon.info(job), manager.profiling_energy_j(job)
         )
 
     def frontier(self, caller: Caller, message: FrontierRequest) -> DocumentReply:

@@ -47,7 +47,8 @@ from perseusd.gpu.power_features import PowerFeature
 from perseusd.gpu.readonly import ReadOnlyDevice
 from perseusd.gpu.select import MIXED_REAL_KINDS, open_backend
 from perseusd.jobs.carbon_steering import CarbonSteering
-from perseusd.jobs.manager import JobSettings
+from perseusd.jobs.manager import MAX_ENDED_JOBS, JobSettings
+from perseusd.jobs.past_jobs import PAST_JOBS_FILE, PastJobs
 from perseusd.leasing.gpu_access import GpuAccess
 from perseusd.leasing.identity import Caller, process_start_time
 from perseusd.leasing.leases import LeaseBook
@@ -304,8 +305,16 @@ def daemon_core(
                 monitor_only=config.monitor_only,
                 slurm=SlurmLedger(registry),
                 declared_cap=declared_cap(config, node_cap),
+                past_jobs=past_jobs(config),
             )
             yield core
+
+
+def past_jobs(config: DaemonConfig) -> PastJobs:
+    """The ended and failed jobs of this run and the previous ones (`<state_dir>/jobs-ended`)."""
+    past = PastJobs(config.state_dir / PAST_JOBS_FILE, MAX_ENDED_JOBS)
+    past.load()
+    return past
 
 
 def declared_cap(config: DaemonConfig, node_cap: NodeCap) -> DeclaredCap | None:

@@ -61,6 +61,10 @@ class PastJobs:
         written_s = self._written_at_s()
         self._previous = [(job, written_s) for job in message.jobs][-self._limit :]
 
+    def known(self, key: tuple[str, int, float]) -> bool:
+        """Whether the job of `key` was recorded in this run."""
+        return key in self._keys
+
     def record(self, key: tuple[str, int, float], info: JobInfo) -> bool:
         """Keep `info` (a job that ended or failed) once per `key`; written at once. False: known already."""
         if key in self._keys:
