@@ -76,7 +76,10 @@ class DaemonCore:
         slurm: SlurmLedger | None = None,
         declared_cap: DeclaredCap | None = None,
         past_jobs: PastJobs | None = None,
+        backend: str = "",
     ) -> None:
+        self.backend = backend
+        """The GPU backend (`nvml`, `sim`, `mixed`), for status: simulated figures are not a real GPU's."""
         self._declared_cap = declared_cap
         """A node budget declared in files (a Kubernetes ConfigMap), polled from `tick`."""
         self.slurm = slurm
@@ -384,4 +387,5 @@ class DaemonCore:
             connections_refused=refused,
             protocol_minor=self.protocol_minor,
             monitor_only=self.monitor_only,
+            backend=self.backend,
         )

@@ -45,7 +45,7 @@ from perseusd.gpu.backend import GpuDevice
 from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.power_features import PowerFeature
 from perseusd.gpu.readonly import ReadOnlyDevice
-from perseusd.gpu.select import MIXED_REAL_KINDS, open_backend
+from perseusd.gpu.select import MIXED_REAL_KINDS, backend_kind, open_backend
 from perseusd.jobs.carbon_steering import CarbonSteering
 from perseusd.jobs.manager import MAX_ENDED_JOBS, JobSettings
 from perseusd.jobs.past_jobs import PAST_JOBS_FILE, PastJobs
@@ -306,6 +306,7 @@ def daemon_core(
                 slurm=SlurmLedger(registry),
                 declared_cap=declared_cap(config, node_cap),
                 past_jobs=past_jobs(config),
+                backend=backend_kind(config.backend),
             )
             yield core
 
@@ -341,7 +342,7 @@ def metrics_exposure(config: DaemonConfig, core: DaemonCore, calls: GpuCallRecor
         calls,
         hostname=config.metrics_host(os.environ),
         dcgm_families=config.metrics_dcgm_families,
-        backend=config.backend,
+        backend=backend_kind(config.backend),
         job_names=config.metrics_job_names,
     )
     registry = metrics_registry(collector)

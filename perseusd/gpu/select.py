@@ -18,6 +18,11 @@ MIXED_REAL_KINDS = ("nvml", "sim")
 """What plays the real GPU of a `mixed` backend: NVML's GPUs, or one simulated board standing in for them."""
 
 
+def backend_kind(kind: str) -> str:
+    """The backend `kind` opens: `auto` is NVML's or nothing (it never falls back to simulated GPUs)."""
+    return "nvml" if kind == "auto" else kind
+
+
 def open_backend(
     kind: str,
     *,

@@ -141,7 +141,11 @@ def test_jobs_and_status_show_the_running_job(running: Ctl) -> None:
     code, out, _ = running("status")
     assert code == 0
     assert f"  pipeline 0: {STAGES}/{STAGES} stages" in out
-    assert "PLAN" in next(line for line in out.splitlines() if line.startswith("UUID"))
+    header = next(line for line in out.splitlines() if line.startswith("GPU  UUID"))
+    assert "PLAN" in header
+    assert "PCI BUS ID" in header
+    assert "SIMULATED GPUs" in out.splitlines()[0]
+    assert [gpu["index"] for gpu in running.json("status")["gpus"]] == list(range(STAGES))
     assert "users: uid " in out  # who uses what
     assert any(line.startswith(JOB) for line in out.splitlines())
     assert running.json("status")["jobs"][0]["job"] == JOB
