@@ -56,8 +56,9 @@ from perseusd.planner.dag import ComputationDag, build_dag
 from perseusd.planner.evaluate import longest_path_s
 from perseusd.planner.policy import PointSummary
 from perseusd.planner.solver import SolverParams, solve_frontier
+from tests.support.reference_data import CARBON
 
-TRACE = Path(__file__).resolve().parents[2] / "shared" / "data" / "carbon" / "chase_carbon_hist.csv"
+TRACE = CARBON / "chase_carbon_hist.csv"
 CASES: dict[str, tuple[str, int, int, float]] = {
     "a100x12": ("a100_sxm", 8, 12, 0.001),
     "h100x8": ("h100_sxm", 4, 8, 0.0002),

@@ -4,9 +4,9 @@
 #   packaging/build-deb.sh [--version VERSION] [--out DIR]
 #
 # The package installs
-#   /opt/perseusd/lib/python        perseusd, perseus_client and their Python dependencies (numpy, scipy,
-#                                   scikit-learn, pyzmq, prometheus-client, nvidia-ml-py), for Debian's
-#                                   python3 (3.11)
+#   /opt/perseusd/lib/python        perseusd, the client library it depends on (perseus_client, from
+#                                   client_lib/) and their Python dependencies (numpy, scipy, scikit-learn,
+#                                   pyzmq, prometheus-client, nvidia-ml-py), for Debian's python3 (3.11)
 #   /opt/perseusd/bin/perseusd, perseusctl   entry points (the unit's ExecStart= path), linked from /usr/bin
 #   /lib/systemd/system/perseusd.service     the unit, unchanged
 #   /usr/share/perseusd/systemd/*.conf       the optional drop-ins (cluster, metrics over HTTP or textfile,
@@ -56,7 +56,8 @@ if git -C "$SRC" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
 else  # an unpacked source tarball
   tar -C "$SRC" --exclude=.venv --exclude=.cache --exclude=build --exclude=dist --exclude=out -cf - . | tar -C "$work/src" -xf -
 fi
-"$PYTHON" -m pip install --quiet --disable-pip-version-check --no-compile --target "$lib" "$work/src[nvml]"
+"$PYTHON" -m pip install --quiet --disable-pip-version-check --no-compile --target "$lib" \
+  "$work/src/client_lib" "$work/src[nvml]"
 rm -rf "$lib/bin"
 # Test suites of the dependencies are not needed at run time (a third of scipy's size).
 find "$lib" -depth -type d \( -name tests -o -name testing -o -name __pycache__ \) -path "*/scipy/*" -exec rm -rf {} +

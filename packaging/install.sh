@@ -69,7 +69,7 @@ install_venv() {
   fi
   log "installing perseusd from $SRC into $PREFIX"
   "$PREFIX/bin/python" -m pip install -q --upgrade pip
-  "$PREFIX/bin/python" -m pip install -q --upgrade "$SRC[nvml]"
+  "$PREFIX/bin/python" -m pip install -q --upgrade "$SRC/client_lib" "$SRC[nvml]"
   # Journal logging and sd_notify through systemd-python where it builds; perseusd works without it.
   "$PREFIX/bin/python" -m pip install -q systemd-python 2>/dev/null \
     || log "systemd-python not installed (needs libsystemd-dev and pkg-config); using the built-in notify"

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Set up a fresh machine: a virtual environment in .venv with the project installed (editable).
+# Set up a fresh machine: a virtual environment in .venv with the project's two distributions installed
+# (editable), both from this repository: the client library (`client_lib/`, perseusd-client) and the daemon
+# (the root, perseusd), which depends on it.
 #   scripts/setup.sh         what the main job needs
 #   scripts/setup.sh --dev   plus what the tests need: development tools and, when run as root, the Debian
 #                            packages of the service, cluster, container and Slurm tests (systemd-nspawn,
@@ -30,7 +32,7 @@ python3 -m venv .venv
 . .venv/bin/activate
 python -m pip install -q --upgrade pip
 if [ "$dev" = 1 ]; then
-  python -m pip install -q -e '.[dev]'
+  python -m pip install -q -e ./client_lib -e '.[dev]'
   # The framework integrations' tests, against the pinned torch (never a second one): DeepSpeed is an sdist
   # that imports torch to build (no build isolation, no compiled ops); torchtitan is installed without its
   # training-stack dependencies (datasets, wandb, ...): the tests use its pipeline builder only.
@@ -41,6 +43,6 @@ if [ "$dev" = 1 ]; then
   # Journal logging and sd_notify through systemd-python where it builds (needs libsystemd-dev).
   python -m pip install -q systemd-python || echo "setup: systemd-python not installed; perseusd uses its own notify"
 else
-  python -m pip install -q -e '.[plot]'
+  python -m pip install -q -e ./client_lib -e '.[plot]'
 fi
 echo "setup: ready (.venv)"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The client library's tests on every Python it supports (3.10-3.13), each in a small virtual environment
-# with only pyzmq, pytest and the client (client_lib, installed as the `perseus-client` distribution). The
+# with only pyzmq, pytest and the client (client_lib, installed as the `perseusd-client` distribution). The
 # daemon those tests start runs on the project's own environment (.venv, Python 3.11+).
 #
 # Interpreters are found on the PATH (python3.X), under pyenv ($PYENV_ROOT/versions/3.X.*) or by uv, and

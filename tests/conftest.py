@@ -1,6 +1,6 @@
 """Shared test set-up: the repository root on sys.path (for `tests.support` and `benchmarks.peers`), the
-location of the shared real data (`../shared/data` beside the repository), and the session-end check that
-the suite left no process behind (see `tests/support/leftovers.py`)."""
+measured reference data (`reference-data/`, see `tests/support/reference_data.py`), and the session-end
+check that the suite left no process behind (see `tests/support/leftovers.py`)."""
 
 from __future__ import annotations
 
@@ -10,22 +10,20 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from tests.support import leftovers  # noqa: E402  (needs the repository root on sys.path)
+from tests.support.reference_data import REFERENCE_DATA  # noqa: E402
 
 _SESSION: dict[str, tuple[str, int]] = {}
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    """`../shared/data`: real profiles and published frontiers (CI has it beside the repository)."""
-    if not SHARED_DATA.is_dir():
-        pytest.fail(f"shared data not found at {SHARED_DATA}: check out ../shared beside the repository")
-    return SHARED_DATA
+def reference_data() -> Path:
+    """`reference-data/`: measured profiles, published frontiers, carbon traces, an H100's measurements."""
+    return REFERENCE_DATA
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:  # noqa: ARG001 (hook signature)

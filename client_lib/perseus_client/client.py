@@ -40,11 +40,11 @@ from typing import Any, TypeVar
 import zmq
 
 from perseus_client import devices, reach
+from perseus_client.event_frames import EventWriter
 from perseus_client.link import PerseusClientError, monitor_event, request_reply, unreachable
 from perseus_client.protocol import (
     CONTROL_SOCKET_NAME,
     EVENT_SOCKET_NAME,
-    PROTOCOL_MAJOR,
     PROTOCOL_MINOR,
     AnnounceStraggler,
     AnnounceStragglerOk,
@@ -103,15 +103,8 @@ well under this; one that is not there fails at once instead of after the whole 
 RETRY_MIN_S = 0.25
 RETRY_MAX_S = 5.0
 """Back-off of a new session's hello while the link is up but the daemon does not answer."""
-_INSTRUCTIONS = frozenset(("forward", "backward"))
 M = TypeVar("M", bound=Message)
 R = TypeVar("R")
-# Events are written in minor 0 (no "m"): every daemon of the major reads them, and they stay short.
-_COMPUTATION_FORMAT = (
-    b'{"v":%d,"id":0,' % PROTOCOL_MAJOR
-    + b'"type":"%s","gpu":%s,"stage":%d,"instruction":"%s","microbatch":%d,"chunk":%d,"timestamp_ns":%d}'
-)
-_STEP_FORMAT = b'{"v":%d,"id":0,' % PROTOCOL_MAJOR + b'"type":"%s","gpu":%s,"step":%d,"timestamp_ns":%d}'
 
 
 class _Computation:
@@ -189,7 +182,7 @@ class PerseusClient:
         self.auth_failed = False
         self.managed = False
         self._memory = SessionMemory()
-        self._json_cache: dict[str, bytes] = {}
+        self._frames = EventWriter()  # every event frame, written as the protocol writes it
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
         self._ctx: zmq.Context[Any] | None = None
@@ -645,16 +638,8 @@ class PerseusClient:
             self.events_dropped += 1
             return
         try:
-            if instruction not in _INSTRUCTIONS:
-                raise ValueError(instruction)
-            data = _COMPUTATION_FORMAT % (
-                kind,
-                self._json_str(gpu),
-                stage,
-                instruction.encode(),
-                microbatch,
-                chunk,
-                time.monotonic_ns(),
+            data = self._frames.computation(
+                kind, gpu, stage, instruction, microbatch, chunk, time.monotonic_ns()
             )
             self._events.send(data, zmq.NOBLOCK)  # type: ignore[union-attr]
             self.events_sent += 1
@@ -667,26 +652,12 @@ class PerseusClient:
             self.events_dropped += 1
             return
         try:
-            data = _STEP_FORMAT % (
-                kind,
-                self._json_str(gpu),
-                step,
-                time.monotonic_ns(),
-            )
+            data = self._frames.step(kind, gpu, step, time.monotonic_ns())
             self._events.send(data, zmq.NOBLOCK)  # type: ignore[union-attr]
             self.events_sent += 1
             self._session_sent += 1
         except Exception:  # never raise into training
             self.events_dropped += 1
-
-    def _json_str(self, text: str) -> bytes:
-        """A JSON string literal, cached (GPU UUIDs repeat on every event)."""
-        encoded = self._json_cache.get(text)
-        if encoded is None:
-            if len(self._json_cache) > 1024:
-                self._json_cache.clear()
-            encoded = self._json_cache[text] = json.dumps(text).encode()
-        return encoded
 
 
 def _check_pipeline(pipeline: int) -> None:

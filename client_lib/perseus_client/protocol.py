@@ -51,6 +51,7 @@ from perseus_client.envelope import (
     decode_frame,
     encode_frame,
 )
+from perseus_client.event_frames import EventWriter, frame_head
 from perseus_client.job_messages import (
     AnnounceStraggler,
     AnnounceStragglerOk,
@@ -488,9 +489,32 @@ def encode(
     """Encode a message as one compact, standard JSON frame in protocol `major`.`minor` (default: newest).
 
     Fields newer than `minor` are left out (with `keep_newer_values`, only those at their default). Raises
-    ValueError when a number is NaN or infinite: such a frame would be refused on the other side.
+    ValueError when a number is NaN or infinite, or an event's field is not of its type: such a frame would
+    be refused on the other side. Events are written by `perseus_client.event_frames`, as the client writes
+    them.
     """
+    if isinstance(message, ComputationBegin | ComputationEnd | StepBegin | StepEnd):
+        return _encode_event(message, request_id, minor, major)
     return encode_frame(message, request_id, minor, major=major, keep_newer_values=keep_newer_values)
+
+
+def _encode_event(
+    message: ComputationBegin | ComputationEnd | StepBegin | StepEnd, request_id: int, minor: int, major: int
+) -> bytes:
+    writer = EventWriter(frame_head(major, request_id, minor))
+    kind = message.TYPE.encode()
+    if isinstance(message, StepBegin | StepEnd):
+        _check_event(message.gpu, message.step, message.timestamp_ns)
+        return writer.step(kind, message.gpu, message.step, message.timestamp_ns)
+    numbers = (message.stage, message.microbatch, message.chunk, message.timestamp_ns)
+    _check_event(message.gpu, *numbers)
+    return writer.computation(kind, message.gpu, message.stage, message.instruction, *numbers[1:])
+
+
+def _check_event(gpu: object, *numbers: object) -> None:
+    """An event's GPU is a string and its numbers are integers (not bools), as the daemon decodes them."""
+    if type(gpu) is not str or any(type(number) is not int for number in numbers):
+        raise ValueError(f"an event's gpu is a string and its numbers integers (got {gpu!r}, {numbers!r})")
 
 
 def decode(data: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, minor: int = PROTOCOL_MINOR) -> Frame:

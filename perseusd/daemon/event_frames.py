@@ -2,7 +2,7 @@
 
 Every computation and step boundary of every training process is one event frame, so the daemon's CPU per
 event is what a training job pays for the integration when the daemon shares its cores (docs/pytorch.md,
-"Cost"). The client library writes events in one fixed form (`perseus_client.client`'s formats: minor 0,
+"Cost"). The client library writes events in one fixed form (`perseus_client.event_frames`: minor 0,
 request id 0, fields in order, no whitespace); a frame in exactly that form, with values the generic
 validation would accept as they are, is read by one regular expression instead of the JSON parser and the
 schema walk. Anything else (another field order, whitespace, escapes in a string, a negative or very large

@@ -29,7 +29,7 @@ class BundledProfile:
     p_block_w: float
     description: str
     origin: str
-    """Where the file comes from, relative to the project's shared data folder (the files are unmodified)."""
+    """Where the file comes from, in the repository's reference-data/ (the files are unmodified)."""
     num_stages: int
 
 

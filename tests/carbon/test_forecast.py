@@ -45,8 +45,8 @@ def test_with_too_little_history_the_svr_is_persistence() -> None:
     assert svr(short) == short[-1].value
 
 
-def test_auto_keeps_persistence_where_it_is_better_on_the_chase_trace(shared_data: Path) -> None:
-    trace = load_trace(shared_data / "carbon" / "chase_carbon_hist.csv")
+def test_auto_keeps_persistence_where_it_is_better_on_the_chase_trace(reference_data: Path) -> None:
+    trace = load_trace(reference_data / "carbon" / "chase_carbon_hist.csv")
     scores = {m: backtest(trace, m, 48) for m in ("persistence", "svr")}
     assert all(s is not None and 0 < s < 10 for s in scores.values())
     chosen = forecast(trace[:120], "auto")

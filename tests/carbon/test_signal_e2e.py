@@ -22,8 +22,8 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
-def api(shared_data: Path) -> Iterator[str]:
-    with fake_api(shared_data / "carbon" / "electricitymaps_history_2.json") as url:
+def api(reference_data: Path) -> Iterator[str]:
+    with fake_api(reference_data / "carbon" / "electricitymaps_history_2.json") as url:
         yield url
 
 
@@ -98,9 +98,9 @@ def test_an_unreadable_trace_stops_the_daemon_at_start(tmp_path: Path) -> None:
     assert "cannot read the signal trace" in daemon.log()
 
 
-def test_a_trace_replays_into_status(shared_data: Path) -> None:
+def test_a_trace_replays_into_status(reference_data: Path) -> None:
     dirs = DaemonDirs.create()
-    trace = shared_data / "carbon" / "chase_carbon_hist.csv"
+    trace = reference_data / "carbon" / "chase_carbon_hist.csv"
     env = {"PERSEUSD_SIGNAL_SOURCE": "trace", "PERSEUSD_SIGNAL_TRACE": str(trace)}
     daemon = DaemonProcess(dirs, env=env).start()
     try:

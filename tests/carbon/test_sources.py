@@ -15,8 +15,8 @@ from tests.support.fake_emaps import TOKEN, FakeApi, fake_api
 
 
 @pytest.fixture
-def api(shared_data: Path) -> Iterator[str]:
-    with fake_api(shared_data / "carbon" / "electricitymaps_history_1.json") as url:
+def api(reference_data: Path) -> Iterator[str]:
+    with fake_api(reference_data / "carbon" / "electricitymaps_history_1.json") as url:
         yield url
 
 
@@ -83,8 +83,8 @@ def test_a_token_file_symlink_or_fifo_is_refused(token_file: Path) -> None:
         read_token(fifo)
 
 
-def test_a_trace_replays_against_the_clock_and_loops(shared_data: Path) -> None:
-    trace = load_trace(shared_data / "carbon" / "chase_carbon_hist.csv")
+def test_a_trace_replays_against_the_clock_and_loops(reference_data: Path) -> None:
+    trace = load_trace(reference_data / "carbon" / "chase_carbon_hist.csv")
     now = [1000.0]
     replay = TraceReplay(trace, speed=1800.0, started_s=1000.0, clock_s=lambda: now[0])
     assert replay.fetch() == [trace[0]]

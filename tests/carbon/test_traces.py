@@ -17,8 +17,8 @@ from perseusd.carbon.traces import (
 )
 
 
-def test_the_chase_trace_has_167_half_hour_points(shared_data: Path) -> None:
-    points = load_trace(shared_data / "carbon" / "chase_carbon_hist.csv")
+def test_the_chase_trace_has_167_half_hour_points(reference_data: Path) -> None:
+    points = load_trace(reference_data / "carbon" / "chase_carbon_hist.csv")
     assert len(points) == 167
     assert median_step_s(points) == 1800.0
     assert points[0].at_s == parse_time_s("2022-10-20T06:20:00+00:00")
@@ -26,8 +26,8 @@ def test_the_chase_trace_has_167_half_hour_points(shared_data: Path) -> None:
     assert all(500 < p.value < 800 for p in points)
 
 
-def test_electricity_maps_history_json_is_read_in_time_order(shared_data: Path) -> None:
-    points = load_trace(shared_data / "carbon" / "electricitymaps_history_1.json")
+def test_electricity_maps_history_json_is_read_in_time_order(reference_data: Path) -> None:
+    points = load_trace(reference_data / "carbon" / "electricitymaps_history_1.json")
     assert len(points) == 24
     assert points[0].value == 501
     assert points[-1].value == 494

@@ -7,22 +7,23 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from perseus_client.client import _COMPUTATION_FORMAT, _STEP_FORMAT  # the client's own wire forms
+from perseus_client.event_frames import EventWriter  # the client's own wire forms
 from perseus_client.protocol import PROTOCOL_MINOR, ComputationBegin, Message, ProtocolError, StepEnd, decode
 
 from perseusd.daemon.event_frames import _fast, decode_event
 
-GPU = b'"GPU-6f1d2c9a-0000-4000-8000-000000000001"'
+GPU = "GPU-6f1d2c9a-0000-4000-8000-000000000001"
+WRITER = EventWriter()
 MAX_FRAME_BYTES = 1 << 20
 
 
 def computation(kind: bytes = b"comp_begin", instruction: bytes = b"forward", *values: int) -> bytes:
     stage, microbatch, chunk, timestamp_ns = values or (1, 7, 0, 123_456_789_012)
-    return _COMPUTATION_FORMAT % (kind, GPU, stage, instruction, microbatch, chunk, timestamp_ns)
+    return WRITER.computation(kind, GPU, stage, instruction.decode(), microbatch, chunk, timestamp_ns)
 
 
 def step(kind: bytes = b"step_end", number: int = 41, timestamp_ns: int = 99) -> bytes:
-    return _STEP_FORMAT % (kind, GPU, number, timestamp_ns)
+    return WRITER.step(kind, GPU, number, timestamp_ns)
 
 
 def outcome(

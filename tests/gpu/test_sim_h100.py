@@ -1,4 +1,4 @@
-"""The `h100_sxm` board against the measured H100 (`../shared/data/h100`): power capping replays the
+"""The `h100_sxm` board against the measured H100 (`reference-data/h100`): power capping replays the
 power-limit sweep, clock locks block and act part-way, idle power follows the clock, the counter's period."""
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ def h100(tmp_path: Path, fake_clock: FakeClock) -> Iterator[SimBackend]:
 
 
 @pytest.fixture
-def h100_profile(shared_data: Path) -> Profile:
-    return read_profile(shared_data / "h100" / "gpt-4stage-profile.csv")
+def h100_profile(reference_data: Path) -> Profile:
+    return read_profile(reference_data / "h100" / "gpt-4stage-profile.csv")
 
 
-def test_the_board_shows_what_nvml_showed(shared_data: Path) -> None:
-    probe = json.loads((shared_data / "h100" / "nvml-probe.json").read_text())["info"]
+def test_the_board_shows_what_nvml_showed(reference_data: Path) -> None:
+    probe = json.loads((reference_data / "h100" / "nvml-probe.json").read_text())["info"]
     board = load_board("h100_sxm")
     assert list(board.clocks_mhz) == probe["supported_sm_clocks_mhz"]
     assert (board.power_limit_min_w, board.power_limit_max_w, board.power_limit_default_w) == (
@@ -51,7 +51,7 @@ def test_the_board_shows_what_nvml_showed(shared_data: Path) -> None:
 
 
 def test_the_power_limit_sweep_is_replayed_within_5_percent(
-    shared_data: Path, h100: SimBackend, fake_clock: FakeClock, h100_profile: Profile
+    reference_data: Path, h100: SimBackend, fake_clock: FakeClock, h100_profile: Profile
 ) -> None:
     """Stage 1 forward+backward, clocks unlocked, under each power limit of the sweep; the limits whose capped
     clock lies in the profile's range (900-1980 MHz) must reproduce the measured time and energy.
@@ -59,7 +59,7 @@ def test_the_power_limit_sweep_is_replayed_within_5_percent(
     700 W is the one exception on energy: the model runs the forward capped at 1770 MHz and the backward
     uncapped at 1980, and the profile's own rows there (measured with the clock locked) are 6-7 % below the
     unlocked run of the sweep (14.4 J against 15.3 J); its time is within 0.5 %."""
-    rows = list(csv.DictReader((shared_data / "h100" / "power-limit-sweep.csv").read_text().splitlines()))
+    rows = list(csv.DictReader((reference_data / "h100" / "power-limit-sweep.csv").read_text().splitlines()))
     device = h100.sim_devices()[0]
     low_mhz, high_mhz = min(h100_profile.frequencies_mhz()), max(h100_profile.frequencies_mhz())
     checked: list[float] = []
@@ -141,11 +141,11 @@ class _LockWatch:
 
 
 def test_a_clock_lock_blocks_the_caller_and_acts_part_way_through(
-    shared_data: Path, tmp_path: Path, fake_clock: FakeClock
+    reference_data: Path, tmp_path: Path, fake_clock: FakeClock
 ) -> None:
     """Like `nvmlDeviceSetGpuLockedClocks` on the H100 (`switch-dynamics.json`): the call blocks 9-15 ms and
     the new clock acts 0-12 ms after it starts, ~6 ms typically, down or up."""
-    measured = json.loads((shared_data / "h100" / "switch-dynamics.json").read_text())["runs"]
+    measured = json.loads((reference_data / "h100" / "switch-dynamics.json").read_text())["runs"]
     measured_call_ms = [run["call_ms_mean"] for run in measured]
     watch = _LockWatch(fake_clock)
     backend = SimBackend(tmp_path / "sim", model="h100_sxm", noise=0.0, clock=fake_clock, sleep=watch)
@@ -180,8 +180,8 @@ def test_a_power_limit_blocks_until_it_acts(h100: SimBackend, fake_clock: FakeCl
     assert raised_s == pytest.approx(0.038)
 
 
-def test_idle_power_follows_the_clock(shared_data: Path, h100: SimBackend, fake_clock: FakeClock) -> None:
-    measured = json.loads((shared_data / "h100" / "switch-and-idle.json").read_text())["idle"]
+def test_idle_power_follows_the_clock(reference_data: Path, h100: SimBackend, fake_clock: FakeClock) -> None:
+    measured = json.loads((reference_data / "h100" / "switch-and-idle.json").read_text())["idle"]
     device = h100.sim_devices()[0]
     for point in measured:
         if point["clock"] is None:
@@ -197,9 +197,9 @@ def test_idle_power_follows_the_clock(shared_data: Path, h100: SimBackend, fake_
 
 
 def test_the_energy_counter_moves_every_100_ms(
-    shared_data: Path, h100: SimBackend, fake_clock: FakeClock
+    reference_data: Path, h100: SimBackend, fake_clock: FakeClock
 ) -> None:
-    measured = json.loads((shared_data / "h100" / "nvml-probe.json").read_text())["energy_counter"]
+    measured = json.loads((reference_data / "h100" / "nvml-probe.json").read_text())["energy_counter"]
     device = h100.sim_devices()[0]
     changes_s, last_mj = [], device.energy_mj()
     for _ in range(1500):

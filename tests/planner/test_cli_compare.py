@@ -11,6 +11,7 @@ import pytest
 from perseusd.ctl.main import main
 from perseusd.planner.profile_csv import write_profile
 from tests.planner.periphery_profiles import shaped_profile
+from tests.support.reference_data import H100
 
 PLANNERS = {"perseus", "perseus_no_slowdown", "envpipe", "zeus_global", "zeus_per_stage"}
 CASES = ["none", "1.05", "1.1", "1.2", "1.5"]
@@ -107,15 +108,13 @@ def test_compare_bundled_a100(capsys: pytest.CaptureFixture[str]) -> None:
     assert no_slowdown["saving_pct"] >= perseus["none"]["saving_pct"]
 
 
-H100_PROFILE = (
-    Path(__file__).resolve().parents[2].parent / "shared" / "data" / "h100" / "gpt-4stage-profile.csv"
-)
+H100_PROFILE = H100 / "gpt-4stage-profile.csv"
 
 
-@pytest.mark.skipif(not H100_PROFILE.is_file(), reason="shared H100 data not present")
 def test_compare_h100_no_slowdown_beats_the_fastest_point(capsys: pytest.CaptureFixture[str]) -> None:
     """On the H100 the fastest point is faster than all-max (capped top clocks) and buys it with energy;
-    the no-slowdown point keeps all-max's time and saves more (data/h100/README.md: 16.6 % at 8 mb)."""
+    the no-slowdown point keeps all-max's time and saves more (reference-data/h100/README.md: 16.6 % at 8
+    microbatches)."""
     args = ["--profile", str(H100_PROFILE), "--stages", "4", "--microbatches", "8", "--p2p-power", "130"]
     args += ["--unit-time", "0.0002"]
     doc = compare_json(capsys, *args, "--factors", "1.1")

@@ -228,7 +228,7 @@ def test_parser_imports_no_planner_or_plotting() -> None:
 
 
 def test_solve_bundled_a100_reproduces_the_published_frontier(
-    tmp_path: Path, shared_data: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, reference_data: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
     info = solve_json(
@@ -236,7 +236,8 @@ def test_solve_bundled_a100_reproduces_the_published_frontier(
     )
     assert info["p_block_w"] == 83.64  # the bundled profile's default blocking power
     rows = read_csv(out / "frontier.csv")
-    published = read_csv(shared_data / "perseus-artifact" / "frontiers" / "a100_sxm_gpt3-175b_bf16_mb12.csv")
+    frontiers = reference_data / "perseus-artifact" / "frontiers"
+    published = read_csv(frontiers / "a100_sxm_gpt3-175b_bf16_mb12.csv")
     assert len(rows) == len(published) == info["points"]
     for (time_s, energy_j), (ref_time_s, ref_energy_j) in zip(rows, published, strict=True):
         assert time_s == pytest.approx(ref_time_s, abs=1e-9)

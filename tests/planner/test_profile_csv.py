@@ -84,11 +84,11 @@ def test_real_profile_round_trips(tmp_path: Path) -> None:
     assert read_profile(path).measurements == profile.measurements
 
 
-def test_bundled_profiles_equal_the_shared_data(shared_data: Path) -> None:
+def test_bundled_profiles_equal_the_reference_data(reference_data: Path) -> None:
     for name, entry in BUNDLED_PROFILES.items():
-        shared = read_profile(shared_data / entry.origin)
+        measured = read_profile(reference_data / entry.origin)
         bundled = bundled_profile(name)
-        assert bundled.digest() == shared.digest()
+        assert bundled.digest() == measured.digest()
         assert bundled.source == f"bundled:{name}"
         assert bundled.num_stages == entry.num_stages
 

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-
 from perseusd.planner.dag import Instruction
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.profile_csv import read_profile
 from perseusd.profiling.adequacy import plan_problems
+from tests.support.reference_data import H100
 
-H100_PROFILE = (
-    Path(__file__).resolve().parents[2].parent / "shared" / "data" / "h100" / "gpt-4stage-profile.csv"
-)
+H100_PROFILE = H100 / "gpt-4stage-profile.csv"
 CLOCKS_MHZ = (1410, 1200, 1005, 810)
 
 
@@ -28,8 +23,6 @@ def _profile(time_s: list[float], energy_j: list[float], clocks_mhz: tuple[int, 
 
 
 def test_a_real_gpus_curves_support_a_plan() -> None:
-    if not H100_PROFILE.is_file():
-        pytest.skip("shared H100 data not present")
     assert plan_problems(read_profile(H100_PROFILE), counted_energy_j=1234.0) == []
 
 

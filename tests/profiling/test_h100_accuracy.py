@@ -27,16 +27,15 @@ from perseusd.profiling.estimator import OptionEstimate, StageEstimate, estimate
 from perseusd.profiling.sweep import ONLINE_SWEEP, StageSweep, SweepSettings
 from perseusd.profiling.trace import OptionKey
 from tests.profiling.emulation import StageEmulator
+from tests.support.reference_data import H100
 
-SWEEP_JSON = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "h100" / "gpt-4stage-sweep.json"
+SWEEP_JSON = H100 / "gpt-4stage-sweep.json"
 TIME_TOLERANCE = 0.02
 ENERGY_TOLERANCE = 0.03
 MAX_ITERATIONS = 78
 """The issue's 80, less the daemon's 2 warm-up iterations."""
 SETTINGS = SweepSettings(iteration_budget=40, **ONLINE_SWEEP)
 Cost = tuple[float, float]
-
-pytestmark = pytest.mark.skipif(not SWEEP_JSON.exists(), reason="needs ../shared/data/h100")
 
 
 def ground_truth() -> dict[tuple[int, str, int], Cost]:
