@@ -12,19 +12,19 @@ from collections.abc import Callable, Iterator, Mapping
 from perseus_client.message import Message
 from perseus_client.status_messages import PoolInfo
 
+from perseusd.cap.node_cap import NodeCap
 from perseusd.cluster import start_plane
 from perseusd.daemon.config import DaemonConfig
 from perseusd.daemon.energy_requests import NVML_COUNTER_PERIOD_S, EnergyRequests, Handler
 from perseusd.daemon.grid import carbon_steering
+from perseusd.gpu.registry import GpuRegistry
 from perseusd.jobs.cache import JobCache
 from perseusd.jobs.carbon_steering import CarbonSteering
 from perseusd.jobs.cluster_link import ClusterLink
 from perseusd.jobs.manager import JobManager, JobSettings
 from perseusd.jobs.solving import SolveWorker
 from perseusd.jobs.straggling import StragglerSettings
-from perseusd.leasing.registry import GpuRegistry
 from perseusd.planner.policy import Policy
-from perseusd.power.node_cap import NodeCap
 from perseusd.profiling.sweep import ONLINE_SWEEP, SweepSettings
 from perseusd.switching.deadline_timer import DeadlineTimer
 from perseusd.switching.energy_sampler import EnergySampler
@@ -87,10 +87,10 @@ def power_pool(
     if cluster is None:
         yield {}, None
         return
-    from perseusd.cluster.pool_limits_file import pool_limits_path
-    from perseusd.cluster.power_pool_agent import PoolAgent, PoolSettings
-    from perseusd.cluster.power_pool_requests import PoolRequests
-    from perseusd.cluster.power_pool_uniform import UniformPowerTarget
+    from perseusd.daemon.pool_requests import PoolRequests
+    from perseusd.pool.agent import PoolAgent, PoolSettings
+    from perseusd.pool.limits_file import pool_limits_path
+    from perseusd.pool.uniform import UniformPowerTarget
 
     requests = PoolRequests(cluster)
     agent = None

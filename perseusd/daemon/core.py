@@ -27,24 +27,24 @@ from perseus_client.protocol import (
     StatusRequest,
 )
 
+from perseusd.cap.declared_cap import DeclaredCap
+from perseusd.cap.node_cap import NodeCap
+from perseusd.daemon.cap_requests import CapRequests
 from perseusd.daemon.events import EventTracker
 from perseusd.daemon.gpu_requests import GpuRequests
 from perseusd.daemon.job_requests import JobRequests
 from perseusd.daemon.monitor_only import refuse_writes
-from perseusd.daemon.slurm_jobs import SlurmLedger
 from perseusd.daemon.slurm_requests import SlurmRequests
 from perseusd.daemon.status import gpu_rows
 from perseusd.daemon.wire_errors import protocol_error
 from perseusd.errors import PerseusError
+from perseusd.gpu.registry import GpuRegistry
 from perseusd.jobs.manager import JobManager
 from perseusd.leasing.gpu_access import GpuAccess
 from perseusd.leasing.identity import Caller
 from perseusd.leasing.leases import Lease, LeaseBook
-from perseusd.leasing.registry import GpuRegistry
 from perseusd.leasing.restore import RestoreKeeper, RestoreOutcome
-from perseusd.power.cap_requests import CapRequests
-from perseusd.power.declared_cap import DeclaredCap
-from perseusd.power.node_cap import NodeCap
+from perseusd.leasing.slurm_jobs import SlurmLedger
 from perseusd.switching.plans import PlanBook
 
 logger = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ from typing import Any
 from perseus_client.protocol import EnergyRead, EnergyReading, ErrorCode, GpuEnergy, Message, ProtocolError
 
 from perseusd.gpu.owner import GpuReading
+from perseusd.gpu.registry import GpuRegistry
 from perseusd.leasing.identity import Caller
-from perseusd.leasing.registry import GpuRegistry
 
 NVML_COUNTER_PERIOD_S = 0.1
 """NVML's energy counter advances every 20-100 ms: the worst case is assumed."""

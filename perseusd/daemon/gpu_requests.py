@@ -35,12 +35,12 @@ from perseus_client.protocol import (
     SetPlanOk,
 )
 
-from perseusd.daemon.slurm_jobs import SlurmLedger
+from perseusd.gpu.registry import GpuRegistry
 from perseusd.leasing.gpu_access import GpuAccess
 from perseusd.leasing.identity import Caller
 from perseusd.leasing.leases import LeaseBook, Session
-from perseusd.leasing.registry import GpuRegistry
 from perseusd.leasing.restore import RestoreKeeper
+from perseusd.leasing.slurm_jobs import SlurmLedger
 from perseusd.leasing.state_file import StateWriteError
 from perseusd.switching.plans import PlanBook
 

@@ -21,7 +21,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from perseusd import __version__
-from perseusd.cluster.pool_limits_file import restore_pool_limits
+from perseusd.cap.cap_file import cap_path
+from perseusd.cap.declared_cap import DeclaredCap
+from perseusd.cap.node_cap import CapSettings, NodeCap
 from perseusd.daemon import sdnotify
 from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.components import cluster_link, energy_requests, job_manager, plan_book, power_pool
@@ -39,12 +41,12 @@ from perseusd.daemon.ipc import IpcServer, IpcSettings
 from perseusd.daemon.limits import ConnectionLimits
 from perseusd.daemon.runtime_dir import DaemonLock, DaemonRunningError, prepare_runtime_dir
 from perseusd.daemon.service import Service
-from perseusd.daemon.slurm_jobs import SlurmLedger
 from perseusd.errors import ConfigError, PerseusError
 from perseusd.gpu.backend import GpuDevice
 from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.power_features import PowerFeature
 from perseusd.gpu.readonly import ReadOnlyDevice
+from perseusd.gpu.registry import GpuRegistry
 from perseusd.gpu.select import MIXED_REAL_KINDS, open_backend
 from perseusd.jobs.carbon_steering import CarbonSteering
 from perseusd.jobs.manager import JobSettings
@@ -52,13 +54,11 @@ from perseusd.leasing.gpu_access import GpuAccess
 from perseusd.leasing.identity import Caller, process_start_time
 from perseusd.leasing.leases import LeaseBook
 from perseusd.leasing.recovery import read_or_recover, reset_node, restore_recorded
-from perseusd.leasing.registry import GpuRegistry
 from perseusd.leasing.restore import RestoreKeeper
+from perseusd.leasing.slurm_jobs import SlurmLedger
 from perseusd.leasing.state_file import ensure_state_dir, state_path
 from perseusd.metrics.gpu_calls import GpuCallRecorder, TimedDevice
-from perseusd.power.cap_file import cap_path
-from perseusd.power.declared_cap import DeclaredCap
-from perseusd.power.node_cap import CapSettings, NodeCap
+from perseusd.pool.limits_file import restore_pool_limits
 
 logger = logging.getLogger("perseusd")
 

@@ -1,5 +1,5 @@
 """The Slurm requests: `slurm_jobs` (any caller: its own jobs; an admin: all) and the prolog's and epilog's
-admin requests (`perseusd.daemon.slurm_jobs` keeps the records)."""
+admin requests (`perseusd.leasing.slurm_jobs` keeps the records)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from perseus_client.protocol import (
     SlurmJobsRequest,
 )
 
-from perseusd.daemon.slurm_jobs import SlurmLedger
 from perseusd.leasing.identity import Caller
+from perseusd.leasing.slurm_jobs import SlurmLedger
 
 Handler = Callable[[Caller, Any], Message]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from perseus_client.protocol import ErrorCode, ProtocolError
 
 from perseusd.errors import GpuError, JobNotFoundError, JobOwnerError, PerseusError
-from perseusd.leasing.registry import UnknownGpuError
+from perseusd.gpu.registry import UnknownGpuError
 from perseusd.leasing.state_file import StateWriteError
 
 CODES: tuple[tuple[type[PerseusError], ErrorCode], ...] = (

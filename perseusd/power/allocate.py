@@ -18,7 +18,7 @@ Enforcement (`limits_w`):
 - `window` (default): the plan holds the node's power averaged over the enforcement window within the
   grant; each managed GPU's limit is its point's peak power plus a margin (so the plan runs as planned; a
   GPU that misbehaves is still held at what its plan needs) and each unmanaged GPU's is its allocation.
-  The power measured from the energy counters is the check (see `node_cap`).
+  The power measured from the energy counters is the check (see `perseusd.cap.node_cap`).
 - `strict`: the limits themselves sum to at most the grant (water-filled over each GPU's need): the node
   cannot exceed the grant even for a moment, at the price of throttling the peaks of every plan.
 
@@ -29,14 +29,11 @@ minimum limit (never an impossible limit) and the allocation says so.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from perseusd.power.cap_inputs import CapPoint, GpuRange, JobLoad
 from perseusd.power.limit_fit import FIT_POINTS, PEAK_MARGIN, fit_limits
-
-if TYPE_CHECKING:
-    from perseusd.power.limit_model import LimitModel
 
 PRIORITIES = (0, 1, 2)
 """Job priority tiers: 0 low, 1 normal (the default), 2 high. Lower tiers are slowed first."""
@@ -47,56 +44,6 @@ PLAN_HEADROOM = 0.01
 """The plan aims 1 % below the grant: profiles and energy counters are good to about 1 %."""
 ENFORCEMENTS = ("window", "strict")
 EPSILON_W = 1e-6
-
-
-@dataclass(frozen=True)
-class GpuRange:
-    """One GPU's power-limit constraints (W)."""
-
-    uuid: str
-    min_w: float
-    max_w: float
-
-
-@dataclass(frozen=True)
-class CapPoint:
-    """One frontier point of a job as the cap sees it: iteration time and each of the job's GPUs' power."""
-
-    index: int
-    time_s: float
-    power_w: Mapping[str, float]
-    """Average power per GPU (W) over an iteration."""
-    peak_w: Mapping[str, float]
-    """Power of each GPU's most power-hungry computation at this point (W)."""
-    window_w: float = 0.0
-    """The job's worst power over an enforcement window on this node (W, `perseusd.power.aliasing`);
-    0: not known, the average is budgeted."""
-
-    @property
-    def total_w(self) -> float:
-        """What the cap budgets for this point: the worst window when known, else the average."""
-        return max(sum(self.power_w.values()), self.window_w)
-
-
-@dataclass(frozen=True)
-class JobLoad:
-    """A job running a plan: its priority, its points and the point it would run uncapped."""
-
-    name: str
-    priority: int
-    points: tuple[CapPoint, ...]
-    base_index: int
-    """The point its policy (and straggler slack) chooses: the cap only ever slows it from there."""
-    limit_model: Callable[[int], LimitModel | None] | None = field(default=None, compare=False, repr=False)
-    """The job at a point under power limits (`perseusd.power.limit_model`); None: not modelled."""
-
-    def sorted_points(self) -> list[CapPoint]:
-        """Fastest first, then by lower power."""
-        return sorted(self.points, key=lambda p: (p.time_s, p.total_w))
-
-    @property
-    def gpus(self) -> tuple[str, ...]:
-        return tuple(self.points[0].power_w) if self.points else ()
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from perseus_client.protocol import ErrorCode
 from perseusd.daemon.wire_errors import CODES, protocol_error
 from perseusd.errors import ConfigError, GpuError, JobNotFoundError, JobOwnerError
 from perseusd.gpu.errors import GpuLostError
-from perseusd.leasing.registry import UnknownGpuError
+from perseusd.gpu.registry import UnknownGpuError
 from perseusd.leasing.state_file import StateWriteError
 
 

@@ -206,7 +206,7 @@ def test_under_a_node_cap_the_job_runs_the_least_cost_point_the_cap_allows(
     cap = next(p for p in points if p.time_s > fast.time_s * 1.05)  # a cap that forbids the clean point
     assert core.jobs is not None
     job = core.jobs.jobs["train"]
-    job.cap_index = cap.index  # what the node cap's allocation sets (perseusd.power.node_cap)
+    job.cap_index = cap.index  # what the node cap's allocation sets (perseusd.cap.node_cap)
     core.jobs.response.decide(job)  # and what it calls then
     _step(core, 0)
     running = _info(core).pipelines[0]

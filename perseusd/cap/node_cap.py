@@ -26,28 +26,21 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
+from perseusd.cap.cap_file import SavedCap, resume_saved, save_logged
+from perseusd.cap.job_loads import JobLoads
+from perseusd.cap.window import PowerWindow, WindowPower
 from perseusd.errors import GpuError
+from perseusd.gpu.registry import GpuRegistry
 from perseusd.jobs.job import Job
 from perseusd.jobs.manager import JobManager
 from perseusd.leasing.leases import LeaseBook
-from perseusd.leasing.registry import GpuRegistry
 from perseusd.leasing.restore import RestoreKeeper
 from perseusd.leasing.state_file import StateWriteError
-from perseusd.power.allocate import (
-    ENFORCEMENTS,
-    PLAN_HEADROOM,
-    PRIORITIES,
-    CapAllocation,
-    GpuRange,
-    JobLoad,
-    allocate,
-)
+from perseusd.power.allocate import ENFORCEMENTS, PLAN_HEADROOM, PRIORITIES, CapAllocation, allocate
 from perseusd.power.allocate import demand_w as node_demand_w
 from perseusd.power.allocate import floor_w as node_floor_w
 from perseusd.power.allocate import priority_demand_w as node_priority_demand_w
-from perseusd.power.cap_file import SavedCap, resume_saved, save_logged
-from perseusd.power.job_loads import JobLoads
-from perseusd.power.window import PowerWindow, WindowPower
+from perseusd.power.cap_inputs import GpuRange, JobLoad
 
 logger = logging.getLogger(__name__)
 
@@ -208,7 +201,7 @@ class NodeCap:
 
     def resume(self) -> None:
         """At start-up (the crashed daemon's GPUs reconciled, no job registered yet): set the budget and the
-        priorities a previous daemon saved (`perseusd.power.cap_file`)."""
+        priorities a previous daemon saved (`perseusd.cap.cap_file`)."""
         saved, self.save_error = resume_saved(self._saved_path)
         if saved is None:
             return

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from perseusd.cluster.power_pool_allocator import PoolAllocator
-from perseusd.cluster.power_pool_keys import NodeReport
-from perseusd.cluster.power_pool_view import PoolView, read_pool
+from perseusd.pool.allocator import PoolAllocator
+from perseusd.pool.keys import NodeReport
+from perseusd.pool.view import PoolView, read_pool
 from tests.support.etcd_cluster import EtcdCluster, requires_etcd
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess
 from tests.support.power_pool import PoolRun, wait_for

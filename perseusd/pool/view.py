@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from perseusd.cluster.etcd_store import Entry
-from perseusd.cluster.power_pool_keys import (
+from perseusd.pool.keys import (
     Budget,
     NodeReport,
     PoolKeys,

@@ -19,7 +19,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from perseusd.cluster.power_pool_alloc import NodeNeed
+from perseusd.pool.alloc import NodeNeed
 
 POOL_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from perseusd.power.cap_file import CapFileError, SavedCap, cap_path, load_cap, save_cap
+from perseusd.cap.cap_file import CapFileError, SavedCap, cap_path, load_cap, save_cap
 
 
 def test_saved_read_back_and_removed_when_empty(tmp_path: Path) -> None:

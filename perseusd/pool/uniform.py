@@ -22,9 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from perseusd.cluster.pool_limits_file import PoolLimitsFileError, remove_originals, save_originals
 from perseusd.gpu.backend import GpuInfo, GpuState
 from perseusd.gpu.owner import GpuReading
+from perseusd.pool.limits_file import PoolLimitsFileError, remove_originals, save_originals
 
 logger = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from perseus_client.protocol import ErrorCode, ProtocolError, SlurmJobEnergy
 
 from perseusd.gpu.backend import gpu_minor
+from perseusd.gpu.registry import GpuRegistry
 from perseusd.leasing.leases import Session
-from perseusd.leasing.registry import GpuRegistry
 
 logger = logging.getLogger(__name__)
 

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from perseusd.cluster.pool_limits_file import (
+from perseusd.gpu.backend import GpuInfo, GpuState
+from perseusd.gpu.owner import GpuReading
+from perseusd.pool.limits_file import (
     PoolLimitsFileError,
     load_originals,
     pool_limits_path,
     restore_pool_limits,
     save_originals,
 )
-from perseusd.cluster.power_pool_uniform import UniformPowerTarget
-from perseusd.gpu.backend import GpuInfo, GpuState
-from perseusd.gpu.owner import GpuReading
+from perseusd.pool.uniform import UniformPowerTarget
 
 
 class Gpus:

@@ -11,7 +11,7 @@ schedule: each local pipeline's stages on this node, summed over the pipelines. 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from perseusd.errors import PerseusError
@@ -19,9 +19,9 @@ from perseusd.jobs.job import Job
 from perseusd.jobs.states import RUNNING
 from perseusd.planner.below_clock import extrapolate_below
 from perseusd.planner.dag import ComputationDag, Instruction, from_stage_orders
-from perseusd.planner.policy import PointSummary
 from perseusd.power.aliasing import periodic_worst_window_w, schedule
-from perseusd.power.allocate import DEFAULT_PRIORITY, CapPoint, JobLoad, stage_power_w
+from perseusd.power.allocate import DEFAULT_PRIORITY, stage_power_w
+from perseusd.power.cap_inputs import CapPoint, JobLoad, candidate_indices
 from perseusd.power.limit_model import LimitModel, LocalPipeline, Option
 
 logger = logging.getLogger(__name__)
@@ -98,23 +98,6 @@ class JobLoads:
     def _point(self, job: Job, dag: ComputationDag, index: int) -> CapPoint:
         summary = job.points_by_index[index]
         return _cap_point(job, dag, index, summary.time_s, self.window_s)
-
-
-def candidate_indices(points: Sequence[PointSummary], count: int) -> list[int]:
-    """Up to `count` points spread evenly in iteration time (the fastest and slowest always among them)."""
-    ordered = sorted(points, key=lambda p: (p.time_s, p.energy_j))
-    if len(ordered) <= count:
-        return [p.index for p in ordered]
-    fastest_s, slowest_s = ordered[0].time_s, ordered[-1].time_s
-    chosen: dict[int, None] = {}
-    at = 0
-    for k in range(count):
-        target_s = fastest_s + (slowest_s - fastest_s) * k / (count - 1)
-        while at < len(ordered) - 1 and ordered[at].time_s < target_s:
-            at += 1
-        chosen[ordered[at].index] = None
-    chosen[ordered[-1].index] = None
-    return list(chosen)
 
 
 def _base_index(job: Job) -> int:

@@ -50,10 +50,10 @@ from perseusd.cluster.etcd_store import (
     prefix_end,
     put_op,
 )
-from perseusd.cluster.power_pool_allocator import PoolAllocator
-from perseusd.cluster.power_pool_feed import BudgetFile, FeedSettings
-from perseusd.cluster.power_pool_keys import Budget, NodeReport, PoolKeys, check_pool, decode_grant
-from perseusd.cluster.power_pool_view import PoolView, read_pool
+from perseusd.pool.allocator import PoolAllocator
+from perseusd.pool.feed import BudgetFile, FeedSettings
+from perseusd.pool.keys import Budget, NodeReport, PoolKeys, check_pool, decode_grant
+from perseusd.pool.view import PoolView, read_pool
 from perseusd.power.target import NodePowerTarget
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ class PoolSettings:
     pool: str
     safe_cap_w: float = 0.0
     budget_file: str = ""
-    """A file a facility controller writes the pool's budget to ("" = none; `power_pool_feed`)."""
+    """A file a facility controller writes the pool's budget to ("" = none; `perseusd.pool.feed`)."""
     budget_max_age_s: float = 120.0
     budget_hold_s: float = 300.0
 
@@ -335,7 +335,7 @@ class PoolAgent:
                 self._last_error = None
 
     def _feed_budget(self) -> None:
-        """Request the budget the facility's file asks for, when it changed (see `power_pool_feed`)."""
+        """Request the budget the facility's file asks for, when it changed (see `perseusd.pool.feed`)."""
         if self._feed is None:
             return
         try:

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from perseusd.cluster.config import ClusterConfig
-from perseusd.cluster.power_pool_agent import PoolAgent, PoolSettings
-from perseusd.cluster.power_pool_feed import BudgetFile, FeedSettings, parse_signal
-from perseusd.cluster.power_pool_keys import FRESH, HOLDING, LAPSED, Budget, decode_budget
-from tests.cluster.test_power_pool_many import FLOOR_W, SimNode
+from perseusd.pool.agent import PoolAgent, PoolSettings
+from perseusd.pool.feed import BudgetFile, FeedSettings, parse_signal
+from perseusd.pool.keys import FRESH, HOLDING, LAPSED, Budget, decode_budget
+from tests.pool.test_power_pool_many import FLOOR_W, SimNode
 from tests.support.etcd_cluster import EtcdCluster, requires_etcd
 from tests.support.power_pool import PoolRun, wait_for
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from perseus_client.protocol import AdminSetJobPriority, Claim, Hello, JobPriorityOk, ProtocolError, Register
 
-from perseusd.power.node_cap import priority_key
+from perseusd.cap.node_cap import priority_key
 from tests.support.callers import ME
 from tests.support.daemon_core import sim_core
 

@@ -1,8 +1,8 @@
 """The workload side of a simulated GPU: what an emulated training process uses instead of a real GPU.
 
 A workload process opens a simulated GPU by UUID in the daemon's sim directory with its own profile (any
-profile in the shared CSV format whose clocks the board supports; see `perseusd.gpu.sim_costs` for how clocks
-the profile lacks are filled in), then runs computations on it: `run(stage, instruction)` looks up the
+profile in the shared CSV format whose clocks the board supports; see `perseusd.workload.sim_costs` for how
+clocks the profile lacks are filled in), then runs computations on it: `run(stage, instruction)` looks up the
 profile's time and energy at the clock in force (the daemon's locked clock, or the highest clock when
 unlocked; lower if the board's power cap says so), holds the GPU for that time (a clock or power limit changed
 while it runs applies to the work left; computations on one GPU never overlap: a second process waits, as
@@ -21,9 +21,9 @@ from types import TracebackType
 
 from perseusd.gpu.errors import GpuInvalidArgumentError
 from perseusd.gpu.sim_boards import load_board
-from perseusd.gpu.sim_costs import ComputationCost, RunCost, WorkloadCosts
 from perseusd.gpu.sim_shared import BusyMap, BusyState, ControlState, StateMap, busy_path, state_path
 from perseusd.planner.profile import Profile
+from perseusd.workload.sim_costs import ComputationCost, RunCost, WorkloadCosts
 
 DEFAULT_CLOCK_POLL_S = 0.001
 

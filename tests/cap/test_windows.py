@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from perseusd.cap.window import PowerWindow
 from perseusd.power.aliasing import max_window_energy_j, periodic_worst_window_w
 from perseusd.power.scenario import compare_at, scenario_for
-from perseusd.power.window import PowerWindow
 
 
 def test_power_window_from_counters() -> None:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from perseusd.power.node_cap import NodeCap
+from perseusd.cap.node_cap import NodeCap
 
 logger = logging.getLogger(__name__)
 

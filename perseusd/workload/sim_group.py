@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from perseusd.gpu.sim_shared import BusyState, ControlState
-from perseusd.gpu.sim_workload import RunRecord, SimGpuHandle, _fold_stale
+from perseusd.workload.sim_workload import RunRecord, SimGpuHandle, _fold_stale
 
 
 @dataclass

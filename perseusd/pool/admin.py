@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass
 
 from perseusd.cluster.etcd_store import EtcdStore, put_op
-from perseusd.cluster.power_pool_alloc import allocate
-from perseusd.cluster.power_pool_keys import Budget, PoolKeys
-from perseusd.cluster.power_pool_view import read_pool
+from perseusd.pool.alloc import allocate
+from perseusd.pool.keys import Budget, PoolKeys
+from perseusd.pool.view import read_pool
 
 logger = logging.getLogger(__name__)
 

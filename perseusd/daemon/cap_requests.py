@@ -23,9 +23,9 @@ from perseus_client.cap_messages import (
 )
 from perseus_client.protocol import ErrorCode, Message, ProtocolError
 
+from perseusd.cap.node_cap import NodeCap
 from perseusd.leasing.identity import Caller
 from perseusd.power.allocate import PRIORITIES
-from perseusd.power.node_cap import NodeCap
 
 logger = logging.getLogger(__name__)
 

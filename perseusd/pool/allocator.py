@@ -38,9 +38,9 @@ from perseusd.cluster.etcd_store import (
     delete_op,
     put_op,
 )
-from perseusd.cluster.power_pool_alloc import Allocation, allocate, plan_moves
-from perseusd.cluster.power_pool_keys import FRESH, LAPSED, PoolKeys, encode_grant
-from perseusd.cluster.power_pool_view import PoolView
+from perseusd.pool.alloc import Allocation, allocate, plan_moves
+from perseusd.pool.keys import FRESH, LAPSED, PoolKeys, encode_grant
+from perseusd.pool.view import PoolView
 
 logger = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from perseus_client.pool_messages import (
 
 from perseusd.cluster.config import ClusterConfig
 from perseusd.cluster.etcd_store import ClusterError, EtcdStore
-from perseusd.cluster.power_pool_admin import pool_status, set_budget
-from perseusd.cluster.power_pool_keys import PoolKeys, check_pool
 from perseusd.leasing.identity import Caller
+from perseusd.pool.admin import pool_status, set_budget
+from perseusd.pool.keys import PoolKeys, check_pool
 
 Handler = Callable[[Caller, Any], Message]
 

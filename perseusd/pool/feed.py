@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from perseusd.cluster.power_pool_keys import Budget
+from perseusd.pool.keys import Budget
 
 MAX_BUDGET_W = 1e9
 MAX_FILE_BYTES = 4096

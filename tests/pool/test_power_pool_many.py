@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import pytest
 
 from perseusd.cluster.config import ClusterConfig
-from perseusd.cluster.power_pool_agent import PoolAgent, PoolSettings
-from perseusd.cluster.power_pool_alloc import NodeNeed, allocate
+from perseusd.pool.agent import PoolAgent, PoolSettings
+from perseusd.pool.alloc import NodeNeed, allocate
 from tests.support.etcd_cluster import EtcdCluster, requires_etcd
 from tests.support.power_pool import PoolRun, wait_for
 

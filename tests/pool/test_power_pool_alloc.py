@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from perseusd.cluster.power_pool_alloc import NodeNeed, allocate, plan_moves
-from perseusd.cluster.power_pool_uniform import uniform_limits_w
 from perseusd.gpu.backend import GpuInfo
+from perseusd.pool.alloc import NodeNeed, allocate, plan_moves
+from perseusd.pool.uniform import uniform_limits_w
 
 
 def test_floors_first_then_higher_tiers_then_proportional() -> None:
