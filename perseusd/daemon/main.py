@@ -285,7 +285,7 @@ def daemon_core(
         node_cap = NodeCap(
             registry, keeper, leases, jobs, cap_settings, saved_path=cap_path(config.state_dir)
         )
-        with power_pool(config, registry, node_cap) as (pool_handlers, pool_info):
+        with power_pool(config, registry, node_cap) as (pool_requests, pool_info):
             core = DaemonCore(
                 registry,
                 leases,
@@ -295,8 +295,8 @@ def daemon_core(
                 is_admin=is_admin,
                 plans=plans,
                 jobs=jobs,
-                extra_handlers=energy_requests(config, registry).handlers(),
-                admin_handlers=pool_handlers,
+                energy=energy_requests(config, registry),
+                pool=pool_requests,
                 power_cap=node_cap,
                 protocol_minor=config.speaks_minor,
                 pool_info=pool_info,

@@ -36,7 +36,7 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.job_requests import JobRequests
+from perseusd.daemon.requests.job import JobRequests
 from perseusd.jobs.manager import JobSettings
 from perseusd.jobs.response import DEPARTS
 from perseusd.leasing.identity import Caller

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
-from typing import Any
 
 from perseus_client.cap_messages import (
     AdminCapStatus,
@@ -21,7 +19,7 @@ from perseus_client.cap_messages import (
     CapStatusReply,
     JobPriorityOk,
 )
-from perseus_client.protocol import ErrorCode, Message, ProtocolError
+from perseus_client.protocol import ErrorCode, ProtocolError
 
 from perseusd.cap.node_cap import NodeCap
 from perseusd.leasing.identity import Caller
@@ -41,15 +39,7 @@ class CapRequests:
     def __init__(self, cap: NodeCap) -> None:
         self._cap = cap
 
-    def handlers(self) -> Mapping[type[Message], Callable[[Caller, Any], Message]]:
-        return {
-            AdminSetCap: self._set,
-            AdminClearCap: self._clear,
-            AdminCapStatus: self._status,
-            AdminSetJobPriority: self._priority,
-        }
-
-    def _set(self, caller: Caller, message: AdminSetCap) -> CapStatusReply:
+    def set_budget(self, caller: Caller, message: AdminSetCap) -> CapStatusReply:
         budget_w = message.budget_w
         if not (math.isfinite(budget_w) and 0 < budget_w <= MAX_BUDGET_W):
             raise ProtocolError(ErrorCode.BAD_FIELD, f"the node budget must be 0..{MAX_BUDGET_W:g} W")
@@ -64,15 +54,15 @@ class CapRequests:
         self._cap.set_budget_w(budget_w, who(caller))
         return cap_status(self._cap)
 
-    def _clear(self, caller: Caller, _message: AdminClearCap) -> CapStatusReply:
+    def clear_budget(self, caller: Caller, _message: AdminClearCap) -> CapStatusReply:
         logger.warning("power cap: node budget cleared by %s", who(caller))
         self._cap.set_budget_w(None, who(caller))
         return cap_status(self._cap)
 
-    def _status(self, _caller: Caller, _message: AdminCapStatus) -> CapStatusReply:
+    def status(self, _caller: Caller, _message: AdminCapStatus) -> CapStatusReply:
         return cap_status(self._cap)
 
-    def _priority(self, caller: Caller, message: AdminSetJobPriority) -> JobPriorityOk:
+    def set_priority(self, caller: Caller, message: AdminSetJobPriority) -> JobPriorityOk:
         if not 0 < len(message.job) <= MAX_JOB_NAME:
             raise ProtocolError(
                 ErrorCode.BAD_FIELD, f"admin_set_job_priority.job: 1..{MAX_JOB_NAME} characters"

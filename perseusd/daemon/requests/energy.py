@@ -7,11 +7,9 @@ and the GPU's instant power. Every user may read every GPU's energy (as `perseus
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from typing import Any
 
-from perseus_client.protocol import EnergyRead, EnergyReading, ErrorCode, GpuEnergy, Message, ProtocolError
+from perseus_client.protocol import EnergyRead, EnergyReading, ErrorCode, GpuEnergy, ProtocolError
 
 from perseusd.gpu.owner import GpuReading
 from perseusd.gpu.registry import GpuRegistry
@@ -21,8 +19,6 @@ NVML_COUNTER_PERIOD_S = 0.1
 """NVML's energy counter advances every 20-100 ms: the worst case is assumed."""
 MAX_GPUS = 256
 
-Handler = Callable[[Caller, Any], Message]
-
 
 class EnergyRequests:
     """Serves `energy_read` from the GPU registry."""
@@ -31,9 +27,6 @@ class EnergyRequests:
         self._registry = registry
         self._counter_period_s = counter_period_s
         self._timeout_s = timeout_s
-
-    def handlers(self) -> Mapping[type[Message], Handler]:
-        return {EnergyRead: self.read}
 
     def read(self, _caller: Caller, message: EnergyRead) -> EnergyReading:
         if len(message.gpus) > MAX_GPUS:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from perseus_client.protocol import (
     PROTOCOL_MAJOR,
@@ -24,7 +23,6 @@ from perseus_client.protocol import (
     GpuCapabilities,
     Hello,
     HelloOk,
-    Message,
     PowerLimitOk,
     ProtocolError,
     Release,
@@ -45,8 +43,6 @@ from perseusd.leasing.state_file import StateWriteError
 from perseusd.switching.plans import PlanBook
 
 logger = logging.getLogger(__name__)
-
-Handler = Callable[[Caller, Any], Message]
 
 
 class GpuRequests:
@@ -79,22 +75,6 @@ class GpuRequests:
         """A lease ended: drop the GPU's open events, its plan and its place in a job."""
         self._after_restore = after_restore
         """GPUs went back to their originals (the power cap writes its limits again)."""
-
-    def handlers(self) -> dict[type[Message], Handler]:
-        """The client socket's GPU requests."""
-        return {
-            Hello: self.hello,
-            Claim: self.claim,
-            Release: self.release,
-            SetClock: self.set_clock,
-            SetPlan: self.set_plan,
-            ClearPlan: self.clear_plan,
-            EventCount: self.event_count,
-        }
-
-    def admin_handlers(self) -> dict[type[Message], Handler]:
-        """The admin socket's GPU requests (the caller is checked to be an admin before)."""
-        return {AdminReset: self.admin_reset, AdminSetPowerLimit: self.admin_set_power_limit}
 
     def hello(self, caller: Caller, message: Hello) -> HelloOk:
         placement = self.access.placement(caller)

@@ -8,11 +8,8 @@ Every budget change is logged with the caller (uid, pid).
 from __future__ import annotations
 
 import pwd
-from collections.abc import Callable, Mapping
-from typing import Any
 
 from perseus_client.codes import ErrorCode, ProtocolError
-from perseus_client.message import Message
 from perseus_client.pool_messages import (
     AdminPoolSetBudget,
     AdminPoolStatus,
@@ -27,8 +24,6 @@ from perseusd.leasing.identity import Caller
 from perseusd.pool.admin import pool_status, set_budget
 from perseusd.pool.keys import PoolKeys, check_pool
 
-Handler = Callable[[Caller, Any], Message]
-
 
 class PoolRequests:
     """Serves the pool admin messages through etcd (see module)."""
@@ -37,9 +32,6 @@ class PoolRequests:
         self._cluster = cluster
         endpoints = cluster.parsed_endpoints
         self._store = EtcdStore(endpoints, cluster.timeout_s, attempts=len(endpoints))
-
-    def handlers(self) -> Mapping[type[Message], Handler]:
-        return {AdminPoolSetBudget: self.set_budget, AdminPoolStatus: self.status}
 
     def close(self) -> None:
         self._store.close()

@@ -3,13 +3,11 @@ admin requests (`perseusd.leasing.slurm_jobs` keeps the records)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from perseus_client.protocol import (
     AdminSlurmEpilog,
     AdminSlurmProlog,
-    Message,
     SlurmJobOk,
     SlurmJobsReply,
     SlurmJobsRequest,
@@ -17,8 +15,6 @@ from perseus_client.protocol import (
 
 from perseusd.leasing.identity import Caller
 from perseusd.leasing.slurm_jobs import SlurmLedger
-
-Handler = Callable[[Caller, Any], Message]
 
 
 class SlurmRequests:
@@ -32,12 +28,6 @@ class SlurmRequests:
         self._is_admin = is_admin
         self._release = release
         """Drop the leases on these GPUs and restore them; returns those restored."""
-
-    def handlers(self) -> Mapping[type[Message], Handler]:
-        return {SlurmJobsRequest: self.jobs}
-
-    def admin_handlers(self) -> Mapping[type[Message], Handler]:
-        return {SlurmJobsRequest: self.jobs, AdminSlurmProlog: self.prolog, AdminSlurmEpilog: self.epilog}
 
     def jobs(self, caller: Caller, _message: SlurmJobsRequest) -> SlurmJobsReply:
         uid = None if self._is_admin(caller) else caller.uid

@@ -9,8 +9,7 @@ column in the error); no path from a request is ever opened.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from perseus_client.protocol import (
     PROTOCOL_MINOR,
@@ -22,7 +21,6 @@ from perseus_client.protocol import (
     JobInfo,
     JobsReply,
     JobsRequest,
-    Message,
     PlanRequest,
     ProfileExport,
     ProfileImport,
@@ -54,8 +52,6 @@ MAX_PENDING_IMPORTS_PER_USER = 16
 MAX_P_BLOCK_W = 10_000.0
 """The largest blocking power a profile import may give (W): far above any GPU's."""
 
-Handler = Callable[[Caller, Any], Message]
-
 
 class JobRequests:
     """The job requests, for callers the IPC layer identified."""
@@ -74,18 +70,6 @@ class JobRequests:
         self._plans = plans
         self._leases = leases
         self._is_admin = is_admin
-
-    def handlers(self) -> Mapping[type[Message], Handler]:
-        return {
-            Register: self.register,
-            SetPolicy: self.set_policy,
-            JobsRequest: self.jobs,
-            FrontierRequest: self.frontier,
-            PlanRequest: self.plan,
-            ProfileExport: self.profile_export,
-            ProfileImport: self.profile_import,
-            AnnounceStraggler: self.announce_straggler,
-        }
 
     def register(self, caller: Caller, message: Register) -> RegisterOk:
         self._leases.require_lease(caller, message.gpu)
