@@ -155,6 +155,23 @@ def test_the_client_imports_nothing_of_the_daemon() -> None:
     assert not found, found
 
 
+WIRE_LAYERS = frozenset({"daemon", "ctl"})
+"""The layers that speak the wire: the daemon answers requests, perseusctl sends them."""
+
+
+def test_the_wire_stops_at_the_daemon() -> None:
+    """Libraries raise domain errors (`perseusd.errors`); only the daemon's table turns them into wire errors,
+    so no module below it names `ProtocolError`."""
+    found = [
+        f"{path.relative_to(REPO_ROOT)}:{node.lineno}"
+        for path in sorted(PACKAGE_DIR.rglob("*.py"))
+        if layer_of(module_name(path)) not in WIRE_LAYERS
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and any(alias.name == "ProtocolError" for alias in node.names)
+    ]
+    assert not found, "ProtocolError below the daemon: " + ", ".join(found)
+
+
 def module_graph(package: str, root: Path = REPO_ROOT) -> dict[str, set[str]]:
     """Each module of `package` (a folder under `root`) -> the modules of `package` it imports."""
     graph = {}

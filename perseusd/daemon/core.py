@@ -139,7 +139,7 @@ class DaemonCore:
         try:
             return self._dispatch(caller, message, admin_socket=admin_socket)
         except PerseusError as exc:
-            mapped = protocol_error(exc)
+            mapped = protocol_error(exc, message.TYPE)
             if mapped is None:
                 raise
             raise mapped from None
@@ -196,7 +196,8 @@ class DaemonCore:
     # ------------------------------------------------------------------ events (hot path)
 
     def on_event(self, caller: Caller, message: Message) -> None:
-        """Apply one begin/end event; raises `ProtocolError` (the caller counts and drops it)."""
+        """Apply one begin/end event; raises `ProtocolError` or a domain error (the caller counts and drops
+        it)."""
         lease = self.leases.holder(message.gpu)  # type: ignore[attr-defined]
         if lease is None or lease.pid != caller.pid:
             self._reject_event_sender(caller, message.gpu, lease)  # type: ignore[attr-defined]
@@ -225,9 +226,15 @@ class DaemonCore:
         self.tracker.received += 1
 
     def deliver_event(self, caller: Caller, message: Message) -> None:
-        """Apply an event (`on_event`) and count it for the sender's session; raises as `on_event` does,
+        """Apply an event (`on_event`) and count it for the sender's session; raises `ProtocolError`,
         uncounted: the transport then calls `count_dropped`."""
-        self.on_event(caller, message)
+        try:
+            self.on_event(caller, message)
+        except PerseusError as exc:  # a domain error reads as it does for a request (`handle`)
+            mapped = protocol_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from None
         self.leases.count_event(caller.pid, dropped=False)
 
     def count_dropped(self, pid: int | None, code: ErrorCode | None = None) -> None:

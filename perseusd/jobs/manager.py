@@ -18,16 +18,14 @@ from typing import Protocol
 from perseus_client.protocol import (
     ComputationBegin,
     ComputationEnd,
-    ErrorCode,
     Message,
-    ProtocolError,
     Register,
     RegisterOk,
     StepBegin,
     StepEnd,
 )
 
-from perseusd.errors import JobNotFoundError, JobOwnerError, PerseusError
+from perseusd.errors import InvalidValueError, JobNotFoundError, JobOwnerError, PerseusError
 from perseusd.gpu.backend import GpuInfo
 from perseusd.gpu.owner import GpuReading
 from perseusd.jobs.accuracy import AccuracyCheck, profile_error_pct
@@ -171,10 +169,10 @@ class JobManager:
     def _check_size(self, shape: JobShape) -> None:
         limit = self.settings.max_job_computations
         if shape.computations > limit:
-            raise ProtocolError(
-                ErrorCode.BAD_FIELD,
-                f"register: {shape.describe()} has {shape.computations} computations (stages x "
-                f"microbatches x chunks x 2); this daemon plans at most {limit} (max_job_computations)",
+            raise InvalidValueError(
+                f"{shape.describe()} has {shape.computations} computations (stages x microbatches x chunks "
+                f"x 2); this daemon plans at most {limit} (max_job_computations)",
+                "",
             )
 
     def _join(
@@ -225,18 +223,13 @@ class JobManager:
         if job.uid != uid:
             raise JobOwnerError(job.name)
         if job.shape != shape:
-            raise ProtocolError(
-                ErrorCode.BAD_FIELD, f"job {job.name} is {job.shape.describe()}, not {shape.describe()}"
-            )
+            raise InvalidValueError(f"job {job.name} is {job.shape.describe()}, not {shape.describe()}")
         if job.run != message.run:
-            raise ProtocolError(
-                ErrorCode.BAD_FIELD, f"job {job.name} is run {job.run!r}, not {message.run!r}: another run"
-            )
+            raise InvalidValueError(f"job {job.name} is run {job.run!r}, not {message.run!r}: another run")
         group = [s.gpu for s in job.stage_group(message.pipeline, message.stage) if s.gpu != message.gpu]
         if len(group) >= shape.stage_gpus:
             gpus = f"{shape.stage_gpus} GPU(s) per stage" if shape.stage_gpus > 1 else "one GPU per stage"
-            raise ProtocolError(
-                ErrorCode.BAD_FIELD,
+            raise InvalidValueError(
                 f"pipeline {message.pipeline} stage {message.stage} of job {job.name} runs on "
                 f"{', '.join(group)} ({gpus}; give stage_gpus for tensor parallelism)",
             )
@@ -893,8 +886,8 @@ class JobManager:
                 job.plan_times_s(slot.stage, entries),
                 slack_s=None if slack is None else slack[slot.stage],
             )
-        except ProtocolError as exc:
-            job.enter(FAILED, f"deploying the plan on {slot.gpu} failed: {exc.message}")
+        except InvalidValueError as exc:
+            job.enter(FAILED, f"deploying the plan on {slot.gpu} failed: {exc.located()}")
             return
         if slot.plan_index is None:
             slot.running_steps = 0

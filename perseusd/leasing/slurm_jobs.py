@@ -19,10 +19,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from perseus_client.protocol import ErrorCode, ProtocolError, SlurmJobEnergy
+from perseus_client.protocol import SlurmJobEnergy
 
+from perseusd.errors import LimitReachedError, NotPermittedError
 from perseusd.gpu.backend import gpu_minor
-from perseusd.gpu.registry import GpuRegistry
+from perseusd.gpu.registry import GpuRegistry, UnknownGpuError
 from perseusd.leasing.leases import Session
 
 logger = logging.getLogger(__name__)
@@ -75,8 +76,7 @@ class SlurmLedger:
             return
         for gpu in gpus:
             if gpu not in allowed:
-                raise ProtocolError(
-                    ErrorCode.PERMISSION_DENIED,
+                raise NotPermittedError(
                     f"GPU {gpu} is not allocated to Slurm job {session.slurm_job} on this node "
                     f"(its prolog declared {', '.join(sorted(allowed)) or 'none'})",
                 )
@@ -120,8 +120,7 @@ class SlurmLedger:
         by_minor = {gpu_minor(info): info.uuid for info in self._registry.infos()}
         unknown = [m for m in minors if m not in by_minor]
         if unknown:
-            raise ProtocolError(
-                ErrorCode.UNKNOWN_GPU,
+            raise UnknownGpuError(
                 f"Slurm job {job}: no GPU /dev/nvidia{unknown[0]} on this node (SLURM_JOB_GPUS names the "
                 "minors of /dev/nvidia<N>: check gres.conf's File=)",
             )
@@ -173,7 +172,7 @@ class SlurmLedger:
 
     def _open(self, job: int, uid: int, source: str) -> _Record:
         if len(self._running) >= MAX_RUNNING:
-            raise ProtocolError(ErrorCode.LIMIT, f"{MAX_RUNNING} Slurm jobs open: are epilogs configured?")
+            raise LimitReachedError(f"{MAX_RUNNING} Slurm jobs open: are epilogs configured?")
         self._ended.pop(job, None)  # a job id Slurm reused after a restart
         record = _Record(job=job, uid=uid, source=source, started_s=self._clock_s())
         self._running[job] = record

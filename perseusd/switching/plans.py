@@ -28,8 +28,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from perseus_client.protocol import ErrorCode, PlanEntry, PlanStats, ProtocolError
+from perseus_client.protocol import PlanEntry, PlanStats
 
+from perseusd.errors import InvalidValueError
 from perseusd.gpu.clocks import snap_clock_mhz
 from perseusd.switching.deadline_timer import DeadlineTimer
 
@@ -71,24 +72,25 @@ def computation_key(instruction: str, microbatch: int, chunk: int) -> Computatio
 
 
 def validate_plan(plan: Sequence[PlanEntry], supported_clocks_mhz: Sequence[int]) -> list[int]:
-    """The plan's clocks snapped to supported clocks; raises `ProtocolError(BAD_FIELD)` on a bad plan."""
+    """The plan's clocks snapped to supported clocks; raises `InvalidValueError` on a bad plan (its `field`
+    names the entry, as `plan[3].freq_mhz`)."""
     if not plan:
-        raise ProtocolError(ErrorCode.BAD_FIELD, "set_plan.plan: empty (use clear_plan)")
+        raise InvalidValueError("empty (use clear_plan)", "plan")
     low_mhz = min(supported_clocks_mhz, default=1)
     high_mhz = max(supported_clocks_mhz, default=1 << 20)
     seen: set[ComputationKey] = set()
     clocks_mhz: list[int] = []
     for i, entry in enumerate(plan):
-        where = f"set_plan.plan[{i}]"
+        where = f"plan[{i}]"
         if entry.microbatch < 0 or entry.chunk < 0:
-            raise ProtocolError(ErrorCode.BAD_FIELD, f"{where}: microbatch and chunk must be >= 0")
+            raise InvalidValueError("microbatch and chunk must be >= 0", where)
         if not low_mhz <= entry.freq_mhz <= high_mhz:
-            raise ProtocolError(
-                ErrorCode.BAD_FIELD, f"{where}.freq_mhz: {entry.freq_mhz} outside {low_mhz}..{high_mhz} MHz"
+            raise InvalidValueError(
+                f"{entry.freq_mhz} outside {low_mhz}..{high_mhz} MHz", f"{where}.freq_mhz"
             )
         key = computation_key(entry.instruction, entry.microbatch, entry.chunk)
         if key in seen:
-            raise ProtocolError(ErrorCode.BAD_FIELD, f"{where}: computation {key} listed twice")
+            raise InvalidValueError(f"computation {key} listed twice", where)
         seen.add(key)
         clocks_mhz.append(
             snap_clock_mhz(supported_clocks_mhz, entry.freq_mhz) if supported_clocks_mhz else entry.freq_mhz
