@@ -21,7 +21,8 @@ from perseusd.gpu.registry import GpuRegistry
 from perseusd.jobs.cache import JobCache
 from perseusd.jobs.carbon_steering import CarbonSteering
 from perseusd.jobs.cluster_link import ClusterLink
-from perseusd.jobs.manager import JobManager, JobSettings
+from perseusd.jobs.manager import JobManager
+from perseusd.jobs.settings import JobSettings
 from perseusd.jobs.solving import SolveWorker
 from perseusd.jobs.straggling import StragglerSettings
 from perseusd.planner.policy import Policy

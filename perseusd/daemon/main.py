@@ -49,7 +49,7 @@ from perseusd.gpu.readonly import ReadOnlyDevice
 from perseusd.gpu.registry import GpuRegistry
 from perseusd.gpu.select import MIXED_REAL_KINDS, open_backend
 from perseusd.jobs.carbon_steering import CarbonSteering
-from perseusd.jobs.manager import JobSettings
+from perseusd.jobs.settings import JobSettings
 from perseusd.leasing.gpu_access import GpuAccess
 from perseusd.leasing.identity import Caller, process_start_time
 from perseusd.leasing.leases import LeaseBook

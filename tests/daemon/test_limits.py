@@ -24,7 +24,7 @@ from perseus_client.protocol import (
 from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.limits import ConnectionBook, ConnectionLimits
 from perseusd.errors import LimitReachedError, NotRegisteredError
-from perseusd.jobs.manager import JobSettings
+from perseusd.jobs.settings import JobSettings
 from perseusd.leasing.identity import Caller, checked_start_time
 from perseusd.leasing.leases import LeaseBook
 from tests.support.callers import ME

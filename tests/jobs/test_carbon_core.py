@@ -27,7 +27,7 @@ from perseusd.carbon.keeper import SignalKeeper
 from perseusd.carbon.traces import SignalPoint
 from perseusd.daemon.core import DaemonCore
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
-from perseusd.jobs.manager import JobSettings
+from perseusd.jobs.settings import JobSettings
 from perseusd.planner.policy import PointSummary, Policy
 from tests.support.callers import ME
 from tests.support.daemon_core import sim_core, start_synthetic_job

@@ -21,7 +21,7 @@ from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.registry import GpuRegistry
 from perseusd.gpu.sim import SimBackend
 from perseusd.jobs.carbon_steering import CarbonSteering
-from perseusd.jobs.manager import JobSettings
+from perseusd.jobs.settings import JobSettings
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.callers import ME
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
