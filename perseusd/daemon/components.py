@@ -160,13 +160,15 @@ def job_manager(
 def plan_book(config: DaemonConfig, registry: GpuRegistry) -> Iterator[PlanBook]:
     """The per-computation plans, with the timer thread that raises clocks early (stopped on exit)."""
     if config.clock_lead_ms <= 0:
-        yield PlanBook(registry.submit_locked_sm_clock_mhz)
+        yield PlanBook(registry.submit_locked_sm_clock_mhz, set_now=registry.set_locked_sm_clock_mhz)
         return
     timer = DeadlineTimer()
     timer.start()
     try:
         early = EarlyRaise(timer, int(config.clock_lead_ms * 1e6), registry.clock_set_latency_ns)
-        yield PlanBook(registry.submit_locked_sm_clock_mhz, early=early)
+        yield PlanBook(
+            registry.submit_locked_sm_clock_mhz, early=early, set_now=registry.set_locked_sm_clock_mhz
+        )
     finally:
         timer.stop()
 

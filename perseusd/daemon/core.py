@@ -68,7 +68,7 @@ class DaemonCore:
         version: str,
         is_admin: Callable[[Caller], bool],
         clock_s: Callable[[], float] = time.monotonic,
-        plans: PlanBook | None = None,
+        plans: PlanBook,
         jobs: JobManager | None = None,
         energy: EnergyRequests | None = None,
         pool: PoolRequests | None = None,
@@ -90,7 +90,7 @@ class DaemonCore:
         self._pool_info = pool_info
         """The node's power pool for admin status (None: not in a pool)."""
         self.power_cap = power_cap
-        self.plans = plans if plans is not None else PlanBook(registry.submit_locked_sm_clock_mhz)
+        self.plans = plans
         self.jobs = jobs
         self._job_requests = (
             JobRequests(jobs, self.plans, leases, is_admin, protocol_minor) if jobs is not None else None

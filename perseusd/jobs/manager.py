@@ -96,7 +96,7 @@ class JobManager:
         self.carbon = carbon or CarbonSteering(None, CarbonSettings())
         self.spanning = SpanCoordinator(cluster, settings.stragglers, self) if cluster is not None else None
         """Jobs whose pipelines span nodes (only with a cluster plane)."""
-        self.profiling = ProfilingRun(gpus, sampler, settings, clock_ns, self._by_gpu.get)
+        self.profiling = ProfilingRun(gpus, plans, sampler, settings, clock_ns, self._by_gpu.get)
         """The profiling of jobs that have no profile (`jobs.profiling_run`)."""
         self.deployment = Deployment(
             gpus, plans, sampler, clock_ns, self.carbon, self.response, self._switch_model, self.spanning

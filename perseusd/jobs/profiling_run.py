@@ -30,6 +30,7 @@ from perseusd.profiling.fill import fill_stage
 from perseusd.profiling.sweep import StageSweep
 from perseusd.profiling.trace import Interval, OptionKey
 from perseusd.switching.energy_sampler import EnergySampler
+from perseusd.switching.plans import PlanBook
 
 logger = logging.getLogger(__name__)
 
@@ -40,13 +41,16 @@ class ProfilingRun:
     def __init__(
         self,
         gpus: JobGpus,
+        clocks: PlanBook,
         sampler: EnergySampler,
         settings: JobSettings,
         clock_ns: Callable[[], int],
         job_of: Callable[[str], Job | None],
     ) -> None:
-        """`job_of`: the job a GPU is in (None: in none)."""
+        """`clocks`: the one writer of the GPUs' clocks (`PlanBook.submit_clock`); `job_of`: the job a GPU is
+        in (None: in none)."""
         self._gpus = gpus
+        self._clocks = clocks
         self._sampler = sampler
         self.settings = settings
         self._clock_ns = clock_ns
@@ -70,7 +74,7 @@ class ProfilingRun:
             return
         slot.requested_mhz = clock_mhz
         slot.clock_applied_ns = None
-        future = self._gpus.submit_locked_sm_clock_mhz(slot.gpu, clock_mhz)
+        future = self._clocks.submit_clock(slot.gpu, clock_mhz)
         slot.clock_future = future
 
         def applied(done: Future[int]) -> None:

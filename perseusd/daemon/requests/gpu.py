@@ -161,10 +161,7 @@ class GpuRequests:
                     f"set_clock.sm_clock_mhz: {message.sm_clock_mhz} outside {low_mhz}..{high_mhz} MHz",
                 )
         self.keeper.ensure_saved(message.gpu)
-        plan = self.plans.get(message.gpu)
-        if plan is not None:
-            plan.forget_requested()
-        applied = self.registry.set_locked_sm_clock_mhz(message.gpu, message.sm_clock_mhz)
+        applied = self.plans.set_clock(message.gpu, message.sm_clock_mhz)
         return SetClockOk(gpu=message.gpu, applied_mhz=applied)
 
     def set_plan(self, caller: Caller, message: SetPlan) -> SetPlanOk:
