@@ -402,6 +402,19 @@ class JobManager:
         orders: tuple[StageOrder, ...],
         latency_s: float | None = None,
     ) -> None:
+        """Solve the job's frontier in the worker (`latency_s`: the slowest clock-set latency of its other
+        nodes' GPUs)."""
+        self._solve(job, profile, p_block_w, orders, latency_s)
+
+    def _solve(
+        self,
+        job: Job,
+        profile: Profile,
+        p_block_w: float,
+        orders: tuple[StageOrder, ...],
+        latency_s: float | None = None,
+    ) -> float:
+        """Submit the job's solve; the solver's time unit (s)."""
         unit_time_s = self.settings.unit_time_s or auto_unit_time_s(profile)
         task = SolveInput(
             job.name,
@@ -416,6 +429,7 @@ class JobManager:
         job.orders = orders
         job.solve_future = self._worker.submit(task)
         job.solve_since_s = time.monotonic()
+        return unit_time_s
 
     def fail(self, job: Job, message: str) -> None:
         if job.state != FAILED:
@@ -442,21 +456,8 @@ class JobManager:
         orders = job.stage_orders()
         if orders is None or job.profile is None:
             return  # "observed": wait until every stage's order is learned (tick retries)
-        unit_time_s = self.settings.unit_time_s or auto_unit_time_s(job.profile)
-        task = SolveInput(
-            job.name,
-            job.shape,
-            orders,
-            profile_to_csv(job.profile),
-            job.profile.source,
-            job.p_block_w,
-            unit_time_s,
-            self._switch_model(job),
-        )
-        job.orders = orders
         job.planning_since_s, job.planning = job.state_since_s, None  # solving since profiling was done
-        job.solve_future = self._worker.submit(task)
-        job.solve_since_s = time.monotonic()
+        unit_time_s = self._solve(job, job.profile, job.p_block_w, orders)
         logger.info("job %s: solving the frontier (unit %.3g s)", job.name, unit_time_s)
 
     def clock_latency_s(self, job: Job) -> float | None:

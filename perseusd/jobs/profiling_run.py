@@ -199,10 +199,10 @@ class ProfilingRun:
             finish_following(slot, followers, self._sampler.samples)
             job.profiling_iterations = max(job.profiling_iterations, slot.steps_done)
             for gpu_slot in (slot, *followers):
-                samples = self._sampler.samples(gpu_slot.gpu, gpu_slot.profiling_since_ns)
-                if len(samples) >= 2:
+                energy_j = self._energy_j(gpu_slot)
+                if energy_j is not None:
                     counted = True
-                    job.profiling_energy_j += (samples[-1].energy_mj - samples[0].energy_mj) / 1000.0
+                    job.profiling_energy_j += energy_j
                 self._sampler.unwatch(gpu_slot.gpu)
             slot.intervals.clear()
         measured = job.measured_profile(kept, scales)
@@ -257,11 +257,18 @@ class ProfilingRun:
         total_j, counted = 0.0, False
         for slot in job.profiling_slots():
             for gpu_slot in (slot, *job.followers(slot)):
-                samples = self._sampler.samples(gpu_slot.gpu, gpu_slot.profiling_since_ns)
-                if len(samples) >= 2:
-                    total_j += (samples[-1].energy_mj - samples[0].energy_mj) / 1000.0
+                energy_j = self._energy_j(gpu_slot)
+                if energy_j is not None:
+                    total_j += energy_j
                     counted = True
         return total_j if counted else None
+
+    def _energy_j(self, slot: StageSlot) -> float | None:
+        """What `slot`'s GPU used since its profiling began, by its counter (None: no two readings yet)."""
+        samples = self._sampler.samples(slot.gpu, slot.profiling_since_ns)
+        if len(samples) < 2:
+            return None
+        return (samples[-1].energy_mj - samples[0].energy_mj) / 1000.0
 
     def promote_follower(self, job: Job, lead: StageSlot) -> None:
         """A stage's profiling lead left: its first follower profiles the stage from now on."""

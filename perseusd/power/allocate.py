@@ -29,7 +29,7 @@ minimum limit (never an impossible limit) and the allocation says so.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from perseusd.power.cap_inputs import CapPoint, GpuRange, JobLoad
@@ -147,21 +147,12 @@ class _State:
 
     def hold_unmanaged(self, excess_w: float) -> float:
         """Lower unmanaged GPUs towards their minimum (evenly in headroom) by up to `excess_w`; the saving."""
-        saved = 0.0
         room = {g.uuid: self.alloc_w[g.uuid] - g.min_w for g in self.unmanaged}
-        need = excess_w
-        while need > EPSILON_W:
-            open_ = [u for u, r in room.items() if r > EPSILON_W]
-            if not open_:
-                break
-            share = need / len(open_)
-            for u in open_:
-                cut = min(share, room[u])
-                room[u] -= cut
-                self.alloc_w[u] -= cut
-                need -= cut
-                saved += cut
-        return saved
+
+        def cut(uuid: str, cut_w: float) -> None:
+            self.alloc_w[uuid] -= cut_w
+
+        return _spread_evenly(excess_w, room, cut)
 
     def best_move(self, tier: int) -> tuple[JobLoad, int] | None:
         """The next step, in `tier`, that costs the least relative time per watt saved: each job moves along
@@ -228,16 +219,29 @@ class _State:
                     break
         slack_w = unmanaged_to_w - self.total_w()
         room = {g.uuid: g.max_w - self.alloc_w[g.uuid] for g in self.unmanaged}
-        while slack_w > EPSILON_W:  # evenly, as they were held
-            open_ = [u for u, r in room.items() if r > EPSILON_W]
-            if not open_:
-                break
-            share = slack_w / len(open_)
-            for u in open_:
-                give = min(share, room[u])
-                room[u] -= give
-                self.alloc_w[u] += give
-                slack_w -= give
+
+        def give(uuid: str, give_w: float) -> None:
+            self.alloc_w[uuid] += give_w
+
+        _spread_evenly(slack_w, room, give)  # evenly, as they were held
+
+
+def _spread_evenly(amount_w: float, room_w: dict[str, float], apply: Callable[[str, float], None]) -> float:
+    """Spread `amount_w` evenly over the GPUs of `room_w`, none past its room (`room_w` is used up):
+    `apply(uuid, part_w)` for each part, round by round. Returns how much was spread."""
+    spread_w = 0.0
+    while amount_w > EPSILON_W:
+        open_ = [u for u, r in room_w.items() if r > EPSILON_W]
+        if not open_:
+            break
+        share = amount_w / len(open_)
+        for u in open_:
+            part_w = min(share, room_w[u])
+            room_w[u] -= part_w
+            apply(u, part_w)
+            amount_w -= part_w
+            spread_w += part_w
+    return spread_w
 
 
 def allocate(
