@@ -401,20 +401,9 @@ class JobManager:
         p_block_w: float,
         orders: tuple[StageOrder, ...],
         latency_s: float | None = None,
-    ) -> None:
-        """Solve the job's frontier in the worker (`latency_s`: the slowest clock-set latency of its other
-        nodes' GPUs)."""
-        self._solve(job, profile, p_block_w, orders, latency_s)
-
-    def _solve(
-        self,
-        job: Job,
-        profile: Profile,
-        p_block_w: float,
-        orders: tuple[StageOrder, ...],
-        latency_s: float | None = None,
     ) -> float:
-        """Submit the job's solve; the solver's time unit (s)."""
+        """Solve the job's frontier in the worker (`latency_s`: the slowest clock-set latency of its other
+        nodes' GPUs); the solver's time unit (s)."""
         unit_time_s = self.settings.unit_time_s or auto_unit_time_s(profile)
         task = SolveInput(
             job.name,
@@ -457,7 +446,7 @@ class JobManager:
         if orders is None or job.profile is None:
             return  # "observed": wait until every stage's order is learned (tick retries)
         job.planning_since_s, job.planning = job.state_since_s, None  # solving since profiling was done
-        unit_time_s = self._solve(job, job.profile, job.p_block_w, orders)
+        unit_time_s = self.submit_solve(job, job.profile, job.p_block_w, orders)
         logger.info("job %s: solving the frontier (unit %.3g s)", job.name, unit_time_s)
 
     def clock_latency_s(self, job: Job) -> float | None:
