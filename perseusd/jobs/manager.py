@@ -1,5 +1,6 @@
-"""The job manager: registrations, the per-job state machine and solving; it drives a job's profiling run
-(`jobs.profiling_run`) and the deployment of its plan (`jobs.deployment`).
+"""The job manager: the node's jobs, the per-job state machine and solving; it admits registrations
+(`jobs.registration`), and drives a job's profiling run (`jobs.profiling_run`) and the deployment of its plan
+(`jobs.deployment`).
 
 No transport: the daemon core calls `register`/`set_policy`/queries for requests, `on_event` for every event
 of a leased GPU (after the lease check), `gpu_released` when a lease ends and `tick` from the main loop.
@@ -12,7 +13,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from perseus_client.protocol import (
     ComputationBegin,
@@ -24,7 +24,7 @@ from perseus_client.protocol import (
     StepEnd,
 )
 
-from perseusd.errors import InvalidValueError, JobNotFoundError, JobOwnerError
+from perseusd.errors import JobNotFoundError, JobOwnerError
 from perseusd.gpu.backend import GpuInfo
 from perseusd.jobs.accuracy import AccuracyCheck
 from perseusd.jobs.cache import JobCache
@@ -33,11 +33,11 @@ from perseusd.jobs.cluster_link import ClusterLink
 from perseusd.jobs.deployment import RUNNING_SAMPLE_PERIOD_S, Deployment
 from perseusd.jobs.job import Job
 from perseusd.jobs.metering import MeasuredSaving
-from perseusd.jobs.observed import OrderLearner
 from perseusd.jobs.profiling_run import ProfilingRun
+from perseusd.jobs.registration import PendingImport, check_joins, check_size, ended_why, new_job, new_slot
 from perseusd.jobs.response import StragglerResponse
 from perseusd.jobs.settings import JobGpus, JobSettings
-from perseusd.jobs.shape import JobShape, StageOrder, signature
+from perseusd.jobs.shape import JobShape, StageOrder
 from perseusd.jobs.slot import StageSlot
 from perseusd.jobs.solving import PlanningTimes, SolveInput, SolveWorker, auto_unit_time_s
 from perseusd.jobs.spanning import SpanCoordinator
@@ -57,14 +57,6 @@ logger = logging.getLogger(__name__)
 MAX_ENDED_JOBS = 32
 MIN_RUN_LEADS = 2.0
 """Lowered runs shorter than this many clock leads are merged into a higher neighbour before deployment."""
-
-
-@dataclass(frozen=True)
-class PendingImport:
-    """A profile imported for a job its user has not registered yet."""
-
-    profile: Profile
-    p_block_w: float
 
 
 class JobManager:
@@ -108,14 +100,19 @@ class JobManager:
     def register(self, uid: int, pid: int, message: Register) -> RegisterOk:
         """Join (or create) a job with a GPU the caller leases (the core checked the lease)."""
         shape = JobShape.of(message)
-        self._check_size(shape)
+        check_size(shape, self.settings.max_job_computations)
         info = self._gpus.info(message.gpu)
         job = self.jobs.get(message.job)
         if job is not None and not job.active:
             self._drop_job(job)
             job = None
         if job is None:
-            job = self._new_job(message.job, uid, shape, info.name, message.run)
+            job, imported = new_job(
+                message, uid, shape, info.name, self.settings.policy, self.pending_imports, self._cache
+            )
+            self.jobs[job.name] = job
+            if imported:
+                self._store_profile(job)
             try:
                 return self._join(job, uid, shape, message, pid, info)
             except BaseException:  # never leave a half-created job behind
@@ -123,73 +120,21 @@ class JobManager:
                 raise
         return self._join(job, uid, shape, message, pid, info)
 
-    def _check_size(self, shape: JobShape) -> None:
-        limit = self.settings.max_job_computations
-        if shape.computations > limit:
-            raise InvalidValueError(
-                f"{shape.describe()} has {shape.computations} computations (stages x microbatches x chunks "
-                f"x 2); this daemon plans at most {limit} (max_job_computations)",
-                "",
-            )
-
     def _join(
         self, job: Job, uid: int, shape: JobShape, message: Register, pid: int, info: GpuInfo
     ) -> RegisterOk:
-        self._check_joins(job, uid, shape, message)
+        check_joins(job, uid, shape, message)
         current = self._by_gpu.get(message.gpu)
         if current is not None and current is not job:
             self._remove_slot(current, message.gpu)
         slot = job.slots.get(message.gpu)
         if slot is None:
-            slot = StageSlot(
-                gpu=message.gpu,
-                pipeline=message.pipeline,
-                stage=message.stage,
-                pid=pid,
-                num_stages=shape.num_stages,
-                learner=OrderLearner(shape.num_microbatches, shape.chunks),
-                supported_clocks_mhz=info.supported_sm_clocks_mhz,
-            )
+            slot = new_slot(message, pid, shape, info)
             job.slots[message.gpu] = slot
             self._by_gpu[message.gpu] = job
             self._slot_joined(job, slot, info)
         self._advance(job)
         return RegisterOk(job=job.name, state=job.state, cached=job.cached)
-
-    def _new_job(self, name: str, uid: int, shape: JobShape, gpu_name: str, run: str = "") -> Job:
-        job = Job(
-            name, uid, shape, gpu_name, signature(name, uid, shape, gpu_name), self.settings.policy, run
-        )
-        self.jobs[name] = job
-        imported = self.pending_imports.pop((uid, name), None)
-        if imported is not None:
-            job.profile, job.p_block_w = imported.profile, imported.p_block_w
-            self._store_profile(job)
-        elif self._cache is not None:
-            entry = self._cache.load(job.signature, shape)
-            if entry is not None:
-                job.profile, job.p_block_w, job.cached = entry.profile, entry.p_block_w, True
-                if entry.frontier is not None:
-                    job.set_frontier(entry.frontier)
-        logger.info(
-            "job %s (uid %d, %s) registered%s", name, uid, shape.describe(), " from cache" * job.cached
-        )
-        return job
-
-    def _check_joins(self, job: Job, uid: int, shape: JobShape, message: Register) -> None:
-        if job.uid != uid:
-            raise JobOwnerError(job.name)
-        if job.shape != shape:
-            raise InvalidValueError(f"job {job.name} is {job.shape.describe()}, not {shape.describe()}")
-        if job.run != message.run:
-            raise InvalidValueError(f"job {job.name} is run {job.run!r}, not {message.run!r}: another run")
-        group = [s.gpu for s in job.stage_group(message.pipeline, message.stage) if s.gpu != message.gpu]
-        if len(group) >= shape.stage_gpus:
-            gpus = f"{shape.stage_gpus} GPU(s) per stage" if shape.stage_gpus > 1 else "one GPU per stage"
-            raise InvalidValueError(
-                f"pipeline {message.pipeline} stage {message.stage} of job {job.name} runs on "
-                f"{', '.join(group)} ({gpus}; give stage_gpus for tensor parallelism)",
-            )
 
     def _slot_joined(self, job: Job, slot: StageSlot, info: GpuInfo) -> None:
         if job.state == RUNNING:
@@ -232,7 +177,7 @@ class JobManager:
             self.response.forget(job)
             if self.spanning is not None:
                 self.spanning.ended(job)
-            why = _ended_why(job, slot)
+            why = ended_why(job, slot)
             self._cancel_solve(job)
             job.enter(ENDED, why)
             logger.info("job %s ended%s", job.name, f": {why}" if why else "")
@@ -556,22 +501,6 @@ class JobManager:
         if job.state in (PROFILING, RUNNING, FAILED):
             job.enter(SOLVING)
         self._advance(job)
-
-
-def _ended_why(job: Job, last: StageSlot | None) -> str:
-    """Why a job ended early when its last GPU (`last`) left, for `perseusctl jobs` and the log; "" for a job
-    that ended while running its plan (the normal end of training, which needs no explanation)."""
-    if job.state == PROFILING:
-        done = last.profiling_steps if last is not None else 0
-        return (
-            "its last GPU left while it was profiling (after "
-            f"{done or 'no'} measured iteration(s)); nothing was solved: run it longer, or import a profile"
-        )
-    if job.state == REGISTERED:
-        return "its last GPU left before every stage of a pipeline registered"
-    if job.state == SOLVING:
-        return "its last GPU left while its frontier was being solved"
-    return ""
 
 
 def check_owner(job: Job, uid: int, *, admin: bool) -> None:

@@ -35,7 +35,8 @@ from perseus_client.protocol import (
 
 from perseusd.errors import PerseusError
 from perseusd.jobs.job import Job
-from perseusd.jobs.manager import JobManager, PendingImport, check_owner
+from perseusd.jobs.manager import JobManager, check_owner
+from perseusd.jobs.registration import PendingImport
 from perseusd.jobs.report import document_text, job_info
 from perseusd.jobs.shape import MAX_PIPELINE
 from perseusd.leasing.identity import Caller
