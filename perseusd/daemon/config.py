@@ -14,11 +14,11 @@ from typing import Any
 from perseus_client.version import PROTOCOL_MINOR
 
 from perseusd.cluster.config import ClusterConfig
-from perseusd.cluster.power_pool_keys import POOL_PATTERN
 from perseusd.errors import ConfigError
 from perseusd.gpu.select import BACKEND_KINDS, MIXED_REAL_KINDS
 from perseusd.leasing.gpu_access import ACCESS_MODES
 from perseusd.planner.policy import POLICIES
+from perseusd.pool.keys import POOL_PATTERN
 
 DEFAULT_CONFIG_PATH = Path("/etc/perseusd/perseusd.toml")
 BACKENDS = BACKEND_KINDS

@@ -11,9 +11,9 @@ from perseus_client.protocol import GpuStatus, LeaseInfo
 
 from perseusd.gpu.backend import power_capped
 from perseusd.gpu.owner import GpuReading
+from perseusd.gpu.registry import GpuRegistry
 from perseusd.leasing.identity import Caller
 from perseusd.leasing.leases import Lease, LeaseBook
-from perseusd.leasing.registry import GpuRegistry
 from perseusd.leasing.restore import RestoreKeeper
 from perseusd.switching.plans import PlanBook
 

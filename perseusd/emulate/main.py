@@ -28,7 +28,6 @@ from perseus_client.protocol import CONTROL_SOCKET_NAME
 from perseusd.argtypes import positive_float, positive_int
 from perseusd.emulate.coordinator import Coordinator, CoordinatorOptions, ProfileToImport
 from perseusd.emulate.daemons import Daemons
-from perseusd.emulate.executors import RealStageSpec
 from perseusd.emulate.phases import SETTLE_ITERATIONS, STRAGGLER_SETTLE_ITERATIONS, PhaseConfig
 from perseusd.emulate.preflight import (
     PLACEMENTS,
@@ -40,6 +39,7 @@ from perseusd.emulate.preflight import (
     scaled_profile_csv,
 )
 from perseusd.emulate.processes import RunSettings, StageGroup
+from perseusd.emulate.real_stage import RealStageSpec
 from perseusd.emulate.report import RunDescription, header, row_line, summary, to_json
 from perseusd.emulate.results import IterationRow
 from perseusd.emulate.straggler import StragglerSpec, parse_straggler

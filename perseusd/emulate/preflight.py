@@ -20,13 +20,13 @@ from perseusd.emulate.topology import PipelineShape
 from perseusd.errors import PerseusError, PlanningError, ProfileError
 from perseusd.gpu.errors import GpuInvalidArgumentError
 from perseusd.gpu.sim_boards import Board, load_board
-from perseusd.gpu.sim_costs import check_profile_fits
 from perseusd.gpu.sim_shared import StateMap, state_path
 from perseusd.planner.baselines import all_max
 from perseusd.planner.bundled import BUNDLED_PROFILES, bundled_profile
 from perseusd.planner.dag import build_dag
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv, read_profile
+from perseusd.workload.sim_costs import check_profile_fits
 
 
 class UsageError(PerseusError):

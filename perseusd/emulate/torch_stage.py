@@ -29,8 +29,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from perseusd.emulate.executors import RealStageSpec
-from perseusd.gpu.sim_workload import RunRecord
+from perseusd.emulate.real_stage import RealStageSpec
+from perseusd.workload.sim_workload import RunRecord
 
 logger = logging.getLogger(__name__)
 

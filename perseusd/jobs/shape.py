@@ -8,8 +8,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from perseus_client.protocol import ErrorCode, ProtocolError, Register
+from perseus_client.protocol import Register
 
+from perseusd.errors import InvalidValueError
 from perseusd.planner.dag import ComputationDag, Instruction, ScheduleStep, build_dag, from_stage_orders
 
 SCHEDULES = ("1f1b", "gpipe", "interleaved", "observed")
@@ -37,7 +38,7 @@ class JobShape:
 
     @classmethod
     def of(cls, message: Register) -> JobShape:
-        """The shape a registration declares; raises `ProtocolError(BAD_FIELD)` when it cannot be right."""
+        """The shape a registration declares; raises `InvalidValueError` when it cannot be right."""
         shape = cls(
             message.schedule, message.num_stages, message.num_microbatches, message.chunks, message.stage_gpus
         )
@@ -45,8 +46,8 @@ class JobShape:
         return shape
 
     def check(self, message: Register) -> None:
-        def bad(problem: str) -> ProtocolError:
-            return ProtocolError(ErrorCode.BAD_FIELD, f"register: {problem}")
+        def bad(problem: str) -> InvalidValueError:
+            return InvalidValueError(problem, "")
 
         if not 0 < len(message.job) <= MAX_JOB_NAME or not message.job.isprintable():
             raise bad(f"job must be 1..{MAX_JOB_NAME} printable characters")

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import get_args
 
 from perseus_client.message import Policy as PolicyName
-from perseus_client.protocol import ErrorCode, ProtocolError
+
+from perseusd.errors import InvalidValueError
 
 POLICIES: tuple[str, ...] = get_args(PolicyName)
 """Every policy name, from the wire protocol's `Policy` literal."""
@@ -49,13 +50,11 @@ class Policy:
 
     def __post_init__(self) -> None:
         if self.name not in POLICIES:
-            raise ProtocolError(ErrorCode.BAD_FIELD, f"policy must be one of {', '.join(POLICIES)}")
+            raise InvalidValueError(f"policy must be one of {', '.join(POLICIES)}")
         if self.name in ("slowdown", "carbon") and not 0.0 <= self.target <= 10.0:
-            raise ProtocolError(
-                ErrorCode.BAD_FIELD, f"{self.name} target is a slowdown fraction 0..10 (0.05 = 5 %)"
-            )
+            raise InvalidValueError(f"{self.name} target is a slowdown fraction 0..10 (0.05 = 5 %)")
         if self.name == "time" and not self.target > 0.0:
-            raise ProtocolError(ErrorCode.BAD_FIELD, "time target must be > 0 seconds")
+            raise InvalidValueError("time target must be > 0 seconds")
 
     def choose(
         self, points: list[PointSummary], all_max_time_s: float | None = None, overhead_s: float = 0.0

@@ -22,8 +22,8 @@ from perseus_client.protocol import (
 
 from perseusd.ctl.status_cmd import render_table, status_json
 from perseusd.ctl.terminal import safe_output
-from perseusd.gpu.sim_workload import SimGpuHandle
 from perseusd.planner.bundled import bundled_profile
+from perseusd.workload.sim_workload import SimGpuHandle
 from tests.support.ctl import run_ctl as _ctl
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 

@@ -15,7 +15,7 @@ from perseus_client.protocol import Claim, Hello, JobsReply, JobsRequest, Profil
 from perseusd.daemon.core import DaemonCore
 from perseusd.jobs import cache as cache_module
 from perseusd.jobs.cache import JobCache
-from perseusd.jobs.manager import JobSettings
+from perseusd.jobs.settings import JobSettings
 from perseusd.jobs.shape import JobShape
 from perseusd.planner.frontier_text import frontier_json
 from perseusd.planner.plan import frontier_to_document

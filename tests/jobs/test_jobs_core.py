@@ -36,9 +36,9 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.job_requests import JobRequests
-from perseusd.jobs.manager import JobSettings
+from perseusd.daemon.requests.job import JobRequests
 from perseusd.jobs.response import DEPARTS
+from perseusd.jobs.settings import JobSettings
 from perseusd.leasing.identity import Caller
 from perseusd.planner.dag import Instruction, one_f_one_b_order
 from perseusd.planner.profile_csv import profile_to_csv

@@ -21,7 +21,7 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.jobs.manager import JobSettings
+from perseusd.jobs.settings import JobSettings
 from perseusd.jobs.straggling import (
     NOISE_MARGIN_MAX,
     NOISE_MIN_SAMPLES,

@@ -27,7 +27,7 @@ from perseusd.carbon.keeper import SignalKeeper
 from perseusd.carbon.traces import SignalPoint
 from perseusd.daemon.core import DaemonCore
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
-from perseusd.jobs.manager import JobSettings
+from perseusd.jobs.settings import JobSettings
 from perseusd.leasing.identity import Caller
 from perseusd.metrics.collector import PerseusCollector
 from perseusd.planner.profile_csv import profile_to_csv

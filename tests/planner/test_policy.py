@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from perseus_client.protocol import ProtocolError
 
 from perseusd.daemon.config import DaemonConfig
+from perseusd.errors import InvalidValueError
 from perseusd.planner.policy import DEFAULT_POLICY, POLICIES, PointSummary, Policy
 
 # A frontier like the H100's: the fastest point beats all-max (power-capped top clocks) at an energy cost.
@@ -60,6 +60,6 @@ def test_a_time_target_is_measured_seconds_so_the_measured_overhead_is_left_for(
 
 
 def test_unknown_policy_is_refused() -> None:
-    with pytest.raises(ProtocolError, match="no_slowdown"):
+    with pytest.raises(InvalidValueError, match="no_slowdown"):
         Policy("cheapest")
     assert "no_slowdown" in POLICIES

@@ -18,10 +18,10 @@ from perseusd.daemon.config import DaemonConfig
 from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.main import daemon_core
 from perseusd.gpu.owner import GpuOwner
+from perseusd.gpu.registry import GpuRegistry
 from perseusd.gpu.sim import SimBackend
 from perseusd.jobs.carbon_steering import CarbonSteering
-from perseusd.jobs.manager import JobSettings
-from perseusd.leasing.registry import GpuRegistry
+from perseusd.jobs.settings import JobSettings
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.callers import ME
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field, replace
 
 from perseusd.cluster.config import parse_endpoint
 from perseusd.cluster.etcd_store import EtcdStore
-from perseusd.cluster.power_pool_admin import PoolStatus, pool_status, set_budget
-from perseusd.cluster.power_pool_alloc import allocate
-from perseusd.cluster.power_pool_keys import PoolKeys
-from perseusd.cluster.power_pool_view import read_pool
 from perseusd.gpu.sim_shared import StateMap
+from perseusd.pool.admin import PoolStatus, pool_status, set_budget
+from perseusd.pool.alloc import allocate
+from perseusd.pool.keys import PoolKeys
+from perseusd.pool.view import read_pool
 from tests.support.etcd_cluster import EtcdCluster
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess
 
