@@ -31,6 +31,7 @@ from perseusd.cap.declared_cap import DeclaredCap
 from perseusd.cap.node_cap import NodeCap
 from perseusd.daemon.events import EventTracker
 from perseusd.daemon.monitor_only import refuse_writes
+from perseusd.daemon.past_jobs import PastJobs
 from perseusd.daemon.requests.cap import CapRequests
 from perseusd.daemon.requests.energy import EnergyRequests
 from perseusd.daemon.requests.gpu import GpuRequests
@@ -42,7 +43,6 @@ from perseusd.daemon.wire_errors import protocol_error
 from perseusd.errors import PerseusError
 from perseusd.gpu.registry import GpuRegistry
 from perseusd.jobs.manager import JobManager
-from perseusd.jobs.past_jobs import PastJobs
 from perseusd.leasing.gpu_access import GpuAccess
 from perseusd.leasing.identity import Caller
 from perseusd.leasing.leases import Lease, LeaseBook

@@ -39,6 +39,7 @@ from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.events import EventTracker
 from perseusd.daemon.ipc import IpcServer, IpcSettings
 from perseusd.daemon.limits import ConnectionLimits
+from perseusd.daemon.past_jobs import PAST_JOBS_FILE, PastJobs
 from perseusd.daemon.runtime_dir import DaemonLock, DaemonRunningError, prepare_runtime_dir
 from perseusd.daemon.service import Service
 from perseusd.errors import ConfigError, PerseusError
@@ -50,7 +51,6 @@ from perseusd.gpu.registry import GpuRegistry
 from perseusd.gpu.select import MIXED_REAL_KINDS, backend_kind, open_backend
 from perseusd.jobs.carbon_steering import CarbonSteering
 from perseusd.jobs.manager import MAX_ENDED_JOBS
-from perseusd.jobs.past_jobs import PAST_JOBS_FILE, PastJobs
 from perseusd.jobs.settings import JobSettings
 from perseusd.leasing.gpu_access import GpuAccess
 from perseusd.leasing.identity import Caller, process_start_time

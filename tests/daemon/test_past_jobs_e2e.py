@@ -9,7 +9,7 @@ import time
 import pytest
 from perseus_client.client import PerseusClient
 
-from perseusd.jobs.past_jobs import PAST_JOBS_FILE
+from perseusd.daemon.past_jobs import PAST_JOBS_FILE
 from tests.support.ctl import run_ctl, wait_ctl_job
 from tests.support.perseusd_proc import DaemonDirs, daemon_processes
 

@@ -33,10 +33,10 @@ from perseus_client.protocol import (
     SetPolicyOk,
 )
 
+from perseusd.daemon.past_jobs import PastJobs
 from perseusd.errors import PerseusError
 from perseusd.jobs.job import Job
 from perseusd.jobs.manager import JobManager, check_owner
-from perseusd.jobs.past_jobs import PastJobs
 from perseusd.jobs.registration import PendingImport
 from perseusd.jobs.report import document_text, job_info
 from perseusd.jobs.shape import MAX_PIPELINE

@@ -7,7 +7,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-from perseusd.jobs.past_jobs import PAST_JOBS_FILE, PastJobs
+from perseusd.daemon.past_jobs import PAST_JOBS_FILE, PastJobs
 from tests.ctl.test_jobs_cmds import RUNNING
 
 FAILED = dataclasses.replace(
