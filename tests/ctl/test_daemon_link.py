@@ -1,0 +1,137 @@
+"""perseusctl's link to the daemon when the other end is not a working daemon: each case is one clear error
+(`DaemonUnreachableError`, exit 2, or `DaemonRequestError` for a reply that is not one), never a hang or a
+traceback. (Against real daemons it runs in every `perseusctl` test; a refusal by the daemon's handshake in
+tests/daemon/test_e2e_security.py.)"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import zmq
+from perseus_client.status_messages import StatusReply, StatusRequest
+
+from perseusd.ctl.daemon_link import MAX_REPLY_BYTES, DaemonRequestError, DaemonUnreachableError, ask
+from perseusd.errors import PerseusError
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@contextlib.contextmanager
+def _listener(path: Path, serve: Callable[[socket.socket], None]) -> Iterator[None]:
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+
+    def run() -> None:
+        conn, _ = server.accept()
+        with conn:
+            serve(conn)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.close()
+        thread.join(timeout=5)
+
+
+def _error(runtime_dir: Path) -> str:
+    with pytest.raises(DaemonUnreachableError) as info:
+        ask(runtime_dir, StatusRequest(), StatusReply, admin=False, timeout_s=0.5)
+    return str(info.value)
+
+
+def test_a_stale_socket_is_unreachable(tmp_path: Path) -> None:
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(tmp_path / "control.sock"))
+    stale.close()  # the file stays, nobody listens
+    assert "nothing listens on" in _error(tmp_path)
+
+
+def test_a_silent_peer_times_out(tmp_path: Path) -> None:
+    done = threading.Event()
+    with _listener(tmp_path / "control.sock", lambda _conn: done.wait(5)):
+        try:
+            assert "no reply in time" in _error(tmp_path)
+        finally:
+            done.set()
+
+
+def test_a_peer_that_hangs_up_at_once(tmp_path: Path) -> None:
+    with _listener(tmp_path / "control.sock", lambda _conn: None):
+        assert "closed the connection" in _error(tmp_path)
+
+
+def _answer_junk(conn: socket.socket) -> None:
+    conn.recv(64)
+    conn.sendall(b"HTTP/1.1 400 Bad Request\r\n" * 4)
+
+
+def test_a_peer_that_is_not_zeromq(tmp_path: Path) -> None:
+    with _listener(tmp_path / "control.sock", _answer_junk):
+        assert "closed the connection during the ZeroMQ handshake" in _error(tmp_path)
+
+
+@contextlib.contextmanager
+def _router(path: Path, answer: Callable[[bytes], list[bytes]]) -> Iterator[None]:
+    """A ZeroMQ ROUTER at `path` (a process owning the daemon's socket) that answers the first request
+    with the frames `answer(request)` returns (none: it never answers)."""
+    context = zmq.Context()
+    router = context.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    router.bind(f"ipc://{path}")
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            if router.poll(50):
+                peer, request = router.recv_multipart()
+                frames = answer(request)
+                if frames:
+                    router.send_multipart([peer, *frames])
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        router.close(linger=0)
+        context.term()
+
+
+def _ask_router(
+    tmp_path: Path, answer: Callable[[bytes], list[bytes]], timeout_s: float = 1.0
+) -> DaemonUnreachableError | DaemonRequestError:
+    with _router(tmp_path / "control.sock", answer), pytest.raises(PerseusError) as info:
+        ask(tmp_path, StatusRequest(), StatusReply, admin=False, timeout_s=timeout_s)
+    assert isinstance(info.value, DaemonUnreachableError | DaemonRequestError)
+    return info.value
+
+
+def test_a_zeromq_peer_that_never_answers_times_out(tmp_path: Path) -> None:
+    error = _ask_router(tmp_path, lambda _request: [])
+    assert isinstance(error, DaemonUnreachableError)
+    assert "no reply to status within 1 s" in str(error)
+
+
+def test_a_reply_that_is_not_a_frame_is_a_bad_reply(tmp_path: Path) -> None:
+    error = _ask_router(tmp_path, lambda _request: [b"HTTP/1.1 200 OK"])
+    assert isinstance(error, DaemonRequestError)
+    assert error.exit_code == 1
+    assert "bad reply from the daemon" in str(error)
+
+
+def test_a_reply_over_the_limit_drops_the_connection(tmp_path: Path) -> None:
+    """libzmq drops a connection whose frame exceeds the limit (zmq.MAXMSGSIZE) without keeping it."""
+    error = _ask_router(tmp_path, lambda _request: [b"x" * (MAX_REPLY_BYTES + 1)], timeout_s=5.0)
+    assert isinstance(error, DaemonUnreachableError)
+    assert "lost before a reply came" in str(error)
+    assert f"over {MAX_REPLY_BYTES >> 20} MiB" in str(error)
