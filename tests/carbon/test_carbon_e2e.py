@@ -14,10 +14,9 @@ from typing import Any
 import pytest
 from perseus_client.client import PerseusClient
 
-from perseusd.planner.dag import build_dag
-from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.perseusd_proc import DaemonDirs, daemon_processes
 from tests.support.synthetic import synthetic_profile
+from tests.support.training import join_pipeline, run_iteration
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -46,16 +45,6 @@ def _jobs(runtime_dir: Path) -> dict[str, Any]:
     return job
 
 
-def _iteration(client: PerseusClient, gpus: list[str], step: int) -> None:
-    dag = build_dag("1f1b", STAGES, MICROBATCHES, 1)
-    for stage, gpu in enumerate(gpus):
-        with client.step(gpu, step):
-            for node in dag.stage_orders[stage]:
-                comp = dag.computations[node]
-                with client.computation(gpu, stage, comp.instruction.value, comp.microbatch):
-                    pass
-
-
 def test_a_carbon_job_follows_the_grid_and_counts_its_carbon(tmp_path: Path) -> None:
     env = {
         "PERSEUSD_SIGNAL_SOURCE": "trace",
@@ -73,10 +62,7 @@ def test_a_carbon_job_follows_the_grid_and_counts_its_carbon(tmp_path: Path) -> 
             assert client.daemon_info is not None
             gpus = [gpu.uuid for gpu in client.daemon_info.gpus]
             profile = synthetic_profile(STAGES, seed=3, clocks_mhz=tuple(range(1410, 885, -45)))
-            client.profile_import(profile_to_csv(profile), source="synthetic", p_block_w=80.0)
-            client.claim(gpus)
-            for stage, gpu in enumerate(gpus):
-                client.register(gpu, stage=stage, num_stages=STAGES, num_microbatches=MICROBATCHES)
+            join_pipeline(client, gpus, profile, MICROBATCHES)
             client.set_policy("carbon", 0.3)
             points: set[int] = set()
             bases: set[str] = set()
@@ -85,7 +71,7 @@ def test_a_carbon_job_follows_the_grid_and_counts_its_carbon(tmp_path: Path) -> 
             job = _jobs(runtime_dir)
             while time.monotonic() < deadline_s:
                 if job["state"] == "running":
-                    _iteration(client, gpus, step)
+                    run_iteration(client, gpus, step, MICROBATCHES)
                     step += 1
                 job = _jobs(runtime_dir)
                 assert job["state"] in ("registered", "solving", "running"), job
