@@ -22,6 +22,7 @@ from perseusd.cluster.power_pool_keys import PoolKeys
 from perseusd.cluster.power_pool_view import read_pool
 from perseusd.gpu.sim_shared import StateMap
 from tests.support.etcd_cluster import EtcdCluster
+from tests.support.lockstep import cluster_env
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess
 
 PREFIX = "/perseus/v1"
@@ -52,13 +53,7 @@ class PoolRun:
         self.daemons: dict[str, DaemonProcess] = {}
 
     def env(self, node: str, safe_cap_w: float = 0.0, target: str = "uniform") -> dict[str, str]:
-        return {
-            "PERSEUSD_ETCD_ENDPOINTS": ",".join(self.etcd.endpoints),
-            "PERSEUSD_CLUSTER_NODE_NAME": node,
-            "PERSEUSD_CLUSTER_LEASE_TTL_S": str(self.ttl_s),
-            "PERSEUSD_CLUSTER_REFRESH_INTERVAL_S": str(self.interval_s),
-            "PERSEUSD_CLUSTER_TIMEOUT_S": "0.5",
-            "PERSEUSD_JOB_CACHE": "false",
+        return cluster_env(self.etcd, node, self.ttl_s, self.interval_s) | {
             "PERSEUSD_POWER_POOL": self.pool,
             "PERSEUSD_POWER_POOL_SAFE_CAP_W": str(safe_cap_w),
             "PERSEUSD_POWER_POOL_TARGET": target,
