@@ -28,7 +28,6 @@ from tests.support.perseusd_proc import (
     DaemonDirs,
     DaemonProcess,
     client_outcome,
-    daemon_processes,
     sim_control,
     stop_process,
 )
@@ -52,12 +51,6 @@ time.sleep(120)
 
 def _mount(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["mount", *args], capture_output=True, text=True, timeout=30, check=False)
-
-
-@pytest.fixture
-def make_daemon() -> Iterator[Callable[..., DaemonProcess]]:
-    with daemon_processes() as make:
-        yield make
 
 
 @pytest.fixture

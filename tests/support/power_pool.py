@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -21,6 +20,7 @@ from perseusd.cluster.power_pool_alloc import allocate
 from perseusd.cluster.power_pool_keys import PoolKeys
 from perseusd.cluster.power_pool_view import read_pool
 from perseusd.gpu.sim_shared import StateMap
+from tests.support.ctl import run_ctl
 from tests.support.etcd_cluster import EtcdCluster
 from tests.support.lockstep import cluster_env
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess
@@ -73,9 +73,7 @@ class PoolRun:
 
     def ctl(self, node: str, *args: str) -> subprocess.CompletedProcess[str]:
         """`perseusctl` against `node`'s daemon (as root: its admin socket)."""
-        runtime_dir = str(self.daemons[node].dirs.runtime_dir)
-        command = [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", runtime_dir, *args]
-        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+        return run_ctl(self.daemons[node].dirs.runtime_dir, *args, timeout_s=60)
 
     def status(self) -> PoolStatus:
         return pool_status(self.store, self.keys)
