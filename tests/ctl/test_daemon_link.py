@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import zmq
 from perseus_client.status_messages import StatusReply, StatusRequest
 
 from perseusd.ctl.daemon_link import MAX_REPLY_BYTES, DaemonRequestError, DaemonUnreachableError, ask
 from perseusd.errors import PerseusError
+from tests.support.stub_daemon import Answer, StubDaemon
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -78,52 +78,24 @@ def test_a_peer_that_is_not_zeromq(tmp_path: Path) -> None:
         assert "closed the connection during the ZeroMQ handshake" in _error(tmp_path)
 
 
-@contextlib.contextmanager
-def _router(path: Path, answer: Callable[[bytes], list[bytes]]) -> Iterator[None]:
-    """A ZeroMQ ROUTER at `path` (a process owning the daemon's socket) that answers the first request
-    with the frames `answer(request)` returns (none: it never answers)."""
-    context = zmq.Context()
-    router = context.socket(zmq.ROUTER)
-    router.setsockopt(zmq.LINGER, 0)
-    router.bind(f"ipc://{path}")
-    stop = threading.Event()
-
-    def run() -> None:
-        while not stop.is_set():
-            if router.poll(50):
-                peer, request = router.recv_multipart()
-                frames = answer(request)
-                if frames:
-                    router.send_multipart([peer, *frames])
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-        router.close(linger=0)
-        context.term()
-
-
 def _ask_router(
-    tmp_path: Path, answer: Callable[[bytes], list[bytes]], timeout_s: float = 1.0
+    tmp_path: Path, answer: Answer, timeout_s: float = 1.0
 ) -> DaemonUnreachableError | DaemonRequestError:
-    with _router(tmp_path / "control.sock", answer), pytest.raises(PerseusError) as info:
+    """`ask` against a ZeroMQ peer owning the daemon's socket that answers with `answer(request)`."""
+    with StubDaemon(tmp_path / "control.sock", answer), pytest.raises(PerseusError) as info:
         ask(tmp_path, StatusRequest(), StatusReply, admin=False, timeout_s=timeout_s)
     assert isinstance(info.value, DaemonUnreachableError | DaemonRequestError)
     return info.value
 
 
 def test_a_zeromq_peer_that_never_answers_times_out(tmp_path: Path) -> None:
-    error = _ask_router(tmp_path, lambda _request: [])
+    error = _ask_router(tmp_path, lambda _request: None)
     assert isinstance(error, DaemonUnreachableError)
     assert "no reply to status within 1 s" in str(error)
 
 
 def test_a_reply_that_is_not_a_frame_is_a_bad_reply(tmp_path: Path) -> None:
-    error = _ask_router(tmp_path, lambda _request: [b"HTTP/1.1 200 OK"])
+    error = _ask_router(tmp_path, lambda _request: b"HTTP/1.1 200 OK")
     assert isinstance(error, DaemonRequestError)
     assert error.exit_code == 1
     assert "bad reply from the daemon" in str(error)
@@ -131,7 +103,7 @@ def test_a_reply_that_is_not_a_frame_is_a_bad_reply(tmp_path: Path) -> None:
 
 def test_a_reply_over_the_limit_drops_the_connection(tmp_path: Path) -> None:
     """libzmq drops a connection whose frame exceeds the limit (zmq.MAXMSGSIZE) without keeping it."""
-    error = _ask_router(tmp_path, lambda _request: [b"x" * (MAX_REPLY_BYTES + 1)], timeout_s=5.0)
+    error = _ask_router(tmp_path, lambda _request: b"x" * (MAX_REPLY_BYTES + 1), timeout_s=5.0)
     assert isinstance(error, DaemonUnreachableError)
     assert "lost before a reply came" in str(error)
     assert f"over {MAX_REPLY_BYTES >> 20} MiB" in str(error)
