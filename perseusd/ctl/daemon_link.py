@@ -120,21 +120,23 @@ class _Link:
         self.timeout_s = timeout_s
         self.deadline_s = time.monotonic() + timeout_s
         self._context: zmq.Context[Any] = zmq.Context()
-        self._sock = self._context.socket(zmq.DEALER)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.setsockopt(zmq.IMMEDIATE, 1)
-        self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_REPLY_BYTES)
-        self._monitor = self._sock.get_monitor_socket(LINK_EVENTS)
-        self._sock.connect(f"ipc://{path}")
+        try:
+            self._sock = self._context.socket(zmq.DEALER)
+            self._sock.setsockopt(zmq.LINGER, 0)
+            self._sock.setsockopt(zmq.IMMEDIATE, 1)
+            self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_REPLY_BYTES)
+            self._monitor = self._sock.get_monitor_socket(LINK_EVENTS)
+            self._sock.connect(f"ipc://{path}")
+        except zmq.ZMQError as exc:  # a path longer than a socket address holds, say
+            self._context.destroy(linger=0)
+            raise _NoLinkError(f"cannot connect to {path}: {exc}") from None
 
     def __enter__(self) -> _Link:
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self._sock.disable_monitor()
-        self._monitor.close(linger=0)
-        self._sock.close(linger=0)
-        self._context.term()
+        self._context.destroy(linger=0)  # closes the socket and its monitor
 
     def exchange(self, request: Message, expected: type[M]) -> M:
         """The reply to `request` once the handshake succeeded (`request_reply`'s errors, `_NoLinkError`)."""

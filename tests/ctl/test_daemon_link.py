@@ -6,6 +6,7 @@ tests/daemon/test_e2e_security.py.)"""
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -107,3 +108,22 @@ def test_a_reply_over_the_limit_drops_the_connection(tmp_path: Path) -> None:
     assert isinstance(error, DaemonUnreachableError)
     assert "lost before a reply came" in str(error)
     assert f"over {MAX_REPLY_BYTES >> 20} MiB" in str(error)
+
+
+def test_a_socket_path_too_long_for_zeromq_is_one_clear_error(tmp_path: Path) -> None:
+    """The socket exists (bound through a relative path) but its absolute path exceeds what a socket
+    address holds: an error naming the path, not a traceback."""
+    deep = tmp_path / ("d" * 120)
+    deep.mkdir()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    cwd = os.getcwd()
+    os.chdir(deep)
+    try:
+        listener.bind("control.sock")
+    finally:
+        os.chdir(cwd)
+    try:
+        message = _error(deep)
+    finally:
+        listener.close()
+    assert f"cannot connect to {deep / 'control.sock'}" in message
