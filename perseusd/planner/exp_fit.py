@@ -127,10 +127,11 @@ def moments_at(
     e_c = phi - phi.mean(axis=1, keepdims=True)
     de_c = dphi - dphi.mean(axis=1, keepdims=True)
     y = np.asarray(y_c, dtype=float)
-    cov_ey = e_c @ y
+    # Row by row (einsum, not BLAS): an exponent's moments are the same bits whatever else is in the batch.
+    cov_ey = np.einsum("ij,j->i", e_c, y)
     var_e = np.einsum("ij,ij->i", e_c, e_c)
     # d/ds [cov(phi,y) / sqrt(var(phi))] has the sign of cov(phi',y) var(phi) - cov(phi,y) cov(phi,phi').
-    slope = (de_c @ y) * var_e - cov_ey * np.einsum("ij,ij->i", de_c, e_c)
+    slope = np.einsum("ij,j->i", de_c, y) * var_e - cov_ey * np.einsum("ij,ij->i", de_c, e_c)
     return list(zip(cov_ey.tolist(), var_e.tolist(), slope.tolist(), strict=True))
 
 
@@ -147,7 +148,7 @@ def _refine(u: Sequence[float], y_c: Sequence[float], side: float, lo: float, hi
             return hi
         if hi - lo <= 4e-16 * (abs(lo) + abs(hi)):
             break
-        mid = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
+        mid = (lo * f_hi - hi * f_lo) / (f_hi - f_lo) if f_hi != f_lo else lo
         if not lo < mid < hi:
             mid = 0.5 * (lo + hi)
             if mid in (lo, hi):

@@ -183,3 +183,23 @@ def test_the_moments_are_the_shapes_covariances_and_the_correlations_slope() -> 
             numeric = (corr_term(s + h) - corr_term(s - h)) / (2 * h)
             assert slope / var_e**1.5 == pytest.approx(numeric, rel=1e-4, abs=1e-9)
     assert exp_fit.moments_at(u.tolist(), y_c, []) == []
+
+
+def test_an_exponents_moments_do_not_depend_on_what_else_is_in_the_batch() -> None:
+    """The refinement recomputes the bracket's ends alone: they must be the grid's bits (a BLAS product
+    over the whole batch rounded differently and left the refinement an empty bracket)."""
+    from perseusd.planner import exp_fit
+
+    rng = np.random.default_rng(11)
+    cases = [
+        arrays(s) for name in ("a40", "h100_sxm") for s in option_sets(bundled_profile(name), 0.0002, 70.0)
+    ]
+    cases += [
+        (np.sort(rng.uniform(1.0, 900.0, size=n)), rng.uniform(-5.0, 50.0, size=n)) for n in (5, 17, 33)
+    ]
+    spans = [*exp_fit.GRID[::7], *(-s for s in exp_fit.GRID[::7]), 0.0, 149.308882421805]
+    for q, y in cases:
+        u = ((q - q.min()) / (q.max() - q.min())).tolist()
+        y_c = (y - y.mean()).tolist()
+        batch = exp_fit.moments_at(u, y_c, spans)
+        assert [exp_fit.moments_at(u, y_c, [s])[0] for s in spans] == batch
