@@ -27,12 +27,9 @@ NAME_FIELDS = frozenset({"job", "run", "client_version"})
 _Checker = typing.Callable[[Any, str], Any]
 
 
-class Schema(NamedTuple):
-    """How a body is checked: `strict` refuses unknown fields; fields newer than `minor` count as unknown.
-
-    (A named tuple, not a dataclass: each dataclass costs about a millisecond at import, and short-lived
-    readers such as `perseusctl status` import this module.)
-    """
+@dataclasses.dataclass(frozen=True)
+class Schema:
+    """How a body is checked: `strict` refuses unknown fields; fields newer than `minor` count as unknown."""
 
     strict: bool
     minor: int

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from perseusd.argtypes import non_negative_float, positive_float, positive_int
 from perseusd.errors import PlanningError
@@ -29,6 +29,18 @@ class PlanningInputs:
     dag: ComputationDag
     unit_time_s: float
     p_block_w: float
+
+    def to_json(self) -> dict[str, Any]:
+        """What was planned, as the commands' `--json` documents state it."""
+        return {
+            "profile": self.profile.source,
+            "schedule": self.dag.schedule,
+            "stages": self.dag.num_stages,
+            "microbatches": self.dag.num_microbatches,
+            "chunks": self.dag.num_chunks,
+            "unit_time_s": self.unit_time_s,
+            "p_block_w": self.p_block_w,
+        }
 
 
 def add_planning_arguments(parser: argparse.ArgumentParser) -> None:

@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("status", help="show GPUs, leases and daemon health")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--watch", type=float, metavar="SEC", help="refresh every SEC seconds until Ctrl-C")
-    parser.set_defaults(func=run, logs=False)  # nothing it imports logs: no need to load logging
+    parser.set_defaults(func=run)
 
 
 def fetch_status(runtime_dir: StrPath) -> StatusReply:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +13,7 @@ import pytest
 from perseus_client.cap_messages import AdminSetCap, CapStatusReply
 
 from perseusd.ctl.daemon_link import ask
+from tests.support.ctl import run_ctl
 from tests.support.perseusd_proc import (
     DaemonDirs,
     DaemonProcess,
@@ -37,18 +36,8 @@ def make_daemon() -> Iterator[Callable[..., DaemonProcess]]:
         yield make
 
 
-def ctl(runtime_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", str(runtime_dir), *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-
-
 def cap_status(runtime_dir: Path) -> dict[str, Any]:
-    out = ctl(runtime_dir, "cap", "status", "--json")
+    out = run_ctl(runtime_dir, "cap", "status", "--json")
     assert out.returncode == 0, out.stderr
     status: dict[str, Any] = json.loads(out.stdout)
     return status
@@ -69,7 +58,7 @@ def test_cap_set_infeasible_clear(make_daemon: Callable[..., DaemonProcess]) -> 
     dirs = DaemonDirs.create()
     daemon = make_daemon(dirs, gpus=GPUS, extra_args=H100).start()
     run = dirs.runtime_dir
-    out = ctl(run, "cap", "set", "--node", "1000")
+    out = run_ctl(run, "cap", "set", "--node", "1000")
     assert out.returncode == 0, out.stderr
     status = cap_status(run)
     assert status["grant_w"] == 1000.0
@@ -79,12 +68,12 @@ def test_cap_set_infeasible_clear(make_daemon: Callable[..., DaemonProcess]) -> 
     assert status["set_by"].startswith("uid ")
     assert sum(limits_w(run, status)) <= 1000.0 + 1e-6
     assert status["limits_sum_w"] == pytest.approx(sum(limits_w(run, status)))
-    assert "<= grant (hard line)" in ctl(run, "cap", "status").stdout  # idle GPUs: held by limits alone
+    assert "<= grant (hard line)" in run_ctl(run, "cap", "status").stdout  # idle GPUs: held by limits alone
     assert all(200.0 <= w <= 700.0 for w in limits_w(run, status))
     assert "node budget set to 1000.0 W by uid" in daemon.log()
 
     before = limits_w(run, status)
-    out = ctl(run, "cap", "set", "--node", "500")  # below the floor: refused, nothing changes (exit 1)
+    out = run_ctl(run, "cap", "set", "--node", "500")  # below the floor: refused, nothing changes (exit 1)
     assert out.returncode == 1
     assert "the node budget 500 W is below the node's floor of 800 W" in out.stderr
     assert "nothing changed" in out.stderr
@@ -93,7 +82,7 @@ def test_cap_set_infeasible_clear(make_daemon: Callable[..., DaemonProcess]) -> 
     assert status["feasible"]
     assert limits_w(run, status) == before
 
-    out = ctl(run, "cap", "clear")
+    out = run_ctl(run, "cap", "clear")
     assert out.returncode == 0, out.stderr
     status = cap_status(run)
     assert status["grant_w"] is None
@@ -116,7 +105,7 @@ def test_budget_kept_across_a_crash_and_limits_held(make_daemon: Callable[..., D
     dirs = DaemonDirs.create()
     daemon = make_daemon(dirs, gpus=2, extra_args=H100).start()
     run = dirs.runtime_dir
-    assert ctl(run, "cap", "set", "--node", "600").returncode == 0
+    assert run_ctl(run, "cap", "set", "--node", "600").returncode == 0
     set_by = cap_status(run)["set_by"]
     uuids = [g["uuid"] for g in cap_status(run)["gpus"]]
     assert [sim_control(run, u).power_limit_w for u in uuids] == [300.0, 300.0]
@@ -136,7 +125,7 @@ def test_budget_kept_across_a_crash_and_limits_held(make_daemon: Callable[..., D
     assert "node budget 600.0 W (set by uid" in daemon.log()
     assert "kept across a restart" in daemon.log()
 
-    assert ctl(run, "cap", "clear").returncode == 0
+    assert run_ctl(run, "cap", "clear").returncode == 0
     assert [sim_control(run, u).power_limit_w for u in uuids] == [700.0, 700.0]
     assert not saved.exists()  # no budget and no priority: nothing to keep
     daemon.kill()
@@ -151,7 +140,7 @@ def test_limits_restored_on_stop_and_the_budget_held_again_at_start(
     dirs = DaemonDirs.create()
     daemon = make_daemon(dirs, gpus=2, extra_args=H100).start()
     run = dirs.runtime_dir
-    assert ctl(run, "cap", "set", "--node", "600").returncode == 0
+    assert run_ctl(run, "cap", "set", "--node", "600").returncode == 0
     uuids = [g["uuid"] for g in cap_status(run)["gpus"]]
     daemon.signal(signal.SIGTERM)
     daemon.wait()
@@ -159,7 +148,7 @@ def test_limits_restored_on_stop_and_the_budget_held_again_at_start(
     make_daemon(dirs, gpus=2, extra_args=H100).start()
     assert cap_status(run)["budget_w"] == 600.0
     assert [sim_control(run, u).power_limit_w for u in uuids] == [300.0, 300.0]
-    assert ctl(run, "cap", "clear").returncode == 0
+    assert run_ctl(run, "cap", "clear").returncode == 0
     assert not (dirs.state_dir / "power-cap.json").exists()
 
 
@@ -183,7 +172,7 @@ def test_cap_written_again_after_a_lease_restores_the_gpu(make_daemon: Callable[
     run = dirs.runtime_dir
     holder = start_lease_holder(run, 1200)
     try:
-        assert ctl(run, "cap", "set", "--node", "600").returncode == 0
+        assert run_ctl(run, "cap", "set", "--node", "600").returncode == 0
         uuid = cap_status(run)["gpus"][0]["uuid"]
         assert sim_control(run, uuid).power_limit_w == 300.0
     finally:
@@ -195,9 +184,9 @@ def test_cap_written_again_after_a_lease_restores_the_gpu(make_daemon: Callable[
 def test_job_priority_is_set_and_checked(make_daemon: Callable[..., DaemonProcess]) -> None:
     dirs = DaemonDirs.create()
     daemon = make_daemon(dirs, gpus=1, extra_args=H100).start()
-    out = ctl(dirs.runtime_dir, "cap", "priority", "train-a", "low")  # no such job: refused, nothing kept
+    out = run_ctl(dirs.runtime_dir, "cap", "priority", "train-a", "low")  # no such job: refused, nothing kept
     assert out.returncode == 1
     assert "no job train-a on this node" in out.stderr
     assert "priority set" not in daemon.log()
-    out = ctl(dirs.runtime_dir, "cap", "priority", "train-a", "urgent")
+    out = run_ctl(dirs.runtime_dir, "cap", "priority", "train-a", "urgent")
     assert out.returncode != 0

@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +21,7 @@ from perseus_client.client import PerseusClient
 from perseusd.planner.dag import Instruction
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.profile_csv import profile_to_csv
+from tests.support.ctl import run_ctl
 from tests.support.perseusd_proc import DaemonDirs, daemon_processes, sim_control
 from tests.support.synthetic import synthetic_profile
 
@@ -32,24 +31,14 @@ JOBS = ("cap-low", "cap-high")
 WAIT_S = 60.0
 
 
-def ctl(runtime_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", str(runtime_dir), *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-
-
 def jobs(runtime_dir: Path) -> dict[str, dict[str, Any]]:
-    out = ctl(runtime_dir, "jobs", "--json")
+    out = run_ctl(runtime_dir, "jobs", "--json")
     assert out.returncode == 0, out.stderr
     return {j["job"]: j for j in json.loads(out.stdout)["jobs"]}
 
 
 def cap_status(runtime_dir: Path) -> dict[str, Any]:
-    out = ctl(runtime_dir, "cap", "status", "--json")
+    out = run_ctl(runtime_dir, "cap", "status", "--json")
     assert out.returncode == 0, out.stderr
     status: dict[str, Any] = json.loads(out.stdout)
     return status
@@ -94,8 +83,8 @@ def _energy_rises_below_1050_mhz() -> Profile:
 
 def test_low_priority_job_slowed_first_then_released(runtime_dir: Path) -> None:
     run = runtime_dir
-    assert ctl(run, "cap", "priority", "cap-low", "low").returncode == 0
-    out = ctl(run, "cap", "priority", "cap-high", "high")
+    assert run_ctl(run, "cap", "priority", "cap-low", "low").returncode == 0
+    out = run_ctl(run, "cap", "priority", "cap-high", "high")
     assert out.returncode == 0, out.stderr
     assert "priority high (2)" in out.stdout
     uncapped = {name: job["plan_index"] for name, job in jobs(run).items()}
@@ -103,7 +92,7 @@ def test_low_priority_job_slowed_first_then_released(runtime_dir: Path) -> None:
     floor_w, demand_w = status["floor_w"], status["demand_w"]
     assert floor_w < demand_w
     budget_w = demand_w - 0.15 * (demand_w - floor_w)  # the low job alone can give this much
-    assert ctl(run, "cap", "set", "--node", f"{budget_w:.1f}").returncode == 0
+    assert run_ctl(run, "cap", "set", "--node", f"{budget_w:.1f}").returncode == 0
     status = cap_status(run)
     by_job = {j["job"]: j for j in status["jobs"]}
     assert status["feasible"]
@@ -116,7 +105,7 @@ def test_low_priority_job_slowed_first_then_released(runtime_dir: Path) -> None:
     assert [p["plan_index"] for p in deployed["cap-high"]["pipelines"]] == [uncapped["cap-high"]]
     assert all(g["limit_w"] is not None and g["managed_by"] for g in status["gpus"])
 
-    assert ctl(run, "cap", "clear").returncode == 0
+    assert run_ctl(run, "cap", "clear").returncode == 0
     deployed = jobs(run)
     for name in JOBS:
         assert [p["plan_index"] for p in deployed[name]["pipelines"]] == [uncapped[name]]
@@ -132,11 +121,11 @@ def test_below_the_slowest_points_limits_fitted_on_the_jobs_dags() -> None:
 
 def _check_fitted_limits(run: Path) -> None:
     status = cap_status(run)
-    assert ctl(run, "cap", "set", "--node", f"{status['floor_w'] + 1:.1f}").returncode == 0
+    assert run_ctl(run, "cap", "set", "--node", f"{status['floor_w'] + 1:.1f}").returncode == 0
     found = re.search(r"the slowest points draw (\d+) W", cap_status(run)["problem"])  # and nothing fits
     assert found is not None
     budget_w = 0.95 * float(found.group(1))
-    assert ctl(run, "cap", "set", "--node", f"{budget_w:.1f}").returncode == 0
+    assert run_ctl(run, "cap", "set", "--node", f"{budget_w:.1f}").returncode == 0
     status = cap_status(run)
     assert status["feasible"]
     assert not status["strict"], json.dumps(status)
@@ -144,7 +133,7 @@ def _check_fitted_limits(run: Path) -> None:
     assert status["planned_w"] <= budget_w + 1e-6
     assert all(j["slowdown"] > 0 for j in status["jobs"])
     assert all(g["limit_w"] < g["max_w"] for g in status["gpus"])
-    assert ctl(run, "cap", "clear").returncode == 0
+    assert run_ctl(run, "cap", "clear").returncode == 0
 
 
 def test_strict_enforcement_is_a_hard_line_with_jobs_running() -> None:
@@ -154,11 +143,11 @@ def test_strict_enforcement_is_a_hard_line_with_jobs_running() -> None:
     with _two_jobs(profile, {"PERSEUSD_POWER_CAP_ENFORCEMENT": "strict"}) as run:
         status = cap_status(run)
         budget_w = status["floor_w"] + 0.5 * (status["demand_w"] - status["floor_w"])
-        assert ctl(run, "cap", "set", "--node", f"{budget_w:.1f}").returncode == 0
+        assert run_ctl(run, "cap", "set", "--node", f"{budget_w:.1f}").returncode == 0
         status = cap_status(run)
         assert status["enforcement"] == "strict"
         assert status["strict"]
         held_w = [sim_control(run, g["uuid"]).power_limit_w for g in status["gpus"]]
         assert sum(held_w) <= budget_w + 1e-6
         assert status["limits_sum_w"] == pytest.approx(sum(held_w))
-        assert "<= grant (hard line)" in ctl(run, "cap", "status").stdout
+        assert "<= grant (hard line)" in run_ctl(run, "cap", "status").stdout

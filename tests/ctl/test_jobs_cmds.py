@@ -243,11 +243,11 @@ def test_interleaved_plan_labels_chunks() -> None:
 
 def test_malformed_document_is_one_line_naming_the_job() -> None:
     doc = json.loads(FRONTIER_TEXT)
-    doc["points"][1]["clocks_mhz"][0] = [1410]
+    doc["points"][1]["clock_changes"] = [[0, 5, 1410]]
     with pytest.raises(PlanFormatError) as excinfo:
         load_frontier_text(json.dumps(doc), "gpt3")
     message = str(excinfo.value)
-    assert message.startswith("the frontier of job gpt3: points[1].clocks_mhz[0]")
+    assert message.startswith("the frontier of job gpt3: points[1].clock_changes[0]")
     assert "/tmp" not in message
     assert "\n" not in message
 

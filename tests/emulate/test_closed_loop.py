@@ -7,8 +7,6 @@ profiling; the slow one lets the daemon profile online.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from perseusd.planner.bundled import bundled_profile
 from perseusd.planner.dag import Instruction
 from perseusd.planner.profile_csv import read_profile
 from tests.emulate.helpers import run_emulate
+from tests.support.ctl import run_ctl
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 
 CLOSED_LOOP_STATES = {"registering", "registered", "profiling", "solving", "running"}
@@ -107,11 +106,15 @@ def test_a_tensor_parallel_stage_is_profiled_and_switched_as_one(
     apart = [r for r in runs if len(set(r["clocks_mhz"])) > 1]
     assert len(runs[0]["clocks_mhz"]) == 2
     assert len(apart) <= 0.05 * len(runs)  # at most a switch landing between the two GPUs' starts
-    exported = subprocess.run(
-        [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", str(daemon.dirs.runtime_dir),
-         "profile", "export", report["job"], "-o", str(tmp_path / "measured.csv")],
-        capture_output=True, text=True, check=False, timeout=60,
-    )  # fmt: skip
+    exported = run_ctl(
+        daemon.dirs.runtime_dir,
+        "profile",
+        "export",
+        report["job"],
+        "-o",
+        str(tmp_path / "measured.csv"),
+        timeout_s=60,
+    )
     assert exported.returncode == 0, exported.stderr
     measured = read_profile(tmp_path / "measured.csv")
     one_gpu = bundled_profile("a100_sxm").scaled(0.25, 0.25)

@@ -272,7 +272,7 @@ def test_the_frontier_states_what_the_gpus_will_do(core: DaemonCore) -> None:
     assert frontier["switching"]["lead_s"] == pytest.approx(latency_s + 0.002)
     info = _info(core)["train"]
     deployed = frontier["points"][info.plan_index]
-    assert {"effective_clocks_mhz", "switch_changed", "planned_energy_j"} <= set(deployed)
+    assert {"effective_clock_changes", "switch_changed", "planned_energy_j"} <= set(deployed)
     assert info.plan_energy_j == deployed["refined_energy_j"]
     assert info.plan_time_s == deployed["refined_time_s"]
 
