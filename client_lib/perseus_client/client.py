@@ -41,6 +41,7 @@ import zmq
 
 from perseus_client import devices, reach
 from perseus_client.link import PerseusClientError, monitor_event, request_reply, unreachable
+from perseus_client.message import Instruction
 from perseus_client.protocol import (
     CONTROL_SOCKET_NAME,
     EVENT_SOCKET_NAME,
@@ -103,7 +104,7 @@ well under this; one that is not there fails at once instead of after the whole 
 RETRY_MIN_S = 0.25
 RETRY_MAX_S = 5.0
 """Back-off of a new session's hello while the link is up but the daemon does not answer."""
-_INSTRUCTIONS = frozenset(("forward", "backward"))
+_INSTRUCTIONS = frozenset(i.value for i in Instruction)
 M = TypeVar("M", bound=Message)
 R = TypeVar("R")
 # Events are written in minor 0 (no "m"): every daemon of the major reads them, and they stay short.

@@ -3,13 +3,34 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import ClassVar, Literal, TypeAlias
 
 from perseus_client.codes import JobState
 
-Instruction: TypeAlias = Literal["forward", "backward"]
+
+class Instruction(str, Enum):
+    """The kind of a computation: on the wire, in profiles and in plans (its value), daemon and client."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+
+    __str__ = str.__str__
+
+    @property
+    def letter(self) -> str:
+        """One letter for tables and labels: F, B."""
+        return _LETTERS[self.value]
+
+
+_LETTERS = {"forward": "F", "backward": "B"}
 Schedule: TypeAlias = Literal["1f1b", "gpipe", "interleaved", "observed"]
-"""How a job's stages order their computations; "observed": learned from the first iterations' events."""
+"""How a job's stages order their computations, as Megatron-LM and `torch.distributed.pipelining` run them:
+1F1B, GPipe and interleaved 1F1B (chunks > 1); "observed": learned from the first iterations' events. The
+daemon's planner builds each named one (`perseusd.planner.schedules`)."""
+VALUE_SINCE: dict[str, int] = {}
+"""Values of an existing field added by a later minor: a side set to speak an older minor refuses them as
+unknown, as a side of that minor would."""
 Policy: TypeAlias = Literal["no_slowdown", "fastest", "slowdown", "time", "min_energy", "carbon"]
 """Which frontier point a job runs: the least energy no slower than all-max clocks (default), the fastest,
 the least energy within `target` slowdown (a fraction: 0.05 = 5 %), the least energy within `target`

@@ -18,7 +18,7 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, get_args
 
-from perseus_client.protocol import JobInfo, PlanRequest, Policy, SetPolicy, SetPolicyOk
+from perseus_client.protocol import Instruction, JobInfo, PlanRequest, Policy, SetPolicy, SetPolicyOk
 
 from perseusd.ctl.daemon_link import ask, fetch_document, find_job, load_plan_text
 from perseusd.ctl.jobs_cmd import policy_label, slowdown_vs_fastest
@@ -92,7 +92,7 @@ def parse_target(policy: str, text: str | None) -> float:
 def step_label(step: ScheduleStep, chunked: bool) -> str:
     """`F3`, or `F3c1` in a schedule with several chunks per stage."""
     instruction, microbatch, chunk = step
-    letter = "F" if instruction == "forward" else "B"
+    letter = Instruction(instruction).letter
     return f"{letter}{microbatch}c{chunk}" if chunked else f"{letter}{microbatch}"
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from perseusd.argtypes import non_negative_float, positive_float, positive_int
 from perseusd.errors import PlanningError
+from perseusd.planner.schedules import NAMES as SCHEDULE_NAMES
 
 if TYPE_CHECKING:
     from perseusd.planner.dag import ComputationDag
@@ -43,9 +44,7 @@ def add_planning_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--microbatches", type=positive_int, required=True, metavar="M", help="microbatches per iteration"
     )
-    parser.add_argument(
-        "--schedule", choices=("1f1b", "gpipe", "interleaved"), default="1f1b", help="default: %(default)s"
-    )
+    parser.add_argument("--schedule", choices=SCHEDULE_NAMES, default="1f1b", help="default: %(default)s")
     parser.add_argument(
         "--chunks",
         type=positive_int,

@@ -10,15 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perseusd.planner.dag import (
-    Instruction,
-    ScheduleStep,
-    gpipe_order,
-    interleaved_order,
-    one_f_one_b_order,
-)
+from perseusd.planner.dag import Instruction, ScheduleStep
+from perseusd.planner.schedules import OBSERVED, WIRE_NAMES, spec_of
 
-SCHEDULES = ("1f1b", "gpipe", "interleaved", "observed")
+SCHEDULES = WIRE_NAMES
 """`--schedule` values; "observed" runs 1F1B orders but lets the daemon learn the order from events."""
 
 
@@ -46,11 +41,8 @@ class PipelineShape:
 
     def order(self, stage: int) -> list[ScheduleStep]:
         """The computations GPU `stage` runs in one iteration, in order."""
-        if self.schedule == "gpipe":
-            return gpipe_order(self.num_microbatches)
-        if self.schedule == "interleaved":
-            return interleaved_order(self.num_stages, self.num_microbatches, self.num_chunks, stage)
-        return one_f_one_b_order(self.num_stages, self.num_microbatches, stage)
+        spec = spec_of("1f1b" if self.schedule == OBSERVED else self.schedule)
+        return spec.order(self.num_stages, self.num_microbatches, self.num_chunks, stage)
 
     def profile_stage(self, stage: int, chunk: int) -> int:
         """The profile stage whose costs chunk `chunk` of GPU `stage` draws."""

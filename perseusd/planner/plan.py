@@ -23,7 +23,6 @@ from perseusd.planner.profile import Profile
 PLAN_FORMAT = "perseus-plan"
 FRONTIER_FORMAT = "perseus-frontier"
 FORMAT_VERSION = 1
-NAMED_SCHEDULES = ("1f1b", "gpipe", "interleaved")
 
 
 class PlanPoint(Protocol):

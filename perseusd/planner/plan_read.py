@@ -16,7 +16,6 @@ from perseusd.planner.dag import Instruction, ScheduleStep, build_dag, from_stag
 from perseusd.planner.plan import (
     FORMAT_VERSION,
     FRONTIER_FORMAT,
-    NAMED_SCHEDULES,
     PLAN_FORMAT,
     Followed,
     Frontier,
@@ -26,6 +25,7 @@ from perseusd.planner.plan import (
     SwitchingMeta,
 )
 from perseusd.planner.plan_schema import Reader
+from perseusd.planner.schedules import SCHEDULES
 
 
 def load_plan(path: str | os.PathLike[str]) -> Plan:
@@ -202,7 +202,7 @@ def _check_order(source: str, meta: PlanMeta, order: Sequence[Sequence[ScheduleS
             f"{source}: {len(order)} stages of clocks, meta.num_stages is {meta.num_stages}"
         )
     try:
-        if meta.schedule not in NAMED_SCHEDULES:
+        if meta.schedule not in SCHEDULES:
             from_stage_orders(order, meta.num_microbatches, meta.num_chunks, meta.schedule)
             return
         expected = build_dag(meta.schedule, meta.num_stages, meta.num_microbatches, meta.num_chunks)

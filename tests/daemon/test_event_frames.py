@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from perseus_client.client import _COMPUTATION_FORMAT, _STEP_FORMAT  # the client's own wire forms
-from perseus_client.protocol import PROTOCOL_MINOR, ComputationBegin, Message, ProtocolError, StepEnd, decode
+from perseus_client.protocol import (
+    PROTOCOL_MINOR,
+    ComputationBegin,
+    Instruction,
+    Message,
+    ProtocolError,
+    StepEnd,
+    decode,
+)
 
 from perseusd.daemon.event_frames import _fast, decode_event
 
@@ -61,8 +69,16 @@ def test_the_fast_path_builds_the_messages_the_generic_path_builds() -> None:
     begin = decode_event(computation(), MAX_FRAME_BYTES, PROTOCOL_MINOR)
     assert begin == ComputationBegin(gpu, 1, "forward", 7, 0, 123_456_789_012)
     assert isinstance(begin, ComputationBegin)
-    assert type(begin.instruction) is str
+    assert begin.instruction is Instruction.FORWARD
     assert decode_event(step(), MAX_FRAME_BYTES, PROTOCOL_MINOR) == StepEnd(gpu, 41, 99)
+
+
+@pytest.mark.parametrize("instruction", [i.value.encode() for i in Instruction])
+def test_every_instruction_takes_the_fast_path(instruction: bytes) -> None:
+    data = computation(b"comp_end", instruction)
+    fast = _fast(data)
+    assert fast is not None
+    assert fast == decode(data, MAX_FRAME_BYTES, PROTOCOL_MINOR).message
 
 
 @pytest.mark.parametrize(

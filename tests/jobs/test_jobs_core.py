@@ -40,8 +40,9 @@ from perseusd.daemon.job_requests import JobRequests
 from perseusd.jobs.manager import JobSettings
 from perseusd.jobs.response import DEPARTS
 from perseusd.leasing.identity import Caller
-from perseusd.planner.dag import Instruction, one_f_one_b_order
+from perseusd.planner.dag import Instruction
 from perseusd.planner.profile_csv import profile_to_csv
+from perseusd.planner.schedule_orders import one_f_one_b_order
 from tests.support.callers import ME, OTHER
 from tests.support.daemon_core import sim_core
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
