@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from perseusd.argtypes import non_negative_float, positive_float, positive_int
 from perseusd.errors import PlanningError
 from perseusd.planner.schedules import NAMES as SCHEDULE_NAMES
+from perseusd.planner.schedules import spec_of
 
 if TYPE_CHECKING:
     from perseusd.planner.dag import ComputationDag
@@ -50,7 +51,7 @@ def add_planning_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=1,
         metavar="V",
-        help="model chunks per stage (interleaved only)",
+        help="model chunks per stage (interleaved schedules; zbv: 2)",
     )
     parser.add_argument(
         "--unit-time",
@@ -94,6 +95,8 @@ def load_inputs(args: argparse.Namespace) -> PlanningInputs:
 
     profile, bundled_p_block_w = load_profile(args.profile)
     dag = build_dag(args.schedule, args.stages, args.microbatches, args.chunks)
+    if spec_of(args.schedule).split_backward:  # zero bubble: halves of each backward it did not measure
+        profile = profile.with_split_backward()
     needed = dag.num_stages * dag.num_chunks
     if profile.num_stages < needed:
         raise PlanningError(

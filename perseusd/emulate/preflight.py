@@ -171,8 +171,14 @@ def check_shape(shape: PipelineShape) -> None:
         raise UsageError(str(exc)) from None
 
 
-def load_profile(spec: str) -> Profile:
-    """A bundled profile by name, or a profile CSV file."""
+def load_profile(spec: str, shape: PipelineShape) -> Profile:
+    """A bundled profile by name, or a profile CSV file; for a schedule that splits its backwards (zero
+    bubble), with the two halves of each backward it did not measure (`Profile.with_split_backward`)."""
+    profile = _read_profile(spec)
+    return profile.with_split_backward() if shape.split_backward else profile
+
+
+def _read_profile(spec: str) -> Profile:
     if spec in BUNDLED_PROFILES:
         return bundled_profile(spec)
     try:
@@ -215,6 +221,8 @@ def lay_out(
     if real is not None:
         if real_stage is None or stage_daemons[0][real_stage] != 0 or tensor_parallel != 1:
             raise UsageError("--real-stage needs its stage on the first daemon (--runtime-dir), one GPU each")
+        if shape.split_backward:
+            raise UsageError("--real-stage runs whole backwards: choose a schedule that does not split them")
         statuses[0] = dataclasses.replace(statuses[0], gpus=statuses[0].gpus[1:])
     models = {
         _sim_model_name(c.runtime_dir / "sim", status) for c, status in zip(clients, statuses, strict=True)

@@ -369,11 +369,8 @@ class JobManager:
     # ------------------------------------------------------------------ profiling
 
     def _start_profiling(self, slot: StageSlot) -> None:
-        keys = [
-            slot.key(instruction, chunk)
-            for chunk in range(self._job_of(slot).shape.chunks)
-            for instruction in ("forward", "backward")
-        ]
+        shape = self._job_of(slot).shape
+        keys = [slot.key(i, chunk) for chunk in range(shape.chunks) for i in shape.instructions]
         slot.sweep = StageSweep(slot.supported_clocks_mhz, keys, self.settings.sweep)
         slot.profiling_since_ns = self._clock_ns()
         self._sampler.watch(slot.gpu)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from perseus_client.protocol import ErrorCode, ProtocolError, Register
 
 from perseusd.planner.dag import ComputationDag, Instruction, ScheduleStep, build_dag, from_stage_orders
-from perseusd.planner.schedules import OBSERVED, SCHEDULES
+from perseusd.planner.schedules import OBSERVED, SCHEDULES, instructions_of
 
 MAX_STAGES = 1024
 MAX_MICROBATCHES = 4096
@@ -70,9 +70,15 @@ class JobShape:
             raise bad(f"run must be at most {MAX_RUN} printable characters")
 
     @property
+    def instructions(self) -> tuple[Instruction, ...]:
+        """What each microbatch runs on each chunk: forward and backward, or its two halves (zero bubble)."""
+        spec = SCHEDULES.get(self.schedule)
+        return instructions_of(spec is not None and spec.split_backward)
+
+    @property
     def computations(self) -> int:
-        """Forward and backward computations of one iteration, over all stages."""
-        return self.num_stages * self.num_microbatches * self.chunks * 2
+        """Computations of one iteration, over all stages."""
+        return self.num_stages * self.num_microbatches * self.chunks * len(self.instructions)
 
     def describe(self) -> str:
         chunks = f"x{self.chunks}" if self.chunks > 1 else ""

@@ -2,9 +2,13 @@
 
 A node is one computation (a forward or backward of one microbatch on one pipeline stage, and for
 interleaved schedules one model chunk). Edges are the execution order on each stage plus the data
-dependencies between consecutive virtual stages: F(v, j) -> F(v+1, j) and B(v+1, j) -> B(v, j), where the
-virtual stage of chunk c on stage s is v = c * S + s. Every DAG is built in O(N) from per-stage orders, so any
-schedule a framework runs can be planned with `from_stage_orders`.
+dependencies between consecutive model stages: F(v, j) -> F(v+1, j) and B(v+1, j) -> B(v, j). A schedule
+that splits its backwards (zero bubble) has the input gradient in B's place, I(v+1, j) -> I(v, j), and the
+weight gradient after its input gradient on the same stage, I(v, j) -> W(v, j), which nothing else waits
+for. The model stage of chunk c on stage s is c * S + s, or in a V layout (`schedules.model_stage`)
+2 S - 1 - s for chunk 1; a computation's profile stage (`virtual_stage`) is c * S + s either way. Every DAG
+is built in O(N) from per-stage orders, so any schedule a framework runs can be planned with
+`from_stage_orders`.
 """
 
 from __future__ import annotations
@@ -16,16 +20,18 @@ from dataclasses import dataclass
 from perseus_client.message import Instruction
 
 from perseusd.errors import PlanningError
-from perseusd.planner.schedule_orders import B, F, ScheduleStep
-from perseusd.planner.schedules import spec_of
+from perseusd.planner.schedule_orders import B, F, I, ScheduleStep, W
+from perseusd.planner.schedules import Layout, instructions_of, layout_of, model_stage, spec_of
 
 __all__ = [
     "B",
     "Computation",
     "ComputationDag",
     "F",
+    "I",
     "Instruction",
     "ScheduleStep",
+    "W",
     "build_dag",
     "from_stage_orders",
 ]
@@ -109,18 +115,19 @@ def from_stage_orders(
     """
     num_stages = len(orders)
     _check_positive(num_stages=num_stages, num_microbatches=num_microbatches, num_chunks=num_chunks)
+    instructions = instructions_of(any(step[0] in (I, W) for order in orders for step in order))
     computations: list[Computation] = []
     index: dict[Computation, int] = {}
     stage_orders: list[tuple[int, ...]] = []
     for stage, order in enumerate(orders):
-        _check_stage_order(stage, order, num_microbatches, num_chunks)
+        _check_stage_order(stage, order, num_microbatches, num_chunks, instructions)
         start = len(computations)
         for instruction, microbatch, chunk in order:
             comp = Computation(stage, Instruction(instruction), microbatch, chunk)
             index[comp] = len(computations)
             computations.append(comp)
         stage_orders.append(tuple(range(start, len(computations))))
-    preds, succs = _edges(computations, index, stage_orders)
+    preds, succs = _edges(computations, index, stage_orders, layout_of(schedule))
     topo = _topological_order(preds, succs, computations)
     return ComputationDag(
         schedule=schedule,
@@ -136,9 +143,12 @@ def from_stage_orders(
 
 
 def _edges(
-    computations: list[Computation], index: dict[Computation, int], stage_orders: list[tuple[int, ...]]
+    computations: list[Computation],
+    index: dict[Computation, int],
+    stage_orders: list[tuple[int, ...]],
+    layout: Layout,
 ) -> tuple[list[list[int]], list[list[int]]]:
-    """Predecessors and successors: each stage's order and the data between virtual stages."""
+    """Predecessors and successors: each stage's order, the data between model stages, I before its W."""
     preds: list[list[int]] = [[] for _ in computations]
     succs: list[list[int]] = [[] for _ in computations]
 
@@ -151,13 +161,15 @@ def _edges(
         for u, v in itertools.pairwise(ids):
             add_edge(u, v)
     num_stages = len(stage_orders)
-    num_virtual = num_stages * (1 + max(c.chunk for c in computations))
+    placed = {model_stage(layout, num_stages, c.stage, c.chunk): (c.stage, c.chunk) for c in computations}
     for node, comp in enumerate(computations):
-        vstage = comp.chunk * num_stages + comp.stage
-        nxt = vstage + 1 if comp.instruction is F else vstage - 1
-        if 0 <= nxt < num_virtual:
-            other = Computation(nxt % num_stages, comp.instruction, comp.microbatch, nxt // num_stages)
-            add_edge(node, index[other])
+        if comp.instruction is W:
+            add_edge(index[Computation(comp.stage, I, comp.microbatch, comp.chunk)], node)
+            continue
+        step = 1 if comp.instruction is F else -1
+        nxt = placed.get(model_stage(layout, num_stages, comp.stage, comp.chunk) + step)
+        if nxt is not None:
+            add_edge(node, index[Computation(nxt[0], comp.instruction, comp.microbatch, nxt[1])])
     return preds, succs
 
 
@@ -172,11 +184,17 @@ def _check_stage_order(
     order: Sequence[ScheduleStep],
     num_microbatches: int,
     num_chunks: int,
+    instructions: tuple[Instruction, ...],
 ) -> None:
-    expected = {(i, j, c) for i in (F, B) for j in range(num_microbatches) for c in range(num_chunks)}
+    expected = {(i, j, c) for i in instructions for j in range(num_microbatches) for c in range(num_chunks)}
     seen: set[ScheduleStep] = set()
     for step in order:
         key = (Instruction(step[0]), step[1], step[2])
+        if key[0] is W and (I, key[1], key[2]) not in seen:
+            raise PlanningError(
+                f"stage {stage}: the weight gradient of microbatch {key[1]} chunk {key[2]} runs before its "
+                "input gradient"
+            )
         if key not in expected:
             raise PlanningError(
                 f"stage {stage}: {key[0].value} of microbatch {key[1]} chunk {key[2]} is out of range"

@@ -81,6 +81,19 @@ def test_every_instruction_takes_the_fast_path(instruction: bytes) -> None:
     assert fast == decode(data, MAX_FRAME_BYTES, PROTOCOL_MINOR).message
 
 
+def test_a_daemon_set_to_an_older_minor_refuses_the_split_backward_as_that_minor_would() -> None:
+    data = computation(b"comp_begin", b"backward_weight")
+    with pytest.raises(ProtocolError) as fast:
+        decode_event(data, MAX_FRAME_BYTES, 7)
+    with pytest.raises(ProtocolError) as generic:
+        decode(data, MAX_FRAME_BYTES, 7)
+    assert (fast.value.code, fast.value.message) == (generic.value.code, generic.value.message)
+    assert "expected one of ['forward', 'backward']" in fast.value.message
+    assert (
+        decode_event(computation(), MAX_FRAME_BYTES, 7) == decode(computation(), MAX_FRAME_BYTES, 7).message
+    )
+
+
 @pytest.mark.parametrize(
     "data",
     [
