@@ -23,10 +23,10 @@ from perseusd.gpu.sim_boards import Board, load_board
 from perseusd.gpu.sim_costs import check_profile_fits
 from perseusd.gpu.sim_shared import StateMap, state_path
 from perseusd.planner.baselines import all_max
-from perseusd.planner.bundled import BUNDLED_PROFILES, bundled_profile
+from perseusd.planner.bundled import load_profile as read_named_profile
 from perseusd.planner.dag import build_dag
 from perseusd.planner.profile import Profile
-from perseusd.planner.profile_csv import profile_to_csv, read_profile
+from perseusd.planner.profile_csv import profile_to_csv
 
 
 class UsageError(PerseusError):
@@ -172,22 +172,9 @@ def check_shape(shape: PipelineShape) -> None:
 
 
 def load_profile(spec: str, shape: PipelineShape) -> Profile:
-    """A bundled profile by name, or a profile CSV file; for a schedule that splits its backwards (zero
-    bubble), with the two halves of each backward it did not measure (`Profile.with_split_backward`)."""
-    profile = _read_profile(spec)
-    return profile.with_split_backward() if shape.split_backward else profile
-
-
-def _read_profile(spec: str) -> Profile:
-    if spec in BUNDLED_PROFILES:
-        return bundled_profile(spec)
+    """`--profile` for this schedule (`perseusd.planner.bundled.load_profile`); UsageError if unusable."""
     try:
-        return read_profile(spec)
-    except OSError as exc:
-        raise UsageError(
-            f"cannot read profile {spec}: {exc.strerror or exc} "
-            f"(give a CSV file or a bundled name: {', '.join(BUNDLED_PROFILES)})"
-        ) from None
+        return read_named_profile(spec, shape.schedule)[0]
     except (ProfileError, PlanningError) as exc:
         raise UsageError(str(exc)) from None
 
