@@ -88,6 +88,9 @@ class PolicySpec:
     target: Target | None = None
     target_required: bool = True
     """Without a target the policy cannot choose (else its target defaults to 0)."""
+    no_harm: bool = False
+    """It promises no slowdown and chooses by energy alone, so a stage whose plan would not measurably save
+    runs one clock instead (do no harm, `perseusd.jobs.no_harm`)."""
 
 
 def _no_slowdown(limits: Limits) -> float | None:
@@ -95,7 +98,7 @@ def _no_slowdown(limits: Limits) -> float | None:
 
 
 _REGISTERED = (
-    PolicySpec("no_slowdown", _no_slowdown),
+    PolicySpec("no_slowdown", _no_slowdown, no_harm=True),
     PolicySpec("fastest", lambda _limits: None),
     PolicySpec("slowdown", lambda x: x.fastest_s * (1.0 + x.target) * (1 + 1e-12), SLOWDOWN),
     PolicySpec("time", lambda x: (x.target - x.overhead_s) * (1 + TOLERANCE), SECONDS),
