@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 
+from perseus_client.message import Instruction
 from perseus_client.version import PROTOCOL_MAJOR
 
-INSTRUCTIONS = frozenset(("forward", "backward"))
+INSTRUCTIONS = frozenset(i.value for i in Instruction)
 """The instructions a computation event may name (`message.Instruction`)."""
 COMPUTATION_KINDS = (b"comp_begin", b"comp_end")
 STEP_KINDS = (b"step_begin", b"step_end")

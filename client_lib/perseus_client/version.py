@@ -23,7 +23,9 @@ lease's `slurm_job`, a GPU row's `power_features`, `slurm_jobs` and the Slurm pr
 `admin_slurm_prolog` and `admin_slurm_epilog`;
 6, the power pool's budget source, age and signal state (status's `pool`, `pool_status`);
 7, a job's own error: `profile_error_pct`, `predicted_saving_pct`, `measured_saving_pct`, `saving_error_pts`
-and `accuracy_action`; 8, a GPU row's `index` and `pci_bus_id`, the daemon health's `backend`.
+and `accuracy_action`; 8, a GPU row's `index` and `pci_bus_id`, the daemon health's `backend`; the
+zero-bubble schedules (`register`'s `schedule` `interleaved_zb` and `zbv`) and the two halves of their split
+backward (instructions `backward_input` and `backward_weight`, in events and plans).
 
 Adding a message or a field: see docs/protocol.md ("Changing the protocol"); in short, bump
 `PROTOCOL_MINOR`, give a new message type `SINCE = PROTOCOL_MINOR` and a new field of an existing message a

@@ -18,6 +18,7 @@ from perseusd.daemon.config import DaemonConfig
 from perseusd.daemon.grid import carbon_steering
 from perseusd.daemon.requests.energy import NVML_COUNTER_PERIOD_S, EnergyRequests
 from perseusd.gpu.registry import GpuRegistry
+from perseusd.gpu.select import simulated_counters
 from perseusd.jobs.cache import JobCache
 from perseusd.jobs.carbon_steering import CarbonSteering
 from perseusd.jobs.cluster_link import ClusterLink
@@ -175,6 +176,6 @@ def plan_book(config: DaemonConfig, registry: GpuRegistry) -> Iterator[PlanBook]
 
 def energy_requests(config: DaemonConfig, registry: GpuRegistry) -> EnergyRequests:
     """`energy_read` for energy windows; the counter period is the simulated one, else NVML's worst case."""
-    simulated = config.backend == "sim" or (config.backend == "mixed" and config.mixed_real == "sim")
+    simulated = simulated_counters(config.backend, config.mixed_real)
     period_s = config.sim_update_period_s if simulated else NVML_COUNTER_PERIOD_S
     return EnergyRequests(registry, period_s, config.gpu_call_timeout_s)

@@ -58,11 +58,8 @@ class ProfilingRun:
 
     def start(self, job: Job, slot: StageSlot) -> None:
         """Begin the stage's clock sweep on `slot`'s GPU (at its highest clock)."""
-        keys = [
-            slot.key(instruction, chunk)
-            for chunk in range(job.shape.chunks)
-            for instruction in ("forward", "backward")
-        ]
+        shape = job.shape
+        keys = [slot.key(i, chunk) for chunk in range(shape.chunks) for i in shape.instructions]
         slot.sweep = StageSweep(slot.supported_clocks_mhz, keys, self.settings.sweep)
         slot.profiling_since_ns = self._clock_ns()
         self._sampler.watch(slot.gpu)

@@ -30,7 +30,6 @@ FRONTIER_VERSION = 2
 """Version 2 writes a point's clocks as changes from the point before; version 1 (every point's clocks whole,
 32 MB for 8 stages x 96 microbatches) is still read: job caches and saved frontiers hold it."""
 FRONTIER_VERSIONS_READ = (1, 2)
-NAMED_SCHEDULES = ("1f1b", "gpipe", "interleaved")
 
 
 class PlanPoint(Protocol):

@@ -16,7 +16,6 @@ from perseusd.planner.dag import Instruction, ScheduleStep, build_dag, from_stag
 from perseusd.planner.plan import (
     FRONTIER_FORMAT,
     FRONTIER_VERSIONS_READ,
-    NAMED_SCHEDULES,
     PLAN_FORMAT,
     PLAN_VERSION,
     Followed,
@@ -28,6 +27,7 @@ from perseusd.planner.plan import (
     SwitchingMeta,
 )
 from perseusd.planner.plan_schema import Reader
+from perseusd.planner.schedules import SCHEDULES
 
 
 def load_plan(path: str | os.PathLike[str]) -> Plan:
@@ -232,7 +232,7 @@ def _check_order(source: str, meta: PlanMeta, order: Sequence[Sequence[ScheduleS
             f"{source}: {len(order)} stages of clocks, meta.num_stages is {meta.num_stages}"
         )
     try:
-        if meta.schedule not in NAMED_SCHEDULES:
+        if meta.schedule not in SCHEDULES:
             from_stage_orders(order, meta.num_microbatches, meta.num_chunks, meta.schedule)
             return
         expected = build_dag(meta.schedule, meta.num_stages, meta.num_microbatches, meta.num_chunks)

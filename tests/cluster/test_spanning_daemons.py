@@ -19,8 +19,8 @@ import pytest
 from perseus_client.client import PerseusClient, PerseusClientError
 from perseus_client.protocol import JobInfo
 
-from perseusd.planner.dag import one_f_one_b_order
 from perseusd.planner.profile_csv import profile_to_csv
+from perseusd.planner.schedule_orders import one_f_one_b_order
 from tests.support.etcd_cluster import EtcdCluster, requires_etcd, wait_until
 from tests.support.lockstep import Lockstep, cluster_env
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, sim_control

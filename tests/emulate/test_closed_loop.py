@@ -124,3 +124,59 @@ def test_a_tensor_parallel_stage_is_profiled_and_switched_as_one(
         / one_gpu.lookup(0, Instruction.FORWARD, top).energy_j
     )
     assert 1.6 < ratio < 2.4  # the stage's energy is its two GPUs'
+
+
+def _plan_clocks(daemon: DaemonProcess, job: str) -> dict[str, list[int]]:
+    """The running plan's clocks of every computation, by instruction (`perseusctl plan JOB --json`)."""
+    shown = run_ctl(daemon.dirs.runtime_dir, "plan", job, "--json")
+    assert shown.returncode == 0, shown.stderr
+    clocks: dict[str, list[int]] = {}
+    for stage in json.loads(shown.stdout)["stages"]:
+        for entry in stage:
+            clocks.setdefault(entry["instruction"], []).append(entry["freq_mhz"])
+    return clocks
+
+
+def test_a_zero_bubble_job_is_profiled_by_halves_planned_and_run(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    """zbv profiled online: the daemon measures forward, input and weight gradients apart at the clocks it
+    sweeps, plans them apart and runs the plan, saving energy."""
+    out = run_emulate(
+        daemon.dirs.runtime_dir,
+        "--profile", "a100_sxm", "--stages", "2", "--microbatches", "4", "--schedule", "zbv", "--chunks", "2",
+        "--time-scale", "0.25", "--iterations", "5", "--json", "--timeout-s", "200",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    _check_report(report)
+    assert report["profiling"]["iterations"] > 0
+    exported = run_ctl(
+        daemon.dirs.runtime_dir, "profile", "export", report["job"], "-o", str(tmp_path / "measured.csv")
+    )
+    assert exported.returncode == 0, exported.stderr
+    measured = read_profile(tmp_path / "measured.csv")
+    split = {Instruction.FORWARD, Instruction.BACKWARD_INPUT, Instruction.BACKWARD_WEIGHT}
+    assert {(m.stage, m.instruction) for m in measured.measurements} == {
+        (s, i) for s in range(4) for i in split
+    }
+    clocks = _plan_clocks(daemon, report["job"])
+    assert len(clocks["backward_weight"]) == len(clocks["backward_input"]) == 2 * 2 * 4
+
+
+def test_an_imported_zero_bubble_profile_runs_the_weight_gradients_at_lower_clocks(
+    daemon: DaemonProcess,
+) -> None:
+    """zbv with the board's own costs imported (its backwards split in halves): the running plan gives the
+    weight gradients, which nothing waits for but the iteration's end, lower clocks than the input gradients
+    (the planner's tests show it stage by stage)."""
+    out = run_emulate(
+        daemon.dirs.runtime_dir,
+        "--profile", "a100_sxm", "--stages", "2", "--microbatches", "4", "--schedule", "zbv", "--chunks", "2",
+        "--time-scale", "0.25", "--iterations", "5", "--import-profile", "--json", "--timeout-s", "90",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    _check_report(report)
+    clocks = _plan_clocks(daemon, report["job"])
+    assert sum(clocks["backward_weight"]) < sum(clocks["backward_input"])

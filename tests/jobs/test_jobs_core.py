@@ -40,8 +40,9 @@ from perseusd.daemon.requests.job import JobRequests
 from perseusd.jobs.response import DEPARTS
 from perseusd.jobs.settings import JobSettings
 from perseusd.leasing.identity import Caller
-from perseusd.planner.dag import Instruction, one_f_one_b_order
+from perseusd.planner.dag import Instruction
 from perseusd.planner.profile_csv import profile_to_csv
+from perseusd.planner.schedule_orders import one_f_one_b_order
 from tests.support.callers import ME, OTHER
 from tests.support.daemon_core import sim_core
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile

@@ -31,7 +31,7 @@ from perseusd.jobs.straggling import (
     StragglerSettings,
     pick_straggler,
 )
-from perseusd.planner.dag import one_f_one_b_order
+from perseusd.planner.schedule_orders import one_f_one_b_order
 from tests.support.callers import ME
 from tests.support.daemon_core import sim_core, start_synthetic_job
 

@@ -63,3 +63,24 @@ def test_unknown_policy_is_refused() -> None:
     with pytest.raises(InvalidValueError, match="no_slowdown"):
         Policy("cheapest")
     assert "no_slowdown" in POLICIES
+
+
+def test_the_registry_holds_every_policy_the_protocol_names() -> None:
+    from typing import get_args
+
+    from perseus_client.message import Policy as PolicyName
+
+    from perseusd.planner.policy import REGISTRY
+
+    assert tuple(REGISTRY) == get_args(PolicyName)
+
+
+@pytest.mark.parametrize(
+    ("name", "target", "refused"),
+    [("slowdown", -0.01, "slowdown fraction"), ("carbon", 11.0, "slowdown fraction"), ("time", 0.0, "> 0")],
+)
+def test_a_target_out_of_its_range_is_refused_by_its_registered_kind(
+    name: str, target: float, refused: str
+) -> None:
+    with pytest.raises(InvalidValueError, match=refused):
+        Policy(name, target)
