@@ -34,7 +34,8 @@ def test_purge_removes_only_what_perseusd_writes(tmp_path: Path) -> None:
     state = tmp_path / "var/lib/perseusd"
     (state / "jobs").mkdir(parents=True)
     (state / "jobs" / "abc.json").write_text("{}")
-    for name in ("state.json", "power-cap.json", "pool-limits.json", "state.json.unreadable-1-2", ".x.9.tmp"):
+    written = ("state.json", "power-cap.json", "pool-limits.json", "state.json.unreadable-1-2", ".x.9.tmp")
+    for name in (*written, "jobs-ended", "jobs-ended.unreadable-3"):
         (state / name).write_text("{}")
     (state / "site-records.json").write_text("kept")  # not perseusd's
     assert _run(_script("postrm", tmp_path), "purge", path=os.environ["PATH"]).returncode == 0
