@@ -13,7 +13,7 @@ import bisect
 from dataclasses import dataclass
 
 OptionKey = tuple[int, str]
-"""(profile stage = virtual stage, instruction "forward"/"backward"): what one computation runs."""
+"""(profile stage = virtual stage, instruction: an `Instruction` value): what one computation runs."""
 
 _TRIM_FRACTION = 10
 """A full trace drops its oldest 1/_TRIM_FRACTION at once, so that trimming costs O(1) per sample."""
