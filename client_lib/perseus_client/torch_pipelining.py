@@ -31,23 +31,15 @@ torch is imported here only: `perseus_client` itself never imports this module.
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any
 
-import torch
 from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 from torch.distributed.pipelining.schedules import PipelineScheduleMulti, PipelineScheduleSingle
 from torch.distributed.pipelining.stage import _PipelineStageBase
 
 from perseus_client.client import PerseusClient
 from perseus_client.run_id import launcher_run_id
-from perseus_client.torch_events import (
-    CudaEventReporter,
-    DirectReporter,
-    Reporter,
-    cuda_event_recorder,
-    gpu_of,
-)
+from perseus_client.torch_events import Instrumentation, Reporter, gpu_of, reporter_for
 
 Schedule = PipelineScheduleSingle | PipelineScheduleMulti
 _NAMED_SCHEDULES: dict[type[Any], str] = {
@@ -124,31 +116,17 @@ def instrument(
             stage_gpus=stage_gpus,
             run=launcher_run_id() if run is None else run,
         )
-    return PipelineInstrumentation(schedule, stages, _reporter_for(stages[0].device, client, gpu), first_step)
+    return PipelineInstrumentation(schedule, stages, reporter_for(client, gpu, stages[0].device), first_step)
 
 
-def _reporter_for(device: torch.device, client: PerseusClient, gpu: str) -> Reporter:
-    """CUDA events on a CUDA device (no device-wide synchronise per computation), direct sends otherwise."""
-    if device.type == "cuda":
-        return CudaEventReporter(client, gpu, cuda_event_recorder(device))
-    return DirectReporter(client, gpu)
-
-
-class PipelineInstrumentation:
-    """The wrappers `instrument` installed; `close()` (or leaving a `with` block) removes them.
-
-    Attributes:
-        position: this rank's pipeline stage (the `stage` of its events).
-        next_step: the step number the next training `schedule.step()` reports.
-    """
+class PipelineInstrumentation(Instrumentation):
+    """The wrappers `instrument` installed; `close()` (or leaving a `with` block) removes them. A step is one
+    training `schedule.step()`."""
 
     def __init__(
         self, schedule: Schedule, stages: list[_PipelineStageBase], reporter: Reporter, first_step: int
     ) -> None:
-        self.position = stages[0].group_rank
-        self.next_step = first_step
-        self._reporter = reporter
-        self._in_step = False
+        super().__init__(reporter, stages[0].group_rank, first_step)
         self._saved: list[tuple[object, str, object | None]] = []
         self._patch(schedule, "step", self._wrap_step(schedule))
         for chunk, stage in enumerate(stages):
@@ -165,15 +143,7 @@ class PipelineInstrumentation:
                 delattr(target, name)
             else:
                 setattr(target, name, previous)
-        self._reporter.close()
-
-    def __enter__(self) -> PipelineInstrumentation:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
+        super().close()
 
     def _patch(self, target: object, name: str, wrapper: Callable[..., Any]) -> None:
         """Shadow a method with an instance attribute, remembering any instance attribute it replaced."""
@@ -186,15 +156,7 @@ class PipelineInstrumentation:
         def step(*args: Any, **kwargs: Any) -> Any:
             if not schedule._has_backward:  # eval(): forward only, not the training order
                 return original(*args, **kwargs)
-            number = self.next_step
-            self.next_step += 1
-            self._in_step = True
-            self._reporter.step_begin(number)
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self._in_step = False
-                self._reporter.step_end(number)
+            return self._run_step(original, args, kwargs)
 
         return step
 
