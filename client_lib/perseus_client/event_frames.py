@@ -14,8 +14,8 @@ import json
 
 from perseus_client.version import PROTOCOL_MAJOR
 
-INSTRUCTIONS = frozenset(("forward", "backward"))
-"""The instructions a computation event may name (`message.Instruction`)."""
+INSTRUCTIONS = {"forward": b"forward", "backward": b"backward"}
+"""The instructions a computation event may name (`message.Instruction`), as written."""
 COMPUTATION_KINDS = (b"comp_begin", b"comp_end")
 STEP_KINDS = (b"step_begin", b"step_end")
 MAX_CACHED_GPUS = 1024
@@ -57,18 +57,11 @@ class EventWriter:
     ) -> bytes:
         """A computation's begin or end (`kind`: b"comp_begin" or b"comp_end"); ValueError for an
         instruction other than "forward" and "backward"."""
-        if instruction not in INSTRUCTIONS:
+        written = INSTRUCTIONS.get(instruction)
+        if written is None:
             raise ValueError(f"instruction must be 'forward' or 'backward' (got {instruction!r})")
         gpu_json = self._gpu_json.get(gpu) or self._remember(gpu)
-        return self._computation % (
-            kind,
-            gpu_json,
-            stage,
-            instruction.encode(),
-            microbatch,
-            chunk,
-            timestamp_ns,
-        )
+        return self._computation % (kind, gpu_json, stage, written, microbatch, chunk, timestamp_ns)
 
     def step(self, kind: bytes, gpu: str, step: int, timestamp_ns: int) -> bytes:
         """A step's begin or end (`kind`: b"step_begin" or b"step_end")."""
