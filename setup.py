@@ -1,5 +1,5 @@
-"""Build the optional C cores of the frontier solver, of its cost-model fit, of its JSON writer and of plan
-following and the switch-aware descent; everything else is declared in pyproject.toml."""
+"""Build the optional C cores of the frontier solver and of plan following and the switch-aware descent (each
+file's header says what it saves, measured); everything else is declared in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -11,18 +11,6 @@ setup(
         Extension(
             "perseusd.planner._pdcore",
             ["perseusd/planner/_pdcore.c"],
-            extra_compile_args=C_FLAGS,
-            optional=True,
-        ),
-        Extension(
-            "perseusd.planner._jsontext",
-            ["perseusd/planner/_jsontext.c"],
-            extra_compile_args=C_FLAGS,
-            optional=True,
-        ),
-        Extension(
-            "perseusd.planner._fitcore",
-            ["perseusd/planner/_fitcore.c"],
             extra_compile_args=C_FLAGS,
             optional=True,
         ),

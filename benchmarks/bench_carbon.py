@@ -11,7 +11,7 @@ interval's actual intensity. Methods:
 - `chase`: Chase's method: every GPU at its highest clock under one power limit per interval, the limit of a
   sweep (board minimum to maximum in `--limit-step-w` steps) minimising Chase's cost (eta = 0.24, reference
   intensity the trace's highest, reference power the GPUs' maximum power limit), capped by the simulated
-  board's power-capping model (`perseusd/gpu/sim_costs.py`, which both boards use);
+  board's power-capping model (`perseusd/workload/sim_costs.py`, which both boards use);
 - `perseus_fastest`: the frontier's fastest point all the time;
 - `carbon_policy`: the daemon's choice (`perseusd.carbon.choice`): the frontier point of least Chase cost
   among those no slower than all-max x (1 + allowed slowdown); the allowed slowdown is Chase's own measured
@@ -38,115 +38,29 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import carbon_measured
+from benchmarks.carbon_model import (
+    CASES,
+    ETA_SWEEP,
+    Choice,
+    frontier_choices,
+    job_at_all_max,
+    power_limit_choices,
+    replay,
+)
 from perseusd.carbon.choice import DEFAULT_ETA, ChaseWeights, allowed_points, chase_cost, choose_point
 from perseusd.carbon.forecast import backtest, forecast
 from perseusd.carbon.traces import SignalPoint, load_trace
 from perseusd.gpu.sim_boards import load_board
-from perseusd.gpu.sim_costs import WorkloadCosts
-from perseusd.planner.baselines import all_max
-from perseusd.planner.bundled import BUNDLED_PROFILES, bundled_profile
-from perseusd.planner.dag import ComputationDag, build_dag
-from perseusd.planner.evaluate import longest_path_s
 from perseusd.planner.policy import PointSummary
-from perseusd.planner.solver import SolverParams, solve_frontier
 from tests.support.reference_data import CARBON
 
 TRACE = CARBON / "chase_carbon_hist.csv"
-CASES: dict[str, tuple[str, int, int, float]] = {
-    "a100x12": ("a100_sxm", 8, 12, 0.001),
-    "h100x8": ("h100_sxm", 4, 8, 0.0002),
-}
-"""name -> (board = bundled profile, stages, microbatches, solver unit time s)."""
-J_PER_KWH = 3.6e6
-ETA_SWEEP = (0.5, 0.75, 0.9)
-"""Weights beside Chase's 0.24, for context: how the choices move when energy weighs more."""
-
-
-@dataclass(frozen=True)
-class Choice:
-    """One way to run an iteration: its time, energy and what it is (a point index or a power limit)."""
-
-    label: str
-    time_s: float
-    energy_j: float
-
-
-def job_at_all_max(name: str) -> tuple[ComputationDag, Choice]:
-    """Case `name`'s 1F1B DAG and its all-max choice on the bundled profile (the baseline of every method)."""
-    board, stages, microbatches, _unit_s = CASES[name]
-    dag = build_dag("1f1b", stages, microbatches)
-    reference = all_max(dag, bundled_profile(board), BUNDLED_PROFILES[board].p_block_w)
-    return dag, Choice("all-max", reference.time_s, reference.energy_j)
-
-
-def frontier_choices(dag: ComputationDag, board: str, unit_s: float) -> list[Choice]:
-    profile = bundled_profile(board)
-    params = SolverParams(unit_time_s=unit_s, p_block_w=BUNDLED_PROFILES[board].p_block_w)
-    return [
-        Choice(f"point {p.index}", p.refined_time_s or p.time_s, p.refined_energy_j)
-        for p in solve_frontier(dag, profile, params)
-    ]
-
-
-def power_limit_choices(dag: ComputationDag, board_name: str, step_w: float) -> list[Choice]:
-    """All-max clocks under each power limit of the sweep, capped by the board model."""
-    board = load_board(board_name)
-    if not board.power_capping:
-        raise ValueError(f"the {board_name} board models no power capping: a limit would change nothing")
-    costs = WorkloadCosts(bundled_profile(board_name), board)
-    p_block_w = BUNDLED_PROFILES[board_name].p_block_w
-    top_mhz = max(board.clocks_mhz)
-    limits = []
-    limit_w = board.power_limit_max_w
-    while limit_w >= board.power_limit_min_w - 1e-9:
-        limits.append(limit_w)
-        limit_w -= step_w
-    choices = []
-    for limit_w in limits:
-        runs = [
-            costs.run_cost(dag.virtual_stage(n), c.instruction.value, top_mhz, limit_w).cost
-            for n, c in enumerate(dag.computations)
-        ]
-        time_s = longest_path_s(dag, [r.time_s for r in runs])
-        busy_s = sum(r.time_s for r in runs)
-        energy_j = sum(r.energy_j for r in runs) + p_block_w * (dag.num_stages * time_s - busy_s)
-        choices.append(Choice(f"{limit_w:g} W", time_s, energy_j))
-    return choices
-
-
-def replay(
-    actual: Sequence[float],
-    step_s: float,
-    work: float,
-    pick: Callable[[int], Choice],
-) -> dict[str, Any]:
-    """Run `work` iterations, interval by interval (`step_s` wall seconds each), `pick(i)` choosing how."""
-    done = carbon_g = time_s = energy_j = 0.0
-    labels: list[str] = []
-    index = 0
-    while done < work - 1e-9:
-        choice = pick(index)
-        iterations = min(work - done, step_s / choice.time_s)
-        done += iterations
-        time_s += iterations * choice.time_s
-        energy_j += iterations * choice.energy_j
-        carbon_g += iterations * choice.energy_j / J_PER_KWH * actual[index % len(actual)]
-        labels.append(choice.label)
-        index += 1
-    return {
-        "carbon_g": carbon_g,
-        "time_s": time_s,
-        "energy_j": energy_j,
-        "intervals": index,
-        "distinct_choices": len(set(labels)),
-    }
 
 
 def case(
@@ -268,7 +182,7 @@ def main() -> int:
     errors = [abs(p - a.value) / a.value for p, a in zip(predicted[1:], trace[1:], strict=True)]
     day = 48
     if args.mode == "measured":
-        from benchmarks.carbon_measured_cases import measured_main  # it imports this module
+        from benchmarks.carbon_measured_cases import measured_main
 
         return measured_main(trace, args, 100 * sum(errors) / len(errors))
     out = {

@@ -34,15 +34,18 @@ def _noop(*_args: object) -> None:
     return None
 
 
-def _timed_batches(client: PerseusClient, gpu: str, paced: bool) -> list[float]:
-    """Per-event time (us) of each batch; `paced`: wait, untimed, until the daemon read every event sent."""
+def timed_batches(
+    client: PerseusClient, gpu: str, paced: bool, batches: int = BATCHES, batch_pairs: int = BATCH
+) -> list[float]:
+    """Per-event time (us) of each of `batches` batches of `batch_pairs` begin/end pairs; `paced`: wait,
+    untimed, until the daemon read every event sent."""
     per_event_us: list[float] = []
-    for batch in range(BATCHES):
+    for batch in range(batches):
         began = time.perf_counter_ns()
-        for microbatch in range(BATCH):
-            client.computation_begin(gpu, 0, "forward", batch * BATCH + microbatch)
-            client.computation_end(gpu, 0, "forward", batch * BATCH + microbatch)
-        per_event_us.append((time.perf_counter_ns() - began) / (2 * BATCH) / 1e3)
+        for microbatch in range(batch_pairs):
+            client.computation_begin(gpu, 0, "forward", batch * batch_pairs + microbatch)
+            client.computation_end(gpu, 0, "forward", batch * batch_pairs + microbatch)
+        per_event_us.append((time.perf_counter_ns() - began) / (2 * batch_pairs) / 1e3)
         deadline_s = time.monotonic() + 5
         while paced and time.monotonic() < deadline_s:
             if client.status().daemon.events_received >= client.events_sent:
@@ -57,9 +60,9 @@ def main() -> None:
         with PerseusClient(daemon.dirs.runtime_dir, job="bench-client", strict=True) as client:
             gpu = client.daemon_info.gpus[0].uuid  # type: ignore[union-attr]
             client.claim([gpu])
-            per_event_us = _timed_batches(client, gpu, paced=True)
+            per_event_us = timed_batches(client, gpu, paced=True)
             dropped_paced = client.events_dropped
-            flat_out_us = _timed_batches(client, gpu, paced=False)
+            flat_out_us = timed_batches(client, gpu, paced=False)
             baseline_us: list[float] = []
             for _ in range(BATCHES):
                 began = time.perf_counter_ns()

@@ -58,11 +58,11 @@ from benchmarks.closed_loop_suite import FAMILY_PREFIX, family_bars, family_case
 from benchmarks.h100_variants import VARIANTS, variant_csv, variant_stages
 from benchmarks.switch_reference import switch_aware_pct
 from perseusd.gpu.sim_boards import load_board
-from perseusd.gpu.sim_costs import WorkloadCosts
 from perseusd.jobs.solving import auto_unit_time_s
 from perseusd.planner.bundled import bundled_profile
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.profile_csv import read_profile, read_profile_stream, write_profile
+from perseusd.workload.sim_costs import WorkloadCosts
 from tests.support import perseusd_proc
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess
 

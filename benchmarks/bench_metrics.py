@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perseus_client import PerseusClient
 
+from benchmarks.bench_client import timed_batches
 from benchmarks.bench_daemon import sender
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 
@@ -62,14 +63,7 @@ def _event_cost_us(daemon: DaemonProcess) -> float:
     with PerseusClient(daemon.dirs.runtime_dir, job="bench-cost", strict=True) as client:
         gpu = client.daemon_info.gpus[CLIENTS].uuid  # type: ignore[union-attr]
         client.claim([gpu])
-        per_event_us = []
-        for batch in range(BATCHES):
-            began = time.perf_counter_ns()
-            for microbatch in range(BATCH):
-                client.computation_begin(gpu, 0, "forward", batch * BATCH + microbatch)
-                client.computation_end(gpu, 0, "forward", batch * BATCH + microbatch)
-            per_event_us.append((time.perf_counter_ns() - began) / (2 * BATCH) / 1e3)
-        return statistics.median(per_event_us)
+        return statistics.median(timed_batches(client, gpu, False, BATCHES, BATCH))
 
 
 def _ingest_per_s(daemon: DaemonProcess) -> float:

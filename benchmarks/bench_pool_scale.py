@@ -49,10 +49,10 @@ if str(ROOT) not in sys.path:
 
 from perseusd.cluster.config import parse_endpoint  # noqa: E402
 from perseusd.cluster.etcd_store import EtcdStore, put_op  # noqa: E402
-from perseusd.cluster.power_pool_admin import set_budget  # noqa: E402
-from perseusd.cluster.power_pool_alloc import allocate  # noqa: E402
-from perseusd.cluster.power_pool_keys import PoolKeys, decode_budget, decode_grant, decode_report  # noqa: E402
-from perseusd.cluster.power_pool_view import PoolView, read_pool  # noqa: E402
+from perseusd.pool.admin import set_budget  # noqa: E402
+from perseusd.pool.alloc import allocate  # noqa: E402
+from perseusd.pool.keys import PoolKeys, decode_budget, decode_grant, decode_report  # noqa: E402
+from perseusd.pool.view import PoolView, read_pool  # noqa: E402
 from tests.support.etcd_cluster import EtcdCluster  # noqa: E402
 
 WORKER = Path(__file__).resolve().parent / "pool_scale_worker.py"

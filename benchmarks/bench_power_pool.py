@@ -32,8 +32,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from perseusd.cluster.etcd_store import put_op  # noqa: E402
-from perseusd.cluster.power_pool_alloc import allocate  # noqa: E402
-from perseusd.cluster.power_pool_view import read_pool  # noqa: E402
+from perseusd.pool.alloc import allocate  # noqa: E402
+from perseusd.pool.view import read_pool  # noqa: E402
 from tests.support.etcd_cluster import EtcdCluster  # noqa: E402
 from tests.support.power_pool import PoolRun  # noqa: E402
 

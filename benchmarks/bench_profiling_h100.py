@@ -34,7 +34,6 @@ from perseusd.ctl.compare_cmd import no_slowdown_point
 from perseusd.ctl.planning_inputs import PlanningInputs
 from perseusd.ctl.solve_cmd import solve_points
 from perseusd.gpu.sim_boards import load_board
-from perseusd.gpu.sim_costs import WorkloadCosts
 from perseusd.jobs.solving import auto_unit_time_s
 from perseusd.planner.baselines import all_max, evaluate_point
 from perseusd.planner.bundled import bundled_profile
@@ -42,6 +41,7 @@ from perseusd.planner.dag import Instruction, build_dag
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.profiling.estimator import OptionEstimate
 from perseusd.profiling.fill import fill_stage
+from perseusd.workload.sim_costs import WorkloadCosts
 from tests.profiling.emulation import StageEmulator
 from tests.profiling.test_h100_accuracy import ground_truth, profile_stage, truth_at
 

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perseus_client import PerseusClient, PlanEntry
 
-from perseusd.gpu.sim_workload import SimGpuHandle
+from perseusd.workload.sim_workload import SimGpuHandle
 from tests.support.perseusd_proc import DaemonDirs, daemon_processes
 
 COMPUTATIONS = 2000

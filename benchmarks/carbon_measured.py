@@ -14,7 +14,7 @@ Arms (all at the same work):
 - `chase`: the baseline under one power limit per interval, set on every GPU through the daemon
   (`AdminSetPowerLimit`) at each interval's start, the limit of the model's sweep (bench_carbon's
   `power_limit_choices`) of least Chase cost for the forecast; the simulated board caps every computation
-  whose power at its clock exceeds the limit (`perseusd/gpu/sim_costs.py`; both boards model capping);
+  whose power at its clock exceeds the limit (`perseusd/workload/sim_costs.py`; both boards model capping);
 - `perseus_fastest`: the job under the daemon, profile imported, policy `fastest`;
 - `carbon_policy`: policy `carbon`, allowed slowdown: the model's slowdown of Chase's method on the
   segment (known before the run), the daemon re-choosing every `interval_s / 8`;

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmarks import carbon_measured, carbon_stats
-from benchmarks.bench_carbon import CASES, job_at_all_max, power_limit_choices, replay
 from benchmarks.carbon_measured import Arm, Workload
+from benchmarks.carbon_model import CASES, job_at_all_max, power_limit_choices, replay
 from perseusd.carbon.choice import DEFAULT_ETA, ChaseWeights, chase_cost
 from perseusd.carbon.forecast import forecast
 from perseusd.carbon.traces import SignalPoint

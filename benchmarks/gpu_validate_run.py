@@ -30,9 +30,8 @@ from perseus_client.torch_pipelining import instrument
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
-from benchmarks.gpu_validate import (
+from benchmarks.gpu_truth import (
     BoundaryRecorder,
-    SweepRow,
     best_single_clock,
     job_truth,
     profile_error,
@@ -40,6 +39,7 @@ from benchmarks.gpu_validate import (
     target_row,
 )
 from benchmarks.nvml_probe import _set_reset, _switches
+from perseusd.emulate.hybrid import SweepRow
 from perseusd.gpu.backend import GpuDevice
 from perseusd.gpu.nvml import NvmlBackend
 from perseusd.gpu.probe import energy_counter_period

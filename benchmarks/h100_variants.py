@@ -12,6 +12,7 @@ measured one. Not measurements: shapes a real model could have on the same GPU.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import sys
 from pathlib import Path
@@ -71,15 +72,10 @@ def variant_csv(name: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print(__doc__, file=sys.stderr)
-        return 2
-    outdir = Path(argv[0])
-    outdir.mkdir(parents=True, exist_ok=True)
-    for name in VARIANTS:
-        (outdir / f"{name}.csv").write_text(variant_csv(name))
-        print(outdir / f"{name}.csv")
-    return 0
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root
+    from benchmarks.workload_family import write_profiles
+
+    return write_profiles(argv, {name: functools.partial(variant_csv, name) for name in VARIANTS}, __doc__)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.gpu_validate import stopped_at_exit
+from benchmarks.gpu_truth import stopped_at_exit
 from perseusd.emulate.hybrid import DEFAULT_WEIGHTS, SweepRow, critical_stage, pipeline_profile
 from perseusd.emulate.trace import read_trace
 from perseusd.planner.dag import Instruction, from_stage_orders

@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
 from perseusd.cluster.config import ClusterConfig  # noqa: E402
 from perseusd.cluster.etcd_store import Entry, EtcdStore  # noqa: E402
 from perseusd.cluster.plane import ClusterPlane  # noqa: E402
-from perseusd.cluster.power_pool_agent import PoolAgent, PoolSettings  # noqa: E402
+from perseusd.pool.agent import PoolAgent, PoolSettings  # noqa: E402
 
 GPUS, MIN_W, MAX_W = 8, 100.0, 400.0
 _out = threading.Lock()

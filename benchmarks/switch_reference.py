@@ -12,7 +12,8 @@ board's idle power at its top clock as the blocking power (as `perseusctl compar
 from __future__ import annotations
 
 from perseusd.gpu.sim_boards import load_board
-from perseusd.jobs.manager import MIN_RUN_LEADS, JobSettings
+from perseusd.jobs.manager import MIN_RUN_LEADS
+from perseusd.jobs.settings import JobSettings
 from perseusd.jobs.shape import JobShape
 from perseusd.jobs.solving import SolveInput, auto_unit_time_s, solve
 from perseusd.planner.baselines import all_max

@@ -48,6 +48,7 @@ sweep's 25 clocks (900-1980 MHz every 45), as the board runs it (linear between 
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import sys
@@ -371,16 +372,22 @@ def bounds_violations(workload: Workload) -> list[str]:
     return problems
 
 
-def main(argv: list[str]) -> int:
+def write_profiles(argv: list[str], profiles: dict[str, Callable[[], str]], usage: str | None) -> int:
+    """The command `SCRIPT OUTDIR`: each profile's CSV text written to OUTDIR/NAME.csv (its path printed)."""
     if len(argv) != 1:
-        print(__doc__, file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
     outdir = Path(argv[0])
     outdir.mkdir(parents=True, exist_ok=True)
-    for name, workload in FAMILY.items():
-        (outdir / f"{name}.csv").write_text(profile_csv(workload))
+    for name, csv_text in profiles.items():
+        (outdir / f"{name}.csv").write_text(csv_text())
         print(outdir / f"{name}.csv")
     return 0
+
+
+def main(argv: list[str]) -> int:
+    profiles = {name: functools.partial(profile_csv, workload) for name, workload in FAMILY.items()}
+    return write_profiles(argv, profiles, __doc__)
 
 
 if __name__ == "__main__":

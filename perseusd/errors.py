@@ -53,3 +53,52 @@ class JobOwnerError(PerseusError):
     def __init__(self, job: str) -> None:
         super().__init__(f"job {job!r} belongs to another user")
         self.job = job
+
+
+class RefusedError(PerseusError):
+    """A request refused by the domain: what the caller asked cannot be done as asked.
+
+    Libraries raise these and know nothing of the wire: the daemon's one table (`perseusd.daemon.wire_errors`)
+    gives each kind its error code. `field` is where in the request the problem is (`plan[3].freq_mhz`; ""
+    for the request as a whole), which the daemon names on the wire after the request's type
+    (`set_plan.plan[3].freq_mhz: ...`); None when the message says what it is about.
+    """
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+    def located(self, request: str = "") -> str:
+        """The message after where it is, `request.field: message` (the request's type when given)."""
+        if self.field is None:
+            return str(self)
+        path = ".".join(part for part in (request, self.field) if part)
+        return f"{path}: {self}" if path else str(self)
+
+
+class InvalidValueError(RefusedError):
+    """A value of the request cannot be right (out of range, inconsistent with what the daemon holds)."""
+
+
+class NotPermittedError(RefusedError):
+    """The caller may not do this (another user's GPU, a GPU its container or Slurm job does not hold)."""
+
+
+class LimitReachedError(RefusedError):
+    """A limit of the daemon is reached (sessions per user, descriptors, open Slurm jobs): retry later."""
+
+
+class NotRegisteredError(RefusedError):
+    """The calling process has no session (it sent no hello, or it is gone)."""
+
+
+class GpuBusyError(RefusedError):
+    """The GPU is leased by another process of the same user."""
+
+
+class NotLeasedError(RefusedError):
+    """The caller holds no lease on the GPU it names."""
+
+
+class InconsistentStateError(RefusedError):
+    """What the daemon holds contradicts the request in a way no caller should cause (an internal error)."""

@@ -1,9 +1,11 @@
-"""One direction of dependencies: every `perseusd` import, read from the source of every module (including
-imports inside functions and under `TYPE_CHECKING`), goes from a layer to one the table below allows.
+"""One direction of dependencies, and no cycle of files: every `perseusd` import, read from the source of
+every module (including imports inside functions and under `TYPE_CHECKING`), goes from a layer to one the
+table below allows, and no module reaches itself through imports (in `perseusd` and in `benchmarks`).
 
-client/protocol -> planner/gpu/profiling -> switching -> jobs -> daemon, with the other packages placed
-between them. The table is acyclic (checked), so allowing an import both ways is not a way out: moving the
-shared piece below both is. `perseusd/daemon/main.py`, the composition root, may import anything.
+client/protocol -> planner, gpu -> profiling, carbon, workload -> switching, leasing, cluster -> jobs ->
+power -> the node cap, the power pool -> metrics -> daemon, with ctl and emulate beside them. The table is
+acyclic (checked), so allowing an import both ways is not a way out: moving the shared piece below both is.
+There is no exception: the composition root `perseusd/daemon/main.py` sits at the top, in the daemon's layer.
 """
 
 from __future__ import annotations
@@ -17,24 +19,24 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIR = REPO_ROOT / "perseusd"
 CLIENT_DIR = REPO_ROOT / "client_lib" / "perseus_client"
-COMPOSITION_ROOT = "perseusd.daemon.main"
 
 # layer -> the layers its modules may import (besides its own). "base" is perseusd/__init__.py, errors.py,
-# argtypes.py and private_file.py. "power_pool" is the cluster power pool (perseusd/cluster/power_pool_*.py):
-# it lives with the cluster plane it stores in but drives the node's power target, so it sits above power,
-# while the rest of cluster (the etcd plane, the job board) sits below jobs.
+# argtypes.py and private_file.py; every other layer is a package of perseusd.
 ALLOWED: Mapping[str, frozenset[str]] = {
     "base": frozenset(),
     "planner": frozenset({"base"}),
-    "gpu": frozenset({"base", "planner"}),
+    "gpu": frozenset({"base"}),
     "profiling": frozenset({"base", "planner"}),
     "carbon": frozenset({"base", "planner"}),
+    "workload": frozenset({"base", "planner", "gpu"}),
     "switching": frozenset({"base", "planner", "gpu", "profiling"}),
     "leasing": frozenset({"base", "gpu"}),
     "cluster": frozenset({"base"}),
     "jobs": frozenset({"base", "planner", "gpu", "profiling", "carbon", "cluster", "switching"}),
-    "power": frozenset({"base", "planner", "gpu", "jobs", "leasing"}),
-    "power_pool": frozenset({"base", "gpu", "cluster", "power", "leasing"}),
+    "power": frozenset({"base", "planner", "gpu", "workload"}),
+    "cap": frozenset({"base", "planner", "gpu", "leasing", "jobs", "power"}),
+    "pool": frozenset({"base", "gpu", "cluster", "power"}),
+    "metrics": frozenset({"base", "gpu", "carbon", "switching", "leasing", "jobs"}),
     "daemon": frozenset(
         {
             "base",
@@ -47,12 +49,13 @@ ALLOWED: Mapping[str, frozenset[str]] = {
             "cluster",
             "jobs",
             "power",
-            "power_pool",
+            "cap",
+            "pool",
+            "metrics",
         }
     ),
-    "metrics": frozenset({"base", "gpu", "carbon", "switching", "jobs", "daemon"}),
     "ctl": frozenset({"base", "planner", "power"}),
-    "emulate": frozenset({"base", "planner", "gpu"}),
+    "emulate": frozenset({"base", "planner", "gpu", "workload"}),
 }
 
 
@@ -66,8 +69,6 @@ def layer_of(module: str) -> str:
     parts = module.split(".")
     if len(parts) == 1 or (len(parts) == 2 and parts[1] in {"errors", "argtypes", "private_file"}):
         return "base"
-    if parts[1] == "cluster" and len(parts) > 2 and parts[2].startswith("power_pool"):
-        return "power_pool"
     return parts[1]
 
 
@@ -100,8 +101,6 @@ def violations(root: Path = REPO_ROOT) -> list[str]:
     found = []
     for path in sorted((root / "perseusd").rglob("*.py")):
         source = module_name(path, root)
-        if source == COMPOSITION_ROOT:
-            continue
         source_layer = layer_of(source)
         for line, target in imported_modules(path, root):
             if target.split(".")[0] != "perseusd" or not is_module(target, root):
@@ -156,10 +155,69 @@ def test_the_client_imports_nothing_of_the_daemon() -> None:
     assert not found, found
 
 
+WIRE_LAYERS = frozenset({"daemon", "ctl"})
+"""The layers that speak the wire: the daemon answers requests, perseusctl sends them."""
+
+
+def test_the_wire_stops_at_the_daemon() -> None:
+    """Libraries raise domain errors (`perseusd.errors`); only the daemon's table turns them into wire errors,
+    so no module below it names `ProtocolError`."""
+    found = [
+        f"{path.relative_to(REPO_ROOT)}:{node.lineno}"
+        for path in sorted(PACKAGE_DIR.rglob("*.py"))
+        if layer_of(module_name(path)) not in WIRE_LAYERS
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and any(alias.name == "ProtocolError" for alias in node.names)
+    ]
+    assert not found, "ProtocolError below the daemon: " + ", ".join(found)
+
+
+def module_graph(package: str, root: Path = REPO_ROOT) -> dict[str, set[str]]:
+    """Each module of `package` (a folder under `root`) -> the modules of `package` it imports."""
+    graph = {}
+    for path in sorted((root / package).rglob("*.py")):
+        source = module_name(path, root)
+        graph[source] = {
+            target
+            for _, target in imported_modules(path, root)
+            if target.split(".")[0] == package and target != source and is_module(target, root)
+        }
+    return graph
+
+
+def import_cycles(graph: Mapping[str, set[str]]) -> list[str]:
+    """The cycles a depth-first walk of the import graph meets, each as `a -> b -> a`."""
+    found: list[str] = []
+    visiting: list[str] = []
+    done: set[str] = set()
+
+    def visit(module: str) -> None:
+        visiting.append(module)
+        for target in sorted(graph.get(module, ())):
+            if target in visiting:
+                found.append(" -> ".join([*visiting[visiting.index(target) :], target]))
+            elif target not in done:
+                visit(target)
+        visiting.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        if module not in done:
+            visit(module)
+    return found
+
+
+@pytest.mark.parametrize("package", ["perseusd", "benchmarks"])
+def test_no_file_imports_itself_through_others(package: str) -> None:
+    cycles = import_cycles(module_graph(package))
+    assert not cycles, f"import cycles between the files of {package}:\n" + "\n".join(cycles)
+
+
 def test_a_back_edge_is_named(tmp_path: Path) -> None:
-    """The check itself: an import from jobs into the daemon is reported with its file, line and layers;
-    one from the daemon into jobs, and the composition root's imports, are not."""
-    assert layer_of("perseusd.cluster.power_pool_agent") == "power_pool"
+    """The check itself: an import from jobs or the metrics into the daemon is reported with its file, line
+    and layers; one from the daemon into jobs or the metrics (the composition root's included) is not; a cycle
+    of files is reported as its path."""
+    assert layer_of("perseusd.pool.agent") == "pool"
     assert layer_of("perseusd.cluster.job_board") == "cluster"
     assert layer_of("perseusd.errors") == "base"
     files = {
@@ -177,5 +235,12 @@ def test_a_back_edge_is_named(tmp_path: Path) -> None:
         (tmp_path / name).write_text(text)
     assert violations(tmp_path) == [
         "perseusd/jobs/manager.py:5: perseusd.jobs.manager imports perseusd.daemon.core "
-        "(jobs -> daemon is not allowed)"
+        "(jobs -> daemon is not allowed)",
+        "perseusd/metrics/collector.py:1: perseusd.metrics.collector imports perseusd.daemon.core "
+        "(metrics -> daemon is not allowed)",
     ]
+    assert import_cycles(module_graph("perseusd", tmp_path)) == [
+        "perseusd.daemon.core -> perseusd.jobs.manager -> perseusd.daemon.core"
+    ]
+    (tmp_path / "perseusd/jobs/manager.py").write_text("import os\n")
+    assert import_cycles(module_graph("perseusd", tmp_path)) == []

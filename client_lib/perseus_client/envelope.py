@@ -32,31 +32,13 @@ ERROR_TYPE = "error"
 """The error reply's type: `{code, message}` in every version, decodable whatever its major."""
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
 class Frame:
-    """A decoded frame: the request id, the typed message, and the minor it was written in.
+    """A decoded frame: the request id, the typed message, and the minor it was written in."""
 
-    Written out rather than a dataclass: each dataclass costs about a millisecond at import, and short-lived
-    readers such as `perseusctl status` import this module.
-    """
-
-    __slots__ = ("message", "minor", "request_id")
-
-    def __init__(self, request_id: int, message: Message, minor: int = 0) -> None:
-        self.request_id = request_id
-        self.message = message
-        self.minor = minor
-
-    def _key(self) -> tuple[int, Message, int]:
-        return (self.request_id, self.message, self.minor)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Frame) and self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __repr__(self) -> str:
-        return f"Frame(request_id={self.request_id!r}, message={self.message!r}, minor={self.minor!r})"
+    request_id: int
+    message: Message
+    minor: int = 0
 
 
 # --------------------------------------------------------------------------------------------- encoding

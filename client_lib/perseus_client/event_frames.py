@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 
+from perseus_client.message import Instruction
 from perseus_client.version import PROTOCOL_MAJOR
 
-INSTRUCTIONS = {"forward": b"forward", "backward": b"backward"}
-"""The instructions a computation event may name (`message.Instruction`), as written."""
+INSTRUCTIONS = {i.value: i.value.encode() for i in Instruction}
+"""The instructions a computation event may name (`message.Instruction`'s values), as written."""
 COMPUTATION_KINDS = (b"comp_begin", b"comp_end")
 STEP_KINDS = (b"step_begin", b"step_end")
 MAX_CACHED_GPUS = 1024
@@ -56,10 +57,10 @@ class EventWriter:
         timestamp_ns: int,
     ) -> bytes:
         """A computation's begin or end (`kind`: b"comp_begin" or b"comp_end"); ValueError for an
-        instruction other than "forward" and "backward"."""
+        instruction that is not an `Instruction`'s value."""
         written = INSTRUCTIONS.get(instruction)
         if written is None:
-            raise ValueError(f"instruction must be 'forward' or 'backward' (got {instruction!r})")
+            raise ValueError(f"instruction must be one of {sorted(INSTRUCTIONS)} (got {instruction!r})")
         gpu_json = self._gpu_json.get(gpu) or self._remember(gpu)
         return self._computation % (kind, gpu_json, stage, written, microbatch, chunk, timestamp_ns)
 

@@ -58,7 +58,7 @@ class Register(Message):
     num_microbatches: int
     schedule: Schedule
     chunks: int
-    """Model chunks (virtual stages) per GPU: > 1 only for the interleaved schedule."""
+    """Model chunks (virtual stages) per GPU: > 1 only for the interleaved schedules, 2 for zbv."""
     stage_gpus: int = since(4, 1)
     """GPUs that run each stage together, in step (tensor x context parallel): every rank of the stage
     registers the same `pipeline` and `stage`; the daemon profiles, plans and switches them as one stage."""

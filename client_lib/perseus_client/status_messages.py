@@ -68,6 +68,10 @@ class GpuStatus:
     power_features: tuple[str, ...] = since(5, ())
     """The driver's power features that can fight the daemon's clocks, each "name: state (detail)" (workload
     power profile, power smoothing; "not supported" on GPUs and drivers without them)."""
+    index: int | None = since(8)
+    """The GPU's index as the driver numbers it (`nvidia-smi`, `perseusctl measure --gpu`); None: unknown."""
+    pci_bus_id: str = since(8, "")
+    """The GPU's PCI bus id (`00000000:17:00.0`), as dcgm-exporter and `nvidia-smi` name it."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,8 @@ class DaemonHealth:
     """The newest minor of `protocol` the daemon speaks."""
     monitor_only: bool = since(5, False)
     """The daemon only reads (energy, status) and never writes a clock or a limit."""
+    backend: str = since(8, "")
+    """The GPU backend: `nvml` (real GPUs), `sim` (simulated: no figure is a real GPU's) or `mixed`."""
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,16 @@ Hook points (read from torch 2.13's `schedules.py` and `stage.py`; some are priv
   off; that forward-only pass is not the training schedule, so it is not reported.
 - `stage.forward_one_chunk(microbatch, ...)`: a forward computation (the last stage's loss is computed by the
   schedule just after it, outside; it is part of the gap before the next computation).
-- `stage.backward_one_chunk(microbatch, ..., full_backward=...)`: a backward computation, full or (zero-bubble
-  schedules) its input-gradient half. The weight-gradient half (`backward_weight_one_chunk`) is not reported:
-  perseusd knows forward and backward only, and a second backward of the same microbatch would be a
-  duplicate; it runs at the clock of the computation planned next.
+- `stage.backward_one_chunk(microbatch, ..., full_backward=...)`: a backward computation, whole (`backward`)
+  or, in the zero-bubble schedules, its input-gradient half (`backward_input`).
+- `stage.backward_weight_one_chunk(microbatch, ...)`: the weight-gradient half of a zero-bubble backward
+  (`backward_weight`), which nothing waits for but the iteration's end: perseusd plans it on its own, usually
+  at a lower clock than the input gradient.
+
+A schedule registered as one whose backwards are split (`interleaved_zb`, `zbv`) reports both halves. Any
+other (a zero-bubble subclass registered as "observed", or a daemon older than protocol 6.8, which knows
+neither the zero-bubble schedules nor the halves) reports the input gradient as the backward and not the
+weight gradient, which then runs at the clock of the computation planned next.
 
 Every schedule calls these for all its computations, single-stage (`ScheduleGPipe`, `Schedule1F1B`) and
 multi-stage (`ScheduleInterleaved1F1B`, `ScheduleLoopedBFS`, zero-bubble, DualPipeV) alike. The events carry
@@ -33,11 +39,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+from torch.distributed.pipelining import (
+    Schedule1F1B,
+    ScheduleGPipe,
+    ScheduleInterleaved1F1B,
+    ScheduleInterleavedZeroBubble,
+    ScheduleZBVZeroBubble,
+)
 from torch.distributed.pipelining.schedules import PipelineScheduleMulti, PipelineScheduleSingle
 from torch.distributed.pipelining.stage import _PipelineStageBase
 
 from perseus_client.client import PerseusClient
+from perseus_client.message import SPLIT_BACKWARD_SCHEDULES, VALUE_SINCE
 from perseus_client.run_id import launcher_run_id
 from perseus_client.torch_events import Instrumentation, Reporter, gpu_of, reporter_for
 
@@ -46,10 +59,13 @@ _NAMED_SCHEDULES: dict[type[Any], str] = {
     ScheduleGPipe: "gpipe",
     Schedule1F1B: "1f1b",
     ScheduleInterleaved1F1B: "interleaved",
+    ScheduleInterleavedZeroBubble: "interleaved_zb",
+    ScheduleZBVZeroBubble: "zbv",
 }
 _COMPUTATIONS = (
     ("forward_one_chunk", "forward", "fwd_chunk_id"),
     ("backward_one_chunk", "backward", "bwd_chunk_id"),
+    ("backward_weight_one_chunk", "backward_weight", "bwd_chunk_id"),
 )
 
 
@@ -64,7 +80,8 @@ def schedule_name_of(schedule: Schedule) -> str:
     """The perseusd schedule name whose order this schedule runs, or "observed" (the daemon learns it).
 
     Only the exact torch classes qualify (a subclass may reorder). torch's interleaved 1F1B equals the
-    Megatron-LM order perseusd plans only when the microbatches are a multiple of the pipeline ranks.
+    Megatron-LM order perseusd plans only when the microbatches are a multiple of the pipeline ranks; its
+    zero-bubble schedules are planned in torch's own orders.
     """
     name = _NAMED_SCHEDULES.get(type(schedule), "observed")
     ranks = local_stages(schedule)[0].group_size
@@ -104,19 +121,23 @@ def instrument(
     stages = local_stages(schedule)
     position = stages[0].group_rank
     gpu = gpu_of(client, gpu, stages[0].device)
+    name = schedule_name or schedule_name_of(schedule)
+    if VALUE_SINCE.get(name, 0) > client.protocol_minor:  # a daemon that predates it: it learns the order
+        name = "observed"
     if register:
         client.register(
             gpu,
             stage=position,
             num_stages=num_stages or stages[0].group_size,
             num_microbatches=schedule._n_microbatches,
-            schedule=schedule_name or schedule_name_of(schedule),
+            schedule=name,
             pipeline=pipeline,
             chunks=len(stages),
             stage_gpus=stage_gpus,
             run=launcher_run_id() if run is None else run,
         )
-    return PipelineInstrumentation(schedule, stages, reporter_for(client, gpu, stages[0].device), first_step)
+    reporter = reporter_for(client, gpu, stages[0].device)
+    return PipelineInstrumentation(schedule, stages, reporter, first_step, name in SPLIT_BACKWARD_SCHEDULES)
 
 
 class PipelineInstrumentation(Instrumentation):
@@ -124,13 +145,21 @@ class PipelineInstrumentation(Instrumentation):
     training `schedule.step()`."""
 
     def __init__(
-        self, schedule: Schedule, stages: list[_PipelineStageBase], reporter: Reporter, first_step: int
+        self,
+        schedule: Schedule,
+        stages: list[_PipelineStageBase],
+        reporter: Reporter,
+        first_step: int,
+        split_backward: bool = False,
     ) -> None:
         super().__init__(reporter, stages[0].group_rank, first_step)
+        self._split_backward = split_backward
         self._saved: list[tuple[object, str, object | None]] = []
         self._patch(schedule, "step", self._wrap_step(schedule))
         for chunk, stage in enumerate(stages):
             for method, instruction, keyword in _COMPUTATIONS:
+                if instruction == "backward_weight" and not split_backward:
+                    continue  # not reported: it runs at the clock of the computation planned next
                 self._patch(
                     stage, method, self._wrap_computation(getattr(stage, method), instruction, chunk, keyword)
                 )
@@ -169,10 +198,18 @@ class PipelineInstrumentation(Instrumentation):
             if not self._in_step:
                 return original(*args, **kwargs)
             microbatch = int(args[0] if args else kwargs[keyword])
-            reporter.computation_begin(self.position, instruction, microbatch, chunk)
+            name = instruction
+            if name == "backward" and self._split_backward and not _full_backward(args, kwargs):
+                name = "backward_input"
+            reporter.computation_begin(self.position, name, microbatch, chunk)
             try:
                 return original(*args, **kwargs)
             finally:
-                reporter.computation_end(self.position, instruction, microbatch, chunk)
+                reporter.computation_end(self.position, name, microbatch, chunk)
 
         return computation
+
+
+def _full_backward(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """`backward_one_chunk(bwd_chunk_id, loss=None, full_backward=True, ...)`'s `full_backward`."""
+    return bool(args[2] if len(args) > 2 else kwargs.get("full_backward", True))

@@ -11,11 +11,13 @@ path of the field (`set_plan.plan[3].freq_mhz`).
 from __future__ import annotations
 
 import dataclasses
+import enum
 import types
 import typing
 from typing import Any, Literal, NamedTuple
 
 from perseus_client.codes import ErrorCode, ProtocolError
+from perseus_client.message import VALUE_SINCE
 
 MAX_ABS_INT = (1 << 63) - 1
 """Integers on the wire fit in 64 bits (larger ones are refused, whatever the field)."""
@@ -27,12 +29,9 @@ NAME_FIELDS = frozenset({"job", "run", "client_version"})
 _Checker = typing.Callable[[Any, str], Any]
 
 
-class Schema(NamedTuple):
-    """How a body is checked: `strict` refuses unknown fields; fields newer than `minor` count as unknown.
-
-    (A named tuple, not a dataclass: each dataclass costs about a millisecond at import, and short-lived
-    readers such as `perseusctl status` import this module.)
-    """
+@dataclasses.dataclass(frozen=True)
+class Schema:
+    """How a body is checked: `strict` refuses unknown fields; fields newer than `minor` count as unknown."""
 
     strict: bool
     minor: int
@@ -113,7 +112,9 @@ def _checker_for(hint: Any, schema: Schema) -> _Checker:
     if hint is bool:
         return _check_bool
     if origin is Literal:
-        return _literal_checker(args)
+        return _literal_checker(_known_values(args, schema))
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return _enum_checker(hint, _known_values(tuple(m.value for m in hint), schema))
     if origin in (typing.Union, types.UnionType) and type(None) in args:
         (inner,) = [a for a in args if a is not type(None)]
         return _optional_checker(_checker_for(inner, schema))
@@ -172,6 +173,16 @@ def _literal_checker(allowed: tuple[Any, ...]) -> _Checker:
         return value
 
     return check
+
+
+def _known_values(values: tuple[Any, ...], schema: Schema) -> tuple[Any, ...]:
+    """The values a side speaking `schema.minor` knows (not those a later minor added: `VALUE_SINCE`)."""
+    return tuple(v for v in values if VALUE_SINCE.get(v, 0) <= schema.minor)
+
+
+def _enum_checker(cls: type[enum.Enum], allowed: tuple[Any, ...]) -> _Checker:
+    check_value = _literal_checker(allowed)
+    return lambda value, where: cls(check_value(value, where))
 
 
 def _optional_checker(inner: _Checker) -> _Checker:

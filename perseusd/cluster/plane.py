@@ -16,6 +16,11 @@ early and is retried the next round; the views are kept as they were, so they tu
 keep-alive has succeeded for a whole TTL, expired. A lease that expired (locally or in etcd) is replaced: a
 new one is granted, everything is written again under it, and the old one is revoked (best effort) so keys
 withdrawn meanwhile disappear.
+
+Before it writes anything under a lease, the plane claims its node name (`<prefix>/nodes/<node>`, created only
+if absent, attached to the lease): a second daemon configured with the same `cluster_node_name` would
+overwrite this node's member records and pipelines, so it publishes nothing, says why in its status and log,
+and claims the name once the other lease is gone (a restarted node waits out its previous run's lease).
 """
 
 from __future__ import annotations
@@ -31,7 +36,14 @@ from types import MappingProxyType
 
 from perseusd.cluster import span_sync
 from perseusd.cluster.config import ClusterConfig
-from perseusd.cluster.etcd_store import ClusterError, EtcdStore, LeaseLostError, prefix_end
+from perseusd.cluster.etcd_store import (
+    ClusterError,
+    EtcdStore,
+    LeaseLostError,
+    compare_create,
+    prefix_end,
+    put_op,
+)
 from perseusd.cluster.etcd_watch import RangeWatch
 from perseusd.cluster.job_board import (
     JobView,
@@ -142,6 +154,8 @@ class ClusterPlane:
         """Jobs whose watch reported a change (or that were just followed): re-read at the next round."""
         # Owned by the thread.
         self._lease_id: int | None = None
+        self._claimed_under: int | None = None
+        """The lease this node's name is claimed under (None: not claimed yet)."""
         self._old_leases: list[int] = []
         self._watches: dict[str, RangeWatch] = {}
         self._views_read_at_s: float | None = None
@@ -375,6 +389,7 @@ class ClusterPlane:
     def _round(self) -> None:
         try:
             self._ensure_lease()
+            self._claim_node_name()
             self._sync_keys()
             self._elect()
             self._refresh_views()
@@ -435,6 +450,26 @@ class ClusterPlane:
             self._kept_alive_at_s = started_s
             self._written.clear()
         logger.info("cluster plane: lease %x granted (TTL %d s) by %s", lease_id, ttl_s, self.endpoint)
+
+    def _claim_node_name(self) -> None:
+        """Hold `<prefix>/nodes/<node>` under the current lease (see module); `NodeNameTakenError` while
+        another daemon's lease holds it."""
+        lease_id = self._lease_id
+        assert lease_id is not None
+        if self._claimed_under == lease_id:
+            return
+        key, node = node_name_key(self.config.prefix, self.config.node_name), self.config.node_name
+        created, _revision = self._store.txn([compare_create(key, 0)], [put_op(key, node, lease_id)])
+        if not created:
+            held = [entry for entry in self._store.range_prefix(key)[1] if entry.key == key]
+            if held and held[0].lease_id not in (0, lease_id, *self._old_leases):
+                raise NodeNameTakenError(
+                    f"node name {node} is held under another lease ({held[0].lease_id:x}): another perseusd "
+                    "runs with this node name (set cluster_node_name), or this node's previous run, whose "
+                    f"lease expires within {self.config.lease_ttl_s} s; publishing nothing until then"
+                )
+            self._store.put(key, node, lease_id)
+        self._claimed_under = lease_id
 
     @property
     def endpoint(self) -> str:
@@ -543,3 +578,12 @@ class ClusterPlane:
             with contextlib.suppress(LeaseLostError):  # it expired by itself: nothing left to clean
                 self._store.revoke(self._old_leases[-1])
             self._old_leases.pop()
+
+
+class NodeNameTakenError(ClusterError):
+    """Another daemon's lease holds this node's name in the cluster plane."""
+
+
+def node_name_key(prefix: str, node: str) -> str:
+    """The key a node's plane holds its name under."""
+    return f"{prefix}/nodes/{check_name('node', node)}"

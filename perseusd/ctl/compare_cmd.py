@@ -101,13 +101,7 @@ def comparison_json(
     return {
         "baseline": {"time_s": baseline.time_s, "energy_j": baseline.energy_j},
         "planners": {name: {key: c.to_json() for key, c in row.items()} for name, row in table.items()},
-        "profile": inputs.profile.source,
-        "schedule": inputs.dag.schedule,
-        "stages": inputs.dag.num_stages,
-        "microbatches": inputs.dag.num_microbatches,
-        "chunks": inputs.dag.num_chunks,
-        "unit_time_s": inputs.unit_time_s,
-        "p_block_w": inputs.p_block_w,
+        **inputs.to_json(),
         **facts,
     }
 

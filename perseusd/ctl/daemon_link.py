@@ -1,34 +1,27 @@
 """How perseusctl talks to a running perseusd: one request, one reply, a timeout, typed errors; jobs and
 the documents the daemon sends about them (loaded as strictly as files).
 
-Light on purpose (`perseusctl status` runs in well under 150 ms): the request goes over a standard-library
-ZeroMQ link (`perseusd.ctl.zmtp`, no pyzmq), and the reply is decoded with only the message types asked for,
-not the whole protocol's registry (each message class costs its import time).
+The request goes over a pyzmq DEALER socket, exchanged by the client library's own control link
+(`perseus_client.link.request_reply`: the reply's id, the minor fallback, tolerant decoding). Before it, a
+socket monitor follows the ZeroMQ handshake, so that a daemon that refuses this user (its ZAP handler), a peer
+that is not a daemon and a socket nobody listens on are each told at once rather than after the timeout.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, TypeVar
+import time
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import zmq
 from perseus_client import reach
-from perseus_client.codes import ProtocolError
-from perseus_client.envelope import (
-    ADMIN_SOCKET_NAME,
-    CONTROL_SOCKET_NAME,
-    DEFAULT_MAX_FRAME_BYTES,
-    MINOR_REFUSED,
-    decode_frame,
-    encode_frame,
-)
-from perseus_client.message import ErrorReply, Message
-from perseus_client.validation import Schema
-from perseus_client.version import PROTOCOL_MINOR
+from perseus_client.envelope import ADMIN_SOCKET_NAME, CONTROL_SOCKET_NAME, DEFAULT_MAX_FRAME_BYTES
+from perseus_client.link import PerseusClientError, monitor_event, request_reply
+from perseus_client.message import Message
 
-from perseusd.ctl import zmtp
 from perseusd.errors import PerseusError
 
-if TYPE_CHECKING:  # pathlib is not imported at run time: `perseusctl status` pays for every import
+if TYPE_CHECKING:
     from os import PathLike
     from typing import TypeAlias
 
@@ -41,10 +34,21 @@ if TYPE_CHECKING:  # pathlib is not imported at run time: `perseusctl status` pa
     """A runtime directory as a string or a path."""
 
 M = TypeVar("M", bound=Message)
-D = TypeVar("D")
 
 DOCUMENT_TIMEOUT_S = 10.0
 """Frontier documents of large jobs are megabytes: more time than a small request."""
+MAX_REPLY_BYTES = 64 * DEFAULT_MAX_FRAME_BYTES
+"""A frontier document of a large job is megabytes; a reply frame far beyond is not a reply (libzmq drops
+the connection at this size, `zmq.MAXMSGSIZE`, as the daemon does for its requests)."""
+LINK_EVENTS = (
+    zmq.EVENT_HANDSHAKE_SUCCEEDED
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_DISCONNECTED
+    | zmq.EVENT_CONNECT_RETRIED
+)
+"""What the monitor reports: the link is up, or why it is not, or that it went down."""
 
 EXIT_FAILED = 1
 EXIT_UNREACHABLE = 2
@@ -67,6 +71,14 @@ class DaemonRequestError(PerseusError):
         self.code = code
 
 
+class _HandshakeRefusedError(Exception):
+    """The daemon's handshake refused this caller (its ZAP handler: not in the allowed groups)."""
+
+
+class _NoLinkError(Exception):
+    """The socket does not answer as a ZeroMQ peer (nothing listens, not ZeroMQ, or a timeout)."""
+
+
 def admin_socket_usable(runtime_dir: StrPath) -> bool:
     """True when this user may open the admin socket (root or group perseus-admin)."""
     return os.access(os.path.join(runtime_dir, ADMIN_SOCKET_NAME), os.W_OK)
@@ -80,52 +92,92 @@ def ask(
     path = os.path.join(runtime_dir, name)
     group = reach.ADMIN_GROUP if admin else reach.USER_GROUP
     if not os.access(path, os.W_OK):  # absent, closed to this user, or elsewhere: say which
-        raise DaemonUnreachableError(reach.diagnose(os.fspath(runtime_dir), name, group).message)
-    reply = _exchange(path, request, expected, timeout_s, PROTOCOL_MINOR, group)
-    if _predates_minors(reply):  # a daemon of protocol 6.0 as first released: ask again in minor 0
-        reply = _exchange(path, request, expected, timeout_s, 0, group)
-    if isinstance(reply, ErrorReply):
-        raise DaemonRequestError(reply.code, reply.message)
-    if not isinstance(reply, expected):
-        raise DaemonRequestError("BAD_FRAME", f"unexpected reply {reply.TYPE} to {request.TYPE}")
-    return reply
-
-
-_REPLY_SCHEMA = Schema(strict=False, minor=PROTOCOL_MINOR)
-
-
-def _exchange(
-    path: str, request: Message, expected: type[Message], timeout_s: float, minor: int, group: str
-) -> Message:
-    """The reply (an `ErrorReply` included), decoded as the client library decodes replies, tolerantly."""
+        raise DaemonUnreachableError(_diagnosis(path, group))
     try:
-        data = zmtp.request(path, encode_frame(request, 1, minor, keep_newer_values=True), timeout_s)
-    except zmtp.ZmtpRefusedError:
+        with _Link(path, timeout_s) as link:
+            return link.exchange(request, expected)
+    except _HandshakeRefusedError:
         raise DaemonUnreachableError(reach.refused_by_daemon(path, group).message) from None
-    except zmtp.ZmtpUnreachableError as exc:
-        cause = reach.diagnose(os.path.dirname(path), os.path.basename(path), group)
-        message = f"perseusd: {exc}" if isinstance(cause, reach.NotAnswering) else cause.message
-        raise DaemonUnreachableError(message) from None
-    types = {expected.TYPE: expected, ErrorReply.TYPE: ErrorReply}
-    try:
-        frame = decode_frame(
-            data,
-            64 * DEFAULT_MAX_FRAME_BYTES,
-            types,
-            schema=_REPLY_SCHEMA,
-            peer="perseusd",
-            we_are="perseusctl",
-        )
-    except ProtocolError as exc:
-        raise DaemonRequestError(exc.code, f"bad reply from the daemon: {exc.message}") from None
-    return frame.message
+    except _NoLinkError as exc:
+        raise DaemonUnreachableError(_diagnosis(path, group, f"perseusd: {exc}")) from None
+    except PerseusClientError as exc:
+        if not exc.reached:
+            raise DaemonUnreachableError(_diagnosis(path, group, f"perseusd: {exc.message}")) from None
+        raise DaemonRequestError(exc.code, exc.message) from None
 
 
-def _predates_minors(reply: Message) -> bool:
-    """How a daemon that predates minors refuses a frame's "m" (see `perseus_client.client`)."""
-    return (
-        isinstance(reply, ErrorReply) and reply.code == "BAD_FIELD" and reply.message.endswith(MINOR_REFUSED)
-    )
+def _diagnosis(path: str, group: str, answering: str | None = None) -> str:
+    """Why `path` cannot be used (`reach.diagnose`); `answering` when something does listen there."""
+    cause = reach.diagnose(os.path.dirname(path), os.path.basename(path), group)
+    return answering if answering is not None and isinstance(cause, reach.NotAnswering) else cause.message
+
+
+class _Link:
+    """A DEALER socket connected to one of the daemon's sockets, and its monitor; closed on exit."""
+
+    def __init__(self, path: str, timeout_s: float) -> None:
+        self.path = path
+        self.timeout_s = timeout_s
+        self.deadline_s = time.monotonic() + timeout_s
+        self._context: zmq.Context[Any] = zmq.Context()
+        try:
+            self._sock = self._context.socket(zmq.DEALER)
+            self._sock.setsockopt(zmq.LINGER, 0)
+            self._sock.setsockopt(zmq.IMMEDIATE, 1)
+            self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_REPLY_BYTES)
+            self._monitor = self._sock.get_monitor_socket(LINK_EVENTS)
+            self._sock.connect(f"ipc://{path}")
+        except zmq.ZMQError as exc:  # a path longer than a socket address holds, say
+            self._context.destroy(linger=0)
+            raise _NoLinkError(f"cannot connect to {path}: {exc}") from None
+
+    def __enter__(self) -> _Link:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._sock.disable_monitor()
+        self._context.destroy(linger=0)  # closes the socket and its monitor
+
+    def exchange(self, request: Message, expected: type[M]) -> M:
+        """The reply to `request` once the handshake succeeded (`request_reply`'s errors, `_NoLinkError`)."""
+        self._await_handshake()
+        left_s = max(0.0, self.deadline_s - time.monotonic())
+        try:
+            return request_reply(self._sock, request, expected, timeout_s=left_s, request_id=1)
+        except PerseusClientError as exc:
+            if exc.reached:
+                raise
+        if self._dropped():
+            raise _NoLinkError(
+                f"the connection to {self.path} was lost before a reply came (the daemon stopped, or its "
+                f"reply was over {MAX_REPLY_BYTES >> 20} MiB)"
+            )
+        raise _NoLinkError(f"no reply to {request.TYPE} within {self.timeout_s:g} s from {self.path}")
+
+    def _await_handshake(self) -> None:
+        """Return once the handshake succeeded; raise the first reason it did not, or at the deadline."""
+        while True:
+            left_ms = int((self.deadline_s - time.monotonic()) * 1000)
+            if left_ms <= 0 or not self._monitor.poll(left_ms):
+                raise _NoLinkError(f"the daemon is not reachable at {self.path} (no reply in time)")
+            event = monitor_event(self._monitor.recv_multipart())
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                return
+            if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                raise _HandshakeRefusedError
+            if event == zmq.EVENT_CONNECT_RETRIED:
+                raise _NoLinkError(f"nothing accepts connections at {self.path}")
+            raise _NoLinkError(
+                f"{self.path} closed the connection during the ZeroMQ handshake (not perseusd, or one that "
+                "is stopping)"
+            )
+
+    def _dropped(self) -> bool:
+        """Whether the connection went down after the handshake."""
+        while self._monitor.poll(0):
+            if monitor_event(self._monitor.recv_multipart()) == zmq.EVENT_DISCONNECTED:
+                return True
+        return False
 
 
 def fetch_jobs(runtime_dir: StrPath) -> tuple[JobInfo, ...]:

@@ -34,6 +34,7 @@ from perseusd.ctl.terminal import (
     format_table,
     watch,
 )
+from perseusd.planner.policy import REGISTRY
 
 EXIT_OK = 0
 DEFAULT_WATCH_S = 2.0
@@ -77,11 +78,10 @@ def jobs_json(jobs: Sequence[JobInfo]) -> list[dict[str, Any]]:
 def policy_label(policy: str, target: float) -> str:
     """`no_slowdown`, `fastest`, `slowdown 5 %`, `time 3.2 s` or `min_energy`: the policy with its target in
     its unit."""
-    if policy in ("slowdown", "carbon"):
-        return f"{policy} {100.0 * target:g} %"
-    if policy == "time":
-        return f"time {target:g} s"
-    return policy
+    spec = REGISTRY.get(policy)
+    if spec is None or spec.target is None:
+        return policy
+    return f"{policy} {spec.target.label(target)}"
 
 
 def schedule_label(job: JobInfo) -> str:

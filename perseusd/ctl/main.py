@@ -60,39 +60,6 @@ def command_in(argv: Sequence[str]) -> str | None:
     return None
 
 
-def _terminal_columns() -> int:
-    """The terminal's width as `shutil.get_terminal_size` finds it (COLUMNS, stdout's terminal, else 80)."""
-    try:
-        columns = int(os.environ["COLUMNS"])
-    except (KeyError, ValueError):
-        columns = 0
-    if columns <= 0:
-        try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
-        except (AttributeError, ValueError, OSError):
-            columns = 0
-    return columns or 80
-
-
-class _HelpFormatter(argparse.HelpFormatter):
-    """argparse's formatter, given its width: argparse makes one per option, and without a width each one
-    imports shutil to ask (and with it zlib, bz2 and lzma): most of building a command's parser."""
-
-    def __init__(
-        self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None
-    ) -> None:
-        width = _terminal_columns() - 2 if width is None else width
-        super().__init__(prog, indent_increment, max_help_position, width)
-
-
-class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser (and its command parsers) with `_HelpFormatter` unless told otherwise."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", _HelpFormatter)
-        super().__init__(*args, **kwargs)
-
-
 DESCRIPTION = (
     "The command line of Perseus: see GPUs, jobs and their plans, measure energy, set power caps and plan "
     "offline from a profile. `perseusctl COMMAND --help` describes each command."
@@ -105,7 +72,7 @@ DEFAULT_RUNTIME_DIR = "/run/perseusd"
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The `perseusctl` parser: every command registered, or only the command `only`."""
-    parser = _Parser(prog="perseusctl", description=DESCRIPTION, epilog=EPILOG)
+    parser = argparse.ArgumentParser(prog="perseusctl", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"perseusctl {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     parser.add_argument(
@@ -125,8 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run `perseusctl`; returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(command_in(argv)).parse_args(argv)
-    if args.debug or getattr(args, "logs", True):
-        _configure_logging(args.debug)
+    _configure_logging(args.debug)
     func: Callable[[Any], int] = args.func
     with safe_output():
         return _run(func, args)
@@ -150,9 +116,7 @@ def _run(func: Callable[[Any], int], args: Any) -> int:
 
 
 def _configure_logging(debug: bool) -> None:
-    """Warnings (everything with `--debug`) as one line each on stderr. Skipped for a command whose
-    parser says it logs nothing (`set_defaults(logs=False)`): importing logging is a tenth of the
-    short commands' run."""
+    """Warnings (everything with `--debug`) as one line each on stderr."""
     import logging
 
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(message)s")

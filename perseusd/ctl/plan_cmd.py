@@ -18,12 +18,13 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, get_args
 
-from perseus_client.protocol import JobInfo, PlanRequest, Policy, SetPolicy, SetPolicyOk
+from perseus_client.protocol import Instruction, JobInfo, PlanRequest, Policy, SetPolicy, SetPolicyOk
 
 from perseusd.ctl.daemon_link import ask, fetch_document, find_job, load_plan_text
 from perseusd.ctl.jobs_cmd import policy_label, slowdown_vs_fastest
 from perseusd.ctl.terminal import fmt_pct
 from perseusd.errors import PerseusError
+from perseusd.planner.policy import REGISTRY
 
 if TYPE_CHECKING:
     from perseusd.planner.dag import ScheduleStep
@@ -32,11 +33,6 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_USAGE = 2
 POLICIES: tuple[str, ...] = get_args(Policy)
-TARGETED = {
-    "slowdown": "a slowdown such as 5% or 0.05",
-    "time": "seconds per iteration such as 3.2",
-    "carbon": "an allowed slowdown such as 5% or 0.05",
-}
 INDENT = "  "
 
 
@@ -66,33 +62,35 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def parse_target(policy: str, text: str | None) -> float:
     """The wire target of a policy: the slowdown as a fraction (`5%` -> 0.05), or seconds; 0 when unused."""
-    if policy not in TARGETED:
+    spec = REGISTRY[policy]
+    target = spec.target
+    if target is None:
         if text is not None:
             raise UsageError(f"--target is not used by policy {policy}")
         return 0.0
-    if text is None and policy == "carbon":
-        return 0.0  # no slowdown allowed beyond all-max's time
+    if text is None and not spec.target_required:
+        return 0.0  # carbon: no slowdown allowed beyond all-max's time
     if text is None:
-        raise UsageError(f"policy {policy} needs --target ({TARGETED[policy]})")
+        raise UsageError(f"policy {policy} needs --target ({target.what})")
     raw = text.strip()
     scale = 1.0
-    if policy in ("slowdown", "carbon") and raw.endswith("%"):
+    if target.percent and raw.endswith("%"):
         raw, scale = raw[:-1], 0.01
-    elif policy == "time" and raw.endswith("s"):
+    elif not target.percent and raw.endswith("s"):
         raw = raw[:-1]
     try:
         value = float(raw) * scale
     except ValueError:
-        raise UsageError(f"--target '{text}' is not {TARGETED[policy]}") from None
-    if not math.isfinite(value) or value < 0.0 or (policy == "time" and value == 0.0):
-        raise UsageError(f"--target '{text}' is out of range: expected {TARGETED[policy]}")
+        raise UsageError(f"--target '{text}' is not {target.what}") from None
+    if not math.isfinite(value) or value < 0.0 or (target.positive and value == 0.0):
+        raise UsageError(f"--target '{text}' is out of range: expected {target.what}")
     return value
 
 
 def step_label(step: ScheduleStep, chunked: bool) -> str:
     """`F3`, or `F3c1` in a schedule with several chunks per stage."""
     instruction, microbatch, chunk = step
-    letter = "F" if instruction == "forward" else "B"
+    letter = Instruction(instruction).letter
     return f"{letter}{microbatch}c{chunk}" if chunked else f"{letter}{microbatch}"
 
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from perseusd.argtypes import non_negative_float, positive_float, positive_int
 from perseusd.errors import PlanningError
+from perseusd.planner.schedules import NAMES as SCHEDULE_NAMES
 
 if TYPE_CHECKING:
     from perseusd.planner.dag import ComputationDag
@@ -30,6 +31,18 @@ class PlanningInputs:
     unit_time_s: float
     p_block_w: float
 
+    def to_json(self) -> dict[str, Any]:
+        """What was planned, as the commands' `--json` documents state it."""
+        return {
+            "profile": self.profile.source,
+            "schedule": self.dag.schedule,
+            "stages": self.dag.num_stages,
+            "microbatches": self.dag.num_microbatches,
+            "chunks": self.dag.num_chunks,
+            "unit_time_s": self.unit_time_s,
+            "p_block_w": self.p_block_w,
+        }
+
 
 def add_planning_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the profile, schedule and solver parameter options to a command's parser."""
@@ -43,15 +56,13 @@ def add_planning_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--microbatches", type=positive_int, required=True, metavar="M", help="microbatches per iteration"
     )
-    parser.add_argument(
-        "--schedule", choices=("1f1b", "gpipe", "interleaved"), default="1f1b", help="default: %(default)s"
-    )
+    parser.add_argument("--schedule", choices=SCHEDULE_NAMES, default="1f1b", help="default: %(default)s")
     parser.add_argument(
         "--chunks",
         type=positive_int,
         default=1,
         metavar="V",
-        help="model chunks per stage (interleaved only)",
+        help="model chunks per stage (interleaved schedules; zbv: 2)",
     )
     parser.add_argument(
         "--unit-time",
@@ -70,30 +81,12 @@ def add_planning_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def load_profile(spec: str) -> tuple[Profile, float | None]:
-    """A bundled profile by name (with its blocking power), or a profile CSV file (blocking power None).
-
-    A bundled name always means the bundled profile; write `./a40` for a file of that name.
-    """
-    from perseusd.planner.bundled import BUNDLED_PROFILES, bundled_profile
-    from perseusd.planner.profile_csv import read_profile
-
-    if spec in BUNDLED_PROFILES:
-        return bundled_profile(spec), BUNDLED_PROFILES[spec].p_block_w
-    try:
-        return read_profile(spec), None
-    except OSError as exc:
-        raise PlanningError(
-            f"cannot read profile {spec}: {exc.strerror or exc} "
-            f"(give a CSV file or a bundled name: {', '.join(BUNDLED_PROFILES)})"
-        ) from exc
-
-
 def load_inputs(args: argparse.Namespace) -> PlanningInputs:
     """Read the profile and build the DAG named by the parsed planning arguments."""
+    from perseusd.planner.bundled import load_profile
     from perseusd.planner.dag import build_dag
 
-    profile, bundled_p_block_w = load_profile(args.profile)
+    profile, bundled_p_block_w = load_profile(args.profile, args.schedule)
     dag = build_dag(args.schedule, args.stages, args.microbatches, args.chunks)
     needed = dag.num_stages * dag.num_chunks
     if profile.num_stages < needed:

@@ -80,12 +80,12 @@ def _write_text(path: Path, text: str) -> None:
 
 def write_outputs(inputs: PlanningInputs, points: list[FrontierPoint], out_dir: Path) -> None:
     """Write `frontier.csv` and `frontier.json` into `out_dir` (created if missing)."""
-    from perseusd.planner.plan import PlanMeta, frontier_json_text, save_json_text
+    from perseusd.planner.plan import PlanMeta, frontier_document, save_json
 
     out_dir.mkdir(parents=True, exist_ok=True)
     _write_text(out_dir / FRONTIER_CSV, frontier_csv(points))
     meta = PlanMeta.for_dag(inputs.dag, inputs.profile, inputs.unit_time_s, inputs.p_block_w)
-    save_json_text(frontier_json_text(inputs.dag, points, meta), out_dir / FRONTIER_JSON, durable=False)
+    save_json(frontier_document(inputs.dag, points, meta), out_dir / FRONTIER_JSON, durable=False)
 
 
 def summary(
@@ -105,14 +105,8 @@ def summary(
         "refined_energy_at_t_min_j": fastest.refined_energy_j,
         "all_max_time_s": baseline.time_s,
         "all_max_energy_j": baseline.energy_j,
-        "profile": inputs.profile.source,
+        **inputs.to_json(),
         "profile_digest": inputs.profile.digest(),
-        "schedule": inputs.dag.schedule,
-        "stages": inputs.dag.num_stages,
-        "microbatches": inputs.dag.num_microbatches,
-        "chunks": inputs.dag.num_chunks,
-        "unit_time_s": inputs.unit_time_s,
-        "p_block_w": inputs.p_block_w,
         "frontier_csv": None if out_dir is None else str(out_dir / FRONTIER_CSV),
         "frontier_json": None if out_dir is None else str(out_dir / FRONTIER_JSON),
     }

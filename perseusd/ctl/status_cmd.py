@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("status", help="show GPUs, leases and daemon health")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--watch", type=float, metavar="SEC", help="refresh every SEC seconds until Ctrl-C")
-    parser.set_defaults(func=run, logs=False)  # nothing it imports logs: no need to load logging
+    parser.set_defaults(func=run)
 
 
 def fetch_status(runtime_dir: StrPath) -> StatusReply:
@@ -163,11 +163,11 @@ def plan_cell(stats: PlanStats | None) -> str:
 
 
 def _row(gpu: GpuStatus, with_plan: bool) -> list[str]:
+    ids = [fmt(gpu.index), gpu.uuid, gpu.pci_bus_id or PLACEHOLDER, gpu.name]
     if gpu.error and gpu.sm_clock_mhz is None:
-        return [gpu.uuid, gpu.name, f"ERROR: {gpu.error}"]
+        return [*ids, f"ERROR: {gpu.error}"]
     row = [
-        gpu.uuid,
-        gpu.name,
+        *ids,
         _sm_clock(gpu),
         fmt(gpu.locked_clock_mhz),
         fmt(gpu.power_w, 1),
@@ -189,6 +189,10 @@ def _call_times(reply: StatusReply) -> str:
     return ", ".join(f"{op} {ms:.3f}" for op, ms in sorted(worst_ms.items())) or PLACEHOLDER
 
 
+BACKENDS = {"nvml": "real GPUs (NVML)", "sim": "SIMULATED GPUs", "mixed": "real and SIMULATED GPUs"}
+"""How the header names the daemon's backend: simulated figures are never a real GPU's."""
+
+
 def render_table(reply: StatusReply) -> str:
     """Human-readable status: a daemon health header, one row per GPU (error rows included), the jobs.
 
@@ -197,7 +201,8 @@ def render_table(reply: StatusReply) -> str:
     daemon = reply.daemon
     lines = [
         f"perseusd {daemon.version} (protocol {daemon.protocol}.{daemon.protocol_minor}), pid {daemon.pid}, "
-        f"up {fmt_duration(daemon.uptime_s)}, {daemon.clients} client(s)",
+        f"up {fmt_duration(daemon.uptime_s)}, {daemon.clients} client(s)"
+        + (f", {BACKENDS.get(daemon.backend, daemon.backend)}" if daemon.backend else ""),
         f"events: {daemon.events_received} received, {daemon.events_dropped} dropped; "
         f"restores: {daemon.restores} ({daemon.restore_failures} failed); "
         f"refused connections: {daemon.auth_rejected}",
@@ -218,7 +223,7 @@ def render_table(reply: StatusReply) -> str:
         lines.append(users)
     lines.append("")
     with_plan = any(gpu.plan is not None for gpu in reply.gpus)
-    header = ["UUID", "NAME", "SM MHZ", "LOCKED", "POWER W", "LIMIT W", "ENERGY J"]
+    header = ["GPU", "UUID", "PCI BUS ID", "NAME", "SM MHZ", "LOCKED", "POWER W", "LIMIT W", "ENERGY J"]
     header += ["PLAN", "LEASE"] if with_plan else ["LEASE"]
     lines += format_table([header, *(_row(gpu, with_plan) for gpu in reply.gpus)])
     if reply.jobs:

@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 from perseusd.argtypes import factor_float, non_negative_float, positive_float, positive_int
-from perseusd.ctl.planning_inputs import PlanningInputs, load_profile
+from perseusd.ctl.planning_inputs import PlanningInputs
 from perseusd.ctl.solve_cmd import solve_points
 
 if TYPE_CHECKING:
@@ -145,6 +145,7 @@ def plot_savings(rows: list[JobEnergy], path: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Solve each pipeline's frontier, account for one straggler at every factor, print the table."""
+    from perseusd.planner.bundled import load_profile
     from perseusd.planner.straggler_scale import scale_table
 
     profile, bundled_p_block_w = load_profile(args.profile)

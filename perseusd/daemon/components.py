@@ -7,28 +7,33 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
-from perseus_client.message import Message
 from perseus_client.status_messages import PoolInfo
 
+from perseusd.cap.node_cap import NodeCap
 from perseusd.cluster import start_plane
 from perseusd.daemon.config import DaemonConfig
-from perseusd.daemon.energy_requests import NVML_COUNTER_PERIOD_S, EnergyRequests, Handler
 from perseusd.daemon.grid import carbon_steering
+from perseusd.daemon.requests.energy import NVML_COUNTER_PERIOD_S, EnergyRequests
+from perseusd.gpu.registry import GpuRegistry
+from perseusd.gpu.select import simulated_counters
 from perseusd.jobs.cache import JobCache
 from perseusd.jobs.carbon_steering import CarbonSteering
 from perseusd.jobs.cluster_link import ClusterLink
-from perseusd.jobs.manager import JobManager, JobSettings
+from perseusd.jobs.manager import JobManager
+from perseusd.jobs.settings import JobSettings
 from perseusd.jobs.solving import SolveWorker
 from perseusd.jobs.straggling import StragglerSettings
-from perseusd.leasing.registry import GpuRegistry
 from perseusd.planner.policy import Policy
-from perseusd.power.node_cap import NodeCap
 from perseusd.profiling.sweep import ONLINE_SWEEP, SweepSettings
 from perseusd.switching.deadline_timer import DeadlineTimer
 from perseusd.switching.energy_sampler import EnergySampler
 from perseusd.switching.plans import EarlyRaise, PlanBook
+
+if TYPE_CHECKING:  # etcd3gw (the `cluster` extra) is imported only when the daemon is configured with etcd
+    from perseusd.daemon.requests.pool import PoolRequests
 
 logger = logging.getLogger(__name__)
 
@@ -79,18 +84,18 @@ def cluster_link(config: DaemonConfig) -> Iterator[ClusterLink | None]:
 @contextlib.contextmanager
 def power_pool(
     config: DaemonConfig, registry: GpuRegistry, node_cap: NodeCap
-) -> Iterator[tuple[Mapping[type[Message], Handler], Callable[[], PoolInfo] | None]]:
+) -> Iterator[tuple[PoolRequests | None, Callable[[], PoolInfo] | None]]:
     """With etcd: the pool admin requests; with a pool too, this node's pool agent applying its grant through
     the node cap (`power_pool_target = "frontier"`) or as uniform GPU power limits (stopped on exit: lease
     revoked, limits put back), and what `status` shows of it. Nothing without etcd."""
     cluster = config.cluster()
     if cluster is None:
-        yield {}, None
+        yield None, None
         return
-    from perseusd.cluster.pool_limits_file import pool_limits_path
-    from perseusd.cluster.power_pool_agent import PoolAgent, PoolSettings
-    from perseusd.cluster.power_pool_requests import PoolRequests
-    from perseusd.cluster.power_pool_uniform import UniformPowerTarget
+    from perseusd.daemon.requests.pool import PoolRequests
+    from perseusd.pool.agent import PoolAgent, PoolSettings
+    from perseusd.pool.limits_file import pool_limits_path
+    from perseusd.pool.uniform import UniformPowerTarget
 
     requests = PoolRequests(cluster)
     agent = None
@@ -111,7 +116,7 @@ def power_pool(
         logger.info("power pool %s: node %s joined", config.power_pool, cluster.node_name)
     try:
         target = config.power_pool_target
-        yield requests.handlers(), None if agent is None else (lambda: agent.info(target))
+        yield requests, None if agent is None else (lambda: agent.info(target))
     finally:
         if agent is not None:
             agent.stop(revoke=True)
@@ -138,7 +143,7 @@ def job_manager(
             registry,
             plans,
             sampler,
-            SolveWorker(),
+            SolveWorker(memory_limit_mib=config.solver_memory_limit_mib or None),
             cache,
             settings if settings is not None else job_settings(config),
             cluster=cluster,
@@ -156,19 +161,21 @@ def job_manager(
 def plan_book(config: DaemonConfig, registry: GpuRegistry) -> Iterator[PlanBook]:
     """The per-computation plans, with the timer thread that raises clocks early (stopped on exit)."""
     if config.clock_lead_ms <= 0:
-        yield PlanBook(registry.submit_locked_sm_clock_mhz)
+        yield PlanBook(registry.submit_locked_sm_clock_mhz, set_now=registry.set_locked_sm_clock_mhz)
         return
     timer = DeadlineTimer()
     timer.start()
     try:
         early = EarlyRaise(timer, int(config.clock_lead_ms * 1e6), registry.clock_set_latency_ns)
-        yield PlanBook(registry.submit_locked_sm_clock_mhz, early=early)
+        yield PlanBook(
+            registry.submit_locked_sm_clock_mhz, early=early, set_now=registry.set_locked_sm_clock_mhz
+        )
     finally:
         timer.stop()
 
 
 def energy_requests(config: DaemonConfig, registry: GpuRegistry) -> EnergyRequests:
     """`energy_read` for energy windows; the counter period is the simulated one, else NVML's worst case."""
-    simulated = config.backend == "sim" or (config.backend == "mixed" and config.mixed_real == "sim")
+    simulated = simulated_counters(config.backend, config.mixed_real)
     period_s = config.sim_update_period_s if simulated else NVML_COUNTER_PERIOD_S
     return EnergyRequests(registry, period_s, config.gpu_call_timeout_s)

@@ -14,11 +14,11 @@ from typing import Any
 from perseus_client.version import PROTOCOL_MINOR
 
 from perseusd.cluster.config import ClusterConfig
-from perseusd.cluster.power_pool_keys import POOL_PATTERN
 from perseusd.errors import ConfigError
 from perseusd.gpu.select import BACKEND_KINDS, MIXED_REAL_KINDS
 from perseusd.leasing.gpu_access import ACCESS_MODES
 from perseusd.planner.policy import POLICIES
+from perseusd.pool.keys import POOL_PATTERN
 
 DEFAULT_CONFIG_PATH = Path("/etc/perseusd/perseusd.toml")
 BACKENDS = BACKEND_KINDS
@@ -85,6 +85,8 @@ class DaemonConfig:
     """Solves of one user's jobs queued or running at a time; the user's other jobs wait in `solving`."""
     solve_timeout_s: float = 900.0
     """A solve running longer fails its job and frees the solver for the others."""
+    solver_memory_limit_mib: int = 4096
+    """The solver worker's memory cap: a solve needing more fails its own job (0: no cap)."""
     # Stragglers: hysteresis of the detection from pipelines' compute times.
     straggler_threshold: float = 0.05
     straggler_clear_threshold: float = 0.02
@@ -180,6 +182,7 @@ class DaemonConfig:
         _require(self.max_job_computations >= 2, "max_job_computations must be >= 2")
         _require(self.max_solves_per_user >= 1, "max_solves_per_user must be >= 1")
         _require(self.solve_timeout_s > 0, "solve_timeout_s must be positive")
+        _require(self.solver_memory_limit_mib >= 0, "solver_memory_limit_mib must be >= 0")
         _require(self.default_policy in POLICIES, f"default_policy must be one of {', '.join(POLICIES)}")
         _require(0 < self.straggler_threshold <= 1.0, "straggler_threshold must be in (0, 1]")
         _require(

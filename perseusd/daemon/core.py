@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from perseus_client.protocol import (
     PROTOCOL_MAJOR,
@@ -27,25 +27,31 @@ from perseus_client.protocol import (
     StatusRequest,
 )
 
+from perseusd.cap.declared_cap import DeclaredCap
+from perseusd.cap.node_cap import NodeCap
 from perseusd.daemon.events import EventTracker
-from perseusd.daemon.gpu_requests import GpuRequests
-from perseusd.daemon.job_requests import JobRequests
 from perseusd.daemon.monitor_only import refuse_writes
-from perseusd.daemon.slurm_jobs import SlurmLedger
-from perseusd.daemon.slurm_requests import SlurmRequests
+from perseusd.daemon.past_jobs import PastJobs
+from perseusd.daemon.requests.cap import CapRequests
+from perseusd.daemon.requests.energy import EnergyRequests
+from perseusd.daemon.requests.gpu import GpuRequests
+from perseusd.daemon.requests.job import JobRequests
+from perseusd.daemon.requests.slurm import SlurmRequests
+from perseusd.daemon.requests.table import RequestFamilies, request_table
 from perseusd.daemon.status import gpu_rows
 from perseusd.daemon.wire_errors import protocol_error
 from perseusd.errors import PerseusError
+from perseusd.gpu.registry import GpuRegistry
 from perseusd.jobs.manager import JobManager
 from perseusd.leasing.gpu_access import GpuAccess
 from perseusd.leasing.identity import Caller
 from perseusd.leasing.leases import Lease, LeaseBook
-from perseusd.leasing.registry import GpuRegistry
 from perseusd.leasing.restore import RestoreKeeper, RestoreOutcome
-from perseusd.power.cap_requests import CapRequests
-from perseusd.power.declared_cap import DeclaredCap
-from perseusd.power.node_cap import NodeCap
+from perseusd.leasing.slurm_jobs import SlurmLedger
 from perseusd.switching.plans import PlanBook
+
+if TYPE_CHECKING:  # etcd3gw (the `cluster` extra) is imported only when the daemon is configured with etcd
+    from perseusd.daemon.requests.pool import PoolRequests
 
 logger = logging.getLogger(__name__)
 
@@ -63,10 +69,10 @@ class DaemonCore:
         version: str,
         is_admin: Callable[[Caller], bool],
         clock_s: Callable[[], float] = time.monotonic,
-        plans: PlanBook | None = None,
+        plans: PlanBook,
         jobs: JobManager | None = None,
-        extra_handlers: Mapping[type[Message], Callable[[Caller, Any], Message]] | None = None,
-        admin_handlers: Mapping[type[Message], Callable[[Caller, Any], Message]] | None = None,
+        energy: EnergyRequests | None = None,
+        pool: PoolRequests | None = None,
         power_cap: NodeCap | None = None,
         protocol_minor: int = PROTOCOL_MINOR,
         pool_info: Callable[[], PoolInfo] | None = None,
@@ -74,7 +80,11 @@ class DaemonCore:
         monitor_only: bool = False,
         slurm: SlurmLedger | None = None,
         declared_cap: DeclaredCap | None = None,
+        past_jobs: PastJobs | None = None,
+        backend: str = "",
     ) -> None:
+        self.backend = backend
+        """The GPU backend (`nvml`, `sim`, `mixed`), for status: simulated figures are not a real GPU's."""
         self._declared_cap = declared_cap
         """A node budget declared in files (a Kubernetes ConfigMap), polled from `tick`."""
         self.slurm = slurm
@@ -85,14 +95,13 @@ class DaemonCore:
         self._pool_info = pool_info
         """The node's power pool for admin status (None: not in a pool)."""
         self.power_cap = power_cap
-        self._cap_requests = CapRequests(power_cap) if power_cap is not None else None
-        self.plans = plans if plans is not None else PlanBook(registry.submit_locked_sm_clock_mhz)
+        self.plans = plans
         self.jobs = jobs
         self._job_requests = (
-            JobRequests(jobs, self.plans, leases, is_admin, protocol_minor) if jobs is not None else None
+            JobRequests(jobs, self.plans, leases, is_admin, protocol_minor, past_jobs)
+            if jobs is not None
+            else None
         )
-        self._extra_handlers = dict(extra_handlers or {})
-        self._admin_handlers = dict(admin_handlers or {})
         self.leases = leases
         self.keeper = keeper
         self.tracker = tracker
@@ -105,7 +114,7 @@ class DaemonCore:
         self.last_restore_s: float | None = None
         self.auth_rejected = 0
         self._connection_counts: Callable[[], tuple[int, int]] = lambda: (0, 0)
-        self._gpu_requests = GpuRequests(
+        gpu_requests = GpuRequests(
             registry,
             leases,
             keeper,
@@ -117,9 +126,17 @@ class DaemonCore:
             access=gpu_access,
             slurm=slurm,
         )
-        self._slurm_requests = (
-            SlurmRequests(slurm, is_admin, self._release_leftovers) if slurm is not None else None
+        self._requests = request_table(
+            RequestFamilies(
+                gpu_requests,
+                self._job_requests,
+                energy,
+                SlurmRequests(slurm, is_admin, self._release_leftovers) if slurm is not None else None,
+                CapRequests(power_cap) if power_cap is not None else None,
+                pool,
+            )
         )
+        """Every request's handler, for each socket (`perseusd.daemon.requests.table`)."""
 
     # ------------------------------------------------------------------ dispatch
 
@@ -129,7 +146,7 @@ class DaemonCore:
         try:
             return self._dispatch(caller, message, admin_socket=admin_socket)
         except PerseusError as exc:
-            mapped = protocol_error(exc)
+            mapped = protocol_error(exc, message.TYPE)
             if mapped is None:
                 raise
             raise mapped from None
@@ -141,39 +158,21 @@ class DaemonCore:
             return self.status(caller, admin=admin_socket and self._is_admin(caller))
         if admin_socket:
             return self._handle_admin(caller, message)
-        handler = self._handlers().get(type(message))
+        handler = self._requests.client.get(type(message))
         if handler is None:
             if isinstance(message, AdminReset | AdminSetPowerLimit):
                 raise ProtocolError(ErrorCode.PERMISSION_DENIED, "admin requests go to the admin socket")
             raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not a request")
         return handler(caller, message)
 
-    def _handlers(self) -> Mapping[type[Message], Callable[[Caller, Any], Message]]:
-        handlers = self._gpu_requests.handlers()
-        if self._job_requests is not None:
-            handlers.update(self._job_requests.handlers())
-        handlers.update(self._extra_handlers)
-        if self._slurm_requests is not None:
-            handlers.update(self._slurm_requests.handlers())
-        return handlers
-
     def _handle_admin(self, caller: Caller, message: Message) -> Message:
         if not self._is_admin(caller):
             raise ProtocolError(
                 ErrorCode.PERMISSION_DENIED, "admin requests need root or group perseus-admin"
             )
-        handler = self._gpu_requests.admin_handlers().get(type(message)) or self._admin_handlers.get(
-            type(message)
-        )
+        handler = self._requests.admin.get(type(message))
         if handler is not None:
             return handler(caller, message)
-        cap_handler = self._cap_requests.handlers().get(type(message)) if self._cap_requests else None
-        if cap_handler is not None:
-            return cap_handler(caller, message)
-        slurm = self._slurm_requests
-        slurm_handler = slurm.admin_handlers().get(type(message)) if slurm is not None else None
-        if slurm_handler is not None:
-            return slurm_handler(caller, message)
         raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not an admin request")
 
     def _restored(self) -> None:
@@ -204,7 +203,8 @@ class DaemonCore:
     # ------------------------------------------------------------------ events (hot path)
 
     def on_event(self, caller: Caller, message: Message) -> None:
-        """Apply one begin/end event; raises `ProtocolError` (the caller counts and drops it)."""
+        """Apply one begin/end event; raises `ProtocolError` or a domain error (the caller counts and drops
+        it)."""
         lease = self.leases.holder(message.gpu)  # type: ignore[attr-defined]
         if lease is None or lease.pid != caller.pid:
             self._reject_event_sender(caller, message.gpu, lease)  # type: ignore[attr-defined]
@@ -233,9 +233,15 @@ class DaemonCore:
         self.tracker.received += 1
 
     def deliver_event(self, caller: Caller, message: Message) -> None:
-        """Apply an event (`on_event`) and count it for the sender's session; raises as `on_event` does,
+        """Apply an event (`on_event`) and count it for the sender's session; raises `ProtocolError`,
         uncounted: the transport then calls `count_dropped`."""
-        self.on_event(caller, message)
+        try:
+            self.on_event(caller, message)
+        except PerseusError as exc:  # a domain error reads as it does for a request (`handle`)
+            mapped = protocol_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from None
         self.leases.count_event(caller.pid, dropped=False)
 
     def count_dropped(self, pid: int | None, code: ErrorCode | None = None) -> None:
@@ -280,6 +286,8 @@ class DaemonCore:
         self.keeper.retry_persist()
         if self.jobs is not None:
             self.jobs.tick()
+        if self._job_requests is not None:
+            self._job_requests.record_ended()
         if self._declared_cap is not None:
             try:
                 self._declared_cap.poll()
@@ -330,7 +338,8 @@ class DaemonCore:
 
         Each step is guarded, so that nothing before the restore can keep a GPU locked.
         """
-        for step in (self.leases.close, self.plans.clear, self.jobs.close if self.jobs else None):
+        record = self._job_requests.record_ended if self._job_requests else None
+        for step in (self.leases.close, record, self.plans.clear, self.jobs.close if self.jobs else None):
             if step is None:
                 continue
             try:
@@ -377,4 +386,5 @@ class DaemonCore:
             connections_refused=refused,
             protocol_minor=self.protocol_minor,
             monitor_only=self.monitor_only,
+            backend=self.backend,
         )

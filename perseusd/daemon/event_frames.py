@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import re
 
+from perseus_client.message import VALUE_SINCE
 from perseus_client.protocol import (
     PROTOCOL_MAJOR,
     ComputationBegin,
     ComputationEnd,
+    Instruction,
     Message,
     StepBegin,
     StepEnd,
@@ -36,7 +38,7 @@ _COMPUTATION = re.compile(
     + _STRING
     + rb',"stage":'
     + _NUMBER
-    + rb',"instruction":"(forward|backward)","microbatch":'
+    + rb',"instruction":"([a-z_]{1,20})","microbatch":'
     + _NUMBER
     + rb',"chunk":'
     + _NUMBER
@@ -55,6 +57,10 @@ _STEP = re.compile(
     + rb"\}"
 )
 
+_INSTRUCTIONS = {i.value.encode(): i for i in Instruction}
+"""Every instruction by its wire bytes (a daemon set to an older minor reads fewer: `_known_at`)."""
+_NEWEST_INSTRUCTION_SINCE = max(VALUE_SINCE.get(i.value, 0) for i in Instruction)
+
 
 def decode_event(data: bytes, max_frame_bytes: int, minor: int) -> Message:
     """The message of one frame read on the event socket; raises `ProtocolError` as `decode` does.
@@ -63,23 +69,31 @@ def decode_event(data: bytes, max_frame_bytes: int, minor: int) -> Message:
     The message may be of any type: the caller refuses what is not an event.
     """
     if len(data) <= max_frame_bytes:
-        message = _fast(data)
+        message = _fast(data, _INSTRUCTIONS if minor >= _NEWEST_INSTRUCTION_SINCE else _known_at(minor))
         if message is not None:
             return message
     return decode(data, max_frame_bytes, minor).message
 
 
-def _fast(data: bytes) -> Message | None:
+def _known_at(minor: int) -> dict[bytes, Instruction]:
+    """The instructions a daemon speaking `minor` reads (others go the generic path, which refuses them)."""
+    return {k: i for k, i in _INSTRUCTIONS.items() if VALUE_SINCE.get(i.value, 0) <= minor}
+
+
+def _fast(data: bytes, instructions: dict[bytes, Instruction] = _INSTRUCTIONS) -> Message | None:
     """The event of a frame in the client library's exact form, or None (then the generic path decides)."""
     try:
         match = _COMPUTATION.fullmatch(data)
         if match is not None:
-            kind, gpu, stage, instruction, microbatch, chunk, timestamp_ns = match.groups()
+            kind, gpu, stage, name, microbatch, chunk, timestamp_ns = match.groups()
+            instruction = instructions.get(name)
+            if instruction is None:
+                return None
             cls = ComputationBegin if kind == b"begin" else ComputationEnd
             return cls(
                 gpu.decode(),
                 int(stage),
-                "forward" if instruction == b"forward" else "backward",
+                instruction,
                 int(microbatch),
                 int(chunk),
                 int(timestamp_ns),

@@ -21,7 +21,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from perseusd import __version__
-from perseusd.cluster.pool_limits_file import restore_pool_limits
+from perseusd.cap.cap_file import cap_path
+from perseusd.cap.declared_cap import DeclaredCap
+from perseusd.cap.node_cap import CapSettings, NodeCap
 from perseusd.daemon import sdnotify
 from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.components import cluster_link, energy_requests, job_manager, plan_book, power_pool
@@ -37,28 +39,28 @@ from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.events import EventTracker
 from perseusd.daemon.ipc import IpcServer, IpcSettings
 from perseusd.daemon.limits import ConnectionLimits
+from perseusd.daemon.past_jobs import PAST_JOBS_FILE, PastJobs
 from perseusd.daemon.runtime_dir import DaemonLock, DaemonRunningError, prepare_runtime_dir
 from perseusd.daemon.service import Service
-from perseusd.daemon.slurm_jobs import SlurmLedger
 from perseusd.errors import ConfigError, PerseusError
 from perseusd.gpu.backend import GpuDevice
 from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.power_features import PowerFeature
 from perseusd.gpu.readonly import ReadOnlyDevice
-from perseusd.gpu.select import MIXED_REAL_KINDS, open_backend
+from perseusd.gpu.registry import GpuRegistry
+from perseusd.gpu.select import MIXED_REAL_KINDS, backend_kind, open_backend
 from perseusd.jobs.carbon_steering import CarbonSteering
-from perseusd.jobs.manager import JobSettings
+from perseusd.jobs.manager import MAX_ENDED_JOBS
+from perseusd.jobs.settings import JobSettings
 from perseusd.leasing.gpu_access import GpuAccess
 from perseusd.leasing.identity import Caller, process_start_time
 from perseusd.leasing.leases import LeaseBook
 from perseusd.leasing.recovery import read_or_recover, reset_node, restore_recorded
-from perseusd.leasing.registry import GpuRegistry
 from perseusd.leasing.restore import RestoreKeeper
+from perseusd.leasing.slurm_jobs import SlurmLedger
 from perseusd.leasing.state_file import ensure_state_dir, state_path
 from perseusd.metrics.gpu_calls import GpuCallRecorder, TimedDevice
-from perseusd.power.cap_file import cap_path
-from perseusd.power.declared_cap import DeclaredCap
-from perseusd.power.node_cap import CapSettings, NodeCap
+from perseusd.pool.limits_file import restore_pool_limits
 
 logger = logging.getLogger("perseusd")
 
@@ -285,7 +287,7 @@ def daemon_core(
         node_cap = NodeCap(
             registry, keeper, leases, jobs, cap_settings, saved_path=cap_path(config.state_dir)
         )
-        with power_pool(config, registry, node_cap) as (pool_handlers, pool_info):
+        with power_pool(config, registry, node_cap) as (pool_requests, pool_info):
             core = DaemonCore(
                 registry,
                 leases,
@@ -295,8 +297,8 @@ def daemon_core(
                 is_admin=is_admin,
                 plans=plans,
                 jobs=jobs,
-                extra_handlers=energy_requests(config, registry).handlers(),
-                admin_handlers=pool_handlers,
+                energy=energy_requests(config, registry),
+                pool=pool_requests,
                 power_cap=node_cap,
                 protocol_minor=config.speaks_minor,
                 pool_info=pool_info,
@@ -304,8 +306,17 @@ def daemon_core(
                 monitor_only=config.monitor_only,
                 slurm=SlurmLedger(registry),
                 declared_cap=declared_cap(config, node_cap),
+                past_jobs=past_jobs(config),
+                backend=backend_kind(config.backend),
             )
             yield core
+
+
+def past_jobs(config: DaemonConfig) -> PastJobs:
+    """The ended and failed jobs of this run and the previous ones (`<state_dir>/jobs-ended`)."""
+    past = PastJobs(config.state_dir / PAST_JOBS_FILE, MAX_ENDED_JOBS)
+    past.load()
+    return past
 
 
 def declared_cap(config: DaemonConfig, node_cap: NodeCap) -> DeclaredCap | None:
@@ -332,7 +343,7 @@ def metrics_exposure(config: DaemonConfig, core: DaemonCore, calls: GpuCallRecor
         calls,
         hostname=config.metrics_host(os.environ),
         dcgm_families=config.metrics_dcgm_families,
-        backend=config.backend,
+        backend=backend_kind(config.backend),
         job_names=config.metrics_job_names,
     )
     registry = metrics_registry(collector)

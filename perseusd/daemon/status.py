@@ -11,9 +11,9 @@ from perseus_client.protocol import GpuStatus, LeaseInfo
 
 from perseusd.gpu.backend import power_capped
 from perseusd.gpu.owner import GpuReading
+from perseusd.gpu.registry import GpuRegistry
 from perseusd.leasing.identity import Caller
 from perseusd.leasing.leases import Lease, LeaseBook
-from perseusd.leasing.registry import GpuRegistry
 from perseusd.leasing.restore import RestoreKeeper
 from perseusd.switching.plans import PlanBook
 
@@ -47,6 +47,8 @@ def gpu_rows(
             plans,
             slurm_job=slurm_jobs.get(info.uuid),
             power_features=tuple(f.text() for f in registry.power_features.get(info.uuid, ())),
+            index=info.index,
+            pci_bus_id=info.pci_bus_id,
         )
         for info in registry.infos()
     )
@@ -65,6 +67,8 @@ def gpu_status(
     *,
     slurm_job: int | None = None,
     power_features: tuple[str, ...] = (),
+    index: int | None = None,
+    pci_bus_id: str = "",
 ) -> GpuStatus:
     """One GPU's status row; the job of another user's lease is hidden unless `admin`."""
     lease_info = None
@@ -91,6 +95,8 @@ def gpu_status(
         plan=plans.stats(uuid),
         power_capped=_capped(reading.clock_event_reasons),
         power_features=power_features,
+        index=index,
+        pci_bus_id=pci_bus_id,
     )
 
 

@@ -1,19 +1,41 @@
 """Domain errors as the wire shows them: the one table from an exception to its error code.
 
-The core's request dispatch (`DaemonCore.handle`) raises every request's domain error through
-`protocol_error`, and the IPC layer uses it for whatever else reaches it (an event's), so a domain error reads
-the same whichever request met it. An error not in the table is an internal one.
+Libraries below the daemon raise domain errors (`perseusd.errors`) and know nothing of the wire. The core's
+request dispatch (`DaemonCore.handle`) turns every request's domain error into its wire error through
+`protocol_error`, naming where in the request a refusal's problem is (`set_plan.plan[3].freq_mhz: ...`), and
+the IPC layer uses it for whatever else reaches it (an event's), so a domain error reads the same whichever
+request met it. An error not in the table is an internal one.
 """
 
 from __future__ import annotations
 
 from perseus_client.protocol import ErrorCode, ProtocolError
 
-from perseusd.errors import GpuError, JobNotFoundError, JobOwnerError, PerseusError
-from perseusd.leasing.registry import UnknownGpuError
+from perseusd.errors import (
+    GpuBusyError,
+    GpuError,
+    InconsistentStateError,
+    InvalidValueError,
+    JobNotFoundError,
+    JobOwnerError,
+    LimitReachedError,
+    NotLeasedError,
+    NotPermittedError,
+    NotRegisteredError,
+    PerseusError,
+    RefusedError,
+)
+from perseusd.gpu.registry import UnknownGpuError
 from perseusd.leasing.state_file import StateWriteError
 
 CODES: tuple[tuple[type[PerseusError], ErrorCode], ...] = (
+    (InvalidValueError, ErrorCode.BAD_FIELD),
+    (NotPermittedError, ErrorCode.PERMISSION_DENIED),
+    (LimitReachedError, ErrorCode.LIMIT),
+    (NotRegisteredError, ErrorCode.NOT_REGISTERED),
+    (GpuBusyError, ErrorCode.GPU_BUSY),
+    (NotLeasedError, ErrorCode.NOT_LEASED),
+    (InconsistentStateError, ErrorCode.INTERNAL),
     (JobNotFoundError, ErrorCode.BAD_FIELD),
     (JobOwnerError, ErrorCode.PERMISSION_DENIED),
     (StateWriteError, ErrorCode.STATE_WRITE_FAILED),
@@ -23,15 +45,18 @@ CODES: tuple[tuple[type[PerseusError], ErrorCode], ...] = (
 """First match wins: a subclass comes before its base."""
 
 
-def protocol_error(exc: PerseusError) -> ProtocolError | None:
-    """The wire error for a domain error, or None for one the table does not name (an internal error)."""
+def protocol_error(exc: PerseusError, request: str = "") -> ProtocolError | None:
+    """The wire error for a domain error met serving a request of type `request` ("": none, an event's), or
+    None for one the table does not name (an internal error)."""
     for kind, code in CODES:
         if isinstance(exc, kind):
-            return ProtocolError(code, _message(exc))
+            return ProtocolError(code, _message(exc, request))
     return None
 
 
-def _message(exc: PerseusError) -> str:
+def _message(exc: PerseusError, request: str) -> str:
+    if isinstance(exc, RefusedError):
+        return exc.located(request)
     if isinstance(exc, StateWriteError):
         return (
             f"{exc}; the request was not applied (the daemon keeps serving; retry when the state directory "

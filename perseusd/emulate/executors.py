@@ -9,7 +9,7 @@ differs:
   the CUDA device that is the daemon's real GPU (a `--backend mixed` daemon), waiting for its simulated
   neighbours the way a NCCL receive does. Imported only when a run has a real stage (it needs torch).
 
-`RealStageSpec` says what the real stage computes; it travels to the stage process (no torch in it).
+`perseusd.emulate.real_stage.RealStageSpec` says what the real stage computes.
 """
 
 from __future__ import annotations
@@ -19,20 +19,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from perseusd.gpu.sim_workload import RunRecord, SimGpuHandle
+from perseusd.emulate.real_stage import RealStageSpec
 from perseusd.planner.profile import Profile
-
-
-@dataclass(frozen=True)
-class RealStageSpec:
-    """The real stage's layers: `layers` GPT-like transformer layers (`torch.nn.TransformerEncoderLayer`,
-    `d_model` wide, `d_model // 128` heads, bf16) over microbatches of one `seq`-token sequence."""
-
-    layers: int = 4
-    d_model: int = 4096
-    seq: int = 2048
-    device: str = "cuda"
-    """"cuda" (the CUDA device whose UUID is the stage's GPU) or "cpu" (tests: the same code, no GPU)."""
+from perseusd.workload.sim_workload import RunRecord, SimGpuHandle
 
 
 class StageExecutor(Protocol):

@@ -1,7 +1,8 @@
 """`perseus-emulate`: run an emulated pipeline-training job against perseusd on simulated GPUs.
 
     perseus-emulate --profile FILE|a100_sxm|a40|h100_sxm --stages S --microbatches M [--pipelines P]
-                    [--schedule 1f1b|gpipe|interleaved|observed] [--chunks C] [--iterations N]
+                    [--schedule 1f1b|gpipe|interleaved|interleaved_zb|zbv|observed] [--chunks C]
+                    [--iterations N]
                     [--time-scale X] --runtime-dir DIR [--runtime-dir DIR2 ...]
                     [--straggler PIPELINE:FACTOR[:FROM[:TO]]] [--no-dp-sync] [--json] ...
 
@@ -28,7 +29,6 @@ from perseus_client.protocol import CONTROL_SOCKET_NAME
 from perseusd.argtypes import positive_float, positive_int
 from perseusd.emulate.coordinator import Coordinator, CoordinatorOptions, ProfileToImport
 from perseusd.emulate.daemons import Daemons
-from perseusd.emulate.executors import RealStageSpec
 from perseusd.emulate.phases import SETTLE_ITERATIONS, STRAGGLER_SETTLE_ITERATIONS, PhaseConfig
 from perseusd.emulate.preflight import (
     PLACEMENTS,
@@ -40,6 +40,7 @@ from perseusd.emulate.preflight import (
     scaled_profile_csv,
 )
 from perseusd.emulate.processes import RunSettings, StageGroup
+from perseusd.emulate.real_stage import RealStageSpec
 from perseusd.emulate.report import RunDescription, header, row_line, summary, to_json
 from perseusd.emulate.results import IterationRow
 from perseusd.emulate.straggler import StragglerSpec, parse_straggler
@@ -176,7 +177,7 @@ def _run(args: argparse.Namespace) -> int:
     shape = PipelineShape(args.stages, args.microbatches, args.chunks, args.schedule)
     check_shape(shape)
     straggler = _check_straggler(args.straggler, args.pipelines)
-    profile = load_profile(args.profile)
+    profile = load_profile(args.profile, shape)
     job = args.job or f"emulate-{os.getpid()}"
     with _connect_all(args.runtime_dir, job) as clients:
         layout = lay_out(

@@ -20,13 +20,13 @@ from perseusd.emulate.topology import PipelineShape
 from perseusd.errors import PerseusError, PlanningError, ProfileError
 from perseusd.gpu.errors import GpuInvalidArgumentError
 from perseusd.gpu.sim_boards import Board, load_board
-from perseusd.gpu.sim_costs import check_profile_fits
 from perseusd.gpu.sim_shared import StateMap, state_path
 from perseusd.planner.baselines import all_max
-from perseusd.planner.bundled import BUNDLED_PROFILES, bundled_profile
+from perseusd.planner.bundled import load_profile as read_named_profile
 from perseusd.planner.dag import build_dag
 from perseusd.planner.profile import Profile
-from perseusd.planner.profile_csv import profile_to_csv, read_profile
+from perseusd.planner.profile_csv import profile_to_csv
+from perseusd.workload.sim_costs import check_profile_fits
 
 
 class UsageError(PerseusError):
@@ -171,17 +171,10 @@ def check_shape(shape: PipelineShape) -> None:
         raise UsageError(str(exc)) from None
 
 
-def load_profile(spec: str) -> Profile:
-    """A bundled profile by name, or a profile CSV file."""
-    if spec in BUNDLED_PROFILES:
-        return bundled_profile(spec)
+def load_profile(spec: str, shape: PipelineShape) -> Profile:
+    """`--profile` for this schedule (`perseusd.planner.bundled.load_profile`); UsageError if unusable."""
     try:
-        return read_profile(spec)
-    except OSError as exc:
-        raise UsageError(
-            f"cannot read profile {spec}: {exc.strerror or exc} "
-            f"(give a CSV file or a bundled name: {', '.join(BUNDLED_PROFILES)})"
-        ) from None
+        return read_named_profile(spec, shape.schedule)[0]
     except (ProfileError, PlanningError) as exc:
         raise UsageError(str(exc)) from None
 
@@ -215,6 +208,8 @@ def lay_out(
     if real is not None:
         if real_stage is None or stage_daemons[0][real_stage] != 0 or tensor_parallel != 1:
             raise UsageError("--real-stage needs its stage on the first daemon (--runtime-dir), one GPU each")
+        if shape.split_backward:
+            raise UsageError("--real-stage runs whole backwards: choose a schedule that does not split them")
         statuses[0] = dataclasses.replace(statuses[0], gpus=statuses[0].gpus[1:])
     models = {
         _sim_model_name(c.runtime_dir / "sim", status) for c, status in zip(clients, statuses, strict=True)

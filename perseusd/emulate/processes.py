@@ -20,9 +20,9 @@ from multiprocessing.queues import Queue as MpQueue
 from multiprocessing.synchronize import Barrier
 from typing import Any
 
-from perseusd.emulate.executors import RealStageSpec
 from perseusd.emulate.messages import Command, Report
 from perseusd.emulate.preflight import JobLayout
+from perseusd.emulate.real_stage import RealStageSpec
 from perseusd.emulate.stage_worker import StageQueues, StageSpec, stage_main
 from perseusd.emulate.straggler import StragglerSpec
 

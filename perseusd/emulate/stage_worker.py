@@ -33,7 +33,7 @@ from typing import Any
 
 from perseus_client.client import PerseusClient, PerseusClientError
 
-from perseusd.emulate.executors import RealStageSpec, StagePlace, open_executor
+from perseusd.emulate.executors import StagePlace, open_executor
 from perseusd.emulate.links import Inbox
 from perseusd.emulate.messages import (
     Activation,
@@ -45,6 +45,7 @@ from perseusd.emulate.messages import (
     StageFailed,
     StageReady,
 )
+from perseusd.emulate.real_stage import RealStageSpec
 from perseusd.emulate.straggler import HEALTHY, StragglerSpec, ThrottleSchedule
 from perseusd.emulate.topology import PipelineShape
 from perseusd.emulate.trace import TraceWriter

@@ -1,8 +1,8 @@
 """The simulated GPUs of one emulated stage: one, or several running in step (tensor parallelism).
 
 Tensor-parallel GPUs split every layer of the stage and meet at its collectives, so a computation of the stage
-runs on all of them at once and ends when the slowest has finished (`perseusd.gpu.sim_group.run_together`,
-one thread polling every GPU).
+runs on all of them at once and ends when the slowest has finished
+(`perseusd.workload.sim_group.run_together`, one thread polling every GPU).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from perseusd.gpu.sim_group import run_together
-from perseusd.gpu.sim_workload import RunRecord, SimGpuHandle
 from perseusd.planner.profile import Profile
+from perseusd.workload.sim_group import run_together
+from perseusd.workload.sim_workload import RunRecord, SimGpuHandle
 
 
 class TensorGroup:

@@ -29,8 +29,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from perseusd.emulate.executors import RealStageSpec
-from perseusd.gpu.sim_workload import RunRecord
+from perseusd.emulate.real_stage import RealStageSpec
+from perseusd.workload.sim_workload import RunRecord
 
 logger = logging.getLogger(__name__)
 
@@ -79,40 +79,48 @@ class HostWait:
         yield
 
 
+class _MappedKernel:
+    """A one-thread CuPy kernel launched on the device's current stream whose first argument is the device
+    address of a pinned host buffer (`host`): what it writes there the host reads, and the other way round."""
+
+    def __init__(self, device: torch.device, host: torch.Tensor, source: str, name: str) -> None:
+        cupy: Any = importlib.import_module("cupy")
+        self._device = device
+        self.host = host.pin_memory()
+        try:
+            self._address = int(cupy.cuda.runtime.hostGetDevicePointer(self.host.data_ptr(), 0))
+        except AttributeError:  # an older CuPy: under unified addressing the host address is the device's
+            self._address = self.host.data_ptr()
+        self._kernel = cupy.RawKernel(source, name)
+        self._cupy = cupy
+        self.numpy: Any = importlib.import_module("numpy")
+
+    def launch(self, *args: Any) -> None:
+        stream = self._cupy.cuda.ExternalStream(torch.cuda.current_stream(self._device).cuda_stream)
+        with stream:
+            self._kernel((1,), (1,), (self.numpy.uint64(self._address), *args))
+
+
 class FlagWait:
     """A kernel on the stage's stream spins on a pinned host flag until the host raises it (NCCL-like)."""
 
     kind = "flag"
 
     def __init__(self, device: torch.device) -> None:
-        cupy: Any = importlib.import_module("cupy")
-        self._device = device
-        self._flag = torch.zeros(1, dtype=torch.int32).pin_memory()
-        try:
-            self._flag_address = int(cupy.cuda.runtime.hostGetDevicePointer(self._flag.data_ptr(), 0))
-        except AttributeError:  # an older CuPy: under unified addressing the host address is the device's
-            self._flag_address = self._flag.data_ptr()
-        self._kernel = cupy.RawKernel(_SPIN_SOURCE, "perseus_spin")
-        self._cupy = cupy
-        self._numpy = importlib.import_module("numpy")
+        self._spin = _MappedKernel(device, torch.zeros(1, dtype=torch.int32), _SPIN_SOURCE, "perseus_spin")
         self._target = 0
-
-    def _launch(self) -> None:
-        stream = self._cupy.cuda.ExternalStream(torch.cuda.current_stream(self._device).cuda_stream)
-        np = self._numpy
-        with stream:
-            self._kernel(
-                (1,), (1,), (np.uint64(self._flag_address), np.int32(self._target), np.int64(SPIN_MAX_POLLS))
-            )
 
     @contextlib.contextmanager
     def waiting(self) -> Iterator[None]:
         self._target += 1
-        self._launch()
+        np = self._spin.numpy
+        self._spin.launch(np.int32(self._target), np.int64(SPIN_MAX_POLLS))
         try:
             yield
         finally:
-            self._flag[0] = self._target  # the kernel sees it on its next poll; what follows runs at once
+            self._spin.host[0] = (
+                self._target
+            )  # the kernel sees it on its next poll; what follows runs at once
 
     def self_test(self) -> float:
         """Spin, raise the flag from the host 5 ms later, and return how long the kernel took after that (s);
@@ -137,26 +145,16 @@ class ClockProbe:
     (the probe of `benchmarks/nvml_probe.py` on an H100 and an H200), far longer than a computation."""
 
     def __init__(self, device: torch.device) -> None:
-        cupy: Any = importlib.import_module("cupy")
         self._device = device
-        self._out = torch.zeros(2, dtype=torch.int64).pin_memory()
-        try:
-            self._address = int(cupy.cuda.runtime.hostGetDevicePointer(self._out.data_ptr(), 0))
-        except AttributeError:
-            self._address = self._out.data_ptr()
-        self._kernel = cupy.RawKernel(_PROBE_SOURCE, "perseus_clock_probe")
-        self._cupy = cupy
-        self._numpy = importlib.import_module("numpy")
+        out = torch.zeros(2, dtype=torch.int64)
+        self._probe = _MappedKernel(device, out, _PROBE_SOURCE, "perseus_clock_probe")
 
     def launch(self) -> None:
-        stream = self._cupy.cuda.ExternalStream(torch.cuda.current_stream(self._device).cuda_stream)
-        np = self._numpy
-        with stream:
-            self._kernel((1,), (1,), (np.uint64(self._address), np.int64(PROBE_WINDOW_NS)))
+        self._probe.launch(self._probe.numpy.int64(PROBE_WINDOW_NS))
 
     def read_mhz(self) -> int:
         """The clock the last probe measured (MHz; 0 when it measured nothing). Call after synchronising."""
-        elapsed_ns, cycles = (int(v) for v in self._out.tolist())
+        elapsed_ns, cycles = (int(v) for v in self._probe.host.tolist())
         return round(cycles * 1000 / elapsed_ns) if elapsed_ns > 0 else 0
 
     def self_test(self) -> int:

@@ -3,8 +3,8 @@
 Each simulated GPU is a board of `perseusd.gpu.sim_boards` (`a100_sxm`, `a40`, `h100_sxm`): NVML's facts
 (name, supported clocks, power-limit range) and how the silicon responds (idle power per locked clock, the
 energy counter's period and noise, how long clock locks and power limits take, power capping). A board carries
-no workload: workload processes (`perseusd.gpu.sim_workload`) bring their own profile. The GPU's state lives
-in two small shared-memory files in the sim directory (layout: `perseusd.gpu.sim_shared`):
+no workload: workload processes (`perseusd.workload.sim_workload`) bring their own profile. The GPU's state
+lives in two small shared-memory files in the sim directory (layout: `perseusd.gpu.sim_shared`):
 
 - the daemon side (`SimDevice`) writes the locked clock and the power limit; workloads can only read them.
   A setter blocks its caller as NVML's does on the board: a clock lock on `h100_sxm` takes 9-15 ms and the

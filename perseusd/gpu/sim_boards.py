@@ -4,7 +4,7 @@ A board (`perseusd/data/boards/<name>.json`) is data, not code: the GPU's name, 
 power-limit range and default, its idle power as a function of the locked clock, its energy counter's update
 period and noise, how long a clock lock and a power-limit change take (the setter blocks like NVML's), and
 whether computations are power-capped. A board carries no workload: the per-clock cost of computations comes
-from the profile the workload process brings (`perseusd.gpu.sim_costs`).
+from the profile the workload process brings (`perseusd.workload.sim_costs`).
 """
 
 from __future__ import annotations

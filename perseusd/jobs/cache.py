@@ -19,8 +19,7 @@ from typing import Any
 
 from perseusd.errors import PerseusError
 from perseusd.jobs.shape import JobShape
-from perseusd.planner.frontier_text import frontier_json
-from perseusd.planner.plan import Frontier, frontier_to_document, save_json, save_json_text
+from perseusd.planner.plan import Frontier, frontier_to_document, save_json
 from perseusd.planner.plan_read import parse_frontier
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream
@@ -77,7 +76,7 @@ class JobCache:
     def store_frontier(self, signature: str, frontier: Frontier) -> None:
         folder = self._dir(signature)
         if folder.is_dir():
-            save_json_text(frontier_json(frontier_to_document(frontier)), folder / "frontier.json")
+            save_json(frontier_to_document(frontier), folder / "frontier.json")
 
 
 def _load_frontier(path: Path, shape: JobShape) -> Frontier | None:

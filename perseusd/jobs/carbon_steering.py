@@ -8,7 +8,7 @@ The point chosen is the job's base point: straggler slack is applied on top of i
 (`StragglerResponse.decide`), and the switch happens at an iteration boundary like every plan switch.
 
 The node power cap is a constraint on top, as for every policy: the carbon point is the job's base, the
-one the cap's allocation starts from (`perseusd.power.job_loads`), and when the cap allows only slower
+one the cap's allocation starts from (`perseusd.cap.job_loads`), and when the cap allows only slower
 points each pipeline runs the cap's point (`perseusd.jobs.response.capped`). Past the carbon point Chase's
 cost only grows with time on a convex frontier, so the cap's point is then the least-cost point the cap
 allows. (Filtering the base itself by the cap would ratchet: the allocation starts from the base, so a base

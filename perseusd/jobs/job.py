@@ -270,7 +270,7 @@ class Job:
         if index == self.safe_for_index and stage in self.safe_clocks:
             clocks = (self.safe_clocks[stage],) * len(order)
         return tuple(
-            PlanEntry(instruction=i.value, microbatch=mb, chunk=c, freq_mhz=f)
+            PlanEntry(instruction=Instruction(i), microbatch=mb, chunk=c, freq_mhz=f)
             for (i, mb, c), f in zip(order, clocks, strict=True)
         )
 

@@ -1,4 +1,6 @@
-"""The job manager: registrations, the per-job state machine, online profiling, solving and deployment.
+"""The job manager: the node's jobs, the per-job state machine and solving; it admits registrations
+(`jobs.registration`), and drives a job's profiling run (`jobs.profiling_run`) and the deployment of its plan
+(`jobs.deployment`).
 
 No transport: the daemon core calls `register`/`set_policy`/queries for requests, `on_event` for every event
 of a leased GPU (after the lease check), `gpu_released` when a lease ends and `tick` from the main loop.
@@ -11,111 +13,50 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import Protocol
 
 from perseus_client.protocol import (
     ComputationBegin,
     ComputationEnd,
-    ErrorCode,
     Message,
-    ProtocolError,
     Register,
     RegisterOk,
     StepBegin,
     StepEnd,
 )
 
-from perseusd.errors import JobNotFoundError, JobOwnerError, PerseusError
+from perseusd.errors import JobNotFoundError, JobOwnerError
 from perseusd.gpu.backend import GpuInfo
-from perseusd.gpu.owner import GpuReading
-from perseusd.jobs.accuracy import AccuracyCheck, profile_error_pct
+from perseusd.jobs.accuracy import AccuracyCheck
 from perseusd.jobs.cache import JobCache
-from perseusd.jobs.capping import CAPPING_READS, capped_clock_mhz, finished_readings
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
 from perseusd.jobs.cluster_link import ClusterLink
+from perseusd.jobs.deployment import RUNNING_SAMPLE_PERIOD_S, Deployment
 from perseusd.jobs.job import Job
-from perseusd.jobs.metering import SLOW_READS_MIN_SPAN_S, MeasuredSaving, iteration_energy_j, job_measurement
-from perseusd.jobs.no_harm import apply_no_harm, energy_rel_errors
-from perseusd.jobs.observed import OrderLearner
+from perseusd.jobs.metering import MeasuredSaving
+from perseusd.jobs.profiling_run import ProfilingRun
+from perseusd.jobs.registration import PendingImport, check_joins, check_size, ended_why, new_job, new_slot
 from perseusd.jobs.response import StragglerResponse
-from perseusd.jobs.shape import JobShape, StageOrder, signature
-from perseusd.jobs.slot import MAX_INTERVALS, StageSlot
+from perseusd.jobs.settings import JobGpus, JobSettings
+from perseusd.jobs.shape import JobShape, StageOrder
+from perseusd.jobs.slot import StageSlot
 from perseusd.jobs.solving import PlanningTimes, SolveInput, SolveWorker, auto_unit_time_s
 from perseusd.jobs.spanning import SpanCoordinator
 from perseusd.jobs.states import ENDED, FAILED, PROFILING, REGISTERED, RUNNING, SOLVING
-from perseusd.jobs.straggling import StragglerSettings
-from perseusd.jobs.tensor_groups import finish_following, follow, stage_scale
+from perseusd.jobs.tensor_groups import follow
 from perseusd.jobs.waiting import set_waiting, waiting_alone
-from perseusd.planner.baselines import all_max
-from perseusd.planner.dag import Instruction
 from perseusd.planner.plan import Frontier
-from perseusd.planner.policy import PointSummary, Policy
+from perseusd.planner.policy import Policy
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv
 from perseusd.planner.switching import SwitchModel
-from perseusd.profiling.adequacy import plan_problems
-from perseusd.profiling.estimator import OptionEstimate, StageEstimate, estimate_segment
-from perseusd.profiling.fill import fill_stage
-from perseusd.profiling.sweep import StageSweep, SweepSettings
-from perseusd.profiling.trace import Interval, OptionKey
 from perseusd.switching.energy_sampler import EnergySampler
 from perseusd.switching.plans import PlanBook
 
 logger = logging.getLogger(__name__)
-RUNNING_SAMPLE_PERIOD_S = 1.0
-"""How often a running job's energy counters are read (a mean power over many seconds needs no more)."""
 
 MAX_ENDED_JOBS = 32
 MIN_RUN_LEADS = 2.0
-ACCURACY_PERIOD_S = 1.0
-"""How often a running job's measured saving is judged against its prediction (`jobs.accuracy`)."""
-UNKNOWN_OPTION_ERROR = 0.01
-"""The per-option energy error a re-plan scales when the profile carries none (imported or cached)."""
 """Lowered runs shorter than this many clock leads are merged into a higher neighbour before deployment."""
-
-
-class JobGpus(Protocol):
-    """What the manager needs of the GPU registry."""
-
-    def info(self, uuid: str) -> GpuInfo: ...
-    def submit_locked_sm_clock_mhz(self, uuid: str, clock_mhz: int) -> Future[int]: ...
-    def clock_set_latency_ns(self, uuid: str) -> int | None: ...
-    def submit_read(self, uuid: str) -> Future[GpuReading]: ...
-
-
-@dataclass(frozen=True)
-class PendingImport:
-    """A profile imported for a job its user has not registered yet."""
-
-    profile: Profile
-    p_block_w: float
-
-
-@dataclass(frozen=True)
-class JobSettings:
-    """Job behaviour from the daemon configuration."""
-
-    warmup_iterations: int = 2
-    max_profiling_iterations: int = 300
-    unit_time_s: float = 0.0
-    """The solver's time quantum; 0: automatic (shortest computation / 50, on a 1-2-5 step)."""
-    policy: Policy = field(default_factory=Policy)
-    clock_lead_s: float = 0.002
-    """The margin added to the measured clock-set latency when raising early (0: raises wait for the end)."""
-    fill_clocks: bool = True
-    """Add options at the clocks the sweep did not visit from each key's trusted fit (`profiling.fill`)."""
-    sweep: SweepSettings = field(default_factory=SweepSettings)
-    stragglers: StragglerSettings = field(default_factory=StragglerSettings)
-    max_job_computations: int = 4096
-    """The largest schedule a job may register (stages x microbatches x chunks x 2): its schedule is built
-    on the main loop and its solve's time and memory grow with it."""
-    max_solves_per_user: int = 1
-    """Solves of one user's jobs in the worker's queue at a time (the others wait their turn in `solving`):
-    one user's many jobs never make another user's wait behind all of them."""
-    solve_timeout_s: float = 900.0
-    """A solve that runs longer fails its job (and frees the worker for the others)."""
 
 
 class JobManager:
@@ -147,20 +88,31 @@ class JobManager:
         self.carbon = carbon or CarbonSteering(None, CarbonSettings())
         self.spanning = SpanCoordinator(cluster, settings.stragglers, self) if cluster is not None else None
         """Jobs whose pipelines span nodes (only with a cluster plane)."""
+        self.profiling = ProfilingRun(gpus, plans, sampler, settings, clock_ns, self._by_gpu.get)
+        """The profiling of jobs that have no profile (`jobs.profiling_run`)."""
+        self.deployment = Deployment(
+            gpus, plans, sampler, clock_ns, self.carbon, self.response, self._switch_model, self.spanning
+        )
+        """The plans of running jobs (`jobs.deployment`)."""
 
     # ------------------------------------------------------------------ registration
 
     def register(self, uid: int, pid: int, message: Register) -> RegisterOk:
         """Join (or create) a job with a GPU the caller leases (the core checked the lease)."""
         shape = JobShape.of(message)
-        self._check_size(shape)
+        check_size(shape, self.settings.max_job_computations)
         info = self._gpus.info(message.gpu)
         job = self.jobs.get(message.job)
         if job is not None and not job.active:
             self._drop_job(job)
             job = None
         if job is None:
-            job = self._new_job(message.job, uid, shape, info.name, message.run)
+            job, imported = new_job(
+                message, uid, shape, info.name, self.settings.policy, self.pending_imports, self._cache
+            )
+            self.jobs[job.name] = job
+            if imported:
+                self._store_profile(job)
             try:
                 return self._join(job, uid, shape, message, pid, info)
             except BaseException:  # never leave a half-created job behind
@@ -168,84 +120,27 @@ class JobManager:
                 raise
         return self._join(job, uid, shape, message, pid, info)
 
-    def _check_size(self, shape: JobShape) -> None:
-        limit = self.settings.max_job_computations
-        if shape.computations > limit:
-            raise ProtocolError(
-                ErrorCode.BAD_FIELD,
-                f"register: {shape.describe()} has {shape.computations} computations (stages x "
-                f"microbatches x chunks x 2); this daemon plans at most {limit} (max_job_computations)",
-            )
-
     def _join(
         self, job: Job, uid: int, shape: JobShape, message: Register, pid: int, info: GpuInfo
     ) -> RegisterOk:
-        self._check_joins(job, uid, shape, message)
+        check_joins(job, uid, shape, message)
         current = self._by_gpu.get(message.gpu)
         if current is not None and current is not job:
             self._remove_slot(current, message.gpu)
         slot = job.slots.get(message.gpu)
         if slot is None:
-            slot = StageSlot(
-                gpu=message.gpu,
-                pipeline=message.pipeline,
-                stage=message.stage,
-                pid=pid,
-                num_stages=shape.num_stages,
-                learner=OrderLearner(shape.num_microbatches, shape.chunks),
-                supported_clocks_mhz=info.supported_sm_clocks_mhz,
-            )
+            slot = new_slot(message, pid, shape, info)
             job.slots[message.gpu] = slot
             self._by_gpu[message.gpu] = job
             self._slot_joined(job, slot, info)
         self._advance(job)
         return RegisterOk(job=job.name, state=job.state, cached=job.cached)
 
-    def _new_job(self, name: str, uid: int, shape: JobShape, gpu_name: str, run: str = "") -> Job:
-        job = Job(
-            name, uid, shape, gpu_name, signature(name, uid, shape, gpu_name), self.settings.policy, run
-        )
-        self.jobs[name] = job
-        imported = self.pending_imports.pop((uid, name), None)
-        if imported is not None:
-            job.profile, job.p_block_w = imported.profile, imported.p_block_w
-            self._store_profile(job)
-        elif self._cache is not None:
-            entry = self._cache.load(job.signature, shape)
-            if entry is not None:
-                job.profile, job.p_block_w, job.cached = entry.profile, entry.p_block_w, True
-                if entry.frontier is not None:
-                    job.set_frontier(entry.frontier)
-        logger.info(
-            "job %s (uid %d, %s) registered%s", name, uid, shape.describe(), " from cache" * job.cached
-        )
-        return job
-
-    def _check_joins(self, job: Job, uid: int, shape: JobShape, message: Register) -> None:
-        if job.uid != uid:
-            raise JobOwnerError(job.name)
-        if job.shape != shape:
-            raise ProtocolError(
-                ErrorCode.BAD_FIELD, f"job {job.name} is {job.shape.describe()}, not {shape.describe()}"
-            )
-        if job.run != message.run:
-            raise ProtocolError(
-                ErrorCode.BAD_FIELD, f"job {job.name} is run {job.run!r}, not {message.run!r}: another run"
-            )
-        group = [s.gpu for s in job.stage_group(message.pipeline, message.stage) if s.gpu != message.gpu]
-        if len(group) >= shape.stage_gpus:
-            gpus = f"{shape.stage_gpus} GPU(s) per stage" if shape.stage_gpus > 1 else "one GPU per stage"
-            raise ProtocolError(
-                ErrorCode.BAD_FIELD,
-                f"pipeline {message.pipeline} stage {message.stage} of job {job.name} runs on "
-                f"{', '.join(group)} ({gpus}; give stage_gpus for tensor parallelism)",
-            )
-
     def _slot_joined(self, job: Job, slot: StageSlot, info: GpuInfo) -> None:
         if job.state == RUNNING:
             index = self.response.slot_joined(job, slot)
             if index is not None:
-                self._deploy_point(job, slot, index)
+                self.deployment.deploy_point(job, slot, index)
         elif job.state in (REGISTERED, PROFILING) and job.profile is None:
             if not info.energy_counter_supported:
                 job.error = (
@@ -254,11 +149,11 @@ class JobManager:
                 return
             lead = next((s for s in job.stage_group(slot.pipeline, slot.stage) if s.sweep is not None), None)
             if lead is None:
-                self._start_profiling(slot)
+                self.profiling.start(job, slot)
             else:  # a tensor-parallel GPU of a stage that profiles: it follows the stage's clocks
                 follow(lead, slot, self._clock_ns())
                 self._sampler.watch(slot.gpu, RUNNING_SAMPLE_PERIOD_S)  # its mean power is all it gives
-                self._request_clock(slot, lead.requested_mhz)
+                self.profiling.request_clock(slot, lead.requested_mhz)
 
     # ------------------------------------------------------------------ leaving
 
@@ -273,7 +168,7 @@ class JobManager:
         self._by_gpu.pop(gpu, None)
         self._sampler.unwatch(gpu)
         if slot is not None and slot.sweep is not None:
-            self._promote_follower(job, slot)
+            self.profiling.promote_follower(job, slot)
         if slot is not None and all(s.pipeline != slot.pipeline for s in job.slots.values()):
             job.runs.pop(slot.pipeline, None)
             if self.response.cluster is not None:
@@ -282,22 +177,11 @@ class JobManager:
             self.response.forget(job)
             if self.spanning is not None:
                 self.spanning.ended(job)
-            why = _ended_why(job, slot)
+            why = ended_why(job, slot)
             self._cancel_solve(job)
             job.enter(ENDED, why)
             logger.info("job %s ended%s", job.name, f": {why}" if why else "")
             self._trim_ended()
-
-    def _promote_follower(self, job: Job, lead: StageSlot) -> None:
-        """A stage's profiling lead left: its first follower profiles the stage from now on."""
-        followers = job.followers(lead)
-        if not followers:
-            return
-        new_lead, rest = followers[0], followers[1:]
-        new_lead.group_lead = None
-        self._start_profiling(new_lead)
-        for follower in rest:
-            follow(new_lead, follower, follower.profiling_since_ns)
 
     def _trim_ended(self) -> None:
         ended = [j for j in self.jobs.values() if not j.active]
@@ -329,9 +213,9 @@ class JobManager:
                 slot.open_since_ns[(message.instruction, message.microbatch, message.chunk)] = (
                     message.timestamp_ns
                 )
-                self._read_capping(slot)
+                self.profiling.read_capping(slot)
         elif isinstance(message, ComputationEnd):
-            self._computation_end(slot, message)
+            self.profiling.computation_end(slot, message)
             if job.state == RUNNING:
                 self.response.computation_end(job, slot, message.timestamp_ns)
         elif isinstance(message, StepBegin):
@@ -347,193 +231,31 @@ class JobManager:
             if job.state == RUNNING:
                 slot.running_steps += 1
                 self.response.step_end(job, slot, message.step)
-            self._iteration_done(job, slot)
-
-    def _computation_end(self, slot: StageSlot, message: ComputationEnd) -> None:
-        started_ns = slot.open_since_ns.pop((message.instruction, message.microbatch, message.chunk), None)
-        clock_mhz = slot.iteration_clock_mhz
-        if started_ns is None or clock_mhz is None or message.timestamp_ns <= started_ns:
-            return
-        applied_ns = slot.clock_applied_ns
-        if applied_ns is None or started_ns < applied_ns:
-            # Began before the iteration's clock was applied: it ran at a mix of clocks. Not a measurement,
-            # and the counter windows it overlaps are dropped.
-            if len(slot.blind_spans) < MAX_INTERVALS:
-                slot.blind_spans.append((started_ns, message.timestamp_ns))
-            return
-        if len(slot.intervals) < MAX_INTERVALS:
-            key = slot.key(message.instruction, message.chunk)
-            slot.intervals.append(Interval(key, clock_mhz, started_ns, message.timestamp_ns))
-            slot.timed_computations += 1
+            if self.profiling.iteration_done(job, slot):
+                self._advance(job)
 
     # ------------------------------------------------------------------ profiling
 
-    def _start_profiling(self, slot: StageSlot) -> None:
-        keys = [
-            slot.key(instruction, chunk)
-            for chunk in range(self._job_of(slot).shape.chunks)
-            for instruction in ("forward", "backward")
-        ]
-        slot.sweep = StageSweep(slot.supported_clocks_mhz, keys, self.settings.sweep)
-        slot.profiling_since_ns = self._clock_ns()
-        self._sampler.watch(slot.gpu)
-        self._request_clock(slot, max(slot.supported_clocks_mhz))
-
-    def _job_of(self, slot: StageSlot) -> Job:
-        return self._by_gpu[slot.gpu]
-
-    def _request_clock(self, slot: StageSlot, clock_mhz: int | None) -> None:
-        if clock_mhz is None or (clock_mhz == slot.requested_mhz and slot.clock_future is not None):
-            return
-        slot.requested_mhz = clock_mhz
-        slot.clock_applied_ns = None
-        future = self._gpus.submit_locked_sm_clock_mhz(slot.gpu, clock_mhz)
-        slot.clock_future = future
-
-        def applied(done: Future[int]) -> None:
-            # On the GPU's owner thread: when the lock call returned, the new clock was in force.
-            if slot.clock_future is done and done.exception() is None:
-                slot.clock_applied_ns = self._clock_ns()
-
-        future.add_done_callback(applied)
-        if slot.sweep is not None:  # the stage's other GPUs run its clock too
-            job = self._by_gpu.get(slot.gpu)
-            for follower in job.followers(slot) if job is not None else ():
-                self._request_clock(follower, clock_mhz)
-
-    def _read_capping(self, slot: StageSlot) -> None:
-        """At the highest clock, read the GPU while it computes (a few reads per iteration): the clock it
-        really runs and whether the power limit holds it down."""
-        sweep = slot.sweep
-        if sweep is None or sweep.clocks_done > 0 or len(slot.capping_reads) >= CAPPING_READS:
-            return
-        if slot.clock_applied_ns is None:
-            return
-        slot.capping_reads.append(self._gpus.submit_read(slot.gpu))
-
-    def _iteration_done(self, job: Job, slot: StageSlot) -> None:
-        if job.state not in (REGISTERED, PROFILING) or slot.sweep is None or slot.sweep.done:
-            return
-        if slot.steps_done <= self.settings.warmup_iterations:
-            slot.intervals.clear()  # warm-up iterations are discarded
-            slot.blind_spans.clear()
-            slot.profiling_since_ns = slot.segment_since_ns = self._clock_ns()
-            self._request_clock(slot, slot.sweep.current_clock_mhz)
-            return
-        slot.profiling_steps += 1
-        self._measure_iteration(slot, slot.sweep)
-        if slot.sweep.done or slot.profiling_steps >= self.settings.max_profiling_iterations:
-            self._request_clock(slot, max(slot.supported_clocks_mhz))
-        else:
-            self._request_clock(slot, slot.sweep.current_clock_mhz)
-        self._advance(job)
-
-    def _measure_iteration(self, slot: StageSlot, sweep: StageSweep) -> None:
-        """Estimate the current clock's segment (cheap: only its intervals and samples, the blocking power
-        of the first segment reused) and let the sweep decide; a finished segment's options are kept."""
-        clock_mhz = sweep.current_clock_mhz
-        slot.segment_iterations += 1
-        samples = self._sampler.samples(slot.gpu, slot.segment_since_ns)
-        current = estimate_segment(
-            slot.intervals, samples, blind=slot.blind_spans, fallback_p_block_w=slot.p_block_w
-        )
-        p_block_w = slot.p_block_w if slot.p_block_w is not None else current.p_block_w
-        slot.estimate = StageEstimate(
-            options={**slot.done_options, **current.options}, p_block_w=p_block_w, windows=current.windows
-        )
-        capped_mhz = (
-            capped_clock_mhz(finished_readings(slot.capping_reads)) if sweep.clocks_done == 0 else None
-        )
-        sweep.iteration_done(slot.estimate, capped_clock_mhz=capped_mhz)
-        if sweep.current_clock_mhz != clock_mhz:  # the segment is done: keep it, start the next one
-            logger.info(
-                "gpu %s: profiled %d MHz in %d iterations%s; clocks %s",
-                slot.gpu,
-                clock_mhz,
-                slot.segment_iterations,
-                f" (power-capped at {capped_mhz} MHz)" if capped_mhz is not None else "",
-                ", ".join(str(c) for c in sweep.clocks_mhz),
-            )
-            if clock_mhz == max(slot.supported_clocks_mhz) and slot.all_max_energy_j is None:
-                slot.all_max_energy_j = iteration_energy_j(samples, slot.mean_iteration_time_s())
-                slot.all_max_iteration_s = slot.median_recent_iteration_s(slot.segment_iterations - 1)
-            slot.segment_iterations = 0
-            slot.done_options.update({k: v for k, v in current.options.items() if k[1] == clock_mhz})
-            slot.p_block_w = p_block_w
-            slot.intervals.clear()
-            slot.blind_spans.clear()
-            slot.segment_since_ns = self._clock_ns()
-
-    def _profiling_finished(self, job: Job) -> bool:
-        slots = list(job.profiling_slots())
-        if not slots or not (job.complete_pipelines() or job.span is not None):
-            return False
-        limit = self.settings.max_profiling_iterations
-        return all(
-            (s.sweep is not None and s.sweep.done) or s.profiling_steps >= limit for s in slots
-        ) and all(s.estimate is not None for s in slots)
-
     def _finish_profiling(self, job: Job) -> bool:
-        kept = {
-            s.gpu: with_highest_clocks(s.sweep.kept(s.estimate), s.estimate)
-            for s in job.profiling_slots()
-            if s.sweep is not None and s.estimate is not None
-        }
-        if self.settings.fill_clocks:
-            kept = self._with_fitted_clocks(job, kept)
-        counted = False
-        timed = any(s.timed_computations for s in job.profiling_slots())
-        scales = {
-            s.gpu: stage_scale(s, job.followers(s), self._sampler.samples) for s in job.profiling_slots()
-        }
-        for slot in list(job.profiling_slots()):
-            followers = job.followers(slot)
-            finish_following(slot, followers, self._sampler.samples)
-            job.profiling_iterations = max(job.profiling_iterations, slot.steps_done)
-            for gpu_slot in (slot, *followers):
-                samples = self._sampler.samples(gpu_slot.gpu, gpu_slot.profiling_since_ns)
-                if len(samples) >= 2:
-                    counted = True
-                    job.profiling_energy_j += (samples[-1].energy_mj - samples[0].energy_mj) / 1000.0
-                self._sampler.unwatch(gpu_slot.gpu)
-            slot.intervals.clear()
-        measured = job.measured_profile(kept, scales)
-        counted_j = job.profiling_energy_j if counted else None
-        if measured is None:
-            self._cannot_plan(job, [nothing_measured(counted_j, timed)])
-            return False
-        problems = plan_problems(measured[0], counted_j)
+        """End the job's profiling; False (the job failed, saying why) when it cannot support a plan."""
+        problems = self.profiling.finish(job)
         if problems:
             self._cannot_plan(job, problems)
             return False
-        job.profile, job.p_block_w = measured
-        job.energy_rel_err = energy_rel_errors(kept)
-        job.accuracy = AccuracyCheck(profile_error_pct=profile_error_pct(job.energy_rel_err.values()))
         self._store_profile(job)
-        logger.info(
-            "job %s profiled in %d iterations: %d measurements, blocking power %.1f W",
-            job.name,
-            job.profiling_iterations,
-            len(job.profile.measurements),
-            job.p_block_w,
-        )
         return True
 
-    def _with_fitted_clocks(
-        self, job: Job, kept: dict[str, list[OptionEstimate]]
-    ) -> dict[str, list[OptionEstimate]]:
-        """`kept` with each GPU's options at the clocks its sweep did not visit where its key's curves are
-        trusted (`perseusd.profiling.fill`), Pareto-filtered again; the log says what was filled or why."""
-        out = {}
-        for slot in job.profiling_slots():
-            if slot.gpu not in kept or slot.sweep is None or slot.estimate is None:
-                continue
-            filled, notes = fill_stage(
-                slot.estimate, slot.sweep.clocks_mhz, slot.supported_clocks_mhz, kept[slot.gpu]
-            )
-            out[slot.gpu] = filled
-            logger.info("job %s stage %d: %s", job.name, slot.stage, "; ".join(notes))
-        return {gpu: out.get(gpu, options) for gpu, options in kept.items()}
+    def _deploy_point(self, job: Job, slot: StageSlot, index: int) -> None:
+        """The straggler response's deployment of a point on one GPU."""
+        self.deployment.deploy_point(job, slot, index)
+
+    def profiling_energy_j(self, job: Job) -> float | None:
+        """What the job's GPUs used since its profiling began (`ProfilingRun.energy_j`)."""
+        return self.profiling.energy_j(job)
+
+    def measured(self, job: Job) -> MeasuredSaving | None:
+        """The job's energy per iteration as the counters measured it (`Deployment.measured`)."""
+        return self.deployment.measured(job)
 
     def _cannot_plan(self, job: Job, problems: list[str]) -> None:
         """The measurements cannot support a plan: never deploy one; say why (jobs table and log)."""
@@ -569,11 +291,11 @@ class JobManager:
         if job.state == REGISTERED and job.complete_pipelines():
             set_waiting(job, "")
             if job.frontier is not None:
-                self._run(job)
+                self.deployment.run(job)
                 return
             job.enter(PROFILING if job.profile is None else SOLVING, job.error)
             self._worker.warm()  # the solve will find the worker process started
-        if job.state == PROFILING and self._profiling_finished(job):
+        if job.state == PROFILING and self.profiling.finished(job):
             if not self._finish_profiling(job):
                 return
             job.enter(SOLVING)
@@ -593,29 +315,21 @@ class JobManager:
                 if job.profile is not None:  # imported: share it as this node's measurement
                     self.spanning.share(job, job.profile, job.p_block_w, None)
         if job.state == PROFILING and job.span.plan is not None and job.span.plan.solution is not None:
-            self._stop_profiling(job)  # the job was solved without this node (it joined late)
+            self.profiling.stop(job)  # the job was solved without this node (it joined late)
             job.enter(SOLVING)
-        if job.state == PROFILING and self._profiling_finished(job):
+        if job.state == PROFILING and self.profiling.finished(job):
             if not self._finish_profiling(job) or job.profile is None:
                 return
             self.spanning.share(job, job.profile, job.p_block_w, job.iteration_overhead_s())
             job.enter(SOLVING)
         self.spanning.step(job)
 
-    def _stop_profiling(self, job: Job) -> None:
-        for slot in list(job.profiling_slots()):
-            for gpu_slot in (slot, *job.followers(slot)):
-                self._sampler.unwatch(gpu_slot.gpu)
-                gpu_slot.group_lead = None
-            slot.sweep = None
-            slot.intervals.clear()
-
     # ------------------------------------------------------------------ spanning jobs (SpanHost)
 
     def adopt_solution(self, job: Job, frontier: Frontier, profile: Profile, p_block_w: float) -> None:
         """Install a spanning job's solution (the leader's frontier and the merged profile)."""
         if job.profiling_slots():
-            self._stop_profiling(job)
+            self.profiling.stop(job)
         job.profile, job.p_block_w, job.orders = profile, p_block_w, frontier.order
         job.all_max = None
         job.set_frontier(frontier)
@@ -623,7 +337,7 @@ class JobManager:
     def run_plan(self, job: Job) -> None:
         if job.state == PROFILING:
             job.enter(SOLVING)
-        self._run(job)
+        self.deployment.run(job)
 
     def submit_solve(
         self,
@@ -632,7 +346,9 @@ class JobManager:
         p_block_w: float,
         orders: tuple[StageOrder, ...],
         latency_s: float | None = None,
-    ) -> None:
+    ) -> float:
+        """Solve the job's frontier in the worker (`latency_s`: the slowest clock-set latency of its other
+        nodes' GPUs); the solver's time unit (s)."""
         unit_time_s = self.settings.unit_time_s or auto_unit_time_s(profile)
         task = SolveInput(
             job.name,
@@ -647,6 +363,7 @@ class JobManager:
         job.orders = orders
         job.solve_future = self._worker.submit(task)
         job.solve_since_s = time.monotonic()
+        return unit_time_s
 
     def fail(self, job: Job, message: str) -> None:
         if job.state != FAILED:
@@ -673,21 +390,8 @@ class JobManager:
         orders = job.stage_orders()
         if orders is None or job.profile is None:
             return  # "observed": wait until every stage's order is learned (tick retries)
-        unit_time_s = self.settings.unit_time_s or auto_unit_time_s(job.profile)
-        task = SolveInput(
-            job.name,
-            job.shape,
-            orders,
-            profile_to_csv(job.profile),
-            job.profile.source,
-            job.p_block_w,
-            unit_time_s,
-            self._switch_model(job),
-        )
-        job.orders = orders
         job.planning_since_s, job.planning = job.state_since_s, None  # solving since profiling was done
-        job.solve_future = self._worker.submit(task)
-        job.solve_since_s = time.monotonic()
+        unit_time_s = self.submit_solve(job, job.profile, job.p_block_w, orders)
         logger.info("job %s: solving the frontier (unit %.3g s)", job.name, unit_time_s)
 
     def clock_latency_s(self, job: Job) -> float | None:
@@ -718,8 +422,8 @@ class JobManager:
                 self._advance(job)
             elif job.state == RUNNING:
                 self.response.tick(job)
-                self._follow_grid(job)
-                self._check_accuracy(job)
+                self.deployment.follow_grid(job)
+                self.deployment.check_accuracy(job)
 
     def _solving(self, uid: int) -> int:
         """Solves of `uid`'s jobs in the worker's queue or running."""
@@ -749,7 +453,7 @@ class JobManager:
             self.spanning.solved(job, solved.frontier)
             return
         job.set_frontier(solved.frontier)
-        self._run(job)
+        self.deployment.run(job)
         if job.state == RUNNING and job.planning_since_s is not None:
             job.planning = PlanningTimes(time.monotonic() - job.planning_since_s, solved.phases)
             logger.info(
@@ -767,171 +471,6 @@ class JobManager:
 
     # ------------------------------------------------------------------ deployment
 
-    def _run(self, job: Job) -> None:
-        if job.all_max is None:
-            job.all_max = self._all_max(job)
-            overhead_s = job.iteration_overhead_s()
-            if overhead_s:
-                logger.info(
-                    "job %s: iterations at all-max clocks measured %.1f ms longer than planned (time outside "
-                    "its computations); time targets allow for it",
-                    job.name,
-                    overhead_s * 1000,
-                )
-        spanning = self.spanning if job.span is not None else None
-        deployed = job.choose_point() if spanning is None else spanning.deployed(job)
-        if deployed is None:
-            job.enter(FAILED, "the frontier is empty")
-            return
-        if spanning is None:  # a spanning job's point is its leader's choice
-            deployed = self.carbon.steer(job, deployed, self._reference_power_w(job))
-        job.deployed = deployed
-        switching = self._switch_model(job)  # each node judges its own stages (do no harm)
-        apply_no_harm(job, 0.0 if switching is None else switching.latency_s)
-        deployed = job.deployed
-        for slot in job.slots.values():
-            if not slot.run_since_ns:  # measure the running plan's energy from the counters, once a second
-                self._sampler.watch(slot.gpu, RUNNING_SAMPLE_PERIOD_S)
-                slot.run_since_ns = self._clock_ns()
-            slot.sweep = None
-            slot.intervals.clear()
-        self.response.start(job)
-        for slot in job.slots.values():
-            self._deploy_point(job, slot, deployed.point.index)
-            if not job.active:
-                return
-        if job.state != RUNNING:
-            job.enter(RUNNING)
-        if spanning is not None:
-            spanning.apply(job)
-        self.response.decide(job)
-        logger.info(
-            "job %s runs frontier point %d: %.4f s/iteration (fastest %.4f s), %.1f J",
-            job.name,
-            deployed.point.index,
-            deployed.point.time_s,
-            deployed.fastest.time_s,
-            deployed.point.energy_j,
-        )
-
-    def _reference_power_w(self, job: Job) -> float:
-        """Chase's reference power for one pipeline: its stages times their GPUs' maximum power limit."""
-        limits_w = [self._gpus.info(gpu).power_limit_max_w for gpu in job.slots]
-        return job.shape.num_stages * max(limits_w, default=0.0)
-
-    def _follow_grid(self, job: Job) -> None:
-        """A running job and the grid: count its carbon; a carbon job's point for the new interval."""
-        default = job.choose_point() if self.carbon.due(job) else None  # the policy's default point
-        if default is not None and job.deployed is not None:
-            steered = self.carbon.steer(job, default, self._reference_power_w(job))
-            if steered.point != job.deployed.point:
-                job.deployed = steered
-                self.response.decide(job)  # every pipeline switches at its next iteration boundary
-        self.carbon.count(job, self._sampler.samples, self._clock_ns())
-
-    def _check_accuracy(self, job: Job) -> None:
-        """Once a second: the plan's measured saving against its prediction; re-plan once when it falls
-        short by more than the profile's error (`jobs.accuracy`). Not for a job whose pipelines span nodes:
-        this node's GPUs measure only their stages, and its plan is the spanning solve's (`jobs.spanning`)."""
-        now_s = time.monotonic()
-        if now_s - job.accuracy_checked_s < ACCURACY_PERIOD_S or job.deployed is None or job.all_max is None:
-            return
-        if job.span is not None:
-            return
-        job.accuracy_checked_s = now_s
-        measured = self.measured(job)
-        if measured is None or not measured.all_max_j or job.all_max.energy_j <= 0:
-            return
-        predicted_pct = 100.0 * (1.0 - job.deployed.point.energy_j / job.all_max.energy_j)
-        measured_pct = 100.0 * (1.0 - measured.running_j / measured.all_max_j)
-        error_pct = job.accuracy.profile_error_pct
-        was = job.accuracy.action
-        scale = job.accuracy.judge(predicted_pct, measured_pct, error_pct, measured.iterations)
-        check = job.accuracy
-        if scale is None:
-            if check.action == "kept" and was != "kept":
-                logger.warning(
-                    "job %s: measured saving %.1f %% still falls short of the re-planned %.1f %% by %.1f "
-                    "points (error %.1f): keeps the plan; re-profile it (import a profile) to do better",
-                    job.name, measured_pct, predicted_pct, check.gap_pts or 0.0, check.error_pts or 0.0,
-                )  # fmt: skip
-            return
-        logger.warning(
-            "job %s: measured saving %.1f %% falls short of the predicted %.1f %% by %.1f points, more than "
-            "its error (%.1f points, profile error %s): re-planned with the profile's errors x %.1f",
-            job.name, measured_pct, predicted_pct, check.gap_pts or 0.0, check.error_pts or 0.0,
-            "unknown" if error_pct is None else f"{error_pct:.2f} %", scale,
-        )  # fmt: skip
-        base = job.energy_rel_err or dict.fromkeys(_profile_options(job), UNKNOWN_OPTION_ERROR)
-        job.energy_rel_err = {key: err * scale for key, err in base.items()}
-        for slot in job.slots.values():
-            slot.run_since_ns = 0  # measure the re-planned run afresh
-            slot.running_steps = 0
-        self._run(job)
-
-    def _all_max(self, job: Job) -> PointSummary | None:
-        """All-max clocks on the job's profile: what the energy saved is counted against."""
-        orders = job.orders or job.stage_orders()
-        if job.profile is None or orders is None:
-            return None
-        try:
-            point = all_max(job.shape.dag(orders), job.profile, job.p_block_w)
-        except PerseusError as exc:
-            logger.warning("job %s: no all-max reference (%s)", job.name, exc)
-            return None
-        return PointSummary(-1, point.time_s, point.energy_j)
-
-    def _deploy_point(self, job: Job, slot: StageSlot, index: int) -> None:
-        """Install frontier point `index`'s plan on one GPU of the job."""
-        entries = job.plan_entries(slot.stage, index)
-        slack = job.plan_slack_s(index)
-        try:
-            self._plans.set(
-                slot.gpu,
-                entries,
-                slot.supported_clocks_mhz,
-                job.plan_times_s(slot.stage, entries),
-                slack_s=None if slack is None else slack[slot.stage],
-            )
-        except ProtocolError as exc:
-            job.enter(FAILED, f"deploying the plan on {slot.gpu} failed: {exc.message}")
-            return
-        if slot.plan_index is None:
-            slot.running_steps = 0
-        slot.plan_index = index
-
-    def profiling_energy_j(self, job: Job) -> float | None:
-        """What the job's GPUs used since its profiling began, by their counters (None: not profiling, or
-        no two readings yet)."""
-        if job.state != PROFILING:
-            return None
-        total_j, counted = 0.0, False
-        for slot in job.profiling_slots():
-            for gpu_slot in (slot, *job.followers(slot)):
-                samples = self._sampler.samples(gpu_slot.gpu, gpu_slot.profiling_since_ns)
-                if len(samples) >= 2:
-                    total_j += (samples[-1].energy_mj - samples[0].energy_mj) / 1000.0
-                    counted = True
-        return total_j if counted else None
-
-    def measured(self, job: Job) -> MeasuredSaving | None:
-        """The job's energy per iteration as the counters measured it (None until every GPU's is)."""
-        per_gpu = [
-            (
-                iteration_energy_j(
-                    self._sampler.samples(slot.gpu, slot.run_since_ns),
-                    slot.mean_iteration_time_s(),
-                    SLOW_READS_MIN_SPAN_S,
-                )
-                if slot.run_since_ns
-                else None,
-                slot.all_max_energy_j,
-            )
-            for slot in job.slots.values()
-        ]
-        steps = sum(slot.running_steps for slot in job.slots.values())
-        return job_measurement(per_gpu, steps / len(job.slots) if job.slots else 0.0)
-
     def job_for(self, uid: int, name: str, *, admin: bool) -> Job:
         """The job `name` for a request of user `uid`: `JobNotFoundError` when there is none, `JobOwnerError`
         when another user registered it (unless the requester is an admin)."""
@@ -947,7 +486,7 @@ class JobManager:
             self.spanning.policy_set(job, time.time())  # its leader follows the newest policy
             return
         if job.state == RUNNING:
-            self._run(job)
+            self.deployment.run(job)
 
     def reprofile_with(self, job: Job, profile: Profile, p_block_w: float) -> None:
         """An imported profile replaces the job's: solve again (the running plan stays until then)."""
@@ -962,51 +501,6 @@ class JobManager:
         if job.state in (PROFILING, RUNNING, FAILED):
             job.enter(SOLVING)
         self._advance(job)
-
-
-def _profile_options(job: Job) -> list[tuple[int, Instruction, int]]:
-    if job.profile is None:
-        return []
-    return [(m.stage, m.instruction, m.freq_mhz) for m in job.profile.measurements]
-
-
-def nothing_measured(counted_j: float | None, timed: bool) -> str:
-    """Why profiling kept no measurement: no counted energy, no energy per computation, or no events."""
-    if counted_j == 0:
-        return "profiling measured nothing: the energy counters did not move (0 J): nothing drives these GPUs"
-    if timed:
-        return (
-            "profiling measured nothing: no computation's energy stands out from the counters "
-            "(does a workload drive these GPUs?)"
-        )
-    return "profiling measured nothing: no computation was timed (are computation events sent?)"
-
-
-def _ended_why(job: Job, last: StageSlot | None) -> str:
-    """Why a job ended early when its last GPU (`last`) left, for `perseusctl jobs` and the log; "" for a job
-    that ended while running its plan (the normal end of training, which needs no explanation)."""
-    if job.state == PROFILING:
-        done = last.profiling_steps if last is not None else 0
-        return (
-            "its last GPU left while it was profiling (after "
-            f"{done or 'no'} measured iteration(s)); nothing was solved: run it longer, or import a profile"
-        )
-    if job.state == REGISTERED:
-        return "its last GPU left before every stage of a pipeline registered"
-    if job.state == SOLVING:
-        return "its last GPU left while its frontier was being solved"
-    return ""
-
-
-def with_highest_clocks(kept: list[OptionEstimate], estimate: StageEstimate) -> list[OptionEstimate]:
-    """`kept` plus each key's highest measured clock: the fastest plan must be able to run all-max, even
-    when measurement noise makes the highest clock look dominated by the next one."""
-    highest: dict[OptionKey, OptionEstimate] = {}
-    for est in estimate.options.values():
-        if est.key not in highest or est.clock_mhz > highest[est.key].clock_mhz:
-            highest[est.key] = est
-    present = {(e.key, e.clock_mhz) for e in kept}
-    return kept + [e for e in highest.values() if (e.key, e.clock_mhz) not in present]
 
 
 def check_owner(job: Job, uid: int, *, admin: bool) -> None:

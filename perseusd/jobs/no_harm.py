@@ -17,12 +17,10 @@ from collections.abc import Mapping, Sequence
 from perseusd.jobs.job import Job
 from perseusd.planner.dag import Instruction
 from perseusd.planner.no_harm import OptionKey, StageVerdict, judge_stages
+from perseusd.planner.policy import REGISTRY
 from perseusd.profiling.estimator import OptionEstimate
 
 logger = logging.getLogger(__name__)
-
-POLICIES = ("no_slowdown",)
-"""The policies the rule applies to: those that promise no slowdown and choose by energy alone."""
 
 
 def energy_rel_errors(kept: Mapping[str, Sequence[OptionEstimate]]) -> dict[OptionKey, float]:
@@ -46,7 +44,7 @@ def apply_no_harm(job: Job, latency_s: float) -> list[StageVerdict]:
     Returns the verdicts (empty when the rule does not apply)."""
     job.safe_clocks, job.safe_for_index, job.plan_note = {}, None, ""
     deployed = job.deployed
-    if deployed is None or job.policy.name not in POLICIES or job.profile is None:
+    if deployed is None or not REGISTRY[job.policy.name].no_harm or job.profile is None:
         return []
     placed = job.node_clocks(deployed.point.index)
     if placed is None:

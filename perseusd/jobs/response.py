@@ -15,8 +15,7 @@ import logging
 import math
 from collections.abc import Callable
 
-from perseus_client.protocol import ErrorCode, ProtocolError
-
+from perseusd.errors import InvalidValueError
 from perseusd.jobs.cluster_link import ClusterLink
 from perseusd.jobs.job import Job
 from perseusd.jobs.slot import StageSlot
@@ -194,7 +193,7 @@ class StragglerResponse:
     def announce(self, job: Job, pipeline: int, factor: float | None) -> bool:
         """An operator's or framework's announcement (None: withdraw it); True if shared with the cluster."""
         if factor is not None and not (math.isfinite(factor) and factor >= 1.0):
-            raise ProtocolError(ErrorCode.BAD_FIELD, "announce_straggler.factor must be a number >= 1")
+            raise InvalidValueError("must be a number >= 1", "factor")
         if factor is None:
             job.announced.pop(pipeline, None)
         else:

@@ -8,11 +8,12 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from perseus_client.protocol import ErrorCode, ProtocolError, Register
+from perseus_client.protocol import Register
 
+from perseusd.errors import InvalidValueError
 from perseusd.planner.dag import ComputationDag, Instruction, ScheduleStep, build_dag, from_stage_orders
+from perseusd.planner.schedules import OBSERVED, SCHEDULES, instructions_of
 
-SCHEDULES = ("1f1b", "gpipe", "interleaved", "observed")
 MAX_STAGES = 1024
 MAX_MICROBATCHES = 4096
 MAX_CHUNKS = 64
@@ -37,7 +38,7 @@ class JobShape:
 
     @classmethod
     def of(cls, message: Register) -> JobShape:
-        """The shape a registration declares; raises `ProtocolError(BAD_FIELD)` when it cannot be right."""
+        """The shape a registration declares; raises `InvalidValueError` when it cannot be right."""
         shape = cls(
             message.schedule, message.num_stages, message.num_microbatches, message.chunks, message.stage_gpus
         )
@@ -45,8 +46,8 @@ class JobShape:
         return shape
 
     def check(self, message: Register) -> None:
-        def bad(problem: str) -> ProtocolError:
-            return ProtocolError(ErrorCode.BAD_FIELD, f"register: {problem}")
+        def bad(problem: str) -> InvalidValueError:
+            return InvalidValueError(problem, "")
 
         if not 0 < len(message.job) <= MAX_JOB_NAME or not message.job.isprintable():
             raise bad(f"job must be 1..{MAX_JOB_NAME} printable characters")
@@ -56,10 +57,10 @@ class JobShape:
             raise bad(f"num_microbatches must be 1..{MAX_MICROBATCHES}")
         if not 1 <= self.chunks <= MAX_CHUNKS:
             raise bad(f"chunks must be 1..{MAX_CHUNKS}")
-        if self.schedule == "interleaved" and self.num_microbatches % self.num_stages:
-            raise bad("interleaved 1F1B needs microbatches divisible by stages")
-        if self.schedule in ("1f1b", "gpipe") and self.chunks != 1:
-            raise bad(f"schedule {self.schedule} has one chunk per stage")
+        spec = SCHEDULES.get(self.schedule)
+        problem = spec and spec.problem(self.num_stages, self.num_microbatches, self.chunks)
+        if problem:
+            raise bad(problem)
         if not 0 <= message.stage < self.num_stages:
             raise bad(f"stage {message.stage} outside 0..{self.num_stages - 1}")
         if not 0 <= message.pipeline <= MAX_PIPELINE:
@@ -70,9 +71,15 @@ class JobShape:
             raise bad(f"run must be at most {MAX_RUN} printable characters")
 
     @property
+    def instructions(self) -> tuple[Instruction, ...]:
+        """What each microbatch runs on each chunk: forward and backward, or its two halves (zero bubble)."""
+        spec = SCHEDULES.get(self.schedule)
+        return instructions_of(spec is not None and spec.split_backward)
+
+    @property
     def computations(self) -> int:
-        """Forward and backward computations of one iteration, over all stages."""
-        return self.num_stages * self.num_microbatches * self.chunks * 2
+        """Computations of one iteration, over all stages."""
+        return self.num_stages * self.num_microbatches * self.chunks * len(self.instructions)
 
     def describe(self) -> str:
         chunks = f"x{self.chunks}" if self.chunks > 1 else ""
@@ -81,7 +88,7 @@ class JobShape:
 
     def named_orders(self) -> tuple[StageOrder, ...] | None:
         """Each stage's order for a named schedule (None for "observed"); built once per shape."""
-        if self.schedule == "observed":
+        if self.schedule == OBSERVED:
             return None
         return _named_orders(self.schedule, self.num_stages, self.num_microbatches, self.chunks)
 

@@ -9,6 +9,9 @@ that its solve finds the worker ready).
 `close` stops the worker (a solve in progress is abandoned) and waits for it; a worker also exits by itself
 when the daemon dies (SIGKILL included: it watches the daemon's pidfd), so neither it nor the forkserver and
 resource tracker it keeps alive outlive the daemon.
+The worker's memory is capped (`RLIMIT_DATA`, `solver_memory_limit_mib`): a solve that needs more fails its
+own job with a clear error (`MemoryError` inside the worker, which lives on for the other jobs' solves)
+instead of growing until the kernel's OOM killer takes the worker, and every queued solve with it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import logging
 import math
 import multiprocessing
 import os
+import resource
 import select
 import threading
 import time
@@ -157,8 +161,31 @@ def ready() -> int:
     return os.getpid()
 
 
+def start_worker(daemon_pid: int, memory_limit_bytes: int | None) -> None:
+    """Runs first in the worker: cap its memory, and exit with the daemon."""
+    if memory_limit_bytes is not None:
+        _soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        if hard != resource.RLIM_INFINITY:
+            memory_limit_bytes = min(memory_limit_bytes, hard)
+        resource.setrlimit(resource.RLIMIT_DATA, (memory_limit_bytes, hard))
+    exit_with(daemon_pid)
+
+
+def solve_within_memory(solve_fn: Callable[[SolveInput], Solved], task: SolveInput) -> Solved:
+    """Runs in the worker: `solve_fn`, a solve that outgrows the worker's memory cap failing alone."""
+    try:
+        return solve_fn(task)
+    except MemoryError:
+        limit = resource.getrlimit(resource.RLIMIT_DATA)[0]
+        cap = "its limit" if limit == resource.RLIM_INFINITY else f"{limit / 2**20:.0f} MiB"
+        raise PlanningError(
+            f"the solve needed more memory than the solver may use ({cap}, solver_memory_limit_mib): "
+            "plan a smaller shape"
+        ) from None
+
+
 def exit_with(daemon_pid: int) -> None:
-    """Runs first in the worker: exit as soon as the daemon process is gone (whatever killed it)."""
+    """Exit the worker as soon as the daemon process is gone (whatever killed it)."""
     try:
         pidfd = os.pidfd_open(daemon_pid)
     except OSError:  # already gone
@@ -182,7 +209,11 @@ class SolveWorker:
     one stops the worker process (its memory and core freed at once) and the other jobs' solves are
     submitted again to a fresh one, unseen by their callers."""
 
-    def __init__(self, solve_fn: Callable[[SolveInput], Solved] = solve) -> None:
+    def __init__(
+        self, solve_fn: Callable[[SolveInput], Solved] = solve, memory_limit_mib: int | None = None
+    ) -> None:
+        """`memory_limit_mib`: the worker's data segment cap (None: no cap)."""
+        self._memory_limit_bytes = None if memory_limit_mib is None else memory_limit_mib * 2**20
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
         self._warming: threading.Thread | None = None
@@ -206,7 +237,7 @@ class SolveWorker:
     def _submit_inner(self, task: SolveInput) -> Future[Solved]:
         for _ in range(2):
             try:
-                return self._started().submit(self._solve_fn, task)
+                return self._started().submit(solve_within_memory, self._solve_fn, task)
             except BrokenProcessPool:
                 self._stop()
         failed: Future[Solved] = Future()
@@ -275,7 +306,10 @@ class SolveWorker:
         if self._pool is None:
             context = multiprocessing.get_context("forkserver")
             self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=context, initializer=exit_with, initargs=(os.getpid(),)
+                max_workers=1,
+                mp_context=context,
+                initializer=start_worker,
+                initargs=(os.getpid(), self._memory_limit_bytes),
             )
         return self._pool
 

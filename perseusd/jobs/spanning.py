@@ -27,8 +27,6 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Protocol
 
-from perseus_client.protocol import ProtocolError
-
 from perseusd.cluster.span_board import (
     MemberRecord,
     PipelinePlan,
@@ -37,6 +35,7 @@ from perseusd.cluster.span_board import (
     ProfileShare,
     StragglerPlan,
 )
+from perseusd.errors import InvalidValueError
 from perseusd.jobs.cluster_link import ClusterLink, significant
 from perseusd.jobs.job import Deployed, Job
 from perseusd.jobs.metering import MeasuredSaving
@@ -87,7 +86,7 @@ class SpanHost(Protocol):
         p_block_w: float,
         orders: tuple[StageOrder, ...],
         latency_s: float | None = None,
-    ) -> None: ...
+    ) -> float: ...
     def clock_latency_s(self, job: Job) -> float | None: ...
     def fail(self, job: Job, message: str) -> None: ...
     def measured(self, job: Job) -> MeasuredSaving | None: ...
@@ -496,7 +495,7 @@ class SpanCoordinator:
             return False
         try:
             policy = Policy(newest.policy, newest.target)
-        except ProtocolError:  # a policy this version does not know (a newer node's)
+        except InvalidValueError:  # a policy this version does not know (a newer node's)
             return False
         if policy == job.policy:
             return False

@@ -15,8 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from perseus_client.protocol import ErrorCode, ProtocolError
-
+from perseusd.errors import NotPermittedError
 from perseusd.gpu.backend import GpuInfo, gpu_minor
 from perseusd.leasing.identity import Caller
 from perseusd.leasing.placement import Placement, read_placement
@@ -48,8 +47,7 @@ class GpuAccess:
         process the daemon cannot serve truthfully (a time namespace that shifts its event timestamps)."""
         placement = self._read(caller.pid)
         if placement.monotonic_offset_ns:
-            raise ProtocolError(
-                ErrorCode.PERMISSION_DENIED,
+            raise NotPermittedError(
                 f"process {caller.pid} runs in a time namespace whose monotonic clock is shifted by "
                 f"{placement.monotonic_offset_ns / 1e9:.3f} s: its event timestamps would be wrong; "
                 "run it without a time namespace offset",
@@ -67,14 +65,14 @@ class GpuAccess:
         return tuple(uuid for uuid, verdict in verdicts if verdict is not False)
 
     def check_claim(self, caller: Caller, placement: Placement | None, gpus: Sequence[str]) -> None:
-        """Raise PERMISSION_DENIED unless the caller's container and cgroup hold every GPU of `gpus`."""
+        """Raise `NotPermittedError` unless the caller's container and cgroup hold every GPU of `gpus`."""
         visible = self.visible(placement)
         if visible is None:
             return
         for gpu in gpus:
             if gpu not in visible:
                 self.refused += 1
-                raise ProtocolError(ErrorCode.PERMISSION_DENIED, self._why(caller, placement, gpu))
+                raise NotPermittedError(self._why(caller, placement, gpu))
 
     def _unknown_container(self, placement: Placement) -> bool:
         """In strict mode, a container (or a process whose namespace is unknown) whose devices are unread."""

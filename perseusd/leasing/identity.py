@@ -8,7 +8,7 @@ import os
 import pwd
 from dataclasses import dataclass
 
-from perseus_client.protocol import ErrorCode, ProtocolError
+from perseusd.errors import LimitReachedError, NotRegisteredError
 
 
 @dataclass(frozen=True)
@@ -71,20 +71,20 @@ def read_start_time(pid: int) -> int | None:
     return _start_time_of(stat)
 
 
-def out_of_descriptors(exc: OSError) -> ProtocolError:
+def out_of_descriptors(exc: OSError) -> LimitReachedError:
     """The error a client gets while the daemon has no file descriptor left (LIMIT: retry later)."""
-    return ProtocolError(ErrorCode.LIMIT, f"perseusd is out of descriptors ({exc.strerror}); retry later")
+    return LimitReachedError(f"perseusd is out of descriptors ({exc.strerror}); retry later")
 
 
 def checked_start_time(pid: int) -> int:
-    """The start time of a live process for registering it; raises `ProtocolError` that says why not:
-    NOT_REGISTERED when the process is gone, LIMIT when the daemon is out of descriptors."""
+    """The start time of a live process for registering it; raises `NotRegisteredError` when the
+    process is gone, `LimitReachedError` when the daemon is out of descriptors."""
     try:
         start_time = read_start_time(pid)
     except DescriptorsExhaustedError as exc:
         raise out_of_descriptors(exc) from None
     if start_time is None:
-        raise ProtocolError(ErrorCode.NOT_REGISTERED, f"process {pid} is gone")
+        raise NotRegisteredError(f"process {pid} is gone")
     return start_time
 
 

@@ -11,8 +11,15 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from perseus_client.protocol import ErrorCode, ProtocolError
-
+from perseusd.errors import (
+    GpuBusyError,
+    InconsistentStateError,
+    LimitReachedError,
+    NotLeasedError,
+    NotPermittedError,
+    NotRegisteredError,
+    RefusedError,
+)
 from perseusd.leasing.identity import (
     Caller,
     DescriptorsExhaustedError,
@@ -81,10 +88,9 @@ class LeaseBook:
             session.job = job
             return session
         if session is not None:
-            raise ProtocolError(ErrorCode.INTERNAL, f"process {caller.pid} changed credentials")
+            raise InconsistentStateError(f"process {caller.pid} changed credentials")
         if caller.uid != 0 and self._per_user.get(caller.uid, 0) >= self._max_sessions_per_user:
-            raise ProtocolError(
-                ErrorCode.LIMIT,
+            raise LimitReachedError(
                 f"uid {caller.uid} already has {self._max_sessions_per_user} registered processes "
                 "(the per-user limit); close some clients",
             )
@@ -97,7 +103,7 @@ class LeaseBook:
             return False
         try:
             session = self._open_session(caller, start_time, job)
-        except ProtocolError:
+        except RefusedError:
             return False
         for gpu in gpus:
             self._add_lease(session, gpu)
@@ -109,7 +115,7 @@ class LeaseBook:
         except OSError as exc:
             if exc.errno in (errno.EMFILE, errno.ENFILE):
                 raise out_of_descriptors(exc) from None
-            raise ProtocolError(ErrorCode.NOT_REGISTERED, f"process {caller.pid}: {exc.strerror}") from None
+            raise NotRegisteredError(f"process {caller.pid}: {exc.strerror}") from None
         try:
             current = read_start_time(caller.pid)
         except DescriptorsExhaustedError as exc:
@@ -117,7 +123,7 @@ class LeaseBook:
             raise out_of_descriptors(exc) from None
         if current != start_time:  # the pid was reused before we held it
             os.close(pidfd)
-            raise ProtocolError(ErrorCode.NOT_REGISTERED, f"process {caller.pid} is gone")
+            raise NotRegisteredError(f"process {caller.pid} is gone")
         session = Session(caller=caller, start_time=start_time, pidfd=pidfd, job=job)
         self._sessions[caller.pid] = session
         self._pidfd_to_pid[pidfd] = caller.pid
@@ -130,7 +136,7 @@ class LeaseBook:
     def require_session(self, caller: Caller) -> Session:
         session = self._sessions.get(caller.pid)
         if session is None or session.caller.uid != caller.uid:
-            raise ProtocolError(ErrorCode.NOT_REGISTERED, "send hello first")
+            raise NotRegisteredError("send hello first")
         return session
 
     def drop_session(self, pid: int) -> list[str]:
@@ -186,8 +192,8 @@ class LeaseBook:
         if lease is None or lease.pid == caller.pid:
             return
         if lease.uid != caller.uid:
-            raise ProtocolError(ErrorCode.PERMISSION_DENIED, f"GPU {gpu} is leased by another user")
-        raise ProtocolError(ErrorCode.GPU_BUSY, f"GPU {gpu} is leased by process {lease.pid} ({lease.job})")
+            raise NotPermittedError(f"GPU {gpu} is leased by another user")
+        raise GpuBusyError(f"GPU {gpu} is leased by process {lease.pid} ({lease.job})")
 
     def require_lease(self, caller: Caller, gpu: str) -> Lease:
         """The caller's lease on `gpu`, or a stable error saying why not."""
@@ -195,9 +201,9 @@ class LeaseBook:
         if lease is not None and lease.pid == caller.pid:
             return lease
         if lease is None:
-            raise ProtocolError(ErrorCode.NOT_LEASED, f"claim GPU {gpu} first")
+            raise NotLeasedError(f"claim GPU {gpu} first")
         self.check_claim(caller, gpu)
-        raise ProtocolError(ErrorCode.INTERNAL, "unreachable lease state")
+        raise InconsistentStateError("unreachable lease state")
 
     def claim(self, session: Session, gpu: str) -> Lease:
         self.check_claim(session.caller, gpu)

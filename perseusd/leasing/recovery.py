@@ -16,7 +16,7 @@ from pathlib import Path
 
 from perseusd.errors import GpuError
 from perseusd.gpu.backend import GpuState
-from perseusd.leasing.registry import GpuRegistry
+from perseusd.gpu.registry import GpuRegistry
 from perseusd.leasing.restore import RestoreKeeper, RestoreOutcome
 from perseusd.leasing.state_file import StateFileError, StateRecord, load_state
 

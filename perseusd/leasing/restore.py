@@ -17,9 +17,9 @@ from pathlib import Path
 
 from perseusd.errors import GpuError
 from perseusd.gpu.backend import GpuState
+from perseusd.gpu.registry import GpuRegistry
 from perseusd.leasing.identity import Caller, same_process_alive
 from perseusd.leasing.leases import Lease, LeaseBook
-from perseusd.leasing.registry import GpuRegistry
 from perseusd.leasing.state_file import (
     SavedGpu,
     SavedLease,

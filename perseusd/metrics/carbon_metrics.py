@@ -23,8 +23,15 @@ SIGNAL_STATES = (OK, STALE, EXPIRED, FAILED)
 JOB_UNIT = ("job_name", "uid", "unit")
 
 
+def source_kind(description: str) -> str:
+    """The signal's kind (`trace`, `electricitymaps`): a label that stays the same across traces, replay
+    speeds and restarts (status keeps the whole description, e.g. "trace chase (167 points, x60)")."""
+    return description.split(" ", 1)[0] or "unknown"
+
+
 def signal_families(signal: SignalInfo) -> Iterator[Metric]:
-    labels = [signal.source, signal.unit]
+    source = source_kind(signal.source)
+    labels = [source, signal.unit]
     value = gauge(
         "grid_signal_value",
         "The grid signal's value in use, per kWh (carbon intensity or price: see unit); absent when unusable",
@@ -42,9 +49,9 @@ def signal_families(signal: SignalInfo) -> Iterator[Metric]:
     if signal.forecast is not None:
         forecast.add_metric(labels, signal.forecast)
     if signal.age_s is not None:
-        age.add_metric([signal.source], signal.age_s)
+        age.add_metric([source], signal.age_s)
     for name in SIGNAL_STATES:
-        state.add_metric([signal.source, name], 1.0 if signal.state == name else 0.0)
+        state.add_metric([source, name], 1.0 if signal.state == name else 0.0)
     yield from (value, forecast, age, state)
 
 

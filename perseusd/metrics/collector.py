@@ -20,11 +20,11 @@ from perseus_client.protocol import JobInfo
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from perseusd.daemon.core import DaemonCore
 from perseusd.gpu.backend import GpuInfo, power_capped, throttled
 from perseusd.gpu.owner import GpuReading
 from perseusd.jobs.manager import JobManager
 from perseusd.metrics.carbon_metrics import job_carbon_families, signal_families
+from perseusd.metrics.daemon_view import DaemonView
 from perseusd.metrics.dcgm_names import GpuRow, dcgm_families, joinable_families
 from perseusd.metrics.families import PREFIX, counter, gauge, mhz_to_hz
 from perseusd.metrics.gpu_calls import GpuCallRecorder
@@ -47,7 +47,7 @@ class PerseusCollector(Collector):
 
     def __init__(
         self,
-        core: DaemonCore,
+        core: DaemonView,
         calls: GpuCallRecorder | None = None,
         *,
         hostname: str = "",

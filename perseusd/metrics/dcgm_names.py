@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from perseusd.daemon.core import DaemonCore
 from perseusd.gpu.backend import GpuInfo, gpu_minor
 from perseusd.gpu.owner import GpuReading
+from perseusd.metrics.daemon_view import DaemonView
 from perseusd.metrics.families import counter, gauge
 
 DCGM = ("gpu", "UUID", "device", "modelName", "pci_bus_id", "Hostname")
@@ -83,7 +83,7 @@ def named_job(name: str, uid: int) -> tuple[str, str]:
 
 
 def joinable_families(
-    core: DaemonCore,
+    core: DaemonView,
     rows: list[GpuRow],
     hostname: str,
     job_label: Callable[[str, int], tuple[str, str]] = named_job,

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from prometheus_client.core import Metric
 
-from perseusd.daemon.slurm_jobs import SlurmLedger
+from perseusd.leasing.slurm_jobs import SlurmLedger
 from perseusd.metrics.families import gauge
 
 SLURM = ("slurm_job", "uid")

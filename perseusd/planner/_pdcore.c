@@ -5,6 +5,12 @@
  * specification (the tests run both on the same inputs). Capacities are integers in units of 1e-6 J, so the
  * max flow is exact and the minimal minimum cut (the nodes reachable from s in the residual graph) is
  * unique: any correct max-flow algorithm gives the same cut. Dinic's algorithm is used here.
+ *
+ * What it saves, measured (`perseusctl solve`'s solve_s with and without this module built, same tree, same
+ * 2-core machine, load 3-8): bundled a100_sxm 8 x 12 0.028 s against 5.2 s in pd_core.py (186x); A40 8 x 12
+ * at 0.1 ms (11,832 points) 0.35 s against 73 s (207x); a100_sxm 8 x 96 0.63 s against 228 s (361x). The
+ * daemon plans a job's frontier in its solver worker while the job waits, so minutes in Python are not an
+ * option; pd_core.py stays as the specification and the fallback where no C compiler is found.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

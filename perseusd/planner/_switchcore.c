@@ -13,6 +13,11 @@
  * It mirrors the Python code operation for operation (the same sums in the same order, no fused
  * multiply-adds: see setup.py), so both give the same bits; the tests compare them. Optional: without a C
  * compiler `switch_core.PyCore` runs instead.
+ *
+ * What it saves, measured (the daemon's planning step, `benchmarks/planning_step.py a100_sxm 8 12 0 0.012 0`,
+ * with and without the C modules built, same tree, 2-core machine, load 3-8): the switch-aware descent 0.60 s
+ * against 16.1 s in switch_core.PyCore (27x), of a step of 0.87 s against 18.4 s; following the frontier
+ * (`Paths`) 0.22 s against 0.16 s, within the run-to-run spread under that load.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

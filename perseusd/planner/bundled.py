@@ -16,8 +16,10 @@ import os
 from dataclasses import dataclass
 
 import perseusd
+from perseusd.errors import PlanningError
 from perseusd.planner.profile import Profile
-from perseusd.planner.profile_csv import read_profile_stream
+from perseusd.planner.profile_csv import read_profile, read_profile_stream
+from perseusd.planner.schedules import SCHEDULES
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,31 @@ def bundled_profile(name: str) -> Profile:
     """
     text = _read_data_file("profiles", BUNDLED_PROFILES[name].file_name).decode("utf-8-sig")
     return read_profile_stream(io.StringIO(text, newline=""), source=f"bundled:{name}")
+
+
+def load_profile(spec: str, schedule: str = "1f1b") -> tuple[Profile, float | None]:
+    """`--profile` of `perseusctl` and `perseus-emulate`: a bundled profile by name (with its blocking power),
+    or a profile CSV file (blocking power None). For a schedule that splits its backwards (zero bubble), with
+    the two halves of each backward the profile did not measure (`Profile.with_split_backward`).
+
+    A bundled name always means the bundled profile; write `./a40` for a file of that name.
+
+    Raises:
+        PlanningError: the file cannot be read.
+        ProfileError: its content is not a valid profile.
+    """
+    if spec in BUNDLED_PROFILES:
+        profile, p_block_w = bundled_profile(spec), BUNDLED_PROFILES[spec].p_block_w
+    else:
+        try:
+            profile, p_block_w = read_profile(spec), None
+        except OSError as exc:
+            raise PlanningError(
+                f"cannot read profile {spec}: {exc.strerror or exc} "
+                f"(give a CSV file or a bundled name: {', '.join(BUNDLED_PROFILES)})"
+            ) from exc
+    split = schedule in SCHEDULES and SCHEDULES[schedule].split_backward
+    return (profile.with_split_backward() if split else profile), p_block_w
 
 
 def _read_data_file(*parts: str) -> bytes:

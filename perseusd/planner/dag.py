@@ -2,9 +2,13 @@
 
 A node is one computation (a forward or backward of one microbatch on one pipeline stage, and for
 interleaved schedules one model chunk). Edges are the execution order on each stage plus the data
-dependencies between consecutive virtual stages: F(v, j) -> F(v+1, j) and B(v+1, j) -> B(v, j), where the
-virtual stage of chunk c on stage s is v = c * S + s. Every DAG is built in O(N) from per-stage orders, so any
-schedule a framework runs can be planned with `from_stage_orders`.
+dependencies between consecutive model stages: F(v, j) -> F(v+1, j) and B(v+1, j) -> B(v, j). A schedule
+that splits its backwards (zero bubble) has the input gradient in B's place, I(v+1, j) -> I(v, j), and the
+weight gradient after its input gradient on the same stage, I(v, j) -> W(v, j), which nothing else waits
+for. The model stage of chunk c on stage s is c * S + s, or in a V layout (`schedules.model_stage`)
+2 S - 1 - s for chunk 1; a computation's profile stage (`virtual_stage`) is c * S + s either way. Every DAG
+is built in O(N) from per-stage orders, so any schedule a framework runs can be planned with
+`from_stage_orders`.
 """
 
 from __future__ import annotations
@@ -12,20 +16,25 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
+
+from perseus_client.message import Instruction
 
 from perseusd.errors import PlanningError
+from perseusd.planner.schedule_orders import B, F, I, ScheduleStep, W
+from perseusd.planner.schedules import Layout, instructions_of, layout_of, model_stage, spec_of
 
-
-class Instruction(StrEnum):
-    """The kind of a computation, as named in profiles."""
-
-    FORWARD = "forward"
-    BACKWARD = "backward"
-
-
-F = Instruction.FORWARD
-B = Instruction.BACKWARD
+__all__ = [
+    "B",
+    "Computation",
+    "ComputationDag",
+    "F",
+    "I",
+    "Instruction",
+    "ScheduleStep",
+    "W",
+    "build_dag",
+    "from_stage_orders",
+]
 
 
 @dataclass(frozen=True, order=True)
@@ -40,11 +49,7 @@ class Computation:
     def label(self) -> str:
         """A short human-readable name, e.g. `F3@s1` or `B0@s2c1`."""
         chunk = f"c{self.chunk}" if self.chunk else ""
-        return f"{self.instruction.value[0].upper()}{self.microbatch}@s{self.stage}{chunk}"
-
-
-ScheduleStep = tuple[Instruction, int, int]
-"""One entry of a per-stage order: (instruction, microbatch, chunk)."""
+        return f"{self.instruction.letter}{self.microbatch}@s{self.stage}{chunk}"
 
 
 @dataclass(frozen=True)
@@ -89,70 +94,10 @@ class ComputationDag:
         return tuple(i for i, s in enumerate(self.successors) if not s)
 
 
-def one_f_one_b_order(num_stages: int, num_microbatches: int, stage: int) -> list[ScheduleStep]:
-    """Synchronous 1F1B on one stage: min(S - s, M) warm-up forwards, alternate B and F, drain backwards."""
-    warmup = min(num_stages - stage, num_microbatches)
-    order: list[ScheduleStep] = [(F, j, 0) for j in range(warmup)]
-    next_forward = warmup
-    for j in range(num_microbatches):
-        order.append((B, j, 0))
-        if next_forward < num_microbatches:
-            order.append((F, next_forward, 0))
-            next_forward += 1
-    return order
-
-
-def gpipe_order(num_microbatches: int) -> list[ScheduleStep]:
-    """GPipe on one stage: every forward, then every backward, both in microbatch order."""
-    return [(F, j, 0) for j in range(num_microbatches)] + [(B, j, 0) for j in range(num_microbatches)]
-
-
-def interleaved_order(
-    num_stages: int, num_microbatches: int, num_chunks: int, stage: int
-) -> list[ScheduleStep]:
-    """Interleaved 1F1B (Megatron-LM) on one stage with `num_chunks` model chunks per stage.
-
-    Microbatches go in groups of S: the k-th forward of a stage runs chunk (k // S) % V of microbatch
-    (k // (S V)) S + k % S; backwards use the chunks in reverse. Warm-up is (S - s - 1) 2 + (V - 1) S
-    forwards, capped at M V. M must be a multiple of S.
-    """
-    s_count, v_count, m_count = num_stages, num_chunks, num_microbatches
-    total = m_count * v_count
-
-    def step(k: int, forward: bool) -> ScheduleStep:
-        group = k // (s_count * v_count)
-        chunk = (k // s_count) % v_count
-        if not forward:
-            chunk = v_count - 1 - chunk
-        return (F if forward else B, group * s_count + k % s_count, chunk)
-
-    warmup = min((s_count - stage - 1) * 2 + (v_count - 1) * s_count, total)
-    order = [step(k, True) for k in range(warmup)]
-    for k in range(total - warmup):
-        order.append(step(warmup + k, True))
-        order.append(step(k, False))
-    order.extend(step(k, False) for k in range(total - warmup, total))
-    return order
-
-
 def build_dag(schedule: str, num_stages: int, num_microbatches: int, num_chunks: int = 1) -> ComputationDag:
-    """Build the DAG of a named schedule: `1f1b`, `gpipe` or `interleaved` (with `num_chunks` > 1)."""
+    """Build the DAG of a named schedule (`perseusd.planner.schedules`: 1f1b, gpipe, interleaved, ...)."""
     _check_positive(num_stages=num_stages, num_microbatches=num_microbatches, num_chunks=num_chunks)
-    if schedule == "1f1b":
-        orders = [one_f_one_b_order(num_stages, num_microbatches, s) for s in range(num_stages)]
-    elif schedule == "gpipe":
-        orders = [gpipe_order(num_microbatches) for _ in range(num_stages)]
-    elif schedule == "interleaved":
-        if num_microbatches % num_stages:
-            raise PlanningError(
-                f"interleaved 1F1B needs microbatches ({num_microbatches}) "
-                f"to be a multiple of stages ({num_stages})"
-            )
-        orders = [interleaved_order(num_stages, num_microbatches, num_chunks, s) for s in range(num_stages)]
-    else:
-        raise PlanningError(f"unknown schedule '{schedule}' (expected 1f1b, gpipe or interleaved)")
-    if schedule != "interleaved" and num_chunks != 1:
-        raise PlanningError(f"schedule '{schedule}' has one chunk per stage (got --chunks {num_chunks})")
+    orders = spec_of(schedule).orders(num_stages, num_microbatches, num_chunks)
     return from_stage_orders(
         orders, num_microbatches=num_microbatches, num_chunks=num_chunks, schedule=schedule
     )
@@ -170,36 +115,19 @@ def from_stage_orders(
     """
     num_stages = len(orders)
     _check_positive(num_stages=num_stages, num_microbatches=num_microbatches, num_chunks=num_chunks)
+    instructions = instructions_of(any(step[0] in (I, W) for order in orders for step in order))
     computations: list[Computation] = []
     index: dict[Computation, int] = {}
     stage_orders: list[tuple[int, ...]] = []
     for stage, order in enumerate(orders):
-        _check_stage_order(stage, order, num_microbatches, num_chunks)
+        _check_stage_order(stage, order, num_microbatches, num_chunks, instructions)
         start = len(computations)
         for instruction, microbatch, chunk in order:
             comp = Computation(stage, Instruction(instruction), microbatch, chunk)
             index[comp] = len(computations)
             computations.append(comp)
         stage_orders.append(tuple(range(start, len(computations))))
-
-    preds: list[list[int]] = [[] for _ in computations]
-    succs: list[list[int]] = [[] for _ in computations]
-
-    def add_edge(u: int, v: int) -> None:
-        if v not in succs[u]:
-            succs[u].append(v)
-            preds[v].append(u)
-
-    for ids in stage_orders:
-        for u, v in itertools.pairwise(ids):
-            add_edge(u, v)
-    num_virtual = num_stages * num_chunks
-    for node, comp in enumerate(computations):
-        vstage = comp.chunk * num_stages + comp.stage
-        nxt = vstage + 1 if comp.instruction is F else vstage - 1
-        if 0 <= nxt < num_virtual:
-            other = Computation(nxt % num_stages, comp.instruction, comp.microbatch, nxt // num_stages)
-            add_edge(node, index[other])
+    preds, succs = _edges(computations, index, stage_orders, layout_of(schedule))
     topo = _topological_order(preds, succs, computations)
     return ComputationDag(
         schedule=schedule,
@@ -214,6 +142,37 @@ def from_stage_orders(
     )
 
 
+def _edges(
+    computations: list[Computation],
+    index: dict[Computation, int],
+    stage_orders: list[tuple[int, ...]],
+    layout: Layout,
+) -> tuple[list[list[int]], list[list[int]]]:
+    """Predecessors and successors: each stage's order, the data between model stages, I before its W."""
+    preds: list[list[int]] = [[] for _ in computations]
+    succs: list[list[int]] = [[] for _ in computations]
+
+    def add_edge(u: int, v: int) -> None:
+        if v not in succs[u]:
+            succs[u].append(v)
+            preds[v].append(u)
+
+    for ids in stage_orders:
+        for u, v in itertools.pairwise(ids):
+            add_edge(u, v)
+    num_stages = len(stage_orders)
+    placed = {model_stage(layout, num_stages, c.stage, c.chunk): (c.stage, c.chunk) for c in computations}
+    for node, comp in enumerate(computations):
+        if comp.instruction is W:
+            add_edge(index[Computation(comp.stage, I, comp.microbatch, comp.chunk)], node)
+            continue
+        step = 1 if comp.instruction is F else -1
+        nxt = placed.get(model_stage(layout, num_stages, comp.stage, comp.chunk) + step)
+        if nxt is not None:
+            add_edge(node, index[Computation(nxt[0], comp.instruction, comp.microbatch, nxt[1])])
+    return preds, succs
+
+
 def _check_positive(**values: int) -> None:
     for name, value in values.items():
         if value < 1:
@@ -221,12 +180,21 @@ def _check_positive(**values: int) -> None:
 
 
 def _check_stage_order(
-    stage: int, order: Sequence[ScheduleStep], num_microbatches: int, num_chunks: int
+    stage: int,
+    order: Sequence[ScheduleStep],
+    num_microbatches: int,
+    num_chunks: int,
+    instructions: tuple[Instruction, ...],
 ) -> None:
-    expected = {(i, j, c) for i in (F, B) for j in range(num_microbatches) for c in range(num_chunks)}
+    expected = {(i, j, c) for i in instructions for j in range(num_microbatches) for c in range(num_chunks)}
     seen: set[ScheduleStep] = set()
     for step in order:
         key = (Instruction(step[0]), step[1], step[2])
+        if key[0] is W and (I, key[1], key[2]) not in seen:
+            raise PlanningError(
+                f"stage {stage}: the weight gradient of microbatch {key[1]} chunk {key[2]} runs before its "
+                "input gradient"
+            )
         if key not in expected:
             raise PlanningError(
                 f"stage {stage}: {key[0].value} of microbatch {key[1]} chunk {key[2]} is out of range"

@@ -19,9 +19,8 @@ reference (`cost_model.py`'s 54 `curve_fit` starts) can return:
 Costs are evaluated in the stable form `level + slope expm1(b (q - q_ref)) / b` (q_ref the slowest time for
 b > 0, the fastest for b < 0), which stays exact as b -> 0, where a exp(b q) + c0 cancels.
 
-No numpy: an option set has tens of points, so importing numpy would cost more than the fit itself. The
-moments at the grid exponents are the inner loop; they run in C (`_fitcore`, the same bits) when it was
-built, else in Python (`_moments`, its executable specification).
+The moments at the grid exponents are the inner loop: numpy computes them for every exponent of the grid at
+once (a matrix of exponents by points).
 """
 
 from __future__ import annotations
@@ -30,7 +29,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import mul
-from typing import Any
+
+import numpy as np
 
 MIN_POINTS = 4
 """Three parameters need more than three points: the reference rejects an exact fit (infinite covariance)."""
@@ -91,59 +91,48 @@ def _centred(x: Sequence[float]) -> list[float]:
     return [v - mean for v in x]
 
 
-def _psi(x: float) -> float:
+def _psi(x: np.ndarray) -> np.ndarray:
     """(x e^x - expm1(x)) / x^2 for x <= 0, exact near 0 (its Taylor series there)."""
-    if x > -SERIES_BELOW:
-        total = PSI_TERMS[-1]
-        for term in reversed(PSI_TERMS[:-1]):
-            total = total * x + term
-        return total
-    return (x * math.exp(x) - math.expm1(x)) / (x * x)
+    series = np.polyval(PSI_TERMS[::-1], x)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        closed = (x * np.exp(x) - np.expm1(x)) / (x * x)
+    return np.where(x > -SERIES_BELOW, series, closed)
 
 
-def _shape(u: Sequence[float], s: float) -> tuple[list[float], list[float]]:
-    """phi_s(u) and d phi_s / d s at every point (every exponent s (u - u0) <= 0: nothing overflows)."""
-    u0 = 1.0 if s > 0 else 0.0
-    phi, dphi = [], []
-    for ui in u:
-        v = ui - u0
-        x = s * v
-        phi.append(math.expm1(x) / s if s != 0.0 else v)
-        dphi.append(v * v * _psi(x))
-    return phi, dphi
+def _shapes(u: Sequence[float], spans: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """phi_s(u) and d phi_s / d s, a row per span exponent s, a column per point (every exponent
+    s (u - u0) <= 0: nothing overflows)."""
+    s = np.asarray(spans, dtype=float)[:, None]
+    v = np.asarray(u, dtype=float)[None, :] - np.where(s > 0, 1.0, 0.0)
+    x = s * v
+    with np.errstate(divide="ignore", invalid="ignore"):
+        phi = np.where(s != 0.0, np.expm1(x) / s, v)
+    return phi, v * v * _psi(x)
 
 
-def _moments(u: Sequence[float], y_c: Sequence[float], s: float) -> tuple[float, float, float]:
-    """cov(phi, y), var(phi) and the numerator of d corr(phi, y) / ds at span exponent `s` (y_c centred)."""
-    phi, dphi = _shape(u, s)
-    e_c = _centred(phi)
-    de_c = _centred(dphi)
-    cov_ey = _dot(e_c, y_c)
-    var_e = _dot(e_c, e_c)
-    # d/ds [cov(phi,y) / sqrt(var(phi))] has the sign of cov(phi',y) var(phi) - cov(phi,y) cov(phi,phi').
-    slope = _dot(de_c, y_c) * var_e - cov_ey * _dot(de_c, e_c)
-    return cov_ey, var_e, slope
-
-
-def _load_c_moments() -> Any | None:
-    try:
-        from perseusd.planner import _fitcore  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _fitcore.moments
-
-
-_C_MOMENTS = _load_c_moments()
+def _shape(u: Sequence[float], s: float) -> list[float]:
+    """phi_s(u) at every point."""
+    phi: list[float] = _shapes(u, (s,))[0][0].tolist()
+    return phi
 
 
 def moments_at(
-    u: Sequence[float], y_c: Sequence[float], spans: Sequence[float], use_c: bool = True
+    u: Sequence[float], y_c: Sequence[float], spans: Sequence[float]
 ) -> list[tuple[float, float, float]]:
-    """`_moments` at every span exponent of `spans`, in C when it was built (and `use_c`)."""
-    if use_c and _C_MOMENTS is not None:
-        result: list[tuple[float, float, float]] = _C_MOMENTS(u, y_c, spans)
-        return result
-    return [_moments(u, y_c, s) for s in spans]
+    """cov(phi, y), var(phi) and the numerator of d corr(phi, y) / ds at every span exponent of `spans`
+    (`y_c` centred)."""
+    if not spans:
+        return []
+    phi, dphi = _shapes(u, spans)
+    e_c = phi - phi.mean(axis=1, keepdims=True)
+    de_c = dphi - dphi.mean(axis=1, keepdims=True)
+    y = np.asarray(y_c, dtype=float)
+    # Row by row (einsum, not BLAS): an exponent's moments are the same bits whatever else is in the batch.
+    cov_ey = np.einsum("ij,j->i", e_c, y)
+    var_e = np.einsum("ij,ij->i", e_c, e_c)
+    # d/ds [cov(phi,y) / sqrt(var(phi))] has the sign of cov(phi',y) var(phi) - cov(phi,y) cov(phi,phi').
+    slope = np.einsum("ij,j->i", de_c, y) * var_e - cov_ey * np.einsum("ij,ij->i", de_c, e_c)
+    return list(zip(cov_ey.tolist(), var_e.tolist(), slope.tolist(), strict=True))
 
 
 def _refine(u: Sequence[float], y_c: Sequence[float], side: float, lo: float, hi: float) -> float:
@@ -159,7 +148,7 @@ def _refine(u: Sequence[float], y_c: Sequence[float], side: float, lo: float, hi
             return hi
         if hi - lo <= 4e-16 * (abs(lo) + abs(hi)):
             break
-        mid = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
+        mid = (lo * f_hi - hi * f_lo) / (f_hi - f_lo) if f_hi != f_lo else lo
         if not lo < mid < hi:
             mid = 0.5 * (lo + hi)
             if mid in (lo, hi):
@@ -211,7 +200,7 @@ def _largest_spans(q_min: float, q_max: float, span: float, y_range: float) -> t
 
 def _fit_at(q: Sequence[float], y: Sequence[float], u: Sequence[float], s: float, span: float) -> ExpFit:
     """The least-squares fit with span exponent `s` (0: the straight line)."""
-    phi, _ = _shape(u, s)
+    phi = _shape(u, s)
     e_c = _centred(phi)
     beta = _dot(e_c, _centred(y)) / _dot(e_c, e_c)
     q_ref = max(q) if s > 0 else min(q)  # where phi is 0

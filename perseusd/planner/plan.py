@@ -2,8 +2,10 @@
 
 A plan (`"format": "perseus-plan"`) holds its metadata and one clock per computation, per stage in schedule
 order. A frontier (`"format": "perseus-frontier"`) holds the metadata and the schedule order once, then every
-point with its time, energies and per-stage clock lists. This module holds the types and the one writer of
-each document; `plan_read` loads them (strictly). See `docs/planner.md` for the schema by example.
+point with its time and energies; the first point's clocks are written whole (per-stage lists), every later
+point's as the few clocks that differ from the point before (`clock_changes`). This module holds the types
+and the one writer of each document; `plan_read` loads them (strictly). See `docs/planner.md` for the schema
+by example.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
+from itertools import compress
+from operator import itemgetter, ne
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,8 +25,11 @@ from perseusd.planner.profile import Profile
 
 PLAN_FORMAT = "perseus-plan"
 FRONTIER_FORMAT = "perseus-frontier"
-FORMAT_VERSION = 1
-NAMED_SCHEDULES = ("1f1b", "gpipe", "interleaved")
+PLAN_VERSION = 1
+FRONTIER_VERSION = 2
+"""Version 2 writes a point's clocks as changes from the point before; version 1 (every point's clocks whole,
+32 MB for 8 stages x 96 microbatches) is still read: job caches and saved frontiers hold it."""
+FRONTIER_VERSIONS_READ = (1, 2)
 
 
 class PlanPoint(Protocol):
@@ -247,7 +253,7 @@ def _write_plan(
         ]
         for stage_order, stage_clocks in zip(order, clocks_mhz, strict=True)
     ]
-    header = {"format": PLAN_FORMAT, "version": FORMAT_VERSION, "meta": meta_json}
+    header = {"format": PLAN_FORMAT, "version": PLAN_VERSION, "meta": meta_json}
     numbered = {} if index is None else {"index": index}
     return header | numbered | dict(fields) | {"stages": stages}
 
@@ -285,9 +291,14 @@ def _step(dag: ComputationDag, node: int) -> ScheduleStep:
 
 
 def frontier_to_document(frontier: Frontier) -> dict[str, Any]:
-    """The one writer of `perseus-frontier` documents: metadata and schedule order once, then every point."""
-    body = [_frontier_point_json(i, point) for i, point in enumerate(frontier.points)]
-    header = {"format": FRONTIER_FORMAT, "version": FORMAT_VERSION, "meta": frontier.meta.to_json()}
+    """The one writer of `perseus-frontier` documents: metadata and schedule order once, then every point
+    (its clocks as changes from the point before, `clock_changes`)."""
+    body = []
+    previous: Rows | None = None
+    for i, point in enumerate(frontier.points):
+        body.append(_frontier_point_json(i, point, previous))
+        previous = point.clocks_mhz
+    header = {"format": FRONTIER_FORMAT, "version": FRONTIER_VERSION, "meta": frontier.meta.to_json()}
     doc = header | {"order": _order_json(frontier.order), "points": body}
     switching = frontier.switching
     if switching is not None:
@@ -299,26 +310,37 @@ def frontier_to_document(frontier: Frontier) -> dict[str, Any]:
     return doc
 
 
-def _frontier_point_json(position: int, point: Plan) -> dict[str, Any]:
+def _frontier_point_json(position: int, point: Plan, previous: Rows | None) -> dict[str, Any]:
     index = position if point.index is None else point.index
-    body = {"index": index} | _point_fields(point) | {"clocks_mhz": _rows_json(point.clocks_mhz)}
+    body = {"index": index} | _point_fields(point) | _clocks_json("", point.clocks_mhz, previous)
     if point.refined_time_s is not None:
         body["refined_time_s"] = point.refined_time_s
     followed = point.followed
     if followed is not None:
         if followed.solved_clocks_mhz is not None:
-            body["solved_clocks_mhz"] = _rows_json(followed.solved_clocks_mhz)
+            body |= _clocks_json("solved_", followed.solved_clocks_mhz, point.clocks_mhz)
         body["planned_time_s"] = followed.planned_time_s
         body["planned_energy_j"] = followed.planned_energy_j
-        body["effective_clocks_mhz"] = _rows_json(followed.effective_clocks_mhz)
+        body |= _clocks_json("effective_", followed.effective_clocks_mhz, point.clocks_mhz)
         body["switch_changed"] = followed.switch_changed
         if followed.descended_from is not None:
             body["descended_from"] = followed.descended_from
     return body
 
 
-def _rows_json(rows: Rows) -> list[list[int]]:
-    return [list(row) for row in rows]
+def _clocks_json(prefix: str, rows: Rows, base: Rows | None) -> dict[str, Any]:
+    """A point's clocks in a frontier document: `{prefix}clocks_mhz`, every stage's list, without a `base`
+    of the same shape; else `{prefix}clock_changes`, the `[stage, position, clock]` where `rows` differ from
+    `base` (a few, where the lists would repeat every clock of every stage)."""
+    if base is None or list(map(len, base)) != list(map(len, rows)):
+        return {f"{prefix}clocks_mhz": [list(row) for row in rows]}
+    changes = [
+        [s, k, row[k]]
+        for s, (row, old) in enumerate(zip(rows, base, strict=True))
+        if row is not old and row != old
+        for k in compress(range(len(row)), map(ne, row, old))  # in C: this runs for every changed row
+    ]
+    return {f"{prefix}clock_changes": changes}
 
 
 def frontier_document(dag: ComputationDag, points: Iterable[PlanPoint], meta: PlanMeta) -> dict[str, Any]:
@@ -326,39 +348,16 @@ def frontier_document(dag: ComputationDag, points: Iterable[PlanPoint], meta: Pl
     return frontier_to_document(frontier_from_points(dag, points, meta))
 
 
-def frontier_json_text(dag: ComputationDag, points: Iterable[PlanPoint], meta: PlanMeta) -> str:
-    """`json.dumps(frontier_document(dag, points, meta), allow_nan=False)`, the same text, written fast: the
-    points go straight from the solver's per-node clocks to text (in C where it was built), without the
-    per-stage lists the document holds."""
-    from perseusd.planner.frontier_text import frontier_json, points_json
-
-    points = list(points)
-    rows = [
-        (i, p.quant_time, p.time_s, p.model_energy_j, p.refined_energy_j, p.clocks_mhz)
-        for i, p in enumerate(points)
-    ]
-    text = points_json(rows, dag.stage_orders)
-    if text is None:
-        return frontier_json(frontier_document(dag, points, meta))
-    head = json.dumps(frontier_document(dag, [], meta), allow_nan=False)
-    if not head.endswith("[]}"):  # pragma: no cover - the document ends with its points
-        raise AssertionError("a frontier document ends with its points")
-    return f"{head[:-2]}{text}]}}"
-
-
-def save_json(doc: dict[str, Any], path: str | os.PathLike[str], indent: int | None = None) -> None:
-    """Write `doc` to `path` atomically (a temporary file in the same folder, fsync, rename)."""
-    save_json_text(json.dumps(doc, indent=indent, allow_nan=False), path)
-
-
-def save_json_text(text: str, path: str | os.PathLike[str], durable: bool = True) -> None:
-    """Write JSON text (see `frontier_text.frontier_json`) to `path` atomically, as `save_json` does.
+def save_json(
+    doc: dict[str, Any], path: str | os.PathLike[str], indent: int | None = None, durable: bool = True
+) -> None:
+    """Write `doc` to `path` atomically (a temporary file in the same folder, fsync, rename).
 
     Readers never see a partial file either way; `durable=False` skips the fsync (which makes the file
     survive a power loss), for a command's output that can be made again, as compilers do.
     """
     target = Path(path)
-    text += "\n"
+    text = json.dumps(doc, indent=indent, allow_nan=False) + "\n"
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:
         with open(tmp, "x", encoding="utf-8") as stream:

@@ -14,18 +14,20 @@ from typing import Any
 from perseusd.errors import PlanFormatError, PlanningError
 from perseusd.planner.dag import Instruction, ScheduleStep, build_dag, from_stage_orders
 from perseusd.planner.plan import (
-    FORMAT_VERSION,
     FRONTIER_FORMAT,
-    NAMED_SCHEDULES,
+    FRONTIER_VERSIONS_READ,
     PLAN_FORMAT,
+    PLAN_VERSION,
     Followed,
     Frontier,
     Plan,
     PlanMeta,
+    Rows,
     RowSharer,
     SwitchingMeta,
 )
 from perseusd.planner.plan_schema import Reader
+from perseusd.planner.schedules import SCHEDULES
 
 
 def load_plan(path: str | os.PathLike[str]) -> Plan:
@@ -39,7 +41,7 @@ def parse_plan(text: str, source: str) -> Plan:
 
 
 def _plan_document(doc: Reader) -> Plan:
-    meta = _read_header(doc, PLAN_FORMAT)
+    meta = _read_header(doc, PLAN_FORMAT, (PLAN_VERSION,))
     order: list[tuple[ScheduleStep, ...]] = []
     clocks: list[tuple[int, ...]] = []
     for stage in doc.items("stages"):
@@ -47,7 +49,7 @@ def _plan_document(doc: Reader) -> Plan:
         order.append(tuple(step for step, _ in steps))
         clocks.append(tuple(clock for _, clock in steps))
     _check_order(doc.source, meta, order)
-    return _plan(doc, meta, None, tuple(order), tuple(clocks))
+    return _plan(doc, meta, None, tuple(order), tuple(clocks), None)
 
 
 def load_frontier(path: str | os.PathLike[str]) -> Frontier:
@@ -61,16 +63,21 @@ def parse_frontier(text: str, source: str) -> Frontier:
 
 
 def _frontier_document(doc: Reader) -> Frontier:
-    meta = _read_header(doc, FRONTIER_FORMAT)
+    meta = _read_header(doc, FRONTIER_FORMAT, FRONTIER_VERSIONS_READ)
     order = tuple(tuple(_triple(step) for step in stage.items_of()) for stage in doc.items("order"))
     _check_order(doc.source, meta, order)
-    rows = RowSharer()
-    points = tuple(
-        _plan(point, meta, point.get_int("index", minimum=0), order, rows.share(_clocks(point, order)))
-        for point in doc.items("points")
-    )
+    points = []
+    clocks: Rows | None = None
+    rows = RowSharer()  # equal rows of consecutive points as one object (version 1 repeats them)
+    for point in doc.items("points"):
+        clocks = rows.share(_point_clocks(point, order, "", clocks))
+        points.append(
+            _plan(
+                point, meta, point.get_int("index", minimum=0), order, clocks, _followed(point, order, clocks)
+            )
+        )
     switching = _switching(doc.child("switching")) if "switching" in doc.as_dict() else None
-    return Frontier(meta, order, points, switching)
+    return Frontier(meta, order, tuple(points), switching)
 
 
 def _switching(doc: Reader) -> SwitchingMeta:
@@ -81,18 +88,18 @@ def _switching(doc: Reader) -> SwitchingMeta:
     )
 
 
-def _followed(point: Reader, order: tuple[tuple[ScheduleStep, ...], ...]) -> Followed | None:
+def _followed(point: Reader, order: tuple[tuple[ScheduleStep, ...], ...], clocks: Rows) -> Followed | None:
     """A point's switch-aware fields, when it has them (all of them, else `PlanFormatError`)."""
     fields = point.as_dict()
-    if "effective_clocks_mhz" not in fields:
+    if "effective_clocks_mhz" not in fields and "effective_clock_changes" not in fields:
         return None
-    solved = _clocks(point, order, "solved_clocks_mhz") if "solved_clocks_mhz" in fields else None
+    solved_given = "solved_clocks_mhz" in fields or "solved_clock_changes" in fields
     return Followed(
         planned_time_s=point.get_float("planned_time_s", minimum=0.0),
         planned_energy_j=point.get_float("planned_energy_j"),
-        effective_clocks_mhz=_clocks(point, order, "effective_clocks_mhz"),
+        effective_clocks_mhz=_point_clocks(point, order, "effective_", clocks),
         switch_changed=point.get_int("switch_changed", minimum=0),
-        solved_clocks_mhz=solved,
+        solved_clocks_mhz=_point_clocks(point, order, "solved_", clocks) if solved_given else None,
         descended_from=point.get_int("descended_from", minimum=0) if "descended_from" in fields else None,
     )
 
@@ -118,15 +125,14 @@ def _parse_json(text: str, source: str) -> Any:
         raise PlanFormatError(f"{source}: not valid JSON: {exc}") from exc
 
 
-def _read_header(doc: Reader, expected: str) -> PlanMeta:
+def _read_header(doc: Reader, expected: str, versions: tuple[int, ...]) -> PlanMeta:
     fmt = doc.get_str("format")
     if fmt != expected:
         raise doc.error("format", f"is '{fmt}', expected '{expected}'")
     version = doc.get_int("version")
-    if version != FORMAT_VERSION:
-        raise doc.error(
-            "version", f"{version} is not supported (this Perseus reads version {FORMAT_VERSION})"
-        )
+    if version not in versions:
+        readable = " or ".join(map(str, versions))
+        raise doc.error("version", f"{version} is not supported (this Perseus reads version {readable})")
     meta = doc.child("meta")
     return PlanMeta(
         profile_digest=meta.get_str("profile_digest"),
@@ -173,12 +179,36 @@ def _clocks(
     return tuple(result)
 
 
+def _point_clocks(
+    point: Reader, order: tuple[tuple[ScheduleStep, ...], ...], prefix: str, base: Rows | None
+) -> Rows:
+    """A frontier point's clocks: `{prefix}clocks_mhz` (every stage's list), else `{prefix}clock_changes`
+    (`[stage, position, clock]` applied to `base`: the previous point's clocks, or this point's)."""
+    whole, changes = f"{prefix}clocks_mhz", f"{prefix}clock_changes"
+    if base is None or changes not in point.as_dict():
+        return _clocks(point, order, whole)
+    rows = list(base)
+    changed: dict[int, list[int]] = {}
+    for change in point.items(changes):
+        if len(change.as_list()) != 3:
+            raise change.error(None, "must be [stage, position, clock_mhz]")
+        s, k = change.child(0).as_int(minimum=0), change.child(1).as_int(minimum=0)
+        clock = change.child(2).as_int(minimum=1)
+        if s >= len(rows) or k >= len(rows[s]):
+            raise change.error(None, f"changes stage {s} position {k}, which the schedule does not have")
+        changed.setdefault(s, list(rows[s]))[k] = clock
+    for s, row in changed.items():
+        rows[s] = tuple(row)
+    return tuple(rows)
+
+
 def _plan(
     doc: Reader,
     meta: PlanMeta,
     index: int | None,
     order: tuple[tuple[ScheduleStep, ...], ...],
     clocks: tuple[tuple[int, ...], ...],
+    followed: Followed | None,
 ) -> Plan:
     fields = doc.as_dict()
     return Plan(
@@ -191,7 +221,7 @@ def _plan(
         order=order,
         clocks_mhz=clocks,
         refined_time_s=doc.get_float("refined_time_s", minimum=0.0) if "refined_time_s" in fields else None,
-        followed=None if index is None else _followed(doc, order),
+        followed=followed,
     )
 
 
@@ -202,7 +232,7 @@ def _check_order(source: str, meta: PlanMeta, order: Sequence[Sequence[ScheduleS
             f"{source}: {len(order)} stages of clocks, meta.num_stages is {meta.num_stages}"
         )
     try:
-        if meta.schedule not in NAMED_SCHEDULES:
+        if meta.schedule not in SCHEDULES:
             from_stage_orders(order, meta.num_microbatches, meta.num_chunks, meta.schedule)
             return
         expected = build_dag(meta.schedule, meta.num_stages, meta.num_microbatches, meta.num_chunks)

@@ -20,17 +20,100 @@ Energies are the frontier's (computation energy plus blocking power while waitin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import get_args
 
 from perseus_client.message import Policy as PolicyName
-from perseus_client.protocol import ErrorCode, ProtocolError
 
-POLICIES: tuple[str, ...] = get_args(PolicyName)
-"""Every policy name, from the wire protocol's `Policy` literal."""
+from perseusd.errors import InvalidValueError
+
 DEFAULT_POLICY = "no_slowdown"
 TOLERANCE = 1e-9
 """Relative slack on time limits, so a point equal to its limit up to rounding still fits."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a policy's `target` is: a slowdown fraction (shown and typed as a percentage) or seconds."""
+
+    what: str
+    """How `perseusctl` asks for it ("a slowdown such as 5% or 0.05")."""
+    percent: bool
+    positive: bool = False
+    """Zero is not a target (seconds); else 0 is allowed."""
+    maximum: float = float("inf")
+    error: str = ""
+    """Why the daemon refuses a target out of range ({name}: the policy)."""
+
+    def allows(self, value: float) -> bool:
+        return (value > 0.0 if self.positive else value >= 0.0) and value <= self.maximum
+
+    def label(self, value: float) -> str:
+        """`5 %` or `3.2 s`: the target in its unit."""
+        return f"{100.0 * value:g} %" if self.percent else f"{value:g} s"
+
+
+SLOWDOWN = Target(
+    "a slowdown such as 5% or 0.05",
+    percent=True,
+    maximum=10.0,
+    error="{name} target is a slowdown fraction 0..10 (0.05 = 5 %)",
+)
+SECONDS = Target(
+    "seconds per iteration such as 3.2",
+    percent=False,
+    positive=True,
+    error="{name} target must be > 0 seconds",
+)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a policy's time limit may depend on: the fastest point's time, all-max's (None: unknown), its
+    target and the job's measured overhead per iteration."""
+
+    fastest_s: float
+    all_max_s: float | None
+    target: float
+    overhead_s: float
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """One policy: the longest predicted iteration time it accepts (None: the fastest point); its target."""
+
+    name: str
+    limit_s: Callable[[Limits], float | None]
+    """The least energy among points no slower than this runs (the fastest point when none is)."""
+    target: Target | None = None
+    target_required: bool = True
+    """Without a target the policy cannot choose (else its target defaults to 0)."""
+    no_harm: bool = False
+    """It promises no slowdown and chooses by energy alone, so a stage whose plan would not measurably save
+    runs one clock instead (do no harm, `perseusd.jobs.no_harm`)."""
+
+
+def _no_slowdown(limits: Limits) -> float | None:
+    return None if limits.all_max_s is None else limits.all_max_s * (1 + TOLERANCE)
+
+
+_REGISTERED = (
+    PolicySpec("no_slowdown", _no_slowdown, no_harm=True),
+    PolicySpec("fastest", lambda _limits: None),
+    PolicySpec("slowdown", lambda x: x.fastest_s * (1.0 + x.target) * (1 + 1e-12), SLOWDOWN),
+    PolicySpec("time", lambda x: (x.target - x.overhead_s) * (1 + TOLERANCE), SECONDS),
+    PolicySpec("min_energy", lambda _limits: float("inf")),
+    # the carbon steering (`perseusd.jobs.carbon_steering`) chooses within the target; this is its default
+    PolicySpec(
+        "carbon", _no_slowdown, replace(SLOWDOWN, what="an allowed slowdown such as 5% or 0.05"), False
+    ),
+)
+REGISTRY: Mapping[str, PolicySpec] = {spec.name: spec for spec in _REGISTERED}
+"""Every policy by its wire name: the one place a policy is added (with its name in the protocol's
+`Policy`, and its tests)."""
+POLICIES: tuple[str, ...] = get_args(PolicyName)
+"""Every policy name, from the wire protocol's `Policy` literal (a test checks `REGISTRY` has them all)."""
 
 
 @dataclass(frozen=True)
@@ -48,14 +131,11 @@ class Policy:
     target: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.name not in POLICIES:
-            raise ProtocolError(ErrorCode.BAD_FIELD, f"policy must be one of {', '.join(POLICIES)}")
-        if self.name in ("slowdown", "carbon") and not 0.0 <= self.target <= 10.0:
-            raise ProtocolError(
-                ErrorCode.BAD_FIELD, f"{self.name} target is a slowdown fraction 0..10 (0.05 = 5 %)"
-            )
-        if self.name == "time" and not self.target > 0.0:
-            raise ProtocolError(ErrorCode.BAD_FIELD, "time target must be > 0 seconds")
+        if self.name not in REGISTRY:
+            raise InvalidValueError(f"policy must be one of {', '.join(POLICIES)}")
+        target = REGISTRY[self.name].target
+        if target is not None and not target.allows(self.target):
+            raise InvalidValueError(target.error.format(name=self.name))
 
     def choose(
         self, points: list[PointSummary], all_max_time_s: float | None = None, overhead_s: float = 0.0
@@ -64,19 +144,8 @@ class Policy:
         time at all-max clocks on the same profile (`no_slowdown`'s limit; None: unknown). `overhead_s`: what
         an iteration measures beyond its predicted time (`time` targets are measured seconds)."""
         fastest = min(points, key=lambda p: (p.time_s, p.energy_j))
-        if self.name == "fastest":
-            return fastest
-        if self.name in ("no_slowdown", "carbon"):
-            if all_max_time_s is None:
-                return fastest
-            limit_s = all_max_time_s * (1 + TOLERANCE)
-        elif self.name == "slowdown":
-            limit_s = fastest.time_s * (1.0 + self.target) * (1 + 1e-12)
-        elif self.name == "time":
-            limit_s = (self.target - overhead_s) * (1 + TOLERANCE)
-        else:
-            limit_s = float("inf")
-        fitting = [p for p in points if p.time_s <= limit_s]
+        limit_s = REGISTRY[self.name].limit_s(Limits(fastest.time_s, all_max_time_s, self.target, overhead_s))
+        fitting = [] if limit_s is None else [p for p in points if p.time_s <= limit_s]
         if not fitting:
             return fastest
         return min(fitting, key=lambda p: (p.energy_j, p.time_s))

@@ -96,3 +96,20 @@ class Profile:
             ),
             self.source,
         )
+
+    def with_split_backward(self, input_share: float = 0.5) -> Profile:
+        """This profile plus, for each stage measured with whole backwards only, the backward's two halves
+        (zero-bubble schedules): `input_share` of its time and energy as `backward_input`, the rest as
+        `backward_weight`. For a transformer layer the two are about equal (Qi et al., Zero Bubble Pipeline
+        Parallelism, 2024), hence the default; a profile that measured them keeps its own."""
+        if not 0.0 < input_share < 1.0:
+            raise PlanningError(f"input_share must be in (0, 1) (got {input_share})")
+        halves = (Instruction.BACKWARD_INPUT, Instruction.BACKWARD_WEIGHT)
+        measured = {m.stage for m in self.measurements if m.instruction in halves}
+        added = [
+            Measurement(m.stage, instruction, m.freq_mhz, m.time_s * share, m.energy_j * share)
+            for m in self.measurements
+            if m.instruction is Instruction.BACKWARD and m.stage not in measured
+            for instruction, share in zip(halves, (input_share, 1.0 - input_share), strict=True)
+        ]
+        return Profile((*self.measurements, *added), self.source) if added else self

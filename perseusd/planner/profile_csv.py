@@ -30,6 +30,7 @@ COLUMNS: tuple[str, ...] = ("stage", "instruction", "frequency", "time", "energy
 """The required columns, in the order `write_profile` writes them."""
 
 _INSTRUCTIONS = ", ".join(i.value for i in Instruction)
+_NEEDED = "forward and backward, or forward, backward_input and backward_weight"
 MAX_STAGE = 65_535
 """The largest stage number (1,024 stages of 64 chunks each: more than any job the daemon accepts)."""
 MAX_FREQ_MHZ = 100_000
@@ -231,6 +232,14 @@ def _parse_positive_float(text: str, column: str, unit: str) -> float:
     return value
 
 
+def _needed(present: set[Instruction]) -> list[Instruction]:
+    """Forward, and backward or (when either half is there) both halves of the backward."""
+    halves = [Instruction.BACKWARD_INPUT, Instruction.BACKWARD_WEIGHT]
+    split = any(i in present for i in halves)
+    whole = Instruction.BACKWARD in present or not split
+    return [Instruction.FORWARD, *([Instruction.BACKWARD] if whole else []), *(halves if split else [])]
+
+
 def _check_duplicates(rows: list[_Row], source: str) -> Iterator[ProfileError]:
     first_line: dict[tuple[int, Instruction, int], int] = {}
     for row in rows:
@@ -247,7 +256,8 @@ def _check_duplicates(rows: list[_Row], source: str) -> Iterator[ProfileError]:
 
 
 def _check_coverage(rows: list[_Row], source: str) -> Iterator[ProfileError]:
-    """Stages must be exactly 0..S-1 and every stage needs forward and backward rows."""
+    """Stages must be exactly 0..S-1 and every stage needs forward and backward rows (or the backward's two
+    halves, for schedules that split it)."""
     first_line: dict[int, int] = {}
     instructions: dict[int, set[Instruction]] = {}
     for row in rows:
@@ -262,7 +272,7 @@ def _check_coverage(rows: list[_Row], source: str) -> Iterator[ProfileError]:
             problem = f"stage {stage} has no rows (stages must be 0..{last} without gaps)"
             yield ProfileError(source, first_line[last], "stage", problem)
             continue
-        for instruction in Instruction:
+        for instruction in _needed(instructions[stage]):
             if instruction not in instructions[stage]:
-                problem = f"stage {stage} has no {instruction.value} rows (each stage needs {_INSTRUCTIONS})"
+                problem = f"stage {stage} has no {instruction.value} rows (each stage needs {_NEEDED})"
                 yield ProfileError(source, first_line[stage], "instruction", problem)

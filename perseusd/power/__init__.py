@@ -1,6 +1,8 @@
-"""Power caps: a node budget in watts met at the least iteration-time growth (see docs/power-caps.md).
+"""Power caps, the pure library: a node budget in watts met at the least iteration-time growth (see
+docs/power-caps.md). No I/O and no daemon: `perseusctl cap model` uses it offline, the daemon's node cap
+(`perseusd.cap`) on the node.
 
-`target` is the interface a cluster pool agent drives; `allocate` is the pure allocation (frontier points and
-per-GPU power limits under a grant); `node_cap` applies it on the node; `window` measures power from the
-energy counters; `job_loads` turns running jobs into what `allocate` needs.
+`allocate` is the allocation (frontier points and per-GPU power limits under a grant), `target` the interface
+a cluster pool agent drives; `limit_fit`, `limit_model`, `hard_line` and `aliasing` size power limits and
+window power on a job's DAG; `replay`, `scenario` and `pool_model` are the replay and analytic models.
 """

@@ -18,7 +18,7 @@ Enforcement (`limits_w`):
 - `window` (default): the plan holds the node's power averaged over the enforcement window within the
   grant; each managed GPU's limit is its point's peak power plus a margin (so the plan runs as planned; a
   GPU that misbehaves is still held at what its plan needs) and each unmanaged GPU's is its allocation.
-  The power measured from the energy counters is the check (see `node_cap`).
+  The power measured from the energy counters is the check (see `perseusd.cap.node_cap`).
 - `strict`: the limits themselves sum to at most the grant (water-filled over each GPU's need): the node
   cannot exceed the grant even for a moment, at the price of throttling the peaks of every plan.
 
@@ -31,12 +31,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from perseusd.power.cap_inputs import CapPoint, GpuRange, JobLoad
 from perseusd.power.limit_fit import FIT_POINTS, PEAK_MARGIN, fit_limits
-
-if TYPE_CHECKING:
-    from perseusd.power.limit_model import LimitModel
 
 PRIORITIES = (0, 1, 2)
 """Job priority tiers: 0 low, 1 normal (the default), 2 high. Lower tiers are slowed first."""
@@ -47,56 +44,6 @@ PLAN_HEADROOM = 0.01
 """The plan aims 1 % below the grant: profiles and energy counters are good to about 1 %."""
 ENFORCEMENTS = ("window", "strict")
 EPSILON_W = 1e-6
-
-
-@dataclass(frozen=True)
-class GpuRange:
-    """One GPU's power-limit constraints (W)."""
-
-    uuid: str
-    min_w: float
-    max_w: float
-
-
-@dataclass(frozen=True)
-class CapPoint:
-    """One frontier point of a job as the cap sees it: iteration time and each of the job's GPUs' power."""
-
-    index: int
-    time_s: float
-    power_w: Mapping[str, float]
-    """Average power per GPU (W) over an iteration."""
-    peak_w: Mapping[str, float]
-    """Power of each GPU's most power-hungry computation at this point (W)."""
-    window_w: float = 0.0
-    """The job's worst power over an enforcement window on this node (W, `perseusd.power.aliasing`);
-    0: not known, the average is budgeted."""
-
-    @property
-    def total_w(self) -> float:
-        """What the cap budgets for this point: the worst window when known, else the average."""
-        return max(sum(self.power_w.values()), self.window_w)
-
-
-@dataclass(frozen=True)
-class JobLoad:
-    """A job running a plan: its priority, its points and the point it would run uncapped."""
-
-    name: str
-    priority: int
-    points: tuple[CapPoint, ...]
-    base_index: int
-    """The point its policy (and straggler slack) chooses: the cap only ever slows it from there."""
-    limit_model: Callable[[int], LimitModel | None] | None = field(default=None, compare=False, repr=False)
-    """The job at a point under power limits (`perseusd.power.limit_model`); None: not modelled."""
-
-    def sorted_points(self) -> list[CapPoint]:
-        """Fastest first, then by lower power."""
-        return sorted(self.points, key=lambda p: (p.time_s, p.total_w))
-
-    @property
-    def gpus(self) -> tuple[str, ...]:
-        return tuple(self.points[0].power_w) if self.points else ()
 
 
 @dataclass(frozen=True)
@@ -200,21 +147,12 @@ class _State:
 
     def hold_unmanaged(self, excess_w: float) -> float:
         """Lower unmanaged GPUs towards their minimum (evenly in headroom) by up to `excess_w`; the saving."""
-        saved = 0.0
         room = {g.uuid: self.alloc_w[g.uuid] - g.min_w for g in self.unmanaged}
-        need = excess_w
-        while need > EPSILON_W:
-            open_ = [u for u, r in room.items() if r > EPSILON_W]
-            if not open_:
-                break
-            share = need / len(open_)
-            for u in open_:
-                cut = min(share, room[u])
-                room[u] -= cut
-                self.alloc_w[u] -= cut
-                need -= cut
-                saved += cut
-        return saved
+
+        def cut(uuid: str, cut_w: float) -> None:
+            self.alloc_w[uuid] -= cut_w
+
+        return _spread_evenly(excess_w, room, cut)
 
     def best_move(self, tier: int) -> tuple[JobLoad, int] | None:
         """The next step, in `tier`, that costs the least relative time per watt saved: each job moves along
@@ -281,16 +219,29 @@ class _State:
                     break
         slack_w = unmanaged_to_w - self.total_w()
         room = {g.uuid: g.max_w - self.alloc_w[g.uuid] for g in self.unmanaged}
-        while slack_w > EPSILON_W:  # evenly, as they were held
-            open_ = [u for u, r in room.items() if r > EPSILON_W]
-            if not open_:
-                break
-            share = slack_w / len(open_)
-            for u in open_:
-                give = min(share, room[u])
-                room[u] -= give
-                self.alloc_w[u] += give
-                slack_w -= give
+
+        def give(uuid: str, give_w: float) -> None:
+            self.alloc_w[uuid] += give_w
+
+        _spread_evenly(slack_w, room, give)  # evenly, as they were held
+
+
+def _spread_evenly(amount_w: float, room_w: dict[str, float], apply: Callable[[str, float], None]) -> float:
+    """Spread `amount_w` evenly over the GPUs of `room_w`, none past its room (`room_w` is used up):
+    `apply(uuid, part_w)` for each part, round by round. Returns how much was spread."""
+    spread_w = 0.0
+    while amount_w > EPSILON_W:
+        open_ = [u for u, r in room_w.items() if r > EPSILON_W]
+        if not open_:
+            break
+        share = amount_w / len(open_)
+        for u in open_:
+            part_w = min(share, room_w[u])
+            room_w[u] -= part_w
+            apply(u, part_w)
+            amount_w -= part_w
+            spread_w += part_w
+    return spread_w
 
 
 def allocate(

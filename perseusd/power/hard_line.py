@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from perseusd.power.allocate import GpuRange
+from perseusd.power.cap_inputs import GpuRange
 
 TimeUnder = Callable[[dict[str, float]], float]
 """Iteration time (s) of a plan under per-GPU power limits (W)."""

@@ -17,10 +17,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from perseusd.power.allocate import CapPoint, GpuRange, JobLoad
+from perseusd.power.cap_inputs import CapPoint, GpuRange, JobLoad
 
 PEAK_MARGIN = 1.03
 """Window enforcement: a managed GPU's limit is its point's peak power times this (measurement noise)."""

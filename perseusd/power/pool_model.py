@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from perseusd.power.allocate import CapPoint, GpuRange, JobLoad, allocate
+from perseusd.power.allocate import allocate
+from perseusd.power.cap_inputs import CapPoint, GpuRange, JobLoad
 from perseusd.power.replay import Setting
 from perseusd.power.scenario import Scenario, job_load
 

@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from perseusd.gpu.sim_costs import WorkloadCosts
 from perseusd.planner.dag import ComputationDag
 from perseusd.power.aliasing import max_window_energy_j, periodic_worst_window_w, schedule
-from perseusd.power.allocate import CapPoint, stage_power_w
+from perseusd.power.allocate import stage_power_w
+from perseusd.power.cap_inputs import CapPoint
+from perseusd.workload.sim_costs import WorkloadCosts
 
 
 @dataclass(frozen=True)

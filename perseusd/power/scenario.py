@@ -11,19 +11,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from perseusd.gpu.sim_boards import Board, load_board
-from perseusd.gpu.sim_costs import WorkloadCosts
 from perseusd.planner.baselines import common_clocks_mhz
 from perseusd.planner.bundled import bundled_profile
 from perseusd.planner.dag import ComputationDag, build_dag
 from perseusd.planner.evaluate import all_max_clocks
 from perseusd.planner.policy import PointSummary, Policy
 from perseusd.planner.solver import FrontierPoint, SolverParams, solve_frontier
-from perseusd.power.allocate import GpuRange, JobLoad, allocate
+from perseusd.power.allocate import allocate
+from perseusd.power.cap_inputs import GpuRange, JobLoad, candidate_indices
 from perseusd.power.hard_line import TimeUnder, best_hard_line
-from perseusd.power.job_loads import candidate_indices
 from perseusd.power.limit_fit import PEAK_MARGIN
 from perseusd.power.limit_model import LimitModel, LocalPipeline
 from perseusd.power.replay import Replay, Setting, cap_point, iteration_time_s, replay
+from perseusd.workload.sim_costs import WorkloadCosts
 
 HARD_LINE_POINTS = 12
 """Frontier points the hard-line search tries (spread evenly in time)."""

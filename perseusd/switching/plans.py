@@ -4,6 +4,11 @@ No transport and no waiting: a clock change is submitted to the GPU's owner thre
 that thread) records the clock applied, the event -> applied latency and errors. Everything here is counted;
 nothing is logged per event.
 
+The plan book is the one writer of a leased GPU's locked clock: the daemon gives only it the GPUs' clock
+calls. A plan's switches, a job's profiling sweep (`submit_clock`) and a client's `set_clock` all go through
+it, so a plan always knows when another writer moved its GPU's clock (it then submits its next change
+whatever it is). Restoring a GPU's originals after its lease ends is the restore keeper's.
+
 When the plan knows how long each computation takes (the daemon's own plans do, from the job's profile) and
 the next computation is planned at a higher clock, the higher clock is submitted `lead` before the running
 computation is expected to end (`EarlyRaise`); the lead is the GPU's measured clock-set latency (the recent
@@ -28,13 +33,16 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from perseus_client.protocol import ErrorCode, PlanEntry, PlanStats, ProtocolError
+from perseus_client.protocol import PlanEntry, PlanStats
 
+from perseusd.errors import InvalidValueError
 from perseusd.gpu.clocks import snap_clock_mhz
 from perseusd.switching.deadline_timer import DeadlineTimer
 
 ComputationKey = tuple[str, int, int]  # (instruction, microbatch, chunk)
 SubmitClock = Callable[[str, int], "Future[int]"]
+SetClockNow = Callable[[str, int | None], int | None]
+"""Lock a GPU's clock (None unlocks) and wait: the clock applied (MHz) or None."""
 LATENCY_SAMPLES = 10_000
 MAX_EVENT_AGE_NS = 1_000_000_000
 """A begin event's own timestamp is trusted when at most this old (and never when in the future)."""
@@ -71,24 +79,25 @@ def computation_key(instruction: str, microbatch: int, chunk: int) -> Computatio
 
 
 def validate_plan(plan: Sequence[PlanEntry], supported_clocks_mhz: Sequence[int]) -> list[int]:
-    """The plan's clocks snapped to supported clocks; raises `ProtocolError(BAD_FIELD)` on a bad plan."""
+    """The plan's clocks snapped to supported clocks; raises `InvalidValueError` on a bad plan (its `field`
+    names the entry, as `plan[3].freq_mhz`)."""
     if not plan:
-        raise ProtocolError(ErrorCode.BAD_FIELD, "set_plan.plan: empty (use clear_plan)")
+        raise InvalidValueError("empty (use clear_plan)", "plan")
     low_mhz = min(supported_clocks_mhz, default=1)
     high_mhz = max(supported_clocks_mhz, default=1 << 20)
     seen: set[ComputationKey] = set()
     clocks_mhz: list[int] = []
     for i, entry in enumerate(plan):
-        where = f"set_plan.plan[{i}]"
+        where = f"plan[{i}]"
         if entry.microbatch < 0 or entry.chunk < 0:
-            raise ProtocolError(ErrorCode.BAD_FIELD, f"{where}: microbatch and chunk must be >= 0")
+            raise InvalidValueError("microbatch and chunk must be >= 0", where)
         if not low_mhz <= entry.freq_mhz <= high_mhz:
-            raise ProtocolError(
-                ErrorCode.BAD_FIELD, f"{where}.freq_mhz: {entry.freq_mhz} outside {low_mhz}..{high_mhz} MHz"
+            raise InvalidValueError(
+                f"{entry.freq_mhz} outside {low_mhz}..{high_mhz} MHz", f"{where}.freq_mhz"
             )
         key = computation_key(entry.instruction, entry.microbatch, entry.chunk)
         if key in seen:
-            raise ProtocolError(ErrorCode.BAD_FIELD, f"{where}: computation {key} listed twice")
+            raise InvalidValueError(f"computation {key} listed twice", where)
         seen.add(key)
         clocks_mhz.append(
             snap_clock_mhz(supported_clocks_mhz, entry.freq_mhz) if supported_clocks_mhz else entry.freq_mhz
@@ -343,16 +352,19 @@ def _round(value_ms: float) -> float:
 
 
 class PlanBook:
-    """The plans of leased GPUs, by UUID."""
+    """The plans of leased GPUs, by UUID, and every other write of their locked clocks (see module)."""
 
     def __init__(
         self,
         submit: SubmitClock,
         clock_ns: Callable[[], int] = time.monotonic_ns,
         early: EarlyRaise | None = None,
+        set_now: SetClockNow | None = None,
     ) -> None:
-        """`clock_ns`: the plans' one clock, CLOCK_MONOTONIC (see `GpuPlan`)."""
+        """`submit`: lock a GPU's clock without waiting; `set_now`: lock it (or unlock it) and wait (a
+        client's `set_clock`); `clock_ns`: the plans' one clock, CLOCK_MONOTONIC (see `GpuPlan`)."""
         self._submit = submit
+        self._set_now = set_now
         self._clock_ns = clock_ns
         self._early = early
         self._plans: dict[str, GpuPlan] = {}
@@ -396,6 +408,24 @@ class PlanBook:
         self._plans[gpu] = gpu_plan
         gpu_plan.start(self._clock_ns())
         return gpu_plan
+
+    def submit_clock(self, gpu: str, clock_mhz: int) -> Future[int]:
+        """Lock `gpu`'s clock outside any plan without waiting (a job's profiling sweep): the Future gives the
+        clock applied (MHz)."""
+        self._moved_outside(gpu)
+        return self._submit(gpu, clock_mhz)
+
+    def set_clock(self, gpu: str, clock_mhz: int | None) -> int | None:
+        """A client's clock for `gpu` (None unlocks), applied before this returns: the clock applied."""
+        if self._set_now is None:
+            raise RuntimeError("this plan book was built without a way to set a clock now")
+        self._moved_outside(gpu)
+        return self._set_now(gpu, clock_mhz)
+
+    def _moved_outside(self, gpu: str) -> None:
+        plan = self._plans.get(gpu)
+        if plan is not None:
+            plan.forget_requested()
 
     def drop(self, gpu: str) -> bool:
         plan = self._plans.pop(gpu, None)

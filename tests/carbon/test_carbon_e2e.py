@@ -4,20 +4,16 @@ its carbon so far beside the same iterations' at all-max."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from perseus_client.client import PerseusClient
 
-from perseusd.planner.dag import build_dag
-from perseusd.planner.profile_csv import profile_to_csv
+from tests.support.ctl import ctl_job
 from tests.support.perseusd_proc import DaemonDirs, daemon_processes
 from tests.support.synthetic import synthetic_profile
+from tests.support.training import join_pipeline, run_iteration
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -32,28 +28,6 @@ def _trace(path: Path) -> Path:
         rows.append(f"2024-01-0{1 + hour // 24}T{hour % 24:02d}:00:00+00:00,{2000 if hour % 2 else 50}")
     path.write_text("\n".join(rows) + "\n")
     return path
-
-
-def _jobs(runtime_dir: Path) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", str(runtime_dir), "jobs", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    job: dict[str, Any] = {j["job"]: j for j in json.loads(out.stdout)["jobs"]}[JOB]
-    return job
-
-
-def _iteration(client: PerseusClient, gpus: list[str], step: int) -> None:
-    dag = build_dag("1f1b", STAGES, MICROBATCHES, 1)
-    for stage, gpu in enumerate(gpus):
-        with client.step(gpu, step):
-            for node in dag.stage_orders[stage]:
-                comp = dag.computations[node]
-                with client.computation(gpu, stage, comp.instruction.value, comp.microbatch):
-                    pass
 
 
 def test_a_carbon_job_follows_the_grid_and_counts_its_carbon(tmp_path: Path) -> None:
@@ -73,21 +47,18 @@ def test_a_carbon_job_follows_the_grid_and_counts_its_carbon(tmp_path: Path) -> 
             assert client.daemon_info is not None
             gpus = [gpu.uuid for gpu in client.daemon_info.gpus]
             profile = synthetic_profile(STAGES, seed=3, clocks_mhz=tuple(range(1410, 885, -45)))
-            client.profile_import(profile_to_csv(profile), source="synthetic", p_block_w=80.0)
-            client.claim(gpus)
-            for stage, gpu in enumerate(gpus):
-                client.register(gpu, stage=stage, num_stages=STAGES, num_microbatches=MICROBATCHES)
+            join_pipeline(client, gpus, profile, MICROBATCHES)
             client.set_policy("carbon", 0.3)
             points: set[int] = set()
             bases: set[str] = set()
             step = 0
             deadline_s = time.monotonic() + WAIT_S
-            job = _jobs(runtime_dir)
+            job = ctl_job(runtime_dir, JOB)
             while time.monotonic() < deadline_s:
                 if job["state"] == "running":
-                    _iteration(client, gpus, step)
+                    run_iteration(client, gpus, step, MICROBATCHES)
                     step += 1
-                job = _jobs(runtime_dir)
+                job = ctl_job(runtime_dir, JOB)
                 assert job["state"] in ("registered", "solving", "running"), job
                 if job["plan_index"] is not None and job["carbon"]["basis"].startswith("forecast"):
                     points.add(job["plan_index"])

@@ -6,8 +6,6 @@ clear error."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.ctl import run_ctl
 from tests.support.fake_emaps import TOKEN, FakeApi, fake_api
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess
 
@@ -64,13 +63,7 @@ def test_status_shows_the_signal_then_its_failure(api: str) -> None:
         assert signal["forecast"] == 321.0
         assert signal["unit"] == "gCO2eq/kWh"
         assert signal["source"] == "electricitymaps zone US-MIDW-MISO"
-        table = subprocess.run(
-            [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", str(dirs.runtime_dir), "status"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        )
+        table = run_ctl(dirs.runtime_dir, "status", check=True)
         assert "grid signal: electricitymaps zone US-MIDW-MISO, ok: 321.0 gCO2eq/kWh" in table.stdout
 
         FakeApi.status = 503

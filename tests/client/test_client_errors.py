@@ -11,16 +11,15 @@ import json
 import logging
 import os
 import signal
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import zmq
 from perseus_client import PerseusClient, PerseusClientError
 from perseus_client.protocol import PROTOCOL_MAJOR
 
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes, run_as_user
+from tests.support.stub_daemon import StubDaemon
 
 pytestmark = pytest.mark.timeout(120)
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching to uid nobody needs root")
@@ -116,36 +115,19 @@ def test_refused_by_the_daemon_names_the_group_and_the_socket(make: Callable[...
     assert "join group perseus" in message
 
 
-class OtherMajorDaemon:
+def _other_major(major: int) -> Callable[[bytes], bytes]:
     """A daemon of another protocol major, as far as the wire goes: every reply is a frame of `major`."""
 
-    def __init__(self, path: Path, major: int) -> None:
-        self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-        self.sock = self.ctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.bind(f"ipc://{path}")
-        self.major = major
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+    def answer(request: bytes) -> bytes:
+        body = {"v": major, "id": json.loads(request)["id"], "type": "hello_ok", "daemon_version": "x"}
+        return json.dumps(body).encode()
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            if not self.sock.poll(50):
-                continue
-            routing_id, data = self.sock.recv_multipart()
-            body = {"v": self.major, "id": json.loads(data)["id"], "type": "hello_ok", "daemon_version": "x"}
-            self.sock.send_multipart([routing_id, json.dumps(body).encode()])
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self.ctx.destroy(linger=0)
+    return answer
 
 
 @pytest.mark.parametrize(("offset", "upgrade"), [(1, "upgrade this client"), (-1, "upgrade perseusd")])
 def test_version_mismatch_names_the_side_to_upgrade(tmp_path: Path, offset: int, upgrade: str) -> None:
-    stub = OtherMajorDaemon(tmp_path / "control.sock", PROTOCOL_MAJOR + offset)
+    stub = StubDaemon(tmp_path / "control.sock", _other_major(PROTOCOL_MAJOR + offset))
     try:
         code, message = _strict_error(tmp_path)
     finally:

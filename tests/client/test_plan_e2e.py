@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from perseus_client import PerseusClient, PerseusClientError, PlanEntry
 
-from perseusd.gpu.sim_workload import SimGpuHandle
+from perseusd.workload.sim_workload import SimGpuHandle
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, client_outcome, daemon_processes
 
 pytestmark = pytest.mark.timeout(60)

@@ -5,7 +5,6 @@ differ. No version number is written here: each comes from `perseus_client.versi
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from perseus_client.protocol import (
 
 from tests.client.compat import frozen_6_0 as frozen
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
+from tests.support.stub_daemon import StubDaemon
 
 pytestmark = pytest.mark.timeout(120)
 REPLY_TIMEOUT_MS = 10_000
@@ -270,53 +270,31 @@ def test_another_major_is_refused_in_a_reply_its_sender_reads(
         peer.close()
 
 
-class FrozenDaemon:
-    """A daemon that predates minors, as far as the wire goes: 6.0's strict decoder behind a ROUTER,
-    answering hello and status in 6.0's shape and any refusal with 6.0's error text."""
+def _frozen_daemon(request: bytes) -> bytes:
+    """A daemon that predates minors, as far as the wire goes: 6.0's strict decoder, answering hello and
+    status in 6.0's shape and any refusal with 6.0's error text."""
+    try:
+        request_id, msg_type, _ = frozen.decode(request)
+        reply_type, body = _frozen_answer(msg_type)
+    except frozen.FrozenError as exc:
+        request_id = json.loads(request).get("id", 0)
+        reply_type, body = "error", {"code": exc.code, "message": exc.message}
+    return frozen.encode(reply_type, body, request_id)
 
-    def __init__(self, path: Path) -> None:
-        self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-        self.sock = self.ctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.bind(f"ipc://{path}")
-        self.seen: list[bytes] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            if not self.sock.poll(50):
-                continue
-            routing_id, data = self.sock.recv_multipart()
-            self.seen.append(data)
-            try:
-                request_id, msg_type, _ = frozen.decode(data)
-                reply_type, body = self._answer(msg_type)
-            except frozen.FrozenError as exc:
-                request_id = json.loads(data).get("id", 0)
-                reply_type, body = "error", {"code": exc.code, "message": exc.message}
-            self.sock.send_multipart([routing_id, frozen.encode(reply_type, body, request_id)])
-
-    @staticmethod
-    def _answer(msg_type: str) -> tuple[str, dict[str, Any]]:
-        if msg_type == "hello":
-            return "hello_ok", {"daemon_version": "frozen", "protocol": frozen.MAJOR, "gpus": []}
-        if msg_type == "status":
-            health = dict.fromkeys(frozen.SCHEMA["objects"]["DaemonHealth"], 0)
-            health.update(version="frozen", errors_by_code={}, last_restore_s=None, persistence_error=None)
-            return "status_ok", {"daemon": health, "gpus": [], "jobs": []}
-        return "error", {"code": "UNKNOWN_TYPE", "message": f"unknown message type {msg_type!r}"}
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self.ctx.destroy(linger=0)
+def _frozen_answer(msg_type: str) -> tuple[str, dict[str, Any]]:
+    if msg_type == "hello":
+        return "hello_ok", {"daemon_version": "frozen", "protocol": frozen.MAJOR, "gpus": []}
+    if msg_type == "status":
+        health = dict.fromkeys(frozen.SCHEMA["objects"]["DaemonHealth"], 0)
+        health.update(version="frozen", errors_by_code={}, last_restore_s=None, persistence_error=None)
+        return "status_ok", {"daemon": health, "gpus": [], "jobs": []}
+    return "error", {"code": "UNKNOWN_TYPE", "message": f"unknown message type {msg_type!r}"}
 
 
 def test_todays_client_with_a_daemon_that_predates_minors(tmp_path: Path) -> None:
     """6.0 refuses the minor field itself: the client says hello again in minor 0 and keeps to it."""
-    stub = FrozenDaemon(tmp_path / "control.sock")
+    stub = StubDaemon(tmp_path / "control.sock", _frozen_daemon)
     try:
         with PerseusClient(tmp_path, job="new", timeout_s=5.0) as client:
             assert client.protocol_minor == 0

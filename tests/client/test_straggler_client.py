@@ -5,11 +5,9 @@ daemon's side is in tests/ctl/test_straggler_e2e.py)."""
 from __future__ import annotations
 
 import math
-import threading
 from pathlib import Path
 
 import pytest
-import zmq
 from perseus_client import PerseusClient, PerseusClientError
 from perseus_client.protocol import (
     CONTROL_SOCKET_NAME,
@@ -21,6 +19,8 @@ from perseus_client.protocol import (
     decode,
     encode,
 )
+
+from tests.support.stub_daemon import StubDaemon
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -67,19 +67,16 @@ def test_valid_arguments_reach_the_transport(unconnected: PerseusClient, factor:
     assert info.value.code == "NOT_CONNECTED"
 
 
-class _StubDaemon:
-    """A ROUTER socket on `control.sock` that answers hello and records every announcement (real ZeroMQ,
-    the real codec): what the client puts on the wire, without the daemon's job logic."""
+class _Announcements:
+    """Answers hello and records every announcement (the real codec): what the client puts on the wire,
+    without the daemon's job logic."""
 
-    def __init__(self, runtime_dir: Path) -> None:
+    def __init__(self) -> None:
         self.received: list[AnnounceStraggler] = []
-        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-        self._sock = self._ctx.socket(zmq.ROUTER)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.bind(f"ipc://{runtime_dir / CONTROL_SOCKET_NAME}")
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+
+    def answer(self, request: bytes) -> bytes:
+        frame = decode(request)
+        return encode(self._reply_to(frame.message), frame.request_id)
 
     def _reply_to(self, message: Message) -> Message:
         if isinstance(message, AnnounceStraggler):
@@ -87,22 +84,10 @@ class _StubDaemon:
             return AnnounceStragglerOk(message.job, message.pipeline, message.factor, message.clear, True)
         return HelloOk(daemon_version="stub", protocol=PROTOCOL_VERSION, gpus=())
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            if self._sock.poll(50):
-                peer, data = self._sock.recv_multipart()
-                frame = decode(data)
-                self._sock.send_multipart([peer, encode(self._reply_to(frame.message), frame.request_id)])
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self._sock.close(linger=0)
-        self._ctx.term()
-
 
 def test_announce_and_clear_put_the_right_request_on_the_wire(tmp_path: Path) -> None:
-    stub = _StubDaemon(tmp_path)
+    announcements = _Announcements()
+    stub = StubDaemon(tmp_path / CONTROL_SOCKET_NAME, announcements.answer)
     try:
         with PerseusClient(tmp_path, job="j1", timeout_s=10.0) as client:
             reply = client.announce_straggler(2, 3)
@@ -116,8 +101,8 @@ def test_announce_and_clear_put_the_right_request_on_the_wire(tmp_path: Path) ->
             assert client.clear_straggler(0, job="other").clear
     finally:
         stub.close()
-    assert stub.received == [
+    assert announcements.received == [
         AnnounceStraggler(job="j1", pipeline=2, factor=3.0, clear=False),
         AnnounceStraggler(job="other", pipeline=0, factor=1.0, clear=True),
     ]
-    assert type(stub.received[0].factor) is float
+    assert type(announcements.received[0].factor) is float

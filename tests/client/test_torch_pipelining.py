@@ -18,10 +18,17 @@ import pytest
 import torch
 import torch.distributed as dist
 from perseus_client.client import PerseusClient, PerseusClientError
+from perseus_client.message import SPLIT_BACKWARD_SCHEDULES
 from perseus_client.torch_events import CudaEventReporter, cuda_event_recorder
 from perseus_client.torch_pipelining import instrument, schedule_name_of
 from torch import nn
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+from torch.distributed.pipelining import (
+    PipelineStage,
+    Schedule1F1B,
+    ScheduleGPipe,
+    ScheduleInterleaved1F1B,
+    ScheduleInterleavedZeroBubble,
+)
 
 from perseusd.planner.dag import build_dag
 from perseusd.planner.profile_csv import profile_to_csv
@@ -37,6 +44,22 @@ CASES = {
     "gpipe": {"schedule": "gpipe", "world": 2, "chunks": 1, "microbatches": 4},
     "1f1b": {"schedule": "1f1b", "world": 3, "chunks": 1, "microbatches": 4},
     "interleaved": {"schedule": "interleaved", "world": 2, "chunks": 2, "microbatches": 4},
+    # zero bubble: split backwards reported as their two halves, registered by name (not learned)
+    "interleaved_zb": {
+        "schedule": "interleaved_zb",
+        "world": 2,
+        "chunks": 2,
+        "microbatches": 4,
+        "register_as": "interleaved_zb",
+    },
+    "zbv": {
+        "schedule": "zbv",
+        "world": 2,
+        "chunks": 2,
+        "microbatches": 4,
+        "register_as": "zbv",
+        "eval": False,
+    },
 }
 NODE_GPUS = max(case["world"] for case in CASES.values())
 if importlib.util.find_spec("torchtitan") is not None:  # the schedule torchtitan builds from its config
@@ -69,16 +92,18 @@ def run(
     case.update(
         job=f"torch-{request.param}", runtime_dir=str(daemon.dirs.runtime_dir), store=str(work / "store")
     )
-    case["profile"] = str(_write_profile(daemon, work, case["world"] * case["chunks"]))
+    split = case["schedule"] in SPLIT_BACKWARD_SCHEDULES
+    case["profile"] = str(_write_profile(daemon, work, case["world"] * case["chunks"], split))
     return case, _run_ranks(case, work)
 
 
-def _write_profile(daemon: DaemonProcess, work: Path, virtual_stages: int) -> Path:
+def _write_profile(daemon: DaemonProcess, work: Path, virtual_stages: int, split: bool) -> Path:
     """A synthetic profile on the sim GPU's clocks, so the daemon can plan without profiling online."""
     with PerseusClient(daemon.dirs.runtime_dir, job="clocks") as client:
         clocks_mhz = client.daemon_info.gpus[0].supported_sm_clocks_mhz[:10:9]  # type: ignore[union-attr]
     path = work / "profile.csv"
-    path.write_text(profile_to_csv(synthetic_profile(virtual_stages, seed=7, clocks_mhz=tuple(clocks_mhz))))
+    profile = synthetic_profile(virtual_stages, seed=7, clocks_mhz=tuple(clocks_mhz))
+    path.write_text(profile_to_csv(profile.with_split_backward() if split else profile))
     return path
 
 
@@ -126,7 +151,8 @@ def test_training_identical_with_and_without_integration(run: Run) -> None:
     for report in reports:
         assert report["instrumented"]["params"] == report["baseline"]["params"]
         assert report["instrumented"]["losses"] == report["baseline"]["losses"]
-    last = reports[-1]["baseline"]["losses"]
+    last_rank = 0 if case["schedule"] == "zbv" else -1  # the V's last model stage is on rank 0
+    last = reports[last_rank]["baseline"]["losses"]
     assert [len(step) for step in last] == [case["microbatches"]] * STEPS
     assert sum(last[-1]) < sum(last[0])  # it did train
 
@@ -241,6 +267,25 @@ def test_instrument_reports_steps_with_chunks_and_close_restores() -> None:
     assert not any(
         name in vars(stage) for stage in stages for name in ("forward_one_chunk", "backward_one_chunk")
     )
+
+
+@pytest.mark.usefixtures("one_rank")
+@pytest.mark.parametrize(("daemon_minor", "split"), [(8, True), (7, False)])
+def test_a_zero_bubble_schedule_reports_both_halves_unless_the_daemon_predates_them(
+    daemon_minor: int, split: bool
+) -> None:
+    schedule = ScheduleInterleavedZeroBubble(_stages(2), 2, _loss)
+    client = RecordingClient(connect=False)
+    client.protocol_minor = daemon_minor  # what the hello negotiated
+    with pytest.raises(PerseusClientError):  # no daemon here: the registration is what was sent
+        instrument(schedule, client, "GPU-x")
+    assert client.sent[0][1]["schedule"] == ("interleaved_zb" if split else "observed")
+    client.sent.clear()
+    with instrument(schedule, client, "GPU-x", register=False):
+        schedule.step(torch.randn(4, 4), target=torch.randn(4, 4))
+    reported = {event[2] for event in client.sent if event[0] == "comp_begin"}
+    halves = {"backward_input", "backward_weight"}
+    assert reported == ({"forward", *halves} if split else {"forward", "backward"})
 
 
 @pytest.mark.usefixtures("one_rank")

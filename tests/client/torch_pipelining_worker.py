@@ -25,12 +25,21 @@ from perseus_client.torch_pipelining import (
     schedule_name_of,
 )
 from torch import nn
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+from torch.distributed.pipelining import (
+    PipelineStage,
+    Schedule1F1B,
+    ScheduleGPipe,
+    ScheduleInterleaved1F1B,
+    ScheduleInterleavedZeroBubble,
+    ScheduleZBVZeroBubble,
+)
 
 SCHEDULES: dict[str, Any] = {
     "gpipe": ScheduleGPipe,
     "1f1b": Schedule1F1B,
     "interleaved": ScheduleInterleaved1F1B,
+    "interleaved_zb": ScheduleInterleavedZeroBubble,
+    "zbv": ScheduleZBVZeroBubble,
 }
 WIDTH = 8
 BATCH = 8
@@ -82,10 +91,9 @@ def build_schedule(config: dict[str, Any], rank: int, world: int) -> Any:
     chunks, microbatches = config["chunks"], config["microbatches"]
     torch.manual_seed(0)
     layers = [nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh()) for _ in range(world * chunks)]
-    stages = [
-        PipelineStage(layers[index], index, world * chunks, torch.device("cpu"))
-        for index in range(rank, world * chunks, world)
-    ]
+    v_shape = config["schedule"] == "zbv"  # chunk 0 down the ranks, chunk 1 back up
+    indices = [rank, 2 * world - 1 - rank] if v_shape else range(rank, world * chunks, world)
+    stages = [PipelineStage(layers[index], index, world * chunks, torch.device("cpu")) for index in indices]
     if "torchtitan" in config:  # torchtitan builds the schedule from its config names
         return build_torchtitan_schedule(config["torchtitan"], stages, world, microbatches)
     cls = SCHEDULES[config["schedule"]]
@@ -107,7 +115,7 @@ def build_torchtitan_schedule(name: str, stages: list[PipelineStage], world: int
     )
 
 
-def train(schedule: Any) -> dict[str, Any]:
+def train(schedule: Any, evaluate: bool = True) -> dict[str, Any]:
     stages = local_stages(schedule)
     params = [p for stage in stages for p in stage.submod.parameters()]
     optimizer = torch.optim.SGD(params, lr=0.1)
@@ -124,8 +132,9 @@ def train(schedule: Any) -> dict[str, Any]:
         schedule.step(*args, **kwargs)
         optimizer.step()
         losses.append([loss.item() for loss in step_losses])
-    with torch.no_grad():
-        schedule.eval(*args, **({"target": target} if has_last else {}))  # must not be reported
+    if evaluate:  # torch 2.13's ScheduleZBVZeroBubble cannot run eval() (its forward-only pass fails)
+        with torch.no_grad():
+            schedule.eval(*args, **({"target": target} if has_last else {}))  # must not be reported
     return {"losses": losses, "params": [p.detach().flatten().tolist() for p in params]}
 
 
@@ -163,12 +172,13 @@ def instrumented_run(config: dict[str, Any], rank: int, world: int) -> dict[str,
     report["named"] = schedule_name_of(schedule)
     report["gpu"] = gpu
     try:
-        handle: PipelineInstrumentation = instrument(schedule, client, schedule_name="observed")
+        registered_as = config.get("register_as", "observed")  # named: the daemon plans its own order
+        handle: PipelineInstrumentation = instrument(schedule, client, schedule_name=registered_as)
         report["register"] = ["ok", None]
     except PerseusClientError as exc:  # the daemon cannot take jobs: still check the events
         report["register"] = [exc.code, exc.message]
         handle = instrument(schedule, client, gpu, register=False)
-    report.update(train(schedule))
+    report.update(train(schedule, config.get("eval", True)))
     handle.close()
     report["events"] = [event for event in client.sent if event[0] != "register"]
     report["events_dropped"] = client.events_dropped
@@ -184,7 +194,7 @@ def main() -> None:
     rank, world = config["rank"], config["world"]
     dist.init_process_group("gloo", init_method=f"file://{config['store']}", rank=rank, world_size=world)
     try:
-        baseline = train(build_schedule(config, rank, world))
+        baseline = train(build_schedule(config, rank, world), config.get("eval", True))
         report = {"baseline": baseline, "instrumented": instrumented_run(config, rank, world)}
     finally:
         dist.destroy_process_group()

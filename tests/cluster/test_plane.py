@@ -198,3 +198,18 @@ def test_quorum_loss_goes_stale_then_expired_and_recovers(planes: PlaneFactory, 
     assert (a.status().lease_grants, b.status().lease_grants) == (2, 2)  # new leases, everything re-published
     # A round can still time out on a member catching up (revoking the old lease): wait for a clean one.
     wait_until(lambda: a.status().state is ViewState.FRESH, 20, "a fully successful round")
+
+
+def test_a_second_daemon_with_the_same_node_name_publishes_nothing(planes: PlaneFactory) -> None:
+    """Two planes configured with one node name would overwrite each other's records: the second publishes
+    nothing and says why, and takes the name over once the first is gone."""
+    first = planes("node-twin")
+    first.publish_pipeline("twins", 0, 1.0, 0.9, 1.3)
+    wait_until(sees(first, "twins", {0}), 10, "the first plane's pipeline")
+    second = planes("node-twin")
+    second.publish_pipeline("twins", 1, 1.2, 0.95, 1.4)
+    wait_until(lambda: "node name node-twin is held" in (second.status().last_error or ""), 10, "the refusal")
+    assert set(first.snapshot("twins").pipelines) == {0}  # nothing of the second's reached etcd
+    first.stop()
+    wait_until(lambda: second.status().last_error is None, 10, "the second plane to claim the name")
+    wait_until(lambda: set(second.snapshot("twins").pipelines) == {1}, 10, "the second plane's pipeline")

@@ -11,8 +11,6 @@ that measures is bench_spanning.py's business) but is still merged, solved once 
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,9 +19,10 @@ import pytest
 from perseus_client.client import PerseusClient, PerseusClientError
 from perseus_client.protocol import JobInfo
 
-from perseusd.planner.dag import one_f_one_b_order
 from perseusd.planner.profile_csv import profile_to_csv
+from perseusd.planner.schedule_orders import one_f_one_b_order
 from tests.support.etcd_cluster import EtcdCluster, requires_etcd, wait_until
+from tests.support.lockstep import Lockstep, cluster_env
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, sim_control
 from tests.support.synthetic import synthetic_profile
 
@@ -38,21 +37,12 @@ PROFILE_CSV = profile_to_csv(synthetic_profile(STAGES, seed=11, clocks_mhz=CLOCK
 NODES = ("node-a", "node-b")
 
 
-def _env(etcd: EtcdCluster, node: str) -> dict[str, str]:
-    return {
-        "PERSEUSD_ETCD_ENDPOINTS": ",".join(etcd.endpoints),
-        "PERSEUSD_CLUSTER_NODE_NAME": node,
-        "PERSEUSD_CLUSTER_LEASE_TTL_S": str(TTL_S),
-        "PERSEUSD_CLUSTER_REFRESH_INTERVAL_S": "0.2",
-        "PERSEUSD_CLUSTER_TIMEOUT_S": "0.5",
-        "PERSEUSD_JOB_CACHE": "false",
-    }
-
-
 @pytest.fixture
 def nodes(etcd: EtcdCluster) -> Iterator[dict[str, DaemonProcess]]:
     etcd.restart()
-    started = {name: DaemonProcess(DaemonDirs.create(), gpus=2, env=_env(etcd, name)) for name in NODES}
+    started = {
+        name: DaemonProcess(DaemonDirs.create(), gpus=2, env=cluster_env(etcd, name, TTL_S)) for name in NODES
+    }
     try:
         for daemon in started.values():
             daemon.start()
@@ -85,54 +75,18 @@ class Stage:
         self.client = client
 
 
-class Training:
-    """The stages of one pipeline step together (a barrier after each step); `stop()` ends them."""
+def _stage_step(stage: Stage, step: int) -> None:
+    """One training step of `stage`: its 1F1B computations, each "computing" for 5 ms."""
+    client = stage.client
+    assert client is not None
+    with client.step(stage.gpu, step):
+        for instruction, microbatch, chunk in one_f_one_b_order(STAGES, MICROBATCHES, stage.stage):
+            with client.computation(stage.gpu, stage.stage, instruction.value, microbatch, chunk):
+                time.sleep(0.005)
 
-    def __init__(self, stages: list[Stage], computation_s: float = 0.005) -> None:
-        self.stages = stages
-        self._computation_s = computation_s
-        self.step = 0
-        self._stop = threading.Event()
-        self._barrier = threading.Barrier(len(stages), action=self._next)
-        self._threads = [threading.Thread(target=self._run, args=(s,), daemon=True) for s in stages]
 
-    def _next(self) -> None:
-        self.step += 1
-
-    def start(self) -> Training:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def _run(self, stage: Stage) -> None:
-        client = stage.client
-        assert client is not None
-        order = one_f_one_b_order(STAGES, MICROBATCHES, stage.stage)
-        try:
-            while not self._stop.is_set():
-                with client.step(stage.gpu, self.step):
-                    for instruction, microbatch, chunk in order:
-                        with client.computation(stage.gpu, stage.stage, instruction.value, microbatch, chunk):
-                            time.sleep(self._computation_s)
-                    self._barrier.wait(timeout=60)
-        except threading.BrokenBarrierError:
-            pass
-        except BaseException as exc:  # reported by the test
-            stage.errors.append(exc)
-            self._barrier.abort()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._barrier.abort()
-        for thread in self._threads:
-            thread.join(timeout=30)
-        for stage in self.stages:
-            if stage.client is not None:
-                with contextlib.suppress(PerseusClientError):
-                    stage.client.release()  # the job ends on its node
-                stage.client.close()
-        errors = [e for s in self.stages for e in s.errors]
-        assert not errors, errors
+def _training(stages: list[Stage]) -> Lockstep[Stage]:
+    return Lockstep(stages, _stage_step).start()
 
 
 def _job(daemon: DaemonProcess, name: str = JOB) -> JobInfo | None:
@@ -187,7 +141,7 @@ def test_one_job_over_two_nodes_one_solve_the_same_plan_and_the_whole_job_from_e
     nodes: dict[str, DaemonProcess],
 ) -> None:
     stages = _running(nodes)
-    training = Training(stages).start()
+    training = _training(stages)
     try:
         infos = {name: _span(daemon) for name, daemon in nodes.items()}
         plans = {info.plan_index for info in infos.values()}
@@ -209,7 +163,7 @@ def test_one_job_over_two_nodes_one_solve_the_same_plan_and_the_whole_job_from_e
         for stage in stages:
             assert sim_control(stage.daemon.dirs.runtime_dir, stage.gpu).locked_sm_clock_mhz is not None
     finally:
-        training.stop()
+        training.stop(release=True)
     _all_unlocked(nodes)  # the job ended on both nodes: every GPU back as it was
 
 
@@ -217,7 +171,7 @@ def test_the_solving_node_dies_another_takes_over_and_its_stage_rejoins_without_
     nodes: dict[str, DaemonProcess],
 ) -> None:
     stages = _running(nodes)
-    training = Training(stages).start()
+    training = _training(stages)
     try:
         before = _span(nodes["node-a"])
         assert before.span is not None
@@ -244,7 +198,7 @@ def test_the_solving_node_dies_another_takes_over_and_its_stage_rejoins_without_
         assert back.span.solves == 1
         assert back.span.leader == other_name
     finally:
-        training.stop()
+        training.stop(release=True)
     _all_unlocked(nodes)
 
 
@@ -252,7 +206,7 @@ def test_a_node_that_does_not_lead_dies_the_other_keeps_its_plan_and_the_node_re
     nodes: dict[str, DaemonProcess],
 ) -> None:
     stages = _running(nodes)
-    training = Training(stages).start()
+    training = _training(stages)
     try:
         before = _span(nodes["node-a"])
         assert before.span is not None
@@ -278,7 +232,7 @@ def test_a_node_that_does_not_lead_dies_the_other_keeps_its_plan_and_the_node_re
         assert back.span is not None
         assert (back.span.solves, back.span.leader) == (1, leader_name)
     finally:
-        training.stop()
+        training.stop(release=True)
     _all_unlocked(nodes)
 
 
@@ -294,7 +248,7 @@ def test_etcd_lost_plans_keep_running_and_the_status_says_re_plans_wait(
     nodes: dict[str, DaemonProcess], etcd: EtcdCluster
 ) -> None:
     stages = _running(nodes)
-    training = Training(stages).start()
+    training = _training(stages)
     try:
         plan_index = _span(nodes["node-b"]).plan_index
         etcd.kill_quorum()
@@ -309,7 +263,7 @@ def test_etcd_lost_plans_keep_running_and_the_status_says_re_plans_wait(
         _until(lambda: _view(nodes["node-b"]) == "fresh", "etcd is back", 30)
         assert _span(nodes["node-a"]).plan_index == plan_index
     finally:
-        training.stop()
+        training.stop(release=True)
 
 
 def test_two_runs_of_one_job_name_on_two_nodes_never_mix(nodes: dict[str, DaemonProcess]) -> None:

@@ -10,7 +10,6 @@ time, times a slowness factor for the straggler. Profiles are imported, so the j
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -19,9 +18,10 @@ import pytest
 from perseus_client.client import PerseusClient
 from perseus_client.protocol import JobInfo
 
-from perseusd.planner.dag import one_f_one_b_order
 from perseusd.planner.profile_csv import profile_to_csv
+from perseusd.planner.schedule_orders import one_f_one_b_order
 from tests.support.etcd_cluster import EtcdCluster, requires_etcd, wait_until
+from tests.support.lockstep import Lockstep, cluster_env
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess
 from tests.support.synthetic import synthetic_profile
 
@@ -56,15 +56,7 @@ def nodes(etcd: EtcdCluster) -> Iterator[tuple[DaemonProcess, DaemonProcess]]:
     etcd.restart()
     started = []
     for name in ("node-a", "node-b"):
-        env = {
-            "PERSEUSD_ETCD_ENDPOINTS": ",".join(etcd.endpoints),
-            "PERSEUSD_CLUSTER_NODE_NAME": name,
-            "PERSEUSD_CLUSTER_LEASE_TTL_S": str(TTL_S),
-            "PERSEUSD_CLUSTER_REFRESH_INTERVAL_S": "0.2",
-            "PERSEUSD_CLUSTER_TIMEOUT_S": "0.5",
-            "PERSEUSD_JOB_CACHE": "false",
-        }
-        started.append(DaemonProcess(DaemonDirs.create(), gpus=2, env=env).start())
+        started.append(DaemonProcess(DaemonDirs.create(), gpus=2, env=cluster_env(etcd, name, TTL_S)).start())
     try:
         yield started[0], started[1]
     finally:
@@ -88,51 +80,20 @@ def _join(pipeline: Pipeline) -> None:
     pipeline.client = client
 
 
-class Training:
-    """All pipelines step together; stop() ends the threads at the next step."""
+def _pipeline_step(pipeline: Pipeline, step: int) -> None:
+    """One training step of `pipeline` (one stage): its 1F1B computations, in the plan's time times its
+    slowness."""
+    client = pipeline.client
+    assert client is not None
+    order = one_f_one_b_order(1, MICROBATCHES, 0)
+    with client.step(pipeline.gpu, step):
+        for instruction, microbatch, chunk in order:
+            with client.computation(pipeline.gpu, 0, instruction.value, microbatch, chunk):
+                time.sleep(pipeline.plan_s * pipeline.slowness / len(order))
 
-    def __init__(self, pipelines: list[Pipeline]) -> None:
-        self.pipelines = pipelines
-        self.step = 0
-        self._stop = threading.Event()
-        self._barrier = threading.Barrier(len(pipelines), action=self._next_step)
-        self._threads = [threading.Thread(target=self._run, args=(p,), daemon=True) for p in pipelines]
 
-    def _next_step(self) -> None:
-        self.step += 1
-
-    def start(self) -> Training:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def _run(self, pipeline: Pipeline) -> None:
-        client = pipeline.client
-        assert client is not None
-        order = one_f_one_b_order(1, MICROBATCHES, 0)
-        try:
-            while not self._stop.is_set():
-                with client.step(pipeline.gpu, self.step):
-                    for instruction, microbatch, chunk in order:
-                        with client.computation(pipeline.gpu, 0, instruction.value, microbatch, chunk):
-                            time.sleep(pipeline.plan_s * pipeline.slowness / len(order))
-                    self._barrier.wait(timeout=30)
-        except threading.BrokenBarrierError:
-            pass
-        except BaseException as exc:  # reported by the test
-            pipeline.errors.append(exc)
-            self._barrier.abort()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._barrier.abort()
-        for thread in self._threads:
-            thread.join(timeout=30)
-        for pipeline in self.pipelines:
-            if pipeline.client is not None:
-                pipeline.client.close()
-        errors = [e for p in self.pipelines for e in p.errors]
-        assert not errors, errors
+def _training(pipelines: list[Pipeline]) -> Lockstep[Pipeline]:
+    return Lockstep(pipelines, _pipeline_step, barrier_timeout_s=30.0).start()
 
 
 def _running(pipelines: list[Pipeline]) -> None:
@@ -172,7 +133,7 @@ def test_a_straggler_on_one_node_slows_the_other_node_down_and_a_dead_node_vanis
     node_a, node_b = nodes
     pipelines = [Pipeline(0, node_a), Pipeline(1, node_a), Pipeline(2, node_b), Pipeline(3, node_b)]
     _running(pipelines)
-    training = Training(pipelines).start()
+    training = _training(pipelines)
     try:
         _until(lambda: len(_by_pipeline(_job(node_b))) == 4, "node B sees node A's pipelines through etcd")
         fastest = _by_pipeline(_job(node_b))[2][0]
@@ -222,7 +183,7 @@ def test_losing_etcd_falls_back_to_the_no_slowdown_plan(
     node_a, node_b = nodes
     pipelines = [Pipeline(0, node_a), Pipeline(1, node_b)]
     _running(pipelines)
-    training = Training(pipelines).start()
+    training = _training(pipelines)
     try:
         with PerseusClient(node_a.dirs.runtime_dir, JOB) as client:
             reply = client.announce_straggler(0, 1.25)  # an operator's announcement, shared through etcd

@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
-from perseus_client.protocol import ProtocolError
 
+from perseusd.errors import NotPermittedError
 from perseusd.gpu.backend import GpuInfo
 from perseusd.leasing.gpu_access import GpuAccess
 from perseusd.leasing.identity import Caller
@@ -114,7 +114,7 @@ def test_access_follows_the_containers_devices_in_host_order() -> None:
     assert access.visible(_place(minors=frozenset({0, 2}), rules="c 195:0 rw")) == ("GPU-3",)
     caller = Caller(100_000, 65_534, PID)
     access.check_claim(caller, _place(minors=frozenset({2})), ["GPU-1"])
-    with pytest.raises(ProtocolError, match="not among the GPUs given"):
+    with pytest.raises(NotPermittedError, match="not among the GPUs given"):
         access.check_claim(caller, _place(minors=frozenset({2})), ["GPU-1", "GPU-0"])
     assert access.refused == 1
 
@@ -125,7 +125,7 @@ def test_strict_refuses_a_container_it_cannot_read_and_off_checks_nothing() -> N
     assert GpuAccess("auto", infos).visible(unreadable) is None
     strict = GpuAccess("strict", infos, read=lambda _pid: unreadable)
     assert strict.visible(unreadable) == ()
-    with pytest.raises(ProtocolError, match="CAP_SYS_PTRACE"):
+    with pytest.raises(NotPermittedError, match="CAP_SYS_PTRACE"):
         strict.check_claim(Caller(1, 1, PID), unreadable, ["GPU-0"])
     assert strict.visible(_place(containerized=False)) is None
     off = GpuAccess("off", infos, read=lambda _pid: unreadable)
@@ -135,5 +135,5 @@ def test_strict_refuses_a_container_it_cannot_read_and_off_checks_nothing() -> N
 
 def test_a_shifted_clock_is_refused() -> None:
     access = GpuAccess("auto", [_info(0)], read=lambda _pid: _place(offset_ns=-5_000_000_000))
-    with pytest.raises(ProtocolError, match="time namespace"):
+    with pytest.raises(NotPermittedError, match="time namespace"):
         access.placement(Caller(1, 1, PID))

@@ -149,9 +149,9 @@ def _status(jobs: tuple[JobInfo, ...], plan: PlanStats | None) -> StatusReply:
 
 
 STATUS_GOLDEN_TAIL = """\
-UUID   NAME  SM MHZ  LOCKED  POWER W  LIMIT W  ENERGY J  PLAN                                                           LEASE
-GPU-a  A100  1260    1260    250.0    400      1.5       4 comps, 96 changes (7 early), 2 late, 0 errors, 0.31/1.20 ms  pid 7 uid 1000 gpt3
-GPU-c  A100  ERROR: GPU is lost
+GPU  UUID   PCI BUS ID  NAME  SM MHZ  LOCKED  POWER W  LIMIT W  ENERGY J  PLAN                                                           LEASE
+-    GPU-a  -           A100  1260    1260    250.0    400      1.5       4 comps, 96 changes (7 early), 2 late, 0 errors, 0.31/1.20 ms  pid 7 uid 1000 gpt3
+-    GPU-c  -           A100  ERROR: GPU is lost
 
 JOB   UID   STATE             SCHEDULE  POLICY        PROFILING                              POINTS  DEPLOYED (PREDICTED)           CHG/IT  WRONG
 gpt3  1000  running 1h02m05s  1f1b 2x2  slowdown 5 %  40 it, 64/64 clocks, 51234 J measured  3       #1 0.1200 s 21.5 J (+20.00 %)  3.0     1.2 %
@@ -171,7 +171,7 @@ def test_status_without_plans_or_jobs_has_neither_column_nor_section() -> None:
     table = render_table(_status((), None))
     assert "PLAN" not in table
     assert "JOB" not in table
-    assert table.splitlines()[-1] == "GPU-c  A100  ERROR: GPU is lost"
+    assert table.splitlines()[-1] == "-    GPU-c  -           A100  ERROR: GPU is lost"
 
 
 # ------------------------------------------------------------------ documents
@@ -243,11 +243,11 @@ def test_interleaved_plan_labels_chunks() -> None:
 
 def test_malformed_document_is_one_line_naming_the_job() -> None:
     doc = json.loads(FRONTIER_TEXT)
-    doc["points"][1]["clocks_mhz"][0] = [1410]
+    doc["points"][1]["clock_changes"] = [[0, 5, 1410]]
     with pytest.raises(PlanFormatError) as excinfo:
         load_frontier_text(json.dumps(doc), "gpt3")
     message = str(excinfo.value)
-    assert message.startswith("the frontier of job gpt3: points[1].clocks_mhz[0]")
+    assert message.startswith("the frontier of job gpt3: points[1].clock_changes[0]")
     assert "/tmp" not in message
     assert "\n" not in message
 

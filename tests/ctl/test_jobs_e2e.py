@@ -19,12 +19,12 @@ import pytest
 from perseus_client.client import PerseusClient
 
 from perseusd.ctl.main import main
-from perseusd.planner.dag import build_dag
 from perseusd.planner.profile import Profile
-from perseusd.planner.profile_csv import profile_to_csv, read_profile, read_profile_stream
+from perseusd.planner.profile_csv import read_profile, read_profile_stream
 from tests.support.ctl import wait_ctl_job
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 from tests.support.synthetic import synthetic_profile
+from tests.support.training import join_pipeline, run_iteration
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -72,17 +72,6 @@ def _profile() -> Profile:
     return synthetic_profile(STAGES, seed=3, clocks_mhz=tuple(range(1410, 885, -90)))
 
 
-def _run_iterations(client: PerseusClient, gpus: list[str]) -> None:
-    dag = build_dag("1f1b", STAGES, MICROBATCHES, 1)
-    for step in range(ITERATIONS):
-        for stage, gpu in enumerate(gpus):
-            with client.step(gpu, step):
-                for node in dag.stage_orders[stage]:
-                    comp = dag.computations[node]
-                    with client.computation(gpu, stage, comp.instruction.value, comp.microbatch):
-                        pass
-
-
 def _wait_job(runtime_dir: Path, ready: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
     return wait_ctl_job(runtime_dir, JOB, ready, WAIT_S)
 
@@ -99,13 +88,11 @@ def job_daemon() -> Iterator[Path]:
         with PerseusClient(runtime_dir, job=JOB, timeout_s=10.0) as client:
             assert client.daemon_info is not None
             gpus = [gpu.uuid for gpu in client.daemon_info.gpus]
-            client.profile_import(profile_to_csv(_profile()), source="synthetic", p_block_w=P_BLOCK_W)
-            client.claim(gpus)
-            for stage, gpu in enumerate(gpus):
-                client.register(gpu, stage=stage, num_stages=STAGES, num_microbatches=MICROBATCHES)
+            join_pipeline(client, gpus, _profile(), MICROBATCHES, P_BLOCK_W)
             job = _wait_job(runtime_dir, lambda job: job["state"] in ("running", "failed"))
             assert job["state"] == "running", job
-            _run_iterations(client, gpus)
+            for step in range(ITERATIONS):
+                run_iteration(client, gpus, step, MICROBATCHES)
             job = _wait_job(runtime_dir, lambda job: job["pipelines"][0]["iterations"] >= ITERATIONS)
             assert job["pipelines"][0]["iterations"] >= ITERATIONS, job
             yield runtime_dir
@@ -141,7 +128,11 @@ def test_jobs_and_status_show_the_running_job(running: Ctl) -> None:
     code, out, _ = running("status")
     assert code == 0
     assert f"  pipeline 0: {STAGES}/{STAGES} stages" in out
-    assert "PLAN" in next(line for line in out.splitlines() if line.startswith("UUID"))
+    header = next(line for line in out.splitlines() if line.startswith("GPU  UUID"))
+    assert "PLAN" in header
+    assert "PCI BUS ID" in header
+    assert "SIMULATED GPUs" in out.splitlines()[0]
+    assert [gpu["index"] for gpu in running.json("status")["gpus"]] == list(range(STAGES))
     assert "users: uid " in out  # who uses what
     assert any(line.startswith(JOB) for line in out.splitlines())
     assert running.json("status")["jobs"][0]["job"] == JOB

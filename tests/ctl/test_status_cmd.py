@@ -22,18 +22,29 @@ from perseus_client.protocol import (
 
 from perseusd.ctl.status_cmd import render_table, status_json
 from perseusd.ctl.terminal import safe_output
-from perseusd.gpu.sim_workload import SimGpuHandle
 from perseusd.planner.bundled import bundled_profile
+from perseusd.workload.sim_workload import SimGpuHandle
 from tests.support.ctl import run_ctl as _ctl
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 
 pytestmark = pytest.mark.timeout(60)
 
 REPLY = StatusReply(
-    daemon=DaemonHealth("0.1.0", 1, 42, 3725.0, 1, 100, 2, {}, 3, 0, 0.0004, 0),
+    daemon=DaemonHealth("0.1.0", 1, 42, 3725.0, 1, 100, 2, {}, 3, 0, 0.0004, 0, backend="sim"),
     gpus=(
         GpuStatus(
-            "GPU-a", "A100", 1200, 1200, 250.25, 400.0, 12.5, LeaseInfo(7, 0, "train"), None, {"read": 0.02}
+            "GPU-a",
+            "A100",
+            1200,
+            1200,
+            250.25,
+            400.0,
+            12.5,
+            LeaseInfo(7, 0, "train"),
+            None,
+            {"read": 0.02},
+            index=0,
+            pci_bus_id="00000000:17:00.0",
         ),
         GpuStatus("GPU-b", "A100", 1410, None, None, 400.0, None, None, None, {}),
         GpuStatus("GPU-d", "H100", 1710, 1980, 690.0, 700.0, 9.5, None, None, {}, power_capped=True),
@@ -42,16 +53,16 @@ REPLY = StatusReply(
 )
 
 GOLDEN = """\
-perseusd 0.1.0 (protocol 1.0), pid 42, up 1h02m05s, 1 client(s)
+perseusd 0.1.0 (protocol 1.0), pid 42, up 1h02m05s, 1 client(s), SIMULATED GPUs
 events: 100 received, 2 dropped; restores: 3 (0 failed); refused connections: 0
 GPU call mean ms (worst GPU): read 0.020
 users: uid 0 1 GPU
 
-UUID   NAME  SM MHZ       LOCKED  POWER W  LIMIT W  ENERGY J  LEASE
-GPU-a  A100  1200         1200    250.2    400      12.5      pid 7 uid 0 train
-GPU-b  A100  1410         -       -        400      -         -
-GPU-d  H100  1710 capped  1980    690.0    700      9.5       -
-GPU-c  A100  ERROR: GPU is lost"""
+GPU  UUID   PCI BUS ID        NAME  SM MHZ       LOCKED  POWER W  LIMIT W  ENERGY J  LEASE
+0    GPU-a  00000000:17:00.0  A100  1200         1200    250.2    400      12.5      pid 7 uid 0 train
+-    GPU-b  -                 A100  1410         -       -        400      -         -
+-    GPU-d  -                 H100  1710 capped  1980    690.0    700      9.5       -
+-    GPU-c  -                 A100  ERROR: GPU is lost"""
 
 
 def test_table_golden() -> None:
@@ -123,13 +134,12 @@ STATUS_NEVER_LOADS = (
     "numpy",
     "scipy",
     "matplotlib",
-    "zmq",
     "asyncio",
     "perseusd.planner",
     "perseus_client.client",
 )
-"""What `perseusctl status` has no use for: the solver's stack, pyzmq (it speaks ZeroMQ's wire protocol
-with the standard library) and the client library."""
+"""What `perseusctl status` has no use for: the solver's stack, asyncio (pyzmq's monitor helpers would load
+it) and the training client (it asks over the client library's control link, `perseus_client.link`)."""
 
 
 def test_status_imports_only_what_it_needs(daemon: DaemonProcess, tmp_path: Path) -> None:
@@ -146,10 +156,9 @@ def test_status_imports_only_what_it_needs(daemon: DaemonProcess, tmp_path: Path
     assert out.returncode == 0, out.stderr
     assert "GPU-" in out.stdout
     loaded = json.loads(loaded_path.read_text())
-    assert "perseus_client.status_messages" in loaded
+    assert {"perseus_client.status_messages", "zmq"} <= set(loaded)
     unwanted = [m for m in loaded if any(m == n or m.startswith(f"{n}.") for n in STATUS_NEVER_LOADS)]
     assert not unwanted
-    assert "perseus_client.protocol" not in loaded  # the status messages only, not every message class
     assert "perseusd.ctl.jobs_cmd" not in loaded  # the jobs' rendering only when there are jobs
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,14 +30,6 @@ from perseusd.leasing.identity import Caller
 from tests.support.daemon_core import sim_core
 
 pytestmark = pytest.mark.timeout(30)
-
-
-@pytest.fixture
-def other_process() -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    yield proc
-    proc.kill()
-    proc.wait(timeout=10)
 
 
 @pytest.fixture

@@ -6,14 +6,13 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
 from tests.support.perseusd_proc import (
     DaemonDirs,
     DaemonProcess,
-    daemon_processes,
     sim_control,
     start_lease_holder,
     stop_process,
@@ -22,17 +21,6 @@ from tests.support.perseusd_proc import (
 pytestmark = pytest.mark.timeout(60)
 
 LOCK_MHZ = 1200
-
-
-@pytest.fixture
-def make_daemon() -> Iterator[Callable[..., DaemonProcess]]:
-    with daemon_processes() as make:
-        yield make
-
-
-@pytest.fixture
-def dirs() -> DaemonDirs:
-    return DaemonDirs.create()
 
 
 def _gpu(status: dict[str, object], index: int) -> dict[str, object]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,24 +20,12 @@ from tests.support.perseusd_proc import (
     DaemonDirs,
     DaemonProcess,
     client_outcome,
-    daemon_processes,
     run_as_user,
 )
 
 pytestmark = pytest.mark.timeout(60)
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching to uid nobody needs root")
-
-
-@pytest.fixture
-def make_daemon() -> Iterator[Callable[..., DaemonProcess]]:
-    with daemon_processes() as make:
-        yield make
-
-
-@pytest.fixture
-def dirs() -> DaemonDirs:
-    return DaemonDirs.create()
 
 
 @needs_root

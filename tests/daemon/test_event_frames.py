@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from perseus_client.event_frames import EventWriter  # the client's own wire forms
-from perseus_client.protocol import PROTOCOL_MINOR, ComputationBegin, Message, ProtocolError, StepEnd, decode
+from perseus_client.protocol import (
+    PROTOCOL_MINOR,
+    ComputationBegin,
+    Instruction,
+    Message,
+    ProtocolError,
+    StepEnd,
+    decode,
+)
 
 from perseusd.daemon.event_frames import _fast, decode_event
 
@@ -62,8 +70,29 @@ def test_the_fast_path_builds_the_messages_the_generic_path_builds() -> None:
     begin = decode_event(computation(), MAX_FRAME_BYTES, PROTOCOL_MINOR)
     assert begin == ComputationBegin(gpu, 1, "forward", 7, 0, 123_456_789_012)
     assert isinstance(begin, ComputationBegin)
-    assert type(begin.instruction) is str
+    assert begin.instruction is Instruction.FORWARD
     assert decode_event(step(), MAX_FRAME_BYTES, PROTOCOL_MINOR) == StepEnd(gpu, 41, 99)
+
+
+@pytest.mark.parametrize("instruction", [i.value.encode() for i in Instruction])
+def test_every_instruction_takes_the_fast_path(instruction: bytes) -> None:
+    data = computation(b"comp_end", instruction)
+    fast = _fast(data)
+    assert fast is not None
+    assert fast == decode(data, MAX_FRAME_BYTES, PROTOCOL_MINOR).message
+
+
+def test_a_daemon_set_to_an_older_minor_refuses_the_split_backward_as_that_minor_would() -> None:
+    data = computation(b"comp_begin", b"backward_weight")
+    with pytest.raises(ProtocolError) as fast:
+        decode_event(data, MAX_FRAME_BYTES, 7)
+    with pytest.raises(ProtocolError) as generic:
+        decode(data, MAX_FRAME_BYTES, 7)
+    assert (fast.value.code, fast.value.message) == (generic.value.code, generic.value.message)
+    assert "expected one of ['forward', 'backward']" in fast.value.message
+    assert (
+        decode_event(computation(), MAX_FRAME_BYTES, 7) == decode(computation(), MAX_FRAME_BYTES, 7).message
+    )
 
 
 @pytest.mark.parametrize(

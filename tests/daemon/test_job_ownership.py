@@ -27,7 +27,7 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.jobs.manager import JobSettings
+from perseusd.jobs.settings import JobSettings
 from perseusd.leasing.identity import Caller
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.callers import ME, OTHER

@@ -6,32 +6,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from perseus_client.protocol import Claim, Hello, SetClock
+from perseus_client.protocol import SetClock
 
-from perseusd.daemon.access import AccessPolicy
-from perseusd.daemon.config import DaemonConfig
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.ipc import IpcServer, IpcSettings
+from perseusd.daemon.ipc import IpcServer
 from perseusd.daemon.service import EXIT_CRASHED, MAX_LOOP_FAILURES, Service
 from tests.support.callers import ME
-from tests.support.daemon_core import sim_core
+from tests.support.daemon_core import leased_service, sim_core
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def _locked_service(core: DaemonCore, tmp_path: Path) -> tuple[Service, IpcServer, str]:
-    runtime_dir = tmp_path / "run"
-    runtime_dir.mkdir()
-    config = DaemonConfig(backend="sim", runtime_dir=runtime_dir, state_dir=tmp_path)
-    ipc = IpcServer(core, AccessPolicy("root", "root"), IpcSettings(runtime_dir, 1 << 20))
-    ipc.bind()
-    gpu = core.registry.uuids[0]
-    core.handle(ME, Hello(job="t", client_version="test"))
-    core.handle(ME, Claim(gpus=(gpu,), job="t"))
+    service, ipc, gpu = leased_service(core, tmp_path)
     core.handle(ME, SetClock(gpu=gpu, sm_clock_mhz=1200))
     assert core.registry.read_all()[gpu].locked_sm_clock_mhz == 1200
     core.busy = lambda: True  # type: ignore[method-assign]  # poll briefly: each iteration is quick
-    return Service(config, core, ipc, lambda: config, lambda _new: None), ipc, gpu
+    return service, ipc, gpu
 
 
 @pytest.mark.parametrize("error", [RuntimeError("broken tick"), KeyboardInterrupt(), MemoryError()])

@@ -25,6 +25,8 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
+from perseusd.daemon.wire_errors import protocol_error
+from perseusd.errors import InvalidValueError
 from perseusd.leasing.identity import Caller
 from perseusd.switching.plans import PlanBook, validate_plan
 from tests.support.daemon_core import sim_core
@@ -121,10 +123,13 @@ def test_failed_change_counted_and_resubmitted() -> None:
     ],
 )
 def test_bad_plans_refused(plan: tuple[PlanEntry, ...], reason: str) -> None:
-    with pytest.raises(ProtocolError) as info:
+    with pytest.raises(InvalidValueError) as info:
         validate_plan(plan, CLOCKS_MHZ)
-    assert info.value.code == ErrorCode.BAD_FIELD
-    assert reason in info.value.message
+    wire = protocol_error(info.value, "set_plan")  # as the daemon answers a set_plan request
+    assert wire is not None
+    assert wire.code == ErrorCode.BAD_FIELD
+    assert reason in wire.message
+    assert wire.message.startswith("set_plan.plan")
 
 
 def test_clocks_snapped_to_supported() -> None:

@@ -12,16 +12,12 @@ from pathlib import Path
 
 import pytest
 import zmq
-from perseus_client.protocol import PROTOCOL_MAJOR, Claim, Hello, StatusRequest, encode
+from perseus_client.protocol import PROTOCOL_MAJOR, StatusRequest, encode
 
 from perseusd.daemon import service as service_module
-from perseusd.daemon.access import AccessPolicy
-from perseusd.daemon.config import DaemonConfig
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.ipc import IpcServer, IpcSettings
 from perseusd.daemon.service import TICK_PERIOD_S, Service
-from tests.support.callers import ME
-from tests.support.daemon_core import sim_core
+from tests.support.daemon_core import leased_service, sim_core
 
 pytestmark = pytest.mark.timeout(120)
 WAIT_S = 60.0  # a bound on waiting for the loop to read, not a timing assertion
@@ -31,14 +27,7 @@ WAIT_S = 60.0  # a bound on waiting for the loop to read, not a timing assertion
 def running_service(tmp_path: Path) -> Iterator[tuple[Service, DaemonCore, list[float], str]]:
     """A service over a sim core whose GPU this process leases; its ticks' times are recorded."""
     with sim_core(tmp_path, gpus=1) as core:
-        runtime_dir = tmp_path / "run"
-        runtime_dir.mkdir()
-        config = DaemonConfig(backend="sim", runtime_dir=runtime_dir, state_dir=tmp_path)
-        ipc = IpcServer(core, AccessPolicy("root", "root"), IpcSettings(runtime_dir, 1 << 20))
-        ipc.bind()
-        gpu = core.registry.uuids[0]
-        core.handle(ME, Hello(job="t", client_version="test"))
-        core.handle(ME, Claim(gpus=(gpu,), job="t"))
+        service, ipc, gpu = leased_service(core, tmp_path)
         ticks: list[float] = []
         real_tick = core.tick
 
@@ -48,7 +37,7 @@ def running_service(tmp_path: Path) -> Iterator[tuple[Service, DaemonCore, list[
 
         core.tick = tick  # type: ignore[method-assign]
         try:
-            yield Service(config, core, ipc, lambda: config, lambda _new: None), core, ticks, gpu
+            yield service, core, ticks, gpu
         finally:
             ipc.close()
 

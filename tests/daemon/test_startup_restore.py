@@ -8,7 +8,7 @@ import json
 import socket
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,6 @@ from perseusd.private_file import MAX_PRIVATE_BYTES
 from tests.support.perseusd_proc import (
     DaemonDirs,
     DaemonProcess,
-    daemon_processes,
     sim_control,
     sim_gpu_uuids,
 )
@@ -28,12 +27,6 @@ pytestmark = pytest.mark.timeout(60)
 LOCKED_MHZ = 1005
 CAPPED_W = 200.0
 DEFAULT_W = 500.0  # the simulated A100-SXM4-80GB's default power limit
-
-
-@pytest.fixture
-def make_daemon() -> Iterator[Callable[..., DaemonProcess]]:
-    with daemon_processes() as make:
-        yield make
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import errno
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -144,14 +143,6 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now_s
-
-
-@pytest.fixture
-def other_process() -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    yield proc
-    proc.kill()
-    proc.wait(timeout=10)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,8 +27,8 @@ from tests.support.perseusd_proc import (
     DaemonDirs,
     DaemonProcess,
     client_outcome,
-    daemon_processes,
     sim_control,
+    start_lease_holder,
     stop_process,
 )
 
@@ -38,26 +37,9 @@ pytestmark = pytest.mark.timeout(120)
 LOCK_MHZ = 1200
 RECOVERY_TIMEOUT_S = 60.0  # the retry back-off doubles to 30 s; generous, never a speed assertion
 
-HOLDER = """
-import sys, time
-from perseus_client import PerseusClient
-client = PerseusClient(sys.argv[1], job="holder-" + sys.argv[2])
-gpu = client.daemon_info.gpus[int(sys.argv[2])].uuid
-client.claim([gpu])
-client.set_clock(gpu, int(sys.argv[3]))
-print("ready", flush=True)
-time.sleep(120)
-"""
-
 
 def _mount(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["mount", *args], capture_output=True, text=True, timeout=30, check=False)
-
-
-@pytest.fixture
-def make_daemon() -> Iterator[Callable[..., DaemonProcess]]:
-    with daemon_processes() as make:
-        yield make
 
 
 @pytest.fixture
@@ -73,21 +55,6 @@ def tiny_dirs(make_daemon: Callable[..., DaemonProcess]) -> Iterator[DaemonDirs]
         yield dirs
     finally:
         subprocess.run(["umount", "-l", str(dirs.state_dir)], capture_output=True, timeout=30, check=False)
-
-
-def _holder(runtime_dir: Path, gpu_index: int) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(runtime_dir), str(gpu_index), str(LOCK_MHZ)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if line.strip() != "ready":
-        stop_process(proc)
-        raise AssertionError(f"holder of GPU {gpu_index} failed: {line!r}")
-    return proc
 
 
 def _fill(state_dir: Path) -> Path:
@@ -142,7 +109,10 @@ def _assert_serves_and_refuses_new_lease(daemon: DaemonProcess, gpu_index: int) 
 def test_full_state_filesystem(make_daemon: Callable[..., DaemonProcess], tiny_dirs: DaemonDirs) -> None:
     daemon = make_daemon(tiny_dirs, gpus=3).start()
     uuids = [str(row["uuid"]) for row in daemon.status()["gpus"]]
-    first, second = _holder(tiny_dirs.runtime_dir, 0), _holder(tiny_dirs.runtime_dir, 1)
+    first, second = (
+        start_lease_holder(tiny_dirs.runtime_dir, LOCK_MHZ),
+        start_lease_holder(tiny_dirs.runtime_dir, LOCK_MHZ, first=1),
+    )
     try:
         acknowledged = _state(tiny_dirs.state_dir)
         assert sorted(acknowledged["gpus"]) == sorted(uuids[:2])
@@ -176,7 +146,10 @@ def test_read_only_state_filesystem_then_reset(
 ) -> None:
     daemon = make_daemon(tiny_dirs, gpus=3).start()
     uuids = [str(row["uuid"]) for row in daemon.status()["gpus"]]
-    first, second = _holder(tiny_dirs.runtime_dir, 0), _holder(tiny_dirs.runtime_dir, 1)
+    first, second = (
+        start_lease_holder(tiny_dirs.runtime_dir, LOCK_MHZ),
+        start_lease_holder(tiny_dirs.runtime_dir, LOCK_MHZ, first=1),
+    )
     read_only = False
     try:
         acknowledged = _state(tiny_dirs.state_dir)

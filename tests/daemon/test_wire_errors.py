@@ -5,9 +5,21 @@ from __future__ import annotations
 from perseus_client.protocol import ErrorCode
 
 from perseusd.daemon.wire_errors import CODES, protocol_error
-from perseusd.errors import ConfigError, GpuError, JobNotFoundError, JobOwnerError
+from perseusd.errors import (
+    ConfigError,
+    GpuBusyError,
+    GpuError,
+    InconsistentStateError,
+    InvalidValueError,
+    JobNotFoundError,
+    JobOwnerError,
+    LimitReachedError,
+    NotLeasedError,
+    NotPermittedError,
+    NotRegisteredError,
+)
 from perseusd.gpu.errors import GpuLostError
-from perseusd.leasing.registry import UnknownGpuError
+from perseusd.gpu.registry import UnknownGpuError
 from perseusd.leasing.state_file import StateWriteError
 
 
@@ -17,6 +29,13 @@ def test_each_domain_error_has_its_code_and_message() -> None:
         JobOwnerError("x"): (ErrorCode.PERMISSION_DENIED, "job 'x' belongs to another user"),
         UnknownGpuError("no GPU u"): (ErrorCode.UNKNOWN_GPU, "no GPU u"),
         GpuError("it failed"): (ErrorCode.GPU_ERROR, "it failed"),
+        InvalidValueError("bad"): (ErrorCode.BAD_FIELD, "bad"),
+        NotPermittedError("no"): (ErrorCode.PERMISSION_DENIED, "no"),
+        LimitReachedError("full"): (ErrorCode.LIMIT, "full"),
+        NotRegisteredError("send hello first"): (ErrorCode.NOT_REGISTERED, "send hello first"),
+        GpuBusyError("busy"): (ErrorCode.GPU_BUSY, "busy"),
+        NotLeasedError("claim GPU u first"): (ErrorCode.NOT_LEASED, "claim GPU u first"),
+        InconsistentStateError("odd"): (ErrorCode.INTERNAL, "odd"),
     }
     for exc, expected in cases.items():
         mapped = protocol_error(exc)
@@ -42,3 +61,16 @@ def test_a_failed_state_write_says_nothing_was_applied() -> None:
 
 def test_an_error_outside_the_table_is_internal() -> None:
     assert protocol_error(ConfigError("bad")) is None
+
+
+def test_a_refusal_names_where_in_the_request_its_problem_is() -> None:
+    """A library names the field within the request; the daemon puts the request's type before it."""
+    entry = InvalidValueError("5000 outside 210..1410 MHz", "plan[3].freq_mhz")
+    whole = InvalidValueError("stage 4 outside 0..3", "")
+    said = InvalidValueError("policy must be one of fastest, min_energy")
+    assert [protocol_error(exc, "set_plan").message for exc in (entry, whole, said)] == [  # type: ignore[union-attr]
+        "set_plan.plan[3].freq_mhz: 5000 outside 210..1410 MHz",
+        "set_plan: stage 4 outside 0..3",
+        "policy must be one of fastest, min_energy",
+    ]
+    assert entry.located() == "plan[3].freq_mhz: 5000 outside 210..1410 MHz"

@@ -7,8 +7,6 @@ profiling; the slow one lets the daemon profile online.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from perseusd.planner.bundled import bundled_profile
 from perseusd.planner.dag import Instruction
 from perseusd.planner.profile_csv import read_profile
 from tests.emulate.helpers import run_emulate
+from tests.support.ctl import run_ctl
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 
 CLOSED_LOOP_STATES = {"registering", "registered", "profiling", "solving", "running"}
@@ -107,11 +106,15 @@ def test_a_tensor_parallel_stage_is_profiled_and_switched_as_one(
     apart = [r for r in runs if len(set(r["clocks_mhz"])) > 1]
     assert len(runs[0]["clocks_mhz"]) == 2
     assert len(apart) <= 0.05 * len(runs)  # at most a switch landing between the two GPUs' starts
-    exported = subprocess.run(
-        [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", str(daemon.dirs.runtime_dir),
-         "profile", "export", report["job"], "-o", str(tmp_path / "measured.csv")],
-        capture_output=True, text=True, check=False, timeout=60,
-    )  # fmt: skip
+    exported = run_ctl(
+        daemon.dirs.runtime_dir,
+        "profile",
+        "export",
+        report["job"],
+        "-o",
+        str(tmp_path / "measured.csv"),
+        timeout_s=60,
+    )
     assert exported.returncode == 0, exported.stderr
     measured = read_profile(tmp_path / "measured.csv")
     one_gpu = bundled_profile("a100_sxm").scaled(0.25, 0.25)
@@ -121,3 +124,59 @@ def test_a_tensor_parallel_stage_is_profiled_and_switched_as_one(
         / one_gpu.lookup(0, Instruction.FORWARD, top).energy_j
     )
     assert 1.6 < ratio < 2.4  # the stage's energy is its two GPUs'
+
+
+def _plan_clocks(daemon: DaemonProcess, job: str) -> dict[str, list[int]]:
+    """The running plan's clocks of every computation, by instruction (`perseusctl plan JOB --json`)."""
+    shown = run_ctl(daemon.dirs.runtime_dir, "plan", job, "--json")
+    assert shown.returncode == 0, shown.stderr
+    clocks: dict[str, list[int]] = {}
+    for stage in json.loads(shown.stdout)["stages"]:
+        for entry in stage:
+            clocks.setdefault(entry["instruction"], []).append(entry["freq_mhz"])
+    return clocks
+
+
+def test_a_zero_bubble_job_is_profiled_by_halves_planned_and_run(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    """zbv profiled online: the daemon measures forward, input and weight gradients apart at the clocks it
+    sweeps, plans them apart and runs the plan, saving energy."""
+    out = run_emulate(
+        daemon.dirs.runtime_dir,
+        "--profile", "a100_sxm", "--stages", "2", "--microbatches", "4", "--schedule", "zbv", "--chunks", "2",
+        "--time-scale", "0.25", "--iterations", "5", "--json", "--timeout-s", "200",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    _check_report(report)
+    assert report["profiling"]["iterations"] > 0
+    exported = run_ctl(
+        daemon.dirs.runtime_dir, "profile", "export", report["job"], "-o", str(tmp_path / "measured.csv")
+    )
+    assert exported.returncode == 0, exported.stderr
+    measured = read_profile(tmp_path / "measured.csv")
+    split = {Instruction.FORWARD, Instruction.BACKWARD_INPUT, Instruction.BACKWARD_WEIGHT}
+    assert {(m.stage, m.instruction) for m in measured.measurements} == {
+        (s, i) for s in range(4) for i in split
+    }
+    clocks = _plan_clocks(daemon, report["job"])
+    assert len(clocks["backward_weight"]) == len(clocks["backward_input"]) == 2 * 2 * 4
+
+
+def test_an_imported_zero_bubble_profile_runs_the_weight_gradients_at_lower_clocks(
+    daemon: DaemonProcess,
+) -> None:
+    """zbv with the board's own costs imported (its backwards split in halves): the running plan gives the
+    weight gradients, which nothing waits for but the iteration's end, lower clocks than the input gradients
+    (the planner's tests show it stage by stage)."""
+    out = run_emulate(
+        daemon.dirs.runtime_dir,
+        "--profile", "a100_sxm", "--stages", "2", "--microbatches", "4", "--schedule", "zbv", "--chunks", "2",
+        "--time-scale", "0.25", "--iterations", "5", "--import-profile", "--json", "--timeout-s", "90",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    _check_report(report)
+    clocks = _plan_clocks(daemon, report["job"])
+    assert sum(clocks["backward_weight"]) < sum(clocks["backward_input"])

@@ -139,6 +139,43 @@ def test_interleaved_pipelines_respect_the_ring_dependencies(daemon: DaemonProce
     assert order_violations(runs, shape) == []
 
 
+def test_a_zero_bubble_v_runs_its_split_backwards_where_the_data_flows(daemon: DaemonProcess) -> None:
+    """zbv: chunk 0 goes down the stages and chunk 1 back up (model stage 2 S - 1 - s); input gradients flow
+    back the same way, and each weight gradient runs after its own input gradient, waiting for nothing
+    else."""
+    trace = daemon.dirs.base / "zbv.jsonl"
+    out = run_emulate(
+        daemon.dirs.runtime_dir,
+        *TINY,
+        "--schedule", "zbv", "--chunks", "2", "--time-scale", "0.2",
+        "--iterations", "2", "--baseline-only", "--json", "--trace", str(trace),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    runs = computations(read_trace(trace))
+    assert {run["instruction"] for run in runs} == {"forward", "backward_input", "backward_weight"}
+    assert order_violations(runs, PipelineShape(2, 4, 2, "zbv")) == []
+    ends = {
+        (r["iteration"], r["instruction"], r["microbatch"], r["stage"], r["chunk"]): r["end_s"] for r in runs
+    }
+
+    def model_stage(stage: int, chunk: int) -> int:
+        return stage if chunk == 0 else 3 - stage
+
+    at = {model_stage(s, c): (s, c) for s in (0, 1) for c in (0, 1)}
+    for r in runs:
+        v = model_stage(r["stage"], r["chunk"])
+        if r["instruction"] == "forward" and v > 0:
+            waits = (r["instruction"], *at[v - 1])
+        elif r["instruction"] == "backward_input" and v < 3:
+            waits = (r["instruction"], *at[v + 1])
+        elif r["instruction"] == "backward_weight":
+            waits = ("backward_input", r["stage"], r["chunk"])
+        else:
+            continue
+        before = ends[(r["iteration"], waits[0], r["microbatch"], waits[1], waits[2])]
+        assert r["start_s"] >= before, (r, waits)
+
+
 def _off_board_csv(tmp_path: Path) -> Path:
     """The A100 profile with one row moved to 1000 MHz, a clock the A100 board does not have."""
     lines = profile_to_csv(bundled_profile("a100_sxm")).splitlines()

@@ -9,8 +9,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from perseusd.emulate.executors import RealStageSpec, StagePlace, open_executor  # noqa: E402
-from perseusd.planner.dag import one_f_one_b_order  # noqa: E402
+from perseusd.emulate.executors import StagePlace, open_executor  # noqa: E402
+from perseusd.emulate.real_stage import RealStageSpec  # noqa: E402
+from perseusd.planner.schedule_orders import one_f_one_b_order  # noqa: E402
 
 TINY = RealStageSpec(layers=1, d_model=64, seq=16, device="cpu")
 

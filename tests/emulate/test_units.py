@@ -10,8 +10,8 @@ from perseusd.emulate.measure import CounterSampler, window
 from perseusd.emulate.phases import PhaseConfig, PhaseMachine
 from perseusd.emulate.topology import Neighbour, PipelineShape
 from perseusd.gpu.sim import SimBackend
-from perseusd.gpu.sim_workload import SimGpuHandle
 from perseusd.planner.dag import B, F, build_dag
+from perseusd.workload.sim_workload import SimGpuHandle
 
 
 def test_neighbours_follow_the_dag_edges() -> None:

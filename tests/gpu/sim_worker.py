@@ -11,7 +11,7 @@ import json
 import sys
 import time
 
-from perseusd.gpu.sim_workload import SimGpuHandle
+from perseusd.workload.sim_workload import SimGpuHandle
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from perseusd.gpu.nvml import NvmlDevice
 from perseusd.gpu.select import open_backend
 from perseusd.gpu.sim import SimDevice, sim_uuid
 from perseusd.gpu.sim_shared import state_path
-from perseusd.gpu.sim_workload import list_sim_gpus
+from perseusd.workload.sim_workload import list_sim_gpus
 
 from .fake_pynvml import FakeNvml
 

@@ -62,3 +62,12 @@ def test_probe_measures_the_sim_counter_period_and_switch(tmp_path: Path) -> Non
     switch = clock_switch_latency(device, 1001, clock=clock)
     assert (switch.applied_mhz, switch.final_mhz, switch.latency_s) == (1005, 1005, 0.0)
     backend.close()
+
+
+def test_every_registered_backend_says_whether_its_counters_are_simulated() -> None:
+    from perseusd.gpu.select import BACKEND_KINDS, simulated_counters
+
+    assert BACKEND_KINDS == ("auto", "nvml", "sim", "mixed")
+    assert [simulated_counters(kind) for kind in BACKEND_KINDS] == [False, False, True, False]
+    assert simulated_counters("mixed", mixed_real="sim")
+    assert not simulated_counters("cuda")

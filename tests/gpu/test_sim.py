@@ -11,9 +11,9 @@ from perseusd.gpu.errors import GpuInvalidArgumentError, GpuLostError, GpuPermis
 from perseusd.gpu.select import open_backend
 from perseusd.gpu.sim import SimBackend, SimDevice
 from perseusd.gpu.sim_boards import load_board
-from perseusd.gpu.sim_costs import WorkloadCosts
-from perseusd.gpu.sim_workload import SimGpuHandle
 from perseusd.planner.bundled import bundled_profile
+from perseusd.workload.sim_costs import WorkloadCosts
+from perseusd.workload.sim_workload import SimGpuHandle
 
 from .conftest import FakeClock
 

@@ -11,10 +11,10 @@ import pytest
 
 from perseusd.gpu.sim import SimBackend
 from perseusd.gpu.sim_boards import load_board
-from perseusd.gpu.sim_costs import WorkloadCosts
-from perseusd.gpu.sim_group import run_together
-from perseusd.gpu.sim_workload import SimGpuHandle
 from perseusd.planner.bundled import bundled_profile
+from perseusd.workload.sim_costs import WorkloadCosts
+from perseusd.workload.sim_group import run_together
+from perseusd.workload.sim_workload import SimGpuHandle
 
 
 def test_gpus_run_together_at_their_own_clocks_and_a_clock_changed_mid_run_applies_to_the_work_left(

@@ -16,11 +16,11 @@ from perseusd.gpu.backend import CLOCK_EVENT_SW_POWER_CAP, power_capped
 from perseusd.gpu.errors import GpuInvalidArgumentError
 from perseusd.gpu.sim import SimBackend
 from perseusd.gpu.sim_boards import load_board
-from perseusd.gpu.sim_costs import WorkloadCosts
-from perseusd.gpu.sim_workload import SimGpuHandle
 from perseusd.planner.dag import Instruction
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.profile_csv import read_profile
+from perseusd.workload.sim_costs import WorkloadCosts
+from perseusd.workload.sim_workload import SimGpuHandle
 
 from .conftest import FakeClock
 

@@ -13,9 +13,9 @@ import pytest
 from perseusd.gpu.errors import GpuInvalidArgumentError
 from perseusd.gpu.sim import SimBackend
 from perseusd.gpu.sim_boards import load_board
-from perseusd.gpu.sim_costs import WorkloadCosts
-from perseusd.gpu.sim_workload import SimGpuHandle, list_sim_gpus
 from perseusd.planner.bundled import bundled_profile
+from perseusd.workload.sim_costs import WorkloadCosts
+from perseusd.workload.sim_workload import SimGpuHandle, list_sim_gpus
 
 WORKER = Path(__file__).with_name("sim_worker.py")
 A100_BLOCKING_W = 83.64

@@ -68,10 +68,12 @@ def test_a_running_job_reports_its_error_and_is_re_planned_when_it_falls_short(
         all_max_j = 100.0
         short = all_max_j * (1 - (before.predicted_saving_pct - 5.0) / 100)
         iterations = float(MIN_ITERATIONS)
-        monkeypatch.setattr(manager, "measured", lambda _job: MeasuredSaving(short, all_max_j, iterations))
+        monkeypatch.setattr(
+            manager.deployment, "measured", lambda _job: MeasuredSaving(short, all_max_j, iterations)
+        )
         job = next(iter(manager.jobs.values()))
         job.accuracy_checked_s = 0.0
-        with caplog.at_level(logging.WARNING, logger="perseusd.jobs.manager"):
+        with caplog.at_level(logging.WARNING, logger="perseusd.jobs.deployment"):
             core.tick()
         after = _job(core)
         assert after.accuracy_action == "re-planned"

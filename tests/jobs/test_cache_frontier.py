@@ -15,9 +15,8 @@ from perseus_client.protocol import Claim, Hello, JobsReply, JobsRequest, Profil
 from perseusd.daemon.core import DaemonCore
 from perseusd.jobs import cache as cache_module
 from perseusd.jobs.cache import JobCache
-from perseusd.jobs.manager import JobSettings
+from perseusd.jobs.settings import JobSettings
 from perseusd.jobs.shape import JobShape
-from perseusd.planner.frontier_text import frontier_json
 from perseusd.planner.plan import frontier_to_document
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.callers import ME
@@ -81,7 +80,7 @@ def test_huge_and_foreign_frontiers_are_ignored(
     loaded = cache.load(SIGNATURE, _shape())
     assert loaded is not None
     assert loaded.frontier is not None  # the control: a good frontier is used, as it was written
-    assert frontier_json(frontier_to_document(loaded.frontier)) + "\n" == valid
+    assert json.dumps(frontier_to_document(loaded.frontier)) + "\n" == valid
     with caplog.at_level(logging.WARNING, logger="perseusd.jobs.cache"):
         other = cache.load(SIGNATURE, _shape(stages=3))
         monkeypatch.setattr(cache_module, "MAX_FRONTIER_BYTES", len(valid) - 1)

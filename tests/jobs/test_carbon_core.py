@@ -27,7 +27,7 @@ from perseusd.carbon.keeper import SignalKeeper
 from perseusd.carbon.traces import SignalPoint
 from perseusd.daemon.core import DaemonCore
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
-from perseusd.jobs.manager import JobSettings
+from perseusd.jobs.settings import JobSettings
 from perseusd.planner.policy import PointSummary, Policy
 from tests.support.callers import ME
 from tests.support.daemon_core import sim_core, start_synthetic_job
@@ -206,7 +206,7 @@ def test_under_a_node_cap_the_job_runs_the_least_cost_point_the_cap_allows(
     cap = next(p for p in points if p.time_s > fast.time_s * 1.05)  # a cap that forbids the clean point
     assert core.jobs is not None
     job = core.jobs.jobs["train"]
-    job.cap_index = cap.index  # what the node cap's allocation sets (perseusd.power.node_cap)
+    job.cap_index = cap.index  # what the node cap's allocation sets (perseusd.cap.node_cap)
     core.jobs.response.decide(job)  # and what it calls then
     _step(core, 0)
     running = _info(core).pipelines[0]

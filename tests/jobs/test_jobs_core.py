@@ -36,12 +36,13 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.job_requests import JobRequests
-from perseusd.jobs.manager import JobSettings
+from perseusd.daemon.requests.job import JobRequests
 from perseusd.jobs.response import DEPARTS
+from perseusd.jobs.settings import JobSettings
 from perseusd.leasing.identity import Caller
-from perseusd.planner.dag import Instruction, one_f_one_b_order
+from perseusd.planner.dag import Instruction
 from perseusd.planner.profile_csv import profile_to_csv
+from perseusd.planner.schedule_orders import one_f_one_b_order
 from tests.support.callers import ME, OTHER
 from tests.support.daemon_core import sim_core
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
@@ -272,7 +273,7 @@ def test_the_frontier_states_what_the_gpus_will_do(core: DaemonCore) -> None:
     assert frontier["switching"]["lead_s"] == pytest.approx(latency_s + 0.002)
     info = _info(core)["train"]
     deployed = frontier["points"][info.plan_index]
-    assert {"effective_clocks_mhz", "switch_changed", "planned_energy_j"} <= set(deployed)
+    assert {"effective_clock_changes", "switch_changed", "planned_energy_j"} <= set(deployed)
     assert info.plan_energy_j == deployed["refined_energy_j"]
     assert info.plan_time_s == deployed["refined_time_s"]
 

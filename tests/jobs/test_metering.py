@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 
 import pytest
@@ -57,14 +58,21 @@ def test_job_measurement_needs_every_gpu() -> None:
     assert job_measurement([], iterations=0) is None
 
 
-def test_a_slow_watch_reads_every_nth_round() -> None:
-    reads: list[str] = []
+def _counting_reader(reads: list[str]) -> Callable[[str], Future[tuple[int, int]]]:
+    """An energy read that records the GPU it was asked for and answers (n, n) for the n-th read."""
 
     def read(gpu: str) -> Future[tuple[int, int]]:
         reads.append(gpu)
         done: Future[tuple[int, int]] = Future()
         done.set_result((len(reads), len(reads)))
         return done
+
+    return read
+
+
+def test_a_slow_watch_reads_every_nth_round() -> None:
+    reads: list[str] = []
+    read = _counting_reader(reads)
 
     sampler = EnergySampler(read, period_s=0.01)
     sampler.watch("fast")
@@ -75,12 +83,7 @@ def test_a_slow_watch_reads_every_nth_round() -> None:
 
 
 def test_the_sampler_sleeps_until_a_watched_gpu_is_due() -> None:
-    def read(_gpu: str) -> Future[tuple[int, int]]:
-        done: Future[tuple[int, int]] = Future()
-        done.set_result((0, 0))
-        return done
-
-    sampler = EnergySampler(read, period_s=0.01)
+    sampler = EnergySampler(_counting_reader([]), period_s=0.01)
     sampler.watch("running", period_s=1.0)  # a running job's GPU: once a second, 100 rounds
     sampler.sample_once()
     assert sampler.rounds_until_due() == 99
@@ -92,12 +95,7 @@ def test_the_sampler_thread_reads_a_slow_watch_about_once_per_its_period() -> No
     """At most a few reads (and wake-ups) in half a second for a GPU read once a second; no timing asserted
     beyond the order of magnitude (a loaded machine only makes it fewer)."""
     reads: list[str] = []
-
-    def read(gpu: str) -> Future[tuple[int, int]]:
-        reads.append(gpu)
-        done: Future[tuple[int, int]] = Future()
-        done.set_result((len(reads), len(reads)))
-        return done
+    read = _counting_reader(reads)
 
     sampler = EnergySampler(read, period_s=0.005)
     sampler.watch("running", period_s=0.25)

@@ -22,8 +22,8 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.daemon.job_requests import MAX_PENDING_IMPORTS_PER_USER
-from perseusd.jobs.manager import JobSettings
+from perseusd.daemon.requests.job import MAX_PENDING_IMPORTS_PER_USER
+from perseusd.jobs.settings import JobSettings
 from perseusd.leasing.identity import Caller
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.daemon_core import sim_core

@@ -10,13 +10,14 @@ import time
 
 import pytest
 
+from perseusd.errors import PlanningError
 from perseusd.jobs.shape import JobShape
 from perseusd.jobs.solving import PlanningTimes, SolveInput, SolvePhases, SolveWorker, solve
 from perseusd.planner.plan import Frontier, PlanMeta, frontier_document, frontier_to_document
 from perseusd.planner.profile_csv import profile_to_csv
 from perseusd.planner.solver import SolverParams, solve_frontier
 from perseusd.planner.switching import SwitchModel
-from tests.support.slow_solve import slow_or_fast
+from tests.support.slow_solve import greedy_or_fast, slow_or_fast
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
 pytestmark = pytest.mark.timeout(120)
@@ -101,5 +102,19 @@ def test_a_cancelled_solve_frees_the_worker_for_the_others() -> None:
         assert worker.inflight == 0
         worker.cancel(small)  # done: a no-op
         assert worker.cancelled == 1
+    finally:
+        worker.close()
+
+
+def test_a_solve_past_the_memory_cap_fails_alone_and_the_worker_serves_on() -> None:
+    """A solve needing more than `solver_memory_limit_mib` fails its own job with the reason; the same worker
+    process then solves the next job (no OOM kill taking every queued solve with it)."""
+    worker = SolveWorker(greedy_or_fast, memory_limit_mib=512)
+    try:
+        greedy = worker.submit(dataclasses.replace(_task(None), job="greedy"))
+        modest = worker.submit(_task(None))
+        with pytest.raises(PlanningError, match=r"more memory than the solver may use \(512 MiB"):
+            greedy.result(timeout=60)
+        assert modest.result(timeout=60).frontier == solve(_task(None)).frontier
     finally:
         worker.close()

@@ -23,7 +23,7 @@ from perseus_client.protocol import (
 
 from perseusd.daemon.core import DaemonCore
 from perseusd.gpu.sim_shared import StateMap, state_path
-from perseusd.jobs.manager import JobSettings
+from perseusd.jobs.settings import JobSettings
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.callers import ME
 from tests.support.daemon_core import sim_core

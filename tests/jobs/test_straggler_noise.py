@@ -21,7 +21,7 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.jobs.manager import JobSettings
+from perseusd.jobs.settings import JobSettings
 from perseusd.jobs.straggling import (
     NOISE_MARGIN_MAX,
     NOISE_MIN_SAMPLES,
@@ -31,7 +31,7 @@ from perseusd.jobs.straggling import (
     StragglerSettings,
     pick_straggler,
 )
-from perseusd.planner.dag import one_f_one_b_order
+from perseusd.planner.schedule_orders import one_f_one_b_order
 from tests.support.callers import ME
 from tests.support.daemon_core import sim_core, start_synthetic_job
 

@@ -22,8 +22,8 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.jobs.manager import JobSettings
-from perseusd.planner.dag import one_f_one_b_order
+from perseusd.jobs.settings import JobSettings
+from perseusd.planner.schedule_orders import one_f_one_b_order
 from perseusd.profiling.sweep import SweepSettings
 from tests.support.callers import ME
 from tests.support.daemon_core import sim_core

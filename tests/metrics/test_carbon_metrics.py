@@ -27,7 +27,7 @@ from perseusd.carbon.keeper import SignalKeeper
 from perseusd.carbon.traces import SignalPoint
 from perseusd.daemon.core import DaemonCore
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
-from perseusd.jobs.manager import JobSettings
+from perseusd.jobs.settings import JobSettings
 from perseusd.leasing.identity import Caller
 from perseusd.metrics.collector import PerseusCollector
 from perseusd.planner.profile_csv import profile_to_csv
@@ -106,17 +106,19 @@ def _run_until_counted(core: DaemonCore) -> None:
 def test_the_signal_and_each_jobs_carbon_or_cost(
     tmp_path: Path, now: list[float], unit: str, amount: str
 ) -> None:
-    keeper = SignalKeeper("test", unit, 3600.0, "persistence", clock_s=lambda: now[0])
+    # The label is the signal's kind, not its description (which changes with the trace and its speed).
+    description = "trace chase_carbon_hist (167 points, x60)"
+    keeper = SignalKeeper(description, unit, 3600.0, "persistence", clock_s=lambda: now[0])
     keeper.update([SignalPoint(1800.0 * i, 500.0) for i in range(4)])
     with _core(tmp_path, keeper, now) as core:
         _run_until_counted(core)
         now[0] = 42.0
         samples = _scrape(core)
-        assert _value(samples, "perseus_grid_signal_value", source="test", unit=unit) == 500.0
-        assert _value(samples, "perseus_grid_signal_forecast", source="test", unit=unit) == 500.0
-        assert _value(samples, "perseus_grid_signal_age_seconds", source="test") == 42.0
-        assert _value(samples, "perseus_grid_signal_state", source="test", state="ok") == 1.0
-        assert _value(samples, "perseus_grid_signal_state", source="test", state="expired") == 0.0
+        assert _value(samples, "perseus_grid_signal_value", source="trace", unit=unit) == 500.0
+        assert _value(samples, "perseus_grid_signal_forecast", source="trace", unit=unit) == 500.0
+        assert _value(samples, "perseus_grid_signal_age_seconds", source="trace") == 42.0
+        assert _value(samples, "perseus_grid_signal_state", source="trace", state="ok") == 1.0
+        assert _value(samples, "perseus_grid_signal_state", source="trace", state="expired") == 0.0
         carbon = _jobs(core).jobs[0].carbon
         assert carbon is not None
         key = {"job_name": "train", "uid": str(os.getuid()), "unit": amount}
@@ -142,8 +144,8 @@ def test_the_signal_and_each_jobs_carbon_or_cost(
         now[0] = 3700.0  # no read for longer than the bounded age: expired, no value exported
         keeper.failed("the API is down")
         samples = _scrape(core)
-        assert _value(samples, "perseus_grid_signal_state", source="test", state="expired") == 1.0
-        assert _value(samples, "perseus_grid_signal_value", source="test", unit=unit) is None
+        assert _value(samples, "perseus_grid_signal_state", source="trace", state="expired") == 1.0
+        assert _value(samples, "perseus_grid_signal_value", source="trace", unit=unit) is None
 
 
 def test_no_grid_metrics_without_a_signal(tmp_path: Path, now: list[float]) -> None:

@@ -26,10 +26,9 @@ from perseus_client.protocol import EVENT_SOCKET_NAME, PROTOCOL_MAJOR, PROTOCOL_
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from perseusd.planner.dag import build_dag
-from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 from tests.support.synthetic import synthetic_profile
+from tests.support.training import join_pipeline, run_iteration
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -104,20 +103,11 @@ def scraped() -> Iterator[Scraped]:
             assert client.daemon_info is not None
             gpus = [gpu.uuid for gpu in client.daemon_info.gpus]
             profile = synthetic_profile(STAGES, seed=3, clocks_mhz=tuple(range(1410, 885, -90)))
-            client.profile_import(profile_to_csv(profile), source="synthetic", p_block_w=80.0)
-            client.claim(gpus)
-            for stage, gpu in enumerate(gpus):
-                client.register(gpu, stage=stage, num_stages=STAGES, num_microbatches=MICROBATCHES)
+            join_pipeline(client, gpus, profile, MICROBATCHES)
             _wait(lambda: client.jobs().jobs[0].state in ("running", "failed"), "the job to run")
             assert client.jobs().jobs[0].state == "running", client.jobs()
-            dag = build_dag("1f1b", STAGES, MICROBATCHES, 1)
             for step in range(ITERATIONS):
-                for stage, gpu in enumerate(gpus):
-                    with client.step(gpu, step):
-                        for node in dag.stage_orders[stage]:
-                            comp = dag.computations[node]
-                            with client.computation(gpu, stage, comp.instruction.value, comp.microbatch):
-                                pass
+                run_iteration(client, gpus, step, MICROBATCHES)
             _wait(lambda: client.jobs().jobs[0].pipelines[0].iterations >= ITERATIONS, "the iterations")
             yield Scraped(url, textfile_dir / "perseusd.prom", dirs.runtime_dir, gpus, daemon)
 

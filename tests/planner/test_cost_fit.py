@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import warnings
@@ -153,47 +154,52 @@ def test_daemon_solve_worker_does_not_load_scipy() -> None:
     assert done.stdout.split() == ["False", "False"]
 
 
-def test_c_moments_give_the_same_bits_as_the_python_reference() -> None:
+def test_the_moments_are_the_shapes_covariances_and_the_correlations_slope() -> None:
+    """At every span exponent: cov(phi, y) and var(phi) as written from their definition, and the slope term
+    has the sign (and, divided by var(phi)^1.5, the value) of d corr(phi, y) / ds by central differences."""
     from perseusd.planner import exp_fit
 
-    if exp_fit._C_MOMENTS is None:
-        pytest.skip("the C fit core is not built")
     rng = np.random.default_rng(7)
-    cases = [
-        (q.tolist(), y.tolist())
-        for q, y in (arrays(s) for s in option_sets(bundled_profile("a40"), 0.0001, 70.38))
-    ]
-    for n in (4, 9, 40):
-        q = np.sort(rng.choice(np.arange(1, 500), size=n, replace=False)).astype(float)
-        cases.append((q.tolist(), rng.uniform(-10.0, 1e4, size=n).tolist()))
-    for q, y in cases:
-        span = max(q) - min(q)
-        u = [(v - min(q)) / span for v in q]
-        y_c = exp_fit._centred(y)
-        spans = [
-            *exp_fit.GRID,
-            *(-s for s in exp_fit.GRID),
-            0.0,
-            -0.0,
-            1e-300,
-            -1e-12,
-            0.3,
-            -0.6,
-            -700.0,
-            1e5,
-        ]
-        assert exp_fit.moments_at(u, y_c, spans) == exp_fit.moments_at(u, y_c, spans, use_c=False)
+    q = np.sort(rng.choice(np.arange(1, 500), size=12, replace=False)).astype(float)
+    y = 3.0 * np.exp(-0.01 * q) + rng.uniform(0.0, 0.05, size=12)
+    u = (q - q[0]) / (q[-1] - q[0])
+    y_c = (y - y.mean()).tolist()
+
+    def phi(s: float) -> np.ndarray:
+        u0 = 1.0 if s > 0 else 0.0
+        return np.array([math.expm1(s * (v - u0)) / s if s != 0.0 else v - u0 for v in u])
+
+    def corr_term(s: float) -> float:
+        e_c = phi(s) - phi(s).mean()
+        return float(e_c @ y_c / math.sqrt(e_c @ e_c))
+
+    spans = [-40.0, -3.0, -0.6, -1e-3, 0.0, 2e-3, 0.3, 5.0, 60.0]
+    for s, (cov_ey, var_e, slope) in zip(spans, exp_fit.moments_at(u.tolist(), y_c, spans), strict=True):
+        e_c = phi(s) - phi(s).mean()
+        assert cov_ey == pytest.approx(float(e_c @ y_c), rel=1e-12, abs=1e-15)
+        assert var_e == pytest.approx(float(e_c @ e_c), rel=1e-12)
+        if s != 0.0:
+            h = 1e-5 * abs(s)
+            numeric = (corr_term(s + h) - corr_term(s - h)) / (2 * h)
+            assert slope / var_e**1.5 == pytest.approx(numeric, rel=1e-4, abs=1e-9)
+    assert exp_fit.moments_at(u.tolist(), y_c, []) == []
 
 
-def test_c_moments_reject_bad_input() -> None:
+def test_an_exponents_moments_do_not_depend_on_what_else_is_in_the_batch() -> None:
+    """The refinement recomputes the bracket's ends alone: they must be the grid's bits (a BLAS product
+    over the whole batch rounded differently and left the refinement an empty bracket)."""
     from perseusd.planner import exp_fit
 
-    if exp_fit._C_MOMENTS is None:
-        pytest.skip("the C fit core is not built")
-    with pytest.raises(ValueError, match="same, non-zero length"):
-        exp_fit.moments_at([0.0, 1.0], [1.0], [0.5])
-    with pytest.raises(ValueError, match="same, non-zero length"):
-        exp_fit.moments_at([], [], [0.5])
-    with pytest.raises(TypeError):
-        exp_fit.moments_at([0.0, "x"], [1.0, 2.0], [0.5])
-    assert exp_fit.moments_at([0.0, 1.0], [1.0, -1.0], []) == []
+    rng = np.random.default_rng(11)
+    cases = [
+        arrays(s) for name in ("a40", "h100_sxm") for s in option_sets(bundled_profile(name), 0.0002, 70.0)
+    ]
+    cases += [
+        (np.sort(rng.uniform(1.0, 900.0, size=n)), rng.uniform(-5.0, 50.0, size=n)) for n in (5, 17, 33)
+    ]
+    spans = [*exp_fit.GRID[::7], *(-s for s in exp_fit.GRID[::7]), 0.0, 149.308882421805]
+    for q, y in cases:
+        u = ((q - q.min()) / (q.max() - q.min())).tolist()
+        y_c = (y - y.mean()).tolist()
+        batch = exp_fit.moments_at(u, y_c, spans)
+        assert [exp_fit.moments_at(u, y_c, [s])[0] for s in spans] == batch

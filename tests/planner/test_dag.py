@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from perseusd.errors import PlanningError
-from perseusd.planner.dag import B, F, build_dag, from_stage_orders, one_f_one_b_order
+from perseusd.planner.dag import B, F, build_dag, from_stage_orders
+from perseusd.planner.schedule_orders import one_f_one_b_order
 
 
 def labels(schedule: str, stages: int, microbatches: int, stage: int, chunks: int = 1) -> list[str]:

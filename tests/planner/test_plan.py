@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from perseusd.errors import PlanFormatError, PlanningError
-from perseusd.planner.dag import ComputationDag, Instruction, build_dag, one_f_one_b_order
+from perseusd.planner.dag import ComputationDag, Instruction, build_dag
 from perseusd.planner.plan import (
     PlanMeta,
     frontier_document,
@@ -24,6 +24,7 @@ from perseusd.planner.plan import (
     save_json,
 )
 from perseusd.planner.plan_read import load_frontier, load_plan, parse_frontier
+from perseusd.planner.schedule_orders import one_f_one_b_order
 from tests.planner.periphery_profiles import CLOCKS_MHZ, shaped_profile
 
 PROFILE = shaped_profile([1.0, 1.2, 0.9, 1.1])

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from perseus_client.protocol import ProtocolError
 
 from perseusd.daemon.config import DaemonConfig
+from perseusd.errors import InvalidValueError
 from perseusd.planner.policy import DEFAULT_POLICY, POLICIES, PointSummary, Policy
 
 # A frontier like the H100's: the fastest point beats all-max (power-capped top clocks) at an energy cost.
@@ -60,6 +60,27 @@ def test_a_time_target_is_measured_seconds_so_the_measured_overhead_is_left_for(
 
 
 def test_unknown_policy_is_refused() -> None:
-    with pytest.raises(ProtocolError, match="no_slowdown"):
+    with pytest.raises(InvalidValueError, match="no_slowdown"):
         Policy("cheapest")
     assert "no_slowdown" in POLICIES
+
+
+def test_the_registry_holds_every_policy_the_protocol_names() -> None:
+    from typing import get_args
+
+    from perseus_client.message import Policy as PolicyName
+
+    from perseusd.planner.policy import REGISTRY
+
+    assert tuple(REGISTRY) == get_args(PolicyName)
+
+
+@pytest.mark.parametrize(
+    ("name", "target", "refused"),
+    [("slowdown", -0.01, "slowdown fraction"), ("carbon", 11.0, "slowdown fraction"), ("time", 0.0, "> 0")],
+)
+def test_a_target_out_of_its_range_is_refused_by_its_registered_kind(
+    name: str, target: float, refused: str
+) -> None:
+    with pytest.raises(InvalidValueError, match=refused):
+        Policy(name, target)

@@ -19,9 +19,9 @@ from benchmarks.workload_family import (
     stage_cost,
 )
 from perseusd.gpu.sim_boards import load_board
-from perseusd.gpu.sim_costs import check_profile_fits
 from perseusd.planner.bundled import bundled_profile
 from perseusd.planner.profile_csv import read_profile_stream
+from perseusd.workload.sim_costs import check_profile_fits
 
 
 def test_the_family_covers_the_shapes_the_suite_needs() -> None:

@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from perseusd.power.allocate import (
-    PLAN_HEADROOM,
-    CapPoint,
-    GpuRange,
-    JobLoad,
-    allocate,
-    demand_w,
-    floor_w,
-    priority_demand_w,
-)
+from perseusd.power.allocate import PLAN_HEADROOM, allocate, demand_w, floor_w, priority_demand_w
+from perseusd.power.cap_inputs import CapPoint, GpuRange, JobLoad
 
 GPUS = tuple(GpuRange(f"G{i}", 200.0, 700.0) for i in range(4))
 

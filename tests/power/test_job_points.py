@@ -8,7 +8,7 @@ from perseusd.jobs.job import Job
 from perseusd.jobs.response import capped
 from perseusd.jobs.shape import JobShape
 from perseusd.planner.policy import PointSummary, Policy
-from perseusd.power.job_loads import candidate_indices
+from perseusd.power.cap_inputs import candidate_indices
 
 POINTS = [PointSummary(i, 1.0 + 0.01 * i, 100.0 - i) for i in range(10)]
 

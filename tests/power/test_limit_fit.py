@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from perseusd.planner.dag import build_dag
-from perseusd.power.allocate import CapPoint, GpuRange, JobLoad, allocate
+from perseusd.power.allocate import allocate
+from perseusd.power.cap_inputs import CapPoint, GpuRange, JobLoad
 from perseusd.power.hard_line import best_hard_line, search_limits
 from perseusd.power.limit_model import LimitModel, LocalPipeline
 

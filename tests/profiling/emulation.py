@@ -14,10 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from perseusd.gpu.sim import SimBackend
-from perseusd.gpu.sim_costs import WorkloadCosts
-from perseusd.gpu.sim_workload import RunRecord, SimGpuHandle
 from perseusd.planner.dag import ComputationDag, build_dag
 from perseusd.profiling.trace import CounterTrace, Interval, OptionKey
+from perseusd.workload.sim_costs import WorkloadCosts
+from perseusd.workload.sim_workload import RunRecord, SimGpuHandle
 
 NS_PER_S = 1_000_000_000
 

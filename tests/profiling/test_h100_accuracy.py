@@ -77,7 +77,7 @@ class Profiled:
 
 
 def profile_stage(stage: StageEmulator) -> Profiled:
-    """The daemon's procedure (`JobManager._measure_iteration`) on the fake clock."""
+    """The daemon's procedure (`ProfilingRun._measure_iteration`) on the fake clock."""
     sweep = StageSweep(stage.model.clocks_mhz, stage.keys, SETTINGS)
     done: dict[tuple[OptionKey, int], OptionEstimate] = {}
     p_block_w: float | None = None

@@ -14,14 +14,17 @@ from pathlib import Path
 from perseus_client.codes import JobState
 from perseus_client.protocol import Claim, Hello, JobsReply, JobsRequest, ProfileImport, Register
 
+from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.config import DaemonConfig
 from perseusd.daemon.core import DaemonCore
+from perseusd.daemon.ipc import IpcServer, IpcSettings
 from perseusd.daemon.main import daemon_core
+from perseusd.daemon.service import Service
 from perseusd.gpu.owner import GpuOwner
+from perseusd.gpu.registry import GpuRegistry
 from perseusd.gpu.sim import SimBackend
 from perseusd.jobs.carbon_steering import CarbonSteering
-from perseusd.jobs.manager import JobSettings
-from perseusd.leasing.registry import GpuRegistry
+from perseusd.jobs.settings import JobSettings
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.callers import ME
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
@@ -92,3 +95,17 @@ def start_synthetic_job(core: DaemonCore, pipelines: int, stages: int, microbatc
         assert time.monotonic() < deadline_s, "the job never ran"
         core.tick()
         time.sleep(0.02)
+
+
+def leased_service(core: DaemonCore, tmp_path: Path) -> tuple[Service, IpcServer, str]:
+    """The daemon's service loop over `core`, its sockets bound under `tmp_path / "run"` (closed by the
+    caller: `ipc.close()`), and the core's first GPU, leased by this process."""
+    runtime_dir = tmp_path / "run"
+    runtime_dir.mkdir()
+    config = DaemonConfig(backend="sim", runtime_dir=runtime_dir, state_dir=tmp_path)
+    ipc = IpcServer(core, AccessPolicy("root", "root"), IpcSettings(runtime_dir, 1 << 20))
+    ipc.bind()
+    gpu = core.registry.uuids[0]
+    core.handle(ME, Hello(job="t", client_version="test"))
+    core.handle(ME, Claim(gpus=(gpu,), job="t"))
+    return Service(config, core, ipc, lambda: config, lambda _new: None), ipc, gpu

@@ -18,7 +18,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -215,3 +215,15 @@ class EtcdCluster:
                 self.kill(member)
             except (OSError, subprocess.TimeoutExpired):
                 continue
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    """The 3-member cluster, started once per module and closed after it (tests that kill members restart it
+    themselves). A test folder's conftest imports it to share it."""
+    cluster = EtcdCluster(tmp_path_factory.mktemp("etcd"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.close()

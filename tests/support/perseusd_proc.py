@@ -210,9 +210,9 @@ def sim_control(runtime_dir: Path, uuid: str) -> ControlState:
 CLIENT_SCRIPT = """
 import sys, time
 from perseus_client import PerseusClient
-runtime_dir, clock = sys.argv[1], int(sys.argv[2])
+runtime_dir, clock, count, first = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 client = PerseusClient(runtime_dir, job="e2e-holder", strict=True)
-gpus = [g.uuid for g in client.daemon_info.gpus][: int(sys.argv[3])]
+gpus = [g.uuid for g in client.daemon_info.gpus][first : first + count]
 client.claim(gpus)
 for gpu in gpus:
     client.set_clock(gpu, clock)
@@ -221,10 +221,13 @@ time.sleep(120)
 """
 
 
-def start_lease_holder(runtime_dir: Path, clock_mhz: int, gpus: int = 1) -> subprocess.Popen[str]:
-    """A client process that claims the first `gpus` GPUs, locks their clocks, says "ready" and sleeps."""
+def start_lease_holder(
+    runtime_dir: Path, clock_mhz: int, gpus: int = 1, first: int = 0
+) -> subprocess.Popen[str]:
+    """A client process that claims `gpus` GPUs from the `first`, locks their clocks, says "ready" and
+    sleeps."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", CLIENT_SCRIPT, str(runtime_dir), str(clock_mhz), str(gpus)],
+        [sys.executable, "-c", CLIENT_SCRIPT, str(runtime_dir), str(clock_mhz), str(gpus), str(first)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

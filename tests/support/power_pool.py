@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from perseusd.cluster.config import parse_endpoint
 from perseusd.cluster.etcd_store import EtcdStore
-from perseusd.cluster.power_pool_admin import PoolStatus, pool_status, set_budget
-from perseusd.cluster.power_pool_alloc import allocate
-from perseusd.cluster.power_pool_keys import PoolKeys
-from perseusd.cluster.power_pool_view import read_pool
 from perseusd.gpu.sim_shared import StateMap
+from perseusd.pool.admin import PoolStatus, pool_status, set_budget
+from perseusd.pool.alloc import allocate
+from perseusd.pool.keys import PoolKeys
+from perseusd.pool.view import read_pool
+from tests.support.ctl import run_ctl
 from tests.support.etcd_cluster import EtcdCluster
+from tests.support.lockstep import cluster_env
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess
 
 PREFIX = "/perseus/v1"
@@ -52,13 +53,7 @@ class PoolRun:
         self.daemons: dict[str, DaemonProcess] = {}
 
     def env(self, node: str, safe_cap_w: float = 0.0, target: str = "uniform") -> dict[str, str]:
-        return {
-            "PERSEUSD_ETCD_ENDPOINTS": ",".join(self.etcd.endpoints),
-            "PERSEUSD_CLUSTER_NODE_NAME": node,
-            "PERSEUSD_CLUSTER_LEASE_TTL_S": str(self.ttl_s),
-            "PERSEUSD_CLUSTER_REFRESH_INTERVAL_S": str(self.interval_s),
-            "PERSEUSD_CLUSTER_TIMEOUT_S": "0.5",
-            "PERSEUSD_JOB_CACHE": "false",
+        return cluster_env(self.etcd, node, self.ttl_s, self.interval_s) | {
             "PERSEUSD_POWER_POOL": self.pool,
             "PERSEUSD_POWER_POOL_SAFE_CAP_W": str(safe_cap_w),
             "PERSEUSD_POWER_POOL_TARGET": target,
@@ -78,9 +73,7 @@ class PoolRun:
 
     def ctl(self, node: str, *args: str) -> subprocess.CompletedProcess[str]:
         """`perseusctl` against `node`'s daemon (as root: its admin socket)."""
-        runtime_dir = str(self.daemons[node].dirs.runtime_dir)
-        command = [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", runtime_dir, *args]
-        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+        return run_ctl(self.daemons[node].dirs.runtime_dir, *args, timeout_s=60)
 
     def status(self) -> PoolStatus:
         return pool_status(self.store, self.keys)

@@ -11,8 +11,8 @@ import pytest
 from perseus_client.protocol import PlanEntry
 
 from perseusd.gpu.owner import GpuOwner
+from perseusd.gpu.registry import GpuRegistry
 from perseusd.gpu.sim import SimBackend
-from perseusd.leasing.registry import GpuRegistry
 from perseusd.switching.deadline_timer import DeadlineTimer
 from perseusd.switching.plans import (
     MAX_EVENT_AGE_NS,

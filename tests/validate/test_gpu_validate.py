@@ -15,19 +15,17 @@ from typing import cast
 
 import pytest
 
-from benchmarks.gpu_validate import (
+from benchmarks.gpu_truth import (
     BoundaryRecorder,
-    SweepRow,
     best_single_clock,
     job_truth,
-    markdown,
     padded_energy_j,
-    parse_args,
     profile_error,
-    refusal,
     sweep_at,
     target_row,
 )
+from benchmarks.gpu_validate import markdown, parse_args, refusal
+from perseusd.emulate.hybrid import SweepRow
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = [

@@ -1,0 +1,85 @@
+"""The admin socket's power-pool requests: `admin_pool_set_budget` and `admin_pool_status`.
+
+Served on the daemon's main loop with blocking etcd calls (one try per endpoint, each within the cluster
+timeout): admin requests are rare, and a pool's budget is worth an answer that says whether etcd took it.
+Every budget change is logged with the caller (uid, pid).
+"""
+
+from __future__ import annotations
+
+import pwd
+
+from perseus_client.codes import ErrorCode, ProtocolError
+from perseus_client.pool_messages import (
+    AdminPoolSetBudget,
+    AdminPoolStatus,
+    PoolBudgetOk,
+    PoolNode,
+    PoolStatusReply,
+)
+
+from perseusd.cluster.config import ClusterConfig
+from perseusd.cluster.etcd_store import ClusterError, EtcdStore
+from perseusd.leasing.identity import Caller
+from perseusd.pool.admin import pool_status, set_budget
+from perseusd.pool.keys import PoolKeys, check_pool
+
+
+class PoolRequests:
+    """Serves the pool admin messages through etcd (see module)."""
+
+    def __init__(self, cluster: ClusterConfig) -> None:
+        self._cluster = cluster
+        endpoints = cluster.parsed_endpoints
+        self._store = EtcdStore(endpoints, cluster.timeout_s, attempts=len(endpoints))
+
+    def close(self) -> None:
+        self._store.close()
+
+    def set_budget(self, caller: Caller, message: AdminPoolSetBudget) -> PoolBudgetOk:
+        keys = self._keys(message.pool)
+        by = describe(caller)
+        try:
+            set_budget(self._store, keys, message.budget_w, by)
+        except ValueError as exc:
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"admin_pool_set_budget.budget_w: {exc}") from None
+        except ClusterError as exc:
+            raise ProtocolError(ErrorCode.INTERNAL, f"power pool {message.pool}: {exc}") from None
+        return PoolBudgetOk(pool=message.pool, budget_w=message.budget_w, by=by)
+
+    def status(self, _caller: Caller, message: AdminPoolStatus) -> PoolStatusReply:
+        try:
+            status = pool_status(self._store, self._keys(message.pool))
+        except ClusterError as exc:
+            raise ProtocolError(ErrorCode.INTERNAL, f"power pool {message.pool}: {exc}") from None
+        nodes = tuple(
+            PoolNode(n.node, n.grant_w, n.demand_w, n.floor_w, n.applied_w, n.power_w) for n in status.nodes
+        )
+        return PoolStatusReply(
+            pool=status.pool,
+            revision=status.revision,
+            requested_w=status.requested_w,
+            requested_by=status.requested_by,
+            active_w=status.active_w,
+            granted_w=status.granted_w,
+            allocator=status.allocator,
+            problem=status.problem,
+            nodes=nodes,
+            requested_age_s=status.requested_age_s,
+            signal=status.signal,
+        )
+
+    def _keys(self, pool: str) -> PoolKeys:
+        try:
+            return PoolKeys(self._cluster.prefix, check_pool(pool))
+        except ValueError as exc:
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"pool: {exc}") from None
+
+
+def describe(caller: Caller) -> str:
+    """`user (uid N) pid P` for the logs."""
+    try:
+        user = pwd.getpwuid(caller.uid).pw_name
+    except KeyError:
+        user = "?"
+    return f"{user} (uid {caller.uid}) pid {caller.pid}"

@@ -1,0 +1,86 @@
+"""`PoolView`: one consistent read of a pool's keys (one etcd revision), decoded (pure, no I/O).
+
+Malformed values (another version's, or a hand-written key) are skipped and counted, never fatal.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from perseusd.cluster.etcd_store import Entry
+from perseusd.pool.keys import (
+    Budget,
+    NodeReport,
+    PoolKeys,
+    decode_budget,
+    decode_grant,
+    decode_report,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A node's grant and the etcd entry that holds it (its lease is the node's)."""
+
+    grant_w: float
+    entry: Entry
+
+
+@dataclass(frozen=True)
+class Report:
+    """A node's report and the etcd entry that holds it (its lease is the node's)."""
+
+    report: NodeReport
+    entry: Entry
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """A pool as of `revision`."""
+
+    revision: int
+    request: Budget | None = None
+    active: Budget | None = None
+    active_entry: Entry | None = None
+    reports: dict[str, Report] = field(default_factory=dict)
+    grants: dict[str, Grant] = field(default_factory=dict)
+    allocator: Entry | None = None
+    skipped: int = 0
+
+    @property
+    def granted_w(self) -> float:
+        """The sum of the grants."""
+        return sum(g.grant_w for g in self.grants.values())
+
+    @property
+    def allocator_node(self) -> str | None:
+        return None if self.allocator is None else self.allocator.value.decode("utf-8", "replace")
+
+
+def read_pool(keys: PoolKeys, revision: int, entries: Iterable[Entry]) -> PoolView:
+    """Decode the entries under `keys.root` (see module)."""
+    request = active = None
+    active_entry = allocator = None
+    reports: dict[str, Report] = {}
+    grants: dict[str, Grant] = {}
+    skipped = 0
+    for entry in entries:
+        try:
+            if entry.key == keys.request:
+                request = decode_budget(entry.value)
+            elif entry.key == keys.active:
+                active, active_entry = decode_budget(entry.value), entry
+            elif entry.key == keys.allocator:
+                allocator = entry
+            elif entry.key.startswith(keys.nodes):
+                reports[entry.key[len(keys.nodes) :]] = Report(decode_report(entry.value), entry)
+            elif entry.key.startswith(keys.grants):
+                grants[entry.key[len(keys.grants) :]] = Grant(decode_grant(entry.value), entry)
+        except ValueError as exc:
+            skipped += 1
+            logger.debug("power pool %s: skipped %s: %s", keys.pool, entry.key, exc)
+    return PoolView(revision, request, active, active_entry, reports, grants, allocator, skipped)

@@ -1,0 +1,96 @@
+"""The pool's allocation (floors, tiers, proportional, demand-bounded) and its two-step moves."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from perseusd.gpu.backend import GpuInfo
+from perseusd.pool.alloc import NodeNeed, allocate, plan_moves
+from perseusd.pool.uniform import uniform_limits_w
+
+
+def test_floors_first_then_higher_tiers_then_proportional() -> None:
+    needs = [
+        NodeNeed("a", demand_w=1000, floor_w=400, priority_w={2: 200, 0: 400}),
+        NodeNeed("b", demand_w=800, floor_w=300, priority_w={2: 100, 1: 400}),
+    ]
+    # floors 700; tier 2 asks 300 -> all; 150 left for tier 1 (b asks 400).
+    allocation = allocate(1150, needs)
+    assert allocation.feasible
+    assert allocation.grants_w == {"a": 600.0, "b": 550.0}
+    # Tier 1 fully served (400), tier 0 gets 100 of a's 400.
+    assert allocate(1500, needs).grants_w == {"a": 700.0, "b": 800.0}
+
+
+def test_never_above_demand_and_leftover_kept_back() -> None:
+    needs = [NodeNeed("a", 500, 100), NodeNeed("b", 300, 100)]
+    allocation = allocate(10_000, needs)
+    assert allocation.grants_w == {"a": 500.0, "b": 300.0}
+
+
+def test_impossible_budget_is_reported_and_still_never_exceeded() -> None:
+    needs = [NodeNeed("a", 500, 300), NodeNeed("b", 500, 300)]
+    allocation = allocate(450, needs)
+    assert not allocation.feasible
+    assert allocation.problem is not None
+    assert "below the sum of the nodes' floors 600.0 W" in allocation.problem
+    assert sum(allocation.grants_w.values()) <= 450
+    assert allocation.grants_w == {"a": 225.0, "b": 225.0}
+
+
+def test_bad_needs_are_refused() -> None:
+    with pytest.raises(ValueError, match="above demand"):
+        NodeNeed("a", 100, 200)
+    with pytest.raises(ValueError, match="finite"):
+        NodeNeed("a", float("nan"), 0)
+    with pytest.raises(ValueError, match="budget"):
+        allocate(-1, [])
+
+
+def test_random_pools_sum_within_budget_and_moves_keep_it_between_steps() -> None:
+    rng = random.Random(7)
+    for _ in range(500):
+        needs = []
+        for i in range(rng.randint(1, 8)):
+            floor_w = rng.uniform(0, 800)
+            demand_w = floor_w + rng.uniform(0, 2000)
+            tiers = {t: rng.uniform(0, 600) for t in range(3) if rng.random() < 0.6}
+            needs.append(NodeNeed(f"n{i}", demand_w, floor_w, tiers))
+        old = allocate(rng.uniform(0, 12_000), needs).grants_w
+        new_budget_w = rng.uniform(0, 12_000)
+        new = allocate(new_budget_w, needs)
+        assert sum(new.grants_w.values()) <= new_budget_w + 1e-6
+        for need in needs:
+            assert new.grants_w[need.node] <= need.demand_w + 1e-9
+            if new.feasible:
+                assert new.grants_w[need.node] >= need.floor_w - 0.1 - 1e-9
+        moves = plan_moves(old, new.grants_w)
+        between = {**old, **moves.lowers}
+        assert all(between[n] <= new.grants_w[n] + 1e-9 for n in between)
+        assert sum(between.values()) <= new_budget_w + 1e-6
+        assert {**between, **moves.raises} == new.grants_w
+
+
+def test_moves_drop_departed_nodes_and_raise_new_ones() -> None:
+    moves = plan_moves({"a": 300, "gone": 200}, {"a": 250, "new": 100})
+    assert moves.lowers == {"a": 250}
+    assert moves.drops == ("gone",)
+    assert moves.raises == {"new": 100}
+
+
+def _gpu(uuid: str, min_w: float, max_w: float) -> GpuInfo:
+    return GpuInfo(uuid, 0, "sim", "0", (1410,), min_w, max_w, max_w, True)
+
+
+def test_uniform_limits_sum_to_the_grant_within_constraints() -> None:
+    gpus = [_gpu("g0", 100, 400), _gpu("g1", 100, 250), _gpu("g2", 150, 400)]
+    limits = uniform_limits_w(900, gpus)
+    assert sum(limits.values()) == pytest.approx(900, abs=1e-6)
+    assert sum(limits.values()) <= 900
+    assert limits["g1"] == 250  # at its maximum; the others share the rest alike
+    assert limits["g0"] == pytest.approx(325)
+    assert limits["g2"] == pytest.approx(325)
+    assert uniform_limits_w(100, gpus) == {"g0": 100, "g1": 100, "g2": 150}  # impossible: the minimums
+    assert uniform_limits_w(5000, gpus) == {"g0": 400, "g1": 250, "g2": 400}

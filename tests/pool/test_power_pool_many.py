@@ -1,0 +1,106 @@
+"""A pool of more nodes than etcd takes operations in one transaction (128), on a real 3-member etcd.
+
+140 real `PoolAgent`s in this process (each with its own store, lease, watches and thread; a simulated node
+behind each) join one pool. A budget is set and lowered: every node must hold the allocation, the
+allocator's moves must have been split into several transactions, the nodes that do not allocate must
+never have read the whole pool, and the grant invariant must hold at every etcd revision of the run. Then
+the allocator is stopped without revoking its lease (as if killed): another node takes over and moves the
+grants of the next budget. The large-N numbers are `benchmarks/bench_pool_scale.py`'s.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from perseusd.cluster.config import ClusterConfig
+from perseusd.pool.agent import PoolAgent, PoolSettings
+from perseusd.pool.alloc import NodeNeed, allocate
+from tests.support.etcd_cluster import EtcdCluster, requires_etcd
+from tests.support.power_pool import PoolRun, wait_for
+
+pytestmark = [requires_etcd, pytest.mark.timeout(300)]
+
+NODES, TTL_S = 140, 3
+FLOOR_W, DEMAND_W = 800.0, 3200.0
+
+
+class SimNode:
+    """A node's GPUs as a `NodePowerTarget`: what it was last told to hold."""
+
+    def __init__(self, index: int) -> None:
+        self.demand_w = DEMAND_W - (index % 4) * 100.0
+        self.held: float | None = None
+        self._lock = threading.Lock()
+
+    def power_demand_w(self) -> float:
+        return self.demand_w
+
+    def power_floor_w(self) -> float:
+        return FLOOR_W
+
+    def priority_demand_w(self) -> dict[int, float]:
+        return {}
+
+    def apply_grant_w(self, grant_w: float | None) -> None:
+        with self._lock:
+            self.held = grant_w
+
+
+@pytest.fixture
+def fleet(etcd: EtcdCluster) -> Iterator[tuple[PoolRun, dict[str, PoolAgent], dict[str, SimNode]]]:
+    etcd.restart()
+    run = PoolRun(etcd, "many", ttl_s=TTL_S)
+    agents: dict[str, PoolAgent] = {}
+    sims: dict[str, SimNode] = {}
+    try:
+        for i in range(NODES):
+            node = f"n{i:03d}"
+            config = ClusterConfig(etcd.endpoints, node, TTL_S, 1.0, refresh_interval_s=0.3)
+            sims[node] = SimNode(i)
+            agents[node] = PoolAgent(config, PoolSettings("many"), sims[node])
+            agents[node].start()
+        yield run, agents, sims
+    finally:
+        for agent in agents.values():
+            agent.stop()
+        run.close()
+
+
+def _held_everywhere(sims: dict[str, SimNode], budget_w: float) -> bool:
+    needs = [NodeNeed(node, sim.demand_w, FLOOR_W, {}) for node, sim in sorted(sims.items())]
+    return all(sims[n].held == w for n, w in allocate(budget_w, needs).grants_w.items())
+
+
+def test_more_nodes_than_a_transaction_holds(
+    fleet: tuple[PoolRun, dict[str, PoolAgent], dict[str, SimNode]],
+) -> None:
+    run, agents, sims = fleet
+    assert wait_for(lambda: len(run.status().nodes) == NODES, 60.0) is not None
+    first = run.revision()
+    demand_w = sum(s.demand_w for s in sims.values())
+    for budget_w in (round(0.8 * demand_w, 1), round(0.6 * demand_w, 1)):
+        run.set_budget(budget_w)
+        assert wait_for(lambda b=budget_w: _held_everywhere(sims, b), 90.0) is not None  # type: ignore[misc]
+
+    allocator = run.status().allocator
+    assert allocator is not None
+    assert agents[allocator]._allocator.transactions > agents[allocator]._allocator.moves  # split moves
+    # Only a node that won the election (a loaded machine may have let a lease lapse) read the whole pool.
+    assert all(a._allocator.wins > 0 for a in agents.values() if a.full_reads > 0)
+    assert sum(1 for a in agents.values() if a.full_reads > 0) < NODES // 10
+    others = [a for n, a in agents.items() if n != allocator]
+    assert sum(a.pushed_applied for a in others) > 0  # grants arrived by the watch
+
+    agents.pop(allocator).stop(revoke=False, uncap=False)  # as if killed: its lease expires
+    del sims[allocator]
+    budget_w = round(0.7 * sum(s.demand_w for s in sims.values()), 1)
+    run.set_budget(budget_w)
+    assert wait_for(lambda: _held_everywhere(sims, budget_w), 90.0) is not None
+    assert run.status().allocator not in (None, allocator)
+
+    check = run.check_invariant(first, run.revision())
+    assert check.violations == []
+    assert check.grant_revisions >= 3
