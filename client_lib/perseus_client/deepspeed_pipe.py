@@ -22,18 +22,11 @@ deepspeed is imported only when `instrument_deepspeed` is called.
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any
 
 from perseus_client.client import PerseusClient
 from perseus_client.run_id import launcher_run_id
-from perseus_client.torch_events import (
-    CudaEventReporter,
-    DirectReporter,
-    Reporter,
-    cuda_event_recorder,
-    gpu_of,
-)
+from perseus_client.torch_events import Instrumentation, Reporter, gpu_of, reporter_for
 
 
 def instrument_deepspeed(
@@ -69,7 +62,8 @@ def instrument_deepspeed(
     if not isinstance(engine, PipelineEngine):
         raise TypeError(f"expected a DeepSpeed PipelineEngine, got {type(engine).__name__}")
     own_schedule = type(engine)._train_schedule is PipelineEngine._train_schedule
-    gpu = gpu_of(client, gpu, _torch_device(engine.device))
+    device = _torch_device(engine.device)
+    gpu = gpu_of(client, gpu, device)
     if register:
         client.register(
             gpu,
@@ -82,15 +76,8 @@ def instrument_deepspeed(
             stage_gpus=engine.grid.get_slice_parallel_world_size() if stage_gpus is None else stage_gpus,
             run=launcher_run_id() if run is None else run,
         )
-    reporter: Reporter
-    device = engine.device
-    if cuda_events if cuda_events is not None else getattr(device, "type", str(device)).startswith("cuda"):
-        import torch
-
-        reporter = CudaEventReporter(client, gpu, cuda_event_recorder(torch.device(device)))
-    else:
-        reporter = DirectReporter(client, gpu)
-    return DeepSpeedInstrumentation(engine, reporter, first_step)
+    cuda = device.type == "cuda" if cuda_events is None else cuda_events
+    return DeepSpeedInstrumentation(engine, reporter_for(client, gpu, device if cuda else None), first_step)
 
 
 def _torch_device(device: Any) -> Any:
@@ -100,22 +87,15 @@ def _torch_device(device: Any) -> Any:
     return device if isinstance(device, torch.device) else torch.device(device)
 
 
-class DeepSpeedInstrumentation:
-    """The wrappers `instrument_deepspeed` installed on the engine; `close()` removes them.
-
-    Attributes:
-        position: this rank's pipeline stage (the `stage` of its events).
-        next_step: the step number the next `train_batch()` reports.
-    """
+class DeepSpeedInstrumentation(Instrumentation):
+    """The wrappers `instrument_deepspeed` installed on the engine; `close()` removes them. A step is one
+    `train_batch()`."""
 
     def __init__(self, engine: Any, reporter: Reporter, first_step: int) -> None:
         from deepspeed.runtime.pipe import schedule
 
-        self.position: int = engine.stage_id
-        self.next_step = first_step
+        super().__init__(reporter, engine.stage_id, first_step)
         self._engine = engine
-        self._reporter = reporter
-        self._in_step = False
         self._counts = {"forward": 0, "backward": 0}
         instructions = dict(type(engine)._INSTRUCTION_MAP)
         for cls, name in ((schedule.ForwardPass, "forward"), (schedule.BackwardPass, "backward")):
@@ -132,28 +112,12 @@ class DeepSpeedInstrumentation:
             else:
                 setattr(self._engine, name, previous)
         self._saved = {}
-        self._reporter.close()
-
-    def __enter__(self) -> DeepSpeedInstrumentation:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
+        super().close()
 
     def _wrap_train_batch(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def train_batch(*args: Any, **kwargs: Any) -> Any:
-            number = self.next_step
-            self.next_step += 1
             self._counts = {"forward": 0, "backward": 0}
-            self._in_step = True
-            self._reporter.step_begin(number)
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self._in_step = False
-                self._reporter.step_end(number)
+            return self._run_step(original, args, kwargs)
 
         return train_batch
 

@@ -15,8 +15,8 @@ import json
 from perseus_client.message import Instruction
 from perseus_client.version import PROTOCOL_MAJOR
 
-INSTRUCTIONS = frozenset(i.value for i in Instruction)
-"""The instructions a computation event may name (`message.Instruction`)."""
+INSTRUCTIONS = {i.value: i.value.encode() for i in Instruction}
+"""The instructions a computation event may name (`message.Instruction`'s values), as written."""
 COMPUTATION_KINDS = (b"comp_begin", b"comp_end")
 STEP_KINDS = (b"step_begin", b"step_end")
 MAX_CACHED_GPUS = 1024
@@ -57,19 +57,12 @@ class EventWriter:
         timestamp_ns: int,
     ) -> bytes:
         """A computation's begin or end (`kind`: b"comp_begin" or b"comp_end"); ValueError for an
-        instruction other than "forward" and "backward"."""
-        if instruction not in INSTRUCTIONS:
-            raise ValueError(f"instruction must be 'forward' or 'backward' (got {instruction!r})")
+        instruction that is not an `Instruction`'s value."""
+        written = INSTRUCTIONS.get(instruction)
+        if written is None:
+            raise ValueError(f"instruction must be one of {sorted(INSTRUCTIONS)} (got {instruction!r})")
         gpu_json = self._gpu_json.get(gpu) or self._remember(gpu)
-        return self._computation % (
-            kind,
-            gpu_json,
-            stage,
-            instruction.encode(),
-            microbatch,
-            chunk,
-            timestamp_ns,
-        )
+        return self._computation % (kind, gpu_json, stage, written, microbatch, chunk, timestamp_ns)
 
     def step(self, kind: bytes, gpu: str, step: int, timestamp_ns: int) -> bytes:
         """A step's begin or end (`kind`: b"step_begin" or b"step_end")."""

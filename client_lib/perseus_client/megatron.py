@@ -32,13 +32,7 @@ from typing import Any
 
 from perseus_client.client import PerseusClient
 from perseus_client.run_id import launcher_run_id
-from perseus_client.torch_events import (
-    CudaEventReporter,
-    DirectReporter,
-    Reporter,
-    cuda_event_recorder,
-    gpu_of,
-)
+from perseus_client.torch_events import Instrumentation, Reporter, gpu_of, reporter_for
 
 _INTERLEAVED = "forward_backward_pipelining_with_interleaving"
 
@@ -118,22 +112,14 @@ def instrument_megatron(
         )
     if cuda_events is None:
         cuda_events = torch.cuda.is_available()
-    reporter: Reporter
-    if cuda_events:
-        device = torch.device("cuda", torch.cuda.current_device())
-        reporter = CudaEventReporter(client, gpu, cuda_event_recorder(device))
-    else:
-        reporter = DirectReporter(client, gpu)
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda_events else None
+    reporter = reporter_for(client, gpu, device)
     return MegatronInstrumentation(forward_backward_func, schedules, reporter, position, first_step)
 
 
-class MegatronInstrumentation:
-    """A forward-backward function that reports; call it as the original. `close()` sends what is pending.
-
-    Attributes:
-        position: this rank's pipeline stage (the `stage` of its events).
-        next_step: the step number the next training call reports.
-    """
+class MegatronInstrumentation(Instrumentation):
+    """A forward-backward function that reports; call it as the original (one training call is a step).
+    `close()` sends what is pending; the forward-backward function is not wrapped then."""
 
     def __init__(
         self,
@@ -143,43 +129,27 @@ class MegatronInstrumentation:
         position: int,
         first_step: int,
     ) -> None:
-        self.position = position
-        self.next_step = first_step
+        super().__init__(reporter, position, first_step)
         self.__name__ = forward_backward_func.__name__
         self._original = forward_backward_func
         self._schedules = schedules
-        self._reporter = reporter
         self._forwards: dict[int, tuple[object, int, int]] = {}  # id(output) -> (output, microbatch, chunk)
         self._counts: dict[int, int] = {}  # forwards seen per chunk (when Megatron passes no microbatch)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs.get("forward_only", False):
             return self._original(*args, **kwargs)
-        number = self.next_step
-        self.next_step += 1
         self._forwards.clear()
         self._counts.clear()
         module = self._schedules
         forward_step, backward_step = module.forward_step, module.backward_step
         module.forward_step = self._wrap_forward(forward_step)
         module.backward_step = self._wrap_backward(backward_step)
-        self._reporter.step_begin(number)
         try:
-            return self._original(*args, **kwargs)
+            return self._run_step(self._original, args, kwargs)
         finally:
             module.forward_step, module.backward_step = forward_step, backward_step
             self._forwards.clear()
-            self._reporter.step_end(number)
-
-    def close(self) -> None:
-        """Send any events still pending (CUDA events); the forward-backward function is not wrapped then."""
-        self._reporter.close()
-
-    def __enter__(self) -> MegatronInstrumentation:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _wrap_forward(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def forward_step(*args: Any, **kwargs: Any) -> Any:

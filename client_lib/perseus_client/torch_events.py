@@ -26,7 +26,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     import torch
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT_S = 10.0
+_Self = TypeVar("_Self", bound="Instrumentation")
 
 
 class CompletionEvent(Protocol):
@@ -168,3 +169,49 @@ def cuda_event_recorder(device: torch.device) -> Callable[[], CompletionEvent]:
         return event
 
     return record
+
+
+def reporter_for(client: PerseusClient, gpu: str, device: torch.device | None) -> Reporter:
+    """CUDA events on a CUDA device (no device-wide synchronise per computation), direct sends otherwise."""
+    if device is not None and device.type == "cuda":
+        return CudaEventReporter(client, gpu, cuda_event_recorder(device))
+    return DirectReporter(client, gpu)
+
+
+class Instrumentation:
+    """What every framework integration's wrappers share: this rank's stage, the step counter, a training
+    step between its begin and end events, and `close()` (or leaving a `with`). Each integration brackets its
+    computations itself, inline: that is the hot path (an extra call there costs ~0.1 us per computation).
+
+    Attributes:
+        position: this rank's pipeline stage (the `stage` of its events).
+        next_step: the step number the next training step reports.
+    """
+
+    def __init__(self, reporter: Reporter, position: int, first_step: int) -> None:
+        self.position = position
+        self.next_step = first_step
+        self._reporter = reporter
+        self._in_step = False
+
+    def close(self) -> None:
+        """Send any events still pending (CUDA events)."""
+        self._reporter.close()
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run_step(self, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """`original(*args, **kwargs)` as the next training step, between its begin and end events."""
+        number = self.next_step
+        self.next_step += 1
+        self._in_step = True
+        self._reporter.step_begin(number)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            self._in_step = False
+            self._reporter.step_end(number)

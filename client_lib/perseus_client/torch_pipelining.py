@@ -37,10 +37,8 @@ torch is imported here only: `perseus_client` itself never imports this module.
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any
 
-import torch
 from torch.distributed.pipelining import (
     Schedule1F1B,
     ScheduleGPipe,
@@ -54,13 +52,7 @@ from torch.distributed.pipelining.stage import _PipelineStageBase
 from perseus_client.client import PerseusClient
 from perseus_client.message import SPLIT_BACKWARD_SCHEDULES, VALUE_SINCE
 from perseus_client.run_id import launcher_run_id
-from perseus_client.torch_events import (
-    CudaEventReporter,
-    DirectReporter,
-    Reporter,
-    cuda_event_recorder,
-    gpu_of,
-)
+from perseus_client.torch_events import Instrumentation, Reporter, gpu_of, reporter_for
 
 Schedule = PipelineScheduleSingle | PipelineScheduleMulti
 _NAMED_SCHEDULES: dict[type[Any], str] = {
@@ -144,24 +136,13 @@ def instrument(
             stage_gpus=stage_gpus,
             run=launcher_run_id() if run is None else run,
         )
-    reporter = _reporter_for(stages[0].device, client, gpu)
+    reporter = reporter_for(client, gpu, stages[0].device)
     return PipelineInstrumentation(schedule, stages, reporter, first_step, name in SPLIT_BACKWARD_SCHEDULES)
 
 
-def _reporter_for(device: torch.device, client: PerseusClient, gpu: str) -> Reporter:
-    """CUDA events on a CUDA device (no device-wide synchronise per computation), direct sends otherwise."""
-    if device.type == "cuda":
-        return CudaEventReporter(client, gpu, cuda_event_recorder(device))
-    return DirectReporter(client, gpu)
-
-
-class PipelineInstrumentation:
-    """The wrappers `instrument` installed; `close()` (or leaving a `with` block) removes them.
-
-    Attributes:
-        position: this rank's pipeline stage (the `stage` of its events).
-        next_step: the step number the next training `schedule.step()` reports.
-    """
+class PipelineInstrumentation(Instrumentation):
+    """The wrappers `instrument` installed; `close()` (or leaving a `with` block) removes them. A step is one
+    training `schedule.step()`."""
 
     def __init__(
         self,
@@ -171,10 +152,7 @@ class PipelineInstrumentation:
         first_step: int,
         split_backward: bool = False,
     ) -> None:
-        self.position = stages[0].group_rank
-        self.next_step = first_step
-        self._reporter = reporter
-        self._in_step = False
+        super().__init__(reporter, stages[0].group_rank, first_step)
         self._split_backward = split_backward
         self._saved: list[tuple[object, str, object | None]] = []
         self._patch(schedule, "step", self._wrap_step(schedule))
@@ -194,15 +172,7 @@ class PipelineInstrumentation:
                 delattr(target, name)
             else:
                 setattr(target, name, previous)
-        self._reporter.close()
-
-    def __enter__(self) -> PipelineInstrumentation:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
+        super().close()
 
     def _patch(self, target: object, name: str, wrapper: Callable[..., Any]) -> None:
         """Shadow a method with an instance attribute, remembering any instance attribute it replaced."""
@@ -215,15 +185,7 @@ class PipelineInstrumentation:
         def step(*args: Any, **kwargs: Any) -> Any:
             if not schedule._has_backward:  # eval(): forward only, not the training order
                 return original(*args, **kwargs)
-            number = self.next_step
-            self.next_step += 1
-            self._in_step = True
-            self._reporter.step_begin(number)
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self._in_step = False
-                self._reporter.step_end(number)
+            return self._run_step(original, args, kwargs)
 
         return step
 

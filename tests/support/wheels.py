@@ -21,8 +21,9 @@ INSTALLER_FILES = {"INSTALLER", "REQUESTED", "RECORD", "direct_url.json"}
 
 
 def offline_pip_env() -> dict[str, str]:
-    """The environment for a pip that reads no configuration (no index, no find-links, no constraints)."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
+    """The environment for a pip that reads no configuration (no index, no find-links, no constraints) and
+    sees no PYTHONPATH (a checkout on it would pass for an installed distribution)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PIP_", "PYTHON"))}
     return {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
