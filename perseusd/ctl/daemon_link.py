@@ -93,6 +93,7 @@ def ask(
     group = reach.ADMIN_GROUP if admin else reach.USER_GROUP
     if not os.access(path, os.W_OK):  # absent, closed to this user, or elsewhere: say which
         raise DaemonUnreachableError(_diagnosis(path, group))
+    _check_owner(path)
     try:
         with _Link(path, timeout_s) as link:
             return link.exchange(request, expected)
@@ -104,6 +105,21 @@ def ask(
         if not exc.reached:
             raise DaemonUnreachableError(_diagnosis(path, group, f"perseusd: {exc.message}")) from None
         raise DaemonRequestError(exc.code, exc.message) from None
+
+
+def _check_owner(path: str) -> None:
+    """Talk only to a socket of root (the daemon's user) or of this user: libzmq holds a multipart reply whole
+    before perseusctl sees its first frame, so a reply's total size cannot be capped here, and a process of
+    another user that owns the socket path could stream one without end into this process's memory."""
+    try:
+        owner = os.stat(path).st_uid
+    except OSError as exc:
+        raise DaemonUnreachableError(f"cannot stat {path}: {exc}") from None
+    if owner not in (0, os.geteuid()):
+        raise DaemonUnreachableError(
+            f"{path} belongs to uid {owner}, neither root (perseusd) nor you: perseusctl does not talk to it "
+            "(check --runtime-dir and PERSEUSD_RUNTIME_DIR)"
+        )
 
 
 def _diagnosis(path: str, group: str, answering: str | None = None) -> str:

@@ -127,3 +127,16 @@ def test_a_socket_path_too_long_for_zeromq_is_one_clear_error(tmp_path: Path) ->
     finally:
         listener.close()
     assert f"cannot connect to {deep / 'control.sock'}" in message
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the socket to another user")
+def test_a_socket_of_another_user_is_never_talked_to(tmp_path: Path) -> None:
+    """A process of another user that owns the socket path could stream a multipart reply without end (libzmq
+    holds it whole before perseusctl sees a frame): perseusctl refuses the socket before it connects."""
+    path = tmp_path / "control.sock"
+    endless = [b"x" * (1 << 20)] * 64
+    with StubDaemon(path, lambda _request: endless) as stub:
+        os.chown(path, 65534, 65534)
+        error = _error(tmp_path)
+        assert not stub.seen
+    assert f"{path} belongs to uid 65534, neither root (perseusd) nor you" in error
