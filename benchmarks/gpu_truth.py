@@ -12,6 +12,8 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from perseus_client.version import PROTOCOL_MINOR
+
 from perseusd.emulate.hybrid import SweepRow  # the ground truth at one locked clock
 
 
@@ -87,6 +89,9 @@ class BoundaryRecorder:
     """Stands in for the client while the job runs without the daemon (`instrument(..., register=False)`):
     keeps the computation boundaries the instrumentation reports, stamped when they arrive (on a GPU, when
     the GPU reached them), to time each computation of the job itself at a locked clock."""
+
+    protocol_minor = PROTOCOL_MINOR
+    """What a client would speak: the instrumentation reports every instruction the newest minor has."""
 
     def __init__(self) -> None:
         self._begun: dict[tuple[str, int], int] = {}

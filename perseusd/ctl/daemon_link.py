@@ -108,17 +108,19 @@ def ask(
 
 
 def _check_owner(path: str) -> None:
-    """Talk only to a socket of root (the daemon's user) or of this user: libzmq holds a multipart reply whole
-    before perseusctl sees its first frame, so a reply's total size cannot be capped here, and a process of
-    another user that owns the socket path could stream one without end into this process's memory."""
+    """Talk only to a socket of root, of this user, or of the user owning its directory (a daemon run as its
+    own user makes both): libzmq holds a multipart reply whole before perseusctl sees its first frame, so a
+    reply's total size cannot be capped here, and another user's process that owns the socket path in a
+    directory it does not own (a shared one) could stream one without end into this process's memory."""
     try:
         owner = os.stat(path).st_uid
+        directory_owner = os.stat(os.path.dirname(path) or ".").st_uid
     except OSError as exc:
         raise DaemonUnreachableError(f"cannot stat {path}: {exc}") from None
-    if owner not in (0, os.geteuid()):
+    if owner not in (0, os.geteuid(), directory_owner):
         raise DaemonUnreachableError(
-            f"{path} belongs to uid {owner}, neither root (perseusd) nor you: perseusctl does not talk to it "
-            "(check --runtime-dir and PERSEUSD_RUNTIME_DIR)"
+            f"{path} belongs to uid {owner}, neither root, you, nor its directory's owner (uid "
+            f"{directory_owner}): perseusctl does not talk to it (check --runtime-dir, PERSEUSD_RUNTIME_DIR)"
         )
 
 

@@ -131,12 +131,14 @@ def test_a_socket_path_too_long_for_zeromq_is_one_clear_error(tmp_path: Path) ->
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the socket to another user")
 def test_a_socket_of_another_user_is_never_talked_to(tmp_path: Path) -> None:
-    """A process of another user that owns the socket path could stream a multipart reply without end (libzmq
-    holds it whole before perseusctl sees a frame): perseusctl refuses the socket before it connects."""
+    """A process of another user that owns the socket path in a directory it does not own could stream a
+    multipart reply without end (libzmq holds it whole before perseusctl sees a frame): perseusctl refuses
+    the socket before it connects. (A daemon run as its own user owns its directory too: tests/daemon's
+    unprivileged monitor.)"""
     path = tmp_path / "control.sock"
     endless = [b"x" * (1 << 20)] * 64
     with StubDaemon(path, lambda _request: endless) as stub:
         os.chown(path, 65534, 65534)
         error = _error(tmp_path)
         assert not stub.seen
-    assert f"{path} belongs to uid 65534, neither root (perseusd) nor you" in error
+    assert f"{path} belongs to uid 65534, neither root, you, nor its directory's owner (uid 0)" in error
