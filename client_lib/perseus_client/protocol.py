@@ -77,10 +77,12 @@ from perseus_client.job_messages import (
 )
 from perseus_client.message import JOB_STATES, ErrorReply, Instruction, Message, Policy, Schedule
 from perseus_client.pool_messages import (
+    AdminPoolRelease,
     AdminPoolSetBudget,
     AdminPoolStatus,
     PoolBudgetOk,
     PoolNode,
+    PoolReleaseOk,
     PoolStatusReply,
 )
 from perseus_client.slurm_messages import (
@@ -108,6 +110,7 @@ __all__ = [
     "JOB_STATES",
     "AdminCapStatus",
     "AdminClearCap",
+    "AdminPoolRelease",
     "AdminPoolSetBudget",
     "AdminPoolStatus",
     "AdminSetCap",
@@ -145,6 +148,7 @@ __all__ = [
     "PoolBudgetOk",
     "PoolInfo",
     "PoolNode",
+    "PoolReleaseOk",
     "PoolStatusReply",
     "ProfileExport",
     "ProfileImport",
@@ -429,6 +433,7 @@ ADMIN_TYPES: tuple[type[Message], ...] = (
     StatusRequest,
     AdminPoolSetBudget,
     AdminPoolStatus,
+    AdminPoolRelease,
     AdminSetCap,
     AdminClearCap,
     AdminCapStatus,
@@ -458,6 +463,7 @@ REPLY_TYPES: tuple[type[Message], ...] = (
     EventCountOk,
     EnergyReading,
     PoolBudgetOk,
+    PoolReleaseOk,
     PoolStatusReply,
     CapStatusReply,
     JobPriorityOk,

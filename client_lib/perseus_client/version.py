@@ -23,7 +23,8 @@ lease's `slurm_job`, a GPU row's `power_features`, `slurm_jobs` and the Slurm pr
 `admin_slurm_prolog` and `admin_slurm_epilog`;
 6, the power pool's budget source, age and signal state (status's `pool`, `pool_status`);
 7, a job's own error: `profile_error_pct`, `predicted_saving_pct`, `measured_saving_pct`, `saving_error_pts`
-and `accuracy_action`.
+and `accuracy_action`; 8, the power pool's `admin_pool_release` (an absent node's reservation) and a pool
+node's `reserved_w` and `absent_since_s`.
 
 Adding a message or a field: see docs/protocol.md ("Changing the protocol"); in short, bump
 `PROTOCOL_MINOR`, give a new message type `SINCE = PROTOCOL_MINOR` and a new field of an existing message a
@@ -37,7 +38,7 @@ from typing import Any
 
 PROTOCOL_MAJOR = 6
 """The frame's `"v"`. Bump only on a change that older peers cannot read, never for an additive one."""
-PROTOCOL_MINOR = 7
+PROTOCOL_MINOR = 8
 """The newest minor of `PROTOCOL_MAJOR` this library writes and reads."""
 
 
