@@ -27,8 +27,9 @@ its current one, moved like any other) or when an admin releases it (`perseusd.p
 Policy `release` (nodes fenced out of band) deletes an absent node's grant at the next round, and raises the
 others after `ack_timeout_s` even if a node did not report applying a lowered grant.
 
-An external budget signal that went stale moves nothing for its hold time, then deletes every grant (each
-node holds its safe cap); docs/power-pool.md, "Budgets from outside".
+An external budget signal that went stale moves nothing for its hold time, then deletes the grant of every
+node that reports (each holds its safe cap; absent nodes' reservations stay); docs/power-pool.md, "Budgets
+from outside".
 """
 
 from __future__ import annotations
@@ -201,8 +202,8 @@ class PoolAllocator:
 
     def _signal_stale(self, view: PoolView, won_at: int) -> bool:
         """An external budget signal that stopped: nothing moves while the grants are held; once the hold is
-        over every grant is deleted (each node then holds its safe cap, never above its last grant); the
-        active budget stays, so the nodes know the pool is still capped."""
+        over the grants of the nodes that report are deleted (each then holds its safe cap, never above its
+        last grant); the active budget stays, so the nodes know the pool is still capped."""
         assert view.request is not None
         freshness = view.request.freshness(self._wall_clock())
         if freshness != self._freshness:

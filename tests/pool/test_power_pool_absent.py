@@ -18,6 +18,9 @@ from collections.abc import Iterator
 import pytest
 
 from perseusd.pool.admin import ReleaseRefusedError
+from perseusd.pool.allocator import PoolAllocator
+from perseusd.pool.keys import NodeReport
+from perseusd.pool.view import PoolView
 from tests.support.etcd_cluster import EtcdCluster, requires_etcd
 from tests.support.power_pool import PoolRun, wait_for
 
@@ -194,3 +197,37 @@ def test_release_is_refused_for_a_live_or_unknown_node(run: PoolRun) -> None:
     with pytest.raises(ReleaseRefusedError, match="it is alive"):
         run.release("node-c")
     assert _grants(run) == dict.fromkeys(NODES, 400.0)  # nothing moved
+
+
+def test_a_node_gone_before_it_applied_a_lowered_grant_is_held_to_the_higher_one(run: PoolRun) -> None:
+    """The allocator lowers a node's grant, and the node vanishes before it reports applying it (it froze
+    just then): its GPUs may still hold the higher grant, so that is what stays reserved."""
+    store, keys = run.store, run.keys
+    leases = {node: store.grant_lease(30) for node in ("n1", "n2")}
+    allocator_lease = store.grant_lease(30)
+    allocator = PoolAllocator(store, keys, "n2", 3.0)
+
+    def report(node: str, applied_w: float | None) -> None:
+        store.put(keys.node(node), NodeReport(800, 200, {0: 600}, applied_w=applied_w).encode(), leases[node])
+
+    def rounds(count: int = 4) -> PoolView:
+        for _ in range(count):
+            allocator.round(run.view(), allocator_lease)
+        return run.view()
+
+    report("n1", None)
+    run.set_budget(600)
+    assert {n: g.grant_w for n, g in rounds().grants.items()} == {"n1": 600.0}
+    report("n1", 600.0)  # applies it
+    report("n2", None)  # joins: n1 is lowered to 300 W (held 600 W until it reports 300 W)
+    view = rounds(1)
+    assert (view.grants["n1"].grant_w, view.grants["n1"].held_w) == (300.0, 600.0)
+    store.revoke(leases["n1"])  # gone before it applied 300 W
+    view = rounds()
+    assert view.grants["n1"].reserved_w == 600.0
+    assert view.granted_w - view.grants["n1"].grant_w + view.grants["n1"].reserved_w <= 600.0
+    assert view.grants.get("n2") is None or view.grants["n2"].grant_w == 0.0  # nothing left for n2
+    assert run.release("n1") == 600.0
+    assert {n: g.grant_w for n, g in rounds().grants.items()} == {"n2": 600.0}
+    for lease in (leases["n2"], allocator_lease):
+        store.revoke(lease)
