@@ -19,10 +19,11 @@ Each round works from one read of the pool (`PoolView`) and makes at most one mo
    their targets are raised (and `held_w` dropped from the grants of nodes that applied theirs).
 
 Absent nodes: grants are written with no lease, and each write holds only if the node's report is still the
-one the allocator read. A node whose report vanished (its lease expired: dead, frozen, cut off from etcd)
-keeps its grant as a reservation (policy `hold`, the default): the budget less what the absent nodes may
-draw (`GrantRecord.reserved_w`) is divided among the nodes that report, the allocator never deletes an
-absent node's grant, and logs it once. The reservation ends when the node reports again (its grant is then
+one the allocator read (an absent node's grant, marked absent, only if the grant is still the one read). A
+node whose report vanished (its lease expired: dead, frozen, cut off from etcd) keeps its grant as a
+reservation (policy `hold`, the default): the budget less what the absent nodes may draw
+(`GrantRecord.reserved_w`) is divided among the nodes that report, the allocator never deletes an absent
+node's grant, and logs it once. The reservation ends when the node reports again (its grant is then
 its current one, moved like any other) or when an admin releases it (`perseusd.pool.admin.release_node`).
 Policy `release` (nodes fenced out of band) deletes an absent node's grant at the next round, and raises the
 others after `ack_timeout_s` even if a node did not report applying a lowered grant.
@@ -281,10 +282,12 @@ class PoolAllocator:
         return self._put_grant(view, node, GrantRecord(grant_w, max(grant.grant_w, grant.held_w or 0.0)))
 
     def _mark_absent(self, view: PoolView, node: str) -> Op:
-        """An absent node's grant, unchanged, with the time it was found absent (for status and logs)."""
+        """An absent node's grant, unchanged, with the time it was found absent (for status and logs):
+        written only over the grant as read, so a grant an admin released since is never written back."""
         grant = view.grants[node]
         record = GrantRecord(grant.grant_w, grant.held_w, round(self._wall_clock(), 1))
-        return put_op(self._keys.grant(node), record.encode()), compare_create(self._keys.node(node), 0)
+        key = self._keys.grant(node)
+        return put_op(key, record.encode()), compare_mod(key, grant.entry.mod_revision)
 
     def _drop_absent(self, node: str) -> Op:
         """Policy "release": an absent node's grant deleted, only while its report is still gone."""

@@ -231,3 +231,28 @@ def test_a_node_gone_before_it_applied_a_lowered_grant_is_held_to_the_higher_one
     assert {n: g.grant_w for n, g in rounds().grants.items()} == {"n2": 600.0}
     for lease in (leases["n2"], allocator_lease):
         store.revoke(lease)
+
+
+def test_an_allocator_working_from_an_old_read_never_writes_a_released_grant_back(run: PoolRun) -> None:
+    """The allocator read the pool with n1 absent and not yet marked; an admin released n1 before the
+    allocator's write: marking n1 absent must not create its grant again (it would be reserved forever)."""
+    store, keys = run.store, run.keys
+    n1_lease, n2_lease, allocator_lease = (store.grant_lease(30) for _ in range(3))
+    allocator = PoolAllocator(store, keys, "n2", 3.0)
+    for node, lease in (("n1", n1_lease), ("n2", n2_lease)):
+        store.put(keys.node(node), NodeReport(800, 200, {0: 600}).encode(), lease)
+    run.set_budget(600)
+    for _ in range(4):
+        allocator.round(run.view(), allocator_lease)
+    assert {n: g.grant_w for n, g in run.view().grants.items()} == {"n1": 300.0, "n2": 300.0}
+    store.revoke(n1_lease)
+    before_release = run.view()
+    assert before_release.grants["n1"].absent_since_s is None
+    assert run.release("n1") == 300.0
+    allocator.round(before_release, allocator_lease)  # would mark n1 absent: refused, n1 stays released
+    assert "n1" not in run.view().grants
+    for _ in range(4):
+        allocator.round(run.view(), allocator_lease)
+    assert {n: g.grant_w for n, g in run.view().grants.items()} == {"n2": 600.0}
+    for lease in (n2_lease, allocator_lease):
+        store.revoke(lease)
