@@ -8,7 +8,9 @@ For each N, a fresh etcd (3 members, loopback, `tests/support/etcd_cluster.py`) 
   from the admin's write to the node applying its new grant (p50, p99, max);
 - etcd in steady state (no change for `--hold` s): revisions/s (every write, lease expiries included) and
   raft proposals/s, the CPU of the etcd members and of the agents' processes;
-- a node hung (it stops renewing its lease): the time until every other node holds the share it got back;
+- a node hung (it stops renewing its lease): the time until every other node holds the share it got back
+  (run with `power_pool_absent_node = "release"`, `--absent-node`, the default here: with "hold", the
+  default of the daemon, the share stays reserved until an admin releases it, docs/power-pool.md);
 - the allocator's process SIGKILLed just after its first transaction of a budget change (mid-move): the time
   until every node holds its grant under the new allocator;
 - the allocator's CPU per round, the largest request and the largest reply any agent handled;
@@ -263,7 +265,13 @@ class Fleet:
     """N agents, an admin store and the invariant watch on one etcd."""
 
     def __init__(
-        self, etcd: EtcdCluster, nodes: int, per_process: int, ttl_s: int, interval_s: float
+        self,
+        etcd: EtcdCluster,
+        nodes: int,
+        per_process: int,
+        ttl_s: int,
+        interval_s: float,
+        absent_node: str = "release",
     ) -> None:
         self.etcd, self.ttl_s = etcd, ttl_s
         self.keys = PoolKeys(PREFIX, POOL)
@@ -272,10 +280,11 @@ class Fleet:
         self.invariant = InvariantWatch(etcd.endpoints[0], self.keys, start + 1)
         endpoints = ",".join(etcd.endpoints)
         names = [f"node-{i:04d}" for i in range(nodes)]
-        self.workers = [Worker(endpoints, names[:1], ttl_s, interval_s)]
+        policy = ("--absent-node", absent_node)
+        self.workers = [Worker(endpoints, names[:1], ttl_s, interval_s, policy)]
         wait(lambda: self.allocator() == names[0], 30.0, "the first node to allocate")
         for i in range(1, nodes, per_process):
-            self.workers.append(Worker(endpoints, names[i : i + per_process], ttl_s, interval_s))
+            self.workers.append(Worker(endpoints, names[i : i + per_process], ttl_s, interval_s, policy))
         for worker in self.workers:
             worker.started.wait(120)
         wait(lambda: len(self.view().reports) == nodes, 120.0, "every node's report")
@@ -519,7 +528,8 @@ def run_one(nodes: int, args: argparse.Namespace) -> dict[str, Any]:
             result: dict[str, Any] = {"nodes": nodes, "load_at_start": os.getloadavg()[0]}
             result["baseline_write_read_back"] = read_back_baseline(etcd)
             started = time.monotonic()
-            fleet = Fleet(etcd, nodes, args.per_process, args.ttl, args.interval)
+            result["absent_node_policy"] = args.absent_node
+            fleet = Fleet(etcd, nodes, args.per_process, args.ttl, args.interval, args.absent_node)
             result["start_s"] = round(time.monotonic() - started, 1)
             latencies, per_change = budget_changes(fleet, args.changes, rng)
             result["budget_change_held"] = summary(latencies) | {
@@ -636,6 +646,12 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=5)
     parser.add_argument("--hold", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--absent-node",
+        choices=("hold", "release"),
+        default="release",
+        help="every agent's power_pool_absent_node (release: a hung node's share is timed coming back)",
+    )
     parser.add_argument(
         "--plane", action="store_true", help="measure the straggler plane instead of the pool"
     )

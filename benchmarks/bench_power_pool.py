@@ -5,14 +5,18 @@ benchmark sets `--changes` budgets (seeded, between the floors and the demand) a
 every node whose grant changed takes to hold its new grant as GPU power limits (read straight from the
 simulated GPUs, polled every 10 ms). Then it SIGKILLs node-c and times how long until its share is back with
 the two others (their GPUs at the new grants): its lease must expire first (at most one TTL after its last
-renewal), then the allocator hands the share on. Finally it reads the pool at every
-etcd revision of the run and checks that the sum of the grants never exceeded the active budget.
+renewal), then, with `--absent-node release` (the default here: `power_pool_absent_node = "release"`, for
+absent nodes fenced out of band), the allocator hands the share on; with `--absent-node hold` (the daemon's
+default) the share stays reserved, and what is timed is an admin's `release` of node-c to the two others
+holding it. Finally it reads the pool at every etcd revision of the run and checks that the sum of the
+grants never exceeded the active budget.
 
 Baseline, measured in the same run: how long a value written to etcd takes to be read back by another
 client polling at the same 10 ms (the floor under any propagation through etcd), and the agents' polling
 interval (a grant moves in one or two allocator rounds plus one node round). Prints one JSON object.
 
     python benchmarks/bench_power_pool.py [--changes 20] [--ttl 3] [--interval 0.2] [--seed 1]
+        [--absent-node release|hold]
 """
 
 from __future__ import annotations
@@ -122,7 +126,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     try:
         first = run.revision()
         for node, gpus in NODES.items():
-            run.start_node(node, gpus=gpus)
+            run.start_node(node, gpus=gpus, absent_node=args.absent_node)
         floors_w = sum(NODES.values()) * MIN_W
         demand_w = sum(NODES.values()) * MAX_W
         latencies: list[float] = []
@@ -140,10 +144,24 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         view = read_pool(run.keys, *run.store.range_prefix(run.keys.root))
         survivors = [r.report.need(n) for n, r in sorted(view.reports.items()) if n != "node-c"]
         wanted = allocate(changes[-1]["budget_w"], survivors).grants_w
+        before_kill = {n.node: n.grant_w for n in run.status().nodes}
         kill_s = time.monotonic()
         run.daemons["node-c"].kill()
         expired_s = time_until_gone(run, "node-c", kill_s)
-        redistributed = time_until_held(run, wanted, kill_s)
+        released: dict[str, Any] = {}
+        if args.absent_node == "hold":  # reserved: an admin releases it once the node is known gone
+            time.sleep(args.ttl)
+            held_back = {n.node: n.grant_w for n in run.status().nodes if n.node != "node-c"}
+            release_s = time.monotonic()
+            released["released_w"] = run.release("node-c")
+            back = time_until_held(run, wanted, release_s)
+            released["share_held_after_release_s"] = round(max(back.values()), 3)
+            released["others_largest_move_while_reserved_w"] = round(
+                max(abs((w or 0.0) - (before_kill.get(n) or 0.0)) for n, w in held_back.items()), 3
+            )  # rounding: each grant is rounded down to 0.1 W
+            redistributed = {n: s + release_s - kill_s for n, s in back.items()}
+        else:
+            redistributed = time_until_held(run, wanted, kill_s)
         baseline = etcd_baseline(run, 40)
         last = run.revision()
         check = run.check_invariant(first, last)
@@ -158,6 +176,8 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             "grant_apply_p99_within_bar": percentile(latencies, 0.99) <= 2.0,
             "baseline_etcd_write_to_read": summary(baseline),
             "killed_node": {
+                "absent_node_policy": args.absent_node,
+                **released,
                 "lease_expired_after_kill_s": round(expired_s, 3),
                 "share_redistributed_after_kill_s": round(max(redistributed.values()), 3),
                 "share_redistributed_after_expiry_s": round(max(redistributed.values()) - expired_s, 3),
@@ -184,6 +204,13 @@ def main() -> int:
     parser.add_argument("--ttl", type=int, default=3)
     parser.add_argument("--interval", type=float, default=0.2)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--absent-node",
+        choices=("release", "hold"),
+        default="release",
+        help="the nodes' power_pool_absent_node: release (the killed node's share redistributed at expiry) "
+        "or hold (reserved; timed from an admin's release)",
+    )
     result = run_bench(parser.parse_args())
     print(json.dumps(result, indent=2))
     return 0 if result["invariant"]["violations"] == 0 else 1

@@ -121,6 +121,7 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=0.5)
     parser.add_argument("--job-size", type=int, default=0, help="pipelines per job (0: no cluster planes)")
     parser.add_argument("--no-pool", action="store_true", help="cluster planes only")
+    parser.add_argument("--absent-node", choices=("hold", "release"), default="hold")
     parser.add_argument("nodes", nargs="+")
     args = parser.parse_args()
     logging.basicConfig(
@@ -135,7 +136,9 @@ def main() -> None:
         if not args.no_pool:
             sim = SimNode(node, hash(node) & 0xFFFF)
             store = MeasuredStore(config.parsed_endpoints, config.timeout_s)
-            agent = PoolAgent(config, PoolSettings(args.pool), sim, sim.measure_w, store)
+            agent = PoolAgent(
+                config, PoolSettings(args.pool, absent_node=args.absent_node), sim, sim.measure_w, store
+            )
             agents[node], stores[node] = agent, store
             agent.start()
         if args.job_size:

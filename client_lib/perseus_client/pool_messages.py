@@ -1,4 +1,5 @@
-"""Power-pool admin messages of the wire protocol (admin socket only): set a pool's budget, read its status.
+"""Power-pool admin messages of the wire protocol (admin socket only): set a pool's budget, release an absent
+node's reservation, read its status.
 
 The daemon that receives them talks to etcd for the admin (it must be configured with the pool's etcd
 endpoints). `perseus_client.protocol` registers them.
@@ -43,6 +44,29 @@ class AdminPoolStatus(Message):
 
 
 @dataclass(frozen=True)
+class AdminPoolRelease(Message):
+    """End absent `node`'s reservation in `pool`: its grant is deleted (only while the node has no report),
+    and its share goes to the other nodes. For a node known to draw nothing (powered off, fenced)."""
+
+    TYPE: ClassVar[str] = "admin_pool_release"
+    SINCE: ClassVar[int] = 8
+    pool: str
+    node: str
+
+
+@dataclass(frozen=True)
+class PoolReleaseOk(Message):
+    TYPE: ClassVar[str] = "pool_release_ok"
+    SINCE: ClassVar[int] = 8
+    pool: str
+    node: str
+    released_w: float
+    """The reservation released (W)."""
+    by: str
+    """Who released it, as logged (user and pid)."""
+
+
+@dataclass(frozen=True)
 class PoolNode:
     """One node of a pool (W; None: unknown)."""
 
@@ -53,6 +77,11 @@ class PoolNode:
     applied_w: float | None
     power_w: float | None
     """Measured node power as the node last published it."""
+    reserved_w: float | None = since(8, None)
+    """An absent node's reservation: its report is gone, its grant (or a higher one it may not have lowered
+    to) stays out of the budget until it returns or an admin releases it. None: the node reports."""
+    absent_since_s: float | None = since(8, None)
+    """When the allocator found the node absent (Unix time; None while it reports, or not marked yet)."""
 
 
 @dataclass(frozen=True)

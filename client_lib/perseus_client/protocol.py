@@ -78,10 +78,12 @@ from perseus_client.job_messages import (
 )
 from perseus_client.message import JOB_STATES, ErrorReply, Instruction, Message, Policy, Schedule
 from perseus_client.pool_messages import (
+    AdminPoolRelease,
     AdminPoolSetBudget,
     AdminPoolStatus,
     PoolBudgetOk,
     PoolNode,
+    PoolReleaseOk,
     PoolStatusReply,
 )
 from perseus_client.slurm_messages import (
@@ -109,6 +111,7 @@ __all__ = [
     "JOB_STATES",
     "AdminCapStatus",
     "AdminClearCap",
+    "AdminPoolRelease",
     "AdminPoolSetBudget",
     "AdminPoolStatus",
     "AdminSetCap",
@@ -146,6 +149,7 @@ __all__ = [
     "PoolBudgetOk",
     "PoolInfo",
     "PoolNode",
+    "PoolReleaseOk",
     "PoolStatusReply",
     "ProfileExport",
     "ProfileImport",
@@ -430,6 +434,7 @@ ADMIN_TYPES: tuple[type[Message], ...] = (
     StatusRequest,
     AdminPoolSetBudget,
     AdminPoolStatus,
+    AdminPoolRelease,
     AdminSetCap,
     AdminClearCap,
     AdminCapStatus,
@@ -459,6 +464,7 @@ REPLY_TYPES: tuple[type[Message], ...] = (
     EventCountOk,
     EnergyReading,
     PoolBudgetOk,
+    PoolReleaseOk,
     PoolStatusReply,
     CapStatusReply,
     JobPriorityOk,

@@ -25,7 +25,8 @@ lease's `slurm_job`, a GPU row's `power_features`, `slurm_jobs` and the Slurm pr
 7, a job's own error: `profile_error_pct`, `predicted_saving_pct`, `measured_saving_pct`, `saving_error_pts`
 and `accuracy_action`; 8, a GPU row's `index` and `pci_bus_id`, the daemon health's `backend`; the
 zero-bubble schedules (`register`'s `schedule` `interleaved_zb` and `zbv`) and the two halves of their split
-backward (instructions `backward_input` and `backward_weight`, in events and plans).
+backward (instructions `backward_input` and `backward_weight`, in events and plans); the power pool's
+`admin_pool_release` (an absent node's reservation) and a pool node's `reserved_w` and `absent_since_s`.
 
 Adding a message or a field: see docs/protocol.md ("Changing the protocol"); in short, bump
 `PROTOCOL_MINOR`, give a new message type `SINCE = PROTOCOL_MINOR` and a new field of an existing message a

@@ -236,6 +236,11 @@ def compare_mod(key: str, revision: int) -> dict[str, Any]:
     return {"key": _b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": revision}
 
 
+def compare_lease(key: str, lease_id: int) -> dict[str, Any]:
+    """Holds when `key` exists attached to `lease_id`."""
+    return {"key": _b64(key), "target": "LEASE", "result": "EQUAL", "lease": str(lease_id)}
+
+
 def compare_range_mod_at_most(prefix: str, revision: int) -> dict[str, Any]:
     """Holds when no key under `prefix` was written after `revision` (an empty range holds). One comparison
     for a whole range, where one per key would pass etcd's limit on a transaction's operations."""

@@ -1,8 +1,9 @@
-"""`perseusctl cap-pool set|clear|status --pool NAME` (admin): a cluster power pool's budget, through the
-admin socket of a daemon configured with the pool's etcd (the daemon logs who made each change).
+"""`perseusctl cap-pool set|clear|release|status --pool NAME` (admin): a cluster power pool's budget, through
+the admin socket of a daemon configured with the pool's etcd (the daemon logs who made each change).
 
     perseusctl cap-pool set --pool NAME --budget WATTS
     perseusctl cap-pool clear --pool NAME
+    perseusctl cap-pool release --pool NAME NODE   # an absent node's reservation (its GPUs draw nothing)
     perseusctl cap-pool status --pool NAME [--json]
 
 `set_pool_budget`, `fetch_pool_status` and `format_pool_status` are what a `perseusctl cap ... --pool`
@@ -15,12 +16,16 @@ import argparse
 import dataclasses
 import json
 import math
+import time
 from pathlib import Path
 
 from perseus_client.pool_messages import (
+    AdminPoolRelease,
     AdminPoolSetBudget,
     AdminPoolStatus,
     PoolBudgetOk,
+    PoolNode,
+    PoolReleaseOk,
     PoolStatusReply,
 )
 
@@ -42,6 +47,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     clear_parser = actions.add_parser("clear", help="remove the pool's budget (every node uncapped)")
     clear_parser.add_argument("--pool", required=True)
     clear_parser.set_defaults(func=run_clear)
+    release_parser = actions.add_parser(
+        "release",
+        help="end an absent node's reservation (its grant goes to the others): only once its GPUs draw "
+        "nothing (powered off, fenced, limits reset); refused for a node that reports",
+    )
+    release_parser.add_argument("--pool", required=True)
+    release_parser.add_argument("node", metavar="NODE")
+    release_parser.set_defaults(func=run_release)
     status_parser = actions.add_parser("status", help="budget, grants, demand, floor and power per node")
     status_parser.add_argument("--pool", required=True)
     status_parser.add_argument("--json", action="store_true")
@@ -72,6 +85,16 @@ def run_clear(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_release(args: argparse.Namespace) -> int:
+    request = AdminPoolRelease(pool=args.pool, node=args.node)
+    reply = ask(Path(args.runtime_dir), request, PoolReleaseOk, admin=True, timeout_s=TIMEOUT_S)
+    print(
+        f"pool {reply.pool}: node {reply.node}'s reservation of {reply.released_w:.1f} W released "
+        f"(by {reply.by}); its share goes to the other nodes"
+    )
+    return EXIT_OK
+
+
 def run_status(args: argparse.Namespace) -> int:
     reply = fetch_pool_status(Path(args.runtime_dir), args.pool)
     if args.json:
@@ -97,9 +120,20 @@ def format_pool_status(reply: PoolStatusReply) -> str:
     for n in reply.nodes:
         lines.append(
             f"{n.node:<24} {_w(n.grant_w):>9} {_w(n.applied_w):>9} {_w(n.power_w):>9} "
-            f"{n.demand_w:>8.1f}W {n.floor_w:>8.1f}W"
+            f"{n.demand_w:>8.1f}W {n.floor_w:>8.1f}W" + ("  ABSENT" if n.reserved_w is not None else "")
         )
+    lines += [_absent_line(reply.pool, n) for n in reply.nodes if n.reserved_w is not None]
     return "\n".join(lines)
+
+
+def _absent_line(pool: str, node: PoolNode) -> str:
+    since = ""
+    if node.absent_since_s is not None:
+        since = time.strftime(" since %Y-%m-%d %H:%M:%S UTC", time.gmtime(node.absent_since_s))
+    return (
+        f"node {node.node} is absent{since}: {node.reserved_w:.1f} W stay reserved (its GPUs may still draw "
+        f"them) until it returns or `perseusctl cap-pool release --pool {pool} {node.node}`"
+    )
 
 
 def _w(value_w: float | None) -> str:

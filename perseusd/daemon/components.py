@@ -106,6 +106,7 @@ def power_pool(
             config.power_pool_budget_file,
             config.power_pool_budget_max_age_s,
             config.power_pool_budget_hold_s,
+            config.power_pool_absent_node,
         )
         if config.power_pool_target == "uniform":
             uniform = UniformPowerTarget(registry, originals_path=pool_limits_path(config.state_dir))

@@ -119,6 +119,9 @@ class DaemonConfig:
     """A budget signal older than this is stale: the grants are held `power_pool_budget_hold_s` more, then
     every node holds its safe cap."""
     power_pool_budget_hold_s: float = 300.0
+    power_pool_absent_node: str = "hold"
+    """An absent node's grant: "hold" (reserved until it returns or an admin releases it) or "release" (to
+    the others at once: absent nodes fenced out of band)."""
     # Prometheus metrics (docs/metrics.md), both off by default: an HTTP listener (port 0 = off) and/or the
     # node_exporter textfile collector (a directory; "" = off), rewritten atomically every interval.
     metrics_http_port: int = 0
@@ -232,6 +235,10 @@ class DaemonConfig:
         _require(
             self.power_pool_target in POOL_TARGETS,
             "power_pool_target must be one of " + ", ".join(POOL_TARGETS),
+        )
+        _require(
+            self.power_pool_absent_node in ("hold", "release"),
+            'power_pool_absent_node must be "hold" or "release"',
         )
         _require(0 <= self.power_pool_safe_cap_w < 1e7, "power_pool_safe_cap_w must be 0 (the floor)..1e7 W")
         _require(

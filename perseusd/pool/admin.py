@@ -1,4 +1,5 @@
-"""The admin's side of a power pool: set (or clear) its budget, read its status. Blocking etcd calls: for
+"""The admin's side of a power pool: set (or clear) its budget, release an absent node's reservation, read
+its status. Blocking etcd calls: for
 the daemon's admin requests and tools, never for the hot path.
 
 Setting a budget writes the pool's requested budget (with who set it); the allocator then moves the grants
@@ -13,9 +14,9 @@ import math
 import time
 from dataclasses import dataclass
 
-from perseusd.cluster.etcd_store import EtcdStore, put_op
+from perseusd.cluster.etcd_store import EtcdStore, compare_create, compare_mod, delete_op, put_op
 from perseusd.pool.alloc import allocate
-from perseusd.pool.keys import Budget, PoolKeys
+from perseusd.pool.keys import Budget, PoolKeys, decode_grant_record
 from perseusd.pool.view import read_pool
 
 logger = logging.getLogger(__name__)
@@ -40,6 +41,50 @@ def set_budget(store: EtcdStore, keys: PoolKeys, budget_w: float | None, by: str
     logger.warning("power pool %s: budget set to %.1f W by %s", keys.pool, budget_w, by)
 
 
+class ReleaseRefusedError(ValueError):
+    """The node reports to the pool (alive), or has no grant to release."""
+
+
+def release_node(store: EtcdStore, keys: PoolKeys, node: str, by: str) -> float:
+    """End an absent node's reservation: its grant is deleted in one transaction that holds only while the
+    node has no report (an admin's word that its GPUs no longer draw it: powered off, fenced, limits reset).
+    The allocator hands the share to the others at its next round. Returns the released grant (W).
+
+    Raises:
+        ReleaseRefusedError: the node reports (it is alive: its share moves with the budget), or it has no
+            grant in the pool (unknown, or released already).
+        ClusterError: etcd could not be reached.
+    """
+    node_key, grant_key = keys.node(node), keys.grant(node)
+    for _ in range(3):  # the grant may be rewritten (its absence marked) between the read and the write
+        _revision, entries = store.read_ranges([(node_key, None), (grant_key, None)])
+        found = {e.key: e for e in entries}
+        if node_key in found:
+            raise ReleaseRefusedError(
+                f"node {node} reports to pool {keys.pool} (it is alive): only an absent node's grant can be "
+                "released; a live node's share moves with the budget"
+            )
+        grant = found.get(grant_key)
+        if grant is None:
+            raise ReleaseRefusedError(
+                f"node {node} has no grant in pool {keys.pool} (unknown, or released already)"
+            )
+        record = decode_grant_record(grant.value)
+        released, _ = store.txn(
+            [compare_create(node_key, 0), compare_mod(grant_key, grant.mod_revision)], [delete_op(grant_key)]
+        )
+        if released:
+            logger.warning(
+                "power pool %s: the reservation of absent node %s (%.1f W) released by %s",
+                keys.pool,
+                node,
+                record.reserved_w,
+                by,
+            )
+            return record.reserved_w
+    raise ReleaseRefusedError(f"node {node}'s grant in pool {keys.pool} kept changing; try again")
+
+
 @dataclass(frozen=True)
 class NodeStatus:
     node: str
@@ -49,6 +94,10 @@ class NodeStatus:
     applied_w: float | None
     power_w: float | None
     priority_w: dict[int, float]
+    reserved_w: float | None = None
+    """An absent node's reservation (its report is gone, its grant kept; None: the node reports)."""
+    absent_since_s: float | None = None
+    """When the allocator found it absent (Unix time; None: not yet, or the node reports)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +137,8 @@ class PoolStatus:
                     "applied_w": n.applied_w,
                     "power_w": n.power_w,
                     "priority_w": {str(t): w for t, w in sorted(n.priority_w.items())},
+                    "reserved_w": n.reserved_w,
+                    "absent_since_s": n.absent_since_s,
                 }
                 for n in self.nodes
             ],
@@ -112,12 +163,14 @@ def pool_status(store: EtcdStore, keys: PoolKeys) -> PoolStatus:
                 report.report.applied_w if report else None,
                 report.report.power_w if report else None,
                 dict(report.report.priority_w) if report else {},
+                grant.reserved_w if grant is not None and report is None else None,
+                grant.absent_since_s if grant is not None and report is None else None,
             )
         )
     problem = None
     if view.request is not None:
         needs = [r.report.need(n) for n, r in sorted(view.reports.items())]
-        problem = allocate(view.request.budget_w, needs).problem
+        problem = allocate(view.request.budget_w, needs, view.reserved_w).problem
     return PoolStatus(
         keys.pool,
         revision,

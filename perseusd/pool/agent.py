@@ -18,11 +18,17 @@ whole pool when the allocator dies would take etcd seconds).
 
 What is applied:
 - no budget in the pool: nothing (uncapped);
-- a grant attached to this node's current lease: that grant;
-- a budget but no grant for this node yet (it just joined, or came back under a new lease): the safe cap,
+- this node's grant, once its report is written under its current lease (it holds its node name), whatever
+  wrote the grant: a node that comes back finds the grant the pool kept reserved for it (no lease holds a
+  grant; docs/power-pool.md, "Absent nodes");
+- a budget but no grant for this node yet (it just joined, or its reservation was released): the safe cap,
   never above the last grant it applied;
 - etcd unreachable: the last grant, until the lease would have expired (no renewal for a whole TTL; by then
-  the allocator has handed its share to the others), then the safe cap, never above the last grant.
+  the allocator may have released its share, with policy "release"), then the safe cap, never above the last
+  grant.
+
+A clean stop deletes the node's report and grant in one transaction (its share goes back to the pool at
+once), then revokes its lease.
 
 The safe cap is the configured `safe_cap_w` (0: the node's floor). Nothing here blocks the daemon: the
 target is called from this thread, which is why targets must be safe to call from any thread.
@@ -47,10 +53,12 @@ from perseusd.cluster.etcd_store import (
     EtcdStore,
     LeaseLostError,
     compare_create,
+    compare_lease,
+    delete_op,
     prefix_end,
     put_op,
 )
-from perseusd.pool.allocator import PoolAllocator
+from perseusd.pool.allocator import ABSENT_NODE_POLICIES, HOLD, PoolAllocator
 from perseusd.pool.feed import BudgetFile, FeedSettings
 from perseusd.pool.keys import Budget, NodeReport, PoolKeys, check_pool, decode_grant
 from perseusd.pool.view import PoolView, read_pool
@@ -83,9 +91,15 @@ class PoolSettings:
     """A file a facility controller writes the pool's budget to ("" = none; `perseusd.pool.feed`)."""
     budget_max_age_s: float = 120.0
     budget_hold_s: float = 300.0
+    absent_node: str = HOLD
+    """What this node does with an absent node's grant while it allocates: "hold" or "release"."""
 
     def __post_init__(self) -> None:
         check_pool(self.pool)
+        if self.absent_node not in ABSENT_NODE_POLICIES:
+            raise ValueError(
+                "power pool absent node policy must be one of " + ", ".join(ABSENT_NODE_POLICIES)
+            )
         if self.budget_file:
             FeedSettings(Path(self.budget_file), self.budget_max_age_s, self.budget_hold_s)
         if not 0 <= self.safe_cap_w < 1e7:
@@ -136,7 +150,7 @@ class PoolAgent:
         self._keys = PoolKeys(cluster.prefix, settings.pool)
         self._node = cluster.node_name
         self._allocator = PoolAllocator(
-            self._store, self._keys, self._node, cluster.lease_ttl_s, clock, wall_clock
+            self._store, self._keys, self._node, cluster.lease_ttl_s, clock, wall_clock, settings.absent_node
         )
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -235,13 +249,34 @@ class PoolAgent:
             logger.warning("power pool: the agent did not stop in time; its lease will expire")
         else:
             if revoke and self._lease_id is not None:
-                try:
-                    self._store.revoke(self._lease_id)
-                except ClusterError as exc:
-                    logger.warning("power pool: could not revoke lease %x on stop: %s", self._lease_id, exc)
+                self._leave(self._lease_id)
             self._store.close()
         if uncap:
             self._apply(None, UNCAPPED)
+
+    def _leave(self, lease_id: int) -> None:
+        """Drop out of the pool: report and grant deleted together (only while the report is this lease's:
+        a twin's are not touched), so the share goes back at once and no reservation is left; then the lease
+        is revoked."""
+        node_key = self._keys.node(self._node)
+        try:
+            self._store.txn(
+                [compare_lease(node_key, lease_id)],
+                [delete_op(self._keys.grant(self._node)), delete_op(node_key)],
+            )
+        except ClusterError as exc:
+            logger.warning(
+                "power pool %s: could not release this node's grant on stop (%s); it stays reserved until "
+                "the node returns or an admin runs `perseusctl cap-pool release --pool %s %s`",
+                self._settings.pool,
+                exc,
+                self._settings.pool,
+                self._node,
+            )
+        try:
+            self._store.revoke(lease_id)
+        except ClusterError as exc:
+            logger.warning("power pool: could not revoke lease %x on stop: %s", lease_id, exc)
 
     def status(self) -> AgentStatus:
         with self._lock:
@@ -311,7 +346,7 @@ class PoolAgent:
             lease_id = self._ensure_lease()
             self._feed_budget()
             if pushed is not None and not read:
-                self._follow_pushed(pushed, lease_id)
+                self._follow_pushed(pushed)
             self._publish(lease_id)
             if read:
                 self._read_and_follow(lease_id)
@@ -366,7 +401,7 @@ class PoolAgent:
         view = read_pool(keys, revision, entries)
         if view.allocator is None or view.allocator.lease_id != lease_id:
             self._allocator.leader = self._allocator.busy = False
-            self._follow(view, lease_id)
+            self._follow(view)
             if view.allocator is None:  # campaign on this small read; only the winner reads the pool
                 self._allocator.round(view, lease_id)
                 if self._allocator.busy:  # won: read the whole pool at the next round, not at the next poll
@@ -376,7 +411,7 @@ class PoolAgent:
         revision, entries = self._store.range_prefix(keys.root)
         self.full_reads += 1
         view = read_pool(keys, revision, entries)
-        self._follow(view, lease_id)
+        self._follow(view)
         self._allocator.round(view, lease_id)
         if self._allocator.leader:
             self.allocator_cpu_s = [*self.allocator_cpu_s[-99:], time.thread_time() - started_s]
@@ -460,11 +495,12 @@ class PoolAgent:
             and abs(value_w - last_w) >= max(POWER_REPORT_CHANGE * last_w, 1.0)
         )
 
-    def _follow_pushed(self, pushed: tuple[float, int, int], lease_id: int) -> None:
-        """A grant from the watch: applied if it is this lease's and newer than the one applied (a grant
-        exists only under an active budget)."""
-        grant_w, grant_lease, revision = pushed
-        if grant_lease != lease_id or revision <= self._grant_revision:
+    def _follow_pushed(self, pushed: tuple[float, int, int]) -> None:
+        """A grant from the watch: applied if this node holds its name under its lease and the grant is newer
+        than the one applied (a grant exists only under an active budget, or as an absent node's
+        reservation)."""
+        grant_w, _grant_lease, revision = pushed
+        if self._written is None or revision <= self._grant_revision:
             return
         self._grant_revision, self._budget_seen, self._last_grant_w = revision, True, grant_w
         with self._lock:
@@ -472,7 +508,7 @@ class PoolAgent:
         self.pushed_applied += 1
         self._apply(grant_w, "grant")
 
-    def _follow(self, view: PoolView, lease_id: int) -> None:
+    def _follow(self, view: PoolView) -> None:
         """Apply what the pool says for this node (see module)."""
         self._budget_seen = view.request is not None or view.active is not None
         grant = view.grants.get(self._node)
@@ -483,12 +519,12 @@ class PoolAgent:
         with self._lock:
             self._seen_budget_w = None if view.active is None else view.active.budget_w
             self._seen_request = view.request
-            mine = grant is not None and grant.entry.lease_id == lease_id
+            mine = grant is not None and self._written is not None  # this lease holds the node's name
             self._seen_grant_w = grant.grant_w if grant is not None and mine else None
         if not self._budget_seen:
             self._last_grant_w = None
             self._apply(None, UNCAPPED)
-        elif grant is not None and grant.entry.lease_id == lease_id:
+        elif grant is not None and mine:
             self._last_grant_w = grant.grant_w
             self._apply(grant.grant_w, "grant")
         else:

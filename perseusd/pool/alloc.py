@@ -60,32 +60,45 @@ class Allocation:
     grants_w: dict[str, float]
     floors_w: float
     demand_w: float
+    reserved_w: float = 0.0
+    """Held out of the budget for absent nodes (their GPUs may still draw it)."""
+
+    @property
+    def available_w(self) -> float:
+        """What is divided among the nodes: the budget less the reservations."""
+        return max(0.0, self.budget_w - self.reserved_w)
 
     @property
     def feasible(self) -> bool:
-        return self.floors_w <= self.budget_w
+        return self.floors_w <= self.available_w
 
     @property
     def problem(self) -> str | None:
         """Why the budget cannot be met (None when it can)."""
         if self.feasible:
             return None
+        budget = f"budget {self.budget_w:.1f} W"
+        if self.reserved_w > 0:
+            budget += f" less {self.reserved_w:.1f} W reserved for absent nodes"
         return (
-            f"budget {self.budget_w:.1f} W is below the sum of the nodes' floors {self.floors_w:.1f} W "
+            f"{budget} is below the sum of the nodes' floors {self.floors_w:.1f} W "
             "(slowest points and minimum power limits): it cannot be met; grants are proportional to the "
             "floors and every node holds its floor"
         )
 
 
-def allocate(budget_w: float, needs: list[NodeNeed]) -> Allocation:
-    """Divide `budget_w` among `needs` (see module)."""
+def allocate(budget_w: float, needs: list[NodeNeed], reserved_w: float = 0.0) -> Allocation:
+    """Divide `budget_w`, less `reserved_w` (absent nodes' grants), among `needs` (see module)."""
     if not math.isfinite(budget_w) or budget_w < 0:
         raise ValueError(f"budget must be finite and >= 0, not {budget_w}")
+    if not math.isfinite(reserved_w) or reserved_w < 0:
+        raise ValueError(f"reserved power must be finite and >= 0, not {reserved_w}")
+    full_w, budget_w = budget_w, max(0.0, budget_w - reserved_w)
     floors_w = sum(n.floor_w for n in needs)
     demand_w = sum(n.demand_w for n in needs)
     if floors_w > budget_w:
         grants = {n.node: _down(n.floor_w * budget_w / floors_w) for n in needs}
-        return Allocation(budget_w, grants, floors_w, demand_w)
+        return Allocation(full_w, grants, floors_w, demand_w, reserved_w)
     given = {n.node: n.floor_w for n in needs}
     left_w = budget_w - floors_w
     tiers = {n.node: n.tiers_w() for n in needs}
@@ -100,7 +113,7 @@ def allocate(budget_w: float, needs: list[NodeNeed]) -> Allocation:
             break
     demand = {n.node: n.demand_w for n in needs}
     grants = {node: _down(min(w, demand[node])) for node, w in given.items()}
-    return Allocation(budget_w, grants, floors_w, demand_w)
+    return Allocation(full_w, grants, floors_w, demand_w, reserved_w)
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,25 @@ part after another).
 
 Each round works from one read of the pool (`PoolView`) and makes at most one move:
 
-1. Lower: grants above their new targets are lowered, grants of nodes that left are deleted, and the active
-   budget is set to the requested one, in one transaction. Afterwards every grant is at most its target, so
-   the sum is at most the new budget.
-2. Raise, once no lower is left and every node whose grant was lowered reports it applied (or `ack_timeout_s`
-   passed: a node that does not answer loses its lease soon): grants below their targets are raised.
+1. Lower: grants above their new targets are lowered, and the active budget is set to the requested one,
+   in one transaction. Afterwards every grant is at most its target, so the sum is at most the new budget.
+   A lowered grant carries the higher one (`held_w`) until the node reports it applied the lower one.
+2. Raise, once no lower is left and every node whose grant was lowered reports it applied: grants below
+   their targets are raised (and `held_w` dropped from the grants of nodes that applied theirs).
 
-An external budget signal that went stale moves nothing for its hold time, then deletes every grant (each
-node holds its safe cap); docs/power-pool.md, "Budgets from outside".
+Absent nodes: grants are written with no lease, and each write holds only if the node's report is still the
+one the allocator read (an absent node's grant, marked absent, only if the grant is still the one read). A
+node whose report vanished (its lease expired: dead, frozen, cut off from etcd) keeps its grant as a
+reservation (policy `hold`, the default): the budget less what the absent nodes may draw
+(`GrantRecord.reserved_w`) is divided among the nodes that report, the allocator never deletes an absent
+node's grant, and logs it once. The reservation ends when the node reports again (its grant is then
+its current one, moved like any other) or when an admin releases it (`perseusd.pool.admin.release_node`).
+Policy `release` (nodes fenced out of band) deletes an absent node's grant at the next round, and raises the
+others after `ack_timeout_s` even if a node did not report applying a lowered grant.
+
+An external budget signal that went stale moves nothing for its hold time, then deletes the grant of every
+node that reports (each holds its safe cap; absent nodes' reservations stay); docs/power-pool.md, "Budgets
+from outside".
 """
 
 from __future__ import annotations
@@ -39,16 +50,25 @@ from perseusd.cluster.etcd_store import (
     put_op,
 )
 from perseusd.pool.alloc import Allocation, allocate, plan_moves
-from perseusd.pool.keys import FRESH, LAPSED, PoolKeys, encode_grant
-from perseusd.pool.view import PoolView
+from perseusd.pool.keys import FRESH, LAPSED, GrantRecord, PoolKeys
+from perseusd.pool.view import Grant, PoolView
 
 logger = logging.getLogger(__name__)
+
+Op = tuple[dict[str, Any], dict[str, Any]]
+"""A write and the comparison it holds on (the node's report as read)."""
 
 ACK_TOLERANCE_W = 0.05
 
 MAX_OPS_PER_TXN = 100
-"""etcd refuses a transaction of more than `--max-txn-ops` operations (128 by default): larger moves are
-split into transactions of at most this many writes."""
+"""etcd refuses a transaction of more than `--max-txn-ops` operations or comparisons (128 by default):
+larger moves are split into transactions of at most this many writes (each with its comparison, and the
+two guards)."""
+
+HOLD, RELEASE = "hold", "release"
+ABSENT_NODE_POLICIES = (HOLD, RELEASE)
+"""What the allocator does with an absent node's grant: keep it reserved until the node returns or an admin
+releases it (`hold`), or hand it to the others (`release`: for nodes fenced out of band)."""
 
 
 class PoolAllocator:
@@ -62,7 +82,13 @@ class PoolAllocator:
         ack_timeout_s: float,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        absent_node: str = HOLD,
     ) -> None:
+        if absent_node not in ABSENT_NODE_POLICIES:
+            raise ValueError(f"absent node policy must be one of {', '.join(ABSENT_NODE_POLICIES)}")
+        self._release = absent_node == RELEASE
+        self._absent_logged: set[str] = set()
+        self._ack_warned = False
         self._store, self._keys, self._node = store, keys, node
         self._ack_timeout_s, self._clock, self._wall_clock = ack_timeout_s, clock, wall_clock
         self._freshness = FRESH
@@ -100,24 +126,33 @@ class PoolAllocator:
         if view.request is None:
             self._clear(view, won_at)
             return
+        absent = self._absent(view)
         if self._signal_stale(view, won_at):
             return
         needs = [r.report.need(node) for node, r in sorted(view.reports.items())]
-        allocation = allocate(view.request.budget_w, needs)
+        reserved_w = 0.0 if self._release else sum(g.reserved_w for g in absent.values())
+        allocation = allocate(view.request.budget_w, needs, reserved_w)
         self.last_allocation = allocation
         self._report_problem(allocation)
-        current = {n: g.grant_w for n, g in view.grants.items() if self._same_lease(view, n)}
-        stale = [n for n in view.grants if n not in current]  # the node came back under a new lease
+        current = {n: g.grant_w for n, g in view.grants.items() if n in view.reports}
         moves = plan_moves(current, allocation.grants_w)
         set_active = view.active is None or view.active.budget_w != view.request.budget_w
-        if moves.lowers or moves.drops or stale or set_active:
-            ops = [self._put_grant(view, n, w) for n, w in moves.lowers.items()]
-            ops += [delete_op(self._keys.grant(n)) for n in (*moves.drops, *stale)]
+        released = sorted(absent) if self._release else []
+        marks = [] if self._release else sorted(n for n, g in absent.items() if g.absent_since_s is None)
+        if moves.lowers or released or marks or set_active:
+            ops = [self._lower(view, n, w) for n, w in moves.lowers.items()]
+            ops += [self._drop_absent(n) for n in released]
+            ops += [self._mark_absent(view, n) for n in marks]
             last = [put_op(self._keys.active, view.request.encode())] if set_active else []
             self._commit("lower", won_at, ops, last, view)
             self._waiting_since_s = None
             return
-        if not moves.raises:
+        settles = [
+            n
+            for n, g in view.grants.items()
+            if n in view.reports and n not in moves.raises and (g.held_w, g.absent_since_s) != (None, None)
+        ]
+        if not moves.raises and not settles:
             self._waiting_since_s = None
             return
         if self._waiting_for_acks(view):
@@ -126,13 +161,50 @@ class PoolAllocator:
         extra = []
         if view.active_entry is not None:
             extra.append(compare_mod(self._keys.active, view.active_entry.mod_revision))
-        ops = [self._put_grant(view, n, w) for n, w in moves.raises.items()]
-        self._commit("raise", won_at, ops, [], view, extra)
+        ops = [self._put_grant(view, n, GrantRecord(w)) for n, w in moves.raises.items()]
+        ops += [self._put_grant(view, n, GrantRecord(view.grants[n].grant_w)) for n in sorted(settles)]
+        self._commit("raise" if moves.raises else "settle", won_at, ops, [], view, extra)
+
+    def _absent(self, view: PoolView) -> dict[str, Grant]:
+        """The grants of nodes whose report is gone, each logged once (see module)."""
+        absent = view.absent
+        for node in [n for n in self._absent_logged if n not in absent]:
+            self._absent_logged.discard(node)
+            if node in view.reports:
+                logger.info("power pool %s: node %s is back; it holds its grant again", self._keys.pool, node)
+        for node, grant in sorted(absent.items()):
+            if node in self._absent_logged:
+                continue
+            self._absent_logged.add(node)
+            since_s = grant.absent_since_s if grant.absent_since_s is not None else self._wall_clock()
+            since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since_s))
+            if self._release:
+                logger.warning(
+                    "power pool %s: node %s is absent since %s; its grant of %.1f W is released "
+                    '(power_pool_absent_node = "release": its GPUs must be fenced out of band)',
+                    self._keys.pool,
+                    node,
+                    since,
+                    grant.grant_w,
+                )
+            else:
+                logger.warning(
+                    "power pool %s: node %s is absent since %s; its grant of %.1f W stays reserved (its GPUs "
+                    "may still draw it) until it returns or an admin runs "
+                    "`perseusctl cap-pool release --pool %s %s`",
+                    self._keys.pool,
+                    node,
+                    since,
+                    grant.reserved_w,
+                    self._keys.pool,
+                    node,
+                )
+        return absent
 
     def _signal_stale(self, view: PoolView, won_at: int) -> bool:
         """An external budget signal that stopped: nothing moves while the grants are held; once the hold is
-        over every grant is deleted (each node then holds its safe cap, never above its last grant); the
-        active budget stays, so the nodes know the pool is still capped."""
+        over the grants of the nodes that report are deleted (each then holds its safe cap, never above its
+        last grant); the active budget stays, so the nodes know the pool is still capped."""
         assert view.request is not None
         freshness = view.request.freshness(self._wall_clock())
         if freshness != self._freshness:
@@ -146,8 +218,18 @@ class PoolAllocator:
         return True
 
     def _clear(self, view: PoolView, won_at: int, budget: bool = True) -> None:
-        """No budget requested: every grant goes, then the active budget (with `budget`)."""
-        ops = [delete_op(self._keys.grant(n)) for n in view.grants]
+        """No budget requested: every grant goes, then the active budget (with `budget`). An absent node's
+        grant stays (its GPUs may still draw it; with policy "release" it goes too)."""
+        absent = self._absent(view)
+        ops = [
+            (
+                delete_op(self._keys.grant(n)),
+                compare_create(self._keys.node(n), view.reports[n].entry.create_revision),
+            )
+            for n in view.grants
+            if n in view.reports
+        ]
+        ops += [self._drop_absent(n) for n in (sorted(absent) if self._release else [])]
         last = [delete_op(self._keys.active)] if budget and view.active_entry is not None else []
         if ops or last:
             self._commit("clear", won_at, ops, last, view)
@@ -162,12 +244,23 @@ class PoolAllocator:
             and applied_w > grant.grant_w + ACK_TOLERANCE_W
         ]
         if not behind:
-            self._waiting_since_s = None
+            self._waiting_since_s, self._ack_warned = None, False
             return False
         now_s = self._clock()
         if self._waiting_since_s is None:
             self._waiting_since_s = now_s
         if now_s - self._waiting_since_s < self._ack_timeout_s:
+            return True
+        if not self._release:  # its share waits until it applies the lower grant or is gone (then reserved)
+            if not self._ack_warned:
+                logger.warning(
+                    "power pool %s: %s did not apply a lowered grant within %.1f s; the others are raised "
+                    "once it does, or once it is absent (its higher grant then stays reserved)",
+                    self._keys.pool,
+                    ", ".join(sorted(behind)),
+                    self._ack_timeout_s,
+                )
+                self._ack_warned = True
             return True
         logger.warning(
             "power pool %s: %s did not apply a lowered grant within %.1f s; raising the others",
@@ -177,37 +270,54 @@ class PoolAllocator:
         )
         return False
 
-    def _same_lease(self, view: PoolView, node: str) -> bool:
-        report = view.reports.get(node)
-        return report is not None and report.entry.lease_id == view.grants[node].entry.lease_id
+    def _put_grant(self, view: PoolView, node: str, record: GrantRecord) -> Op:
+        """A grant for a node that reports: written only if its report is still the one read (a node that
+        left or came back since is read again first). No lease: the grant outlives the node's report."""
+        created = view.reports[node].entry.create_revision
+        return put_op(self._keys.grant(node), record.encode()), compare_create(self._keys.node(node), created)
 
-    def _put_grant(self, view: PoolView, node: str, grant_w: float) -> dict[str, Any]:
-        return put_op(self._keys.grant(node), encode_grant(grant_w), view.reports[node].entry.lease_id)
+    def _lower(self, view: PoolView, node: str, grant_w: float) -> Op:
+        """A lowered grant, carrying the higher one the node may apply until it reports the lower one."""
+        grant = view.grants[node]
+        return self._put_grant(view, node, GrantRecord(grant_w, max(grant.grant_w, grant.held_w or 0.0)))
+
+    def _mark_absent(self, view: PoolView, node: str) -> Op:
+        """An absent node's grant, unchanged, with the time it was found absent (for status and logs):
+        written only over the grant as read, so a grant an admin released since is never written back."""
+        grant = view.grants[node]
+        record = GrantRecord(grant.grant_w, grant.held_w, round(self._wall_clock(), 1))
+        key = self._keys.grant(node)
+        return put_op(key, record.encode()), compare_mod(key, grant.entry.mod_revision)
+
+    def _drop_absent(self, node: str) -> Op:
+        """Policy "release": an absent node's grant deleted, only while its report is still gone."""
+        return delete_op(self._keys.grant(node)), compare_create(self._keys.node(node), 0)
 
     def _commit(
         self,
         what: str,
         won_at: int,
-        ops: list[dict[str, Any]],
+        ops: list[Op],
         last: list[dict[str, Any]],
         view: PoolView,
         extra: list[dict[str, Any]] | None = None,
     ) -> bool:
-        """`ops` then `last`, in transactions of at most `MAX_OPS_PER_TXN` writes (`last` in the final one),
-        each guarded (see module); stops at the first that does not hold (the next round reads again)."""
+        """`ops` (each a write and the comparison it holds on) then `last`, in transactions of at most
+        `MAX_OPS_PER_TXN` writes (`last` in the final one), each guarded (see module); stops at the first that
+        does not hold (the next round reads again)."""
         parts = [ops[i : i + MAX_OPS_PER_TXN] for i in range(0, len(ops), MAX_OPS_PER_TXN)] or [[]]
-        if len(parts[-1]) + len(last) <= MAX_OPS_PER_TXN:
-            parts[-1] = parts[-1] + last
-        else:
-            parts.append(last)
         seen = view.revision
-        for part in parts:
+        for index, part in enumerate(parts):
+            writes = [op for op, _ in part]
+            if index == len(parts) - 1:
+                writes += last
             guard = [
                 compare_create(self._keys.allocator, won_at),
                 compare_range_mod_at_most(self._keys.grants, seen),
+                *(compare for _, compare in part),
             ]
             try:
-                applied, revision = self._store.txn(guard + (extra or []), part)
+                applied, revision = self._store.txn(guard + (extra or []), writes)
             except LeaseLostError:  # a node's lease expired since the read (not ours): read again
                 applied, revision = False, view.revision
             if not applied:

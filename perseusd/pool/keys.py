@@ -7,8 +7,10 @@ Under `{prefix}/power/{pool}/`:
   as the grant moves that make it true (so the sum of grants never exceeds it at any revision).
 - `nodes/{node}`: a node's report (demand, floor, priority mix, safe cap, applied grant, measured power),
   attached to the node's lease: it vanishes when the node dies.
-- `grants/{node}`: the node's grant (`{"grant_w"}`), written by the allocator attached to the *node's* lease,
-  so a dead node's grant vanishes with its report, in the same revision.
+- `grants/{node}`: the node's grant (`{"grant_w"}`, and `held_w`, `absent_since_s` while they apply; see
+  `GrantRecord`), written by the allocator with no lease: a node whose report vanished (dead, frozen, cut off)
+  keeps its grant as a reservation until it returns or an admin releases it (docs/power-pool.md, "Absent
+  nodes").
 - `allocator`: the allocator's node name, attached to its lease (created only if absent: an election).
 """
 
@@ -159,13 +161,48 @@ def decode_report(raw: bytes) -> NodeReport:
     return report
 
 
+@dataclass(frozen=True)
+class GrantRecord:
+    """A grant as etcd holds it (W)."""
+
+    grant_w: float
+    held_w: float | None = None
+    """A higher grant the node may still apply: written with a lower grant, dropped once the node reports it
+    applied the lower one (a node that vanishes before it does is held to this)."""
+    absent_since_s: float | None = None
+    """When the allocator found the node's report gone (Unix time; None while the node reports)."""
+
+    @property
+    def reserved_w(self) -> float:
+        """What the node's GPUs may draw under this grant (the budget keeps it for an absent node)."""
+        return max(self.grant_w, self.held_w or 0.0)
+
+    def encode(self) -> str:
+        data: dict[str, float] = {"grant_w": self.grant_w}
+        if self.held_w is not None and self.held_w > self.grant_w:
+            data["held_w"] = self.held_w
+        if self.absent_since_s is not None:
+            data["absent_since_s"] = self.absent_since_s
+        return json.dumps(data)
+
+
 def encode_grant(grant_w: float) -> str:
-    return json.dumps({"grant_w": grant_w})
+    return GrantRecord(grant_w).encode()
+
+
+def decode_grant_record(raw: bytes) -> GrantRecord:
+    """A grant value (ValueError if malformed)."""
+    data = _object(raw)
+    return GrantRecord(
+        _number(data, "grant_w"),
+        finite_or_none(data.get("held_w")),
+        finite_or_none(data.get("absent_since_s")),
+    )
 
 
 def decode_grant(raw: bytes) -> float:
-    """A grant value (ValueError if malformed)."""
-    return _number(_object(raw), "grant_w")
+    """A grant value's watts (ValueError if malformed)."""
+    return decode_grant_record(raw).grant_w
 
 
 def _object(raw: bytes) -> dict[str, object]:

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from perseusd.cluster.etcd_store import Entry
 from perseusd.pool.keys import (
     Budget,
+    GrantRecord,
     NodeReport,
     PoolKeys,
     decode_budget,
-    decode_grant,
+    decode_grant_record,
     decode_report,
 )
 
@@ -24,10 +25,21 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Grant:
-    """A node's grant and the etcd entry that holds it (its lease is the node's)."""
+    """A node's grant and the etcd entry that holds it (no lease: it outlives an absent node's report)."""
 
     grant_w: float
     entry: Entry
+    held_w: float | None = None
+    """See `GrantRecord.held_w`."""
+    absent_since_s: float | None = None
+
+    @property
+    def record(self) -> GrantRecord:
+        return GrantRecord(self.grant_w, self.held_w, self.absent_since_s)
+
+    @property
+    def reserved_w(self) -> float:
+        return self.record.reserved_w
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,16 @@ class PoolView:
         return sum(g.grant_w for g in self.grants.values())
 
     @property
+    def absent(self) -> dict[str, Grant]:
+        """Grants of nodes whose report is gone (dead, frozen, cut off from etcd, or stopped uncleanly)."""
+        return {n: g for n, g in self.grants.items() if n not in self.reports}
+
+    @property
+    def reserved_w(self) -> float:
+        """What the absent nodes' GPUs may draw (their grants, or higher grants not acknowledged lower)."""
+        return sum(g.reserved_w for g in self.absent.values())
+
+    @property
     def allocator_node(self) -> str | None:
         return None if self.allocator is None else self.allocator.value.decode("utf-8", "replace")
 
@@ -79,7 +101,10 @@ def read_pool(keys: PoolKeys, revision: int, entries: Iterable[Entry]) -> PoolVi
             elif entry.key.startswith(keys.nodes):
                 reports[entry.key[len(keys.nodes) :]] = Report(decode_report(entry.value), entry)
             elif entry.key.startswith(keys.grants):
-                grants[entry.key[len(keys.grants) :]] = Grant(decode_grant(entry.value), entry)
+                record = decode_grant_record(entry.value)
+                grants[entry.key[len(keys.grants) :]] = Grant(
+                    record.grant_w, entry, record.held_w, record.absent_since_s
+                )
         except ValueError as exc:
             skipped += 1
             logger.debug("power pool %s: skipped %s: %s", keys.pool, entry.key, exc)

@@ -131,6 +131,9 @@ def test_a_power_pool_needs_etcd_and_a_key_safe_name() -> None:
     )
     assert config.power_pool == "row-3"
     assert config.power_pool_safe_cap_w == 0.0
+    assert config.power_pool_absent_node == "hold"  # an absent node's grant stays reserved by default
+    with pytest.raises(ConfigError, match='power_pool_absent_node must be "hold" or "release"'):
+        DaemonConfig(power_pool_absent_node="drop")
 
 
 def test_perseusd_help_describes_the_daemon_and_reset_its_own() -> None:

@@ -1,5 +1,6 @@
 """A cluster power pool on a real 3-member etcd with real daemons on simulated A100s (100-500 W limits):
-budget changes, a node joining, a node SIGKILLed, the allocator killed, an impossible budget, quorum loss.
+budget changes, a node joining, a node SIGKILLed (its grant reserved until released), the allocator killed,
+an impossible budget, quorum loss. `test_power_pool_absent.py` has the absent nodes' own tests.
 
 Every test reads the pool at every etcd revision of its run afterwards and asserts the grant invariant (the
 sum of the grants never exceeds the active budget). Timeouts are generous; what is asserted is what must
@@ -106,7 +107,14 @@ def test_budget_changes_join_kill_and_clear(run: PoolRun) -> None:
                       "node-c": pytest.approx(642.8, abs=0.2)}  # fmt: skip
     assert run.gpu_limits_w("node-c") == pytest.approx(grants["node-c"], abs=0.5)
 
-    run.daemons["node-c"].kill()  # SIGKILL: its lease expires, its grant with it, its share goes back
+    run.daemons["node-c"].kill()  # SIGKILL: its lease expires, its GPUs keep their limits: its grant stays
+    assert wait_for(lambda: run.reserved() == {"node-c": grants["node-c"]}, SETTLE_S) is not None
+    assert {n: w for n, w in _grants(run).items() if n != "node-c"} == {
+        "node-a": grants["node-a"],
+        "node-b": grants["node-b"],
+    }
+    released = run.ctl("node-a", "cap-pool", "release", "--pool", run.pool, "node-c")  # known gone
+    assert released.returncode == 0, released.stderr
     redistributed = wait_for(lambda: _grants(run) == {"node-a": 750.0, "node-b": 750.0}, SETTLE_S)
     assert redistributed is not None, run.status()
 
@@ -181,13 +189,17 @@ def test_allocator_killed_another_takes_over(run: PoolRun) -> None:
     taken = wait_for(lambda: run.status().allocator not in (None, allocator), SETTLE_S)
     assert taken is not None
     survivors = sorted(n for n in run.daemons if n != allocator)
-    # The dead node's share goes to the two others (each at most its 1000 W demand), then a new budget.
+    # The dead node's grant stays reserved (its GPUs keep their limits) until an admin releases it; then
+    # its share goes to the two others (each at most its 1000 W demand), then a new budget.
+    assert wait_for(lambda: run.reserved() == {allocator: 300.0}, SETTLE_S) is not None
+    assert {n: g for n, g in _grants(run).items() if n != allocator} == dict.fromkeys(survivors, 300.0)
+    assert run.release(allocator) == 300.0
     assert wait_for(lambda: _grants(run) == dict.fromkeys(survivors, 450.0), SETTLE_S) is not None
     run.set_budget(600)
     _settle(run, 600)
     assert _grants(run) == dict.fromkeys(survivors, 300.0)
     leaving, staying = survivors
-    run.daemons[leaving].stop()  # SIGTERM: lease revoked, limits put back, its share to the other
+    run.daemons[leaving].stop()  # SIGTERM: report and grant deleted, limits put back, its share to the other
     assert run.gpu_limits_w(leaving) == 2 * MAX_W
     assert wait_for(lambda: _grants(run) == {staying: 600.0}, SETTLE_S) is not None
     _assert_invariant(run, first)
@@ -277,19 +289,27 @@ def test_a_stale_allocator_cannot_write(run: PoolRun) -> None:
     new.round(view(), new_lease)  # lowers step: sets the active budget
     new.round(view(), new_lease)  # raises: the grant
     assert {n: g.grant_w for n, g in view().grants.items()} == {"n1": 600.0}
-    # A node whose lease expires between the allocator's read and its write: refused, read again.
+    # A node whose lease expires between the allocator's read and its write: every write holds only on the
+    # reports it read, so the move is refused whole and read again.
     other_lease = store.grant_lease(30)
     store.put(keys.node("n2"), NodeReport(800, 200, {0: 600}).encode(), other_lease)
     before_gone = view()
-    store.revoke(node_lease)  # n1 goes, with its grant
+    store.revoke(node_lease)  # n1's report goes; its grant stays (its GPUs may still draw it)
     moves = new.moves
-    new.round(before_gone, new_lease)  # would lower n1 to 500 W under its (gone) lease
+    new.round(before_gone, new_lease)  # would lower n1 to 300 W, from a view in which it reports
     assert new.moves == moves
-    assert view().grants == {}
-    new.round(view(), new_lease)  # n2 alone: granted all it asks up to the budget
-    new.round(view(), new_lease)
+    assert {n: g.grant_w for n, g in view().grants.items()} == {"n1": 600.0}
+    for _ in range(3):
+        new.round(view(), new_lease)  # n1 absent: its grant kept, marked; nothing left for n2
+    assert view().grants["n1"].absent_since_s is not None
+    assert new.last_allocation is not None
+    assert new.last_allocation.reserved_w == 600.0
+    assert view().granted_w <= 600.0
+    assert run.release("n1") == 600.0  # an admin: n1 is gone
+    for _ in range(3):
+        new.round(view(), new_lease)  # n2 alone: granted all it asks up to the budget
     assert {n: g.grant_w for n, g in view().grants.items()} == {"n2": 600.0}
-    # A raise for a node whose lease is gone (its grant would be attached to it): etcd refuses the lease.
+    # A raise for a node whose report is gone since the read: refused whole.
     third_lease = store.grant_lease(30)
     store.put(keys.node("n3"), NodeReport(800, 200, {0: 600}).encode(), third_lease)
     run.set_budget(2000)
@@ -297,7 +317,7 @@ def test_a_stale_allocator_cannot_write(run: PoolRun) -> None:
     before_gone = view()
     store.revoke(third_lease)
     moves = new.moves
-    new.round(before_gone, new_lease)  # n2 to 800 W, n3 to 800 W under its gone lease: refused whole
+    new.round(before_gone, new_lease)  # n2 to 800 W, n3 to 800 W though n3's report is gone: refused whole
     assert new.moves == moves
     assert {n: g.grant_w for n, g in view().grants.items()} == {"n2": 600.0}
     for lease in (other_lease, new_lease):

@@ -8,6 +8,7 @@ import pytest
 
 from perseusd.gpu.backend import GpuInfo
 from perseusd.pool.alloc import NodeNeed, allocate, plan_moves
+from perseusd.pool.keys import GrantRecord, decode_grant_record
 from perseusd.pool.uniform import uniform_limits_w
 
 
@@ -94,3 +95,27 @@ def test_uniform_limits_sum_to_the_grant_within_constraints() -> None:
     assert limits["g2"] == pytest.approx(325)
     assert uniform_limits_w(100, gpus) == {"g0": 100, "g1": 100, "g2": 150}  # impossible: the minimums
     assert uniform_limits_w(5000, gpus) == {"g0": 400, "g1": 250, "g2": 400}
+
+
+def test_absent_nodes_reservations_come_off_the_budget() -> None:
+    needs = [NodeNeed("a", 1000, 200), NodeNeed("b", 1000, 200)]
+    allocation = allocate(1200, needs, reserved_w=400)  # an absent node may still draw 400 W
+    assert allocation.grants_w == {"a": 400.0, "b": 400.0}
+    assert sum(allocation.grants_w.values()) + 400 <= 1200
+    short = allocate(600, needs, reserved_w=400)  # 200 W left for 400 W of floors
+    assert sum(short.grants_w.values()) <= 200
+    assert short.problem is not None
+    assert "less 400.0 W reserved for absent nodes" in short.problem
+    with pytest.raises(ValueError, match="reserved"):
+        allocate(1200, needs, reserved_w=float("nan"))
+
+
+def test_a_grant_record_reserves_the_higher_grant_not_yet_applied() -> None:
+    lowered = GrantRecord(300.0, held_w=500.0)
+    assert lowered.reserved_w == 500.0
+    decoded = decode_grant_record(GrantRecord(300.0, 500.0, 1767225600.0).encode().encode())
+    assert decoded == GrantRecord(300.0, 500.0, 1767225600.0)
+    assert decode_grant_record(b'{"grant_w": 300}') == GrantRecord(300.0)  # as older versions wrote it
+    assert "held_w" not in GrantRecord(300.0, held_w=200.0).encode()  # not higher: nothing to hold
+    with pytest.raises(ValueError, match="grant_w"):
+        decode_grant_record(b'{"held_w": 5}')

@@ -4,8 +4,9 @@
 behind each) join one pool. A budget is set and lowered: every node must hold the allocation, the
 allocator's moves must have been split into several transactions, the nodes that do not allocate must
 never have read the whole pool, and the grant invariant must hold at every etcd revision of the run. Then
-the allocator is stopped without revoking its lease (as if killed): another node takes over and moves the
-grants of the next budget. The large-N numbers are `benchmarks/bench_pool_scale.py`'s.
+the allocator is stopped without revoking its lease (as if killed): another node takes over, keeps the
+dead node's grant reserved, and moves the grants of the next budget. The large-N numbers are
+`benchmarks/bench_pool_scale.py`'s.
 """
 
 from __future__ import annotations
@@ -69,9 +70,9 @@ def fleet(etcd: EtcdCluster) -> Iterator[tuple[PoolRun, dict[str, PoolAgent], di
         run.close()
 
 
-def _held_everywhere(sims: dict[str, SimNode], budget_w: float) -> bool:
+def _held_everywhere(sims: dict[str, SimNode], budget_w: float, reserved_w: float = 0.0) -> bool:
     needs = [NodeNeed(node, sim.demand_w, FLOOR_W, {}) for node, sim in sorted(sims.items())]
-    return all(sims[n].held == w for n, w in allocate(budget_w, needs).grants_w.items())
+    return all(sims[n].held == w for n, w in allocate(budget_w, needs, reserved_w).grants_w.items())
 
 
 def test_more_nodes_than_a_transaction_holds(
@@ -94,11 +95,16 @@ def test_more_nodes_than_a_transaction_holds(
     others = [a for n, a in agents.items() if n != allocator]
     assert sum(a.pushed_applied for a in others) > 0  # grants arrived by the watch
 
+    # Once every node applied its lowered grant, the grants stop carrying the higher ones (`held_w`).
+    assert wait_for(lambda: all(g.held_w is None for g in run.view().grants.values()), 60.0) is not None
     agents.pop(allocator).stop(revoke=False, uncap=False)  # as if killed: its lease expires
-    del sims[allocator]
+    killed = sims.pop(allocator)
+    assert wait_for(lambda: allocator in run.reserved(), 60.0) is not None  # its grant stays, reserved
+    assert run.reserved() == {allocator: killed.held}
     budget_w = round(0.7 * sum(s.demand_w for s in sims.values()), 1)
     run.set_budget(budget_w)
-    assert wait_for(lambda: _held_everywhere(sims, budget_w), 90.0) is not None
+    reserved_w = killed.held or 0.0
+    assert wait_for(lambda: _held_everywhere(sims, budget_w, reserved_w), 90.0) is not None
     assert run.status().allocator not in (None, allocator)
 
     check = run.check_invariant(first, run.revision())

@@ -80,6 +80,7 @@ def new_surface_bodies(gpu: str) -> list[dict[str, Any]]:
         {"type": "admin_set_job_priority", "job": "fuzz", "priority": 2},
         {"type": "admin_pool_set_budget", "pool": "fuzz", "budget_w": 1000.0},
         {"type": "admin_pool_status", "pool": "fuzz"},
+        {"type": "admin_pool_release", "pool": "fuzz", "node": "fuzz"},
         {"type": "slurm_jobs"},
         {"type": "admin_slurm_prolog", "job": 7, "uid": 1000, "gpu_minors": [0]},
         {"type": "admin_slurm_epilog", "job": 7},

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field, replace
 from perseusd.cluster.config import parse_endpoint
 from perseusd.cluster.etcd_store import EtcdStore
 from perseusd.gpu.sim_shared import StateMap
-from perseusd.pool.admin import PoolStatus, pool_status, set_budget
+from perseusd.pool.admin import PoolStatus, pool_status, release_node, set_budget
 from perseusd.pool.alloc import allocate
 from perseusd.pool.keys import PoolKeys
-from perseusd.pool.view import read_pool
+from perseusd.pool.view import PoolView, read_pool
 from tests.support.ctl import run_ctl
 from tests.support.etcd_cluster import EtcdCluster
 from tests.support.lockstep import cluster_env
@@ -52,19 +52,28 @@ class PoolRun:
         self.store = EtcdStore([parse_endpoint(e) for e in etcd.endpoints], timeout_s=1.0, attempts=9)
         self.daemons: dict[str, DaemonProcess] = {}
 
-    def env(self, node: str, safe_cap_w: float = 0.0, target: str = "uniform") -> dict[str, str]:
+    def env(
+        self, node: str, safe_cap_w: float = 0.0, target: str = "uniform", absent_node: str = "hold"
+    ) -> dict[str, str]:
         return cluster_env(self.etcd, node, self.ttl_s, self.interval_s) | {
             "PERSEUSD_POWER_POOL": self.pool,
             "PERSEUSD_POWER_POOL_SAFE_CAP_W": str(safe_cap_w),
             "PERSEUSD_POWER_POOL_TARGET": target,
+            "PERSEUSD_POWER_POOL_ABSENT_NODE": absent_node,
         }
 
     def start_node(
-        self, node: str, gpus: int = 2, safe_cap_w: float = 0.0, target: str = "uniform"
+        self,
+        node: str,
+        gpus: int = 2,
+        safe_cap_w: float = 0.0,
+        target: str = "uniform",
+        absent_node: str = "hold",
     ) -> DaemonProcess:
         """A daemon in the pool; `target` is its `power_pool_target` (the tests of the pool's own mechanics
-        use "uniform": its limits are the grant, to the watt)."""
-        daemon = DaemonProcess(DaemonDirs.create(), gpus=gpus, env=self.env(node, safe_cap_w, target))
+        use "uniform": its limits are the grant, to the watt), `absent_node` its `power_pool_absent_node`."""
+        env = self.env(node, safe_cap_w, target, absent_node)
+        daemon = DaemonProcess(DaemonDirs.create(), gpus=gpus, env=env)
         self.daemons[node] = daemon
         return daemon.start()
 
@@ -75,8 +84,19 @@ class PoolRun:
         """`perseusctl` against `node`'s daemon (as root: its admin socket)."""
         return run_ctl(self.daemons[node].dirs.runtime_dir, *args, timeout_s=60)
 
+    def view(self) -> PoolView:
+        return read_pool(self.keys, *self.store.range_prefix(self.keys.root))
+
     def status(self) -> PoolStatus:
         return pool_status(self.store, self.keys)
+
+    def release(self, node: str) -> float:
+        """An admin's `cap-pool release` of `node` (the function the admin socket calls)."""
+        return release_node(self.store, self.keys, node, "test")
+
+    def reserved(self) -> dict[str, float]:
+        """The absent nodes' reservations (W)."""
+        return {n.node: n.reserved_w for n in self.status().nodes if n.reserved_w is not None}
 
     def revision(self) -> int:
         return self.store.range_prefix(self.keys.root)[0]
@@ -111,8 +131,8 @@ class PoolRun:
             if view.active is None or view.active.budget_w != budget_w or not view.reports:
                 return False
             needs = [r.report.need(n) for n, r in sorted(view.reports.items())]
-            wanted = allocate(budget_w, needs).grants_w
-            grants = {n: g.grant_w for n, g in view.grants.items()}
+            wanted = allocate(budget_w, needs, view.reserved_w).grants_w
+            grants = {n: g.grant_w for n, g in view.grants.items() if n in view.reports}
             applied = {n: r.report.applied_w for n, r in view.reports.items()}
             return grants == wanted and applied == wanted
 
@@ -120,7 +140,7 @@ class PoolRun:
 
     def check_invariant(self, first: int, last: int) -> InvariantCheck:
         """Read the pool as of every revision in [first, last]: the sum of the grants never exceeds the
-        active budget, and no grant exists without one."""
+        active budget, and no grant exists without one (but an absent node's, kept reserved)."""
         result = InvariantCheck(first, last)
         for revision in range(first, last + 1):
             view = read_pool(self.keys, revision, self.store.range_prefix(self.keys.root, revision)[1])
@@ -129,7 +149,8 @@ class PoolRun:
                 continue
             result.grant_revisions += 1
             if view.active is None:
-                result.violations.append(f"revision {revision}: grants without an active budget")
+                if set(view.grants) & set(view.reports):
+                    result.violations.append(f"revision {revision}: grants without an active budget")
                 continue
             granted_w = view.granted_w
             if view.active.budget_w > 0:

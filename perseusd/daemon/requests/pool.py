@@ -1,8 +1,9 @@
-"""The admin socket's power-pool requests: `admin_pool_set_budget` and `admin_pool_status`.
+"""The admin socket's power-pool requests: `admin_pool_set_budget`, `admin_pool_release` and
+`admin_pool_status`.
 
 Served on the daemon's main loop with blocking etcd calls (one try per endpoint, each within the cluster
 timeout): admin requests are rare, and a pool's budget is worth an answer that says whether etcd took it.
-Every budget change is logged with the caller (uid, pid).
+Every budget change and release is logged with the caller (uid, pid).
 """
 
 from __future__ import annotations
@@ -11,17 +12,19 @@ import pwd
 
 from perseus_client.codes import ErrorCode, ProtocolError
 from perseus_client.pool_messages import (
+    AdminPoolRelease,
     AdminPoolSetBudget,
     AdminPoolStatus,
     PoolBudgetOk,
     PoolNode,
+    PoolReleaseOk,
     PoolStatusReply,
 )
 
-from perseusd.cluster.config import ClusterConfig
+from perseusd.cluster.config import NAME_PATTERN, ClusterConfig
 from perseusd.cluster.etcd_store import ClusterError, EtcdStore
 from perseusd.leasing.identity import Caller
-from perseusd.pool.admin import pool_status, set_budget
+from perseusd.pool.admin import ReleaseRefusedError, pool_status, release_node, set_budget
 from perseusd.pool.keys import PoolKeys, check_pool
 
 
@@ -47,13 +50,38 @@ class PoolRequests:
             raise ProtocolError(ErrorCode.INTERNAL, f"power pool {message.pool}: {exc}") from None
         return PoolBudgetOk(pool=message.pool, budget_w=message.budget_w, by=by)
 
+    def release(self, caller: Caller, message: AdminPoolRelease) -> PoolReleaseOk:
+        keys = self._keys(message.pool)
+        if NAME_PATTERN.fullmatch(message.node) is None:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD, f"node name {message.node[:80]!r} must match {NAME_PATTERN.pattern}"
+            )
+        by = describe(caller)
+        try:
+            released_w = release_node(self._store, keys, message.node, by)
+        except ReleaseRefusedError as exc:
+            raise ProtocolError(ErrorCode.BAD_FIELD, str(exc)) from None
+        except ClusterError as exc:
+            raise ProtocolError(ErrorCode.INTERNAL, f"power pool {message.pool}: {exc}") from None
+        return PoolReleaseOk(pool=message.pool, node=message.node, released_w=released_w, by=by)
+
     def status(self, _caller: Caller, message: AdminPoolStatus) -> PoolStatusReply:
         try:
             status = pool_status(self._store, self._keys(message.pool))
         except ClusterError as exc:
             raise ProtocolError(ErrorCode.INTERNAL, f"power pool {message.pool}: {exc}") from None
         nodes = tuple(
-            PoolNode(n.node, n.grant_w, n.demand_w, n.floor_w, n.applied_w, n.power_w) for n in status.nodes
+            PoolNode(
+                n.node,
+                n.grant_w,
+                n.demand_w,
+                n.floor_w,
+                n.applied_w,
+                n.power_w,
+                n.reserved_w,
+                n.absent_since_s,
+            )
+            for n in status.nodes
         )
         return PoolStatusReply(
             pool=status.pool,

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from perseus_client.cap_messages import AdminCapStatus, AdminClearCap, AdminSetCap, AdminSetJobPriority
-from perseus_client.pool_messages import AdminPoolSetBudget, AdminPoolStatus
+from perseus_client.pool_messages import AdminPoolRelease, AdminPoolSetBudget, AdminPoolStatus
 from perseus_client.protocol import (
     AdminReset,
     AdminSetPowerLimit,
@@ -118,7 +118,13 @@ def request_table(families: RequestFamilies) -> RequestTable:
             }
         )
     if pool is not None:
-        admin.append({AdminPoolSetBudget: pool.set_budget, AdminPoolStatus: pool.status})
+        admin.append(
+            {
+                AdminPoolSetBudget: pool.set_budget,
+                AdminPoolStatus: pool.status,
+                AdminPoolRelease: pool.release,
+            }
+        )
     return RequestTable(_joined(client), _joined(admin))
 
 
