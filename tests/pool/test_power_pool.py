@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,25 +19,15 @@ import pytest
 from perseusd.pool.allocator import PoolAllocator
 from perseusd.pool.keys import NodeReport
 from perseusd.pool.view import PoolView, read_pool
+from tests.pool.conftest import TTL_S
 from tests.support.etcd_cluster import EtcdCluster, requires_etcd
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess
 from tests.support.power_pool import PoolRun, wait_for
 
 pytestmark = [requires_etcd, pytest.mark.timeout(300)]
 
-TTL_S = 3
 SETTLE_S = 30.0
 MIN_W, MAX_W = 100.0, 500.0
-
-
-@pytest.fixture
-def run(etcd: EtcdCluster, request: pytest.FixtureRequest) -> Iterator[PoolRun]:
-    etcd.restart()
-    pool = PoolRun(etcd, f"pool-{request.node.name.replace('_', '-')[:40]}", ttl_s=TTL_S)
-    try:
-        yield pool
-    finally:
-        pool.close()
 
 
 def _settle(run: PoolRun, budget_w: float) -> None:

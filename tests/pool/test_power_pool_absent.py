@@ -13,7 +13,6 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -21,28 +20,15 @@ from perseusd.pool.admin import ReleaseRefusedError
 from perseusd.pool.allocator import PoolAllocator
 from perseusd.pool.keys import NodeReport
 from perseusd.pool.view import PoolView
-from tests.support.etcd_cluster import EtcdCluster, requires_etcd
+from tests.pool.conftest import TTL_S
+from tests.support.etcd_cluster import requires_etcd
 from tests.support.power_pool import PoolRun, wait_for
 
 pytestmark = [requires_etcd, pytest.mark.timeout(300)]
 
-TTL_S = 3
 SETTLE_S = 30.0
 BUDGET_W = 1200.0
 NODES = ("node-a", "node-b", "node-c")
-
-
-@pytest.fixture
-def run(etcd: EtcdCluster, request: pytest.FixtureRequest) -> Iterator[PoolRun]:
-    etcd.restart()
-    pool = PoolRun(etcd, f"pool-{request.node.name.replace('_', '-')[:40]}", ttl_s=TTL_S)
-    try:
-        yield pool
-    finally:
-        for daemon in pool.daemons.values():  # a frozen daemon must be able to stop
-            if daemon.proc is not None and daemon.proc.poll() is None:
-                daemon.signal(signal.SIGCONT)
-        pool.close()
 
 
 def _start(run: PoolRun, absent_node: str = "hold") -> None:
