@@ -60,10 +60,12 @@ def _quiet(command: list[str]) -> None:
 
 
 def _wheel_venv(scratch: Path) -> Path:
-    """A fresh virtual environment with this checkout installed from a wheel; returns its bin directory."""
+    """A fresh virtual environment with this checkout's two distributions (the client library and the
+    daemon) installed from wheels; returns its bin directory."""
     wheels = scratch / "wheels"
     pip_wheel = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
-    _quiet([*pip_wheel, "-w", str(wheels), str(ROOT)])
+    for tree in (ROOT / "client_lib", ROOT):
+        _quiet([*pip_wheel, "-w", str(wheels), str(tree)])
     venv = scratch / "venv"
     _quiet([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     site = subprocess.run(
