@@ -27,8 +27,8 @@ VERSION = 1
 WHAT = "power cap file"
 
 
-class CapFileError(Exception):
-    """The file cannot be written, or what is there is not a power cap file."""
+CapFileError = PrivateFileError
+"""The file cannot be written, or what is there is not a power cap file."""
 
 
 @dataclass(frozen=True)
@@ -56,18 +56,12 @@ def save_cap(path: Path, cap: SavedCap) -> None:
         "set_by": cap.set_by,
         "priorities": dict(cap.priorities),
     }
-    try:
-        write_private_file(path, json.dumps(body, indent=1, sort_keys=True).encode(), WHAT)
-    except PrivateFileError as exc:
-        raise CapFileError(str(exc)) from exc
+    write_private_file(path, json.dumps(body, indent=1, sort_keys=True).encode(), WHAT)
 
 
 def load_cap(path: Path) -> SavedCap | None:
     """The saved cap (None: no file); `CapFileError` for a file that is unsafe or not a power cap file."""
-    try:
-        body = read_private_json(path, WHAT)
-    except PrivateFileError as exc:
-        raise CapFileError(str(exc)) from exc
+    body = read_private_json(path, WHAT)
     if body is None:
         return None
     if not isinstance(body, dict) or body.get("version") != VERSION:

@@ -25,8 +25,8 @@ VERSION = 1
 WHAT = "pool limits file"
 
 
-class PoolLimitsFileError(Exception):
-    """The file cannot be written or read."""
+PoolLimitsFileError = PrivateFileError
+"""The file cannot be written or read."""
 
 
 class LimitSetter(Protocol):
@@ -40,18 +40,12 @@ def pool_limits_path(state_dir: Path) -> Path:
 def save_originals(path: Path, limits_w: Mapping[str, float]) -> None:
     """Write the originals durably (see the module); `PoolLimitsFileError` when it cannot."""
     body = json.dumps({"version": VERSION, "power_limits_w": dict(limits_w)}, sort_keys=True).encode()
-    try:
-        write_private_file(path, body, WHAT)
-    except PrivateFileError as exc:
-        raise PoolLimitsFileError(str(exc)) from exc
+    write_private_file(path, body, WHAT)
 
 
 def load_originals(path: Path) -> dict[str, float] | None:
     """The saved originals (None: no file); `PoolLimitsFileError` for a file that is not ours."""
-    try:
-        body = read_private_json(path, WHAT)
-    except PrivateFileError as exc:
-        raise PoolLimitsFileError(str(exc)) from exc
+    body = read_private_json(path, WHAT)
     if body is None:
         return None
     limits = body.get("power_limits_w") if isinstance(body, dict) else None
