@@ -21,7 +21,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from perseusd.cluster.config import NAME_PATTERN
@@ -52,21 +52,11 @@ class JobIdentity:
         return f"job-{digest[:32]}"
 
     def to_doc(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "uid": self.uid,
-            "schedule": self.schedule,
-            "num_stages": self.num_stages,
-            "num_microbatches": self.num_microbatches,
-            "chunks": self.chunks,
-            "stage_gpus": self.stage_gpus,
-            "run": self.run,
-        }
+        return asdict(self)
 
     @classmethod
     def from_doc(cls, doc: Any) -> JobIdentity:
-        if not isinstance(doc, dict):
-            raise ValueError("identity is not an object")
+        doc = _object(doc, "identity")
         return cls(
             name=_str(doc, "name"),
             uid=_int(doc, "uid"),
@@ -88,12 +78,11 @@ class BlobRef:
     chunks: int
 
     def to_doc(self) -> dict[str, Any]:
-        return {"name": self.name, "digest": self.digest, "chunks": self.chunks}
+        return asdict(self)
 
     @classmethod
     def from_doc(cls, doc: Any) -> BlobRef:
-        if not isinstance(doc, dict):
-            raise ValueError("blob is not an object")
+        doc = _object(doc, "blob")
         ref = cls(_str(doc, "name"), _str(doc, "digest"), _int(doc, "chunks"))
         if NAME_PATTERN.fullmatch(ref.name) is None or not 1 <= ref.chunks <= MAX_BLOB_CHUNKS:
             raise ValueError(f"bad blob reference {doc!r}")
@@ -320,8 +309,7 @@ def decode_plan(raw: bytes) -> PlanRecord:
 
 
 def _profile_share(doc: Any) -> ProfileShare:
-    if not isinstance(doc, dict):
-        raise ValueError("profile is not an object")
+    doc = _object(doc, "profile")
     return ProfileShare(
         BlobRef.from_doc(doc.get("blob")),
         _float(doc, "p_block_w"),
@@ -358,6 +346,12 @@ def _int_pair(item: Any) -> tuple[int, int]:
     if not isinstance(item, list) or len(item) != 2:
         raise ValueError("a slot is [pipeline, stage]")
     return _plain_int(item[0]), _plain_int(item[1])
+
+
+def _object(doc: Any, what: str) -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise ValueError(f"{what} is not an object")
+    return doc
 
 
 def _document(raw: bytes) -> dict[str, Any]:
