@@ -14,6 +14,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from perseusd.cap.node_cap import NodeCap
@@ -25,36 +26,29 @@ MAX_BUDGET_W = 1e7
 NO_BUDGET = ("", "0", "none")
 
 
+@dataclass(eq=False)
 class DeclaredCap:
     """Follows `<directory>/<node>` (else `<directory>/default`) into the node cap."""
 
-    def __init__(
-        self,
-        directory: Path,
-        node: str,
-        cap: NodeCap,
-        interval_s: float = 5.0,
-        clock_s: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._directory = directory
-        self._node = node
-        self._cap = cap
-        self._interval_s = interval_s
-        self._clock_s = clock_s
-        self._next_s = 0.0
-        self._last: str | None = None
-        """The declaration last applied (its text and where it came from)."""
+    directory: Path
+    node: str
+    cap: NodeCap
+    interval_s: float = 5.0
+    clock_s: Callable[[], float] = time.monotonic
+    _next_s: float = field(default=0.0, init=False)
+    _last: str | None = field(default=None, init=False)
+    """The declaration last applied (its text and where it came from)."""
 
     @property
     def who(self) -> str:
-        return f"declared in {self._directory}"
+        return f"declared in {self.directory}"
 
     def poll(self) -> None:
         """Apply the declaration when it changed (at most every `interval_s`)."""
-        now_s = self._clock_s()
+        now_s = self.clock_s()
         if now_s < self._next_s:
             return
-        self._next_s = now_s + self._interval_s
+        self._next_s = now_s + self.interval_s
         source, text = self._read()
         key = f"{source}={text}"
         if key == self._last:
@@ -64,19 +58,19 @@ class DeclaredCap:
             self._last = key  # logged once; the budget in force stays
             return
         self._last = key
-        if budget_w is None and (self._cap.budget_w is None or self._cap.set_by != self.who):
+        if budget_w is None and (self.cap.budget_w is None or self.cap.set_by != self.who):
             return  # nothing declared, and nothing of ours to clear
         logger.warning(
             "power cap: node budget %s (%s for node %s)",
             "cleared" if budget_w is None else f"{budget_w:.1f} W",
             source or "no file",
-            self._node,
+            self.node,
         )
-        self._cap.set_budget_w(budget_w, self.who)
+        self.cap.set_budget_w(budget_w, self.who)
 
     def _read(self) -> tuple[str, str]:
-        for name in (self._node, DEFAULT_NAME):
-            path = self._directory / name
+        for name in (self.node, DEFAULT_NAME):
+            path = self.directory / name
             try:
                 return name, path.read_text().strip()
             except FileNotFoundError:
@@ -96,7 +90,7 @@ class DeclaredCap:
         if not (math.isfinite(budget_w) and 0 < budget_w <= MAX_BUDGET_W):
             logger.error(
                 "power cap: %s/%s holds %r, not a budget in watts (0 < W <= %g); ignored",
-                self._directory,
+                self.directory,
                 source,
                 text[:80],
                 MAX_BUDGET_W,
