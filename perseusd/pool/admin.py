@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
+
+from perseus_client.pool_messages import PoolNode, PoolStatusReply
 
 from perseusd.cluster.etcd_store import EtcdStore, compare_create, compare_mod, delete_op, put_op
 from perseusd.pool.alloc import allocate
@@ -85,64 +86,9 @@ def release_node(store: EtcdStore, keys: PoolKeys, node: str, by: str) -> float:
     raise ReleaseRefusedError(f"node {node}'s grant in pool {keys.pool} kept changing; try again")
 
 
-@dataclass(frozen=True)
-class NodeStatus:
-    node: str
-    grant_w: float | None
-    demand_w: float
-    floor_w: float
-    applied_w: float | None
-    power_w: float | None
-    priority_w: dict[int, float]
-    reserved_w: float | None = None
-    """An absent node's reservation (its report is gone, its grant kept; None: the node reports)."""
-    absent_since_s: float | None = None
-    """When the allocator found it absent (Unix time; None: not yet, or the node reports)."""
-
-
-@dataclass(frozen=True)
-class PoolStatus:
-    """A pool as of one etcd revision."""
-
-    pool: str
-    revision: int
-    requested_w: float | None
-    requested_by: str
-    active_w: float | None
-    granted_w: float
-    allocator: str | None
-    nodes: tuple[NodeStatus, ...]
-    problem: str | None
-    requested_age_s: float | None = None
-    signal: str | None = None
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "pool": self.pool,
-            "revision": self.revision,
-            "requested_w": self.requested_w,
-            "requested_by": self.requested_by,
-            "active_w": self.active_w,
-            "granted_w": self.granted_w,
-            "allocator": self.allocator,
-            "problem": self.problem,
-            "requested_age_s": self.requested_age_s,
-            "signal": self.signal,
-            "nodes": [
-                {
-                    "node": n.node,
-                    "grant_w": n.grant_w,
-                    "demand_w": n.demand_w,
-                    "floor_w": n.floor_w,
-                    "applied_w": n.applied_w,
-                    "power_w": n.power_w,
-                    "priority_w": {str(t): w for t, w in sorted(n.priority_w.items())},
-                    "reserved_w": n.reserved_w,
-                    "absent_since_s": n.absent_since_s,
-                }
-                for n in self.nodes
-            ],
-        }
+PoolStatus = PoolStatusReply
+"""A pool as of one etcd revision: the admin socket's reply as it is."""
+NodeStatus = PoolNode
 
 
 def pool_status(store: EtcdStore, keys: PoolKeys) -> PoolStatus:
@@ -162,7 +108,6 @@ def pool_status(store: EtcdStore, keys: PoolKeys) -> PoolStatus:
                 report.report.floor_w if report else 0.0,
                 report.report.applied_w if report else None,
                 report.report.power_w if report else None,
-                dict(report.report.priority_w) if report else {},
                 grant.reserved_w if grant is not None and report is None else None,
                 grant.absent_since_s if grant is not None and report is None else None,
             )
@@ -172,15 +117,15 @@ def pool_status(store: EtcdStore, keys: PoolKeys) -> PoolStatus:
         needs = [r.report.need(n) for n, r in sorted(view.reports.items())]
         problem = allocate(view.request.budget_w, needs, view.reserved_w).problem
     return PoolStatus(
-        keys.pool,
-        revision,
-        None if view.request is None else view.request.budget_w,
-        "" if view.request is None else view.request.by,
-        None if view.active is None else view.active.budget_w,
-        round(view.granted_w, 3),
-        view.allocator_node,
-        tuple(nodes),
-        problem,
-        None if view.request is None else round(max(0.0, now_s - view.request.at_s), 1),
-        None if view.request is None else view.request.freshness(now_s),
+        pool=keys.pool,
+        revision=revision,
+        requested_w=None if view.request is None else view.request.budget_w,
+        requested_by="" if view.request is None else view.request.by,
+        active_w=None if view.active is None else view.active.budget_w,
+        granted_w=round(view.granted_w, 3),
+        allocator=view.allocator_node,
+        problem=problem,
+        nodes=tuple(nodes),
+        requested_age_s=None if view.request is None else round(max(0.0, now_s - view.request.at_s), 1),
+        signal=None if view.request is None else view.request.freshness(now_s),
     )
