@@ -14,13 +14,17 @@ import time
 from typing import TYPE_CHECKING
 
 from perseusd.argtypes import positive_int
+from perseusd.ctl.arguments import add_action, add_json_option, add_plot_option
 
 if TYPE_CHECKING:
+    from perseusd.ctl.arguments import Subparsers
     from perseusd.power.pool_model import PoolRow
 
 DEFAULT_GPUS = (128, 256, 512, 1024)
 DEFAULT_BUDGETS = (0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
 BOARDS = ("a100_sxm", "a40", "h100_sxm")
+MODEL_HELP = "offline: time lost under a pool budget, uniform power limit vs perseusd"
+MODEL_DESCRIPTION = "Analytic mode: a pool of GPUs running pipelines under a budget sweep (no daemon)."
 
 
 def _fraction(text: str) -> float:
@@ -30,12 +34,9 @@ def _fraction(text: str) -> float:
     return value
 
 
-def add_model_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    model = actions.add_parser(
-        "model",
-        help="offline: time lost under a pool budget, uniform power limit vs perseusd",
-        description="Analytic mode: a pool of GPUs running pipelines under a budget sweep (no daemon).",
-    )
+def add_model_parser(actions: Subparsers) -> None:
+    """`cap model`."""
+    model = add_action(actions, "model", MODEL_HELP, run_model, description=MODEL_DESCRIPTION)
     model.add_argument("--board", choices=BOARDS, default="a100_sxm", help="board and its bundled profile")
     model.add_argument("--stages", type=positive_int, default=8, metavar="S", help="default: %(default)s")
     model.add_argument(
@@ -55,9 +56,8 @@ def add_model_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser
         metavar="F",
         help="fractions of all-max",
     )
-    model.add_argument("--plot", metavar="PNG", help="draw slowdown vs budget, (a) and (c) per pool size")
-    model.add_argument("--json", action="store_true", help="print the rows as JSON")
-    model.set_defaults(func=run_model)
+    add_plot_option(model, "draw slowdown vs budget, (a) and (c) per pool size")
+    add_json_option(model, "print the rows as JSON")
 
 
 def plot_rows(rows: list[PoolRow], path: str) -> None:

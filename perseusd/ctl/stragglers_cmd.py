@@ -15,6 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 from perseusd.argtypes import factor_float, non_negative_float, positive_float, positive_int
+from perseusd.ctl.arguments import add_json_option, add_plot_option
 from perseusd.ctl.planning_inputs import PlanningInputs
 from perseusd.ctl.solve_cmd import solve_points
 
@@ -22,18 +23,16 @@ if TYPE_CHECKING:
     from perseusd.planner.profile import Profile
     from perseusd.planner.straggler_scale import JobEnergy, PipelineFrontier
 
+HELP = "job energy with one straggler pipeline among 16-128 data-parallel pipelines"
+DESCRIPTION = (
+    "Energy saving of Perseus vs all-max for a data-parallel job with one straggler pipeline, per pipeline "
+    "count and straggler factor (analytic, from each pipeline's frontier)."
+)
 DEFAULT_PIPELINES = (16, 32, 64, 128)
 DEFAULT_FACTORS = (1.05, 1.1, 1.2, 1.5)
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the `stragglers` command."""
-    parser = subparsers.add_parser(
-        "stragglers",
-        help="job energy with one straggler pipeline among 16-128 data-parallel pipelines",
-        description="Energy saving of Perseus vs all-max for a data-parallel job with one straggler "
-        "pipeline, per pipeline count and straggler factor (analytic, from each pipeline's frontier).",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", default="a100_sxm", metavar="FILE", help="profile CSV or bundled name")
     parser.add_argument("--stages", type=positive_int, default=8, metavar="S", help="default: %(default)s")
     parser.add_argument(
@@ -80,9 +79,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="WATTS",
         help="blocking power per GPU (default: the bundled profile's measured value, else 0)",
     )
-    parser.add_argument("--plot", metavar="PNG", help="draw saving vs straggler factor, one line per count")
-    parser.add_argument("--json", action="store_true", help="print the table as JSON")
-    parser.set_defaults(func=run)
+    add_plot_option(parser, "draw saving vs straggler factor, one line per count")
+    add_json_option(parser, "print the table as JSON")
 
 
 def solve_frontiers(
