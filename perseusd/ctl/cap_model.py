@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from perseusd.argtypes import positive_int
 from perseusd.ctl.arguments import add_action, add_json_option, add_plot_option
@@ -19,6 +18,7 @@ from perseusd.ctl.arguments import add_action, add_json_option, add_plot_option
 if TYPE_CHECKING:
     from perseusd.ctl.arguments import Subparsers
     from perseusd.power.pool_model import PoolRow
+    from perseusd.power.scenario import Scenario
 
 DEFAULT_GPUS = (128, 256, 512, 1024)
 DEFAULT_BUDGETS = (0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
@@ -95,23 +95,31 @@ def run_model(args: argparse.Namespace) -> int:
     if args.plot:
         plot_rows(rows, args.plot)
     if args.json:
-        doc = {
-            "board": args.board,
-            "stages": args.stages,
-            "microbatches": args.microbatches,
-            "tensor_parallel": args.tensor_parallel,
-            "all_max_time_s": scenario.all_max.time_s,
-            "all_max_power_per_pipeline_gpu_w": scenario.all_max.mean_power_w / args.stages,
-            "seconds": round(time.perf_counter() - started_s, 2),
-            "rows": [r.to_json() for r in rows],
-        }
-        json.dump(doc, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        print(json.dumps(model_json(args, scenario, rows, time.perf_counter() - started_s), indent=2))
     else:
-        header = (
-            f"Pool budget, time lost vs all-max: (a) uniform power limit vs (c) perseusd ({args.board}, "
-            f"{args.stages} stages x TP {args.tensor_parallel}, {args.microbatches} microbatches; "
-            '"(limits)": no point fits, power limits hold the pool)'
-        )
-        print(format_rows(rows, header))
+        print(format_rows(rows, _header(args)))
     return 0
+
+
+def model_json(
+    args: argparse.Namespace, scenario: Scenario, rows: list[PoolRow], seconds: float
+) -> dict[str, Any]:
+    """The `--json` document: the model's inputs, the all-max figures and the rows."""
+    return {
+        "board": args.board,
+        "stages": args.stages,
+        "microbatches": args.microbatches,
+        "tensor_parallel": args.tensor_parallel,
+        "all_max_time_s": scenario.all_max.time_s,
+        "all_max_power_per_pipeline_gpu_w": scenario.all_max.mean_power_w / args.stages,
+        "seconds": round(seconds, 2),
+        "rows": [r.to_json() for r in rows],
+    }
+
+
+def _header(args: argparse.Namespace) -> str:
+    return (
+        f"Pool budget, time lost vs all-max: (a) uniform power limit vs (c) perseusd ({args.board}, "
+        f"{args.stages} stages x TP {args.tensor_parallel}, {args.microbatches} microbatches; "
+        '"(limits)": no point fits, power limits hold the pool)'
+    )

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import TYPE_CHECKING, Any
 
 from perseusd.ctl.arguments import add_json_option, add_plot_option
@@ -139,8 +138,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         _plot(args.plot, sets, baseline)
     if args.json:
-        json.dump(comparison_json(table, baseline, inputs, facts), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        print(json.dumps(comparison_json(table, baseline, inputs, facts), indent=2))
     else:
         print(format_table(table, baseline, inputs.p_block_w))
     return 0

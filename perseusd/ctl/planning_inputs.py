@@ -94,5 +94,9 @@ def load_inputs(args: argparse.Namespace) -> PlanningInputs:
             f"profile {profile.source} has {profile.num_stages} stages, "
             f"but {args.stages} stages x {args.chunks} chunks need {needed}"
         )
-    p_block_w = args.p2p_power if args.p2p_power is not None else (bundled_p_block_w or 0.0)
-    return PlanningInputs(profile, dag, args.unit_time, p_block_w)
+    return PlanningInputs(profile, dag, args.unit_time, blocking_power_w(args, bundled_p_block_w))
+
+
+def blocking_power_w(args: argparse.Namespace, bundled_p_block_w: float | None) -> float:
+    """`--p2p-power` when given, else a bundled profile's measured blocking power, else 0."""
+    return args.p2p_power if args.p2p_power is not None else (bundled_p_block_w or 0.0)

@@ -11,7 +11,6 @@ import argparse
 import gc
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -154,8 +153,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         info["plot"] = str(args.plot)
     if args.json:
-        json.dump(info, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        print(json.dumps(info, indent=2))
     else:
         _print_text(info)
     return 0
