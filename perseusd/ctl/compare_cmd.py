@@ -17,7 +17,12 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from perseusd.ctl.arguments import add_json_option, add_plot_option
-from perseusd.ctl.planning_inputs import PlanningInputs, add_planning_arguments, load_inputs
+from perseusd.ctl.planning_inputs import (
+    PlanningInputs,
+    add_factors_option,
+    add_planning_arguments,
+    load_inputs,
+)
 from perseusd.ctl.solve_cmd import solve_points
 
 if TYPE_CHECKING:
@@ -44,14 +49,7 @@ def _factor(text: str) -> float:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_planning_arguments(parser)
-    parser.add_argument(
-        "--factors",
-        type=_factor,
-        nargs="+",
-        default=(1.05, 1.1, 1.2, 1.5),
-        metavar="K",
-        help="straggler factors (default: 1.05 1.1 1.2 1.5)",
-    )
+    add_factors_option(parser, _factor)
     add_plot_option(parser, "draw every planner's points on one chart")
     add_json_option(parser, "print the comparison as JSON")
 

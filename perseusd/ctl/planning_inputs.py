@@ -6,6 +6,7 @@ Import-light on purpose: the planner modules are imported when the command runs,
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
     from perseusd.planner.profile import Profile
 
 DEFAULT_UNIT_TIME_S = 0.001
+DEFAULT_FACTORS = (1.05, 1.1, 1.2, 1.5)
+"""The straggler factors `compare` and `stragglers` account for unless told."""
 BUNDLED_NAMES = ("a100_sxm", "a40", "h100_sxm")
 """Bundled profile names (kept in sync with `perseusd.planner.bundled.BUNDLED_PROFILES` by a test)."""
 
@@ -78,6 +81,18 @@ def add_planning_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="WATTS",
         help="GPU power while blocked on communication (default: the measured value for a bundled profile "
         "(a100_sxm 83.64, a40 70.38), else 0)",
+    )
+
+
+def add_factors_option(parser: argparse.ArgumentParser, factor: Callable[[str], float]) -> None:
+    """`--factors K [K ...]`: straggler factors; `factor` parses one (each command words its own error)."""
+    parser.add_argument(
+        "--factors",
+        type=factor,
+        nargs="+",
+        default=DEFAULT_FACTORS,
+        metavar="K",
+        help=f"straggler factors (default: {' '.join(map(str, DEFAULT_FACTORS))})",
     )
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from perseusd.argtypes import factor_float, non_negative_float, positive_float, positive_int
 from perseusd.ctl.arguments import add_json_option, add_plot_option
-from perseusd.ctl.planning_inputs import PlanningInputs, blocking_power_w
+from perseusd.ctl.planning_inputs import PlanningInputs, add_factors_option, blocking_power_w
 from perseusd.ctl.solve_cmd import solve_points
 
 if TYPE_CHECKING:
@@ -28,7 +28,6 @@ DESCRIPTION = (
     "count and straggler factor (analytic, from each pipeline's frontier)."
 )
 DEFAULT_PIPELINES = (16, 32, 64, 128)
-DEFAULT_FACTORS = (1.05, 1.1, 1.2, 1.5)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,14 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="TP",
         help="GPUs per stage; scales energies, not savings (default: %(default)s)",
     )
-    parser.add_argument(
-        "--factors",
-        type=factor_float,
-        nargs="+",
-        default=DEFAULT_FACTORS,
-        metavar="K",
-        help="straggler factors (default: 1.05 1.1 1.2 1.5)",
-    )
+    add_factors_option(parser, factor_float)
     parser.add_argument(
         "--unit-time",
         type=positive_float,
