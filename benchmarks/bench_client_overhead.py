@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perseus_client import PerseusClient
 
-from benchmarks.proc_usage import cpu_s_by_thread_name
+from benchmarks.processes import cpu_s_by_thread_name
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 from tests.support.synthetic import synthetic_profile

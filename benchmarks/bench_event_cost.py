@@ -28,7 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's helpers; `measure` puts the measured checkout before it
 
-from benchmarks.proc_usage import cpu_s_by_thread_name  # noqa: E402
+from benchmarks.processes import cpu_s_by_thread_name  # noqa: E402
 
 MICROBATCHES = 8
 

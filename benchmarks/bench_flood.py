@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perseus_client import PerseusClient
 
-from benchmarks.proc_usage import process_cpu_s, rss_mb
+from benchmarks.processes import process_cpu_s, rss_mb
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 
 STATUS_PERIOD_S = 0.1

@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.proc_usage import process_cpu_s  # noqa: E402
+from benchmarks.processes import process_cpu_s  # noqa: E402
 from perseusd.cluster.config import parse_endpoint  # noqa: E402
 from perseusd.cluster.etcd_store import EtcdStore, put_op  # noqa: E402
 from perseusd.pool.admin import set_budget  # noqa: E402

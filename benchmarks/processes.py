@@ -1,11 +1,14 @@
-"""What the benchmarks read from /proc about a process: its CPU time (user + system), each of its threads',
-and its resident memory."""
+"""The benchmarks' processes: what /proc says of one (its CPU time, user + system, each of its threads', its
+resident memory), and stopping one."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 TICKS_S = os.sysconf("SC_CLK_TCK")
 
@@ -41,6 +44,17 @@ def cpu_s_by_thread_name(pid: int, names: Mapping[int, str]) -> dict[str, float]
         name = names.get(int(task.name)) or stat_name(stat)
         totals[name] = totals.get(name, 0.0) + stat_cpu_s(stat)
     return totals
+
+
+def terminate(process: subprocess.Popen[Any], grace_s: float) -> None:
+    """SIGTERM `process` (a daemon restores its GPUs), SIGKILL it after `grace_s`; reaped either way."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def rss_mb(pid: int) -> float:
