@@ -40,12 +40,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perseus_client import PerseusClient
 
+from benchmarks.processes import cpu_s_by_thread_name
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 from tests.support.synthetic import synthetic_profile
 
 WORKER = Path(__file__).resolve().parent / "overhead_worker.py"
-TICKS_S = os.sysconf("SC_CLK_TCK")
 
 
 class ThreadCpu:
@@ -76,16 +76,7 @@ class ThreadCpu:
 
     def read(self) -> dict[str, float]:
         """CPU seconds by thread name (threads of one name summed)."""
-        totals: dict[str, float] = {}
-        for task in Path(f"/proc/{self.pid}/task").iterdir():
-            try:
-                text = (task / "stat").read_text()
-            except OSError:
-                continue
-            name = self.names.get(int(task.name)) or text[text.index("(") + 1 : text.rindex(")")]
-            fields = text[text.rindex(")") + 2 :].split()
-            totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / TICKS_S
-        return totals
+        return cpu_s_by_thread_name(self.pid, self.names)
 
     def _run(self) -> None:
         while not self._stop.is_set():

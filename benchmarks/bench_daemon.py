@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perseus_client import PerseusClient
 
+from benchmarks.processes import process_cpu_s, rss_mb
 from tests.support.perseusd_proc import (
     DaemonDirs,
     daemon_processes,
@@ -33,7 +34,6 @@ from tests.support.perseusd_proc import (
 CLIENTS = 16
 EVENTS_PER_CLIENT = 20_000
 RESTORE_ROUNDS = 20
-TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 def sender(runtime_dir: str, index: int, go: Any, out: Any) -> None:
@@ -137,24 +137,18 @@ def bench_restore(make: Any) -> dict[str, Any]:
     }
 
 
-def _cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
-
-
 def bench_footprint(make: Any) -> dict[str, Any]:
     daemon = make(DaemonDirs.create(), gpus=8).start()
     pid = daemon.proc.pid
     time.sleep(1.0)
-    rss_kb = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                  if line.startswith("VmRSS:"))  # fmt: skip
-    ticks, began = _cpu_ticks(pid), time.monotonic()
+    idle_rss_mb = rss_mb(pid)
+    cpu_s, began = process_cpu_s(pid), time.monotonic()
     time.sleep(5.0)
-    cpu_pct = (_cpu_ticks(pid) - ticks) / TICKS_PER_S / (time.monotonic() - began) * 100
+    cpu_pct = (process_cpu_s(pid) - cpu_s) / (time.monotonic() - began) * 100
     daemon.stop()
     return {
         "gpus": 8,
-        "rss_mb": round(rss_kb / 1024, 1),
+        "rss_mb": round(idle_rss_mb, 1),
         "target_rss_mb": 80,
         "idle_cpu_pct": round(cpu_pct, 2),
     }

@@ -26,22 +26,16 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-TICKS_S = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, str(ROOT))  # this checkout's helpers; `measure` puts the measured checkout before it
+
+from benchmarks.processes import cpu_s_by_thread_name  # noqa: E402
+
 MICROBATCHES = 8
 
 
 def thread_cpu_s(pid: int) -> dict[str, float]:
     """CPU seconds by thread: "main" (the process's first thread), else the thread's OS name, summed."""
-    totals: dict[str, float] = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            stat = (task / "stat").read_text()
-        except OSError:
-            continue
-        name = "main" if task.name == str(pid) else stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / TICKS_S
-    return totals
+    return cpu_s_by_thread_name(pid, {pid: "main"})
 
 
 def _used(before: dict[str, float], after: dict[str, float], events: int) -> dict[str, float]:

@@ -41,9 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perseus_client import PerseusClient
 
+from benchmarks.processes import process_cpu_s, rss_mb
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 
-TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 STATUS_PERIOD_S = 0.1
 
 
@@ -83,18 +83,6 @@ def _sender(runtime_dir: str, index: int, duration_s: float, go: Any, out: Any) 
     )
 
 
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
-
-
 def _pct(values: list[float], q: float, digits: int = 2) -> float | None:
     if not values:
         return None
@@ -117,7 +105,7 @@ class Watcher(threading.Thread):
     def run(self) -> None:
         with PerseusClient(self.runtime_dir, job="watcher", timeout_s=30, strict=True) as client:
             while not self.stop.is_set():
-                self.rss_mb.append(_rss_mb(self.pid))
+                self.rss_mb.append(rss_mb(self.pid))
                 started_s = time.perf_counter()
                 try:
                     client.status()
@@ -192,7 +180,7 @@ def run(clients: int, duration_s: float, daemon_nice: int = 0) -> dict[str, Any]
         for proc in procs:
             proc.start()
         time.sleep(1.0)
-        cpu_start_s = _cpu_s(pid)
+        cpu_start_s = process_cpu_s(pid)
         go.set()
         started_s = time.monotonic()
         flood = Watcher(daemon)
@@ -206,10 +194,10 @@ def run(clients: int, duration_s: float, daemon_nice: int = 0) -> dict[str, Any]
             proc.join(timeout=30)
         closed_s = max(r[3] for r in results)
         drain_s = _drain_s(daemon, closed_s)
-        flood_cpu_s = _cpu_s(pid) - cpu_start_s
-        cpu_before_s = _cpu_s(pid)
+        flood_cpu_s = process_cpu_s(pid) - cpu_start_s
+        cpu_before_s = process_cpu_s(pid)
         after = _watch(daemon, 2.0)
-        cpu_idle_s = _cpu_s(pid) - cpu_before_s
+        cpu_idle_s = process_cpu_s(pid) - cpu_before_s
         health = daemon.status()["daemon"]
         received = health["events_received"] - received_before
         sent = sum(r[0] for r in results)

@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.processes import process_cpu_s  # noqa: E402
 from perseusd.cluster.config import parse_endpoint  # noqa: E402
 from perseusd.cluster.etcd_store import EtcdStore, put_op  # noqa: E402
 from perseusd.pool.admin import set_budget  # noqa: E402
@@ -140,14 +141,6 @@ class Worker:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
-
-
-def process_cpu_s(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class InvariantWatch:

@@ -46,6 +46,7 @@ from typing import Any
 from perseus_client.client import PerseusClient, PerseusClientError
 from perseus_client.protocol import AdminSetPowerLimit, PowerLimitOk
 
+from benchmarks.processes import terminate
 from perseusd.carbon.traces import SignalPoint
 from perseusd.ctl.daemon_link import ask
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess
@@ -275,13 +276,7 @@ def _measure(arm: Arm, work: Workload, server: SignalServer, daemon: DaemonProce
             time.sleep(0.01)
     finally:
         watcher.close()
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        terminate(proc, grace_s=120)
         reader.join(timeout=10)
     measured = [r for r in rows.rows if started is not None and r[0] > started][: work.iterations]
     if len(measured) < work.iterations:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import signal
 import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -14,6 +13,7 @@ from typing import Any
 
 from perseus_client.version import PROTOCOL_MINOR
 
+from benchmarks.processes import terminate
 from perseusd.emulate.hybrid import SweepRow  # the ground truth at one locked clock
 
 
@@ -23,12 +23,7 @@ def stopped_at_exit(process: subprocess.Popen[bytes], grace_s: float) -> Iterato
     try:
         yield process
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        terminate(process, grace_s)
 
 
 def sweep_at(sweep: Sequence[SweepRow], clock_mhz: int) -> SweepRow | None:

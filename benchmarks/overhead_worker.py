@@ -11,6 +11,7 @@ the client library's functions.
 
 from __future__ import annotations
 
+import contextlib
 import cProfile
 import json
 import os
@@ -18,6 +19,7 @@ import pstats
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,16 +83,31 @@ def run_block(schedule: Schedule1F1B, config: dict[str, Any], rank: int, world: 
     return times
 
 
-def managed_block(
-    schedule: Schedule1F1B, client: PerseusClient, config: dict[str, Any], rank: int, world: int
-) -> list[float]:
+@contextlib.contextmanager
+def leased_gpu(client: PerseusClient) -> Iterator[str]:
+    """This rank's GPU, claimed for the block and released after it."""
     gpu = client.gpu_uuid()
     assert gpu is not None
     client.claim([gpu])
-    with instrument(schedule, client, gpu):
-        times = run_block(schedule, config, rank, world)
-    client.release()
-    return times
+    try:
+        yield gpu
+    finally:
+        client.release()
+
+
+def leased_block(
+    schedule: Schedule1F1B,
+    client: PerseusClient,
+    config: dict[str, Any],
+    rank: int,
+    world: int,
+    *,
+    register: bool = True,
+) -> list[float]:
+    """`run_block` instrumented on the leased GPU: the job registered and run under its plan, or (`register`
+    False) the wrappers and the events sent, to a daemon that leases the GPU but runs no job on it."""
+    with leased_gpu(client) as gpu, instrument(schedule, client, gpu, register=register):
+        return run_block(schedule, config, rank, world)
 
 
 def hooks_block(schedule: Schedule1F1B, config: dict[str, Any], rank: int, world: int) -> list[float]:
@@ -99,19 +116,6 @@ def hooks_block(schedule: Schedule1F1B, config: dict[str, Any], rank: int, world
     with instrument(schedule, client, "GPU-none", register=False):
         times = run_block(schedule, config, rank, world)
     client.close()
-    return times
-
-
-def sent_block(
-    schedule: Schedule1F1B, client: PerseusClient, config: dict[str, Any], rank: int, world: int
-) -> list[float]:
-    """The wrappers and the events sent, to a daemon that leases the GPU but runs no job on it."""
-    gpu = client.gpu_uuid()
-    assert gpu is not None
-    client.claim([gpu])
-    with instrument(schedule, client, gpu, register=False):
-        times = run_block(schedule, config, rank, world)
-    client.release()
     return times
 
 
@@ -135,7 +139,7 @@ def client_profile(
 ) -> dict[str, Any]:
     profiler = cProfile.Profile()
     profiler.enable()
-    times = managed_block(schedule, client, config, rank, world)
+    times = leased_block(schedule, client, config, rank, world)
     profiler.disable()
     stats = pstats.Stats(profiler)
     rows = []
@@ -175,11 +179,11 @@ def main() -> None:
             before = _threads()
             began_s = time.time()
             if mode == "on":
-                times = managed_block(schedule, client, config, rank, world)
+                times = leased_block(schedule, client, config, rank, world)
             elif mode == "hooks":
                 times = hooks_block(schedule, config, rank, world)
             elif mode == "sent":
-                times = sent_block(schedule, client, config, rank, world)
+                times = leased_block(schedule, client, config, rank, world, register=False)
             else:
                 times = run_block(schedule, config, rank, world)
             ended_s = time.time()
@@ -187,12 +191,8 @@ def main() -> None:
             blocks.append({"mode": mode, "step_s": times, "wall_s": [began_s, ended_s], **used})
     report: dict[str, Any] = {"blocks": blocks}
     dist.barrier()
-    gpu = client.gpu_uuid()
-    assert gpu is not None
-    client.claim([gpu])
-    with instrument(schedule, client, gpu, register=False) as handle:
+    with leased_gpu(client) as gpu, instrument(schedule, client, gpu, register=False) as handle:
         report["computation_us"] = computation_cost_us(handle)
-    client.release()
     if config.get("profile_client"):
         dist.barrier()
         report["client_profile"] = client_profile(schedule, client, config, rank, world)

@@ -29,10 +29,13 @@ from perseus_client.cap_messages import (
 )
 
 from perseusd.argtypes import positive_float
+from perseusd.ctl.arguments import add_action, add_json_option
 from perseusd.ctl.cap_model import add_model_parser
 from perseusd.ctl.daemon_link import ask
 from perseusd.ctl.terminal import PLACEHOLDER, add_watch_option, fmt, fmt_pct, format_table, watch
 
+HELP = "admin: cap this node's GPU power (set, clear, status, job priority)"
+DESCRIPTION = "Hold the node's GPU power within a budget at the least slowdown (docs/power-caps.md)."
 EXIT_OK = 0
 EXIT_FAILED = 1
 DEFAULT_WATCH_S = 1.0
@@ -40,26 +43,17 @@ PRIORITY_NAMES = {"low": 0, "normal": 1, "high": 2}
 TIER_NAMES = {v: k for k, v in PRIORITY_NAMES.items()}
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "cap",
-        help="admin: cap this node's GPU power (set, clear, status, job priority)",
-        description="Hold the node's GPU power within a budget at the least slowdown (docs/power-caps.md).",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    set_ = actions.add_parser("set", help="set the node budget (W)")
+    set_ = add_action(actions, "set", "set the node budget (W)", run_set)
     set_.add_argument("--node", type=positive_float, required=True, metavar="WATTS", help="node budget (W)")
-    set_.set_defaults(func=run_set)
-    clear = actions.add_parser("clear", help="drop the node budget; power limits go back")
-    clear.set_defaults(func=run_clear)
-    status = actions.add_parser("status", help="budget, grant, measured power, floor, demand, jobs")
-    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_action(actions, "clear", "drop the node budget; power limits go back", run_clear)
+    status = add_action(actions, "status", "budget, grant, measured power, floor, demand, jobs", run_status)
+    add_json_option(status)
     add_watch_option(status, DEFAULT_WATCH_S)
-    status.set_defaults(func=run_status)
-    priority = actions.add_parser("priority", help="a job's tier: low jobs are slowed first")
+    priority = add_action(actions, "priority", "a job's tier: low jobs are slowed first", run_priority)
     priority.add_argument("job", help="job name (as `perseusctl jobs` shows it)")
     priority.add_argument("tier", choices=[*PRIORITY_NAMES, "0", "1", "2"], help="low, normal or high")
-    priority.set_defaults(func=run_priority)
     add_model_parser(actions)
 
 

@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from perseusd.argtypes import positive_int
+from perseusd.ctl.arguments import add_action, add_json_option, add_plot_option
 
 if TYPE_CHECKING:
+    from perseusd.ctl.arguments import Subparsers
     from perseusd.power.pool_model import PoolRow
+    from perseusd.power.scenario import Scenario
 
 DEFAULT_GPUS = (128, 256, 512, 1024)
 DEFAULT_BUDGETS = (0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
 BOARDS = ("a100_sxm", "a40", "h100_sxm")
+MODEL_HELP = "offline: time lost under a pool budget, uniform power limit vs perseusd"
+MODEL_DESCRIPTION = "Analytic mode: a pool of GPUs running pipelines under a budget sweep (no daemon)."
 
 
 def _fraction(text: str) -> float:
@@ -30,12 +34,9 @@ def _fraction(text: str) -> float:
     return value
 
 
-def add_model_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    model = actions.add_parser(
-        "model",
-        help="offline: time lost under a pool budget, uniform power limit vs perseusd",
-        description="Analytic mode: a pool of GPUs running pipelines under a budget sweep (no daemon).",
-    )
+def add_model_parser(actions: Subparsers) -> None:
+    """`cap model`."""
+    model = add_action(actions, "model", MODEL_HELP, run_model, description=MODEL_DESCRIPTION)
     model.add_argument("--board", choices=BOARDS, default="a100_sxm", help="board and its bundled profile")
     model.add_argument("--stages", type=positive_int, default=8, metavar="S", help="default: %(default)s")
     model.add_argument(
@@ -55,9 +56,8 @@ def add_model_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser
         metavar="F",
         help="fractions of all-max",
     )
-    model.add_argument("--plot", metavar="PNG", help="draw slowdown vs budget, (a) and (c) per pool size")
-    model.add_argument("--json", action="store_true", help="print the rows as JSON")
-    model.set_defaults(func=run_model)
+    add_plot_option(model, "draw slowdown vs budget, (a) and (c) per pool size")
+    add_json_option(model, "print the rows as JSON")
 
 
 def plot_rows(rows: list[PoolRow], path: str) -> None:
@@ -95,23 +95,31 @@ def run_model(args: argparse.Namespace) -> int:
     if args.plot:
         plot_rows(rows, args.plot)
     if args.json:
-        doc = {
-            "board": args.board,
-            "stages": args.stages,
-            "microbatches": args.microbatches,
-            "tensor_parallel": args.tensor_parallel,
-            "all_max_time_s": scenario.all_max.time_s,
-            "all_max_power_per_pipeline_gpu_w": scenario.all_max.mean_power_w / args.stages,
-            "seconds": round(time.perf_counter() - started_s, 2),
-            "rows": [r.to_json() for r in rows],
-        }
-        json.dump(doc, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        print(json.dumps(model_json(args, scenario, rows, time.perf_counter() - started_s), indent=2))
     else:
-        header = (
-            f"Pool budget, time lost vs all-max: (a) uniform power limit vs (c) perseusd ({args.board}, "
-            f"{args.stages} stages x TP {args.tensor_parallel}, {args.microbatches} microbatches; "
-            '"(limits)": no point fits, power limits hold the pool)'
-        )
-        print(format_rows(rows, header))
+        print(format_rows(rows, _header(args)))
     return 0
+
+
+def model_json(
+    args: argparse.Namespace, scenario: Scenario, rows: list[PoolRow], seconds: float
+) -> dict[str, Any]:
+    """The `--json` document: the model's inputs, the all-max figures and the rows."""
+    return {
+        "board": args.board,
+        "stages": args.stages,
+        "microbatches": args.microbatches,
+        "tensor_parallel": args.tensor_parallel,
+        "all_max_time_s": scenario.all_max.time_s,
+        "all_max_power_per_pipeline_gpu_w": scenario.all_max.mean_power_w / args.stages,
+        "seconds": round(seconds, 2),
+        "rows": [r.to_json() for r in rows],
+    }
+
+
+def _header(args: argparse.Namespace) -> str:
+    return (
+        f"Pool budget, time lost vs all-max: (a) uniform power limit vs (c) perseusd ({args.board}, "
+        f"{args.stages} stages x TP {args.tensor_parallel}, {args.microbatches} microbatches; "
+        '"(limits)": no point fits, power limits hold the pool)'
+    )

@@ -18,6 +18,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from perseus_client.pool_messages import (
     AdminPoolRelease,
@@ -29,36 +30,41 @@ from perseus_client.pool_messages import (
     PoolStatusReply,
 )
 
+from perseusd.ctl.arguments import add_action, add_json_option
 from perseusd.ctl.daemon_link import ask
 
+if TYPE_CHECKING:
+    from perseusd.ctl.arguments import Run, Subparsers
+
+HELP = "admin: a cluster power pool's budget (etcd)"
 EXIT_OK = 0
 EXIT_USAGE = 2
 TIMEOUT_S = 10.0
 """The daemon answers after etcd did (a try on each endpoint)."""
+RELEASE_HELP = (
+    "end an absent node's reservation (its grant goes to the others): only once its GPUs draw nothing "
+    "(powered off, fenced, limits reset); refused for a node that reports"
+)
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("cap-pool", help="admin: a cluster power pool's budget (etcd)")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    set_parser = actions.add_parser("set", help="set the pool's budget")
-    set_parser.add_argument("--pool", required=True)
+    set_parser = _add_pool_action(actions, "set", "set the pool's budget", run_set)
     set_parser.add_argument("--budget", type=float, required=True, metavar="WATTS")
-    set_parser.set_defaults(func=run_set)
-    clear_parser = actions.add_parser("clear", help="remove the pool's budget (every node uncapped)")
-    clear_parser.add_argument("--pool", required=True)
-    clear_parser.set_defaults(func=run_clear)
-    release_parser = actions.add_parser(
-        "release",
-        help="end an absent node's reservation (its grant goes to the others): only once its GPUs draw "
-        "nothing (powered off, fenced, limits reset); refused for a node that reports",
-    )
-    release_parser.add_argument("--pool", required=True)
+    _add_pool_action(actions, "clear", "remove the pool's budget (every node uncapped)", run_clear)
+    release_parser = _add_pool_action(actions, "release", RELEASE_HELP, run_release)
     release_parser.add_argument("node", metavar="NODE")
-    release_parser.set_defaults(func=run_release)
-    status_parser = actions.add_parser("status", help="budget, grants, demand, floor and power per node")
-    status_parser.add_argument("--pool", required=True)
-    status_parser.add_argument("--json", action="store_true")
-    status_parser.set_defaults(func=run_status)
+    status_parser = _add_pool_action(
+        actions, "status", "budget, grants, demand, floor and power per node", run_status
+    )
+    add_json_option(status_parser, help=None)
+
+
+def _add_pool_action(actions: Subparsers, name: str, help: str, run: Run) -> argparse.ArgumentParser:
+    """An action on one pool: `--pool NAME` comes first."""
+    parser = add_action(actions, name, help, run)
+    parser.add_argument("--pool", required=True)
+    return parser
 
 
 def set_pool_budget(runtime_dir: Path, pool: str, budget_w: float | None) -> PoolBudgetOk:

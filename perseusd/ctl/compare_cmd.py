@@ -14,16 +14,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import TYPE_CHECKING, Any
 
-from perseusd.ctl.planning_inputs import PlanningInputs, add_planning_arguments, load_inputs
+from perseusd.ctl.arguments import add_json_option, add_plot_option
+from perseusd.ctl.planning_inputs import (
+    PlanningInputs,
+    add_factors_option,
+    add_planning_arguments,
+    load_inputs,
+)
 from perseusd.ctl.solve_cmd import solve_points
 
 if TYPE_CHECKING:
     from perseusd.planner.baselines import CandidatePoint
     from perseusd.planner.straggler import Comparison, PointSet
 
+HELP = "compare Perseus with all-max and the baselines, with and without stragglers"
+DESCRIPTION = (
+    "Energy saving and slowdown vs all-max of Perseus, EnvPipe, ZeusGlobal and ZeusPerStage, without a "
+    "straggler and with straggler factors."
+)
 PLANNERS = ("perseus", "perseus_no_slowdown", "envpipe", "zeus_global", "zeus_per_stage")
 
 
@@ -37,26 +47,11 @@ def _factor(text: str) -> float:
     return value
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the `compare` command."""
-    parser = subparsers.add_parser(
-        "compare",
-        help="compare Perseus with all-max and the baselines, with and without stragglers",
-        description="Energy saving and slowdown vs all-max of Perseus, EnvPipe, ZeusGlobal and ZeusPerStage, "
-        "without a straggler and with straggler factors.",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_planning_arguments(parser)
-    parser.add_argument(
-        "--factors",
-        type=_factor,
-        nargs="+",
-        default=(1.05, 1.1, 1.2, 1.5),
-        metavar="K",
-        help="straggler factors (default: 1.05 1.1 1.2 1.5)",
-    )
-    parser.add_argument("--plot", metavar="PNG", help="draw every planner's points on one chart")
-    parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    parser.set_defaults(func=run)
+    add_factors_option(parser, _factor)
+    add_plot_option(parser, "draw every planner's points on one chart")
+    add_json_option(parser, "print the comparison as JSON")
 
 
 def planner_point_sets(inputs: PlanningInputs) -> tuple[dict[str, PointSet], CandidatePoint, dict[str, Any]]:
@@ -141,8 +136,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         _plot(args.plot, sets, baseline)
     if args.json:
-        json.dump(comparison_json(table, baseline, inputs, facts), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        print(json.dumps(comparison_json(table, baseline, inputs, facts), indent=2))
     else:
         print(format_table(table, baseline, inputs.p_block_w))
     return 0

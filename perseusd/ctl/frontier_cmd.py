@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from perseus_client.protocol import FrontierRequest
 
+from perseusd.ctl.arguments import add_job_argument, add_json_option, add_plot_option
 from perseusd.ctl.daemon_link import fetch_document, find_job, load_frontier_text
 from perseusd.ctl.terminal import fmt_pct, format_table
 from perseusd.errors import PerseusError
@@ -25,6 +26,8 @@ from perseusd.errors import PerseusError
 if TYPE_CHECKING:
     from perseusd.planner.plan import Frontier, Plan
 
+HELP = "show a job's time-energy frontier and the point it runs"
+DESCRIPTION = "Every frontier point of a job: planned time, energy, and the deployed point."
 EXIT_OK = 0
 DEPLOYED_MARK = "<- deployed"
 HEADER = ("INDEX", "TIME S", "MODEL J", "PROFILE J", "SLOWER", "SAVED", "")
@@ -32,17 +35,10 @@ HEADER = ("INDEX", "TIME S", "MODEL J", "PROFILE J", "SLOWER", "SAVED", "")
 column marks the deployed point."""
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the `frontier` command."""
-    parser = subparsers.add_parser(
-        "frontier",
-        help="show a job's time-energy frontier and the point it runs",
-        description="Every frontier point of a job: planned time, energy, and the deployed point.",
-    )
-    parser.add_argument("job", metavar="JOB", help="the job's name")
-    parser.add_argument("--json", action="store_true", help="print the perseus-frontier document")
-    parser.add_argument("--plot", metavar="PNG", help="draw time vs energy and the deployed point to a file")
-    parser.set_defaults(func=run)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_job_argument(parser)
+    add_json_option(parser, "print the perseus-frontier document")
+    add_plot_option(parser, "draw time vs energy and the deployed point to a file")
 
 
 def fastest_point(frontier: Frontier) -> Plan:

@@ -23,6 +23,7 @@ from perseus_client.carbon_messages import CarbonInfo, amount_unit, is_carbon
 from perseus_client.job_info import JobInfo, PipelineInfo, PlanningInfo, ProfilingInfo
 
 from perseusd.ctl import slurm_cmd
+from perseusd.ctl.arguments import add_json_option
 from perseusd.ctl.daemon_link import fetch_jobs
 from perseusd.ctl.terminal import (
     PLACEHOLDER,
@@ -36,6 +37,8 @@ from perseusd.ctl.terminal import (
 )
 from perseusd.planner.policy import REGISTRY
 
+HELP = "show the jobs perseusd runs: state, policy, deployed plan"
+DESCRIPTION = "The jobs on this node (yours; every job for root and group perseus-admin)."
 EXIT_OK = 0
 DEFAULT_WATCH_S = 2.0
 HEADER = (
@@ -58,16 +61,9 @@ STRAGGLER_MARK = "<- straggler"
 INDENT = "  "
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the `jobs` command."""
-    parser = subparsers.add_parser(
-        "jobs",
-        help="show the jobs perseusd runs: state, policy, deployed plan",
-        description="The jobs on this node (yours; every job for root and group perseus-admin).",
-    )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_json_option(parser)
     add_watch_option(parser, DEFAULT_WATCH_S)
-    parser.set_defaults(func=run)
 
 
 def jobs_json(jobs: Sequence[JobInfo]) -> list[dict[str, Any]]:

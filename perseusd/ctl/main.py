@@ -1,10 +1,10 @@
 """`perseusctl` entry point: parses the command line and dispatches to one module per command.
 
-Each command module exposes `register(subparsers)`, which adds its parser and sets `func` to a callable
-taking the parsed arguments and returning the exit code. Only the module of the command being run is
-imported (all of them for help or a usage error), so `solve` never loads the client library and zmq and
-`status` never loads numpy. Exit codes: 0 ok, 1 command failed, 2 daemon
-unreachable (or usage error). Errors are one line on stderr; tracebacks only with `--debug`.
+Each command module states its help, its arguments and its `run` (`perseusd.ctl.arguments`), from which
+`build_parser` adds the command; the parsed arguments' `func` returns the exit code. Only the module of the
+command being run is imported (all of them for help or a usage error), so `solve` never loads the client
+library and zmq and `status` never loads numpy. Exit codes: 0 ok, 1 command failed, 2 daemon unreachable (or
+usage error). Errors are one line on stderr; tracebacks only with `--debug`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from perseusd import __version__
+from perseusd.ctl.arguments import add_command
 from perseusd.ctl.terminal import safe_output
 from perseusd.errors import PerseusError
 
@@ -26,7 +27,7 @@ EXIT_UNREACHABLE = 2
 EXIT_BROKEN_PIPE = 141
 """What a shell reports for a command killed by SIGPIPE: the reader of its output went away."""
 
-# Command name -> module under `perseusd.ctl`, in help order. Each module defines `register(subparsers)`.
+# Command name -> module under `perseusd.ctl`, in help order (what each defines: `perseusd.ctl.arguments`).
 COMMANDS: dict[str, str] = {
     "solve": "solve_cmd",
     "compare": "compare_cmd",
@@ -84,7 +85,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command, module in COMMANDS.items():
         if only is None or command == only:
-            importlib.import_module(f"perseusd.ctl.{module}").register(subparsers)
+            add_command(subparsers, command, importlib.import_module(f"perseusd.ctl.{module}"))
     return parser
 
 

@@ -20,20 +20,19 @@ from pathlib import Path
 from perseus_client.energy import Measurement, measurement
 from perseus_client.protocol import EnergyRead, EnergyReading, GpuEnergy
 
+from perseusd.ctl.arguments import add_json_option
 from perseusd.ctl.daemon_link import DaemonRequestError, ask
 
+HELP = "run a command and print the energy its GPUs used"
+DESCRIPTION = (
+    "Run CMD and print the time and the energy of the node's GPUs (or those given) from its start to its "
+    "end, read by perseusd from the GPUs' energy counters."
+)
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 127
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the `measure` command."""
-    parser = subparsers.add_parser(
-        "measure",
-        help="run a command and print the energy its GPUs used",
-        description="Run CMD and print the time and the energy of the node's GPUs (or those given) from "
-        "its start to its end, read by perseusd from the GPUs' energy counters.",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gpu",
         action="append",
@@ -41,13 +40,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="G",
         help="a GPU to measure, by index or UUID (repeat for more; default: every GPU of the node)",
     )
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print the measurement as one line of JSON on stdout, after the command's output",
-    )
+    add_json_option(parser, "print the measurement as one line of JSON on stdout, after the command's output")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]", help="the command")
-    parser.set_defaults(func=run)
 
 
 def read(runtime_dir: Path, gpus: tuple[str, ...]) -> tuple[GpuEnergy, ...]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, get_args
 
 from perseus_client.protocol import Instruction, JobInfo, PlanRequest, Policy, SetPolicy, SetPolicyOk
 
+from perseusd.ctl.arguments import add_job_argument, add_json_option
 from perseusd.ctl.daemon_link import ask, fetch_document, find_job, load_plan_text
 from perseusd.ctl.jobs_cmd import policy_label, slowdown_vs_fastest
 from perseusd.ctl.terminal import fmt_pct
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from perseusd.planner.dag import ScheduleStep
     from perseusd.planner.plan import Plan
 
+HELP = "show the clock plan a job runs; optionally set its policy first"
+DESCRIPTION = "The deployed plan of a job: per stage, every computation in order with its clock."
 EXIT_OK = 0
 EXIT_USAGE = 2
 POLICIES: tuple[str, ...] = get_args(Policy)
@@ -42,22 +45,15 @@ class UsageError(PerseusError):
     exit_code = EXIT_USAGE
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the `plan` command."""
-    parser = subparsers.add_parser(
-        "plan",
-        help="show the clock plan a job runs; optionally set its policy first",
-        description="The deployed plan of a job: per stage, every computation in order with its clock.",
-    )
-    parser.add_argument("job", metavar="JOB", help="the job's name")
-    parser.add_argument("--json", action="store_true", help="print the perseus-plan document")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_job_argument(parser)
+    add_json_option(parser, "print the perseus-plan document")
     parser.add_argument("--policy", choices=POLICIES, help="first choose the frontier point the job runs")
     parser.add_argument(
         "--target",
         metavar="X",
         help="slowdown: a fraction or a percentage (5%%); time: seconds per iteration",
     )
-    parser.set_defaults(func=run)
 
 
 def parse_target(policy: str, text: str | None) -> float:

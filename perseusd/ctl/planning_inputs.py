@@ -6,6 +6,7 @@ Import-light on purpose: the planner modules are imported when the command runs,
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
     from perseusd.planner.profile import Profile
 
 DEFAULT_UNIT_TIME_S = 0.001
+DEFAULT_FACTORS = (1.05, 1.1, 1.2, 1.5)
+"""The straggler factors `compare` and `stragglers` account for unless told."""
 BUNDLED_NAMES = ("a100_sxm", "a40", "h100_sxm")
 """Bundled profile names (kept in sync with `perseusd.planner.bundled.BUNDLED_PROFILES` by a test)."""
 
@@ -81,6 +84,18 @@ def add_planning_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_factors_option(parser: argparse.ArgumentParser, factor: Callable[[str], float]) -> None:
+    """`--factors K [K ...]`: straggler factors; `factor` parses one (each command words its own error)."""
+    parser.add_argument(
+        "--factors",
+        type=factor,
+        nargs="+",
+        default=DEFAULT_FACTORS,
+        metavar="K",
+        help=f"straggler factors (default: {' '.join(map(str, DEFAULT_FACTORS))})",
+    )
+
+
 def load_inputs(args: argparse.Namespace) -> PlanningInputs:
     """Read the profile and build the DAG named by the parsed planning arguments."""
     from perseusd.planner.bundled import load_profile
@@ -94,5 +109,9 @@ def load_inputs(args: argparse.Namespace) -> PlanningInputs:
             f"profile {profile.source} has {profile.num_stages} stages, "
             f"but {args.stages} stages x {args.chunks} chunks need {needed}"
         )
-    p_block_w = args.p2p_power if args.p2p_power is not None else (bundled_p_block_w or 0.0)
-    return PlanningInputs(profile, dag, args.unit_time, p_block_w)
+    return PlanningInputs(profile, dag, args.unit_time, blocking_power_w(args, bundled_p_block_w))
+
+
+def blocking_power_w(args: argparse.Namespace, bundled_p_block_w: float | None) -> float:
+    """`--p2p-power` when given, else a bundled profile's measured blocking power, else 0."""
+    return args.p2p_power if args.p2p_power is not None else (bundled_p_block_w or 0.0)

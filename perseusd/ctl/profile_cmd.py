@@ -17,9 +17,15 @@ from pathlib import Path
 
 from perseus_client.protocol import ProfileExport, ProfileImport, ProfileImportOk, ProfileReply
 
+from perseusd.ctl.arguments import add_action, add_job_argument
 from perseusd.ctl.daemon_link import DOCUMENT_TIMEOUT_S, ask
 from perseusd.errors import PerseusError, ProfileError
 
+HELP = "export or import a job's measured profile (CSV)"
+DESCRIPTION = (
+    "A job's profile as CSV (stage,instruction,frequency,time,energy): export it to reuse it, import one so "
+    "that the job skips online profiling (and solves again if it already runs)."
+)
 EXIT_OK = 0
 MAX_PROBLEMS_SHOWN = 20
 
@@ -34,23 +40,19 @@ def _power_w(text: str) -> float:
     return value
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `profile export` and `profile import`."""
-    parser = subparsers.add_parser(
-        "profile",
-        help="export or import a job's measured profile (CSV)",
-        description="A job's profile as CSV (stage,instruction,frequency,time,energy): export it to reuse "
-        "it, import one so that the job skips online profiling (and solves again if it already runs).",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`profile export` and `profile import`."""
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    export = actions.add_parser("export", help="write a job's profile as CSV")
-    export.add_argument("job", metavar="JOB", help="the job's name")
+    export = add_action(actions, "export", "write a job's profile as CSV", run_export)
+    add_job_argument(export)
     export.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically) instead of stdout")
-    export.set_defaults(func=run_export)
-    imp = actions.add_parser(
-        "import", help="give a job its profile so that it skips profiling (checked here first)"
+    imp = add_action(
+        actions,
+        "import",
+        "give a job its profile so that it skips profiling (checked here first)",
+        run_import,
     )
-    imp.add_argument("job", metavar="JOB", help="the job's name (it may register later)")
+    add_job_argument(imp, "the job's name (it may register later)")
     imp.add_argument("file", metavar="FILE", help="profile CSV: stage,instruction,frequency,time,energy")
     imp.add_argument(
         "--p-block-w",
@@ -60,7 +62,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="GPU power while blocked on communication (default 0: keep the job's measured value; "
         "a job that has not registered yet needs it)",
     )
-    imp.set_defaults(func=run_import)
 
 
 def write_atomically(path: Path, text: str) -> None:

@@ -9,14 +9,13 @@ from perseus_client.protocol import AdminReset, AdminResetOk
 
 from perseusd.ctl.daemon_link import ask
 
+HELP = "admin: restore GPUs and drop their leases"
 EXIT_OK = 0
 EXIT_FAILED = 1
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("reset", help="admin: restore GPUs and drop their leases")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("gpus", nargs="*", metavar="GPU_UUID", help="GPUs to reset (default: all)")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

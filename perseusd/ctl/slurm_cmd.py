@@ -27,10 +27,12 @@ from perseus_client.slurm_messages import (
     SlurmJobsRequest,
 )
 
+from perseusd.ctl.arguments import add_json_option
 from perseusd.ctl.daemon_link import DaemonRequestError, ask
 from perseusd.ctl.terminal import PLACEHOLDER, fmt_duration, format_table
 from perseusd.errors import PerseusError
 
+HELP = "Slurm jobs' GPU energy; the prolog and epilog slurmd runs"
 EXIT_OK = 0
 EXIT_FAILED = 1
 EPILOG_TIMEOUT_S = 30.0
@@ -38,8 +40,7 @@ EPILOG_TIMEOUT_S = 30.0
 HEADER = ("SLURM JOB", "UID", "STATE", "GPUS", "LEASED", "ALLOCATED", "TIME", "LEASES", "ID FROM", "RELEASED")
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("slurm", help="Slurm jobs' GPU energy; the prolog and epilog slurmd runs")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     commands = parser.add_subparsers(dest="slurm_command", required=True)
     prolog = commands.add_parser("prolog", help="slurmd's Prolog=: declare the job's GPUs to perseusd")
     epilog = commands.add_parser("epilog", help="slurmd's Epilog=: close the job's record, release leftovers")
@@ -47,8 +48,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     for sub in (prolog, epilog):
         sub.add_argument("--strict", action="store_true", help="fail (exit 1) when perseusd does not answer")
     jobs = commands.add_parser("jobs", help="the Slurm jobs' GPU energy on this node")
-    jobs.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.set_defaults(func=run)
+    add_json_option(jobs)
 
 
 def run(args: argparse.Namespace) -> int:

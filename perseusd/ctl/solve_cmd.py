@@ -11,11 +11,11 @@ import argparse
 import gc
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perseusd.ctl.arguments import add_json_option, add_plot_option
 from perseusd.ctl.planning_inputs import PlanningInputs, add_planning_arguments, load_inputs
 from perseusd.ctl.progress import ProgressBar
 from perseusd.errors import PlanningError
@@ -23,26 +23,21 @@ from perseusd.errors import PlanningError
 if TYPE_CHECKING:
     from perseusd.planner.solver import FrontierPoint
 
+HELP = "compute the time-energy frontier of a pipeline from a profile"
+DESCRIPTION = "Compute the iteration time-energy Pareto frontier and a frequency plan for every point."
 FRONTIER_CSV = "frontier.csv"
 FRONTIER_JSON = "frontier.json"
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the `solve` command."""
-    parser = subparsers.add_parser(
-        "solve",
-        help="compute the time-energy frontier of a pipeline from a profile",
-        description="Compute the iteration time-energy Pareto frontier and a frequency plan for every point.",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_planning_arguments(parser)
     parser.add_argument(
         "--out",
         metavar="DIR",
         help="write frontier.csv and frontier.json here (created if missing); none: only look",
     )
-    parser.add_argument("--plot", metavar="PNG", help="also draw the frontier to this image file")
-    parser.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
-    parser.set_defaults(func=run)
+    add_plot_option(parser, "also draw the frontier to this image file")
+    add_json_option(parser, "print a JSON summary instead of text")
 
 
 def solve_points(inputs: PlanningInputs, show_progress: bool = True) -> tuple[list[FrontierPoint], float]:
@@ -158,8 +153,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         info["plot"] = str(args.plot)
     if args.json:
-        json.dump(info, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        print(json.dumps(info, indent=2))
     else:
         _print_text(info)
     return 0

@@ -20,21 +20,21 @@ from typing import TYPE_CHECKING, Any
 from perseus_client.carbon_messages import SignalInfo
 from perseus_client.status_messages import GpuStatus, PlanStats, PoolInfo, StatusReply, StatusRequest
 
+from perseusd.ctl.arguments import add_json_option
 from perseusd.ctl.daemon_link import admin_socket_usable, ask
 from perseusd.ctl.terminal import PLACEHOLDER, fmt, fmt_duration, format_table, watch
 
 if TYPE_CHECKING:
     from perseusd.ctl.daemon_link import StrPath
 
+HELP = "show GPUs, leases and daemon health"
 EXIT_OK = 0
 EXIT_FAILED = 1
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("status", help="show GPUs, leases and daemon health")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_json_option(parser)
     parser.add_argument("--watch", type=float, metavar="SEC", help="refresh every SEC seconds until Ctrl-C")
-    parser.set_defaults(func=run)
 
 
 def fetch_status(runtime_dir: StrPath) -> StatusReply:

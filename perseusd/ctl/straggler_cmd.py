@@ -17,20 +17,19 @@ from pathlib import Path
 from perseus_client.protocol import AnnounceStraggler, AnnounceStragglerOk
 
 from perseusd.argtypes import factor_float, non_negative_int
+from perseusd.ctl.arguments import add_job_argument, add_json_option
 from perseusd.ctl.daemon_link import ask
 
+HELP = "announce (or clear) a straggler pipeline of a job"
+DESCRIPTION = (
+    "Tell perseusd that a data-parallel pipeline of a job runs slower than its plan by a known factor, so "
+    "that the job's other pipelines slow down to it and save energy."
+)
 EXIT_OK = 0
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the `straggler` command."""
-    parser = subparsers.add_parser(
-        "straggler",
-        help="announce (or clear) a straggler pipeline of a job",
-        description="Tell perseusd that a data-parallel pipeline of a job runs slower than its plan by a "
-        "known factor, so that the job's other pipelines slow down to it and save energy.",
-    )
-    parser.add_argument("job", metavar="JOB", help="the job's name")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_job_argument(parser)
     parser.add_argument(
         "--pipeline",
         type=non_negative_int,
@@ -46,8 +45,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="its iterations take F times its plan's time (>= 1, e.g. 1.2)",
     )
     action.add_argument("--clear", action="store_true", help="withdraw the announcement")
-    parser.add_argument("--json", action="store_true", help="print the daemon's reply as JSON")
-    parser.set_defaults(func=run)
+    add_json_option(parser, "print the daemon's reply as JSON")
 
 
 def announce(runtime_dir: Path, job: str, pipeline: int, factor: float | None) -> AnnounceStragglerOk:

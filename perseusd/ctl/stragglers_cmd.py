@@ -10,30 +10,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from perseusd.argtypes import factor_float, non_negative_float, positive_float, positive_int
-from perseusd.ctl.planning_inputs import PlanningInputs
+from perseusd.ctl.arguments import add_json_option, add_plot_option
+from perseusd.ctl.planning_inputs import PlanningInputs, add_factors_option, blocking_power_w
 from perseusd.ctl.solve_cmd import solve_points
 
 if TYPE_CHECKING:
     from perseusd.planner.profile import Profile
     from perseusd.planner.straggler_scale import JobEnergy, PipelineFrontier
 
+HELP = "job energy with one straggler pipeline among 16-128 data-parallel pipelines"
+DESCRIPTION = (
+    "Energy saving of Perseus vs all-max for a data-parallel job with one straggler pipeline, per pipeline "
+    "count and straggler factor (analytic, from each pipeline's frontier)."
+)
 DEFAULT_PIPELINES = (16, 32, 64, 128)
-DEFAULT_FACTORS = (1.05, 1.1, 1.2, 1.5)
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the `stragglers` command."""
-    parser = subparsers.add_parser(
-        "stragglers",
-        help="job energy with one straggler pipeline among 16-128 data-parallel pipelines",
-        description="Energy saving of Perseus vs all-max for a data-parallel job with one straggler "
-        "pipeline, per pipeline count and straggler factor (analytic, from each pipeline's frontier).",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", default="a100_sxm", metavar="FILE", help="profile CSV or bundled name")
     parser.add_argument("--stages", type=positive_int, default=8, metavar="S", help="default: %(default)s")
     parser.add_argument(
@@ -58,14 +55,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="TP",
         help="GPUs per stage; scales energies, not savings (default: %(default)s)",
     )
-    parser.add_argument(
-        "--factors",
-        type=factor_float,
-        nargs="+",
-        default=DEFAULT_FACTORS,
-        metavar="K",
-        help="straggler factors (default: 1.05 1.1 1.2 1.5)",
-    )
+    add_factors_option(parser, factor_float)
     parser.add_argument(
         "--unit-time",
         type=positive_float,
@@ -80,9 +70,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="WATTS",
         help="blocking power per GPU (default: the bundled profile's measured value, else 0)",
     )
-    parser.add_argument("--plot", metavar="PNG", help="draw saving vs straggler factor, one line per count")
-    parser.add_argument("--json", action="store_true", help="print the table as JSON")
-    parser.set_defaults(func=run)
+    add_plot_option(parser, "draw saving vs straggler factor, one line per count")
+    add_json_option(parser, "print the table as JSON")
 
 
 def solve_frontiers(
@@ -149,30 +138,43 @@ def run(args: argparse.Namespace) -> int:
     from perseusd.planner.straggler_scale import scale_table
 
     profile, bundled_p_block_w = load_profile(args.profile)
-    p_block_w = args.p2p_power if args.p2p_power is not None else (bundled_p_block_w or 0.0)
+    p_block_w = blocking_power_w(args, bundled_p_block_w)
     frontiers, solve_s = solve_frontiers(profile, args, p_block_w)
     rows = scale_table(frontiers, tuple(args.factors), args.tensor_parallel)
     if args.plot:
         plot_savings(rows, args.plot)
     if args.json:
-        doc = {
-            "profile": profile.source,
-            "stages": args.stages,
-            "tensor_parallel": args.tensor_parallel,
-            "global_batch": args.global_batch,
-            "unit_time_s": args.unit_time,
-            "p_block_w": p_block_w,
-            "solve_s": solve_s,
-            "intrinsic_saving_pct": {str(p): f.intrinsic_saving_pct for p, f in frontiers},
-            "rows": [r.to_json() for r in rows],
-        }
-        json.dump(doc, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        print(json.dumps(scale_json(args, profile.source, p_block_w, solve_s, frontiers, rows), indent=2))
     else:
-        header = (
-            f"Job energy saving vs all-max with one straggler pipeline ({profile.source}, "
-            f"{args.stages} stages x TP {args.tensor_parallel}, global batch {args.global_batch}, "
-            f"blocking power {p_block_w} W)"
-        )
-        print(format_table(rows, frontiers, header))
+        print(format_table(rows, frontiers, _header(args, profile.source, p_block_w)))
     return 0
+
+
+def scale_json(
+    args: argparse.Namespace,
+    source: str,
+    p_block_w: float,
+    solve_s: float,
+    frontiers: list[tuple[int, PipelineFrontier]],
+    rows: list[JobEnergy],
+) -> dict[str, Any]:
+    """The `--json` document: the inputs, each pipeline count's intrinsic saving, and the rows."""
+    return {
+        "profile": source,
+        "stages": args.stages,
+        "tensor_parallel": args.tensor_parallel,
+        "global_batch": args.global_batch,
+        "unit_time_s": args.unit_time,
+        "p_block_w": p_block_w,
+        "solve_s": solve_s,
+        "intrinsic_saving_pct": {str(p): f.intrinsic_saving_pct for p, f in frontiers},
+        "rows": [r.to_json() for r in rows],
+    }
+
+
+def _header(args: argparse.Namespace, source: str, p_block_w: float) -> str:
+    return (
+        f"Job energy saving vs all-max with one straggler pipeline ({source}, "
+        f"{args.stages} stages x TP {args.tensor_parallel}, global batch {args.global_batch}, "
+        f"blocking power {p_block_w} W)"
+    )
