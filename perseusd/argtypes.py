@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
+from typing import TypeVar
+
+_N = TypeVar("_N", int, float)
 
 
 def _number(text: str) -> float:
@@ -16,20 +20,6 @@ def _number(text: str) -> float:
     return value
 
 
-def positive_float(text: str) -> float:
-    value = _number(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number (got {text})")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    value = _number(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative number (got {text})")
-    return value
-
-
 def _integer(text: str) -> int:
     try:
         return int(text)
@@ -37,23 +27,21 @@ def _integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
 
 
-def positive_int(text: str) -> int:
-    value = _integer(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
-    return value
+def _checked(parse: Callable[[str], _N], ok: Callable[[_N], bool], error: str) -> Callable[[str], _N]:
+    """`parse`, refusing values that are not `ok` with `error` (it may name `{text}` or the `{value}`)."""
+
+    def parse_checked(text: str) -> _N:
+        value = parse(text)
+        if not ok(value):
+            raise argparse.ArgumentTypeError(error.format(text=text, value=value))
+        return value
+
+    return parse_checked
 
 
-def non_negative_int(text: str) -> int:
-    value = _integer(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more (got {value})")
-    return value
-
-
-def factor_float(text: str) -> float:
-    """A slowdown factor: a finite number >= 1 (1.2 = 20 % slower)."""
-    value = _number(text)
-    if value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be at least 1, e.g. 1.2 (got {text})")
-    return value
+positive_float = _checked(_number, lambda v: v > 0, "must be a positive number (got {text})")
+non_negative_float = _checked(_number, lambda v: v >= 0, "must be a non-negative number (got {text})")
+positive_int = _checked(_integer, lambda v: v >= 1, "must be at least 1 (got {value})")
+non_negative_int = _checked(_integer, lambda v: v >= 0, "must be 0 or more (got {value})")
+factor_float = _checked(_number, lambda v: v >= 1.0, "must be at least 1, e.g. 1.2 (got {text})")
+"""A slowdown factor: a finite number >= 1 (1.2 = 20 % slower)."""

@@ -289,15 +289,8 @@ class DaemonConfig:
         )
 
     def metrics_settings(self) -> tuple[object, ...]:
-        return (
-            self.metrics_dcgm_families,
-            self.metrics_hostname,
-            self.metrics_http_port,
-            self.metrics_http_address,
-            self.metrics_textfile_dir,
-            self.metrics_textfile_interval_s,
-            self.metrics_job_names,
-        )
+        """Every `metrics_*` setting (a reload that changes one needs a restart)."""
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.name.startswith("metrics_"))
 
     def to_toml(self) -> str:
         """The effective configuration as TOML (what `perseusd --check-config` prints)."""

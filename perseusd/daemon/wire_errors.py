@@ -11,41 +11,28 @@ from __future__ import annotations
 
 from perseus_client.protocol import ErrorCode, ProtocolError
 
-from perseusd.errors import (
-    GpuBusyError,
-    GpuError,
-    InconsistentStateError,
-    InvalidValueError,
-    JobNotFoundError,
-    JobOwnerError,
-    LimitReachedError,
-    NotLeasedError,
-    NotPermittedError,
-    NotRegisteredError,
-    PerseusError,
-    RefusedError,
-)
+from perseusd import errors
 from perseusd.gpu.registry import UnknownGpuError
 from perseusd.leasing.state_file import StateWriteError
 
-CODES: tuple[tuple[type[PerseusError], ErrorCode], ...] = (
-    (InvalidValueError, ErrorCode.BAD_FIELD),
-    (NotPermittedError, ErrorCode.PERMISSION_DENIED),
-    (LimitReachedError, ErrorCode.LIMIT),
-    (NotRegisteredError, ErrorCode.NOT_REGISTERED),
-    (GpuBusyError, ErrorCode.GPU_BUSY),
-    (NotLeasedError, ErrorCode.NOT_LEASED),
-    (InconsistentStateError, ErrorCode.INTERNAL),
-    (JobNotFoundError, ErrorCode.BAD_FIELD),
-    (JobOwnerError, ErrorCode.PERMISSION_DENIED),
+CODES: tuple[tuple[type[errors.PerseusError], ErrorCode], ...] = (
+    (errors.InvalidValueError, ErrorCode.BAD_FIELD),
+    (errors.NotPermittedError, ErrorCode.PERMISSION_DENIED),
+    (errors.LimitReachedError, ErrorCode.LIMIT),
+    (errors.NotRegisteredError, ErrorCode.NOT_REGISTERED),
+    (errors.GpuBusyError, ErrorCode.GPU_BUSY),
+    (errors.NotLeasedError, ErrorCode.NOT_LEASED),
+    (errors.InconsistentStateError, ErrorCode.INTERNAL),
+    (errors.JobNotFoundError, ErrorCode.BAD_FIELD),
+    (errors.JobOwnerError, ErrorCode.PERMISSION_DENIED),
     (StateWriteError, ErrorCode.STATE_WRITE_FAILED),
     (UnknownGpuError, ErrorCode.UNKNOWN_GPU),  # before GpuError, its base
-    (GpuError, ErrorCode.GPU_ERROR),
+    (errors.GpuError, ErrorCode.GPU_ERROR),
 )
 """First match wins: a subclass comes before its base."""
 
 
-def protocol_error(exc: PerseusError, request: str = "") -> ProtocolError | None:
+def protocol_error(exc: errors.PerseusError, request: str = "") -> ProtocolError | None:
     """The wire error for a domain error met serving a request of type `request` ("": none, an event's), or
     None for one the table does not name (an internal error)."""
     for kind, code in CODES:
@@ -54,8 +41,8 @@ def protocol_error(exc: PerseusError, request: str = "") -> ProtocolError | None
     return None
 
 
-def _message(exc: PerseusError, request: str) -> str:
-    if isinstance(exc, RefusedError):
+def _message(exc: errors.PerseusError, request: str) -> str:
+    if isinstance(exc, errors.RefusedError):
         return exc.located(request)
     if isinstance(exc, StateWriteError):
         return (

@@ -6,27 +6,26 @@ Messages say what went wrong and what to do next.
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass
+from typing import ClassVar
+
 from perseusd.errors import GpuError
 
 
+@dataclass(eq=False, repr=False)  # compared and shown as exceptions are
 class GpuOperationError(GpuError):
     """A GPU operation failed. Base of the typed GPU errors below."""
 
-    hint: str = ""
+    detail: str
+    _: KW_ONLY
+    uuid: str | None = None
+    op: str | None = None
+    nvml_code: int | None = None
+
+    hint: ClassVar[str] = ""
     """What the operator should do next; appended to the message."""
 
-    def __init__(
-        self,
-        detail: str,
-        *,
-        uuid: str | None = None,
-        op: str | None = None,
-        nvml_code: int | None = None,
-    ) -> None:
-        self.detail = detail
-        self.uuid = uuid
-        self.op = op
-        self.nvml_code = nvml_code
+    def __post_init__(self) -> None:
         super().__init__(self._message())
 
     def _message(self) -> str:

@@ -59,19 +59,14 @@ class JobSteer:
     ledger: CarbonLedger = field(default_factory=CarbonLedger)
 
 
+@dataclass(eq=False)
 class CarbonSteering:
     """The node's signal and every job's carbon state (no transport, no threads: the main loop calls)."""
 
-    def __init__(
-        self,
-        signal: SignalKeeper | None,
-        settings: CarbonSettings,
-        clock_s: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.signal = signal
-        self.settings = settings
-        self._clock_s = clock_s
-        self.jobs: dict[str, JobSteer] = {}
+    signal: SignalKeeper | None
+    settings: CarbonSettings
+    clock_s: Callable[[], float] = time.monotonic
+    jobs: dict[str, JobSteer] = field(default_factory=dict, init=False)
 
     def status(self) -> SignalStatus | None:
         return None if self.signal is None else self.signal.status()
@@ -95,14 +90,14 @@ class CarbonSteering:
         usable = status is not None and status.forecast is not None
         if steer.decided_s is None or usable != steer.usable:
             return True
-        return self._clock_s() - steer.decided_s >= self.settings.interval_s
+        return self.clock_s() - steer.decided_s >= self.settings.interval_s
 
     def steer(self, job: Job, deployed: Deployed, reference_power_w: float) -> Deployed:
         """`deployed` with the carbon policy's point for now (unchanged for any other policy)."""
         if job.policy.name != CARBON:
             return deployed
         steer = self.steer_of(job)
-        steer.decided_s = self._clock_s()
+        steer.decided_s = self.clock_s()
         status = self.status()
         if status is None or status.forecast is None:
             why = "no signal configured" if status is None else f"signal {status.state}"

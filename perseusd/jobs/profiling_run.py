@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 
 from perseus_client.protocol import ComputationEnd
 
@@ -35,34 +36,26 @@ from perseusd.switching.plans import PlanBook
 logger = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class ProfilingRun:
     """The profiling of every job of the node that has no profile (see module)."""
 
-    def __init__(
-        self,
-        gpus: JobGpus,
-        clocks: PlanBook,
-        sampler: EnergySampler,
-        settings: JobSettings,
-        clock_ns: Callable[[], int],
-        job_of: Callable[[str], Job | None],
-    ) -> None:
-        """`clocks`: the one writer of the GPUs' clocks (`PlanBook.submit_clock`); `job_of`: the job a GPU is
-        in (None: in none)."""
-        self._gpus = gpus
-        self._clocks = clocks
-        self._sampler = sampler
-        self.settings = settings
-        self._clock_ns = clock_ns
-        self._job_of = job_of
+    gpus: JobGpus
+    clocks: PlanBook
+    """The one writer of the GPUs' clocks (`PlanBook.submit_clock`)."""
+    sampler: EnergySampler
+    settings: JobSettings
+    clock_ns: Callable[[], int]
+    job_of: Callable[[str], Job | None]
+    """The job a GPU is in (None: in none)."""
 
     def start(self, job: Job, slot: StageSlot) -> None:
         """Begin the stage's clock sweep on `slot`'s GPU (at its highest clock)."""
         shape = job.shape
         keys = [slot.key(i, chunk) for chunk in range(shape.chunks) for i in shape.instructions]
         slot.sweep = StageSweep(slot.supported_clocks_mhz, keys, self.settings.sweep)
-        slot.profiling_since_ns = self._clock_ns()
-        self._sampler.watch(slot.gpu)
+        slot.profiling_since_ns = self.clock_ns()
+        self.sampler.watch(slot.gpu)
         self.request_clock(slot, max(slot.supported_clocks_mhz))
 
     def request_clock(self, slot: StageSlot, clock_mhz: int | None) -> None:
@@ -71,17 +64,17 @@ class ProfilingRun:
             return
         slot.requested_mhz = clock_mhz
         slot.clock_applied_ns = None
-        future = self._clocks.submit_clock(slot.gpu, clock_mhz)
+        future = self.clocks.submit_clock(slot.gpu, clock_mhz)
         slot.clock_future = future
 
         def applied(done: Future[int]) -> None:
             # On the GPU's owner thread: when the lock call returned, the new clock was in force.
             if slot.clock_future is done and done.exception() is None:
-                slot.clock_applied_ns = self._clock_ns()
+                slot.clock_applied_ns = self.clock_ns()
 
         future.add_done_callback(applied)
         if slot.sweep is not None:  # the stage's other GPUs run its clock too
-            job = self._job_of(slot.gpu)
+            job = self.job_of(slot.gpu)
             for follower in job.followers(slot) if job is not None else ():
                 self.request_clock(follower, clock_mhz)
 
@@ -93,7 +86,7 @@ class ProfilingRun:
             return
         if slot.clock_applied_ns is None:
             return
-        slot.capping_reads.append(self._gpus.submit_read(slot.gpu))
+        slot.capping_reads.append(self.gpus.submit_read(slot.gpu))
 
     def computation_end(self, slot: StageSlot, message: ComputationEnd) -> None:
         """Record a computation timed at one clock (a measurement of the sweep)."""
@@ -120,7 +113,7 @@ class ProfilingRun:
         if slot.steps_done <= self.settings.warmup_iterations:
             slot.intervals.clear()  # warm-up iterations are discarded
             slot.blind_spans.clear()
-            slot.profiling_since_ns = slot.segment_since_ns = self._clock_ns()
+            slot.profiling_since_ns = slot.segment_since_ns = self.clock_ns()
             self.request_clock(slot, slot.sweep.current_clock_mhz)
             return False
         slot.profiling_steps += 1
@@ -136,7 +129,7 @@ class ProfilingRun:
         of the first segment reused) and let the sweep decide; a finished segment's options are kept."""
         clock_mhz = sweep.current_clock_mhz
         slot.segment_iterations += 1
-        samples = self._sampler.samples(slot.gpu, slot.segment_since_ns)
+        samples = self.sampler.samples(slot.gpu, slot.segment_since_ns)
         current = estimate_segment(
             slot.intervals, samples, blind=slot.blind_spans, fallback_p_block_w=slot.p_block_w
         )
@@ -165,7 +158,7 @@ class ProfilingRun:
             slot.p_block_w = p_block_w
             slot.intervals.clear()
             slot.blind_spans.clear()
-            slot.segment_since_ns = self._clock_ns()
+            slot.segment_since_ns = self.clock_ns()
 
     def finished(self, job: Job) -> bool:
         """Every profiling GPU of the job swept its clocks (or reached the iteration limit)."""
@@ -189,18 +182,18 @@ class ProfilingRun:
         counted = False
         timed = any(s.timed_computations for s in job.profiling_slots())
         scales = {
-            s.gpu: stage_scale(s, job.followers(s), self._sampler.samples) for s in job.profiling_slots()
+            s.gpu: stage_scale(s, job.followers(s), self.sampler.samples) for s in job.profiling_slots()
         }
         for slot in list(job.profiling_slots()):
             followers = job.followers(slot)
-            finish_following(slot, followers, self._sampler.samples)
+            finish_following(slot, followers, self.sampler.samples)
             job.profiling_iterations = max(job.profiling_iterations, slot.steps_done)
             for gpu_slot in (slot, *followers):
                 energy_j = self._energy_j(gpu_slot)
                 if energy_j is not None:
                     counted = True
                     job.profiling_energy_j += energy_j
-                self._sampler.unwatch(gpu_slot.gpu)
+                self.sampler.unwatch(gpu_slot.gpu)
             slot.intervals.clear()
         measured = job.measured_profile(kept, scales)
         counted_j = job.profiling_energy_j if counted else None
@@ -241,7 +234,7 @@ class ProfilingRun:
         """Abandon the job's profiling (its plan came from elsewhere)."""
         for slot in list(job.profiling_slots()):
             for gpu_slot in (slot, *job.followers(slot)):
-                self._sampler.unwatch(gpu_slot.gpu)
+                self.sampler.unwatch(gpu_slot.gpu)
                 gpu_slot.group_lead = None
             slot.sweep = None
             slot.intervals.clear()
@@ -262,7 +255,7 @@ class ProfilingRun:
 
     def _energy_j(self, slot: StageSlot) -> float | None:
         """What `slot`'s GPU used since its profiling began, by its counter (None: no two readings yet)."""
-        samples = self._sampler.samples(slot.gpu, slot.profiling_since_ns)
+        samples = self.sampler.samples(slot.gpu, slot.profiling_since_ns)
         if len(samples) < 2:
             return None
         return (samples[-1].energy_mj - samples[0].energy_mj) / 1000.0

@@ -13,11 +13,10 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 
 from perseus_client.codes import ErrorCode
 from perseus_client.protocol import JobInfo
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from perseusd.gpu.backend import GpuInfo, power_capped, throttled
@@ -137,30 +136,36 @@ class PerseusCollector(Collector):
         protocol = f"{health.protocol}.{health.protocol_minor}"
         monitor_only = str(bool(health.monitor_only)).lower()
         info.add_metric([health.version, protocol, self._backend, monitor_only], 1)
-        uptime = gauge("daemon_uptime_seconds", "Seconds since the daemon started")
-        uptime.add_metric([], health.uptime_s)
-        clients = gauge("daemon_clients", "Client processes connected (sessions)")
-        clients.add_metric([], health.clients)
-        received = counter("events_received", "Events received (event socket and control socket)")
-        received.add_metric([], health.events_received)
-        dropped = counter("events_dropped", "Events dropped (malformed, out of order, sender without lease)")
-        dropped.add_metric([], health.events_dropped)
+        uptime = gauge("daemon_uptime_seconds", "Seconds since the daemon started", value=health.uptime_s)
+        clients = gauge("daemon_clients", "Client processes connected (sessions)", value=health.clients)
+        received = counter(
+            "events_received",
+            "Events received (event socket and control socket)",
+            value=health.events_received,
+        )
+        dropped = counter(
+            "events_dropped",
+            "Events dropped (malformed, out of order, sender without lease)",
+            value=health.events_dropped,
+        )
         rejected = counter("messages_rejected", "Requests and events rejected, by error code", ("code",))
         for code in ErrorCode:
             rejected.add_metric([code.value], health.errors_by_code.get(code.value, 0))
-        malformed = counter("messages_malformed", "Frames that failed to decode or validate")
-        malformed.add_metric([], sum(health.errors_by_code.get(c.value, 0) for c in MALFORMED_CODES))
-        auth = counter("auth_rejections", "Connections refused by the kernel-credential check (ZAP)")
-        auth.add_metric([], health.auth_rejected)
-        restores = counter("gpu_restores", "GPUs restored to their saved state")
-        restores.add_metric([], health.restores)
-        failures = counter("gpu_restore_failures", "GPU restores that failed")
-        failures.add_metric([], health.restore_failures)
+        malformed_count = sum(health.errors_by_code.get(c.value, 0) for c in MALFORMED_CODES)
+        malformed = counter(
+            "messages_malformed", "Frames that failed to decode or validate", value=malformed_count
+        )
+        auth = counter(
+            "auth_rejections",
+            "Connections refused by the kernel-credential check (ZAP)",
+            value=health.auth_rejected,
+        )
+        restores = counter("gpu_restores", "GPUs restored to their saved state", value=health.restores)
+        failures = counter("gpu_restore_failures", "GPU restores that failed", value=health.restore_failures)
         yield from (info, uptime, clients, received, dropped, rejected, malformed, auth, restores, failures)
         if health.last_restore_s is not None:
-            last = gauge("last_client_restore_duration_seconds", "Time to restore a dead client's GPUs")
-            last.add_metric([], health.last_restore_s)
-            yield last
+            doc = "Time to restore a dead client's GPUs"
+            yield gauge("last_client_restore_duration_seconds", doc, value=health.last_restore_s)
 
     # ------------------------------------------------------------------ GPUs
 
@@ -202,59 +207,29 @@ class PerseusCollector(Collector):
         yield from (hist, errors)
 
 
-@dataclass
 class _GpuFamilies:
     """The per-GPU families of one scrape."""
 
-    up: GaugeMetricFamily = field(default_factory=lambda: gauge("gpu_up", "1 when every value was read", GPU))
-    energy: CounterMetricFamily = field(
-        default_factory=lambda: counter(
-            "gpu_energy_joules", "GPU energy counter since the driver loaded", GPU
-        )
-    )
-    power: GaugeMetricFamily = field(default_factory=lambda: gauge("gpu_power_watts", "GPU power draw", GPU))
-    clock: GaugeMetricFamily = field(
-        default_factory=lambda: gauge("gpu_sm_clock_hertz", "Applied (current) SM clock", GPU)
-    )
-    locked: GaugeMetricFamily = field(
-        default_factory=lambda: gauge("gpu_locked_sm_clock_hertz", "Locked SM clock (absent: unlocked)", GPU)
-    )
-    is_locked: GaugeMetricFamily = field(
-        default_factory=lambda: gauge("gpu_clock_locked", "1 when the SM clock is locked", GPU)
-    )
-    limit: GaugeMetricFamily = field(
-        default_factory=lambda: gauge("gpu_power_limit_watts", "Enforced power limit", GPU)
-    )
-    default: GaugeMetricFamily = field(
-        default_factory=lambda: gauge("gpu_power_limit_default_watts", "Default power limit", GPU)
-    )
-    capped: GaugeMetricFamily = field(
-        default_factory=lambda: gauge(
+    def __init__(self) -> None:
+        self.up = gauge("gpu_up", "1 when every value was read", GPU)
+        self.energy = counter("gpu_energy_joules", "GPU energy counter since the driver loaded", GPU)
+        self.power = gauge("gpu_power_watts", "GPU power draw", GPU)
+        self.clock = gauge("gpu_sm_clock_hertz", "Applied (current) SM clock", GPU)
+        self.locked = gauge("gpu_locked_sm_clock_hertz", "Locked SM clock (absent: unlocked)", GPU)
+        self.is_locked = gauge("gpu_clock_locked", "1 when the SM clock is locked", GPU)
+        self.limit = gauge("gpu_power_limit_watts", "Enforced power limit", GPU)
+        self.default = gauge("gpu_power_limit_default_watts", "Default power limit", GPU)
+        self.capped = gauge(
             "gpu_power_capped", "1 when the power cap holds the SM clock (clock-event reasons)", GPU
         )
-    )
-    throttled: GaugeMetricFamily = field(
-        default_factory=lambda: gauge(
+        self.throttled = gauge(
             "gpu_clock_throttled", "1 when power, thermal or hardware slowdown holds the SM clock", GPU
         )
-    )
-    lowered: GaugeMetricFamily = field(
-        default_factory=lambda: gauge(
-            "gpu_power_limit_lowered", "1 when the power limit is below the default", GPU
-        )
-    )
-    leased: GaugeMetricFamily = field(
-        default_factory=lambda: gauge("gpu_leased", "1 when a client holds the GPU's lease", GPU)
-    )
-    holder: GaugeMetricFamily = field(
-        default_factory=lambda: gauge("gpu_lease_holder_uid", "User id of the lease holder", GPU)
-    )
-    changes: CounterMetricFamily = field(
-        default_factory=lambda: counter("gpu_plan_clock_changes", "Clock changes by the GPU's plan", GPU)
-    )
-    late: CounterMetricFamily = field(
-        default_factory=lambda: counter("gpu_plan_wrong_clock_starts", "Begun before the planned clock", GPU)
-    )
+        self.lowered = gauge("gpu_power_limit_lowered", "1 when the power limit is below the default", GPU)
+        self.leased = gauge("gpu_leased", "1 when a client holds the GPU's lease", GPU)
+        self.holder = gauge("gpu_lease_holder_uid", "User id of the lease holder", GPU)
+        self.changes = counter("gpu_plan_clock_changes", "Clock changes by the GPU's plan", GPU)
+        self.late = counter("gpu_plan_wrong_clock_starts", "Begun before the planned clock", GPU)
 
     def add_reading(self, labels: list[str], info: GpuInfo, reading: GpuReading) -> None:
         self.up.add_metric(labels, 0.0 if reading.error else 1.0)
@@ -276,20 +251,5 @@ class _GpuFamilies:
             self.throttled.add_metric(labels, float(throttled(reading.clock_event_reasons)))
 
     def all(self) -> tuple[Metric, ...]:
-        return (
-            self.up,
-            self.energy,
-            self.power,
-            self.clock,
-            self.locked,
-            self.is_locked,
-            self.limit,
-            self.default,
-            self.capped,
-            self.throttled,
-            self.lowered,
-            self.leased,
-            self.holder,
-            self.changes,
-            self.late,
-        )
+        """Every family, in the order they were made."""
+        return tuple(vars(self).values())

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_cshared.h"
+
 #define EPS 1e-6
 static const int64_t BIG = (int64_t)1 << 60;
 
@@ -407,72 +409,35 @@ static void PdCore_dealloc(PdCore *s) {
                       s->cost_ptr, s->cost, s->rt, s->re, s->finish, s->d, s->ef, s->lf, s->arc_u, s->arc_v,
                       s->arc_lb, s->arc_ub, s->arc_comp, s->arc_key, s->arc_net, s->flow, s->head, s->nxt, s->to, s->cap, s->level, s->it,
                       s->queue, s->path, s->excess, s->seen};
-    for (size_t k = 0; k < sizeof(blocks) / sizeof(blocks[0]); k++) free(blocks[k]);
+    free_blocks(blocks, COUNT_OF(blocks));
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
-/* Copies a C-contiguous buffer of 8-byte items into a new malloc'd block; *count gets the item count. */
-static void *copy_buffer(PyObject *obj, const char *name, Py_ssize_t *count) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
-    if (view.itemsize != 8) {
-        PyErr_Format(PyExc_TypeError, "%s: expected 8-byte items", name);
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    void *block = malloc(view.len > 0 ? (size_t)view.len : 8);
-    if (!block) {
-        PyBuffer_Release(&view);
-        PyErr_NoMemory();
-        return NULL;
-    }
-    memcpy(block, view.buf, (size_t)view.len);
-    *count = view.len / 8;
-    PyBuffer_Release(&view);
-    return block;
-}
-
-static void *zalloc(int64_t count, size_t size) { return calloc((size_t)(count > 0 ? count : 1), size); }
-
+/* Every work array, zeroed; 1 when all were allocated. */
 static int allocate_work(PdCore *s) {
-    int64_t n = s->n, arcs = 2 * n + s->e + 2 * n + 2;
+    int64_t n = s->n, arcs = 2 * n + s->e + 2 * n + 2, slots = s->cost_ptr[n];
     s->nodes = 2 * n + 6;
     s->m_max = 2 * (arcs + 1 + s->nodes);
-    s->succ_ptr = zalloc(n + 1, 8);
-    s->succ_idx = zalloc(s->e, 8);
-    s->finish = zalloc(n, 8);
-    s->d = zalloc(n, 8);
-    s->ef = zalloc(n, 8);
-    s->lf = zalloc(n, 8);
-    s->arc_u = zalloc(arcs, 8);
-    s->arc_v = zalloc(arcs, 8);
-    s->arc_lb = zalloc(arcs, 8);
-    s->arc_ub = zalloc(arcs, 8);
-    s->arc_comp = zalloc(arcs, 8);
-    s->arc_key = zalloc(arcs, 8);
-    s->arc_net = zalloc(arcs, 8);
-    s->flow = zalloc(3 * n + s->e + 2, 8);
-    s->head = zalloc(s->nodes, 8);
-    s->nxt = zalloc(s->m_max, 8);
-    s->to = zalloc(s->m_max, 8);
-    s->cap = zalloc(s->m_max, 8);
-    s->level = zalloc(s->nodes, 8);
-    s->it = zalloc(s->nodes, 8);
-    s->queue = zalloc(s->nodes, 8);
-    s->path = zalloc(s->nodes, 8);
-    s->excess = zalloc(s->nodes, 8);
-    s->seen = zalloc(s->nodes, 1);
-    s->lb_tab = zalloc(s->cost_ptr[n], 8);
-    s->ub_tab = zalloc(s->cost_ptr[n], 8);
-    s->slot = zalloc(n, 8);
-    s->cur_lb = zalloc(n, 8);
-    s->cur_ub = zalloc(n, 8);
-    s->cur_cost = zalloc(n, 8);
-    s->cur_rt = zalloc(n, 8);
-    s->cur_re = zalloc(n, 8);
-    return s->lb_tab && s->ub_tab && s->slot && s->cur_lb && s->cur_ub && s->cur_cost && s->cur_rt && s->cur_re && s->succ_ptr && s->succ_idx && s->finish && s->d && s->ef && s->lf && s->arc_u && s->arc_v &&
-           s->arc_lb && s->arc_ub && s->arc_comp && s->arc_key && s->arc_net && s->flow && s->head && s->nxt && s->to && s->cap && s->level && s->it &&
-           s->queue && s->path && s->excess && s->seen;
+    const WorkArray arrays[] = {
+        /* the DAG's successors and the warm start's flows (by arc key) */
+        {(void **)&s->succ_ptr, n + 1, 8}, {(void **)&s->succ_idx, s->e, 8}, {(void **)&s->flow, 3 * n + s->e + 2, 8},
+        /* per computation */
+        {(void **)&s->finish, n, 8}, {(void **)&s->d, n, 8}, {(void **)&s->ef, n, 8}, {(void **)&s->lf, n, 8},
+        {(void **)&s->slot, n, 8}, {(void **)&s->cur_lb, n, 8}, {(void **)&s->cur_ub, n, 8},
+        {(void **)&s->cur_cost, n, 8}, {(void **)&s->cur_rt, n, 8}, {(void **)&s->cur_re, n, 8},
+        /* per cost slot */
+        {(void **)&s->lb_tab, slots, 8}, {(void **)&s->ub_tab, slots, 8},
+        /* per critical arc */
+        {(void **)&s->arc_u, arcs, 8}, {(void **)&s->arc_v, arcs, 8}, {(void **)&s->arc_lb, arcs, 8},
+        {(void **)&s->arc_ub, arcs, 8}, {(void **)&s->arc_comp, arcs, 8}, {(void **)&s->arc_key, arcs, 8},
+        {(void **)&s->arc_net, arcs, 8},
+        /* the flow network: per node, per residual arc */
+        {(void **)&s->head, s->nodes, 8}, {(void **)&s->level, s->nodes, 8}, {(void **)&s->it, s->nodes, 8},
+        {(void **)&s->queue, s->nodes, 8}, {(void **)&s->path, s->nodes, 8}, {(void **)&s->excess, s->nodes, 8},
+        {(void **)&s->seen, s->nodes, 1},
+        {(void **)&s->nxt, s->m_max, 8}, {(void **)&s->to, s->m_max, 8}, {(void **)&s->cap, s->m_max, 8},
+    };
+    return alloc_arrays(arrays, COUNT_OF(arrays));
 }
 
 static void build_successors(PdCore *s) {
@@ -505,8 +470,7 @@ static int PdCore_init(PdCore *s, PyObject *args, PyObject *kwds) {
     void **dst[9] = {(void **)&s->pred_ptr, (void **)&s->pred_idx, (void **)&s->topo, (void **)&s->min_q,
                      (void **)&s->max_q, (void **)&s->cost_ptr, (void **)&s->cost, (void **)&s->rt,
                      (void **)&s->re};
-    for (int k = 0; k < 9; k++)
-        if (!(*dst[k] = copy_buffer(obj[k], names[k], &counts[k]))) return -1;
+    if (!copy_buffers(obj, names, dst, counts, 9)) return -1;
     s->n = counts[3];
     s->e = counts[1];
     if (s->n < 1 || counts[0] != s->n + 1 || counts[2] != s->n || counts[4] != s->n || counts[5] != s->n + 1 ||
@@ -552,14 +516,9 @@ static PyMemberDef PdCore_members[] = {
 };
 
 static PyTypeObject PdCoreType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "perseusd.planner._pdcore.PdCore",
-    .tp_basicsize = sizeof(PdCore),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "The Phillips-Dessouky solver state (see pd_core.PdCore for the interface).",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)PdCore_init,
-    .tp_dealloc = (destructor)PdCore_dealloc,
-    .tp_methods = PdCore_methods,
+    CORE_TYPE_SLOTS("perseusd.planner._pdcore.PdCore", PdCore,
+                    "The Phillips-Dessouky solver state (see pd_core.PdCore for the interface).", PdCore_init,
+                    PdCore_dealloc, PdCore_methods),
     .tp_members = PdCore_members,
 };
 
@@ -567,14 +526,6 @@ static struct PyModuleDef pdcore_module = {PyModuleDef_HEAD_INIT, "_pdcore",
                                            "C core of the Perseus frontier solver.", -1, NULL};
 
 PyMODINIT_FUNC PyInit__pdcore(void) {
-    if (PyType_Ready(&PdCoreType) < 0) return NULL;
-    PyObject *module = PyModule_Create(&pdcore_module);
-    if (!module) return NULL;
-    Py_INCREF(&PdCoreType);
-    if (PyModule_AddObject(module, "PdCore", (PyObject *)&PdCoreType) < 0) {
-        Py_DECREF(&PdCoreType);
-        Py_DECREF(module);
-        return NULL;
-    }
-    return module;
+    PyTypeObject *types[] = {&PdCoreType};
+    return module_with_types(&pdcore_module, types, COUNT_OF(types));
 }

@@ -25,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_cshared.h"
+
 typedef struct {
     PyObject_HEAD
     int64_t n, e, num_stages, max_stage;
@@ -37,8 +39,6 @@ typedef struct {
     double *times;
     unsigned char *late;
 } Core;
-
-static void *zalloc(int64_t count, size_t size);
 
 /* Index of node's lowest measured clock at or above `clock`, else its highest (StageOptions.snap_up). */
 static int64_t snap_up(const Core *c, int64_t node, int64_t clock) {
@@ -205,24 +205,30 @@ static int row_cost(Core *c, int64_t stage, double *energy, double *busy, int64_
     return 1;
 }
 
-/* n clocks of a sequence into out; 0 with an exception set when it is not that. */
-static int read_row(PyObject *obj, int64_t n, long long stage, int64_t *out) {
-    PyObject *seq = PySequence_Fast(obj, "row must be a sequence of clocks");
+/* A sequence of exactly n numbers into ints (as integers) or, where ints is NULL, into floats. 1; 0 with an
+ * exception set when obj is no sequence (TypeError `type_error`) or an item no number; -1 with none set when its
+ * length is not n, for the caller to say what it expected. */
+static int read_numbers(PyObject *obj, int64_t n, const char *type_error, int64_t *ints, double *floats) {
+    PyObject *seq = PySequence_Fast(obj, type_error);
     if (!seq) return 0;
-    if (PySequence_Fast_GET_SIZE(seq) != n) {
-        Py_DECREF(seq);
-        PyErr_Format(PyExc_ValueError, "stage %lld has %lld computations", stage, (long long)n);
-        return 0;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        out[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
-        if (out[i] == -1 && PyErr_Occurred()) {
-            Py_DECREF(seq);
-            return 0;
-        }
+    int ok = PySequence_Fast_GET_SIZE(seq) == n ? 1 : -1;
+    for (int64_t i = 0; ok > 0 && i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (ints)
+            ints[i] = PyLong_AsLongLong(item);
+        else
+            floats[i] = PyFloat_AsDouble(item);
+        if (PyErr_Occurred()) ok = 0;
     }
     Py_DECREF(seq);
-    return 1;
+    return ok;
+}
+
+/* n clocks of a sequence into out; 0 with an exception set when it is not that. */
+static int read_row(PyObject *obj, int64_t n, long long stage, int64_t *out) {
+    int ok = read_numbers(obj, n, "row must be a sequence of clocks", out, NULL);
+    if (ok < 0) PyErr_Format(PyExc_ValueError, "stage %lld has %lld computations", stage, (long long)n);
+    return ok > 0;
 }
 
 static PyObject *Core_stage_cost(Core *c, PyObject *args) {
@@ -453,7 +459,7 @@ static PyObject *Core_scan(Core *c, PyObject *args) {
              scan_moves(c, stage, base, &a, &set, &best, clocks, snapped, trial))
         result = scan_result(&best, n);
     void *blocks[] = {base, clocks, snapped, trial, after_e, after_b, best.row, set.slots, set.rows};
-    for (size_t k = 0; k < sizeof(blocks) / sizeof(blocks[0]); k++) free(blocks[k]);
+    free_blocks(blocks, COUNT_OF(blocks));
     return result;
 }
 
@@ -466,23 +472,10 @@ static PyObject *Core_accept(Core *c, PyObject *arg) {
 }
 
 /* n floats of a sequence into out; 0 with an exception set when it is not that. */
-static int read_durations(PyObject *arg, int64_t n, double *out) {
-    PyObject *seq = PySequence_Fast(arg, "durations must be a sequence of floats");
-    if (!seq) return 0;
-    if (PySequence_Fast_GET_SIZE(seq) != n) {
-        Py_DECREF(seq);
-        PyErr_Format(PyExc_ValueError, "need %lld durations", (long long)n);
-        return 0;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        out[i] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, i));
-        if (out[i] == -1.0 && PyErr_Occurred()) {
-            Py_DECREF(seq);
-            return 0;
-        }
-    }
-    Py_DECREF(seq);
-    return 1;
+static int read_durations(PyObject *obj, int64_t n, double *out) {
+    int ok = read_numbers(obj, n, "durations must be a sequence of floats", NULL, out);
+    if (ok < 0) PyErr_Format(PyExc_ValueError, "need %lld durations", (long long)n);
+    return ok > 0;
 }
 
 static PyObject *Core_longest(Core *c, PyObject *arg) {
@@ -494,32 +487,9 @@ static void Core_dealloc(Core *c) {
     void *blocks[] = {c->pred_ptr, c->pred_idx,  c->topo,    c->stage_ptr, c->opt_ptr,   c->opt_clock,
                       c->opt_time, c->opt_energy, c->current, c->trial,     c->finish,    c->path_in,
                       c->row,      c->effective,  c->run_start, c->run_len, c->times,     c->late};
-    for (size_t k = 0; k < sizeof(blocks) / sizeof(blocks[0]); k++) free(blocks[k]);
+    free_blocks(blocks, COUNT_OF(blocks));
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
-
-/* Copies a C-contiguous buffer of 8-byte items into a new malloc'd block; *count gets the item count. */
-static void *copy_buffer(PyObject *obj, const char *name, Py_ssize_t *count) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
-    if (view.itemsize != 8) {
-        PyErr_Format(PyExc_TypeError, "%s: expected 8-byte items", name);
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    void *block = malloc(view.len > 0 ? (size_t)view.len : 8);
-    if (!block) {
-        PyBuffer_Release(&view);
-        PyErr_NoMemory();
-        return NULL;
-    }
-    memcpy(block, view.buf, (size_t)view.len);
-    *count = view.len / 8;
-    PyBuffer_Release(&view);
-    return block;
-}
-
-static void *zalloc(int64_t count, size_t size) { return calloc((size_t)(count > 0 ? count : 1), size); }
 
 static int sizes_consistent(const Core *c, const Py_ssize_t *counts) {
     if (c->n < 1 || counts[0] != c->n + 1 || counts[2] != c->n || counts[4] != c->n + 1 ||
@@ -552,8 +522,7 @@ static int Core_init(Core *c, PyObject *args, PyObject *kwds) {
         return -1;
     void **dst[8] = {(void **)&c->pred_ptr, (void **)&c->pred_idx, (void **)&c->topo,     (void **)&c->stage_ptr,
                      (void **)&c->opt_ptr,  (void **)&c->opt_clock, (void **)&c->opt_time, (void **)&c->opt_energy};
-    for (int k = 0; k < 8; k++)
-        if (!(*dst[k] = copy_buffer(obj[k], names[k], &counts[k]))) return -1;
+    if (!copy_buffers(obj, names, dst, counts, 8)) return -1;
     c->n = counts[2];
     c->e = counts[1];
     c->num_stages = counts[3] - 1;
@@ -564,18 +533,16 @@ static int Core_init(Core *c, PyObject *args, PyObject *kwds) {
     for (int64_t s = 0; s < c->num_stages; s++)
         if (c->stage_ptr[s + 1] - c->stage_ptr[s] > c->max_stage)
             c->max_stage = c->stage_ptr[s + 1] - c->stage_ptr[s];
-    c->current = zalloc(c->n, 8);
-    c->trial = zalloc(c->n, 8);
-    c->finish = zalloc(c->n, 8);
-    c->path_in = zalloc(c->n, 8);
-    c->row = zalloc(c->max_stage, 8);
-    c->effective = zalloc(c->max_stage, 8);
-    c->run_start = zalloc(c->max_stage, 8);
-    c->run_len = zalloc(c->max_stage, 8);
-    c->times = zalloc(c->max_stage, 8);
-    c->late = zalloc(c->max_stage, 1);
-    if (!(c->current && c->trial && c->finish && c->path_in && c->row && c->effective && c->run_start &&
-          c->run_len && c->times && c->late)) {
+    const WorkArray arrays[] = {
+        /* per node */
+        {(void **)&c->current, c->n, 8}, {(void **)&c->trial, c->n, 8}, {(void **)&c->finish, c->n, 8},
+        {(void **)&c->path_in, c->n, 8},
+        /* per computation of the largest stage */
+        {(void **)&c->row, c->max_stage, 8}, {(void **)&c->effective, c->max_stage, 8},
+        {(void **)&c->run_start, c->max_stage, 8}, {(void **)&c->run_len, c->max_stage, 8},
+        {(void **)&c->times, c->max_stage, 8}, {(void **)&c->late, c->max_stage, 1},
+    };
+    if (!alloc_arrays(arrays, COUNT_OF(arrays))) {
         PyErr_NoMemory();
         return -1;
     }
@@ -597,14 +564,9 @@ static PyMethodDef Core_methods[] = {
 };
 
 static PyTypeObject CoreType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "perseusd.planner._switchcore.Core",
-    .tp_basicsize = sizeof(Core),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "One job's DAG, measured options and switch model: the descent's inner loops.",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Core_init,
-    .tp_dealloc = (destructor)Core_dealloc,
-    .tp_methods = Core_methods,
+    CORE_TYPE_SLOTS("perseusd.planner._switchcore.Core", Core,
+                    "One job's DAG, measured options and switch model: the descent's inner loops.", Core_init,
+                    Core_dealloc, Core_methods),
 };
 
 /* Paths: a DAG alone, for evaluate.longest_path_s. */
@@ -621,11 +583,8 @@ static PyObject *Paths_longest(Paths *p, PyObject *arg) {
 }
 
 static void Paths_dealloc(Paths *p) {
-    free(p->pred_ptr);
-    free(p->pred_idx);
-    free(p->topo);
-    free(p->finish);
-    free(p->durations);
+    void *blocks[] = {p->pred_ptr, p->pred_idx, p->topo, p->finish, p->durations};
+    free_blocks(blocks, COUNT_OF(blocks));
     Py_TYPE(p)->tp_free((PyObject *)p);
 }
 
@@ -639,8 +598,7 @@ static int Paths_init(Paths *p, PyObject *args, PyObject *kwds) {
     }
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO", names, &obj[0], &obj[1], &obj[2])) return -1;
     void **dst[3] = {(void **)&p->pred_ptr, (void **)&p->pred_idx, (void **)&p->topo};
-    for (int k = 0; k < 3; k++)
-        if (!(*dst[k] = copy_buffer(obj[k], names[k], &counts[k]))) return -1;
+    if (!copy_buffers(obj, names, dst, counts, 3)) return -1;
     p->n = counts[2];
     int ok = counts[0] == p->n + 1 && p->pred_ptr[0] == 0 && p->pred_ptr[p->n] == counts[1];
     for (int64_t v = 0; ok && v < p->n; v++)
@@ -665,14 +623,8 @@ static PyMethodDef Paths_methods[] = {
 };
 
 static PyTypeObject PathsType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "perseusd.planner._switchcore.Paths",
-    .tp_basicsize = sizeof(Paths),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A DAG's longest path (evaluate.longest_path_s).",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Paths_init,
-    .tp_dealloc = (destructor)Paths_dealloc,
-    .tp_methods = Paths_methods,
+    CORE_TYPE_SLOTS("perseusd.planner._switchcore.Paths", Paths, "A DAG's longest path (evaluate.longest_path_s).",
+                    Paths_init, Paths_dealloc, Paths_methods),
 };
 
 static struct PyModuleDef switchcore_module = {PyModuleDef_HEAD_INIT, "_switchcore",
@@ -680,17 +632,6 @@ static struct PyModuleDef switchcore_module = {PyModuleDef_HEAD_INIT, "_switchco
                                                NULL};
 
 PyMODINIT_FUNC PyInit__switchcore(void) {
-    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&PathsType) < 0) return NULL;
-    PyObject *module = PyModule_Create(&switchcore_module);
-    if (!module) return NULL;
-    Py_INCREF(&CoreType);
-    Py_INCREF(&PathsType);
-    if (PyModule_AddObject(module, "Core", (PyObject *)&CoreType) < 0 ||
-        PyModule_AddObject(module, "Paths", (PyObject *)&PathsType) < 0) {
-        Py_DECREF(&CoreType);
-        Py_DECREF(&PathsType);
-        Py_DECREF(module);
-        return NULL;
-    }
-    return module;
+    PyTypeObject *types[] = {&CoreType, &PathsType};
+    return module_with_types(&switchcore_module, types, COUNT_OF(types));
 }

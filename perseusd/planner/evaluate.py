@@ -34,15 +34,18 @@ def longest_path_s(dag: ComputationDag, durations_s: Sequence[float]) -> float:
     return max(finish, default=0.0)
 
 
-def _load_c_paths() -> Any | None:
+def _load_switchcore() -> Any | None:
     try:
         from perseusd.planner import _switchcore  # type: ignore[attr-defined]
     except ImportError:
         return None
-    return _switchcore.Paths
+    return _switchcore
 
 
-_C_PATHS = _load_c_paths()
+SWITCHCORE = _load_switchcore()
+"""The C module `_switchcore` (its `Paths` serves `LongestPath`, its `Core` `switch_core`), or None where it
+was not built."""
+_C_PATHS = None if SWITCHCORE is None else SWITCHCORE.Paths
 
 
 def dag_arrays(dag: ComputationDag) -> tuple[array[int], array[int], array[int]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from itertools import compress
 from operator import itemgetter, ne
 from pathlib import Path
@@ -75,17 +75,8 @@ class PlanMeta:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The `meta` object of a document."""
-        return {
-            "profile_digest": self.profile_digest,
-            "profile_source": self.profile_source,
-            "schedule": self.schedule,
-            "num_stages": self.num_stages,
-            "num_microbatches": self.num_microbatches,
-            "num_chunks": self.num_chunks,
-            "unit_time_s": self.unit_time_s,
-            "p_block_w": self.p_block_w,
-        }
+        """The `meta` object of a document: every field, by name, in order."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)

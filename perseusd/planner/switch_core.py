@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from perseusd.planner.dag import ComputationDag
-from perseusd.planner.evaluate import dag_arrays, longest_path_s
+from perseusd.planner.evaluate import SWITCHCORE, dag_arrays, longest_path_s
 from perseusd.planner.switching import StageOptions, SwitchModel, followable_stage_clocks, late_begins
 
 StageCost = tuple[float, float, int]
@@ -153,15 +153,7 @@ class PyCore:
         return used, False, best
 
 
-def _load_c_core() -> Any | None:
-    try:
-        from perseusd.planner import _switchcore  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _switchcore.Core
-
-
-_C_CORE = _load_c_core()
+_C_CORE = None if SWITCHCORE is None else SWITCHCORE.Core
 
 
 def switch_core(

@@ -32,6 +32,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 
 from perseus_client.protocol import PlanEntry, PlanStats
 
@@ -246,7 +247,7 @@ class GpuPlan:
         if deadline_ns >= started_ns + int(self._times_ns[position] * self.pace):
             return  # falls during a later computation of the run: scheduled when that one begins
         move = self._moves
-        self._early.timer.call_at(deadline_ns, lambda: self._raise(move, following_mhz))
+        self._early.timer.call_at(deadline_ns, partial(self._switch_early, move, following_mhz, raising=True))
 
     def _schedule_lowering(self, position: int, started_ns: int) -> None:
         """If this computation ends its run and the next run is planned lower, and it has the slack to run
@@ -263,24 +264,19 @@ class GpuPlan:
         if self._slack_ns[position] < LOWER_SLACK_FACTOR * min(lead_ns, expected_ns):
             return
         move = self._moves
-        self._early.timer.call_at(
-            max(started_ns, started_ns + expected_ns - lead_ns), lambda: self._lower(move, following_mhz)
-        )
+        lower = partial(self._switch_early, move, following_mhz, raising=False)
+        self._early.timer.call_at(max(started_ns, started_ns + expected_ns - lead_ns), lower)
 
-    def _lower(self, move: int, clock_mhz: int) -> None:
-        """Timer thread: submit `clock_mhz` unless an event arrived since the lowering was scheduled."""
+    def _switch_early(self, move: int, clock_mhz: int, *, raising: bool) -> None:
+        """Timer thread: submit `clock_mhz` unless an event arrived since the raise or lowering was
+        scheduled."""
         with self._move_lock:
             if self.retired or move != self._moves:
                 return
-            self.early_lowerings += 1
-            self.ensure(clock_mhz, self._clock_ns())
-
-    def _raise(self, move: int, clock_mhz: int) -> None:
-        """Timer thread: submit `clock_mhz` unless an event arrived since the raise was scheduled."""
-        with self._move_lock:
-            if self.retired or move != self._moves:
-                return
-            self.early_raises += 1
+            if raising:
+                self.early_raises += 1
+            else:
+                self.early_lowerings += 1
             self.ensure(clock_mhz, self._clock_ns())
 
     def ensure(self, clock_mhz: int, received_ns: int) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from perseus_client.protocol import (
     PROTOCOL_MINOR,
@@ -56,41 +57,33 @@ MAX_P_BLOCK_W = 10_000.0
 """The largest blocking power a profile import may give (W): far above any GPU's."""
 
 
+@dataclass(eq=False)
 class JobRequests:
     """The job requests, for callers the IPC layer identified."""
 
-    def __init__(
-        self,
-        manager: JobManager,
-        plans: PlanBook,
-        leases: LeaseBook,
-        is_admin: Callable[[Caller], bool],
-        protocol_minor: int = PROTOCOL_MINOR,
-        past: PastJobs | None = None,
-    ) -> None:
-        self._past = past
-        """Ended and failed jobs kept across restarts (None: this run's only, as the manager keeps them)."""
-        self._protocol_minor = protocol_minor
-        """The newest minor this daemon speaks: values newer than it are refused like newer fields."""
-        self._manager = manager
-        self._plans = plans
-        self._leases = leases
-        self._is_admin = is_admin
+    manager: JobManager
+    plans: PlanBook
+    leases: LeaseBook
+    is_admin: Callable[[Caller], bool]
+    protocol_minor: int = PROTOCOL_MINOR
+    """The newest minor this daemon speaks: values newer than it are refused like newer fields."""
+    past: PastJobs | None = None
+    """Ended and failed jobs kept across restarts (None: this run's only, as the manager keeps them)."""
 
     def register(self, caller: Caller, message: Register) -> RegisterOk:
-        self._leases.require_lease(caller, message.gpu)
-        return self._manager.register(caller.uid, caller.pid, message)
+        self.leases.require_lease(caller, message.gpu)
+        return self.manager.register(caller.uid, caller.pid, message)
 
     def set_policy(self, caller: Caller, message: SetPolicy) -> SetPolicyOk:
-        if message.policy == "carbon" and self._protocol_minor < CARBON_SINCE_MINOR:
+        if message.policy == "carbon" and self.protocol_minor < CARBON_SINCE_MINOR:
             raise ProtocolError(
                 ErrorCode.BAD_FIELD,
                 f"policy carbon needs protocol 6.{CARBON_SINCE_MINOR}; this daemon speaks "
-                f"6.0-6.{self._protocol_minor}",
+                f"6.0-6.{self.protocol_minor}",
             )
         job = self._active_job(caller, message.job)
         policy = Policy(message.policy, message.target)
-        self._manager.set_policy(job, policy)
+        self.manager.set_policy(job, policy)
         return SetPolicyOk(job=job.name, policy=policy.name, target=policy.target)
 
     def announce_straggler(self, caller: Caller, message: AnnounceStraggler) -> AnnounceStragglerOk:
@@ -105,7 +98,7 @@ class JobRequests:
                 f"{', '.join(map(str, pipelines)) or 'none'})",
             )
         factor = None if message.clear else message.factor
-        shared = self._manager.response.announce(job, message.pipeline, factor)
+        shared = self.manager.response.announce(job, message.pipeline, factor)
         return AnnounceStragglerOk(
             job=job.name, pipeline=message.pipeline, factor=factor or 0.0, clear=message.clear, shared=shared
         )
@@ -115,24 +108,24 @@ class JobRequests:
 
     def visible_jobs(self, caller: Caller) -> tuple[JobInfo, ...]:
         """The caller's jobs (an admin's: every job), the previous runs' ended ones first, then this run's."""
-        admin = self._is_admin(caller)
-        past = () if self._past is None else self._past.shown(lambda job: admin or job.uid == caller.uid)
-        jobs = self._manager.jobs.values()
+        admin = self.is_admin(caller)
+        past = () if self.past is None else self.past.shown(lambda job: admin or job.uid == caller.uid)
+        jobs = self.manager.jobs.values()
         return past + tuple(self._info(j) for j in jobs if admin or j.uid == caller.uid)
 
     def record_ended(self) -> None:
         """Keep the record of every job that ended or failed since the last call (`PastJobs`)."""
-        if self._past is None:
+        if self.past is None:
             return
-        for job in self._manager.jobs.values():
+        for job in self.manager.jobs.values():
             key = (job.name, job.uid, job.state_since_s)  # the moment it ended: one record per ending
-            if job.state in (ENDED, FAILED) and not self._past.known(key):
-                self._past.record(key, self._info(job))
+            if job.state in (ENDED, FAILED) and not self.past.known(key):
+                self.past.record(key, self._info(job))
 
     def _info(self, job: Job) -> JobInfo:
-        manager = self._manager
+        manager = self.manager
         return job_info(
-            job, self._plans, manager.measured(job), manager.carbon.info(job), manager.profiling_energy_j(job)
+            job, self.plans, manager.measured(job), manager.carbon.info(job), manager.profiling_energy_j(job)
         )
 
     def frontier(self, caller: Caller, message: FrontierRequest) -> DocumentReply:
@@ -164,10 +157,10 @@ class JobRequests:
                 f"the blocking power (--p-block-w, p_block_w) must be 0..{MAX_P_BLOCK_W:g} W",
             )
         profile = _parse_profile(message.csv, message.source or "<import>")
-        job = self._manager.jobs.get(message.job)
+        job = self.manager.jobs.get(message.job)
         if job is None or not job.active:
             return self._pending_import(caller, message, profile)
-        check_owner(job, caller.uid, admin=self._is_admin(caller))
+        check_owner(job, caller.uid, admin=self.is_admin(caller))
         _check_stages(job, profile)
         p_block_w = message.p_block_w or job.p_block_w
         if p_block_w <= 0:
@@ -176,13 +169,13 @@ class JobRequests:
                 "give the GPU's power while blocked on communication (--p-block-w, p_block_w): nothing "
                 "measured yet",
             )
-        self._manager.reprofile_with(job, profile, p_block_w)
+        self.manager.reprofile_with(job, profile, p_block_w)
         return ProfileImportOk(job=job.name, rows=len(profile.measurements), state=job.state)
 
     def _pending_import(self, caller: Caller, message: ProfileImport, profile: Profile) -> ProfileImportOk:
         """Keep the profile for the caller's job of that name: keyed by (uid, job), so no user can replace
         or block another user's; a user's own re-import replaces theirs."""
-        pending = self._manager.pending_imports
+        pending = self.manager.pending_imports
         key = (caller.uid, message.job)
         mine = sum(1 for uid, _ in pending if uid == caller.uid)
         if key not in pending and mine >= MAX_PENDING_IMPORTS_PER_USER:
@@ -210,7 +203,7 @@ class JobRequests:
         return job
 
     def _own_job(self, caller: Caller, name: str) -> Job:
-        return self._manager.job_for(caller.uid, name, admin=self._is_admin(caller))
+        return self.manager.job_for(caller.uid, name, admin=self.is_admin(caller))
 
 
 def _parse_profile(text: str, source: str) -> Profile:
