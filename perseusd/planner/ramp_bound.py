@@ -1,0 +1,203 @@
+"""A bound on how fast a node's planned power ramps: the steps its clocks make between computations.
+
+What is bounded. A GPU following a plan draws each computation's measured mean power at its planned clock
+while it runs, and blocking power while it waits. Its power therefore steps at two kinds of moments:
+
+- between one computation and the next on the GPU, by the difference of their powers: the *plan's steps*,
+  which the planned clocks set;
+- into and out of each wait (on a dependency, the all-reduce, idle), by a computation's power above blocking:
+  the schedule's steps. All-max clocks make the same waits (and deeper steps, wherever a computation's power
+  grows with its clock); a plan cannot remove them without slowing the iteration, so they are not bounded.
+
+The bound is on the node's *held power*: each GPU at the power of its current computation, held through the
+wait after it until its next computation starts, so that only the plan's steps move it. Sampled as 10 ms
+averages (`SAMPLE_S`), it changes by at most `limit_w_per_s` x 10 ms between any two consecutive samples, at
+any phase of the sampling grid and however the node's GPUs (and pipelines) are aligned with each other.
+
+How it is held. The change between two consecutive 10 ms averages is the sum of the steps within 10 ms of
+their boundary, each weighted by at most 1. Each GPU's heaviest sum of |step| within any 20 ms (its *window*:
+the largest step alone when its computations last 20 ms or more), added over the node's GPUs, therefore bounds
+every sample's change: `ramp_w_per_s` is that sum / 10 ms. `bound_ramps` raises clocks of the plan, one clock
+step at a time and only ever to a clock no slower than the planned one, on the lower-power side of the
+largest step of the GPU that weighs most, until the ramp is within the limit: the iteration never slows,
+and the energy spent is the bound's cost. When no such raise helps any more, every computation goes to its
+highest clock that is no slower than planned (all-max on a profile whose times fall with the clock); a limit
+below what that plan makes is not met (`met` False) and the lowest ramp found is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from perseusd.planner.dag import ComputationDag
+from perseusd.planner.evaluate import measurements_for
+from perseusd.planner.profile import Measurement, Profile
+
+SAMPLE_S = 0.01
+"""The sampling interval the bound holds at (s): the 10 ms averages a facility's meter reads."""
+TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class RampBounded:
+    """A plan's clocks with the ramp bound applied, and its ramps before and after (W/s)."""
+
+    clocks_mhz: tuple[int, ...]
+    """One clock per DAG node; each at least the planned one and its computation no slower."""
+    planned_ramp_w_per_s: float
+    ramp_w_per_s: float
+    met: bool
+    raised: int
+    """Computations whose clock was raised."""
+
+
+def schedule_starts_s(dag: ComputationDag, durations_s: Sequence[float]) -> tuple[list[float], float]:
+    """Each computation's start as soon as its predecessors finish, and the iteration time (s)."""
+    start, finish = [0.0] * dag.num_computations, [0.0] * dag.num_computations
+    for node in dag.topological_order:
+        start[node] = max((finish[p] for p in dag.predecessors[node]), default=0.0)
+        finish[node] = start[node] + durations_s[node]
+    return start, max(finish, default=0.0)
+
+
+def plan_steps(
+    dag: ComputationDag, starts_s: Sequence[float], powers_w: Sequence[float], period_s: float
+) -> list[list[tuple[float, float]]]:
+    """Per GPU (stage), the plan's steps (time s, change of power W): at each computation's start, from the
+    computation before it on the GPU; the first computation's from the last one's of the iteration before."""
+    steps: list[list[tuple[float, float]]] = []
+    for nodes in dag.stage_orders:
+        row = [(starts_s[b], powers_w[b] - powers_w[a]) for a, b in zip(nodes, nodes[1:], strict=False)]
+        if nodes:
+            row.append((starts_s[nodes[0]] + period_s, powers_w[nodes[0]] - powers_w[nodes[-1]]))
+        steps.append(row)
+    return steps
+
+
+def window_w(steps: Sequence[tuple[float, float]], period_s: float, sample_s: float = SAMPLE_S) -> float:
+    """The heaviest sum of |step| within any 2 x `sample_s` of a GPU whose steps repeat every `period_s`."""
+    ordered = sorted(steps)
+    times = [t for t, _ in ordered] + [t + period_s for t, _ in ordered]
+    sizes = [abs(w) for _, w in ordered] * 2
+    best, total, end = 0.0, 0.0, 0
+    for first in range(len(ordered)):
+        while end < len(times) and times[end] < times[first] + 2 * sample_s and end < first + len(ordered):
+            total += sizes[end]
+            end += 1
+        best = max(best, total)
+        total -= sizes[first]
+    return best
+
+
+def plan_ramp_w_per_s(
+    dag: ComputationDag,
+    profile: Profile,
+    clocks_mhz: Sequence[int],
+    gpus_per_stage: Sequence[int] | None = None,
+    sample_s: float = SAMPLE_S,
+) -> float:
+    """The plan's ramp bound (module): every GPU's window, weighted by the node's GPUs per stage, / sample."""
+    return _Ramp(dag, gpus_per_stage, sample_s).ramp_w_per_s(measurements_for(dag, profile, clocks_mhz))
+
+
+class _Ramp:
+    """The ramp of one DAG's plans: `ramp_w_per_s` and, per stage, its weighted window."""
+
+    def __init__(self, dag: ComputationDag, gpus_per_stage: Sequence[int] | None, sample_s: float) -> None:
+        self.dag = dag
+        self.weights = list(gpus_per_stage) if gpus_per_stage is not None else [1] * dag.num_stages
+        if len(self.weights) != dag.num_stages or any(w < 0 for w in self.weights):
+            raise ValueError("gpus_per_stage needs one count >= 0 per stage")
+        self.sample_s = sample_s
+
+    def windows_w(self, rows: Sequence[Measurement]) -> list[float]:
+        starts, period_s = schedule_starts_s(self.dag, [m.time_s for m in rows])
+        steps = plan_steps(self.dag, starts, [power_w(m) for m in rows], period_s)
+        return [w * window_w(row, period_s, self.sample_s) for w, row in zip(self.weights, steps, strict=True)]
+
+    def ramp_w_per_s(self, rows: Sequence[Measurement]) -> float:
+        return sum(self.windows_w(rows)) / self.sample_s
+
+
+def power_w(row: Measurement) -> float:
+    """A computation's mean power at its clock (W)."""
+    return row.energy_j / row.time_s if row.time_s > 0 else 0.0
+
+
+def _ladders(dag: ComputationDag, profile: Profile, clocks_mhz: Sequence[int]) -> list[list[Measurement]]:
+    """Per node, its planned clock's row then every higher clock's no slower than it, clock ascending."""
+    ladders = []
+    for node, comp in enumerate(dag.computations):
+        planned = profile.lookup(dag.virtual_stage(node), comp.instruction, clocks_mhz[node])
+        higher = [
+            m
+            for m in profile.options(dag.virtual_stage(node), comp.instruction)
+            if m.freq_mhz > planned.freq_mhz and m.time_s <= planned.time_s
+        ]
+        ladders.append([planned, *sorted(higher, key=lambda m: m.freq_mhz)])
+    return ladders
+
+
+def bound_ramps(
+    dag: ComputationDag,
+    profile: Profile,
+    clocks_mhz: Sequence[int],
+    limit_w_per_s: float,
+    gpus_per_stage: Sequence[int] | None = None,
+    sample_s: float = SAMPLE_S,
+) -> RampBounded:
+    """The plan `clocks_mhz` (one per node) with its ramp held within `limit_w_per_s` (see the module).
+
+    `gpus_per_stage`: the node's GPUs running each stage (several pipelines or tensor-parallel GPUs; 0: the
+    stage runs elsewhere and is not bounded here); None: one each."""
+    if not limit_w_per_s > 0:
+        raise ValueError("the ramp limit must be positive (W/s)")
+    ramp = _Ramp(dag, gpus_per_stage, sample_s)
+    ladders = _ladders(dag, profile, clocks_mhz)
+    rung = [0] * dag.num_computations
+    rows = [ladder[0] for ladder in ladders]
+    windows = ramp.windows_w(rows)
+    planned = sum(windows) / sample_s
+    limit_w = limit_w_per_s * sample_s * (1 + TOLERANCE)
+    while sum(windows) > limit_w:
+        node = _next_raise(dag, ramp.weights, windows, rows, rung, ladders)
+        if node is None:
+            break
+        rung[node] += 1
+        rows[node] = ladders[node][rung[node]]
+        windows = ramp.windows_w(rows)
+    if sum(windows) > limit_w:  # stuck: every computation here at its highest clock no slower than planned
+        here = [ramp.weights[c.stage] > 0 for c in dag.computations]
+        top = [ladder[-1] if bounded else row for ladder, row, bounded in zip(ladders, rows, here, strict=True)]
+        if sum(ramp.windows_w(top)) < sum(windows):
+            rows, windows = top, ramp.windows_w(top)
+    clocks = tuple(m.freq_mhz for m in rows)
+    raised = sum(1 for a, b in zip(clocks, clocks_mhz, strict=True) if a != b)
+    final = sum(windows) / sample_s
+    return RampBounded(clocks, planned, final, sum(windows) <= limit_w, raised)
+
+
+def _next_raise(
+    dag: ComputationDag,
+    weights: Sequence[int],
+    windows: Sequence[float],
+    rows: Sequence[Measurement],
+    rung: Sequence[int],
+    ladders: Sequence[Sequence[Measurement]],
+) -> int | None:
+    """The computation to raise one clock step: in the stage that weighs most, the lower-power side of its
+    largest step that can still rise, whose rise shrinks that step (None: no such computation anywhere)."""
+    for stage in sorted(range(dag.num_stages), key=lambda s: -windows[s]):
+        if weights[stage] == 0 or windows[stage] <= 0:
+            continue
+        nodes = dag.stage_orders[stage]
+        pairs = [(nodes[i - 1], nodes[i]) for i in range(len(nodes))]  # i = 0: the wrap-around step
+        power = {n: power_w(rows[n]) for n in nodes}
+        for a, b in sorted(pairs, key=lambda p: -abs(power[p[1]] - power[p[0]])):
+            low, high = (a, b) if power[a] < power[b] else (b, a)
+            if rung[low] + 1 < len(ladders[low]):
+                step_w = abs(power[high] - power_w(ladders[low][rung[low] + 1]))
+                if step_w < abs(power[high] - power[low]):
+                    return low
+    return None
