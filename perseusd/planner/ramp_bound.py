@@ -27,6 +27,7 @@ below what that plan makes is not met (`met` False) and the lowest ramp found is
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -68,7 +69,7 @@ def plan_steps(
     computation before it on the GPU; the first computation's from the last one's of the iteration before."""
     steps: list[list[tuple[float, float]]] = []
     for nodes in dag.stage_orders:
-        row = [(starts_s[b], powers_w[b] - powers_w[a]) for a, b in zip(nodes, nodes[1:], strict=False)]
+        row = [(starts_s[b], powers_w[b] - powers_w[a]) for a, b in itertools.pairwise(nodes)]
         if nodes:
             row.append((starts_s[nodes[0]] + period_s, powers_w[nodes[0]] - powers_w[nodes[-1]]))
         steps.append(row)
@@ -114,10 +115,18 @@ class _Ramp:
     def windows_w(self, rows: Sequence[Measurement]) -> list[float]:
         starts, period_s = schedule_starts_s(self.dag, [m.time_s for m in rows])
         steps = plan_steps(self.dag, starts, [power_w(m) for m in rows], period_s)
-        return [w * window_w(row, period_s, self.sample_s) for w, row in zip(self.weights, steps, strict=True)]
+        return [
+            w * window_w(row, period_s, self.sample_s) for w, row in zip(self.weights, steps, strict=True)
+        ]
 
     def ramp_w_per_s(self, rows: Sequence[Measurement]) -> float:
         return sum(self.windows_w(rows)) / self.sample_s
+
+    def largest_step_w(self, rows: Sequence[Measurement], stage: int) -> float:
+        """One stage's weighted window when its steps are 20 ms apart or more: its largest step."""
+        nodes = self.dag.stage_orders[stage]
+        powers = [power_w(rows[n]) for n in nodes]
+        return self.weights[stage] * max(abs(powers[i] - powers[i - 1]) for i in range(len(powers)))
 
 
 def power_w(row: Measurement) -> float:
@@ -160,16 +169,25 @@ def bound_ramps(
     windows = ramp.windows_w(rows)
     planned = sum(windows) / sample_s
     limit_w = limit_w_per_s * sample_s * (1 + TOLERANCE)
+    # Computations of 20 ms or more at any clock they may take: each GPU's window is its largest step,
+    # whatever the timing, and a raise changes its own GPU's alone.
+    spaced = all(min(m.time_s for m in ladder) >= 2 * sample_s for ladder in ladders)
     while sum(windows) > limit_w:
         node = _next_raise(dag, ramp.weights, windows, rows, rung, ladders)
         if node is None:
             break
         rung[node] += 1
         rows[node] = ladders[node][rung[node]]
-        windows = ramp.windows_w(rows)
+        if spaced:
+            stage = dag.computations[node].stage
+            windows[stage] = ramp.largest_step_w(rows, stage)
+        else:
+            windows = ramp.windows_w(rows)
     if sum(windows) > limit_w:  # stuck: every computation here at its highest clock no slower than planned
         here = [ramp.weights[c.stage] > 0 for c in dag.computations]
-        top = [ladder[-1] if bounded else row for ladder, row, bounded in zip(ladders, rows, here, strict=True)]
+        top = [
+            ladder[-1] if bounded else row for ladder, row, bounded in zip(ladders, rows, here, strict=True)
+        ]
         if sum(ramp.windows_w(top)) < sum(windows):
             rows, windows = top, ramp.windows_w(top)
     clocks = tuple(m.freq_mhz for m in rows)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 import random
 
 import pytest
@@ -62,10 +63,10 @@ def sampled_node_changes_w(
     phase = rng.uniform(0, SAMPLE_S)
     edges = [phase + k * SAMPLE_S for k in range(int(2 * period_s / SAMPLE_S) + 2)]
     samples = []
-    for a, b in zip(edges, edges[1:], strict=False):
+    for a, b in itertools.pairwise(edges):
         energy = sum(_energy_until(c, p, b + o) - _energy_until(c, p, a + o) for c, p, o in gpus)
         samples.append(energy / SAMPLE_S)
-    return [b - a for a, b in zip(samples, samples[1:], strict=False)]
+    return [b - a for a, b in itertools.pairwise(samples)]
 
 
 @st.composite
@@ -73,7 +74,9 @@ def cases(draw: st.DrawFn) -> tuple[ComputationDag, Profile, list[int], list[int
     stages = draw(st.integers(2, 4))
     dag = build_dag(draw(st.sampled_from(("1f1b", "gpipe"))), stages, draw(st.integers(1, 6)))
     base_time_s = draw(st.sampled_from((0.002, 0.006, 0.02)))  # short computations: several steps in 20 ms
-    profile = synthetic_profile(stages, draw(st.integers(0, 10**6)), clocks_mhz=CLOCKS_MHZ, base_time_s=base_time_s)
+    profile = synthetic_profile(
+        stages, draw(st.integers(0, 10**6)), clocks_mhz=CLOCKS_MHZ, base_time_s=base_time_s
+    )
     seed = draw(st.integers(0, 10**6))
     rng = random.Random(seed)
     clocks = [rng.choice(CLOCKS_MHZ) for _ in range(dag.num_computations)]
@@ -119,7 +122,8 @@ def test_a_bound_the_plan_already_holds_changes_nothing(
     for limit in (max(planned, 1e-3), planned * 2 + 1, float("inf")):
         result = bound_ramps(dag, profile, clocks, limit, weights)
         assert list(result.clocks_mhz) == clocks
-        assert result.raised == 0 and result.met
+        assert result.raised == 0
+        assert result.met
         assert result.planned_ramp_w_per_s == result.ramp_w_per_s == pytest.approx(planned)
 
 
