@@ -1,0 +1,122 @@
+"""The node's power ramp bound in a daemon core (no sockets): the configuration key reaches the plan every
+GPU runs, the bound holds on it, the iteration is no slower, and the job says what it cost."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from perseus_client.protocol import (
+    Claim,
+    DocumentReply,
+    FrontierRequest,
+    Hello,
+    JobInfo,
+    JobsReply,
+    JobsRequest,
+    PlanRequest,
+    ProfileImport,
+    Register,
+)
+
+from perseusd.daemon.components import job_settings
+from perseusd.daemon.config import DaemonConfig
+from perseusd.daemon.core import DaemonCore
+from perseusd.planner.dag import Instruction, from_stage_orders
+from perseusd.planner.evaluate import all_max_clocks, longest_path_s, measurements_for
+from perseusd.planner.plan_read import parse_frontier, parse_plan
+from perseusd.planner.profile_csv import profile_to_csv
+from perseusd.planner.ramp_bound import plan_ramp_w_per_s
+from tests.support.callers import ME
+from tests.support.daemon_core import sim_core
+from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
+
+pytestmark = pytest.mark.timeout(120)
+
+STAGES, MICROBATCHES = 2, 4
+PROFILE = synthetic_profile(STAGES, seed=3, clocks_mhz=A100_CLOCKS_MHZ)
+BOUND_W_PER_S = 12000.0
+"""Below the unbounded plan's 23.3 kW/s on this profile, above all-max clocks' 7.7 kW/s."""
+
+
+def _run_job(core: DaemonCore) -> JobInfo:
+    core.handle(ME, Hello(job="train", client_version="test"))
+    core.handle(ME, Claim(gpus=core.registry.uuids, job="train"))
+    core.handle(ME, ProfileImport("train", profile_to_csv(PROFILE), "synthetic.csv", 80.0))
+    for stage, gpu in enumerate(core.registry.uuids[:STAGES]):
+        core.handle(ME, Register(gpu, "train", 0, stage, STAGES, MICROBATCHES, "1f1b", 1))  # type: ignore[arg-type]
+    deadline_s = time.monotonic() + 60.0
+    while (info := _info(core)).state != "running":
+        assert time.monotonic() < deadline_s, f"the job did not run: {info.state} {info.error}"
+        core.tick()
+        time.sleep(0.02)
+    return info
+
+
+def _info(core: DaemonCore) -> JobInfo:
+    reply = core.handle(ME, JobsRequest())
+    assert isinstance(reply, JobsReply)
+    return next(job for job in reply.jobs if job.job == "train")
+
+
+def _document(core: DaemonCore, request: PlanRequest | FrontierRequest) -> str:
+    reply = core.handle(ME, request)
+    assert isinstance(reply, DocumentReply)
+    return reply.document
+
+
+def test_the_config_key_bounds_the_plan_every_gpu_runs(tmp_path: Path) -> None:
+    settings = job_settings(DaemonConfig(ramp_bound_w_per_s=BOUND_W_PER_S))
+    with sim_core(tmp_path, gpus=STAGES, jobs=settings) as core:
+        info = _run_job(core)
+        plan = parse_plan(_document(core, PlanRequest("train")), "plan")
+        frontier = parse_frontier(_document(core, FrontierRequest("train")), "frontier")
+        for stage, gpu in enumerate(core.registry.uuids):  # each GPU runs the bounded plan's clocks
+            gpu_plan = core.plans.get(gpu)
+            assert gpu_plan is not None
+            assert gpu_plan.times_s is not None
+            expected_s = [
+                PROFILE.lookup(stage, Instruction(step[0]), clock).time_s
+                for step, clock in zip(plan.order[stage], plan.clocks_mhz[stage], strict=True)
+            ]
+            assert gpu_plan.times_s == pytest.approx(expected_s, rel=1e-6)
+    assert info.plan_index is not None
+    point = frontier.points[info.plan_index]
+    dag = from_stage_orders(frontier.order, MICROBATCHES, 1, "1f1b")
+    planned, bounded = list(point.node_clocks_mhz()), list(plan.node_clocks_mhz())
+    assert plan_ramp_w_per_s(dag, PROFILE, all_max_clocks(dag, PROFILE)) < BOUND_W_PER_S
+    assert plan_ramp_w_per_s(dag, PROFILE, planned) > BOUND_W_PER_S  # the bound had work to do
+    assert plan_ramp_w_per_s(dag, PROFILE, bounded) <= BOUND_W_PER_S * (1 + 1e-9)
+    assert all(b >= p for b, p in zip(bounded, planned, strict=True))
+    assert longest_path_s(dag, [m.time_s for m in measurements_for(dag, PROFILE, bounded)]) <= longest_path_s(
+        dag, [m.time_s for m in measurements_for(dag, PROFILE, planned)]
+    )
+    assert "ramp bound 12.0 kW/s held" in info.plan_note
+    assert info.plan_energy_j is not None
+    assert info.plan_energy_j > point.refined_energy_j
+    assert json.loads(_document(core, PlanRequest("train")))["refined_energy_j"] == pytest.approx(
+        info.plan_energy_j
+    )
+
+
+def test_without_the_key_the_plan_is_the_frontier_point(tmp_path: Path) -> None:
+    with sim_core(tmp_path, gpus=STAGES, jobs=job_settings(DaemonConfig())) as core:
+        info = _run_job(core)
+        plan = parse_plan(_document(core, PlanRequest("train")), "plan")
+        frontier = parse_frontier(_document(core, FrontierRequest("train")), "frontier")
+    assert info.plan_index is not None
+    assert plan.clocks_mhz == frontier.points[info.plan_index].clocks_mhz
+    assert "ramp bound" not in info.plan_note
+
+
+def test_a_job_on_part_of_the_node_gets_its_share_of_the_bound(tmp_path: Path) -> None:
+    """The node's 4 GPUs share its bound: the job on 2 of them is held to half of it."""
+    settings = job_settings(DaemonConfig(ramp_bound_w_per_s=2 * BOUND_W_PER_S))
+    with sim_core(tmp_path, gpus=2 * STAGES, jobs=settings) as core:
+        info = _run_job(core)
+        plan = parse_plan(_document(core, PlanRequest("train")), "plan")
+    dag = from_stage_orders(plan.order, MICROBATCHES, 1, "1f1b")
+    assert "ramp bound 12.0 kW/s held" in info.plan_note
+    assert plan_ramp_w_per_s(dag, PROFILE, list(plan.node_clocks_mhz())) <= BOUND_W_PER_S * (1 + 1e-9)
