@@ -13,8 +13,9 @@ seeded start jitter per pipeline and iteration), at 10 ms resolution over `--sec
   computation at the highest clock whose power is under it, the limit chosen so that the fleet's mean power
   equals the plans' (same energy budget);
 - `plans_ramp_bounded`: the deployed plan under the node ramp bound `ramp_bound_w_per_s` (daemon key; one
-  arm per `--ramp-bound-w-per-s`), as the daemon applies it (`perseusd.planner.ramp_bound`): clocks raised
-  until the plan's steps between computations hold the bound.
+  arm per `--ramp-bound-w-per-s`), as the daemon applies it (`perseusd.planner.ramp_bound.bound_gpu_ramps`,
+  each of the node's GPUs held to bound / GPUs): clocks raised until the plan's steps between computations
+  hold the bound.
 
 Reported per arm, for the node and the fleet: mean, peak and minimum power; the largest ramp between two
 10 ms samples (W/s) and over one second (|P(t + 1 s) - P(t)|); the spectrum of the fleet's power in the
@@ -48,7 +49,7 @@ from perseusd.planner.bundled import bundled_profile  # noqa: E402
 from perseusd.planner.dag import ComputationDag, build_dag  # noqa: E402
 from perseusd.planner.evaluate import all_max_clocks, evaluate_clocks, measurements_for  # noqa: E402
 from perseusd.planner.profile import Profile  # noqa: E402
-from perseusd.planner.ramp_bound import bound_ramps, power_w  # noqa: E402
+from perseusd.planner.ramp_bound import bound_gpu_ramps, plan_ramp_w_per_s, power_w  # noqa: E402
 from perseusd.planner.solver import SolverParams, solve_frontier  # noqa: E402
 
 SAMPLE_S = 0.01
@@ -221,7 +222,7 @@ def ramp_bounded_arms(
         results[name]["saving_pct"] = round(saving_pct(dag, profile, clocks, all_max_j), 2)
     arms = []
     for bound in args.ramp_bound_w_per_s:
-        bounded = bound_ramps(dag, profile, plan, bound)
+        bounded = bound_gpu_ramps(dag, profile, plan, bound / args.stages)
         clocks = list(bounded.clocks_mhz)
         stats, _ = arm(args, dag, profile, clocks, grid)
         node_steps, fleet_steps = held_ramps(args, dag, profile, clocks, grid)
@@ -232,7 +233,7 @@ def ramp_bounded_arms(
             {
                 "ramp_bound_w_per_s": bound,
                 "met": bounded.met,
-                "bounded_ramp_w_per_s": round(bounded.ramp_w_per_s, 0),
+                "bounded_ramp_w_per_s": round(plan_ramp_w_per_s(dag, profile, clocks), 0),
                 "violations": int(np.sum(node_steps > bound * (1 + 1e-9))),
                 "samples": int(node_steps.size),
                 "computations_raised": bounded.raised,

@@ -86,8 +86,8 @@ class DaemonConfig:
     solve_timeout_s: float = 900.0
     """A solve running longer fails its job and frees the solver for the others."""
     ramp_bound_w_per_s: float = 0.0
-    """The node's bound on its plans' power steps between computations at every 10 ms sample, in W/s,
-    shared by its jobs by their GPUs (docs/power-pool.md, "A bound on the plans' power ramps"); 0: no bound."""
+    """The node's bound on its plans' power steps between computations at every 10 ms sample, in W/s: each
+    of its N GPUs held to bound / N (docs/power-pool.md, "A bound on the plans' power ramps"); 0: none."""
     solver_memory_limit_mib: int = 4096
     """The solver worker's memory cap: a solve needing more fails its own job (0: no cap)."""
     # Stragglers: hysteresis of the detection from pipelines' compute times.

@@ -47,4 +47,5 @@ class JobSettings:
     solve_timeout_s: float = 900.0
     """A solve that runs longer fails its job (and frees the worker for the others)."""
     ramp_bound_w_per_s: float = 0.0
-    """The node's bound on its plans' power steps at every 10 ms sample (`planner.ramp_bound`); 0: none."""
+    """The node's bound on its plans' power steps at every 10 ms sample, each GPU held to its share
+    (`jobs.ramp_bounding`); 0: none."""

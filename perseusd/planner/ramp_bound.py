@@ -16,13 +16,15 @@ any phase of the sampling grid and however the node's GPUs (and pipelines) are a
 
 How it is held. The change between two consecutive 10 ms averages is the sum of the steps within 10 ms of
 their boundary, each weighted by at most 1. Each GPU's heaviest sum of |step| within any 20 ms (its *window*:
-the largest step alone when its computations last 20 ms or more), added over the node's GPUs, therefore bounds
-every sample's change: `ramp_w_per_s` is that sum / 10 ms. `bound_ramps` raises clocks of the plan, one clock
-step at a time and only ever to a clock no slower than the planned one, on the lower-power side of the
-largest step of the GPU that weighs most, until the ramp is within the limit: the iteration never slows,
-and the energy spent is the bound's cost. When no such raise helps any more, every computation goes to its
-highest clock that is no slower than planned (all-max on a profile whose times fall with the clock); a limit
-below what that plan makes is not met (`met` False) and the lowest ramp found is kept.
+the largest step alone when its computations last 20 ms or more) therefore bounds what it adds to any
+sample's change, and the node's ramp is at most the sum of its GPUs' windows / 10 ms: `bound_ramps` holds
+that sum within the limit, `bound_gpu_ramps` every GPU's window within its own slice (the daemon's way: on
+a node of N GPUs, bound / N each, whatever jobs its GPUs run). Both raise clocks of the plan, one clock step
+at a time and only ever to a clock no slower than the planned one, on the lower-power side of the largest
+step of the GPU that weighs most, until the limit holds: the iteration never slows, and the energy spent is
+the bound's cost. When no such raise helps any more, the computations of the GPUs still over go to their
+highest clock no slower than planned (all-max on a profile whose times fall with the clock); a limit below
+what that plan makes is not met (`met` False) and the lowest ramp found is kept.
 """
 
 from __future__ import annotations
@@ -160,20 +162,53 @@ def bound_ramps(
 
     `gpus_per_stage`: the node's GPUs running each stage (several pipelines or tensor-parallel GPUs; 0: the
     stage runs elsewhere and is not bounded here); None: one each."""
+    return _bound(dag, profile, clocks_mhz, limit_w_per_s, _Ramp(dag, gpus_per_stage, sample_s), False)
+
+
+def bound_gpu_ramps(
+    dag: ComputationDag,
+    profile: Profile,
+    clocks_mhz: Sequence[int],
+    limit_w_per_s: float,
+    sample_s: float = SAMPLE_S,
+) -> RampBounded:
+    """The plan `clocks_mhz` with every GPU's (stage's) ramp held within `limit_w_per_s` alone: a node of N
+    GPUs gives each bound / N, which holds the node's bound whatever jobs, pipelines and stages its GPUs run
+    (the daemon's way). The ramps reported are the largest GPU's."""
+    return _bound(dag, profile, clocks_mhz, limit_w_per_s, _Ramp(dag, None, sample_s), True)
+
+
+def _bound(
+    dag: ComputationDag,
+    profile: Profile,
+    clocks_mhz: Sequence[int],
+    limit_w_per_s: float,
+    ramp: _Ramp,
+    each_gpu: bool,
+) -> RampBounded:
     if not limit_w_per_s > 0:
         raise ValueError("the ramp limit must be positive (W/s)")
-    ramp = _Ramp(dag, gpus_per_stage, sample_s)
+    limit_w = limit_w_per_s * ramp.sample_s * (1 + TOLERANCE)
+
+    def excess_w(windows: Sequence[float]) -> float:
+        if each_gpu:
+            return sum(max(0.0, w - limit_w) for w in windows)
+        return max(0.0, sum(windows) - limit_w)
+
+    def over(windows: Sequence[float]) -> list[int]:
+        """The stages a raise may help: those over the limit alone, or every stage bounded here."""
+        return [s for s, w in enumerate(windows) if (w > limit_w if each_gpu else ramp.weights[s] > 0)]
+
     ladders = _ladders(dag, profile, clocks_mhz)
     rung = [0] * dag.num_computations
     rows = [ladder[0] for ladder in ladders]
     windows = ramp.windows_w(rows)
-    planned = sum(windows) / sample_s
-    limit_w = limit_w_per_s * sample_s * (1 + TOLERANCE)
+    planned = list(windows)
     # Computations of 20 ms or more at any clock they may take: each GPU's window is its largest step,
     # whatever the timing, and a raise changes its own GPU's alone.
-    spaced = all(min(m.time_s for m in ladder) >= 2 * sample_s for ladder in ladders)
-    while sum(windows) > limit_w:
-        node = _next_raise(dag, ramp.weights, windows, rows, rung, ladders)
+    spaced = all(min(m.time_s for m in ladder) >= 2 * ramp.sample_s for ladder in ladders)
+    while excess_w(windows) > 0:
+        node = _next_raise(dag, over(windows), windows, rows, rung, ladders)
         if node is None:
             break
         rung[node] += 1
@@ -183,31 +218,36 @@ def bound_ramps(
             windows[stage] = ramp.largest_step_w(rows, stage)
         else:
             windows = ramp.windows_w(rows)
-    if sum(windows) > limit_w:  # stuck: every computation here at its highest clock no slower than planned
-        here = [ramp.weights[c.stage] > 0 for c in dag.computations]
+    if excess_w(windows) > 0:  # stuck: every computation there at its highest clock no slower than planned
+        stuck = set(over(windows))
         top = [
-            ladder[-1] if bounded else row for ladder, row, bounded in zip(ladders, rows, here, strict=True)
+            ladder[-1] if c.stage in stuck else row
+            for ladder, row, c in zip(ladders, rows, dag.computations, strict=True)
         ]
-        if sum(ramp.windows_w(top)) < sum(windows):
+        if excess_w(ramp.windows_w(top)) < excess_w(windows):
             rows, windows = top, ramp.windows_w(top)
     clocks = tuple(m.freq_mhz for m in rows)
     raised = sum(1 for a, b in zip(clocks, clocks_mhz, strict=True) if a != b)
-    final = sum(windows) / sample_s
-    return RampBounded(clocks, planned, final, sum(windows) <= limit_w, raised)
+
+    def measure_w_per_s(windows: Sequence[float]) -> float:
+        return (max(windows, default=0.0) if each_gpu else sum(windows)) / ramp.sample_s
+
+    met = excess_w(windows) == 0
+    return RampBounded(clocks, measure_w_per_s(planned), measure_w_per_s(windows), met, raised)
 
 
 def _next_raise(
     dag: ComputationDag,
-    weights: Sequence[int],
+    stages: Sequence[int],
     windows: Sequence[float],
     rows: Sequence[Measurement],
     rung: Sequence[int],
     ladders: Sequence[Sequence[Measurement]],
 ) -> int | None:
-    """The computation to raise one clock step: in the stage that weighs most, the lower-power side of its
-    largest step that can still rise, whose rise shrinks that step (None: no such computation anywhere)."""
-    for stage in sorted(range(dag.num_stages), key=lambda s: -windows[s]):
-        if weights[stage] == 0 or windows[stage] <= 0:
+    """The computation to raise one clock step: in the one of `stages` that weighs most, the lower-power side
+    of its largest step that can still rise, whose rise shrinks that step (None: no such computation)."""
+    for stage in sorted(stages, key=lambda s: -windows[s]):
+        if windows[stage] <= 0:
             continue
         nodes = dag.stage_orders[stage]
         pairs = [(nodes[i - 1], nodes[i]) for i in range(len(nodes))]  # i = 0: the wrap-around step

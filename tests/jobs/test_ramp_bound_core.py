@@ -24,7 +24,7 @@ from perseus_client.protocol import (
 from perseusd.daemon.components import job_settings
 from perseusd.daemon.config import DaemonConfig
 from perseusd.daemon.core import DaemonCore
-from perseusd.planner.dag import Instruction, from_stage_orders
+from perseusd.planner.dag import ComputationDag, Instruction, from_stage_orders
 from perseusd.planner.evaluate import all_max_clocks, longest_path_s, measurements_for
 from perseusd.planner.plan_read import parse_frontier, parse_plan
 from perseusd.planner.profile_csv import profile_to_csv
@@ -37,8 +37,8 @@ pytestmark = pytest.mark.timeout(120)
 
 STAGES, MICROBATCHES = 2, 4
 PROFILE = synthetic_profile(STAGES, seed=3, clocks_mhz=A100_CLOCKS_MHZ)
-BOUND_W_PER_S = 12000.0
-"""Below the unbounded plan's 23.3 kW/s on this profile, above all-max clocks' 7.7 kW/s."""
+BOUND_W_PER_S = 15000.0
+"""A node of 2 GPUs: 7.5 kW/s each, below the unbounded plan's largest GPU's steps, above all-max's (7.0)."""
 
 
 def _run_job(core: DaemonCore) -> JobInfo:
@@ -53,6 +53,13 @@ def _run_job(core: DaemonCore) -> JobInfo:
         core.tick()
         time.sleep(0.02)
     return info
+
+
+def _gpu_ramps(dag: ComputationDag, clocks: list[int]) -> list[float]:
+    """Each GPU's (stage's) ramp alone (W/s)."""
+    return [
+        plan_ramp_w_per_s(dag, PROFILE, clocks, [int(s == t) for t in range(STAGES)]) for s in range(STAGES)
+    ]
 
 
 def _info(core: DaemonCore) -> JobInfo:
@@ -86,14 +93,16 @@ def test_the_config_key_bounds_the_plan_every_gpu_runs(tmp_path: Path) -> None:
     point = frontier.points[info.plan_index]
     dag = from_stage_orders(frontier.order, MICROBATCHES, 1, "1f1b")
     planned, bounded = list(point.node_clocks_mhz()), list(plan.node_clocks_mhz())
-    assert plan_ramp_w_per_s(dag, PROFILE, all_max_clocks(dag, PROFILE)) < BOUND_W_PER_S
-    assert plan_ramp_w_per_s(dag, PROFILE, planned) > BOUND_W_PER_S  # the bound had work to do
+    gpu_w_per_s = BOUND_W_PER_S / STAGES
+    assert max(_gpu_ramps(dag, all_max_clocks(dag, PROFILE))) < gpu_w_per_s
+    assert max(_gpu_ramps(dag, planned)) > gpu_w_per_s  # the bound had work to do
+    assert max(_gpu_ramps(dag, bounded)) <= gpu_w_per_s * (1 + 1e-9)
     assert plan_ramp_w_per_s(dag, PROFILE, bounded) <= BOUND_W_PER_S * (1 + 1e-9)
     assert all(b >= p for b, p in zip(bounded, planned, strict=True))
     assert longest_path_s(dag, [m.time_s for m in measurements_for(dag, PROFILE, bounded)]) <= longest_path_s(
         dag, [m.time_s for m in measurements_for(dag, PROFILE, planned)]
     )
-    assert "ramp bound 12.0 kW/s held" in info.plan_note
+    assert "ramp bound 15.0 kW/s (7.5 per GPU) held" in info.plan_note
     assert info.plan_energy_j is not None
     assert info.plan_energy_j > point.refined_energy_j
     assert json.loads(_document(core, PlanRequest("train")))["refined_energy_j"] == pytest.approx(
@@ -112,11 +121,11 @@ def test_without_the_key_the_plan_is_the_frontier_point(tmp_path: Path) -> None:
 
 
 def test_a_job_on_part_of_the_node_gets_its_share_of_the_bound(tmp_path: Path) -> None:
-    """The node's 4 GPUs share its bound: the job on 2 of them is held to half of it."""
+    """The node's 4 GPUs share its bound: the job on 2 of them is held to half of it, a quarter each."""
     settings = job_settings(DaemonConfig(ramp_bound_w_per_s=2 * BOUND_W_PER_S))
     with sim_core(tmp_path, gpus=2 * STAGES, jobs=settings) as core:
         info = _run_job(core)
         plan = parse_plan(_document(core, PlanRequest("train")), "plan")
     dag = from_stage_orders(plan.order, MICROBATCHES, 1, "1f1b")
-    assert "ramp bound 12.0 kW/s held" in info.plan_note
-    assert plan_ramp_w_per_s(dag, PROFILE, list(plan.node_clocks_mhz())) <= BOUND_W_PER_S * (1 + 1e-9)
+    assert "ramp bound 30.0 kW/s (7.5 per GPU) held" in info.plan_note
+    assert max(_gpu_ramps(dag, list(plan.node_clocks_mhz()))) <= BOUND_W_PER_S / STAGES * (1 + 1e-9)

@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 from perseusd.planner.dag import ComputationDag, build_dag
 from perseusd.planner.evaluate import all_max_clocks, longest_path_s, measurements_for
 from perseusd.planner.profile import Profile
-from perseusd.planner.ramp_bound import SAMPLE_S, bound_ramps, plan_ramp_w_per_s, power_w
+from perseusd.planner.ramp_bound import (
+    SAMPLE_S,
+    bound_gpu_ramps,
+    bound_ramps,
+    plan_ramp_w_per_s,
+    power_w,
+)
 from tests.support.synthetic import synthetic_profile
 
 CLOCKS_MHZ = tuple(range(1410, 885, -45))
@@ -110,6 +116,43 @@ def test_the_bound_holds_at_every_10ms_sample_and_the_iteration_never_slows(
     for stage, nodes in enumerate(dag.stage_orders):  # a stage not run here is never touched
         if weights[stage] == 0:
             assert [bounded[n] for n in nodes] == [clocks[n] for n in nodes]
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases())
+def test_each_gpu_held_to_its_slice_holds_any_node_made_of_them(
+    case: tuple[ComputationDag, Profile, list[int], list[int], float, int],
+) -> None:
+    """The daemon's way: every GPU within bound / N alone, so any N of them (the weights) hold the bound."""
+    dag, profile, clocks, weights, limit, seed = case
+    per_gpu = limit / max(1, sum(weights))
+    result = bound_gpu_ramps(dag, profile, clocks, per_gpu)
+    bounded = list(result.clocks_mhz)
+    assert all(b >= c for b, c in zip(bounded, clocks, strict=True))
+    before = longest_path_s(dag, [m.time_s for m in measurements_for(dag, profile, clocks)])
+    after = longest_path_s(dag, [m.time_s for m in measurements_for(dag, profile, bounded)])
+    assert after <= before * (1 + 1e-12)
+    each = [
+        plan_ramp_w_per_s(dag, profile, bounded, [int(s == t) for t in range(dag.num_stages)])
+        for s in range(dag.num_stages)
+    ]
+    assert result.ramp_w_per_s == pytest.approx(max(each))
+    assert result.planned_ramp_w_per_s == pytest.approx(
+        max(
+            plan_ramp_w_per_s(dag, profile, clocks, [int(s == t) for t in range(dag.num_stages)])
+            for s in range(dag.num_stages)
+        )
+    )
+    top = all_max_clocks(dag, profile)
+    if all(
+        plan_ramp_w_per_s(dag, profile, top, [int(s == t) for t in range(dag.num_stages)]) <= per_gpu
+        for s in range(dag.num_stages)
+    ):
+        assert result.met
+    if result.met:
+        assert max(each) <= per_gpu * (1 + 1e-9)
+        changes = sampled_node_changes_w(dag, profile, bounded, weights, seed)
+        assert max(abs(c) for c in changes) / SAMPLE_S <= per_gpu * sum(weights) * (1 + 1e-6) + 1e-6
 
 
 @settings(max_examples=30, deadline=None)
