@@ -22,8 +22,9 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.components import job_settings
-from perseusd.daemon.config import DaemonConfig
+from perseusd.daemon.config import DaemonConfig, load_config
 from perseusd.daemon.core import DaemonCore
+from perseusd.errors import ConfigError
 from perseusd.planner.dag import ComputationDag, Instruction, from_stage_orders
 from perseusd.planner.evaluate import all_max_clocks, longest_path_s, measurements_for
 from perseusd.planner.plan_read import parse_frontier, parse_plan
@@ -129,3 +130,16 @@ def test_a_job_on_part_of_the_node_gets_its_share_of_the_bound(tmp_path: Path) -
     dag = from_stage_orders(plan.order, MICROBATCHES, 1, "1f1b")
     assert "ramp bound 30.0 kW/s (7.5 per GPU) held" in info.plan_note
     assert max(_gpu_ramps(dag, list(plan.node_clocks_mhz()))) <= BOUND_W_PER_S / STAGES * (1 + 1e-9)
+
+
+def test_the_key_is_read_from_file_and_environment_and_bad_values_are_named(tmp_path: Path) -> None:
+    path = tmp_path / "perseusd.toml"
+    path.write_text("ramp_bound_w_per_s = 60000\n")
+    assert job_settings(load_config(path, {}, {})).ramp_bound_w_per_s == 60000.0
+    from_env = load_config(path, {"PERSEUSD_RAMP_BOUND_W_PER_S": "25000.5"}, {})
+    assert job_settings(from_env).ramp_bound_w_per_s == 25000.5
+    assert job_settings(DaemonConfig()).ramp_bound_w_per_s == 0.0  # off by default
+    for bad in ("-5", "nan", "inf", '"fast"'):
+        path.write_text(f"ramp_bound_w_per_s = {bad}\n")
+        with pytest.raises(ConfigError, match="ramp_bound_w_per_s"):
+            load_config(path, {}, {})
