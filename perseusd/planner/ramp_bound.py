@@ -30,6 +30,7 @@ what that plan makes is not met (`met` False) and the lowest ramp found is kept.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -79,13 +80,15 @@ def plan_steps(
 
 
 def window_w(steps: Sequence[tuple[float, float]], period_s: float, sample_s: float = SAMPLE_S) -> float:
-    """The heaviest sum of |step| within any 2 x `sample_s` of a GPU whose steps repeat every `period_s`."""
+    """The heaviest sum of |step| within any 2 x `sample_s` of a GPU whose steps repeat every `period_s`
+    (an iteration shorter than that: every repeat the window holds counts)."""
     ordered = sorted(steps)
-    times = [t for t, _ in ordered] + [t + period_s for t, _ in ordered]
-    sizes = [abs(w) for _, w in ordered] * 2
+    copies = 1 + (math.ceil(2 * sample_s / period_s) if period_s > 0 else 0)
+    times = [t + k * period_s for k in range(copies) for t, _ in ordered]
+    sizes = [abs(w) for _, w in ordered] * copies
     best, total, end = 0.0, 0.0, 0
     for first in range(len(ordered)):
-        while end < len(times) and times[end] < times[first] + 2 * sample_s and end < first + len(ordered):
+        while end < len(times) and times[end] < times[first] + 2 * sample_s:
             total += sizes[end]
             end += 1
         best = max(best, total)
