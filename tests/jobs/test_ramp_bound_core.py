@@ -143,3 +143,29 @@ def test_the_key_is_read_from_file_and_environment_and_bad_values_are_named(tmp_
         path.write_text(f"ramp_bound_w_per_s = {bad}\n")
         with pytest.raises(ConfigError, match="ramp_bound_w_per_s"):
             load_config(path, {}, {})
+
+
+def test_a_pipeline_joining_later_runs_the_bounded_plan(tmp_path: Path) -> None:
+    """Two pipelines on the node's 4 GPUs, the second registering once the first runs: its GPUs get the same
+    bounded plan, every GPU within its slice (bound / 4), so the node holds its bound with all four."""
+    settings = job_settings(DaemonConfig(ramp_bound_w_per_s=2 * BOUND_W_PER_S))
+    with sim_core(tmp_path, gpus=2 * STAGES, jobs=settings) as core:
+        _run_job(core)  # pipeline 0 on the first two GPUs
+        for stage, gpu in enumerate(core.registry.uuids[STAGES:]):
+            core.handle(ME, Register(gpu, "train", 1, stage, STAGES, MICROBATCHES, "1f1b", 1))  # type: ignore[arg-type]
+        core.tick()
+        plan = parse_plan(_document(core, PlanRequest("train")), "plan")
+        gpu_plans = {gpu: core.plans.get(gpu) for gpu in core.registry.uuids}
+    for position, gpu in enumerate(gpu_plans):
+        stage = position % STAGES
+        expected_s = [
+            PROFILE.lookup(stage, Instruction(step[0]), clock).time_s
+            for step, clock in zip(plan.order[stage], plan.clocks_mhz[stage], strict=True)
+        ]
+        gpu_plan = gpu_plans[gpu]
+        assert gpu_plan is not None
+        assert gpu_plan.times_s == pytest.approx(expected_s, rel=1e-6)
+    dag = from_stage_orders(plan.order, MICROBATCHES, 1, "1f1b")
+    clocks = list(plan.node_clocks_mhz())
+    assert max(_gpu_ramps(dag, clocks)) <= BOUND_W_PER_S / STAGES * (1 + 1e-9)
+    assert plan_ramp_w_per_s(dag, PROFILE, clocks, [2] * STAGES) <= 2 * BOUND_W_PER_S * (1 + 1e-9)
