@@ -6,8 +6,8 @@ while it runs, and blocking power while it waits. Its power therefore steps at t
 - between one computation and the next on the GPU, by the difference of their powers: the *plan's steps*,
   which the planned clocks set;
 - into and out of each wait (on a dependency, the all-reduce, idle), by a computation's power above blocking:
-  the schedule's steps. All-max clocks make the same waits (and deeper steps, wherever a computation's power
-  grows with its clock); a plan cannot remove them without slowing the iteration, so they are not bounded.
+  the schedule's steps. All-max clocks make such waits too (deeper steps, wherever a computation's power grows
+  with its clock); a plan cannot remove them without slowing the iteration, so they are not bounded.
 
 The bound is on the node's *held power*: each GPU at the power of its current computation, held through the
 wait after it until its next computation starts, so that only the plan's steps move it. Sampled as 10 ms
@@ -15,16 +15,17 @@ averages (`SAMPLE_S`), it changes by at most `limit_w_per_s` x 10 ms between any
 any phase of the sampling grid and however the node's GPUs (and pipelines) are aligned with each other.
 
 How it is held. The change between two consecutive 10 ms averages is the sum of the steps within 10 ms of
-their boundary, each weighted by at most 1. Each GPU's heaviest sum of |step| within any 20 ms (its *window*:
-the largest step alone when its computations last 20 ms or more) therefore bounds what it adds to any
-sample's change, and the node's ramp is at most the sum of its GPUs' windows / 10 ms: `bound_ramps` holds
-that sum within the limit, `bound_gpu_ramps` every GPU's window within its own slice (the daemon's way: on
-a node of N GPUs, bound / N each, whatever jobs its GPUs run). Both raise clocks of the plan, one clock step
-at a time and only ever to a clock no slower than the planned one, on the lower-power side of the largest
-step of the GPU that weighs most, until the limit holds: the iteration never slows, and the energy spent is
-the bound's cost. When no such raise helps any more, the computations of the GPUs still over go to their
-highest clock no slower than planned (all-max on a profile whose times fall with the clock); a limit below
-what that plan makes is not met (`met` False) and the lowest ramp found is kept.
+their boundary, each weighted by at most 1. Each GPU's heaviest sum of |step| within any 20 ms with its
+computations run back to back (its *window*; waits only spread its steps further apart, so no timing packs
+them closer; the largest step alone when its computations last 20 ms or more) therefore bounds what it adds to
+any sample's change, and the node's ramp is at most the sum of its GPUs' windows / 10 ms: `bound_ramps` holds
+that sum within the limit, `bound_gpu_ramps` every GPU's window within its own slice (the daemon's way: on a
+node of N GPUs, bound / N each, whatever jobs its GPUs run). Both raise clocks of the plan, one clock step at
+a time and only ever to a clock no slower than the planned one, on the lower-power side of the largest step of
+the GPU that weighs most, until the limit holds: the iteration never slows, and the energy spent is the
+bound's cost. When no such raise helps any more, the computations of the GPUs still over go to their highest
+clock no slower than planned (all-max on a profile whose times fall with the clock); a limit below what that
+plan makes is not met (`met` False) and the lowest ramp found is kept.
 """
 
 from __future__ import annotations
@@ -56,29 +57,6 @@ class RampBounded:
     """Computations whose clock was raised."""
 
 
-def schedule_starts_s(dag: ComputationDag, durations_s: Sequence[float]) -> tuple[list[float], float]:
-    """Each computation's start as soon as its predecessors finish, and the iteration time (s)."""
-    start, finish = [0.0] * dag.num_computations, [0.0] * dag.num_computations
-    for node in dag.topological_order:
-        start[node] = max((finish[p] for p in dag.predecessors[node]), default=0.0)
-        finish[node] = start[node] + durations_s[node]
-    return start, max(finish, default=0.0)
-
-
-def plan_steps(
-    dag: ComputationDag, starts_s: Sequence[float], powers_w: Sequence[float], period_s: float
-) -> list[list[tuple[float, float]]]:
-    """Per GPU (stage), the plan's steps (time s, change of power W): at each computation's start, from the
-    computation before it on the GPU; the first computation's from the last one's of the iteration before."""
-    steps: list[list[tuple[float, float]]] = []
-    for nodes in dag.stage_orders:
-        row = [(starts_s[b], powers_w[b] - powers_w[a]) for a, b in itertools.pairwise(nodes)]
-        if nodes:
-            row.append((starts_s[nodes[0]] + period_s, powers_w[nodes[0]] - powers_w[nodes[-1]]))
-        steps.append(row)
-    return steps
-
-
 def window_w(steps: Sequence[tuple[float, float]], period_s: float, sample_s: float = SAMPLE_S) -> float:
     """The heaviest sum of |step| within any 2 x `sample_s` of a GPU whose steps repeat every `period_s`
     (an iteration shorter than that: every repeat the window holds counts)."""
@@ -108,7 +86,7 @@ def plan_ramp_w_per_s(
 
 
 class _Ramp:
-    """The ramp of one DAG's plans: `ramp_w_per_s` and, per stage, its weighted window."""
+    """The ramp of one DAG's plans: per stage (GPU), its weighted window; their sum / sample."""
 
     def __init__(self, dag: ComputationDag, gpus_per_stage: Sequence[int] | None, sample_s: float) -> None:
         self.dag = dag
@@ -118,20 +96,24 @@ class _Ramp:
         self.sample_s = sample_s
 
     def windows_w(self, rows: Sequence[Measurement]) -> list[float]:
-        starts, period_s = schedule_starts_s(self.dag, [m.time_s for m in rows])
-        steps = plan_steps(self.dag, starts, [power_w(m) for m in rows], period_s)
-        return [
-            w * window_w(row, period_s, self.sample_s) for w, row in zip(self.weights, steps, strict=True)
-        ]
+        return [self.stage_window_w(rows, stage) for stage in range(self.dag.num_stages)]
+
+    def stage_window_w(self, rows: Sequence[Measurement], stage: int) -> float:
+        """One GPU's weighted window, its computations back to back: a wait between two only spreads the
+        steps after it further from those before, so no timing of the GPU's can pack them closer."""
+        nodes = self.dag.stage_orders[stage]
+        if not nodes or self.weights[stage] == 0:
+            return 0.0
+        powers = [power_w(rows[n]) for n in nodes]
+        if min(rows[n].time_s for n in nodes) >= 2 * self.sample_s:  # steps 20 ms apart: the largest alone
+            return self.weights[stage] * max(abs(powers[i] - powers[i - 1]) for i in range(len(nodes)))
+        starts = list(itertools.accumulate((rows[n].time_s for n in nodes), initial=0.0))
+        steps = [(starts[i], powers[i] - powers[i - 1]) for i in range(1, len(nodes))]
+        steps.append((starts[-1], powers[0] - powers[-1]))  # the next iteration's first computation
+        return self.weights[stage] * window_w(steps, starts[-1], self.sample_s)
 
     def ramp_w_per_s(self, rows: Sequence[Measurement]) -> float:
         return sum(self.windows_w(rows)) / self.sample_s
-
-    def largest_step_w(self, rows: Sequence[Measurement], stage: int) -> float:
-        """One stage's weighted window when its steps are 20 ms apart or more: its largest step."""
-        nodes = self.dag.stage_orders[stage]
-        powers = [power_w(rows[n]) for n in nodes]
-        return self.weights[stage] * max(abs(powers[i] - powers[i - 1]) for i in range(len(powers)))
 
 
 def power_w(row: Measurement) -> float:
@@ -207,20 +189,14 @@ def _bound(
     rows = [ladder[0] for ladder in ladders]
     windows = ramp.windows_w(rows)
     planned = list(windows)
-    # Computations of 20 ms or more at any clock they may take: each GPU's window is its largest step,
-    # whatever the timing, and a raise changes its own GPU's alone.
-    spaced = all(min(m.time_s for m in ladder) >= 2 * ramp.sample_s for ladder in ladders)
     while excess_w(windows) > 0:
         node = _next_raise(dag, over(windows), windows, rows, rung, ladders)
         if node is None:
             break
         rung[node] += 1
         rows[node] = ladders[node][rung[node]]
-        if spaced:
-            stage = dag.computations[node].stage
-            windows[stage] = ramp.largest_step_w(rows, stage)
-        else:
-            windows = ramp.windows_w(rows)
+        stage = dag.computations[node].stage
+        windows[stage] = ramp.stage_window_w(rows, stage)  # a raise moves its own GPU's steps alone
     if excess_w(windows) > 0:  # stuck: every computation there at its highest clock no slower than planned
         stuck = set(over(windows))
         top = [
