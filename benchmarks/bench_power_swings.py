@@ -11,14 +11,23 @@ seeded start jitter per pipeline and iteration), at 10 ms resolution over `--sec
   at the all-max iteration time), every computation at its planned clock;
 - `uniform_limit`: one power limit on every GPU (what a facility cap does without perseusd), each
   computation at the highest clock whose power is under it, the limit chosen so that the fleet's mean power
-  equals the plans' (same energy budget).
+  equals the plans' (same energy budget);
+- `plans_ramp_bounded`: the deployed plan under the node ramp bound `ramp_bound_w_per_s` (daemon key; one
+  arm per `--ramp-bound-w-per-s`), as the daemon applies it (`perseusd.planner.ramp_bound.bound_gpu_ramps`,
+  each of the node's GPUs held to bound / GPUs): clocks raised until the plan's steps between computations
+  hold the bound.
 
 Reported per arm, for the node and the fleet: mean, peak and minimum power; the largest ramp between two
 10 ms samples (W/s) and over one second (|P(t + 1 s) - P(t)|); the spectrum of the fleet's power in the
-0.1-20 Hz band (its RMS, the frequency and amplitude of its strongest line); iteration time. Pure
+0.1-20 Hz band (its RMS, the frequency and amplitude of its strongest line); iteration time; the energy
+saving against all-max (per iteration, the frontier's energy). And what the ramp bound bounds, the node's
+*held power* (each GPU at its current computation's power through the waits after it: only the plan's
+steps move it): its largest change between two 10 ms samples, and for a bounded arm the samples where it
+exceeds the bound (`violations`, which must be 0) and the saving it costs against `plans` (points). Pure
 computation on the measured profile (no daemon, no GPU): the numbers do not depend on machine speed.
 
     python benchmarks/bench_power_swings.py [--pipelines 16] [--seconds 60] [--plot swings.png]
+        [--ramp-bound-w-per-s 100000 60000 20000 10000]
 """
 
 from __future__ import annotations
@@ -38,8 +47,9 @@ if str(ROOT) not in sys.path:
 
 from perseusd.planner.bundled import bundled_profile  # noqa: E402
 from perseusd.planner.dag import ComputationDag, build_dag  # noqa: E402
-from perseusd.planner.evaluate import all_max_clocks, measurements_for  # noqa: E402
+from perseusd.planner.evaluate import all_max_clocks, evaluate_clocks, measurements_for  # noqa: E402
 from perseusd.planner.profile import Profile  # noqa: E402
+from perseusd.planner.ramp_bound import bound_gpu_ramps, plan_ramp_w_per_s, power_w  # noqa: E402
 from perseusd.planner.solver import SolverParams, solve_frontier  # noqa: E402
 
 SAMPLE_S = 0.01
@@ -92,6 +102,21 @@ def node_power(
                     energy[i] += extra_w * (hi - lo)
         start_s += period_s
     return energy / SAMPLE_S
+
+
+def held_segments(
+    dag: ComputationDag, profile: Profile, clocks: list[int], period_s: float
+) -> list[tuple[float, float, float]]:
+    """The held power's segments (start, end, power above blocking W): each GPU at its computation's power
+    from its start to the next computation's on the GPU (the last one's: to the first's, an iteration on)."""
+    rows = measurements_for(dag, profile, clocks)
+    starts = schedule(dag, [m.time_s for m in rows])
+    segments = []
+    for nodes in dag.stage_orders:
+        for i, node in enumerate(nodes):
+            end = starts[nodes[i + 1]] if i + 1 < len(nodes) else starts[nodes[0]] + period_s
+            segments.append((starts[node], end, power_w(rows[node]) - P_BLOCK_W))
+    return segments
 
 
 def fleet_power(
@@ -164,6 +189,62 @@ def arm(
     }, fleet
 
 
+def held_ramps(
+    args: argparse.Namespace, dag: ComputationDag, profile: Profile, clocks: list[int], grid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every 10 ms change of the held power (W/s), one node's and the fleet's."""
+    iteration_s, _ = iteration_segments(dag, profile, clocks)
+    segments = held_segments(dag, profile, clocks, iteration_s + args.sync_s)
+    node, fleet = fleet_power(args, iteration_s, segments, grid)
+    return np.abs(np.diff(node)) / SAMPLE_S, np.abs(np.diff(fleet)) / SAMPLE_S
+
+
+def saving_pct(dag: ComputationDag, profile: Profile, clocks: list[int], all_max_j: float) -> float:
+    """The energy saved per iteration against all-max clocks (%)."""
+    return 100.0 * (1.0 - evaluate_clocks(dag, profile, clocks, P_BLOCK_W).energy_j / all_max_j)
+
+
+def ramp_bounded_arms(
+    args: argparse.Namespace,
+    dag: ComputationDag,
+    profile: Profile,
+    plan: list[int],
+    grid: np.ndarray,
+    results: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """One `plans_ramp_bounded` arm per bound; the held power's ramps added to every other arm."""
+    all_max = all_max_clocks(dag, profile)
+    all_max_j = evaluate_clocks(dag, profile, all_max, P_BLOCK_W).energy_j
+    for name, clocks in (("all_max", all_max), ("plans", plan)):
+        node_steps, fleet_steps = held_ramps(args, dag, profile, clocks, grid)
+        results[name]["node"]["held_max_ramp_10ms_w_per_s"] = round(float(node_steps.max()), 0)
+        results[name]["fleet"]["held_max_ramp_10ms_w_per_s"] = round(float(fleet_steps.max()), 0)
+        results[name]["saving_pct"] = round(saving_pct(dag, profile, clocks, all_max_j), 2)
+    arms = []
+    for bound in args.ramp_bound_w_per_s:
+        bounded = bound_gpu_ramps(dag, profile, plan, bound / args.stages)
+        clocks = list(bounded.clocks_mhz)
+        stats, _ = arm(args, dag, profile, clocks, grid)
+        node_steps, fleet_steps = held_ramps(args, dag, profile, clocks, grid)
+        saving = saving_pct(dag, profile, clocks, all_max_j)
+        stats["node"]["held_max_ramp_10ms_w_per_s"] = round(float(node_steps.max()), 0)
+        stats["fleet"]["held_max_ramp_10ms_w_per_s"] = round(float(fleet_steps.max()), 0)
+        arms.append(
+            {
+                "ramp_bound_w_per_s": bound,
+                "met": bounded.met,
+                "bounded_ramp_w_per_s": round(plan_ramp_w_per_s(dag, profile, clocks), 0),
+                "violations": int(np.sum(node_steps > bound * (1 + 1e-9))),
+                "samples": int(node_steps.size),
+                "computations_raised": bounded.raised,
+                "saving_pct": round(saving, 2),
+                "saving_cost_pts": round(results["plans"]["saving_pct"] - saving, 2),
+            }
+            | stats
+        )
+    return arms
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pipelines", type=int, default=16)
@@ -174,6 +255,13 @@ def main() -> None:
     parser.add_argument("--jitter-s", type=float, default=0.003, help="start jitter between pipelines (s)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--plot", help="PNG: 3 s of fleet power and the 0.1-20 Hz spectrum per arm")
+    parser.add_argument(
+        "--ramp-bound-w-per-s",
+        type=float,
+        nargs="*",
+        default=[100_000.0, 60_000.0, 20_000.0, 10_000.0],
+        help="node ramp bounds (W/s), one plans_ramp_bounded arm each",
+    )
     args = parser.parse_args()
     profile = bundled_profile("a100_sxm")
     dag = build_dag("1f1b", args.stages, args.microbatches)
@@ -198,6 +286,9 @@ def main() -> None:
         args, dag, profile, uniform_limit_clocks(dag, profile, limit_w), grid
     )
     results["uniform_limit"]["limit_w_per_gpu"] = limit_w
+    results["plans_ramp_bounded"] = ramp_bounded_arms(
+        args, dag, profile, list(plan.clocks_mhz), grid, results
+    )
     out = {
         "settings": vars(args) | {"profile": "a100_sxm", "schedule": "1f1b", "sample_s": SAMPLE_S},
         "arms": results,

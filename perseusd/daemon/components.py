@@ -63,6 +63,7 @@ def job_settings(config: DaemonConfig) -> JobSettings:
         max_job_computations=config.max_job_computations,
         max_solves_per_user=config.max_solves_per_user,
         solve_timeout_s=config.solve_timeout_s,
+        ramp_bound_w_per_s=config.ramp_bound_w_per_s,
     )
 
 

@@ -85,6 +85,9 @@ class DaemonConfig:
     """Solves of one user's jobs queued or running at a time; the user's other jobs wait in `solving`."""
     solve_timeout_s: float = 900.0
     """A solve running longer fails its job and frees the solver for the others."""
+    ramp_bound_w_per_s: float = 0.0
+    """The node's bound on its plans' power steps between computations at every 10 ms sample, in W/s: each
+    of its N GPUs held to bound / N (docs/power-pool.md, "A bound on the plans' power ramps"); 0: none."""
     solver_memory_limit_mib: int = 4096
     """The solver worker's memory cap: a solve needing more fails its own job (0: no cap)."""
     # Stragglers: hysteresis of the detection from pipelines' compute times.
@@ -185,6 +188,10 @@ class DaemonConfig:
         _require(self.max_job_computations >= 2, "max_job_computations must be >= 2")
         _require(self.max_solves_per_user >= 1, "max_solves_per_user must be >= 1")
         _require(self.solve_timeout_s > 0, "solve_timeout_s must be positive")
+        _require(
+            0 <= self.ramp_bound_w_per_s < float("inf"),
+            "ramp_bound_w_per_s must be a power ramp >= 0 W/s (0: no bound), such as 50000 for 50 kW/s",
+        )
         _require(self.solver_memory_limit_mib >= 0, "solver_memory_limit_mib must be >= 0")
         _require(self.default_policy in POLICIES, f"default_policy must be one of {', '.join(POLICIES)}")
         _require(0 < self.straggler_threshold <= 1.0, "straggler_threshold must be in (0, 1]")

@@ -14,6 +14,7 @@ from perseusd.jobs.carbon_steering import CarbonSteering
 from perseusd.jobs.job import Job
 from perseusd.jobs.metering import SLOW_READS_MIN_SPAN_S, MeasuredSaving, iteration_energy_j, job_measurement
 from perseusd.jobs.no_harm import apply_no_harm
+from perseusd.jobs.ramp_bounding import apply_ramp_bound, bounded_rows, gpu_limit_w_per_s
 from perseusd.jobs.response import StragglerResponse
 from perseusd.jobs.settings import JobGpus
 from perseusd.jobs.slot import StageSlot
@@ -59,6 +60,8 @@ class Deployment:
         self.response = response
         self._switch_model = switch_model
         self.spanning = spanning
+        self.ramp_bound_w_per_s = 0.0
+        """The node's power ramp bound (W/s; 0: none), a slice for each GPU (`jobs.ramp_bounding`)."""
 
     def run(self, job: Job) -> None:
         """Deploy the job's chosen frontier point on every GPU of the job (and enter RUNNING)."""
@@ -82,6 +85,7 @@ class Deployment:
         job.deployed = deployed
         switching = self._switch_model(job)  # each node judges its own stages (do no harm)
         apply_no_harm(job, 0.0 if switching is None else switching.latency_s)
+        apply_ramp_bound(job, self.ramp_bound_w_per_s, len(self._gpus.uuids))
         deployed = job.deployed
         for slot in job.slots.values():
             if not slot.run_since_ns:  # measure the running plan's energy from the counters, once a second
@@ -110,6 +114,8 @@ class Deployment:
 
     def deploy_point(self, job: Job, slot: StageSlot, index: int) -> None:
         """Install frontier point `index`'s plan on one GPU of the job."""
+        if self.ramp_bound_w_per_s > 0:
+            bounded_rows(job, index, gpu_limit_w_per_s(self.ramp_bound_w_per_s, len(self._gpus.uuids)))
         entries = job.plan_entries(slot.stage, index)
         slack = job.plan_slack_s(index)
         try:

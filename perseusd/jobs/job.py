@@ -117,6 +117,10 @@ class Job:
         self.safe_clocks: dict[int, int] = {}
         """Stages that run one clock instead of their plan at point `safe_for_index` (do no harm)."""
         self.safe_for_index: int | None = None
+        self.ramp_clocks: dict[int, tuple[tuple[int, ...], ...]] = {}
+        """Per frontier point, its clocks per stage under the node's ramp bound (`jobs.ramp_bounding`)."""
+        self.ramp_note = ""
+        """What the ramp bound did to the deployed point ("": no bound, or not deployed yet)."""
         self.plan_note = ""
         self.departure = ""
         """Why the running plan departs from its prediction ("": it does not, or not yet known)."""
@@ -228,6 +232,7 @@ class Job:
 
     def set_frontier(self, frontier: Frontier) -> None:
         self.frontier = frontier
+        self.ramp_clocks = {}
         self.departure = ""  # a new prediction: judged afresh
         self.points = [
             PointSummary(position if p.index is None else p.index, p.predicted_time_s, p.refined_energy_j)
@@ -263,12 +268,15 @@ class Job:
 
     def plan_entries(self, stage: int, index: int) -> tuple[PlanEntry, ...]:
         """One stage's plan at frontier point `index`: its computations in order, each with its clock (its
-        safe clock throughout when do-no-harm chose it for this stage at this point)."""
+        safe clock throughout when do-no-harm chose it for this stage at this point; its clocks under the
+        node's ramp bound once `jobs.ramp_bounding` bounded this point)."""
         assert self.frontier is not None
         order = self.frontier.order[stage]
         clocks = self.frontier.points[index].clocks_mhz[stage]
         if index == self.safe_for_index and stage in self.safe_clocks:
             clocks = (self.safe_clocks[stage],) * len(order)
+        if index in self.ramp_clocks:
+            clocks = self.ramp_clocks[index][stage]
         return tuple(
             PlanEntry(instruction=Instruction(i), microbatch=mb, chunk=c, freq_mhz=f)
             for (i, mb, c), f in zip(order, clocks, strict=True)
@@ -321,6 +329,9 @@ class Job:
                 (self.safe_clocks[stage],) * len(row) if stage in self.safe_clocks else row
                 for stage, row in enumerate(plan.clocks_mhz)
             )
+            plan = dataclasses.replace(plan, clocks_mhz=rows, refined_energy_j=self.deployed.point.energy_j)
+        if self.deployed.point.index in self.ramp_clocks:
+            rows = self.ramp_clocks[self.deployed.point.index]
             plan = dataclasses.replace(plan, clocks_mhz=rows, refined_energy_j=self.deployed.point.energy_j)
         return plan_document(plan)
 

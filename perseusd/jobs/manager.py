@@ -93,6 +93,7 @@ class JobManager:
         self.deployment = Deployment(
             gpus, plans, sampler, clock_ns, self.carbon, self.response, self._switch_model, self.spanning
         )
+        self.deployment.ramp_bound_w_per_s = settings.ramp_bound_w_per_s
         """The plans of running jobs (`jobs.deployment`)."""
 
     # ------------------------------------------------------------------ registration

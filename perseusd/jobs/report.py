@@ -80,7 +80,7 @@ def job_info(
         measured_energy_j=_round(measured.running_j, 3) if measured is not None else None,
         measured_all_max_energy_j=_round(measured.all_max_j, 3) if measured is not None else None,
         carbon=carbon,
-        plan_note="; ".join(note for note in (job.plan_note, job.departure) if note),
+        plan_note="; ".join(note for note in (job.plan_note, job.ramp_note, job.departure) if note),
         planning=_planning(job),
         stage_gpus=job.shape.stage_gpus,
         span=span_info(job),

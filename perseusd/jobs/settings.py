@@ -19,6 +19,8 @@ class JobGpus(Protocol):
     def info(self, uuid: str) -> GpuInfo: ...
     def clock_set_latency_ns(self, uuid: str) -> int | None: ...
     def submit_read(self, uuid: str) -> Future[GpuReading]: ...
+    @property
+    def uuids(self) -> tuple[str, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -44,3 +46,6 @@ class JobSettings:
     one user's many jobs never make another user's wait behind all of them."""
     solve_timeout_s: float = 900.0
     """A solve that runs longer fails its job (and frees the worker for the others)."""
+    ramp_bound_w_per_s: float = 0.0
+    """The node's bound on its plans' power steps at every 10 ms sample, each GPU held to its share
+    (`jobs.ramp_bounding`); 0: none."""
