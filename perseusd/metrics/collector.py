@@ -145,6 +145,8 @@ class PerseusCollector(Collector):
         received.add_metric([], health.events_received)
         dropped = counter("events_dropped", "Events dropped (malformed, out of order, sender without lease)")
         dropped.add_metric([], health.events_dropped)
+        lost = counter("events_lost", "Events clients sent that never reached the daemon (their end markers)")
+        lost.add_metric([], health.events_lost)
         rejected = counter("messages_rejected", "Requests and events rejected, by error code", ("code",))
         for code in ErrorCode:
             rejected.add_metric([code.value], health.errors_by_code.get(code.value, 0))
