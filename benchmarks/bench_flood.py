@@ -5,6 +5,8 @@ leased sim GPU, then release and close. Prints JSON:
   close (counted through the daemon's own count); `accounted` says whether the sums match exactly;
   `lost_by_daemon_count`: the events the daemon counts lost from the clients' end markers (protocol 6.9;
   None for an older daemon), equal to the clients' `lost_at_close` when both sides close exactly;
+  `sessions_reconciled_and_agreeing`: the daemon's per-session lines (6.9) and how many match their client
+  (same events sent and lost, read + lost = sent);
 - rss_mb: the daemon's resident memory idle, at its peak during the flood, and after;
 - status_ms: `status` round trips of a connected client (what `perseusctl status` waits for once connected)
   idle (the same-run baseline) and during the flood, p50/p99; `perseusctl_ms`: whole `perseusctl status`
@@ -32,6 +34,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -85,8 +88,28 @@ def _sender(runtime_dir: str, index: int, duration_s: float, rate_hz: float, go:
             closed_s - release_s,
             released_s - release_s,
             (read - read_after, read - read_before),
+            index,
         )
     )
+
+
+SESSION_LINE = re.compile(
+    r"events of process \d+ \(job 'flood-(\d+)'\): sent (\d+), read (\d+) .*?lost in transit (\d+)"
+)
+
+
+def _sessions_agreeing(log: str, results: list[Any]) -> tuple[int, int]:
+    """The daemon's per-session lines (protocol 6.9) and how many agree with their client: same events sent,
+    same lost, read + lost = sent."""
+    by_index = {r[7]: r for r in results}
+    lines = SESSION_LINE.findall(log)
+    agreeing = 0
+    for index, sent, read, lost in lines:
+        client = by_index.get(int(index))
+        sent_n, read_n, lost_n = int(sent), int(read), int(lost)
+        if client is not None and client[0] == sent_n and client[2] == lost_n == sent_n - read_n:
+            agreeing += 1
+    return len(lines), agreeing
 
 
 def _rss_mb(pid: int) -> float:
@@ -142,17 +165,18 @@ def _watch(daemon: DaemonProcess, seconds: float) -> Watcher:
     return watcher
 
 
-def _perseusctl_ms(runtime_dir: Path, runs: int) -> list[float]:
-    times = []
+def _perseusctl_ms(runtime_dir: Path, runs: int) -> list[float | None]:
+    """Whole `perseusctl status` runs (None: it failed, e.g. its timeout against a starved daemon)."""
+    times: list[float | None] = []
     for _ in range(runs):
         started_s = time.perf_counter()
-        subprocess.run(
+        done = subprocess.run(
             [sys.executable, "-m", "perseusd.ctl.main", "--runtime-dir", str(runtime_dir), "status"],
             capture_output=True,
-            check=True,
+            check=False,
             timeout=60,
         )
-        times.append((time.perf_counter() - started_s) * 1e3)
+        times.append((time.perf_counter() - started_s) * 1e3 if done.returncode == 0 else None)
     return times
 
 
@@ -241,6 +265,7 @@ def run(clients: int, duration_s: float, daemon_nice: int = 0, rate_hz: float = 
                     None if lost_before is None else health["events_lost"] - lost_before
                 ),
                 "accounted": received + dropped + lost == sent + dropped and received == sent - lost,
+                "sessions_reconciled_and_agreeing": _sessions_agreeing(daemon.log(), results),
             },
             "events_per_s": round(received / max(1e-9, closed_s - started_s)),
             "daemon_cpu_s": round(flood_cpu_s, 2),
@@ -259,7 +284,10 @@ def run(clients: int, duration_s: float, daemon_nice: int = 0, rate_hz: float = 
                 "flood_samples": len(flood.status_ms),
                 "flood_failures": flood.failures,
             },
-            "perseusctl_ms": {"idle": [round(t) for t in ctl_idle], "flood": [round(t) for t in ctl_flood]},
+            "perseusctl_ms": {
+                "idle": [None if t is None else round(t) for t in ctl_idle],
+                "flood": [None if t is None else round(t) for t in ctl_flood],
+            },
             "released_lease": {
                 "release_to_unread_s": {
                     "p50": _pct([r[5] for r in results], 0.5, 3),

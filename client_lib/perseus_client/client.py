@@ -180,7 +180,6 @@ class PerseusClient:
         self.calls_skipped = 0
         self.reconnects = 0
         self._session_sent = 0  # events sent since the hello that opened this session with the daemon
-        self._session_lost = 0  # of those, counted in events_lost (at an earlier close)
         self.daemon_info: HelloOk | None = None
         self.protocol_minor = PROTOCOL_MINOR
         """The minor this client writes in: its own, or the daemon's when older (known from the hello)."""
@@ -329,12 +328,11 @@ class PerseusClient:
         read the marker, its count is final and `events_lost` is exactly what it never read, as it counts too
         (docs/protocol.md). An older daemon's count is taken as it stands when it stops moving.
         """
-        sent = self._session_sent
-        if self._control is None or sent <= self._session_lost:
+        sent, self._session_sent = self._session_sent, 0
+        if self._control is None or sent <= 0:
             return
         if not self.managed:  # the daemon that had them is gone
-            self._count_lost(sent, 0)
-            self._session_sent = self._session_lost = 0
+            self.events_lost += sent
             return
         marker = encode(EventsEnd(sent=sent, dropped=self.events_dropped), minor=self.protocol_minor)
         marking = self.protocol_minor >= EVENTS_END_SINCE
@@ -368,7 +366,7 @@ class PerseusClient:
                     )
                 break
             time.sleep(0.01)
-        self._count_lost(sent, received)
+        self.events_lost += max(0, sent - received)
 
     def _send_marker(self, marker: bytes) -> bytes:
         """Queue the end marker behind the events (b"" once queued; the queue may be full for a while)."""
@@ -379,12 +377,6 @@ class PerseusClient:
         except zmq.ZMQError:
             pass  # the socket is gone: nothing more will be read; the settle ends on the count
         return b""
-
-    def _count_lost(self, sent: int, received: int) -> None:
-        """Count in `events_lost` the events of this session the daemon never read (once each)."""
-        lost = max(0, sent - received)
-        self.events_lost += max(0, lost - self._session_lost)
-        self._session_lost = max(self._session_lost, lost)
 
     def __enter__(self) -> PerseusClient:
         return self
@@ -449,7 +441,7 @@ class PerseusClient:
 
     def _hello(self) -> HelloOk:
         self.protocol_minor = PROTOCOL_MINOR  # the daemon may have been replaced by another version
-        self._session_sent = self._session_lost = 0  # the daemon counts this session's events from its hello
+        self._session_sent = 0  # the daemon counts this session's events from its hello
         reply = self._call(Hello(job=self.job, client_version=CLIENT_VERSION), HelloOk)
         self.daemon_info = reply
         self.protocol_minor = min(PROTOCOL_MINOR, reply.protocol_minor)
