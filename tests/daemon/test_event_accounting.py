@@ -90,7 +90,6 @@ def test_a_flood_of_eight_processes_closes_exactly_on_both_sides() -> None:
             results.append(json.loads(out))
         after = daemon.status()["daemon"]
         tallies = _tallies(daemon)
-        print(json.dumps({"clients": results, "daemon": tallies}))
         for index, client in enumerate(results):
             daemon_side = tallies[f"acct-{index}"]
             assert client["sent"] + client["dropped"] == client["attempted"]
