@@ -10,6 +10,7 @@ close.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from perseus_client.protocol import PROTOCOL_MAJOR, EventsEnd, encode
 
 from perseusd.daemon.event_tally import reconcile
 from perseusd.leasing.identity import Caller
-from perseusd.leasing.leases import Session
+from perseusd.leasing.leases import LeaseBook, Session
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 
 pytestmark = pytest.mark.timeout(180)
@@ -201,3 +202,25 @@ def test_frames_are_written_as_the_daemon_reads_them() -> None:
     """The marker starts as every frame of a newer minor does: the daemon decodes it even without a lease."""
     head = b'{"v":%d,"id":0,"m":' % PROTOCOL_MAJOR
     assert encode(EventsEnd(sent=1, dropped=0)).startswith(head)
+
+
+def test_events_read_after_the_process_exited_count_in_its_session() -> None:
+    """A session dropped (its process gone) keeps counting the backlog read after it, until its end marker
+    reconciles it; a new process of the same pid starts from zero."""
+    leases = LeaseBook()
+    caller = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
+    leases.register(caller, "gone")
+    leases.count_event(caller.pid, dropped=False)
+    assert leases.drop_session(caller.pid) == []
+    leases.count_event(caller.pid, dropped=True, code="NOT_LEASED")
+    ended = leases.event_session(caller.pid)
+    assert ended is not None
+    assert (ended.events_received, ended.events_dropped, ended.dropped_by_code) == (2, 1, {"NOT_LEASED": 1})
+    assert reconcile(ended, EventsEnd(sent=3, dropped=0)).lost == 1
+    fresh = leases.register(caller, "again")
+    assert leases.event_session(caller.pid) is fresh
+    assert (fresh.events_received, fresh.ended_sent) == (0, None)
+    leases.count_event(caller.pid, dropped=False)
+    assert leases.register(caller, "again") is fresh  # a hello again: the count restarts, as the client's
+    assert fresh.events_received == 0
+    leases.drop_session(caller.pid)
