@@ -55,6 +55,7 @@ from perseus_client.protocol import (
     DocumentReply,
     EventCount,
     EventCountOk,
+    EventsEnd,
     FrontierRequest,
     Hello,
     HelloOk,
@@ -79,6 +80,7 @@ from perseus_client.protocol import (
     SetPolicyOk,
     StatusReply,
     StatusRequest,
+    encode,
 )
 from perseus_client.session import SessionMemory
 
@@ -97,6 +99,8 @@ CLOSE_SETTLE_S = 30.0
 CLOSE_STALL_S = 3.0
 """At close, the client waits until the daemon has read every event it sent, at most CLOSE_SETTLE_S and at
 most CLOSE_STALL_S without progress; events still unread then are counted in `events_lost`."""
+EVENTS_END_SINCE = EventsEnd.SINCE
+"""The daemon's minor from which the client ends its event stream with a marker (`events_end`)."""
 CONNECT_PROBE_S = 0.05
 """At connect, how long the link may take before the client looks at why (a daemon that is up connects in
 well under this; one that is not there fails at once instead of after the whole timeout)."""
@@ -271,7 +275,6 @@ class PerseusClient:
             if self._control is None or self.managed or self._closing.is_set():
                 return True
             try:
-                self._session_sent = 0  # a new daemon: it counts from its hello
                 self._hello()
                 summary = self._memory.replay(self._call, self.job)
             except PerseusClientError as exc:
@@ -319,17 +322,26 @@ class PerseusClient:
             self.managed = False
 
     def _settle_events(self) -> None:
-        """Wait (bounded) until the daemon read every event sent in this session; count the rest as lost."""
-        if self._control is None or self._session_sent <= 0:
+        """Wait (bounded) until the daemon read every event sent in this session; count the rest as lost.
+
+        A daemon of minor 9 or later is sent an end marker (`events_end`) behind the last event: once it has
+        read the marker, its count is final and `events_lost` is exactly what it never read, as it counts too
+        (docs/protocol.md). An older daemon's count is taken as it stands when it stops moving.
+        """
+        sent, self._session_sent = self._session_sent, 0
+        if self._control is None or sent <= 0:
             return
         if not self.managed:  # the daemon that had them is gone
-            self.events_lost += self._session_sent
-            self._session_sent = 0
+            self.events_lost += sent
             return
+        marker = encode(EventsEnd(sent=sent, dropped=self.events_dropped), minor=self.protocol_minor)
+        marking = self.protocol_minor >= EVENTS_END_SINCE
         started_s = progress_s = time.monotonic()
         received = 0
         while True:
             now_s = time.monotonic()
+            if marking and marker:
+                marker = self._send_marker(marker)
             try:
                 reply = request_reply(
                     self._control,
@@ -343,13 +355,28 @@ class PerseusClient:
                 break  # the daemon is gone or does not count: what it did not confirm is lost
             if reply.received > received:
                 received, progress_s = reply.received, now_s
-            if received >= self._session_sent:
-                break
+            if (reply.ended_sent == sent) if marking else (received >= sent):
+                break  # marked: the daemon read the marker, so every event it will ever read
             if now_s - progress_s > CLOSE_STALL_S or now_s - started_s > CLOSE_SETTLE_S:
+                if marking:
+                    logger.warning(
+                        "perseus: closing before the daemon read %d of %d events; counted lost",
+                        max(0, sent - received),
+                        sent,
+                    )
                 break
             time.sleep(0.01)
-        self.events_lost += max(0, self._session_sent - received)
-        self._session_sent = 0
+        self.events_lost += max(0, sent - received)
+
+    def _send_marker(self, marker: bytes) -> bytes:
+        """Queue the end marker behind the events (b"" once queued; the queue may be full for a while)."""
+        try:
+            self._events.send(marker, zmq.NOBLOCK)  # type: ignore[union-attr]
+        except zmq.Again:
+            return marker
+        except zmq.ZMQError:
+            pass  # the socket is gone: nothing more will be read; the settle ends on the count
+        return b""
 
     def __enter__(self) -> PerseusClient:
         return self
@@ -414,6 +441,7 @@ class PerseusClient:
 
     def _hello(self) -> HelloOk:
         self.protocol_minor = PROTOCOL_MINOR  # the daemon may have been replaced by another version
+        self._session_sent = 0  # the daemon counts this session's events from its hello
         reply = self._call(Hello(job=self.job, client_version=CLIENT_VERSION), HelloOk)
         self.daemon_info = reply
         self.protocol_minor = min(PROTOCOL_MINOR, reply.protocol_minor)

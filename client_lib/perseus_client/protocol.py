@@ -404,9 +404,27 @@ class EventCountOk(Message):
     TYPE: ClassVar[str] = "event_count_ok"
     received: int
     dropped: int
+    ended_sent: int | None = since(9, None)
+    """The `sent` of this session's end marker (`events_end`) once the daemon has read it, else None: from
+    then on `received` is final, and `sent - received` events never reached the daemon."""
+
+
+@dataclass(frozen=True)
+class EventsEnd(Message):
+    """Event socket, a closing client's last frame: "I sent `sent` events since my hello" (and dropped
+    `dropped` before sending: its queue was full or it had no session). Read in stream order, after every
+    event before it, so the daemon reconciles the session exactly: read (used or dropped, by reason) and
+    lost in transit, `sent - read`. Not an event: never counted as one."""
+
+    TYPE: ClassVar[str] = "events_end"
+    SINCE: ClassVar[int] = 9
+    sent: int
+    dropped: int
 
 
 EVENT_TYPES: tuple[type[Message], ...] = (ComputationBegin, ComputationEnd, StepBegin, StepEnd)
+STREAM_TYPES: tuple[type[Message], ...] = (EventsEnd,)
+"""Frames of the event socket that are not events (read in stream order, never counted as events)."""
 REQUEST_TYPES: tuple[type[Message], ...] = (
     Hello,
     Claim,
@@ -473,7 +491,7 @@ REPLY_TYPES: tuple[type[Message], ...] = (
     ErrorReply,
 )
 MESSAGE_TYPES: dict[str, type[Message]] = {
-    cls.TYPE: cls for cls in (*REQUEST_TYPES, *ADMIN_TYPES, *REPLY_TYPES)
+    cls.TYPE: cls for cls in (*REQUEST_TYPES, *ADMIN_TYPES, *REPLY_TYPES, *STREAM_TYPES)
 }
 
 

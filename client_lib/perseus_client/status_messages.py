@@ -101,6 +101,9 @@ class DaemonHealth:
     """The daemon only reads (energy, status) and never writes a clock or a limit."""
     backend: str = since(8, "")
     """The GPU backend: `nvml` (real GPUs), `sim` (simulated: no figure is a real GPU's) or `mixed`."""
+    events_lost: int = since(9, 0)
+    """Events clients sent that never reached the daemon, from their end markers (`events_end`): each
+    session's `sent` less what the daemon read of it. Never part of `events_received`."""
 
 
 @dataclass(frozen=True)

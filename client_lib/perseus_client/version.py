@@ -26,7 +26,9 @@ lease's `slurm_job`, a GPU row's `power_features`, `slurm_jobs` and the Slurm pr
 and `accuracy_action`; 8, a GPU row's `index` and `pci_bus_id`, the daemon health's `backend`; the
 zero-bubble schedules (`register`'s `schedule` `interleaved_zb` and `zbv`) and the two halves of their split
 backward (instructions `backward_input` and `backward_weight`, in events and plans); the power pool's
-`admin_pool_release` (an absent node's reservation) and a pool node's `reserved_w` and `absent_since_s`.
+`admin_pool_release` (an absent node's reservation) and a pool node's `reserved_w` and `absent_since_s`;
+9, the event stream's end marker `events_end` (a closing client's "I sent S events", read in stream order),
+`event_count_ok`'s `ended_sent` and the daemon health's `events_lost` (what clients sent and it never read).
 
 Adding a message or a field: see docs/protocol.md ("Changing the protocol"); in short, bump
 `PROTOCOL_MINOR`, give a new message type `SINCE = PROTOCOL_MINOR` and a new field of an existing message a
@@ -40,7 +42,7 @@ from typing import Any
 
 PROTOCOL_MAJOR = 6
 """The frame's `"v"`. Bump only on a change that older peers cannot read, never for an additive one."""
-PROTOCOL_MINOR = 8
+PROTOCOL_MINOR = 9
 """The newest minor of `PROTOCOL_MAJOR` this library writes and reads."""
 
 

@@ -203,7 +203,8 @@ def render_table(reply: StatusReply) -> str:
         f"perseusd {daemon.version} (protocol {daemon.protocol}.{daemon.protocol_minor}), pid {daemon.pid}, "
         f"up {fmt_duration(daemon.uptime_s)}, {daemon.clients} client(s)"
         + (f", {BACKENDS.get(daemon.backend, daemon.backend)}" if daemon.backend else ""),
-        f"events: {daemon.events_received} received, {daemon.events_dropped} dropped; "
+        f"events: {daemon.events_received} received, {daemon.events_dropped} dropped, "
+        f"{daemon.events_lost} lost; "
         f"restores: {daemon.restores} ({daemon.restore_failures} failed); "
         f"refused connections: {daemon.auth_rejected}",
         f"GPU call mean ms (worst GPU): {_call_times(reply)}",

@@ -19,6 +19,7 @@ from perseus_client.protocol import (
     ComputationEnd,
     DaemonHealth,
     ErrorCode,
+    EventsEnd,
     JobInfo,
     Message,
     PoolInfo,
@@ -29,6 +30,7 @@ from perseus_client.protocol import (
 
 from perseusd.cap.declared_cap import DeclaredCap
 from perseusd.cap.node_cap import NodeCap
+from perseusd.daemon.event_tally import reconcile
 from perseusd.daemon.events import EventTracker
 from perseusd.daemon.monitor_only import refuse_writes
 from perseusd.daemon.past_jobs import PastJobs
@@ -252,7 +254,21 @@ class DaemonCore:
         if code is not None:
             tracker.reject(code)
         if pid is not None:
-            self.leases.count_event(pid, dropped=True)
+            self.leases.count_event(pid, dropped=True, code=code)
+
+    def end_events(self, caller: Caller, marker: EventsEnd) -> None:
+        """A client's end marker, read in stream order after every event before it: reconcile its session
+        (`event_tally`), count what never arrived in `events_lost` and log the session's figures. The
+        transport counted the frame as received; a marker is not an event, so it is taken back out."""
+        self.tracker.received -= 1
+        session = self.leases.event_session(caller.pid)
+        if session is None or session.caller.uid != caller.uid:
+            logger.warning("end of events from process %d, which has no session: ignored", caller.pid)
+            return
+        tally = reconcile(session, marker)
+        self.tracker.lost += tally.new_lost
+        log = logger.info if tally.closes else logger.warning
+        log("%s", tally.describe())
 
     def count_rejected(self, code: ErrorCode) -> None:
         """A request answered with an error of `code`."""
@@ -376,6 +392,7 @@ class DaemonCore:
             clients=self.leases.session_count,
             events_received=tracker.received,
             events_dropped=tracker.dropped,
+            events_lost=tracker.lost,
             errors_by_code=dict(tracker.errors_by_code),
             restores=self.keeper.restores,
             restore_failures=self.keeper.restore_failures,

@@ -24,6 +24,8 @@ class EventTracker:
     def __init__(self) -> None:
         self.received = 0
         self.dropped = 0
+        self.lost = 0
+        """Events clients sent that the daemon never read, from their end markers (`event_tally`)."""
         self.errors_by_code: Counter[str] = Counter()
         self._open: dict[str, set[_ComputationKey]] = {}
         self._open_step: dict[str, int] = {}

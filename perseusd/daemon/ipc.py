@@ -29,6 +29,7 @@ from perseus_client.protocol import (
     ErrorCode,
     ErrorReply,
     EventAck,
+    EventsEnd,
     Frame,
     Message,
     ProtocolError,
@@ -66,6 +67,9 @@ MAX_ERROR_CHARS = 400
 MAX_ECHOED_MAJOR = (1 << 31) - 1
 DEFAULT_LIMITS = ConnectionLimits.for_descriptors(1024)
 MONITORED_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
+_NEWER_MINOR_HEAD = b'{"v":%d,"id":0,"m":' % PROTOCOL_MAJOR
+"""How a frame of the event socket written in minor 1 or later starts (events are minor 0, without "m"):
+such a frame (the end marker) is decoded even from a process without a lease."""
 _POLLIN = int(zmq.POLLIN)  # a plain int: `&` with the enum member costs an enum operation per event
 
 
@@ -392,17 +396,24 @@ class IpcServer:
                 caller = self._caller(str(frame.get("Peer-Address")))
                 if caller is None:
                     raise ProtocolError(ErrorCode.PERMISSION_DENIED, "caller unknown")
-                if not accepts_events_from(caller.pid):
+                if not accepts_events_from(caller.pid) and not frame.bytes.startswith(_NEWER_MINOR_HEAD):
                     self._drop_unleased(caller)
                     continue
                 message = decode_event(frame.bytes, self._max_frame_bytes, self._minor)
                 if type(message) not in EVENT_TYPES:
-                    raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not an event")
+                    self._stream_frame(caller, message)
+                    continue
                 deliver_event(caller, message)
             except ProtocolError as exc:
                 self._drop_event(caller, exc.code, exc.message)
             except Exception as exc:  # a bad frame never takes the daemon down
                 self._drop_event(caller, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+
+    def _stream_frame(self, caller: Caller, message: Message) -> None:
+        """A frame of the event stream that is not an event: the end marker, or refused (UNKNOWN_TYPE)."""
+        if not isinstance(message, EventsEnd):
+            raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not an event")
+        self._core.end_events(caller, message)
 
     def _requests_waiting(self) -> bool:
         """Whether a request (or a new connection's ZAP handshake) is ready: served before more events."""

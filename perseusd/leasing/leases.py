@@ -55,8 +55,20 @@ class Session:
     """Events read from this process since it registered (on the event or control socket)."""
     events_dropped: int = 0
     """Of those, the ones rejected (bad frame, not leased, out of order, ...)."""
+    dropped_by_code: dict[str, int] = field(default_factory=dict)
+    """Those dropped on the event socket, by error code (why: `NOT_LEASED`, `OUT_OF_ORDER`, ...)."""
+    ended_sent: int | None = None
+    """The `sent` of the client's end marker (`events_end`), once read: `events_received` is final then."""
+    lost_counted: int = 0
+    """Events of this session counted lost (its end markers' `sent` less what was read)."""
     placement: Placement | None = None
     """Where the process runs (its container, cgroup, devices), read from /proc at its hello."""
+
+    def restart_event_count(self) -> None:
+        """Count this session's events from zero (a hello: the client starts its own count there)."""
+        self.events_received = self.events_dropped = self.lost_counted = 0
+        self.dropped_by_code = {}
+        self.ended_sent = None
 
     @property
     def slurm_job(self) -> int | None:
@@ -65,6 +77,9 @@ class Session:
 
 
 MAX_SESSIONS_PER_USER = 256
+MAX_ENDED_SESSIONS = 256
+"""Sessions of processes gone, kept for the events still queued from them (read after the process exited,
+they count in its session, and its end marker reconciles it); the oldest is forgotten first."""
 """Registered processes per uid (root excepted): each holds a descriptor (pidfd) in the daemon."""
 
 
@@ -77,6 +92,7 @@ class LeaseBook:
         self._sessions: dict[int, Session] = {}
         self._leases: dict[str, Lease] = {}
         self._pidfd_to_pid: dict[int, int] = {}
+        self._ended: dict[int, Session] = {}
 
     # ------------------------------------------------------------------ sessions
 
@@ -86,6 +102,7 @@ class LeaseBook:
         if session is not None and session.caller.uid == caller.uid:
             session.caller = caller
             session.job = job
+            session.restart_event_count()  # the client counts its events from its hello too
             return session
         if session is not None:
             raise InconsistentStateError(f"process {caller.pid} changed credentials")
@@ -125,6 +142,7 @@ class LeaseBook:
             os.close(pidfd)
             raise NotRegisteredError(f"process {caller.pid} is gone")
         session = Session(caller=caller, start_time=start_time, pidfd=pidfd, job=job)
+        self._ended.pop(caller.pid, None)  # a reused pid: the old process's events are not told apart
         self._sessions[caller.pid] = session
         self._pidfd_to_pid[pidfd] = caller.pid
         self._per_user[caller.uid] = self._per_user.get(caller.uid, 0) + 1
@@ -154,14 +172,25 @@ class LeaseBook:
         gpus = sorted(session.gpus)
         for gpu in gpus:
             self._leases.pop(gpu, None)
+        if len(self._ended) >= MAX_ENDED_SESSIONS:
+            del self._ended[next(iter(self._ended))]
+        self._ended[pid] = session
         return gpus
 
-    def count_event(self, pid: int, *, dropped: bool) -> None:
-        """Count an event read from process `pid` (its session's counters; nothing without a session)."""
-        session = self._sessions.get(pid)
+    def count_event(self, pid: int, *, dropped: bool, code: str | None = None) -> None:
+        """Count an event read from process `pid` (its session's counters, or those of its session just
+        ended: events read after the process exited; nothing without either). `code`: why it was dropped."""
+        session = self._sessions.get(pid) or self._ended.get(pid)
         if session is not None:
             session.events_received += 1
-            session.events_dropped += dropped
+            if dropped:
+                session.events_dropped += 1
+                if code is not None:
+                    session.dropped_by_code[code] = session.dropped_by_code.get(code, 0) + 1
+
+    def event_session(self, pid: int) -> Session | None:
+        """The session whose events process `pid` sends: its own, or the one it had before it exited."""
+        return self._sessions.get(pid) or self._ended.get(pid)
 
     def holds_lease(self, pid: int) -> bool:
         """Whether process `pid` holds a lease now (the event path's first, cheapest check)."""

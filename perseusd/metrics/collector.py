@@ -148,6 +148,11 @@ class PerseusCollector(Collector):
             "Events dropped (malformed, out of order, sender without lease)",
             value=health.events_dropped,
         )
+        lost = counter(
+            "events_lost",
+            "Events clients sent that never reached the daemon (their end markers)",
+            value=health.events_lost,
+        )
         rejected = counter("messages_rejected", "Requests and events rejected, by error code", ("code",))
         for code in ErrorCode:
             rejected.add_metric([code.value], health.errors_by_code.get(code.value, 0))

@@ -54,7 +54,7 @@ REPLY = StatusReply(
 
 GOLDEN = """\
 perseusd 0.1.0 (protocol 1.0), pid 42, up 1h02m05s, 1 client(s), SIMULATED GPUs
-events: 100 received, 2 dropped; restores: 3 (0 failed); refused connections: 0
+events: 100 received, 2 dropped, 0 lost; restores: 3 (0 failed); refused connections: 0
 GPU call mean ms (worst GPU): read 0.020
 users: uid 0 1 GPU
 

@@ -14,6 +14,7 @@ PORT = {
     "count_received",
     "deliver_event",
     "count_dropped",
+    "end_events",
     "count_rejected",
     "count_auth_rejected",
     "connections_from",

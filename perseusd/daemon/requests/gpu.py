@@ -179,7 +179,9 @@ class GpuRequests:
 
     def event_count(self, caller: Caller, _message: EventCount) -> EventCountOk:
         session = self.leases.require_session(caller)
-        return EventCountOk(received=session.events_received, dropped=session.events_dropped)
+        return EventCountOk(
+            received=session.events_received, dropped=session.events_dropped, ended_sent=session.ended_sent
+        )
 
     def admin_reset(self, _caller: Caller, message: AdminReset) -> AdminResetOk:
         gpus = message.gpus or self.registry.uuids
