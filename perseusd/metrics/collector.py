@@ -167,7 +167,8 @@ class PerseusCollector(Collector):
         )
         restores = counter("gpu_restores", "GPUs restored to their saved state", value=health.restores)
         failures = counter("gpu_restore_failures", "GPU restores that failed", value=health.restore_failures)
-        yield from (info, uptime, clients, received, dropped, rejected, malformed, auth, restores, failures)
+        yield from (info, uptime, clients, received, dropped, lost, rejected, malformed, auth)
+        yield from (restores, failures)
         if health.last_restore_s is not None:
             doc = "Time to restore a dead client's GPUs"
             yield gauge("last_client_restore_duration_seconds", doc, value=health.last_restore_s)
