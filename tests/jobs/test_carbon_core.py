@@ -14,9 +14,6 @@ from perseus_client.protocol import (
     AnnounceStraggler,
     DocumentReply,
     FrontierRequest,
-    JobInfo,
-    JobsReply,
-    JobsRequest,
     SetPolicy,
     StepBegin,
     StepEnd,
@@ -27,10 +24,9 @@ from perseusd.carbon.keeper import SignalKeeper
 from perseusd.carbon.traces import SignalPoint
 from perseusd.daemon.core import DaemonCore
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
-from perseusd.jobs.settings import JobSettings
 from perseusd.planner.policy import PointSummary, Policy
 from tests.support.callers import ME
-from tests.support.daemon_core import sim_core, start_synthetic_job
+from tests.support.daemon_core import core_job, running_core
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -59,15 +55,8 @@ def world() -> World:
 def core(tmp_path: Path, world: World, request: pytest.FixtureRequest) -> Iterator[DaemonCore]:
     pipelines: int = request.param
     steering = CarbonSteering(world.keeper, SETTINGS, clock_s=lambda: world.now_s)
-    with sim_core(tmp_path, gpus=STAGES * pipelines, jobs=JobSettings(), carbon=steering) as built:
-        start_synthetic_job(built, pipelines, STAGES, MICROBATCHES)
+    with running_core(tmp_path, pipelines, STAGES, MICROBATCHES, carbon=steering) as built:
         yield built
-
-
-def _info(core: DaemonCore) -> JobInfo:
-    reply = core.handle(ME, JobsRequest())
-    assert isinstance(reply, JobsReply)
-    return reply.jobs[0]
 
 
 def _points(core: DaemonCore) -> list[PointSummary]:
@@ -83,7 +72,7 @@ def _points(core: DaemonCore) -> list[PointSummary]:
 
 
 def _expected(core: DaemonCore, intensity: float) -> PointSummary:
-    info = _info(core)
+    info = core_job(core)
     assert info.all_max_time_s is not None
     allowed = allowed_points(_points(core), info.all_max_time_s * (1 + ALLOWED_SLOWDOWN))
     power_w = STAGES * core.registry.info(core.registry.uuids[0]).power_limit_max_w
@@ -102,7 +91,7 @@ def test_the_point_follows_the_forecast_each_interval_within_the_allowed_slowdow
 ) -> None:
     world.grid(2000.0)  # a dirty grid
     core.handle(ME, SetPolicy("train", "carbon", ALLOWED_SLOWDOWN))
-    dirty = _info(core)
+    dirty = core_job(core)
     assert dirty.policy == "carbon"
     assert dirty.target == ALLOWED_SLOWDOWN
     assert dirty.plan_index == _expected(core, 2000.0).index
@@ -115,12 +104,12 @@ def test_the_point_follows_the_forecast_each_interval_within_the_allowed_slowdow
     world.grid(5.0)  # the grid turns clean, but the interval has not passed: nothing moves
     world.now_s += 600.0
     core.tick()
-    assert _info(core).plan_index == dirty.plan_index
+    assert core_job(core).plan_index == dirty.plan_index
 
     world.now_s += 1200.0  # the next interval
     core.tick()
     _step(core, 0)
-    clean = _info(core)
+    clean = core_job(core)
     assert clean.plan_index == _expected(core, 5.0).index
     assert clean.plan_time_s is not None
     assert clean.plan_time_s < dirty.plan_time_s
@@ -132,12 +121,12 @@ def test_an_expired_signal_falls_back_to_the_default_point_and_says_so(
 ) -> None:
     world.grid(2000.0)
     core.handle(ME, SetPolicy("train", "carbon", ALLOWED_SLOWDOWN))
-    default = _info(core)
+    default = core_job(core)
     world.now_s += 3601.0  # no fetch for longer than the bounded age
     world.keeper.failed("the API is down")
     core.tick()
     _step(core, 0)
-    info = _info(core)
+    info = core_job(core)
     assert info.carbon is not None
     assert info.carbon.basis == "default (signal expired)"
     points = _points(core)
@@ -154,7 +143,7 @@ def test_carbon_is_counted_from_the_counters_with_all_max_beside_it(core: Daemon
         _step(core, step)
         step += 1
         core.tick()
-        carbon = _info(core).carbon
+        carbon = core_job(core).carbon
         assert carbon is not None
         if carbon.carbon_g > 0 and carbon.all_max_carbon_g:
             break
@@ -171,11 +160,11 @@ def test_straggler_slack_comes_first_and_never_runs_faster_than_the_carbon_point
 ) -> None:
     world.grid(5.0)  # clean: the carbon point is fast
     core.handle(ME, SetPolicy("train", "carbon", ALLOWED_SLOWDOWN))
-    clean = _info(core)
+    clean = core_job(core)
     assert clean.plan_time_s is not None
     core.handle(ME, AnnounceStraggler("train", 1, 1.25, False))
     _step(core, 0)
-    info = _info(core)
+    info = core_job(core)
     plans = {p.pipeline: p for p in info.pipelines}
     assert plans[1].plan_index == Policy("fastest").choose(_points(core)).index  # the straggler: fastest
     slack = plans[0].plan_time_s
@@ -188,7 +177,7 @@ def test_straggler_slack_comes_first_and_never_runs_faster_than_the_carbon_point
     world.now_s += SETTINGS.interval_s
     core.tick()
     _step(core, 1)
-    dirty = _info(core)
+    dirty = core_job(core)
     assert dirty.plan_time_s is not None
     assert dirty.plan_time_s > slack
     plans = {p.pipeline: p for p in dirty.pipelines}
@@ -200,7 +189,7 @@ def test_under_a_node_cap_the_job_runs_the_least_cost_point_the_cap_allows(
 ) -> None:
     world.grid(5.0)  # clean: the carbon point is fast
     core.handle(ME, SetPolicy("train", "carbon", ALLOWED_SLOWDOWN))
-    clean = _info(core)
+    clean = core_job(core)
     points = sorted(_points(core), key=lambda p: p.time_s)
     fast = next(p for p in points if p.index == clean.plan_index)
     cap = next(p for p in points if p.time_s > fast.time_s * 1.05)  # a cap that forbids the clean point
@@ -209,7 +198,7 @@ def test_under_a_node_cap_the_job_runs_the_least_cost_point_the_cap_allows(
     job.cap_index = cap.index  # what the node cap's allocation sets (perseusd.cap.node_cap)
     core.jobs.response.decide(job)  # and what it calls then
     _step(core, 0)
-    running = _info(core).pipelines[0]
+    running = core_job(core).pipelines[0]
     assert running.plan_index != fast.index
     assert running.plan_time_s is not None
     assert running.plan_time_s >= cap.time_s * (1 - 1e-9)  # nothing the cap forbids
@@ -225,7 +214,7 @@ def test_under_a_node_cap_the_job_runs_the_least_cost_point_the_cap_allows(
     world.now_s += SETTINGS.interval_s
     core.tick()
     _step(core, 1)
-    dirty = _info(core)
+    dirty = core_job(core)
     assert dirty.pipelines[0].plan_index == dirty.plan_index == _expected(core, 2000.0).index
     assert dirty.plan_time_s is not None
     assert dirty.plan_time_s >= cap.time_s
@@ -235,4 +224,4 @@ def test_under_a_node_cap_the_job_runs_the_least_cost_point_the_cap_allows(
     world.now_s += SETTINGS.interval_s
     core.tick()
     _step(core, 2)
-    assert _info(core).pipelines[0].plan_index == fast.index
+    assert core_job(core).pipelines[0].plan_index == fast.index
