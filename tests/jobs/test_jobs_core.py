@@ -20,7 +20,7 @@ from perseusd.planner.dag import Instruction
 from perseusd.planner.profile_csv import profile_to_csv
 from perseusd.planner.schedule_orders import one_f_one_b_order
 from tests.support.callers import ME, OTHER
-from tests.support.daemon_core import sim_core
+from tests.support.daemon_core import sim_core, start_synthetic_job
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
 pytestmark = pytest.mark.timeout(120)
@@ -126,11 +126,7 @@ def test_imported_profile_is_solved_deployed_and_cached(core: DaemonCore) -> Non
 
 
 def test_job_that_ends_after_running_its_plan_reports_no_error(core: DaemonCore) -> None:
-    _claim_all(core)
-    core.handle(ME, p.ProfileImport("train", _profile_csv(), "synthetic.csv", 80.0))
-    _register(core, 0)
-    _register(core, 1)
-    _wait_for(lambda: _info(core)["train"].state == "running", core)
+    start_synthetic_job(core, 1, STAGES, MICROBATCHES)
     core.handle(ME, p.Release(gpus=()))  # training finished: the normal end
     ended = _info(core)["train"]
     assert ended.state == "ended"
@@ -155,11 +151,7 @@ def test_a_job_that_ends_while_solving_cancels_its_solve(core: DaemonCore) -> No
 
 
 def test_policies_choose_frontier_points(core: DaemonCore) -> None:
-    _claim_all(core)
-    core.handle(ME, p.ProfileImport("train", _profile_csv(), "synthetic.csv", 80.0))
-    _register(core, 0)
-    _register(core, 1)
-    _wait_for(lambda: _info(core)["train"].state == "running", core)
+    start_synthetic_job(core, 1, STAGES, MICROBATCHES)
     fastest = _info(core)["train"]
     assert fastest.plan_time_s is not None
     assert fastest.plan_energy_j is not None
@@ -230,11 +222,7 @@ def test_the_frontier_states_what_the_gpus_will_do(core: DaemonCore) -> None:
     """The solve plays each point out with the GPUs' measured clock-set latency (docs/solver.md)."""
     for gpu in core.registry.uuids:  # a set call, so that the latency is measured
         core.registry.set_locked_sm_clock_mhz(gpu, 1200)
-    _claim_all(core)
-    core.handle(ME, p.ProfileImport("train", _profile_csv(), "synthetic.csv", 80.0))
-    _register(core, 0)
-    _register(core, 1)
-    _wait_for(lambda: _info(core)["train"].state == "running", core)
+    start_synthetic_job(core, 1, STAGES, MICROBATCHES)
     reply = core.handle(ME, p.FrontierRequest("train"))
     assert isinstance(reply, p.DocumentReply)
     frontier = json.loads(reply.document)
@@ -335,11 +323,7 @@ def test_changes_to_an_ended_job_or_a_missing_pipeline_are_refused(core: DaemonC
 def test_a_plan_far_off_its_prediction_is_flagged_and_accrues_no_predicted_saving(core: DaemonCore) -> None:
     """A job running a profile that is not its own (its iterations take a fraction of the planned time) is
     flagged in `jobs` (and the log, the metrics), and no predicted saving accrues for it."""
-    _claim_all(core)
-    core.handle(ME, p.ProfileImport("train", _profile_csv(), "synthetic.csv", 80.0))
-    _register(core, 0)
-    _register(core, 1)
-    _wait_for(lambda: _info(core)["train"].state == "running", core)
+    start_synthetic_job(core, 1, STAGES, MICROBATCHES)
     for step in range(6):  # events at once: microseconds against the plan's milliseconds
         _run_iteration(core, step)
         core.tick()
