@@ -14,6 +14,7 @@ from perseus_client.protocol import (
     AnnounceStraggler,
     DocumentReply,
     FrontierRequest,
+    JobInfo,
     SetPolicy,
     StepBegin,
     StepEnd,
@@ -86,12 +87,24 @@ def _step(core: DaemonCore, step: int) -> None:
         core.on_event(ME, StepEnd(gpu, step, time.monotonic_ns()))
 
 
+def _carbon_policy(core: DaemonCore, world: World, intensity: float) -> JobInfo:
+    """The grid at `intensity`, then the job switched to the carbon policy: the job as it runs then."""
+    world.grid(intensity)
+    core.handle(ME, SetPolicy("train", "carbon", ALLOWED_SLOWDOWN))
+    return core_job(core)
+
+
+def _next_interval(core: DaemonCore, world: World, intensity: float) -> None:
+    """The grid at `intensity` and the next carbon interval begun (the steering chooses again)."""
+    world.grid(intensity)
+    world.now_s += SETTINGS.interval_s
+    core.tick()
+
+
 def test_the_point_follows_the_forecast_each_interval_within_the_allowed_slowdown(
     core: DaemonCore, world: World
 ) -> None:
-    world.grid(2000.0)  # a dirty grid
-    core.handle(ME, SetPolicy("train", "carbon", ALLOWED_SLOWDOWN))
-    dirty = core_job(core)
+    dirty = _carbon_policy(core, world, 2000.0)  # a dirty grid
     assert dirty.policy == "carbon"
     assert dirty.target == ALLOWED_SLOWDOWN
     assert dirty.plan_index == _expected(core, 2000.0).index
@@ -119,9 +132,7 @@ def test_the_point_follows_the_forecast_each_interval_within_the_allowed_slowdow
 def test_an_expired_signal_falls_back_to_the_default_point_and_says_so(
     core: DaemonCore, world: World
 ) -> None:
-    world.grid(2000.0)
-    core.handle(ME, SetPolicy("train", "carbon", ALLOWED_SLOWDOWN))
-    default = core_job(core)
+    default = _carbon_policy(core, world, 2000.0)
     world.now_s += 3601.0  # no fetch for longer than the bounded age
     world.keeper.failed("the API is down")
     core.tick()
@@ -158,9 +169,7 @@ def test_carbon_is_counted_from_the_counters_with_all_max_beside_it(core: Daemon
 def test_straggler_slack_comes_first_and_never_runs_faster_than_the_carbon_point(
     core: DaemonCore, world: World
 ) -> None:
-    world.grid(5.0)  # clean: the carbon point is fast
-    core.handle(ME, SetPolicy("train", "carbon", ALLOWED_SLOWDOWN))
-    clean = core_job(core)
+    clean = _carbon_policy(core, world, 5.0)  # clean: the carbon point is fast
     assert clean.plan_time_s is not None
     core.handle(ME, AnnounceStraggler("train", 1, 1.25, False))
     _step(core, 0)
@@ -173,9 +182,7 @@ def test_straggler_slack_comes_first_and_never_runs_faster_than_the_carbon_point
         slack > clean.plan_time_s
     )  # the other pipeline uses the slack: slower, cheaper than the carbon point
 
-    world.grid(2000.0)  # dirty: a carbon point slower than the straggler's pace
-    world.now_s += SETTINGS.interval_s
-    core.tick()
+    _next_interval(core, world, 2000.0)  # dirty: a carbon point slower than the straggler's pace
     _step(core, 1)
     dirty = core_job(core)
     assert dirty.plan_time_s is not None
@@ -187,9 +194,7 @@ def test_straggler_slack_comes_first_and_never_runs_faster_than_the_carbon_point
 def test_under_a_node_cap_the_job_runs_the_least_cost_point_the_cap_allows(
     core: DaemonCore, world: World
 ) -> None:
-    world.grid(5.0)  # clean: the carbon point is fast
-    core.handle(ME, SetPolicy("train", "carbon", ALLOWED_SLOWDOWN))
-    clean = core_job(core)
+    clean = _carbon_policy(core, world, 5.0)  # clean: the carbon point is fast
     points = sorted(_points(core), key=lambda p: p.time_s)
     fast = next(p for p in points if p.index == clean.plan_index)
     cap = next(p for p in points if p.time_s > fast.time_s * 1.05)  # a cap that forbids the clean point
@@ -210,9 +215,8 @@ def test_under_a_node_cap_the_job_runs_the_least_cost_point_the_cap_allows(
     under_cap = [p for p in allowed if p.time_s >= cap.time_s]
     assert running.plan_index == choose_point(under_cap, 5.0, weights).index  # the best the cap allows
 
-    world.grid(2000.0)  # dirty: the carbon point is slower than the cap's, the cap no longer binds
-    world.now_s += SETTINGS.interval_s
-    core.tick()
+    # Dirty: the carbon point is slower than the cap's, the cap no longer binds.
+    _next_interval(core, world, 2000.0)
     _step(core, 1)
     dirty = core_job(core)
     assert dirty.pipelines[0].plan_index == dirty.plan_index == _expected(core, 2000.0).index
@@ -220,8 +224,6 @@ def test_under_a_node_cap_the_job_runs_the_least_cost_point_the_cap_allows(
     assert dirty.plan_time_s >= cap.time_s
 
     job.cap_index = None  # the cap is cleared; the grid turns clean: back to the fast point
-    world.grid(5.0)
-    world.now_s += SETTINGS.interval_s
-    core.tick()
+    _next_interval(core, world, 5.0)
     _step(core, 2)
     assert core_job(core).pipelines[0].plan_index == fast.index
