@@ -16,15 +16,15 @@ import os
 import sys
 import warnings
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from megatron_worker import Log, Probe
-from perseus_client.client import PerseusClientError
 from torch import nn
-from torch_pipelining_worker import RecordingClient
+from torch_pipelining_worker import claimed_client, instrument_reporting
 
 WIDTH = 8
 STEPS = 2
@@ -93,19 +93,12 @@ def instrumented(case: dict[str, Any], rank: int) -> dict[str, Any]:
     from deepspeed.runtime.pipe import schedule
     from perseus_client.deepspeed_pipe import instrument_deepspeed
 
-    client = RecordingClient(case["runtime_dir"], job=case["job"], timeout_s=5.0)
-    gpu = client.gpu_uuid()  # under the launcher's CUDA_VISIBLE_DEVICES and LOCAL_RANK
-    assert gpu is not None
-    client.claim([gpu])
+    client, gpu = claimed_client(case)
     log: Log = []
     engine = build_engine(case, log)
     report: dict[str, Any] = {"stage": engine.stage_id, "gpu": gpu, "rank": rank}
-    try:
-        handle = instrument_deepspeed(engine, client, cuda_events=False)  # finds the same GPU
-        report["register"] = ["ok", None]
-    except PerseusClientError as exc:
-        report["register"] = [exc.code, exc.message]
-        handle = instrument_deepspeed(engine, client, gpu, register=False, cuda_events=False)
+    instrument = partial(instrument_deepspeed, engine, client, cuda_events=False)
+    handle = instrument_reporting(report, gpu, instrument)
     report["registered"] = [event for event in client.sent if event[0] == "register"]
     client.sent.clear()
     with handle:

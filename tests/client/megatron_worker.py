@@ -18,15 +18,15 @@ import json
 import sys
 import warnings
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from perseus_client.client import PerseusClientError
 from torch import nn
 from torch.overrides import TorchFunctionMode
-from torch_pipelining_worker import RecordingClient
+from torch_pipelining_worker import claimed_client, instrument_reporting
 
 WIDTH = 8
 STEPS = 2
@@ -158,20 +158,12 @@ def instrumented(config: dict[str, Any], rank: int) -> dict[str, Any]:
     from megatron.core.pipeline_parallel import get_forward_backward_func, schedules
     from perseus_client.megatron import instrument_megatron
 
-    client = RecordingClient(config["runtime_dir"], job=config["job"], timeout_s=5.0)
-    gpu = client.gpu_uuid()  # under the launcher's CUDA_VISIBLE_DEVICES and LOCAL_RANK
-    assert gpu is not None
-    client.claim([gpu])
+    client, gpu = claimed_client(config)
     log: Log = []
     function = get_forward_backward_func()
     report: dict[str, Any] = {"function": function.__name__, "gpu": gpu, "rank": rank}
     options: dict[str, Any] = {"num_microbatches": config["microbatches"], "cuda_events": False}  # CPU run
-    try:
-        wrapped = instrument_megatron(function, client, **options)  # finds the same GPU
-        report["register"] = ["ok", None]
-    except PerseusClientError as exc:  # the daemon cannot take jobs: still check the events
-        report["register"] = [exc.code, exc.message]
-        wrapped = instrument_megatron(function, client, gpu, register=False, **options)
+    wrapped = instrument_reporting(report, gpu, partial(instrument_megatron, function, client, **options))
     report["registered"] = [event for event in client.sent if event[0] == "register"]
     client.sent.clear()
     originals = (schedules.forward_step, schedules.backward_step)

@@ -6,13 +6,44 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
+
+WORKER_TIMEOUT_S = 180.0
+Reports = dict[str, list[dict[str, Any]]]
+"""{case: per-rank reports}."""
+
+
+@dataclass(frozen=True)
+class CasesRun:
+    """A daemon and what the ranks of every case reported against it."""
+
+    daemon: DaemonProcess
+    reports: Reports
+
+
+@contextmanager
+def cases_against_a_daemon(
+    framework: str, world: int, cases: dict[str, dict[str, Any]], work: Path
+) -> Iterator[CasesRun]:
+    """A daemon of `world` simulated GPUs, and every case run by `world` ranks of `{framework}_worker.py`
+    (beside this file) against it, one job per case named `{framework}-{case}`; the daemon stops on exit."""
+    worker = Path(__file__).with_name(f"{framework}_worker.py")
+    with daemon_processes() as make:
+        daemon = make(DaemonDirs.create(), gpus=world).start()
+        where = {"runtime_dir": str(daemon.dirs.runtime_dir)}
+        jobs = {name: {**case, **where, "job": f"{framework}-{name}"} for name, case in cases.items()}
+        yield CasesRun(daemon, run_ranks(worker, world, jobs, work, WORKER_TIMEOUT_S))
 
 
 def run_ranks(
     worker: Path, world: int, cases: dict[str, dict[str, Any]], work: Path, timeout_s: float
-) -> dict[str, list[dict[str, Any]]]:
+) -> Reports:
     """Every case, one after the other in the same `world` processes: {case: per-rank reports}."""
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(worker.parent), env.get("PYTHONPATH", "")])

@@ -5,7 +5,6 @@ the order of its `TrainSchedule` objects, training must be unchanged, and `1f1b`
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,12 +14,9 @@ pytest.importorskip("deepspeed")
 from perseus_client.run_id import launcher_run_id
 
 from perseusd.planner.dag import build_dag
-from tests.client.ranks import launched_gpus, run_ranks, split_steps
-from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
+from tests.client.ranks import CasesRun, cases_against_a_daemon, launched_gpus, split_steps
 
 pytestmark = pytest.mark.timeout(240)
-WORKER = Path(__file__).with_name("deepspeed_worker.py")
-WORKER_TIMEOUT_S = 180.0
 STEPS = 2  # the worker's training steps
 WORLD = 4
 CASES = {
@@ -31,25 +27,14 @@ Run = tuple[dict[str, Any], list[dict[str, Any]]]
 
 
 @pytest.fixture(scope="module")
-def daemon() -> Iterator[DaemonProcess]:
-    with daemon_processes() as make:
-        yield make(DaemonDirs.create(), gpus=WORLD).start()
-
-
-@pytest.fixture(scope="module")
-def reports(
-    daemon: DaemonProcess, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, list[dict[str, Any]]]:
-    cases = {
-        name: {**case, "job": f"deepspeed-{name}", "runtime_dir": str(daemon.dirs.runtime_dir)}
-        for name, case in CASES.items()
-    }
-    return run_ranks(WORKER, WORLD, cases, tmp_path_factory.mktemp("deepspeed"), WORKER_TIMEOUT_S)
+def cases_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CasesRun]:
+    with cases_against_a_daemon("deepspeed", WORLD, CASES, tmp_path_factory.mktemp("deepspeed")) as run:
+        yield run
 
 
 @pytest.fixture(params=list(CASES))
-def run(request: pytest.FixtureRequest, reports: dict[str, list[dict[str, Any]]]) -> Run:
-    return CASES[request.param], reports[request.param]
+def run(request: pytest.FixtureRequest, cases_run: CasesRun) -> Run:
+    return CASES[request.param], cases_run.reports[request.param]
 
 
 def test_events_are_what_deepspeed_executed(run: Run) -> None:
@@ -64,9 +49,9 @@ def test_events_are_what_deepspeed_executed(run: Run) -> None:
         assert mine["restored"]
 
 
-def test_each_rank_found_the_gpu_its_launcher_gave_it(run: Run, daemon: DaemonProcess) -> None:
+def test_each_rank_found_the_gpu_its_launcher_gave_it(run: Run, cases_run: CasesRun) -> None:
     _, reports = run
-    node = [row["uuid"] for row in daemon.status()["gpus"]]
+    node = [row["uuid"] for row in cases_run.daemon.status()["gpus"]]
     assert [report["instrumented"]["gpu"] for report in reports] == launched_gpus(node, WORLD)
     assert all(report["instrumented"]["register"][0] == "ok" for report in reports)
 

@@ -12,7 +12,6 @@ order for that stage.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,12 +22,9 @@ from perseus_client.megatron import schedule_name_for
 from perseus_client.run_id import launcher_run_id
 
 from perseusd.planner.dag import build_dag
-from tests.client.ranks import launched_gpus, run_ranks, split_steps
-from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
+from tests.client.ranks import CasesRun, cases_against_a_daemon, launched_gpus, split_steps
 
 pytestmark = pytest.mark.timeout(240)
-WORKER = Path(__file__).with_name("megatron_worker.py")
-WORKER_TIMEOUT_S = 180.0
 STEPS = 2  # the worker's training steps
 WORLD = 4  # ranks; each case splits them into data-parallel replicas of its pipeline
 CASES = {
@@ -47,25 +43,14 @@ Run = tuple[str, dict[str, Any], list[dict[str, Any]]]
 
 
 @pytest.fixture(scope="module")
-def daemon() -> Iterator[DaemonProcess]:
-    with daemon_processes() as make:
-        yield make(DaemonDirs.create(), gpus=WORLD).start()
-
-
-@pytest.fixture(scope="module")
-def reports(
-    daemon: DaemonProcess, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, list[dict[str, Any]]]:
-    cases = {
-        name: {**case, "job": f"megatron-{name}", "runtime_dir": str(daemon.dirs.runtime_dir)}
-        for name, case in CASES.items()
-    }
-    return run_ranks(WORKER, WORLD, cases, tmp_path_factory.mktemp("megatron"), WORKER_TIMEOUT_S)
+def cases_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CasesRun]:
+    with cases_against_a_daemon("megatron", WORLD, CASES, tmp_path_factory.mktemp("megatron")) as run:
+        yield run
 
 
 @pytest.fixture(params=list(CASES))
-def run(request: pytest.FixtureRequest, reports: dict[str, list[dict[str, Any]]]) -> Run:
-    return request.param, CASES[request.param], reports[request.param]
+def run(request: pytest.FixtureRequest, cases_run: CasesRun) -> Run:
+    return request.param, CASES[request.param], cases_run.reports[request.param]
 
 
 def test_megatron_runs_the_expected_schedule(run: Run) -> None:
@@ -73,9 +58,9 @@ def test_megatron_runs_the_expected_schedule(run: Run) -> None:
     assert {report["instrumented"]["function"] for report in reports} == {FUNCTIONS[name]}
 
 
-def test_each_rank_found_the_gpu_its_launcher_gave_it(run: Run, daemon: DaemonProcess) -> None:
+def test_each_rank_found_the_gpu_its_launcher_gave_it(run: Run, cases_run: CasesRun) -> None:
     _, _, reports = run
-    node = [row["uuid"] for row in daemon.status()["gpus"]]
+    node = [row["uuid"] for row in cases_run.daemon.status()["gpus"]]
     assert [report["instrumented"]["gpu"] for report in reports] == launched_gpus(node, WORLD)
     assert all(report["instrumented"]["register"][0] == "ok" for report in reports)
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import zmq
 from perseus_client.client import PerseusClient
 from perseus_client.protocol import (
     ADMIN_TYPES,
@@ -25,33 +24,21 @@ from perseus_client.protocol import (
 )
 
 from tests.client.compat import frozen_6_0 as frozen
+from tests.support.frames import RawPeer
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 from tests.support.stub_daemon import StubDaemon
 
 pytestmark = pytest.mark.timeout(120)
-REPLY_TIMEOUT_MS = 10_000
 
 
-class RawPeer:
-    """DEALER sockets on the daemon's control and admin sockets, for frames written by hand."""
+class CompatPeer(RawPeer):
+    """A raw peer that also asks as the frozen 6.0 client."""
+
+    reply_timeout_ms = 10_000
 
     def __init__(self, runtime_dir: Path) -> None:
-        self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-        self.control = self._socket(runtime_dir / "control.sock")
-        self.admin = self._socket(runtime_dir / "admin.sock")
+        super().__init__(runtime_dir)
         self._ids = iter(range(1, 1 << 30))
-
-    def _socket(self, path: Path) -> zmq.Socket[bytes]:
-        sock = self.ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(f"ipc://{path}")
-        return sock
-
-    def send(self, data: bytes, *, admin: bool = False) -> bytes:
-        sock = self.admin if admin else self.control
-        sock.send(data)
-        assert sock.poll(REPLY_TIMEOUT_MS), f"no reply to {data[:80]!r}"
-        return sock.recv()
 
     def frozen(
         self, msg_type: str, fields: dict[str, Any], *, admin: bool = False
@@ -63,9 +50,6 @@ class RawPeer:
         )
         assert reply_id == request_id
         return reply_type, body
-
-    def close(self) -> None:
-        self.ctx.destroy(linger=0)
 
 
 @pytest.fixture
@@ -153,7 +137,7 @@ def _older_requests(gpu: str, clock_mhz: int, now_ns: int) -> list[tuple[str, di
 
 def test_a_client_of_an_older_minor_works_with_todays_daemon(daemon: DaemonProcess) -> None:
     """Every request of 6.0 gets a reply that 6.0's strict decoder reads (no field it does not know)."""
-    peer = RawPeer(daemon.dirs.runtime_dir)
+    peer = CompatPeer(daemon.dirs.runtime_dir)
     try:
         reply_type, hello = peer.frozen("hello", {"job": "old", "client_version": "frozen-6.0"})
         assert reply_type == "hello_ok"
@@ -216,7 +200,7 @@ def test_todays_client_with_a_daemon_one_minor_older(older_daemon: DaemonProcess
 
 def _newer_requests_refused(runtime_dir: Path, older: int) -> None:
     """Types and request fields newer than the daemon's minor, and a type of a minor it never heard of."""
-    peer = RawPeer(runtime_dir)
+    peer = CompatPeer(runtime_dir)
     try:
         newer_types = [cls.TYPE for cls in REQUEST_TYPES if older < cls.SINCE]
         for request_id, msg_type in enumerate([*newer_types, "from_a_newer_minor"], start=100):
@@ -252,7 +236,7 @@ def test_another_major_is_refused_in_a_reply_its_sender_reads(
     daemon: DaemonProcess, offset: int, upgrade: str
 ) -> None:
     """The error comes back in the sender's major, with the 6.0-and-later error shape, naming who upgrades."""
-    peer = RawPeer(daemon.dirs.runtime_dir)
+    peer = CompatPeer(daemon.dirs.runtime_dir)
     try:
         major = PROTOCOL_MAJOR + offset
         data = peer.send(json.dumps({"v": major, "id": 9, "type": "status"}).encode())

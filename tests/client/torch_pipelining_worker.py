@@ -12,8 +12,10 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -46,6 +48,7 @@ BATCH = 8
 STEPS = 3
 PLAN_WAIT_S = 20.0
 P_BLOCK_W = 80.0  # the blocking power of the imported profile
+Handle = TypeVar("Handle")
 
 
 class RecordingClient(PerseusClient):
@@ -84,6 +87,31 @@ class RecordingClient(PerseusClient):
     def _keep(self, *event: Any) -> None:
         self.threads.add(threading.current_thread().name)
         self.sent.append(list(event))
+
+
+def claimed_client(config: dict[str, Any]) -> tuple[RecordingClient, str]:
+    """A recording client of the case's job holding this rank's GPU, found as under a launcher (its
+    CUDA_VISIBLE_DEVICES and LOCAL_RANK)."""
+    client = RecordingClient(config["runtime_dir"], job=config["job"], timeout_s=5.0)
+    gpu = client.gpu_uuid()
+    assert gpu is not None
+    client.claim([gpu])
+    return client, gpu
+
+
+def instrument_reporting(
+    report: dict[str, Any], gpu: str, instrument: Callable[..., Handle], **registering: Any
+) -> Handle:
+    """`instrument(**registering)`: the integration registers and finds the GPU itself. Where the daemon
+    cannot take the job, `instrument(gpu, register=False)`, so the events are still checked.
+    `report["register"]` says which ("ok" or the refusal's code and message)."""
+    try:
+        handle = instrument(**registering)
+        report["register"] = ["ok", None]
+    except PerseusClientError as exc:
+        report["register"] = [exc.code, exc.message]
+        handle = instrument(gpu, register=False)
+    return handle
 
 
 def build_schedule(config: dict[str, Any], rank: int, world: int) -> Any:
@@ -156,10 +184,7 @@ def wait_for_plan(client: PerseusClient, job: str) -> list[Any]:
 
 
 def instrumented_run(config: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
-    client = RecordingClient(config["runtime_dir"], job=config["job"], timeout_s=5.0)
-    gpu = client.gpu_uuid()  # CUDA_VISIBLE_DEVICES and LOCAL_RANK, as a launcher sets them
-    assert gpu is not None
-    client.claim([gpu])
+    client, gpu = claimed_client(config)
     if rank == 0:
         csv_text = Path(config["profile"]).read_text()
         report: dict[str, Any] = {
@@ -171,13 +196,10 @@ def instrumented_run(config: dict[str, Any], rank: int, world: int) -> dict[str,
     schedule = build_schedule(config, rank, world)
     report["named"] = schedule_name_of(schedule)
     report["gpu"] = gpu
-    try:
-        registered_as = config.get("register_as", "observed")  # named: the daemon plans its own order
-        handle: PipelineInstrumentation = instrument(schedule, client, schedule_name=registered_as)
-        report["register"] = ["ok", None]
-    except PerseusClientError as exc:  # the daemon cannot take jobs: still check the events
-        report["register"] = [exc.code, exc.message]
-        handle = instrument(schedule, client, gpu, register=False)
+    registered_as = config.get("register_as", "observed")  # named: the daemon plans its own order
+    handle: PipelineInstrumentation = instrument_reporting(
+        report, gpu, partial(instrument, schedule, client), schedule_name=registered_as
+    )
     report.update(train(schedule, config.get("eval", True)))
     handle.close()
     report["events"] = [event for event in client.sent if event[0] != "register"]

@@ -22,7 +22,8 @@ from perseusd.cluster.job_board import (
     view_state,
 )
 from perseusd.errors import ConfigError
-from tests.support.etcd_cluster import free_ports, wait_until
+from tests.support.etcd_cluster import wait_until
+from tests.support.ports import free_ports
 
 PREFIX = "/perseus/v1"
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import pytest
@@ -85,8 +86,16 @@ def _stage_step(stage: Stage, step: int) -> None:
                 time.sleep(0.005)
 
 
-def _training(stages: list[Stage]) -> Lockstep[Stage]:
-    return Lockstep(stages, _stage_step).start()
+@contextmanager
+def _training(nodes: dict[str, DaemonProcess]) -> Iterator[list[Stage]]:
+    """The job running on both nodes (`_running`), its stages training in lockstep until the block ends; then
+    they stop and release their GPUs."""
+    stages = _running(nodes)
+    training = Lockstep(stages, _stage_step).start()
+    try:
+        yield stages
+    finally:
+        training.stop(release=True)
 
 
 def _job(daemon: DaemonProcess, name: str = JOB) -> JobInfo | None:
@@ -137,12 +146,18 @@ def _running(nodes: dict[str, DaemonProcess]) -> list[Stage]:
     return stages
 
 
+def _roles(nodes: dict[str, DaemonProcess]) -> tuple[JobInfo, str, str]:
+    """The job as node-a sees it, the node leading it and the other node."""
+    info = _span(nodes["node-a"])
+    assert info.span is not None
+    leader = info.span.leader
+    return info, leader, next(n for n in NODES if n != leader)
+
+
 def test_one_job_over_two_nodes_one_solve_the_same_plan_and_the_whole_job_from_either(
     nodes: dict[str, DaemonProcess],
 ) -> None:
-    stages = _running(nodes)
-    training = _training(stages)
-    try:
+    with _training(nodes) as stages:
         infos = {name: _span(daemon) for name, daemon in nodes.items()}
         plans = {info.plan_index for info in infos.values()}
         assert len(plans) == 1
@@ -162,21 +177,14 @@ def test_one_job_over_two_nodes_one_solve_the_same_plan_and_the_whole_job_from_e
         # Each node runs its own stage's part of the plan: its GPU's clock is locked by it.
         for stage in stages:
             assert sim_control(stage.daemon.dirs.runtime_dir, stage.gpu).locked_sm_clock_mhz is not None
-    finally:
-        training.stop(release=True)
     _all_unlocked(nodes)  # the job ended on both nodes: every GPU back as it was
 
 
 def test_the_solving_node_dies_another_takes_over_and_its_stage_rejoins_without_a_new_profile(
     nodes: dict[str, DaemonProcess],
 ) -> None:
-    stages = _running(nodes)
-    training = _training(stages)
-    try:
-        before = _span(nodes["node-a"])
-        assert before.span is not None
-        leader_name = before.span.leader
-        other_name = next(n for n in NODES if n != leader_name)
+    with _training(nodes):
+        before, leader_name, other_name = _roles(nodes)
         leader, other = nodes[leader_name], nodes[other_name]
         plan_index = before.plan_index
 
@@ -197,21 +205,14 @@ def test_the_solving_node_dies_another_takes_over_and_its_stage_rejoins_without_
         assert back.span is not None
         assert back.span.solves == 1
         assert back.span.leader == other_name
-    finally:
-        training.stop(release=True)
     _all_unlocked(nodes)
 
 
 def test_a_node_that_does_not_lead_dies_the_other_keeps_its_plan_and_the_node_rejoins(
     nodes: dict[str, DaemonProcess],
 ) -> None:
-    stages = _running(nodes)
-    training = _training(stages)
-    try:
-        before = _span(nodes["node-a"])
-        assert before.span is not None
-        leader_name = before.span.leader
-        follower_name = next(n for n in NODES if n != leader_name)
+    with _training(nodes):
+        before, leader_name, follower_name = _roles(nodes)
         leader, follower = nodes[leader_name], nodes[follower_name]
         epoch = _span(leader).span.plan_epoch  # type: ignore[union-attr]
 
@@ -231,8 +232,6 @@ def test_a_node_that_does_not_lead_dies_the_other_keeps_its_plan_and_the_node_re
         assert back.profiling is None  # no new profile
         assert back.span is not None
         assert (back.span.solves, back.span.leader) == (1, leader_name)
-    finally:
-        training.stop(release=True)
     _all_unlocked(nodes)
 
 
@@ -247,9 +246,7 @@ def _all_unlocked(nodes: dict[str, DaemonProcess]) -> None:
 def test_etcd_lost_plans_keep_running_and_the_status_says_re_plans_wait(
     nodes: dict[str, DaemonProcess], etcd: EtcdCluster
 ) -> None:
-    stages = _running(nodes)
-    training = _training(stages)
-    try:
+    with _training(nodes):
         plan_index = _span(nodes["node-b"]).plan_index
         etcd.kill_quorum()
         _until(lambda: _view(nodes["node-b"]) == "expired", "the view expires", TTL_S + 10)
@@ -262,8 +259,6 @@ def test_etcd_lost_plans_keep_running_and_the_status_says_re_plans_wait(
         etcd.restart()
         _until(lambda: _view(nodes["node-b"]) == "fresh", "etcd is back", 30)
         assert _span(nodes["node-a"]).plan_index == plan_index
-    finally:
-        training.stop(release=True)
 
 
 def test_two_runs_of_one_job_name_on_two_nodes_never_mix(nodes: dict[str, DaemonProcess]) -> None:

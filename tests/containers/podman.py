@@ -13,7 +13,6 @@ as NVIDIA's container hook does.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import subprocess
@@ -169,13 +168,3 @@ def device_nodes(directory: Path, minors: Sequence[int]) -> dict[int, Path]:
             os.mknod(node, 0o666 | 0o020000, os.makedev(195, minor))
         nodes[minor] = node
     return nodes
-
-
-def first_json_line(attached: subprocess.Popen[str]) -> dict[str, object]:
-    assert attached.stdout is not None
-    line = attached.stdout.readline()
-    if not line:
-        _, err = attached.communicate(timeout=30)
-        raise AssertionError(f"the container said nothing (exit {attached.returncode}):\n{err}")
-    result: dict[str, object] = json.loads(line)
-    return result

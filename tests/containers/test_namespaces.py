@@ -17,19 +17,14 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.containers import readings
 from tests.containers.namespaces import CONTAINER_UID, container_command, container_pid, enter_command
 from tests.support.perseusd_proc import DaemonProcess, sim_control
 
 pytestmark = pytest.mark.timeout(180)
-
-HERE = Path(__file__).resolve().parent
-CLIENT = str(HERE / "client_inside.py")
-CLOCK_MHZ = 1005
-RESTORE_TIMEOUT_S = 20.0
 
 
 @contextlib.contextmanager
@@ -65,24 +60,9 @@ def container(
         proc.communicate(timeout=10)
 
 
-def _first_line(proc: subprocess.Popen[str]) -> dict[str, Any]:
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line:
-        _, err = proc.communicate(timeout=10)
-        raise AssertionError(f"the container said nothing (exit {proc.returncode}):\n{err}")
-    result: dict[str, Any] = json.loads(line)
-    return result
-
-
-def _gpus(daemon: DaemonProcess) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = daemon.status()["gpus"]
-    return rows
-
-
 def _wait_unleased(daemon: DaemonProcess, uuid: str) -> None:
-    deadline_s = time.monotonic() + RESTORE_TIMEOUT_S
-    while any(row["uuid"] == uuid and row["lease"] for row in _gpus(daemon)):
+    deadline_s = time.monotonic() + readings.RESTORE_TIMEOUT_S
+    while any(row["uuid"] == uuid and row["lease"] for row in readings.gpu_rows(daemon)):
         assert time.monotonic() < deadline_s, f"GPU {uuid} still leased"
         time.sleep(0.05)
 
@@ -93,24 +73,28 @@ def test_a_container_claims_the_gpu_it_was_given_by_its_own_index(
     """Given host GPUs 2 and 3, CUDA_VISIBLE_DEVICES=1 inside names host GPU 3; the daemon sees the host pid
     and the mapped uid, refuses GPU 0 (not given), and restores GPU 3 when the container is killed."""
     daemon = container_daemon
-    uuids = [row["uuid"] for row in _gpus(daemon)]
+    uuids = [row["uuid"] for row in readings.gpu_rows(daemon)]
     with container(
-        daemon, [sys.executable, CLIENT, str(CLOCK_MHZ)], [2, 3], tmp_path, env={"CUDA_VISIBLE_DEVICES": "1"}
+        daemon,
+        [sys.executable, readings.CLIENT, str(readings.CLOCK_MHZ)],
+        [2, 3],
+        tmp_path,
+        env={"CUDA_VISIBLE_DEVICES": "1"},
     ) as proc:
-        seen = _first_line(proc)
+        seen = readings.first_json_line(proc)
         host_pid = container_pid(proc)
         assert seen["pid"] == 1
         assert seen["uid"] == 0
         assert seen["visible"] == [uuids[2], uuids[3]]
         assert seen["mine"] == uuids[3]
-        assert seen["applied_mhz"] == CLOCK_MHZ
+        assert seen["applied_mhz"] == readings.CLOCK_MHZ
         assert seen["other"] == "PERMISSION_DENIED", seen
         assert "not among the GPUs given" in seen["other_message"]
-        lease = _gpus(daemon)[3]["lease"]
+        lease = readings.gpu_rows(daemon)[3]["lease"]
         assert lease["pid"] == host_pid != 1  # what the kernel says of it
         assert lease["uid"] == CONTAINER_UID
-        assert sim_control(daemon.dirs.runtime_dir, uuids[3]).locked_sm_clock_mhz == CLOCK_MHZ
-        assert all(row["lease"] is None for i, row in enumerate(_gpus(daemon)) if i != 3)
+        assert sim_control(daemon.dirs.runtime_dir, uuids[3]).locked_sm_clock_mhz == readings.CLOCK_MHZ
+        assert all(row["lease"] is None for i, row in enumerate(readings.gpu_rows(daemon)) if i != 3)
         os.kill(host_pid, signal.SIGKILL)  # the container's pid 1: the whole container dies
         _wait_unleased(daemon, uuids[3])
     assert sim_control(daemon.dirs.runtime_dir, uuids[3]).locked_sm_clock_mhz is None
@@ -121,14 +105,14 @@ def test_a_second_process_entered_into_the_container_sees_the_same_gpus(
 ) -> None:
     """nsenter (podman exec's way in): a second process in the same container, its own lease, its own pid."""
     daemon = container_daemon
-    uuids = [row["uuid"] for row in _gpus(daemon)]
+    uuids = [row["uuid"] for row in readings.gpu_rows(daemon)]
     hold = [sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.readline()"]
     with container(daemon, hold, [0, 1], tmp_path) as proc:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "up"
         init_pid = container_pid(proc)
         entered = subprocess.Popen(
-            enter_command(init_pid, [sys.executable, CLIENT, str(CLOCK_MHZ)]),
+            enter_command(init_pid, [sys.executable, readings.CLIENT, str(readings.CLOCK_MHZ)]),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -136,12 +120,12 @@ def test_a_second_process_entered_into_the_container_sees_the_same_gpus(
             env={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "1"},
         )
         try:
-            seen = _first_line(entered)
+            seen = readings.first_json_line(entered)
             assert seen["visible"] == [uuids[0], uuids[1]]
             assert seen["mine"] == uuids[1]
             assert seen["other"] == "PERMISSION_DENIED"
             assert seen["pid"] != 1
-            lease = _gpus(daemon)[1]["lease"]
+            lease = readings.gpu_rows(daemon)[1]["lease"]
             assert lease["uid"] == CONTAINER_UID
             assert lease["pid"] not in (seen["pid"], init_pid)
             assert entered.stdin is not None
@@ -170,7 +154,7 @@ def test_a_container_without_gpus_may_claim_none(container_daemon: DaemonProcess
         "print(json.dumps({'visible': c.daemon_info.visible_gpus, 'code': code}), flush=True)\n"
     )
     with container(daemon, [sys.executable, "-c", script], [], tmp_path) as proc:
-        seen = _first_line(proc)
+        seen = readings.first_json_line(proc)
     assert seen == {"visible": [], "code": "PERMISSION_DENIED"}
 
 
@@ -202,21 +186,11 @@ def test_a_training_job_in_a_container_registers_runs_its_plan_and_saves_energy(
     """The emulated training job (2 stages, one process each) in a container given host GPUs 2 and 3:
     claims, registers, reports events, gets its plan from the daemon and saves energy, as on the host."""
     daemon = container_daemon
-    uuids = [row["uuid"] for row in _gpus(daemon)]
-    command = [
-        sys.executable, "-m", "perseusd.emulate.main", "--runtime-dir", "/run/perseusd",
-        "--profile", "a100_sxm", "--stages", "2", "--microbatches", "4", "--time-scale", "0.2",
-        "--iterations", "4", "--import-profile", "--json", "--timeout-s", "120", "--job", "in-container",
-    ]  # fmt: skip
-    with container(daemon, command, [2, 3], tmp_path) as proc:
+    uuids = [row["uuid"] for row in readings.gpu_rows(daemon)]
+    with container(daemon, readings.emulated_training("in-container"), [2, 3], tmp_path) as proc:
         out, err = proc.communicate(timeout=170)
     assert proc.returncode == 0, err
     report = json.loads(out)
-    assert report["failure"] is None
-    assert report["plan"]["state"] == "running"
-    assert report["saving_pct"] > 0
+    readings.assert_trained(report, daemon, [uuids[2], uuids[3]])
     (job,) = report["daemon_jobs"]
     assert job["plan_time_s"] <= job["all_max_time_s"] * (1 + 1e-9)
-    assert [pipe["gpus"] for pipe in report["pipelines"]] == [[uuids[2], uuids[3]]]
-    for uuid in uuids:
-        assert sim_control(daemon.dirs.runtime_dir, uuid).locked_sm_clock_mhz is None

@@ -11,25 +11,20 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.containers import readings
 from tests.containers.podman import (
     PODMAN_UID_BASE,
     Podman,
     device_nodes,
-    first_json_line,
     missing_requirement,
     podman_storage,
 )
 from tests.support.perseusd_proc import DaemonProcess, sim_control
 
 pytestmark = pytest.mark.timeout(600)
-
-CLIENT = str(Path(__file__).resolve().parent / "client_inside.py")
-CLOCK_MHZ = 1005
-RESTORE_TIMEOUT_S = 20.0
 
 
 @pytest.fixture(scope="module")
@@ -41,39 +36,34 @@ def podman() -> Iterator[Podman]:
         yield storage
 
 
-def _gpus(daemon: DaemonProcess) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = daemon.status()["gpus"]
-    return rows
-
-
 def test_a_podman_container_claims_its_gpu_and_its_death_restores_it(
     podman: Podman, container_daemon: DaemonProcess, tmp_path: Path
 ) -> None:
     daemon = container_daemon
-    uuids = [row["uuid"] for row in _gpus(daemon)]
+    uuids = [row["uuid"] for row in readings.gpu_rows(daemon)]
     nodes = device_nodes(tmp_path / "dev", [1, 2])
     container, attached = podman.start(
-        [sys.executable, CLIENT, str(CLOCK_MHZ)],
+        [sys.executable, readings.CLIENT, str(readings.CLOCK_MHZ)],
         daemon.dirs.runtime_dir,
         nodes,
         env={"CUDA_VISIBLE_DEVICES": "1"},
     )
     try:
-        seen = first_json_line(attached)
+        seen = readings.first_json_line(attached)
         host_pid = podman.pid(container)
         assert seen["pid"] == 1
         assert seen["uid"] == 0
         assert seen["visible"] == [uuids[1], uuids[2]]
         assert seen["mine"] == uuids[2]
-        assert seen["applied_mhz"] == CLOCK_MHZ
+        assert seen["applied_mhz"] == readings.CLOCK_MHZ
         assert seen["other"] == "PERMISSION_DENIED"
-        lease = _gpus(daemon)[2]["lease"]
+        lease = readings.gpu_rows(daemon)[2]["lease"]
         assert lease["pid"] == host_pid
         assert lease["uid"] == PODMAN_UID_BASE
-        assert sim_control(daemon.dirs.runtime_dir, uuids[2]).locked_sm_clock_mhz == CLOCK_MHZ
+        assert sim_control(daemon.dirs.runtime_dir, uuids[2]).locked_sm_clock_mhz == readings.CLOCK_MHZ
         os.kill(host_pid, signal.SIGKILL)  # the container dies (podman kill would do the same)
-        deadline_s = time.monotonic() + RESTORE_TIMEOUT_S
-        while _gpus(daemon)[2]["lease"] is not None:
+        deadline_s = time.monotonic() + readings.RESTORE_TIMEOUT_S
+        while readings.gpu_rows(daemon)[2]["lease"] is not None:
             assert time.monotonic() < deadline_s, "the lease outlived the container"
             time.sleep(0.05)
         assert sim_control(daemon.dirs.runtime_dir, uuids[2]).locked_sm_clock_mhz is None
@@ -88,22 +78,12 @@ def test_a_training_job_in_podman_runs_its_plan_and_saves_energy(
 ) -> None:
     """perseus-emulate (2 stages, one process each) in a podman container given host GPUs 2 and 3."""
     daemon = container_daemon
-    uuids = [row["uuid"] for row in _gpus(daemon)]
-    command = [
-        sys.executable, "-m", "perseusd.emulate.main", "--runtime-dir", "/run/perseusd",
-        "--profile", "a100_sxm", "--stages", "2", "--microbatches", "4", "--time-scale", "0.2",
-        "--iterations", "4", "--import-profile", "--json", "--timeout-s", "120", "--job", "in-podman",
-    ]  # fmt: skip
+    uuids = [row["uuid"] for row in readings.gpu_rows(daemon)]
+    command = readings.emulated_training("in-podman")
     container, attached = podman.start(command, daemon.dirs.runtime_dir, device_nodes(tmp_path, [2, 3]))
     try:
         out, err = attached.communicate(timeout=240)
     finally:
         podman.remove(container)
     assert attached.returncode == 0, err
-    report = json.loads(out)
-    assert report["failure"] is None
-    assert report["plan"]["state"] == "running"
-    assert report["saving_pct"] > 0
-    assert [pipe["gpus"] for pipe in report["pipelines"]] == [[uuids[2], uuids[3]]]
-    for uuid in uuids:
-        assert sim_control(daemon.dirs.runtime_dir, uuid).locked_sm_clock_mhz is None
+    readings.assert_trained(json.loads(out), daemon, [uuids[2], uuids[3]])

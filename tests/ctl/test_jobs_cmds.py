@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -32,6 +31,7 @@ from perseusd.errors import PlanFormatError
 from perseusd.planner.dag import build_dag
 from perseusd.planner.plan import PlanMeta, frontier_document, plan_from_point
 from tests.support.ctl import run_ctl as _ctl
+from tests.support.synthetic import Point
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -175,17 +175,6 @@ def test_status_without_plans_or_jobs_has_neither_column_nor_section() -> None:
 
 
 # ------------------------------------------------------------------ documents
-
-
-@dataclass(frozen=True)
-class Point:
-    """A frontier point with round numbers (the `PlanPoint` fields)."""
-
-    quant_time: int
-    time_s: float
-    model_energy_j: float
-    refined_energy_j: float
-    clocks_mhz: tuple[int, ...]
 
 
 DAG = build_dag("1f1b", 2, 2, 1)

@@ -4,20 +4,8 @@ from __future__ import annotations
 
 from perseus_client.protocol import ErrorCode
 
+from perseusd import errors
 from perseusd.daemon.wire_errors import CODES, protocol_error
-from perseusd.errors import (
-    ConfigError,
-    GpuBusyError,
-    GpuError,
-    InconsistentStateError,
-    InvalidValueError,
-    JobNotFoundError,
-    JobOwnerError,
-    LimitReachedError,
-    NotLeasedError,
-    NotPermittedError,
-    NotRegisteredError,
-)
 from perseusd.gpu.errors import GpuLostError
 from perseusd.gpu.registry import UnknownGpuError
 from perseusd.leasing.state_file import StateWriteError
@@ -25,17 +13,17 @@ from perseusd.leasing.state_file import StateWriteError
 
 def test_each_domain_error_has_its_code_and_message() -> None:
     cases = {
-        JobNotFoundError("x"): (ErrorCode.BAD_FIELD, "no job 'x' on this node"),
-        JobOwnerError("x"): (ErrorCode.PERMISSION_DENIED, "job 'x' belongs to another user"),
+        errors.JobNotFoundError("x"): (ErrorCode.BAD_FIELD, "no job 'x' on this node"),
+        errors.JobOwnerError("x"): (ErrorCode.PERMISSION_DENIED, "job 'x' belongs to another user"),
         UnknownGpuError("no GPU u"): (ErrorCode.UNKNOWN_GPU, "no GPU u"),
-        GpuError("it failed"): (ErrorCode.GPU_ERROR, "it failed"),
-        InvalidValueError("bad"): (ErrorCode.BAD_FIELD, "bad"),
-        NotPermittedError("no"): (ErrorCode.PERMISSION_DENIED, "no"),
-        LimitReachedError("full"): (ErrorCode.LIMIT, "full"),
-        NotRegisteredError("send hello first"): (ErrorCode.NOT_REGISTERED, "send hello first"),
-        GpuBusyError("busy"): (ErrorCode.GPU_BUSY, "busy"),
-        NotLeasedError("claim GPU u first"): (ErrorCode.NOT_LEASED, "claim GPU u first"),
-        InconsistentStateError("odd"): (ErrorCode.INTERNAL, "odd"),
+        errors.GpuError("it failed"): (ErrorCode.GPU_ERROR, "it failed"),
+        errors.InvalidValueError("bad"): (ErrorCode.BAD_FIELD, "bad"),
+        errors.NotPermittedError("no"): (ErrorCode.PERMISSION_DENIED, "no"),
+        errors.LimitReachedError("full"): (ErrorCode.LIMIT, "full"),
+        errors.NotRegisteredError("send hello first"): (ErrorCode.NOT_REGISTERED, "send hello first"),
+        errors.GpuBusyError("busy"): (ErrorCode.GPU_BUSY, "busy"),
+        errors.NotLeasedError("claim GPU u first"): (ErrorCode.NOT_LEASED, "claim GPU u first"),
+        errors.InconsistentStateError("odd"): (ErrorCode.INTERNAL, "odd"),
     }
     for exc, expected in cases.items():
         mapped = protocol_error(exc)
@@ -60,14 +48,14 @@ def test_a_failed_state_write_says_nothing_was_applied() -> None:
 
 
 def test_an_error_outside_the_table_is_internal() -> None:
-    assert protocol_error(ConfigError("bad")) is None
+    assert protocol_error(errors.ConfigError("bad")) is None
 
 
 def test_a_refusal_names_where_in_the_request_its_problem_is() -> None:
     """A library names the field within the request; the daemon puts the request's type before it."""
-    entry = InvalidValueError("5000 outside 210..1410 MHz", "plan[3].freq_mhz")
-    whole = InvalidValueError("stage 4 outside 0..3", "")
-    said = InvalidValueError("policy must be one of fastest, min_energy")
+    entry = errors.InvalidValueError("5000 outside 210..1410 MHz", "plan[3].freq_mhz")
+    whole = errors.InvalidValueError("stage 4 outside 0..3", "")
+    said = errors.InvalidValueError("policy must be one of fastest, min_energy")
     assert [protocol_error(exc, "set_plan").message for exc in (entry, whole, said)] == [  # type: ignore[union-attr]
         "set_plan.plan[3].freq_mhz: 5000 outside 210..1410 MHz",
         "set_plan: stage 4 outside 0..3",

@@ -51,13 +51,19 @@ def test_the_real_stage_cannot_be_throttled() -> None:
     executor.close()
 
 
-@pytest.mark.gpu
-def test_on_a_gpu_the_stage_waits_on_a_flag_kernel_released_by_the_host() -> None:
+@pytest.fixture
+def cuda() -> torch.device:
+    """The first CUDA device (the test is skipped without one)."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
+    return torch.device("cuda", 0)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_stage_waits_on_a_flag_kernel_released_by_the_host(cuda: torch.device) -> None:
     from perseusd.emulate.torch_stage import FlagWait
 
-    wait = FlagWait(torch.device("cuda", 0))
+    wait = FlagWait(cuda)
     latency_s = wait.self_test()
     assert latency_s < 0.05  # the kernel ends within microseconds of the flag, not at its poll bound
     behind_spin = torch.cuda.Event()
@@ -69,12 +75,10 @@ def test_on_a_gpu_the_stage_waits_on_a_flag_kernel_released_by_the_host() -> Non
 
 
 @pytest.mark.gpu
-def test_on_a_gpu_the_clock_probe_reads_the_sm_clock_on_the_gpu() -> None:
-    if not torch.cuda.is_available():
-        pytest.skip("needs CUDA")
+def test_on_a_gpu_the_clock_probe_reads_the_sm_clock_on_the_gpu(cuda: torch.device) -> None:
     from perseusd.emulate.torch_stage import ClockProbe
 
-    probe = ClockProbe(torch.device("cuda", 0))
+    probe = ClockProbe(cuda)
     clock_mhz = probe.self_test()
     top_mhz = (
         torch.cuda.get_device_properties(0).clock_rate / 1000

@@ -10,23 +10,25 @@ from pathlib import Path
 
 import pytest
 
-from perseusd.gpu.backend import GpuDevice, GpuInfo, GpuState
+from perseusd.gpu.backend import GpuState
 from perseusd.gpu.errors import GpuOwnerStoppedError, GpuPermissionError
 from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.sim import SimBackend, SimDevice
 
+from .forwarding import ForwardingDevice
 
-class RecordingDevice(GpuDevice):
+
+class RecordingDevice(ForwardingDevice):
     """Wraps a device; records every call and the most calls ever running at once."""
 
     def __init__(self, inner: SimDevice) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.calls: list[str] = []
         self.running = 0
         self.max_running = 0
         self._lock = threading.Lock()
 
-    def _enter(self, name: str) -> None:
+    def before(self, name: str) -> None:
         with self._lock:
             self.calls.append(name)
             self.running += 1
@@ -34,42 +36,6 @@ class RecordingDevice(GpuDevice):
         time.sleep(0.0005)
         with self._lock:
             self.running -= 1
-
-    @property
-    def info(self) -> GpuInfo:
-        return self.inner.info
-
-    def set_locked_sm_clock_mhz(self, clock_mhz: int) -> int:
-        self._enter("set_locked_sm_clock_mhz")
-        return self.inner.set_locked_sm_clock_mhz(clock_mhz)
-
-    def reset_locked_sm_clock(self) -> None:
-        self._enter("reset_locked_sm_clock")
-        self.inner.reset_locked_sm_clock()
-
-    def locked_sm_clock_mhz(self) -> int | None:
-        self._enter("locked_sm_clock_mhz")
-        return self.inner.locked_sm_clock_mhz()
-
-    def sm_clock_mhz(self) -> int:
-        self._enter("sm_clock_mhz")
-        return self.inner.sm_clock_mhz()
-
-    def set_power_limit_w(self, limit_w: float) -> float:
-        self._enter("set_power_limit_w")
-        return self.inner.set_power_limit_w(limit_w)
-
-    def power_limit_w(self) -> float:
-        self._enter("power_limit_w")
-        return self.inner.power_limit_w()
-
-    def energy_mj(self) -> int:
-        self._enter("energy_mj")
-        return self.inner.energy_mj()
-
-    def power_w(self) -> float:
-        self._enter("power_w")
-        return self.inner.power_w()
 
 
 @pytest.fixture

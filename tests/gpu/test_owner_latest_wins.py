@@ -10,28 +10,25 @@ from pathlib import Path
 
 import pytest
 
-from perseusd.gpu.backend import GpuDevice, GpuInfo
 from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.sim import SimBackend, SimDevice
+
+from .forwarding import ForwardingDevice
 
 SET_CALL_S = 0.01
 """What a clock lock blocks its caller on an H100 (~10 ms), injected as a "slow" fault."""
 
 
-class TimedDevice(GpuDevice):
+class TimedDevice(ForwardingDevice):
     """Wraps a device; records (start, end, clock) of every clock-set call and the order of all calls."""
 
     def __init__(self, inner: SimDevice) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.sets: list[tuple[float, float, int]] = []
         self.calls: list[str] = []
         self.set_started = threading.Event()
         self.gate = threading.Event()  # clock sets wait for it once they have started
         self.gate.set()
-
-    @property
-    def info(self) -> GpuInfo:
-        return self.inner.info
 
     def set_locked_sm_clock_mhz(self, clock_mhz: int) -> int:
         self.calls.append(f"set {clock_mhz}")
@@ -46,24 +43,9 @@ class TimedDevice(GpuDevice):
         self.calls.append("reset")
         self.inner.reset_locked_sm_clock()
 
-    def locked_sm_clock_mhz(self) -> int | None:
-        return self.inner.locked_sm_clock_mhz()
-
-    def sm_clock_mhz(self) -> int:
-        return self.inner.sm_clock_mhz()
-
     def set_power_limit_w(self, limit_w: float) -> float:
         self.calls.append(f"limit {limit_w:g}")
         return self.inner.set_power_limit_w(limit_w)
-
-    def power_limit_w(self) -> float:
-        return self.inner.power_limit_w()
-
-    def energy_mj(self) -> int:
-        return self.inner.energy_mj()
-
-    def power_w(self) -> float:
-        return self.inner.power_w()
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from perseusd.jobs.accuracy import (
 )
 from perseusd.jobs.metering import MeasuredSaving
 from perseusd.metrics.job_metrics import job_families
-from tests.jobs.test_no_harm_core import _job, _run_job
-from tests.support.daemon_core import sim_core
+from tests.jobs.test_no_harm_core import _run_job
+from tests.support.daemon_core import core_job, sim_core
 
 
 def test_the_profile_error_is_the_rms_of_its_options_errors() -> None:
@@ -58,7 +58,7 @@ def test_a_running_job_reports_its_error_and_is_re_planned_when_it_falls_short(
         _run_job(core, (0.7, 1.0), 8)
         manager = core.jobs
         assert manager is not None
-        before = _job(core)
+        before = core_job(core)
         assert before.predicted_saving_pct is not None
         assert before.predicted_saving_pct > 0
         assert before.profile_error_pct is None  # an imported profile carries no error
@@ -75,7 +75,7 @@ def test_a_running_job_reports_its_error_and_is_re_planned_when_it_falls_short(
         job.accuracy_checked_s = 0.0
         with caplog.at_level(logging.WARNING, logger="perseusd.jobs.deployment"):
             core.tick()
-        after = _job(core)
+        after = core_job(core)
         assert after.accuracy_action == "re-planned"
         assert after.saving_error_pts == 2 * MIN_SAVING_ERROR_PTS
         assert after.measured_saving_pct == pytest.approx(before.predicted_saving_pct - 5.0, abs=1e-3)
@@ -88,4 +88,4 @@ def test_a_running_job_reports_its_error_and_is_re_planned_when_it_falls_short(
         assert set(kinds) == {"predicted", "measured", "error_points"}
         job.accuracy_checked_s = 0.0
         core.tick()
-        assert _job(core).accuracy_action in ("re-planned", "kept")
+        assert core_job(core).accuracy_action in ("re-planned", "kept")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -122,12 +121,6 @@ def _wait_running(core: DaemonCore) -> None:
         assert time.monotonic() < deadline_s, "job never ran"
         core.tick()
         time.sleep(0.02)
-
-
-@pytest.fixture
-def core(tmp_path: Path) -> Iterator[DaemonCore]:
-    with sim_core(tmp_path, gpus=STAGES, jobs=JobSettings()) as built:
-        yield built
 
 
 @pytest.mark.parametrize("kind", ["list", "deeply-nested"])

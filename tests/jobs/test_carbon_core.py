@@ -15,8 +15,6 @@ from perseus_client.protocol import (
     DocumentReply,
     FrontierRequest,
     JobInfo,
-    JobsReply,
-    JobsRequest,
     SetPolicy,
     StepBegin,
     StepEnd,
@@ -27,10 +25,9 @@ from perseusd.carbon.keeper import SignalKeeper
 from perseusd.carbon.traces import SignalPoint
 from perseusd.daemon.core import DaemonCore
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
-from perseusd.jobs.settings import JobSettings
 from perseusd.planner.policy import PointSummary, Policy
 from tests.support.callers import ME
-from tests.support.daemon_core import sim_core, start_synthetic_job
+from tests.support.daemon_core import core_job, running_core
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -59,15 +56,8 @@ def world() -> World:
 def core(tmp_path: Path, world: World, request: pytest.FixtureRequest) -> Iterator[DaemonCore]:
     pipelines: int = request.param
     steering = CarbonSteering(world.keeper, SETTINGS, clock_s=lambda: world.now_s)
-    with sim_core(tmp_path, gpus=STAGES * pipelines, jobs=JobSettings(), carbon=steering) as built:
-        start_synthetic_job(built, pipelines, STAGES, MICROBATCHES)
+    with running_core(tmp_path, pipelines, STAGES, MICROBATCHES, carbon=steering) as built:
         yield built
-
-
-def _info(core: DaemonCore) -> JobInfo:
-    reply = core.handle(ME, JobsRequest())
-    assert isinstance(reply, JobsReply)
-    return reply.jobs[0]
 
 
 def _points(core: DaemonCore) -> list[PointSummary]:
@@ -83,7 +73,7 @@ def _points(core: DaemonCore) -> list[PointSummary]:
 
 
 def _expected(core: DaemonCore, intensity: float) -> PointSummary:
-    info = _info(core)
+    info = core_job(core)
     assert info.all_max_time_s is not None
     allowed = allowed_points(_points(core), info.all_max_time_s * (1 + ALLOWED_SLOWDOWN))
     power_w = STAGES * core.registry.info(core.registry.uuids[0]).power_limit_max_w
@@ -97,12 +87,24 @@ def _step(core: DaemonCore, step: int) -> None:
         core.on_event(ME, StepEnd(gpu, step, time.monotonic_ns()))
 
 
+def _carbon_policy(core: DaemonCore, world: World, intensity: float) -> JobInfo:
+    """The grid at `intensity`, then the job switched to the carbon policy: the job as it runs then."""
+    world.grid(intensity)
+    core.handle(ME, SetPolicy("train", "carbon", ALLOWED_SLOWDOWN))
+    return core_job(core)
+
+
+def _next_interval(core: DaemonCore, world: World, intensity: float) -> None:
+    """The grid at `intensity` and the next carbon interval begun (the steering chooses again)."""
+    world.grid(intensity)
+    world.now_s += SETTINGS.interval_s
+    core.tick()
+
+
 def test_the_point_follows_the_forecast_each_interval_within_the_allowed_slowdown(
     core: DaemonCore, world: World
 ) -> None:
-    world.grid(2000.0)  # a dirty grid
-    core.handle(ME, SetPolicy("train", "carbon", ALLOWED_SLOWDOWN))
-    dirty = _info(core)
+    dirty = _carbon_policy(core, world, 2000.0)  # a dirty grid
     assert dirty.policy == "carbon"
     assert dirty.target == ALLOWED_SLOWDOWN
     assert dirty.plan_index == _expected(core, 2000.0).index
@@ -115,12 +117,12 @@ def test_the_point_follows_the_forecast_each_interval_within_the_allowed_slowdow
     world.grid(5.0)  # the grid turns clean, but the interval has not passed: nothing moves
     world.now_s += 600.0
     core.tick()
-    assert _info(core).plan_index == dirty.plan_index
+    assert core_job(core).plan_index == dirty.plan_index
 
     world.now_s += 1200.0  # the next interval
     core.tick()
     _step(core, 0)
-    clean = _info(core)
+    clean = core_job(core)
     assert clean.plan_index == _expected(core, 5.0).index
     assert clean.plan_time_s is not None
     assert clean.plan_time_s < dirty.plan_time_s
@@ -130,14 +132,12 @@ def test_the_point_follows_the_forecast_each_interval_within_the_allowed_slowdow
 def test_an_expired_signal_falls_back_to_the_default_point_and_says_so(
     core: DaemonCore, world: World
 ) -> None:
-    world.grid(2000.0)
-    core.handle(ME, SetPolicy("train", "carbon", ALLOWED_SLOWDOWN))
-    default = _info(core)
+    default = _carbon_policy(core, world, 2000.0)
     world.now_s += 3601.0  # no fetch for longer than the bounded age
     world.keeper.failed("the API is down")
     core.tick()
     _step(core, 0)
-    info = _info(core)
+    info = core_job(core)
     assert info.carbon is not None
     assert info.carbon.basis == "default (signal expired)"
     points = _points(core)
@@ -154,7 +154,7 @@ def test_carbon_is_counted_from_the_counters_with_all_max_beside_it(core: Daemon
         _step(core, step)
         step += 1
         core.tick()
-        carbon = _info(core).carbon
+        carbon = core_job(core).carbon
         assert carbon is not None
         if carbon.carbon_g > 0 and carbon.all_max_carbon_g:
             break
@@ -169,13 +169,11 @@ def test_carbon_is_counted_from_the_counters_with_all_max_beside_it(core: Daemon
 def test_straggler_slack_comes_first_and_never_runs_faster_than_the_carbon_point(
     core: DaemonCore, world: World
 ) -> None:
-    world.grid(5.0)  # clean: the carbon point is fast
-    core.handle(ME, SetPolicy("train", "carbon", ALLOWED_SLOWDOWN))
-    clean = _info(core)
+    clean = _carbon_policy(core, world, 5.0)  # clean: the carbon point is fast
     assert clean.plan_time_s is not None
     core.handle(ME, AnnounceStraggler("train", 1, 1.25, False))
     _step(core, 0)
-    info = _info(core)
+    info = core_job(core)
     plans = {p.pipeline: p for p in info.pipelines}
     assert plans[1].plan_index == Policy("fastest").choose(_points(core)).index  # the straggler: fastest
     slack = plans[0].plan_time_s
@@ -184,11 +182,9 @@ def test_straggler_slack_comes_first_and_never_runs_faster_than_the_carbon_point
         slack > clean.plan_time_s
     )  # the other pipeline uses the slack: slower, cheaper than the carbon point
 
-    world.grid(2000.0)  # dirty: a carbon point slower than the straggler's pace
-    world.now_s += SETTINGS.interval_s
-    core.tick()
+    _next_interval(core, world, 2000.0)  # dirty: a carbon point slower than the straggler's pace
     _step(core, 1)
-    dirty = _info(core)
+    dirty = core_job(core)
     assert dirty.plan_time_s is not None
     assert dirty.plan_time_s > slack
     plans = {p.pipeline: p for p in dirty.pipelines}
@@ -198,9 +194,7 @@ def test_straggler_slack_comes_first_and_never_runs_faster_than_the_carbon_point
 def test_under_a_node_cap_the_job_runs_the_least_cost_point_the_cap_allows(
     core: DaemonCore, world: World
 ) -> None:
-    world.grid(5.0)  # clean: the carbon point is fast
-    core.handle(ME, SetPolicy("train", "carbon", ALLOWED_SLOWDOWN))
-    clean = _info(core)
+    clean = _carbon_policy(core, world, 5.0)  # clean: the carbon point is fast
     points = sorted(_points(core), key=lambda p: p.time_s)
     fast = next(p for p in points if p.index == clean.plan_index)
     cap = next(p for p in points if p.time_s > fast.time_s * 1.05)  # a cap that forbids the clean point
@@ -209,7 +203,7 @@ def test_under_a_node_cap_the_job_runs_the_least_cost_point_the_cap_allows(
     job.cap_index = cap.index  # what the node cap's allocation sets (perseusd.cap.node_cap)
     core.jobs.response.decide(job)  # and what it calls then
     _step(core, 0)
-    running = _info(core).pipelines[0]
+    running = core_job(core).pipelines[0]
     assert running.plan_index != fast.index
     assert running.plan_time_s is not None
     assert running.plan_time_s >= cap.time_s * (1 - 1e-9)  # nothing the cap forbids
@@ -221,18 +215,15 @@ def test_under_a_node_cap_the_job_runs_the_least_cost_point_the_cap_allows(
     under_cap = [p for p in allowed if p.time_s >= cap.time_s]
     assert running.plan_index == choose_point(under_cap, 5.0, weights).index  # the best the cap allows
 
-    world.grid(2000.0)  # dirty: the carbon point is slower than the cap's, the cap no longer binds
-    world.now_s += SETTINGS.interval_s
-    core.tick()
+    # Dirty: the carbon point is slower than the cap's, the cap no longer binds.
+    _next_interval(core, world, 2000.0)
     _step(core, 1)
-    dirty = _info(core)
+    dirty = core_job(core)
     assert dirty.pipelines[0].plan_index == dirty.plan_index == _expected(core, 2000.0).index
     assert dirty.plan_time_s is not None
     assert dirty.plan_time_s >= cap.time_s
 
     job.cap_index = None  # the cap is cleared; the grid turns clean: back to the fast point
-    world.grid(5.0)
-    world.now_s += SETTINGS.interval_s
-    core.tick()
+    _next_interval(core, world, 5.0)
     _step(core, 2)
-    assert _info(core).pipelines[0].plan_index == fast.index
+    assert core_job(core).pipelines[0].plan_index == fast.index

@@ -13,9 +13,6 @@ from perseus_client.protocol import (
     Claim,
     DocumentReply,
     Hello,
-    JobInfo,
-    JobsReply,
-    JobsRequest,
     PlanRequest,
     ProfileImport,
     Register,
@@ -27,7 +24,7 @@ from perseusd.planner.dag import Instruction
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.callers import ME
-from tests.support.daemon_core import RUNNING_TIMEOUT_S, sim_core
+from tests.support.daemon_core import RUNNING_TIMEOUT_S, core_job, sim_core
 
 # An H200-like stage (its measured sweep, rounded): 1980 and 1770 take the same time, 1770 for less energy.
 ROWS = {
@@ -57,16 +54,10 @@ def _run_job(core: DaemonCore, weights: tuple[float, ...], microbatches: int) ->
         gpu = core.registry.uuids[stage]
         core.handle(ME, Register(gpu, "train", 0, stage, stages, microbatches, "1f1b", 1))
     deadline_s = time.monotonic() + RUNNING_TIMEOUT_S
-    while _job(core).state != JobState.RUNNING:
+    while core_job(core).state != JobState.RUNNING:
         assert time.monotonic() < deadline_s, "the job never ran"
         core.tick()
         time.sleep(0.02)
-
-
-def _job(core: DaemonCore) -> JobInfo:
-    reply = core.handle(ME, JobsRequest())
-    assert isinstance(reply, JobsReply)
-    return reply.jobs[0]
 
 
 def _plan_rows(core: DaemonCore) -> list[list[int]]:
@@ -78,7 +69,7 @@ def _plan_rows(core: DaemonCore) -> list[list[int]]:
 def test_a_one_stage_job_runs_its_safe_clock_and_says_why(tmp_path: Path) -> None:
     with sim_core(tmp_path, 1, model="h100_sxm") as core:
         _run_job(core, (1.0,), 4)
-        job = _job(core)
+        job = core_job(core)
         assert "stage 0 runs 1770 MHz throughout" in job.plan_note
         assert _plan_rows(core) == [[1770] * 8]
         assert job.plan_energy_j < job.all_max_energy_j  # the capped plateau still saves
@@ -87,7 +78,7 @@ def test_a_one_stage_job_runs_its_safe_clock_and_says_why(tmp_path: Path) -> Non
 def test_the_stage_with_slack_keeps_its_plan_and_the_critical_one_runs_one_clock(tmp_path: Path) -> None:
     with sim_core(tmp_path, 2, model="h100_sxm") as core:
         _run_job(core, (0.7, 1.0), 8)  # stage 0 waits for stage 1: slack to lower its clocks
-        job = _job(core)
+        job = core_job(core)
         assert "stage 1 runs" in job.plan_note
         assert "stage 0" not in job.plan_note
         rows = _plan_rows(core)
@@ -100,5 +91,5 @@ def test_other_policies_run_the_point_as_solved(tmp_path: Path) -> None:
         _run_job(core, (1.0,), 4)
         core.handle(ME, SetPolicy(job="train", policy="min_energy", target=0.0))
         core.tick()
-        assert _job(core).plan_note == ""
+        assert core_job(core).plan_note == ""
         assert min(_plan_rows(core)[0]) < 1770

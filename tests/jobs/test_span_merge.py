@@ -6,17 +6,10 @@ from __future__ import annotations
 import pytest
 
 from perseusd.cluster.span_board import JobIdentity, MemberRecord, PipelineSpan
+from perseusd.jobs import span_merge
 from perseusd.jobs.job import Job
 from perseusd.jobs.shape import JobShape
 from perseusd.jobs.solving import SolveInput, auto_unit_time_s, solve
-from perseusd.jobs.span_merge import (
-    ShareError,
-    decode_share,
-    decode_solution,
-    encode_share,
-    encode_solution,
-    merge_shares,
-)
 from perseusd.jobs.spanning import covered_pipelines, merged_spans, missing_text, ranges
 from perseusd.planner.dag import Instruction
 from perseusd.planner.policy import Policy
@@ -35,17 +28,20 @@ def test_shares_of_some_stages_round_trip_and_merge_into_one_profile() -> None:
     profile = synthetic_profile(4, seed=2)
     halves = [_stages(profile, {0, 1}), _stages(profile, {2, 3})]
     order = ((Instruction.FORWARD, 0, 0), (Instruction.BACKWARD, 0, 0))
-    decoded = [decode_share(encode_share(half, {2 * i: order})) for i, half in enumerate(halves)]
+    decoded = [
+        span_merge.decode_share(span_merge.encode_share(half, {2 * i: order}))
+        for i, half in enumerate(halves)
+    ]
     assert decoded[1][0].measurements == halves[1].measurements  # stages 2-3 only: no gap error
     assert decoded[0][1] == {0: order}
-    merged, p_block_w, orders = merge_shares(decoded, [80.0, 90.0, 100.0], "merged")
+    merged, p_block_w, orders = span_merge.merge_shares(decoded, [80.0, 90.0, 100.0], "merged")
     assert sorted(merged.measurements, key=str) == sorted(profile.measurements, key=str)
     assert p_block_w == 90.0
     assert set(orders) == {0, 2}
     # Two nodes measuring the same stage (data-parallel replicas): each row is their mean.
     first = Measurement(0, Instruction.FORWARD, 1410, 1.0, 10.0)
     second = Measurement(0, Instruction.FORWARD, 1410, 3.0, 30.0)
-    both, _, _ = merge_shares([(Profile((first,)), {}), (Profile((second,)), {})], [1.0, 1.0], "m")
+    both, _, _ = span_merge.merge_shares([(Profile((first,)), {}), (Profile((second,)), {})], [1.0, 1.0], "m")
     assert both.measurements == (Measurement(0, Instruction.FORWARD, 1410, 2.0, 20.0),)
 
 
@@ -56,14 +52,18 @@ def test_the_solution_round_trips_and_bad_documents_are_refused() -> None:
     assert orders is not None
     task = SolveInput("j", shape, orders, profile_to_csv(profile), "p", 80.0, auto_unit_time_s(profile))
     frontier = solve(task).frontier
-    again, merged, p_block_w = decode_solution(encode_solution(frontier, profile, 80.0), "solution")
+    again, merged, p_block_w = span_merge.decode_solution(
+        span_merge.encode_solution(frontier, profile, 80.0), "solution"
+    )
     assert again == frontier
     assert (merged.measurements, p_block_w) == (profile.measurements, 80.0)
     for bad in (b"not json", b'{"format": "perseus-span-share", "version": 1}', b'{"format": "x"}'):
-        with pytest.raises(ShareError):
-            decode_solution(bad, "bad")
-    with pytest.raises(ShareError):
-        decode_share(b'{"format": "perseus-span-share", "version": 1, "rows": [[0, "forward", 1, -1, 1]]}')
+        with pytest.raises(span_merge.ShareError):
+            span_merge.decode_solution(bad, "bad")
+    with pytest.raises(span_merge.ShareError):
+        span_merge.decode_share(
+            b'{"format": "perseus-span-share", "version": 1, "rows": [[0, "forward", 1, -1, 1]]}'
+        )
 
 
 def _member(

@@ -9,19 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from perseus_client.protocol import (
-    AnnounceStraggler,
-    ComputationBegin,
-    ComputationEnd,
-    JobInfo,
-    JobsReply,
-    JobsRequest,
-    StepBegin,
-    StepEnd,
-)
+from perseus_client.protocol import AnnounceStraggler
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.jobs.settings import JobSettings
 from perseusd.jobs.straggling import (
     NOISE_MARGIN_MAX,
     NOISE_MIN_SAMPLES,
@@ -31,27 +21,19 @@ from perseusd.jobs.straggling import (
     StragglerSettings,
     pick_straggler,
 )
-from perseusd.planner.schedule_orders import one_f_one_b_order
 from tests.support.callers import ME
-from tests.support.daemon_core import sim_core, start_synthetic_job
+from tests.support.daemon_core import core_job, running_core
+from tests.support.pipeline_steps import S_NS, pipeline_step
 
 pytestmark = pytest.mark.timeout(300)
 
 PIPELINES, STAGES, MICROBATCHES = 2, 2, 4
-S_NS = 1_000_000_000
 
 
 @pytest.fixture
 def core(tmp_path: Path) -> Iterator[DaemonCore]:
-    with sim_core(tmp_path, gpus=PIPELINES * STAGES, jobs=JobSettings()) as built:
-        start_synthetic_job(built, PIPELINES, STAGES, MICROBATCHES)
+    with running_core(tmp_path, PIPELINES, STAGES, MICROBATCHES) as built:
         yield built
-
-
-def _info(core: DaemonCore) -> JobInfo:
-    reply = core.handle(ME, JobsRequest())
-    assert isinstance(reply, JobsReply)
-    return reply.jobs[0]
 
 
 class CpuNoise:
@@ -73,20 +55,11 @@ class CpuNoise:
 
 def _step(core: DaemonCore, step: int, start_ns: int, slowness: dict[int, float]) -> int:
     """One synchronised step; returns the next step's start (after the slowest pipeline)."""
-    plans = {p.pipeline: p.plan_time_s for p in _info(core).pipelines}
+    plans = {p.pipeline: p.plan_time_s for p in core_job(core).pipelines}
     longest_s = 0.0
     for pipeline in range(PIPELINES):
         compute_s = (plans[pipeline] or 1.0) * slowness[pipeline]
-        for stage in range(STAGES):
-            gpu = core.registry.uuids[pipeline * STAGES + stage]
-            order = one_f_one_b_order(STAGES, MICROBATCHES, stage)
-            core.on_event(ME, StepBegin(gpu, step, start_ns + stage))
-            for index, (instruction, microbatch, chunk) in enumerate(order, start=1):
-                end_ns = start_ns + round(compute_s * S_NS * index / len(order)) - stage
-                args = (gpu, stage, instruction.value, microbatch, chunk)
-                core.on_event(ME, ComputationBegin(*args, end_ns - 1000))  # type: ignore[arg-type]
-                core.on_event(ME, ComputationEnd(*args, end_ns))  # type: ignore[arg-type]
-            core.on_event(ME, StepEnd(gpu, step, start_ns + round(compute_s * S_NS) + 1))
+        pipeline_step(core, pipeline, step, start_ns, compute_s, stages=STAGES, microbatches=MICROBATCHES)
         longest_s = max(longest_s, compute_s)
     return start_ns + round(longest_s * S_NS) + 1000
 
@@ -105,7 +78,7 @@ def test_noise_causes_no_replan_and_a_real_straggler_exactly_one_each_way(
         for step in range(first, end):
             slowness = {p: noise.factor(p) * (real if p == 0 else 1.0) for p in range(PIPELINES)}
             start_ns = _step(core, step, start_ns, slowness)
-            current = _info(core).straggler
+            current = core_job(core).straggler
             key = None if current is None else current.pipeline
             if key != last:
                 detected.append((step, -1 if key is None else key))
@@ -126,15 +99,15 @@ def test_announced_straggler_overrides_a_detected_one(core: DaemonCore) -> None:
         start_ns = _step(core, step, start_ns, {0: 1.0, 1: 1.0})
     for step in range(NOISE_MIN_SAMPLES, NOISE_MIN_SAMPLES + 3):  # pipeline 1 really slow: detected
         start_ns = _step(core, step, start_ns, {0: 1.0, 1: 1.4})
-    info = _info(core)
+    info = core_job(core)
     assert info.straggler is not None
     assert (info.straggler.pipeline, info.straggler.source) == (1, "detected")
     core.handle(ME, AnnounceStraggler("train", 0, 1.1, False))  # the operator knows better
-    info = _info(core)
+    info = core_job(core)
     assert info.straggler is not None
     assert (info.straggler.pipeline, info.straggler.source, info.straggler.factor) == (0, "announced", 1.1)
     start_ns = _step(core, step + 1, start_ns, {0: 1.0, 1: 1.4})
-    plans = {p.pipeline: p.plan_index for p in _info(core).pipelines}
+    plans = {p.pipeline: p.plan_index for p in core_job(core).pipelines}
     assert plans[0] == info.plan_index  # the announced straggler runs the fastest point
     assert plans[1] != info.plan_index
 

@@ -8,48 +8,27 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from perseus_client.protocol import (
-    AnnounceStraggler,
-    AnnounceStragglerOk,
-    ComputationBegin,
-    ComputationEnd,
-    ErrorCode,
-    JobInfo,
-    JobsReply,
-    JobsRequest,
-    ProtocolError,
-    StepBegin,
-    StepEnd,
-)
+from perseus_client.protocol import AnnounceStraggler, AnnounceStragglerOk, ErrorCode, ProtocolError
 
 from perseusd.daemon.core import DaemonCore
-from perseusd.jobs.settings import JobSettings
 from perseusd.jobs.straggling import NOISE_MIN_SAMPLES
-from perseusd.planner.schedule_orders import one_f_one_b_order
 from tests.support.callers import ME, OTHER
-from tests.support.daemon_core import sim_core, start_synthetic_job
+from tests.support.daemon_core import core_job, running_core
+from tests.support.pipeline_steps import S_NS, pipeline_step
 
 pytestmark = pytest.mark.timeout(120)
 
 PIPELINES, STAGES, MICROBATCHES = 3, 2, 4
-S_NS = 1_000_000_000
 
 
 @pytest.fixture
 def core(tmp_path: Path) -> Iterator[DaemonCore]:
-    with sim_core(tmp_path, gpus=PIPELINES * STAGES, jobs=JobSettings()) as built:
-        start_synthetic_job(built, PIPELINES, STAGES, MICROBATCHES)
+    with running_core(tmp_path, PIPELINES, STAGES, MICROBATCHES) as built:
         yield built
 
 
 def _gpu(core: DaemonCore, pipeline: int, stage: int) -> str:
     return core.registry.uuids[pipeline * STAGES + stage]
-
-
-def _info(core: DaemonCore) -> JobInfo:
-    reply = core.handle(ME, JobsRequest())
-    assert isinstance(reply, JobsReply)
-    return reply.jobs[0]
 
 
 class Clock:
@@ -59,56 +38,42 @@ class Clock:
         self.step_start_ns = time.monotonic_ns()
 
 
-def _pipeline_step(core: DaemonCore, pipeline: int, step: int, start_ns: int, compute_s: float) -> None:
-    """One step of one pipeline whose last computation ends `compute_s` after its step begins."""
-    for stage in range(STAGES):
-        gpu = _gpu(core, pipeline, stage)
-        order = one_f_one_b_order(STAGES, MICROBATCHES, stage)
-        core.on_event(ME, StepBegin(gpu, step, start_ns + stage))
-        for index, (instruction, microbatch, chunk) in enumerate(order, start=1):
-            end_ns = start_ns + round(compute_s * S_NS * index / len(order)) - stage
-            args = (gpu, stage, instruction.value, microbatch, chunk)
-            core.on_event(ME, ComputationBegin(*args, end_ns - 1000))  # type: ignore[arg-type]
-            core.on_event(ME, ComputationEnd(*args, end_ns))  # type: ignore[arg-type]
-        core.on_event(ME, StepEnd(gpu, step, start_ns + round(compute_s * S_NS) + 1))
-
-
 def _steps(core: DaemonCore, first: int, count: int, slowness: dict[int, float]) -> int:
     """`count` synchronised steps; pipeline p's compute time is slowness[p] (default 1) x its plan's time."""
-    info = _info(core)
+    info = core_job(core)
     plan_s = {p.pipeline: p.plan_time_s for p in info.pipelines}
     start_ns = time.monotonic_ns()
     for step in range(first, first + count):
         longest_s = 0.0
         for pipeline in range(PIPELINES):
-            current = {p.pipeline: p.plan_time_s for p in _info(core).pipelines}
+            current = {p.pipeline: p.plan_time_s for p in core_job(core).pipelines}
             compute_s = (current[pipeline] or plan_s[pipeline] or 1.0) * slowness.get(pipeline, 1.0)
-            _pipeline_step(core, pipeline, step, start_ns, compute_s)
+            pipeline_step(core, pipeline, step, start_ns, compute_s, stages=STAGES, microbatches=MICROBATCHES)
             longest_s = max(longest_s, compute_s)
         start_ns += round(longest_s * S_NS) + 1000
     return first + count
 
 
 def _plans(core: DaemonCore) -> dict[int, int | None]:
-    return {p.pipeline: p.plan_index for p in _info(core).pipelines}
+    return {p.pipeline: p.plan_index for p in core_job(core).pipelines}
 
 
 def test_a_detected_straggler_slows_the_others_at_one_boundary_and_recovery_restores_them(
     core: DaemonCore,
 ) -> None:
-    fastest = _info(core)
+    fastest = core_job(core)
     assert fastest.all_max_time_s is not None
     assert fastest.fastest_time_s is not None
     fastest_index = fastest.plan_index
     step = _steps(core, 0, NOISE_MIN_SAMPLES, {})  # healthy steps first: each pipeline's noise is known
-    assert _info(core).straggler is None
+    assert core_job(core).straggler is None
     assert set(_plans(core).values()) == {fastest_index}
-    assert all(p.slowness == pytest.approx(1.0, abs=0.01) for p in _info(core).pipelines)
+    assert all(p.slowness == pytest.approx(1.0, abs=0.01) for p in core_job(core).pipelines)
 
     step = _steps(core, step, 2, {1: 1.3})  # two slow steps: not yet (hysteresis)
-    assert _info(core).straggler is None
+    assert core_job(core).straggler is None
     step = _steps(core, step, 1, {1: 1.3})
-    info = _info(core)
+    info = core_job(core)
     assert info.straggler is not None
     detected_at = step - 1
     assert (info.straggler.pipeline, info.straggler.source, info.straggler.since_step) == (
@@ -120,7 +85,7 @@ def test_a_detected_straggler_slows_the_others_at_one_boundary_and_recovery_rest
     assert info.target_time_s == pytest.approx(1.3 * fastest.fastest_time_s, rel=0.01)
 
     step = _steps(core, step, 1, {1: 1.3})
-    info = _info(core)
+    info = core_job(core)
     by_pipeline = {p.pipeline: p for p in info.pipelines}
     assert by_pipeline[1].plan_index == fastest_index  # the straggler itself runs the fastest point
     for pipeline in (0, 2):
@@ -136,23 +101,23 @@ def test_a_detected_straggler_slows_the_others_at_one_boundary_and_recovery_rest
     assert info.energy_saved_j > 0
 
     step = _steps(core, step, 4, {1: 1.3})  # slowed pipelines measured against their own plan: no cascade
-    assert _info(core).straggler is not None
-    assert _info(core).straggler.pipeline == 1
+    assert core_job(core).straggler is not None
+    assert core_job(core).straggler.pipeline == 1
     step = _steps(core, step, 2, {})
-    assert _info(core).straggler is not None  # two healthy steps: still straggling (hysteresis)
+    assert core_job(core).straggler is not None  # two healthy steps: still straggling (hysteresis)
     step = _steps(core, step, 2, {})
-    assert _info(core).straggler is None
+    assert core_job(core).straggler is None
     step = _steps(core, step, 1, {})
     assert set(_plans(core).values()) == {fastest_index}
 
 
 def test_announcements_replan_and_clear(core: DaemonCore) -> None:
-    fastest = _info(core)
+    fastest = core_job(core)
     step = _steps(core, 0, 2, {})
     reply = core.handle(ME, AnnounceStraggler("train", 2, 1.2, False))
     assert isinstance(reply, AnnounceStragglerOk)
     assert (reply.pipeline, reply.factor, reply.clear, reply.shared) == (2, 1.2, False, False)
-    info = _info(core)
+    info = core_job(core)
     assert info.straggler is not None
     assert (info.straggler.pipeline, info.straggler.source) == (2, "announced")
     _steps(core, step, 1, {2: 1.2})
@@ -163,7 +128,7 @@ def test_announcements_replan_and_clear(core: DaemonCore) -> None:
     cleared = core.handle(ME, AnnounceStraggler("train", 2, 0.0, True))
     assert isinstance(cleared, AnnounceStragglerOk)
     assert cleared.clear
-    assert _info(core).straggler is None
+    assert core_job(core).straggler is None
     assert set(_plans(core).values()) == {fastest.plan_index}  # between steps: switched at once
 
 
@@ -179,4 +144,4 @@ def test_bad_announcements_are_refused(core: DaemonCore) -> None:
     )
     with pytest.raises(ProtocolError, match="no job 'nope'"):
         core.handle(ME, AnnounceStraggler("nope", 0, 1.2, False))
-    assert _info(core).straggler is None
+    assert core_job(core).straggler is None

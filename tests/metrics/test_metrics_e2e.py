@@ -27,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
+from tests.support.ports import free_ports
 from tests.support.synthetic import synthetic_profile
 from tests.support.training import join_pipeline, run_iteration
 
@@ -47,13 +48,6 @@ class Scraped:
     runtime_dir: Path
     gpus: list[str]
     daemon: DaemonProcess
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def scrape(url: str) -> str:
@@ -91,7 +85,7 @@ def scraped() -> Iterator[Scraped]:
         dirs = DaemonDirs.create()
         textfile_dir = dirs.base / "textfile"
         textfile_dir.mkdir()
-        port = free_port()
+        (port,) = free_ports(1)
         config = dirs.base / "perseusd.toml"
         config.write_text(
             f'metrics_http_port = {port}\nmetrics_textfile_dir = "{textfile_dir}"\n'

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import pickle
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +25,9 @@ from perseusd.planner.plan import (
 from perseusd.planner.plan_read import load_frontier, load_plan, parse_frontier
 from perseusd.planner.schedule_orders import one_f_one_b_order
 from tests.planner.periphery_profiles import CLOCKS_MHZ, shaped_profile
+from tests.support.synthetic import Point
 
 PROFILE = shaped_profile([1.0, 1.2, 0.9, 1.1])
-
-
-@dataclass(frozen=True)
-class Point:
-    quant_time: int
-    time_s: float
-    model_energy_j: float
-    refined_energy_j: float
-    clocks_mhz: tuple[int, ...]
 
 
 def point_for(dag: ComputationDag, shift: int = 0) -> Point:

@@ -38,19 +38,7 @@ SIM_ENV = (
 )
 LOCK_MHZ = 1200
 LEASED = "/run/lease-holder.uuid"
-LEASE_HOLDER = """\
-import os, sys, time
-from perseus_client import PerseusClient
-client = PerseusClient("/run/perseusd", job="deb-test", timeout_s=5.0)
-uuid = client.daemon_info.gpus[0].uuid
-client.claim([uuid])
-client.set_clock(uuid, int(sys.argv[1]))
-with open(sys.argv[2] + ".tmp", "w") as out:
-    out.write(uuid)
-os.rename(sys.argv[2] + ".tmp", sys.argv[2])
-while True:
-    time.sleep(3600)
-"""
+LEASE_HOLDER = Path(__file__).with_name("lease_holder.py").read_text()
 # A training job on the second GPU, as docs/pytorch.md's client does it: fail-open, the GPU by UUID (from the
 # launcher's CUDA_VISIBLE_DEVICES), the profile imported, the stage registered; then it sends a 1-stage 1F1B
 # job's events until stopped and counts its steps in a file. It must never stop because of the daemon.
@@ -172,7 +160,7 @@ def _active(machine: Machine) -> bool:
 
 def _hold_lease(machine: Machine) -> str:
     argv = ["systemd-run", "--unit=lease-holder", f"--setenv=PYTHONPATH={PYTHONPATH}", "/usr/bin/python3"]
-    machine.run([*argv, "/opt/perseus-test/lease_holder.py", str(LOCK_MHZ), LEASED])
+    machine.run([*argv, "/opt/perseus-test/lease_holder.py", str(LOCK_MHZ), LEASED, "deb-test"])
     _eventually(machine, machine.path(LEASED).exists, "the lease holder to lock a clock")
     return machine.path(LEASED).read_text()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from conftest import SOURCE_INSIDE
@@ -27,21 +28,7 @@ WRAPPER = f"""\
 export PYTHONPATH={PYTHONPATH} PYTHONDONTWRITEBYTECODE=1
 exec /usr/bin/python3 -c 'import sys; from {{module}} import main; sys.exit(main())' "$@"
 """
-# Holds a lease on the first GPU with its clock locked until killed; writes the GPU's UUID to LEASED.
-LEASE_HOLDER = """\
-import os, sys, time
-from perseus_client import PerseusClient
-client = PerseusClient("/run/perseusd", job="svc-test", timeout_s=5.0)
-uuid = client.daemon_info.gpus[0].uuid
-client.claim([uuid])
-print("locking", uuid, flush=True)
-client.set_clock(uuid, int(sys.argv[1]))
-with open(sys.argv[2] + ".tmp", "w") as out:
-    out.write(uuid)
-os.rename(sys.argv[2] + ".tmp", sys.argv[2])
-while True:
-    time.sleep(3600)
-"""
+LEASE_HOLDER = Path(__file__).with_name("lease_holder.py").read_text()
 LEASED = "/run/lease-holder.uuid"
 # Prints `[{uuid, locked}]` (the locked SM clock or null) from a status call; exits 2 when the daemon is down.
 STATUS = """\
@@ -109,7 +96,7 @@ def _gpus(machine: Machine) -> list[dict[str, object]]:
 
 def _start_lease_holder(machine: Machine) -> None:
     argv = ["systemd-run", "--unit=lease-holder", f"--setenv=PYTHONPATH={PYTHONPATH}", "/usr/bin/python3"]
-    machine.run([*argv, "/opt/perseus-test/lease_holder.py", str(LOCK_MHZ), LEASED])
+    machine.run([*argv, "/opt/perseus-test/lease_holder.py", str(LOCK_MHZ), LEASED, "svc-test"])
 
 
 def _hold_lease(machine: Machine) -> str:

@@ -24,6 +24,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.ports import free_ports
+
 REQUIRED = {"munged": "munge", "slurmctld": "slurmctld", "slurmd": "slurmd", "srun": "slurm-client"}
 GPUS = 4
 READY_TIMEOUT_S = 60.0
@@ -37,13 +39,6 @@ def missing_requirement() -> str | None:
         if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists():
             return f"{tool} is not installed (Debian package {package}; scripts/setup.sh --dev installs it)"
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _tool(name: str) -> str:
@@ -82,6 +77,7 @@ def _config(base: Path, host: str, cgroups: bool, prolog: Path, epilog: Path) ->
         if cgroups
         else ["ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none"]
     )
+    ctld_port, slurmd_port = free_ports(2)
     return "\n".join(
         [
             "ClusterName=perseustest",
@@ -96,8 +92,8 @@ def _config(base: Path, host: str, cgroups: bool, prolog: Path, epilog: Path) ->
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core",
             "GresTypes=gpu",
-            f"SlurmctldPort={_free_port()}",
-            f"SlurmdPort={_free_port()}",
+            f"SlurmctldPort={ctld_port}",
+            f"SlurmdPort={slurmd_port}",
             f"StateSaveLocation={base / 'state'}",
             f"SlurmdSpoolDir={base / 'spool'}",
             f"SlurmctldPidFile={base / 'slurmctld.pid'}",

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from perseus_client.codes import JobState
-from perseus_client.protocol import Claim, Hello, JobsReply, JobsRequest, ProfileImport, Register
+from perseus_client.protocol import Claim, Hello, JobInfo, JobsReply, JobsRequest, ProfileImport, Register
 
 from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.config import DaemonConfig
@@ -88,13 +88,29 @@ def start_synthetic_job(core: DaemonCore, pipelines: int, stages: int, microbatc
             core.handle(ME, Register(gpu, "train", pipeline, stage, stages, microbatches, "1f1b", 1))
     deadline_s = time.monotonic() + RUNNING_TIMEOUT_S
     while True:
-        reply = core.handle(ME, JobsRequest())
-        assert isinstance(reply, JobsReply)
-        if reply.jobs[0].state == JobState.RUNNING:
+        if core_job(core).state == JobState.RUNNING:
             return
         assert time.monotonic() < deadline_s, "the job never ran"
         core.tick()
         time.sleep(0.02)
+
+
+@contextmanager
+def running_core(
+    tmp_path: Path, pipelines: int, stages: int, microbatches: int, *, carbon: CarbonSteering | None = None
+) -> Iterator[DaemonCore]:
+    """`sim_core` over `pipelines * stages` GPUs with the default job settings (and `carbon`), job "train"
+    running its plan (`start_synthetic_job`)."""
+    with sim_core(tmp_path, gpus=pipelines * stages, jobs=JobSettings(), carbon=carbon) as core:
+        start_synthetic_job(core, pipelines, stages, microbatches)
+        yield core
+
+
+def core_job(core: DaemonCore) -> JobInfo:
+    """The first job `core` shows `ME` (a `jobs` request): in these tests, their one job."""
+    reply = core.handle(ME, JobsRequest())
+    assert isinstance(reply, JobsReply)
+    return reply.jobs[0]
 
 
 def leased_service(core: DaemonCore, tmp_path: Path) -> tuple[Service, IpcServer, str]:

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -25,24 +24,14 @@ from typing import Any
 
 import pytest
 
+from tests.support.ports import free_ports
+
 ETCD = shutil.which("etcd")
 requires_etcd = pytest.mark.skipif(
     ETCD is None, reason="needs the etcd binary (Debian: apt-get install etcd-server; scripts/setup.sh --dev)"
 )
 
 HEARTBEAT_MS, ELECTION_MS = 50, 500
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct free TCP ports on 127.0.0.1 (bound, read, released)."""
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.05) -> float:

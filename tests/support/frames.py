@@ -223,6 +223,8 @@ def random_frame(rng: random.Random, gpu: str, bodies: list[dict[str, Any]] | No
 class RawPeer:
     """Raw ZeroMQ sockets to a daemon: send any bytes, read the reply of the control/admin socket."""
 
+    reply_timeout_ms = REPLY_TIMEOUT_MS
+
     def __init__(self, runtime_dir: Path) -> None:
         self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.control = self._socket(zmq.DEALER, runtime_dir / "control.sock")
@@ -235,13 +237,17 @@ class RawPeer:
         sock.connect(f"ipc://{path}")
         return sock
 
-    def ask(self, data: bytes, *, admin: bool = False) -> Frame:
-        """Send `data` and decode the reply (which must come, and must decode)."""
+    def send(self, data: bytes, *, admin: bool = False) -> bytes:
+        """Send `data` on the control (or admin) socket; the reply's bytes (which must come)."""
         sock = self.admin if admin else self.control
         sock.send(data)
-        if not sock.poll(REPLY_TIMEOUT_MS):
-            raise AssertionError(f"no reply within {REPLY_TIMEOUT_MS} ms to {data[:80]!r}")
-        return decode_reply(sock.recv(), 1 << 30)
+        if not sock.poll(self.reply_timeout_ms):
+            raise AssertionError(f"no reply within {self.reply_timeout_ms} ms to {data[:80]!r}")
+        return sock.recv()
+
+    def ask(self, data: bytes, *, admin: bool = False) -> Frame:
+        """Send `data` and decode the reply (which must come, and must decode)."""
+        return decode_reply(self.send(data, admin=admin), 1 << 30)
 
     def event(self, data: bytes) -> None:
         self.events.send(data)

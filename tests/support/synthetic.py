@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 from perseusd.planner.dag import Instruction
 from perseusd.planner.profile import Measurement, Profile
 
 A100_CLOCKS_MHZ = tuple(range(1410, 850, -45))
 """An A100's SM clocks from 1410 MHz down in 45 MHz steps: the clocks unit tests profile at."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """A frontier point made by hand: the fields a plan is made from (`perseusd.planner.plan.PlanPoint`),
+    without a solver."""
+
+    quant_time: int
+    time_s: float
+    model_energy_j: float
+    refined_energy_j: float
+    clocks_mhz: tuple[int, ...]
 
 
 def synthetic_profile(
