@@ -4,20 +4,14 @@ GPU runs, the bound holds on it, the iteration is no slower, and the job says wh
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 from perseus_client.protocol import (
-    Claim,
     DocumentReply,
     FrontierRequest,
-    Hello,
     JobInfo,
-    JobsReply,
-    JobsRequest,
     PlanRequest,
-    ProfileImport,
     Register,
 )
 
@@ -28,10 +22,9 @@ from perseusd.errors import ConfigError
 from perseusd.planner.dag import ComputationDag, Instruction, from_stage_orders
 from perseusd.planner.evaluate import all_max_clocks, longest_path_s, measurements_for
 from perseusd.planner.plan_read import parse_frontier, parse_plan
-from perseusd.planner.profile_csv import profile_to_csv
 from perseusd.planner.ramp_bound import plan_ramp_w_per_s
 from tests.support.callers import ME
-from tests.support.daemon_core import sim_core
+from tests.support.daemon_core import core_job, sim_core, start_synthetic_job
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
 pytestmark = pytest.mark.timeout(120)
@@ -43,17 +36,8 @@ BOUND_W_PER_S = 15000.0
 
 
 def _run_job(core: DaemonCore) -> JobInfo:
-    core.handle(ME, Hello(job="train", client_version="test"))
-    core.handle(ME, Claim(gpus=core.registry.uuids, job="train"))
-    core.handle(ME, ProfileImport("train", profile_to_csv(PROFILE), "synthetic.csv", 80.0))
-    for stage, gpu in enumerate(core.registry.uuids[:STAGES]):
-        core.handle(ME, Register(gpu, "train", 0, stage, STAGES, MICROBATCHES, "1f1b", 1))  # type: ignore[arg-type]
-    deadline_s = time.monotonic() + 60.0
-    while (info := _info(core)).state != "running":
-        assert time.monotonic() < deadline_s, f"the job did not run: {info.state} {info.error}"
-        core.tick()
-        time.sleep(0.02)
-    return info
+    start_synthetic_job(core, 1, STAGES, MICROBATCHES)
+    return core_job(core)
 
 
 def _gpu_ramps(dag: ComputationDag, clocks: list[int]) -> list[float]:
@@ -61,12 +45,6 @@ def _gpu_ramps(dag: ComputationDag, clocks: list[int]) -> list[float]:
     return [
         plan_ramp_w_per_s(dag, PROFILE, clocks, [int(s == t) for t in range(STAGES)]) for s in range(STAGES)
     ]
-
-
-def _info(core: DaemonCore) -> JobInfo:
-    reply = core.handle(ME, JobsRequest())
-    assert isinstance(reply, JobsReply)
-    return next(job for job in reply.jobs if job.job == "train")
 
 
 def _document(core: DaemonCore, request: PlanRequest | FrontierRequest) -> str:
