@@ -122,6 +122,7 @@ class IpcServer:
         self._monitors: list[zmq.Socket[bytes]] = []
         self._poller = zmq.Poller()
         self._polled_pidfds: set[int] = set()
+        self._pidfds_seen: tuple[int, ...] = ()
         self._extra_fds: dict[int, Callable[[], None]] = {}
 
     def _router(self, domain: bytes) -> zmq.Socket[bytes]:
@@ -185,10 +186,11 @@ class IpcServer:
         """Wait up to `timeout_ms` and serve whatever is ready; whether that was events and nothing else (no
         request, connection, process death or signal, and not a timeout)."""
         self._sync_pidfds()
-        ready = dict(self._poller.poll(timeout_ms))
-        if len(ready) == 1 and self._events in ready:  # the hot path: a training process's event
+        polled = self._poller.poll(timeout_ms)
+        if len(polled) == 1 and polled[0][0] is self._events:  # the hot path: a training process's event
             self._drain_events()
             return True
+        ready = dict(polled)
         for monitor in self._monitors:
             if monitor in ready:
                 self._serve_monitor(monitor)
@@ -208,7 +210,11 @@ class IpcServer:
         return False
 
     def _sync_pidfds(self) -> None:
-        current = set(self._core.client_pidfds())
+        pidfds = self._core.client_pidfds()
+        if pidfds == self._pidfds_seen:  # every wake-up asks; the set changes with sessions only
+            return
+        self._pidfds_seen = pidfds
+        current = set(pidfds)
         for fd in self._polled_pidfds - current:
             self._poller.unregister(fd)
         for fd in current - self._polled_pidfds:
