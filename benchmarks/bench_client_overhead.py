@@ -220,6 +220,13 @@ def _summary(
     }
 
 
+def renice(pid: int, nice: int) -> None:
+    """Set the nice value of every thread of `pid` (Linux's nice is per thread; threads started later inherit
+    it from the thread that starts them), as systemd's Nice= does for the whole service."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
@@ -243,18 +250,32 @@ def main() -> None:
     )
     parser.add_argument("--timeout-s", type=float, default=1200)
     parser.add_argument("--daemon-arg", action="append", default=[], help="extra perseusd argument")
+    parser.add_argument(
+        "--daemon-nice",
+        type=int,
+        help="the daemon's nice value, every thread (the systemd unit sets Nice=-10; default: as started)",
+    )
     args = parser.parse_args()
     results = []
     with daemon_processes() as make:
         for world in args.ranks:
             daemon = make(DaemonDirs.create(), gpus=world, extra_args=tuple(args.daemon_arg)).start()
+            if args.daemon_nice is not None:
+                assert daemon.proc is not None
+                renice(daemon.proc.pid, args.daemon_nice)
             with tempfile.TemporaryDirectory(prefix="perseus-overhead-") as work:
                 results.append(_run_world(args, world, daemon, Path(work)))
             daemon.stop()
     load = os.getloadavg()
     print(
         json.dumps(
-            {"load_avg": [round(x, 2) for x in load], "cpus": os.cpu_count(), "results": results}, indent=1
+            {
+                "load_avg": [round(x, 2) for x in load],
+                "cpus": os.cpu_count(),
+                "daemon_nice": args.daemon_nice,
+                "results": results,
+            },
+            indent=1,
         )
     )
 

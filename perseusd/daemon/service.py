@@ -21,12 +21,14 @@ logger = logging.getLogger(__name__)
 
 IDLE_POLL_S = 1.0
 BUSY_POLL_S = 0.05
-TICK_PERIOD_S = 0.01
+TICK_PERIOD_S = BUSY_POLL_S
 """While only events arrive, the main loop's periodic work (`DaemonCore.tick`: solves to collect, waiting
 jobs, the power cap's sampling, a state write to retry) runs at most this often, not after every event: that
-work is paced by the clock (with no event it waits up to `BUSY_POLL_S`), and a training job's events would
-otherwise run it thousands of times a second. A request, a connection, a process death, a signal or a
-timeout is still followed by a tick at once, and so is the first event after a quiet spell."""
+work is paced by the clock (with no event it waits up to `BUSY_POLL_S`, the same period), and a training
+job's events would otherwise run it thousands of times a second. A deferred tick costs a wake-up of its own
+when no event follows in time, so a shorter period than the idle pace only adds wake-ups on the cores
+training uses. A request, a connection, a process death, a signal or a timeout is still followed by a tick
+at once, and so is the first event after a quiet spell."""
 MAX_LOOP_FAILURES = 20
 """Iterations in a row that may fail before the daemon gives up (restoring every GPU) and exits."""
 EXIT_CRASHED = 1
