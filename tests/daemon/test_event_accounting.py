@@ -110,17 +110,22 @@ def test_a_flood_of_eight_processes_closes_exactly_on_both_sides() -> None:
         ) == (dropped)
 
 
+def _claim_and_send(client: PerseusClient, microbatches: int) -> None:
+    """Claim the daemon's first GPU and send a forward's begin and end for each of `microbatches`."""
+    gpu = client.daemon_info.gpus[0].uuid  # type: ignore[union-attr]
+    client.claim([gpu])
+    for microbatch in range(microbatches):
+        client.computation_begin(gpu, 0, "forward", microbatch)
+        client.computation_end(gpu, 0, "forward", microbatch)
+
+
 def test_a_client_that_predates_the_marker_settles_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
     """A newer daemon with an older client: no marker, the count is taken when it reaches what was sent."""
     monkeypatch.setattr("perseus_client.client.EVENTS_END_SINCE", 10**6)
     with daemon_processes() as make:
         daemon = make(DaemonDirs.create(), gpus=1).start()
         with PerseusClient(daemon.dirs.runtime_dir, job="old", timeout_s=10) as client:
-            gpu = client.daemon_info.gpus[0].uuid  # type: ignore[union-attr]
-            client.claim([gpu])
-            for microbatch in range(200):
-                client.computation_begin(gpu, 0, "forward", microbatch)
-                client.computation_end(gpu, 0, "forward", microbatch)
+            _claim_and_send(client, microbatches=200)
         assert (client.events_sent, client.events_lost) == (400, 0)
         health = daemon.status()["daemon"]
         assert health["events_received"] == 400
@@ -137,11 +142,7 @@ def test_an_older_daemon_is_sent_no_marker_and_refuses_one_cleanly() -> None:
         runtime_dir = daemon.dirs.runtime_dir
         with PerseusClient(runtime_dir, job="new", timeout_s=10) as client:
             assert client.protocol_minor == EventsEnd.SINCE - 1
-            gpu = client.daemon_info.gpus[0].uuid  # type: ignore[union-attr]
-            client.claim([gpu])
-            for microbatch in range(100):
-                client.computation_begin(gpu, 0, "forward", microbatch)
-                client.computation_end(gpu, 0, "forward", microbatch)
+            _claim_and_send(client, microbatches=100)
         assert (client.events_sent, client.events_lost) == (200, 0)
         health = daemon.status()["daemon"]
         assert health["events_received"] == 200
