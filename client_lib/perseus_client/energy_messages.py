@@ -7,15 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from perseus_client.message import Message
+from perseus_client.message import GpusMessage, Message
 
 
 @dataclass(frozen=True)
-class EnergyRead(Message):
+class EnergyRead(GpusMessage):
     """Read the energy counters of `gpus` (UUIDs; empty: every GPU of the node)."""
 
     TYPE: ClassVar[str] = "energy_read"
-    gpus: tuple[str, ...]
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from perseus_client.job_info import (
     SpanMember,
     StragglerInfo,
 )
-from perseus_client.message import Message, Policy, Schedule
+from perseus_client.message import GpuMessage, JobMessage, Message, Policy, Schedule
 from perseus_client.version import since
 
 __all__ = [
@@ -42,15 +42,15 @@ __all__ = [
     "SpanInfo",
     "SpanMember",
     "StragglerInfo",
+    "StragglerNotice",
 ]
 
 
 @dataclass(frozen=True)
-class Register(Message):
+class Register(GpuMessage):
     """Join a job with a leased GPU: this process runs `stage` of data-parallel pipeline `pipeline`."""
 
     TYPE: ClassVar[str] = "register"
-    gpu: str
     job: str
     pipeline: int
     stage: int
@@ -68,53 +68,52 @@ class Register(Message):
 
 
 @dataclass(frozen=True)
-class RegisterOk(Message):
+class RegisterOk(JobMessage):
     TYPE: ClassVar[str] = "register_ok"
-    job: str
     state: str
     cached: bool
     """The job's profile and frontier came from the on-disk cache: no profiling, no solving."""
 
 
 @dataclass(frozen=True)
-class SetPolicy(Message):
+class SetPolicy(JobMessage):
     """Choose which frontier point a job runs (by its owner or an admin); takes effect at once."""
 
     TYPE: ClassVar[str] = "set_policy"
-    job: str
     policy: Policy
     target: float
     """The slowdown fraction for "slowdown", seconds for "time", ignored otherwise."""
 
 
 @dataclass(frozen=True)
-class SetPolicyOk(Message):
+class SetPolicyOk(JobMessage):
     TYPE: ClassVar[str] = "set_policy_ok"
-    job: str
     policy: str
     target: float
 
 
 @dataclass(frozen=True)
-class AnnounceStraggler(Message):
-    """Announce (or with `clear`, withdraw) that `pipeline` of `job` straggles by `factor` (>= 1): its
-    iterations take `factor` times its plan's time. The job's other pipelines move to the least-energy plan
-    that is no slower than the straggler; shared with the job's other nodes when a cluster is configured."""
+class StragglerNotice(JobMessage):
+    """That `pipeline` of `job` straggles by `factor` (>= 1: its iterations take `factor` times its plan's
+    time), or with `clear`, no longer does: an announcement and its reply."""
 
-    TYPE: ClassVar[str] = "announce_straggler"
-    job: str
     pipeline: int
     factor: float
     clear: bool
 
 
 @dataclass(frozen=True)
-class AnnounceStragglerOk(Message):
+class AnnounceStraggler(StragglerNotice):
+    """Announce (or with `clear`, withdraw) a straggling pipeline. The job's other pipelines move to the
+    least-energy plan that is no slower than the straggler; shared with the job's other nodes when a cluster
+    is configured."""
+
+    TYPE: ClassVar[str] = "announce_straggler"
+
+
+@dataclass(frozen=True)
+class AnnounceStragglerOk(StragglerNotice):
     TYPE: ClassVar[str] = "announce_straggler_ok"
-    job: str
-    pipeline: int
-    factor: float
-    clear: bool
     shared: bool
     """Whether the announcement goes to the cluster plane (etcd) too."""
 
@@ -131,44 +130,39 @@ class JobsReply(Message):
 
 
 @dataclass(frozen=True)
-class FrontierRequest(Message):
+class FrontierRequest(JobMessage):
     TYPE: ClassVar[str] = "frontier"
-    job: str
 
 
 @dataclass(frozen=True)
-class PlanRequest(Message):
+class PlanRequest(JobMessage):
     TYPE: ClassVar[str] = "plan"
-    job: str
 
 
 @dataclass(frozen=True)
-class DocumentReply(Message):
+class DocumentReply(JobMessage):
     """A versioned JSON document (a `perseus-frontier` or `perseus-plan`, see docs/planner.md) as text."""
 
     TYPE: ClassVar[str] = "document"
-    job: str
     document: str
 
 
 @dataclass(frozen=True)
-class ProfileExport(Message):
+class ProfileExport(JobMessage):
     TYPE: ClassVar[str] = "profile_export"
-    job: str
 
 
 @dataclass(frozen=True)
-class ProfileReply(Message):
+class ProfileReply(JobMessage):
     """A job's profile in the shared CSV format (stage,instruction,frequency,time,energy)."""
 
     TYPE: ClassVar[str] = "profile"
-    job: str
     csv: str
     p_block_w: float
 
 
 @dataclass(frozen=True)
-class ProfileImport(Message):
+class ProfileImport(JobMessage):
     """Give a job its profile (CSV text; the daemon never opens a path): it skips profiling.
 
     Accepted before the job registers (it is used when it does) or while it profiles; `source` names the
@@ -176,7 +170,6 @@ class ProfileImport(Message):
     """
 
     TYPE: ClassVar[str] = "profile_import"
-    job: str
     csv: str
     source: str
     p_block_w: float
@@ -184,8 +177,7 @@ class ProfileImport(Message):
 
 
 @dataclass(frozen=True)
-class ProfileImportOk(Message):
+class ProfileImportOk(JobMessage):
     TYPE: ClassVar[str] = "profile_import_ok"
-    job: str
     rows: int
     state: str

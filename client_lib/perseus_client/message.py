@@ -60,6 +60,31 @@ class Message:
     SINCE: ClassVar[int] = 0
 
 
+# The bases of messages that begin with the same field: a base's fields come first on the wire, so a message
+# derives from one only where that field is its first. Never registered themselves (they have no TYPE).
+
+
+@dataclass(frozen=True)
+class JobMessage(Message):
+    """A message about one job, named by `job` (the name it registers under)."""
+
+    job: str
+
+
+@dataclass(frozen=True)
+class GpuMessage(Message):
+    """A message about one GPU, named by `gpu` (its UUID)."""
+
+    gpu: str
+
+
+@dataclass(frozen=True)
+class GpusMessage(Message):
+    """A message about some GPUs, named by `gpus` (their UUIDs)."""
+
+    gpus: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class ErrorReply(Message):
     """A request refused: a stable `ErrorCode` and why. The same in every version (never add a field), so

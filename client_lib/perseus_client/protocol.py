@@ -76,7 +76,17 @@ from perseus_client.job_messages import (
     SpanMember,
     StragglerInfo,
 )
-from perseus_client.message import JOB_STATES, ErrorReply, Instruction, Message, Policy, Schedule
+from perseus_client.message import (
+    JOB_STATES,
+    ErrorReply,
+    GpuMessage,
+    GpusMessage,
+    Instruction,
+    JobMessage,
+    Message,
+    Policy,
+    Schedule,
+)
 from perseus_client.pool_messages import (
     AdminPoolRelease,
     AdminPoolSetBudget,
@@ -205,11 +215,10 @@ class GpuCapabilities:
 
 
 @dataclass(frozen=True)
-class Hello(Message):
+class Hello(JobMessage):
     """Client -> daemon: register this process (identity comes from the kernel, never from here)."""
 
     TYPE: ClassVar[str] = "hello"
-    job: str
     client_version: str
 
 
@@ -228,48 +237,48 @@ class HelloOk(Message):
 
 
 @dataclass(frozen=True)
-class Claim(Message):
+class Claim(GpusMessage):
     """Lease GPUs (by UUID) for this process; the original state is saved before any write."""
 
     TYPE: ClassVar[str] = "claim"
-    gpus: tuple[str, ...]
     job: str
 
 
 @dataclass(frozen=True)
-class ClaimOk(Message):
+class ClaimOk(GpusMessage):
     TYPE: ClassVar[str] = "claim_ok"
-    gpus: tuple[str, ...]
 
 
 @dataclass(frozen=True)
-class Release(Message):
+class Release(GpusMessage):
     """Release leases (an empty tuple releases all of this process's leases); GPUs are restored."""
 
     TYPE: ClassVar[str] = "release"
-    gpus: tuple[str, ...]
 
 
 @dataclass(frozen=True)
-class ReleaseOk(Message):
-    TYPE: ClassVar[str] = "release_ok"
-    gpus: tuple[str, ...]
+class RestoreReply(GpusMessage):
+    """GPUs put back as they were before any lease (`gpus`), and those whose restore failed (`failed`)."""
+
     failed: tuple[str, ...]
 
 
 @dataclass(frozen=True)
-class SetClock(Message):
+class ReleaseOk(RestoreReply):
+    TYPE: ClassVar[str] = "release_ok"
+
+
+@dataclass(frozen=True)
+class SetClock(GpuMessage):
     """Lock the SM clock of a leased GPU (None unlocks)."""
 
     TYPE: ClassVar[str] = "set_clock"
-    gpu: str
     sm_clock_mhz: int | None
 
 
 @dataclass(frozen=True)
-class SetClockOk(Message):
+class SetClockOk(GpuMessage):
     TYPE: ClassVar[str] = "set_clock_ok"
-    gpu: str
     applied_mhz: int | None
 
 
@@ -284,104 +293,95 @@ class PlanEntry:
 
 
 @dataclass(frozen=True)
-class SetPlan(Message):
+class SetPlan(GpuMessage):
     """Deploy a per-computation clock plan on a leased GPU (replaces any plan it had)."""
 
     TYPE: ClassVar[str] = "set_plan"
-    gpu: str
     plan: tuple[PlanEntry, ...]
 
 
 @dataclass(frozen=True)
-class SetPlanOk(Message):
+class SetPlanOk(GpuMessage):
     TYPE: ClassVar[str] = "set_plan_ok"
-    gpu: str
     computations: int
 
 
 @dataclass(frozen=True)
-class ClearPlan(Message):
+class ClearPlan(GpuMessage):
     """Remove a leased GPU's plan; its clock stays as it is."""
 
     TYPE: ClassVar[str] = "clear_plan"
-    gpu: str
 
 
 @dataclass(frozen=True)
-class ClearPlanOk(Message):
+class ClearPlanOk(GpuMessage):
     TYPE: ClassVar[str] = "clear_plan_ok"
-    gpu: str
     cleared: bool
 
 
 @dataclass(frozen=True)
-class AdminReset(Message):
+class AdminReset(GpusMessage):
     """Admin: restore saved originals, unlock clocks and drop leases (empty tuple: every GPU)."""
 
     TYPE: ClassVar[str] = "admin_reset"
-    gpus: tuple[str, ...]
 
 
 @dataclass(frozen=True)
-class AdminResetOk(Message):
+class AdminResetOk(RestoreReply):
     TYPE: ClassVar[str] = "admin_reset_ok"
-    gpus: tuple[str, ...]
-    failed: tuple[str, ...]
 
 
 @dataclass(frozen=True)
-class AdminSetPowerLimit(Message):
+class AdminSetPowerLimit(GpuMessage):
     TYPE: ClassVar[str] = "admin_set_power_limit"
-    gpu: str
     power_limit_w: float
 
 
 @dataclass(frozen=True)
-class PowerLimitOk(Message):
+class PowerLimitOk(GpuMessage):
     TYPE: ClassVar[str] = "power_limit_ok"
-    gpu: str
     requested_w: float
     enforced_w: float
 
 
 @dataclass(frozen=True)
-class ComputationBegin(Message):
-    """Event: a computation starts on a leased GPU. `timestamp_ns` is the client's `time.monotonic_ns()`."""
+class ComputationEvent(GpuMessage):
+    """Event: a computation starts or ends on a leased GPU. `timestamp_ns` is the client's
+    `time.monotonic_ns()`."""
 
+    stage: int
+    instruction: Instruction
+    microbatch: int
+    chunk: int
+    timestamp_ns: int
+
+
+@dataclass(frozen=True)
+class ComputationBegin(ComputationEvent):
     TYPE: ClassVar[str] = "comp_begin"
-    gpu: str
-    stage: int
-    instruction: Instruction
-    microbatch: int
-    chunk: int
-    timestamp_ns: int
 
 
 @dataclass(frozen=True)
-class ComputationEnd(Message):
+class ComputationEnd(ComputationEvent):
     TYPE: ClassVar[str] = "comp_end"
-    gpu: str
-    stage: int
-    instruction: Instruction
-    microbatch: int
-    chunk: int
+
+
+@dataclass(frozen=True)
+class StepEvent(GpuMessage):
+    """Event: a training step (one iteration) starts or ends on a leased GPU."""
+
+    step: int
     timestamp_ns: int
 
 
 @dataclass(frozen=True)
-class StepBegin(Message):
+class StepBegin(StepEvent):
     TYPE: ClassVar[str] = "step_begin"
-    gpu: str
-    step: int
-    timestamp_ns: int
 
 
 @dataclass(frozen=True)
-class StepEnd(Message):
+class StepEnd(StepEvent):
     TYPE: ClassVar[str] = "step_end"
-    gpu: str
-    step: int
-    timestamp_ns: int
 
 
 @dataclass(frozen=True)
