@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from perseus_client.message import Message
+from perseus_client.message import JobMessage, Message
 
 
 @dataclass(frozen=True)
@@ -34,22 +34,25 @@ class AdminCapStatus(Message):
 
 
 @dataclass(frozen=True)
-class AdminSetJobPriority(Message):
+class JobPriority(JobMessage):
+    """A job's priority tier under a power cap: a request to set it and its reply."""
+
+    priority: int
+
+
+@dataclass(frozen=True)
+class AdminSetJobPriority(JobPriority):
     """Set a job's priority tier under a power cap: 0 low, 1 normal (default), 2 high; lower tiers are
     slowed first. The job must be on this node; its tier is bound to its owner and name."""
 
     TYPE: ClassVar[str] = "admin_set_job_priority"
     SINCE: ClassVar[int] = 1
-    job: str
-    priority: int
 
 
 @dataclass(frozen=True)
-class JobPriorityOk(Message):
+class JobPriorityOk(JobPriority):
     TYPE: ClassVar[str] = "job_priority_ok"
     SINCE: ClassVar[int] = 1
-    job: str
-    priority: int
 
 
 @dataclass(frozen=True)

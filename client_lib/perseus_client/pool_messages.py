@@ -15,21 +15,25 @@ from perseus_client.version import since
 
 
 @dataclass(frozen=True)
-class AdminPoolSetBudget(Message):
-    """Set `pool`'s budget (W); None clears it (every node of the pool uncapped)."""
+class PoolBudget(Message):
+    """`pool`'s budget (W; None: none, every node of the pool uncapped): a request to set it and its reply."""
 
-    TYPE: ClassVar[str] = "admin_pool_set_budget"
-    SINCE: ClassVar[int] = 1
     pool: str
     budget_w: float | None
 
 
 @dataclass(frozen=True)
-class PoolBudgetOk(Message):
+class AdminPoolSetBudget(PoolBudget):
+    """Set `pool`'s budget (W); None clears it (every node of the pool uncapped)."""
+
+    TYPE: ClassVar[str] = "admin_pool_set_budget"
+    SINCE: ClassVar[int] = 1
+
+
+@dataclass(frozen=True)
+class PoolBudgetOk(PoolBudget):
     TYPE: ClassVar[str] = "pool_budget_ok"
     SINCE: ClassVar[int] = 1
-    pool: str
-    budget_w: float | None
     by: str
     """Who set it, as logged (user and pid)."""
 
@@ -44,22 +48,26 @@ class AdminPoolStatus(Message):
 
 
 @dataclass(frozen=True)
-class AdminPoolRelease(Message):
-    """End absent `node`'s reservation in `pool`: its grant is deleted (only while the node has no report),
-    and its share goes to the other nodes. For a node known to draw nothing (powered off, fenced)."""
+class NodeRelease(Message):
+    """Absent `node`'s reservation in `pool`: a request to end it and its reply."""
 
-    TYPE: ClassVar[str] = "admin_pool_release"
-    SINCE: ClassVar[int] = 8
     pool: str
     node: str
 
 
 @dataclass(frozen=True)
-class PoolReleaseOk(Message):
+class AdminPoolRelease(NodeRelease):
+    """End absent `node`'s reservation in `pool`: its grant is deleted (only while the node has no report),
+    and its share goes to the other nodes. For a node known to draw nothing (powered off, fenced)."""
+
+    TYPE: ClassVar[str] = "admin_pool_release"
+    SINCE: ClassVar[int] = 8
+
+
+@dataclass(frozen=True)
+class PoolReleaseOk(NodeRelease):
     TYPE: ClassVar[str] = "pool_release_ok"
     SINCE: ClassVar[int] = 8
-    pool: str
-    node: str
     released_w: float
     """The reservation released (W)."""
     by: str
