@@ -5,7 +5,6 @@ frontier, plan and profile documents, straggler announcements. `perseus_client.p
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from perseus_client.job_info import (
     JobInfo,
@@ -47,10 +46,9 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class Register(GpuMessage):
+class Register(GpuMessage, wire_type="register"):
     """Join a job with a leased GPU: this process runs `stage` of data-parallel pipeline `pipeline`."""
 
-    TYPE: ClassVar[str] = "register"
     job: str
     pipeline: int
     stage: int
@@ -68,26 +66,23 @@ class Register(GpuMessage):
 
 
 @dataclass(frozen=True)
-class RegisterOk(JobMessage):
-    TYPE: ClassVar[str] = "register_ok"
+class RegisterOk(JobMessage, wire_type="register_ok"):
     state: str
     cached: bool
     """The job's profile and frontier came from the on-disk cache: no profiling, no solving."""
 
 
 @dataclass(frozen=True)
-class SetPolicy(JobMessage):
+class SetPolicy(JobMessage, wire_type="set_policy"):
     """Choose which frontier point a job runs (by its owner or an admin); takes effect at once."""
 
-    TYPE: ClassVar[str] = "set_policy"
     policy: Policy
     target: float
     """The slowdown fraction for "slowdown", seconds for "time", ignored otherwise."""
 
 
 @dataclass(frozen=True)
-class SetPolicyOk(JobMessage):
-    TYPE: ClassVar[str] = "set_policy_ok"
+class SetPolicyOk(JobMessage, wire_type="set_policy_ok"):
     policy: str
     target: float
 
@@ -103,73 +98,66 @@ class StragglerNotice(JobMessage):
 
 
 @dataclass(frozen=True)
-class AnnounceStraggler(StragglerNotice):
+class AnnounceStraggler(StragglerNotice, wire_type="announce_straggler"):
     """Announce (or with `clear`, withdraw) a straggling pipeline. The job's other pipelines move to the
     least-energy plan that is no slower than the straggler; shared with the job's other nodes when a cluster
     is configured."""
 
-    TYPE: ClassVar[str] = "announce_straggler"
-
 
 @dataclass(frozen=True)
-class AnnounceStragglerOk(StragglerNotice):
-    TYPE: ClassVar[str] = "announce_straggler_ok"
+class AnnounceStragglerOk(StragglerNotice, wire_type="announce_straggler_ok"):
     shared: bool
     """Whether the announcement goes to the cluster plane (etcd) too."""
 
 
 @dataclass(frozen=True)
-class JobsRequest(Message):
-    TYPE: ClassVar[str] = "jobs"
+class JobsRequest(Message, wire_type="jobs"):
+    """The caller's jobs (an admin's: every job), ended ones included (`JobsReply`)."""
 
 
 @dataclass(frozen=True)
-class JobsReply(Message):
-    TYPE: ClassVar[str] = "jobs_ok"
+class JobsReply(Message, wire_type="jobs_ok"):
     jobs: tuple[JobInfo, ...]
 
 
 @dataclass(frozen=True)
-class FrontierRequest(JobMessage):
-    TYPE: ClassVar[str] = "frontier"
+class FrontierRequest(JobMessage, wire_type="frontier"):
+    """`job`'s time-energy frontier, as a `perseus-frontier` document (`DocumentReply`)."""
 
 
 @dataclass(frozen=True)
-class PlanRequest(JobMessage):
-    TYPE: ClassVar[str] = "plan"
+class PlanRequest(JobMessage, wire_type="plan"):
+    """The plan `job` runs, as a `perseus-plan` document (`DocumentReply`)."""
 
 
 @dataclass(frozen=True)
-class DocumentReply(JobMessage):
+class DocumentReply(JobMessage, wire_type="document"):
     """A versioned JSON document (a `perseus-frontier` or `perseus-plan`, see docs/planner.md) as text."""
 
-    TYPE: ClassVar[str] = "document"
     document: str
 
 
 @dataclass(frozen=True)
-class ProfileExport(JobMessage):
-    TYPE: ClassVar[str] = "profile_export"
+class ProfileExport(JobMessage, wire_type="profile_export"):
+    """`job`'s profile, as CSV (`ProfileReply`)."""
 
 
 @dataclass(frozen=True)
-class ProfileReply(JobMessage):
+class ProfileReply(JobMessage, wire_type="profile"):
     """A job's profile in the shared CSV format (stage,instruction,frequency,time,energy)."""
 
-    TYPE: ClassVar[str] = "profile"
     csv: str
     p_block_w: float
 
 
 @dataclass(frozen=True)
-class ProfileImport(JobMessage):
+class ProfileImport(JobMessage, wire_type="profile_import"):
     """Give a job its profile (CSV text; the daemon never opens a path): it skips profiling.
 
     Accepted before the job registers (it is used when it does) or while it profiles; `source` names the
     file in error messages.
     """
 
-    TYPE: ClassVar[str] = "profile_import"
     csv: str
     source: str
     p_block_w: float
@@ -177,7 +165,6 @@ class ProfileImport(JobMessage):
 
 
 @dataclass(frozen=True)
-class ProfileImportOk(JobMessage):
-    TYPE: ClassVar[str] = "profile_import_ok"
+class ProfileImportOk(JobMessage, wire_type="profile_import_ok"):
     rows: int
     state: str

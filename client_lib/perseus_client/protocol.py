@@ -25,7 +25,6 @@ of `jobs`. Minor 1 and later: see `perseus_client.version`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from perseus_client.cap_messages import (
     AdminCapStatus,
@@ -215,16 +214,14 @@ class GpuCapabilities:
 
 
 @dataclass(frozen=True)
-class Hello(JobMessage):
+class Hello(JobMessage, wire_type="hello"):
     """Client -> daemon: register this process (identity comes from the kernel, never from here)."""
 
-    TYPE: ClassVar[str] = "hello"
     client_version: str
 
 
 @dataclass(frozen=True)
-class HelloOk(Message):
-    TYPE: ClassVar[str] = "hello_ok"
+class HelloOk(Message, wire_type="hello_ok"):
     daemon_version: str
     protocol: int
     """The daemon's major (the only one it speaks)."""
@@ -237,23 +234,20 @@ class HelloOk(Message):
 
 
 @dataclass(frozen=True)
-class Claim(GpusMessage):
+class Claim(GpusMessage, wire_type="claim"):
     """Lease GPUs (by UUID) for this process; the original state is saved before any write."""
 
-    TYPE: ClassVar[str] = "claim"
     job: str
 
 
 @dataclass(frozen=True)
-class ClaimOk(GpusMessage):
-    TYPE: ClassVar[str] = "claim_ok"
+class ClaimOk(GpusMessage, wire_type="claim_ok"):
+    """The GPUs now leased to this process."""
 
 
 @dataclass(frozen=True)
-class Release(GpusMessage):
+class Release(GpusMessage, wire_type="release"):
     """Release leases (an empty tuple releases all of this process's leases); GPUs are restored."""
-
-    TYPE: ClassVar[str] = "release"
 
 
 @dataclass(frozen=True)
@@ -264,21 +258,19 @@ class RestoreReply(GpusMessage):
 
 
 @dataclass(frozen=True)
-class ReleaseOk(RestoreReply):
-    TYPE: ClassVar[str] = "release_ok"
+class ReleaseOk(RestoreReply, wire_type="release_ok"):
+    """The leases released: GPUs restored, and those whose restore failed."""
 
 
 @dataclass(frozen=True)
-class SetClock(GpuMessage):
+class SetClock(GpuMessage, wire_type="set_clock"):
     """Lock the SM clock of a leased GPU (None unlocks)."""
 
-    TYPE: ClassVar[str] = "set_clock"
     sm_clock_mhz: int | None
 
 
 @dataclass(frozen=True)
-class SetClockOk(GpuMessage):
-    TYPE: ClassVar[str] = "set_clock_ok"
+class SetClockOk(GpuMessage, wire_type="set_clock_ok"):
     applied_mhz: int | None
 
 
@@ -293,53 +285,44 @@ class PlanEntry:
 
 
 @dataclass(frozen=True)
-class SetPlan(GpuMessage):
+class SetPlan(GpuMessage, wire_type="set_plan"):
     """Deploy a per-computation clock plan on a leased GPU (replaces any plan it had)."""
 
-    TYPE: ClassVar[str] = "set_plan"
     plan: tuple[PlanEntry, ...]
 
 
 @dataclass(frozen=True)
-class SetPlanOk(GpuMessage):
-    TYPE: ClassVar[str] = "set_plan_ok"
+class SetPlanOk(GpuMessage, wire_type="set_plan_ok"):
     computations: int
 
 
 @dataclass(frozen=True)
-class ClearPlan(GpuMessage):
+class ClearPlan(GpuMessage, wire_type="clear_plan"):
     """Remove a leased GPU's plan; its clock stays as it is."""
-
-    TYPE: ClassVar[str] = "clear_plan"
 
 
 @dataclass(frozen=True)
-class ClearPlanOk(GpuMessage):
-    TYPE: ClassVar[str] = "clear_plan_ok"
+class ClearPlanOk(GpuMessage, wire_type="clear_plan_ok"):
     cleared: bool
 
 
 @dataclass(frozen=True)
-class AdminReset(GpusMessage):
+class AdminReset(GpusMessage, wire_type="admin_reset"):
     """Admin: restore saved originals, unlock clocks and drop leases (empty tuple: every GPU)."""
 
-    TYPE: ClassVar[str] = "admin_reset"
+
+@dataclass(frozen=True)
+class AdminResetOk(RestoreReply, wire_type="admin_reset_ok"):
+    """The GPUs reset, and those whose restore or unlock failed."""
 
 
 @dataclass(frozen=True)
-class AdminResetOk(RestoreReply):
-    TYPE: ClassVar[str] = "admin_reset_ok"
-
-
-@dataclass(frozen=True)
-class AdminSetPowerLimit(GpuMessage):
-    TYPE: ClassVar[str] = "admin_set_power_limit"
+class AdminSetPowerLimit(GpuMessage, wire_type="admin_set_power_limit"):
     power_limit_w: float
 
 
 @dataclass(frozen=True)
-class PowerLimitOk(GpuMessage):
-    TYPE: ClassVar[str] = "power_limit_ok"
+class PowerLimitOk(GpuMessage, wire_type="power_limit_ok"):
     requested_w: float
     enforced_w: float
 
@@ -357,13 +340,13 @@ class ComputationEvent(GpuMessage):
 
 
 @dataclass(frozen=True)
-class ComputationBegin(ComputationEvent):
-    TYPE: ClassVar[str] = "comp_begin"
+class ComputationBegin(ComputationEvent, wire_type="comp_begin"):
+    """Event: a computation starts."""
 
 
 @dataclass(frozen=True)
-class ComputationEnd(ComputationEvent):
-    TYPE: ClassVar[str] = "comp_end"
+class ComputationEnd(ComputationEvent, wire_type="comp_end"):
+    """Event: a computation ends."""
 
 
 @dataclass(frozen=True)
@@ -375,33 +358,28 @@ class StepEvent(GpuMessage):
 
 
 @dataclass(frozen=True)
-class StepBegin(StepEvent):
-    TYPE: ClassVar[str] = "step_begin"
+class StepBegin(StepEvent, wire_type="step_begin"):
+    """Event: a training step starts."""
 
 
 @dataclass(frozen=True)
-class StepEnd(StepEvent):
-    TYPE: ClassVar[str] = "step_end"
+class StepEnd(StepEvent, wire_type="step_end"):
+    """Event: a training step ends."""
 
 
 @dataclass(frozen=True)
-class EventAck(Message):
+class EventAck(Message, wire_type="event_ack"):
     """Reply to an event sent on the control socket (events on the event socket get no reply)."""
 
-    TYPE: ClassVar[str] = "event_ack"
-
 
 @dataclass(frozen=True)
-class EventCount(Message):
+class EventCount(Message, wire_type="event_count"):
     """How many events the daemon read from the calling process since its hello, and how many of those it
     dropped. A client asks when it closes, to count what never arrived (`PerseusClient.events_lost`)."""
 
-    TYPE: ClassVar[str] = "event_count"
-
 
 @dataclass(frozen=True)
-class EventCountOk(Message):
-    TYPE: ClassVar[str] = "event_count_ok"
+class EventCountOk(Message, wire_type="event_count_ok"):
     received: int
     dropped: int
 

@@ -29,8 +29,8 @@ backward (instructions `backward_input` and `backward_weight`, in events and pla
 `admin_pool_release` (an absent node's reservation) and a pool node's `reserved_w` and `absent_since_s`.
 
 Adding a message or a field: see docs/protocol.md ("Changing the protocol"); in short, bump
-`PROTOCOL_MINOR`, give a new message type `SINCE = PROTOCOL_MINOR` and a new field of an existing message a
-default and `since(N)`.
+`PROTOCOL_MINOR`, give a new message type `since=PROTOCOL_MINOR` in its class line and a new field of an
+existing message a default and `since(N)`.
 """
 
 from __future__ import annotations
