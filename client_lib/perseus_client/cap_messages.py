@@ -5,51 +5,43 @@ the cap's status, set a job's priority tier. `perseus_client.protocol` registers
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
-from perseus_client.message import Message
+from perseus_client.message import JobMessage, Message
 
 
 @dataclass(frozen=True)
-class AdminSetCap(Message):
+class AdminSetCap(Message, wire_type="admin_set_cap", since=1):
     """Hold this node's GPUs within `budget_w` watts (replaces any earlier node budget)."""
 
-    TYPE: ClassVar[str] = "admin_set_cap"
-    SINCE: ClassVar[int] = 1
     budget_w: float
 
 
 @dataclass(frozen=True)
-class AdminClearCap(Message):
+class AdminClearCap(Message, wire_type="admin_clear_cap", since=1):
     """Drop the node budget: power limits the cap wrote go back to what they were."""
 
-    TYPE: ClassVar[str] = "admin_clear_cap"
-    SINCE: ClassVar[int] = 1
+
+@dataclass(frozen=True)
+class AdminCapStatus(Message, wire_type="admin_cap_status", since=1):
+    """Read the node power cap's status (`CapStatusReply`)."""
 
 
 @dataclass(frozen=True)
-class AdminCapStatus(Message):
-    TYPE: ClassVar[str] = "admin_cap_status"
-    SINCE: ClassVar[int] = 1
+class JobPriority(JobMessage):
+    """A job's priority tier under a power cap: a request to set it and its reply."""
+
+    priority: int
 
 
 @dataclass(frozen=True)
-class AdminSetJobPriority(Message):
+class AdminSetJobPriority(JobPriority, wire_type="admin_set_job_priority", since=1):
     """Set a job's priority tier under a power cap: 0 low, 1 normal (default), 2 high; lower tiers are
     slowed first. The job must be on this node; its tier is bound to its owner and name."""
 
-    TYPE: ClassVar[str] = "admin_set_job_priority"
-    SINCE: ClassVar[int] = 1
-    job: str
-    priority: int
-
 
 @dataclass(frozen=True)
-class JobPriorityOk(Message):
-    TYPE: ClassVar[str] = "job_priority_ok"
-    SINCE: ClassVar[int] = 1
-    job: str
-    priority: int
+class JobPriorityOk(JobPriority, wire_type="job_priority_ok", since=1):
+    """The tier `job` now has."""
 
 
 @dataclass(frozen=True)
@@ -82,9 +74,7 @@ class CapJob:
 
 
 @dataclass(frozen=True)
-class CapStatusReply(Message):
-    TYPE: ClassVar[str] = "cap_status"
-    SINCE: ClassVar[int] = 1
+class CapStatusReply(Message, wire_type="cap_status", since=1):
     active: bool
     budget_w: float | None
     """The node budget set with `perseusctl cap set --node` (None: none)."""

@@ -5,17 +5,13 @@ from the daemon (no NVML in the caller, no lease needed). `perseus_client.protoc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
-from perseus_client.message import Message
+from perseus_client.message import GpusMessage, Message
 
 
 @dataclass(frozen=True)
-class EnergyRead(Message):
+class EnergyRead(GpusMessage, wire_type="energy_read"):
     """Read the energy counters of `gpus` (UUIDs; empty: every GPU of the node)."""
-
-    TYPE: ClassVar[str] = "energy_read"
-    gpus: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -35,6 +31,5 @@ class GpuEnergy:
 
 
 @dataclass(frozen=True)
-class EnergyReading(Message):
-    TYPE: ClassVar[str] = "energy_reading"
+class EnergyReading(Message, wire_type="energy_reading"):
     gpus: tuple[GpuEnergy, ...]

@@ -5,7 +5,6 @@ frontier, plan and profile documents, straggler announcements. `perseus_client.p
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from perseus_client.job_info import (
     JobInfo,
@@ -16,7 +15,7 @@ from perseus_client.job_info import (
     SpanMember,
     StragglerInfo,
 )
-from perseus_client.message import Message, Policy, Schedule
+from perseus_client.message import GpuMessage, JobMessage, Message, Policy, Schedule
 from perseus_client.version import since
 
 __all__ = [
@@ -42,15 +41,14 @@ __all__ = [
     "SpanInfo",
     "SpanMember",
     "StragglerInfo",
+    "StragglerNotice",
 ]
 
 
 @dataclass(frozen=True)
-class Register(Message):
+class Register(GpuMessage, wire_type="register"):
     """Join a job with a leased GPU: this process runs `stage` of data-parallel pipeline `pipeline`."""
 
-    TYPE: ClassVar[str] = "register"
-    gpu: str
     job: str
     pipeline: int
     stage: int
@@ -68,115 +66,98 @@ class Register(Message):
 
 
 @dataclass(frozen=True)
-class RegisterOk(Message):
-    TYPE: ClassVar[str] = "register_ok"
-    job: str
+class RegisterOk(JobMessage, wire_type="register_ok"):
     state: str
     cached: bool
     """The job's profile and frontier came from the on-disk cache: no profiling, no solving."""
 
 
 @dataclass(frozen=True)
-class SetPolicy(Message):
+class SetPolicy(JobMessage, wire_type="set_policy"):
     """Choose which frontier point a job runs (by its owner or an admin); takes effect at once."""
 
-    TYPE: ClassVar[str] = "set_policy"
-    job: str
     policy: Policy
     target: float
     """The slowdown fraction for "slowdown", seconds for "time", ignored otherwise."""
 
 
 @dataclass(frozen=True)
-class SetPolicyOk(Message):
-    TYPE: ClassVar[str] = "set_policy_ok"
-    job: str
+class SetPolicyOk(JobMessage, wire_type="set_policy_ok"):
     policy: str
     target: float
 
 
 @dataclass(frozen=True)
-class AnnounceStraggler(Message):
-    """Announce (or with `clear`, withdraw) that `pipeline` of `job` straggles by `factor` (>= 1): its
-    iterations take `factor` times its plan's time. The job's other pipelines move to the least-energy plan
-    that is no slower than the straggler; shared with the job's other nodes when a cluster is configured."""
+class StragglerNotice(JobMessage):
+    """That `pipeline` of `job` straggles by `factor` (>= 1: its iterations take `factor` times its plan's
+    time), or with `clear`, no longer does: an announcement and its reply."""
 
-    TYPE: ClassVar[str] = "announce_straggler"
-    job: str
     pipeline: int
     factor: float
     clear: bool
 
 
 @dataclass(frozen=True)
-class AnnounceStragglerOk(Message):
-    TYPE: ClassVar[str] = "announce_straggler_ok"
-    job: str
-    pipeline: int
-    factor: float
-    clear: bool
+class AnnounceStraggler(StragglerNotice, wire_type="announce_straggler"):
+    """Announce (or with `clear`, withdraw) a straggling pipeline. The job's other pipelines move to the
+    least-energy plan that is no slower than the straggler; shared with the job's other nodes when a cluster
+    is configured."""
+
+
+@dataclass(frozen=True)
+class AnnounceStragglerOk(StragglerNotice, wire_type="announce_straggler_ok"):
     shared: bool
     """Whether the announcement goes to the cluster plane (etcd) too."""
 
 
 @dataclass(frozen=True)
-class JobsRequest(Message):
-    TYPE: ClassVar[str] = "jobs"
+class JobsRequest(Message, wire_type="jobs"):
+    """The caller's jobs (an admin's: every job), ended ones included (`JobsReply`)."""
 
 
 @dataclass(frozen=True)
-class JobsReply(Message):
-    TYPE: ClassVar[str] = "jobs_ok"
+class JobsReply(Message, wire_type="jobs_ok"):
     jobs: tuple[JobInfo, ...]
 
 
 @dataclass(frozen=True)
-class FrontierRequest(Message):
-    TYPE: ClassVar[str] = "frontier"
-    job: str
+class FrontierRequest(JobMessage, wire_type="frontier"):
+    """`job`'s time-energy frontier, as a `perseus-frontier` document (`DocumentReply`)."""
 
 
 @dataclass(frozen=True)
-class PlanRequest(Message):
-    TYPE: ClassVar[str] = "plan"
-    job: str
+class PlanRequest(JobMessage, wire_type="plan"):
+    """The plan `job` runs, as a `perseus-plan` document (`DocumentReply`)."""
 
 
 @dataclass(frozen=True)
-class DocumentReply(Message):
+class DocumentReply(JobMessage, wire_type="document"):
     """A versioned JSON document (a `perseus-frontier` or `perseus-plan`, see docs/planner.md) as text."""
 
-    TYPE: ClassVar[str] = "document"
-    job: str
     document: str
 
 
 @dataclass(frozen=True)
-class ProfileExport(Message):
-    TYPE: ClassVar[str] = "profile_export"
-    job: str
+class ProfileExport(JobMessage, wire_type="profile_export"):
+    """`job`'s profile, as CSV (`ProfileReply`)."""
 
 
 @dataclass(frozen=True)
-class ProfileReply(Message):
+class ProfileReply(JobMessage, wire_type="profile"):
     """A job's profile in the shared CSV format (stage,instruction,frequency,time,energy)."""
 
-    TYPE: ClassVar[str] = "profile"
-    job: str
     csv: str
     p_block_w: float
 
 
 @dataclass(frozen=True)
-class ProfileImport(Message):
+class ProfileImport(JobMessage, wire_type="profile_import"):
     """Give a job its profile (CSV text; the daemon never opens a path): it skips profiling.
 
     Accepted before the job registers (it is used when it does) or while it profiles; `source` names the
     file in error messages.
     """
 
-    TYPE: ClassVar[str] = "profile_import"
-    job: str
     csv: str
     source: str
     p_block_w: float
@@ -184,8 +165,6 @@ class ProfileImport(Message):
 
 
 @dataclass(frozen=True)
-class ProfileImportOk(Message):
-    TYPE: ClassVar[str] = "profile_import_ok"
-    job: str
+class ProfileImportOk(JobMessage, wire_type="profile_import_ok"):
     rows: int
     state: str

@@ -54,17 +54,52 @@ JOB_STATES = tuple(state.value for state in JobState)
 
 @dataclass(frozen=True)
 class Message:
-    """Base of every message; `TYPE` is the wire `type`, `SINCE` the minor of the major that added it."""
+    """Base of every message. Its class line names its wire `type` and the minor of the major that added it,
+    `class AdminSetCap(Message, wire_type="admin_set_cap", since=1)` (`since` left out: 0); the class body
+    holds its fields alone. A subclass that names neither inherits both."""
 
     TYPE: ClassVar[str] = ""
+    """The wire `type`."""
     SINCE: ClassVar[int] = 0
+    """The minor of `PROTOCOL_MAJOR` that added the message."""
+
+    def __init_subclass__(cls, *, wire_type: str | None = None, since: int | None = None) -> None:
+        super().__init_subclass__()
+        if wire_type is not None:
+            cls.TYPE = wire_type
+        if since is not None:
+            cls.SINCE = since
+
+
+# The bases of messages that begin with the same field: a base's fields come first on the wire, so a message
+# derives from one only where that field is its first. Never registered themselves (they have no TYPE).
 
 
 @dataclass(frozen=True)
-class ErrorReply(Message):
+class JobMessage(Message):
+    """A message about one job, named by `job` (the name it registers under)."""
+
+    job: str
+
+
+@dataclass(frozen=True)
+class GpuMessage(Message):
+    """A message about one GPU, named by `gpu` (its UUID)."""
+
+    gpu: str
+
+
+@dataclass(frozen=True)
+class GpusMessage(Message):
+    """A message about some GPUs, named by `gpus` (their UUIDs)."""
+
+    gpus: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ErrorReply(Message, wire_type="error"):
     """A request refused: a stable `ErrorCode` and why. The same in every version (never add a field), so
     that any client reads why it was refused."""
 
-    TYPE: ClassVar[str] = "error"
     code: str
     message: str

@@ -8,58 +8,53 @@ endpoints). `perseus_client.protocol` registers them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from perseus_client.message import Message
 from perseus_client.version import since
 
 
 @dataclass(frozen=True)
-class AdminPoolSetBudget(Message):
-    """Set `pool`'s budget (W); None clears it (every node of the pool uncapped)."""
+class PoolBudget(Message):
+    """`pool`'s budget (W; None: none, every node of the pool uncapped): a request to set it and its reply."""
 
-    TYPE: ClassVar[str] = "admin_pool_set_budget"
-    SINCE: ClassVar[int] = 1
     pool: str
     budget_w: float | None
 
 
 @dataclass(frozen=True)
-class PoolBudgetOk(Message):
-    TYPE: ClassVar[str] = "pool_budget_ok"
-    SINCE: ClassVar[int] = 1
-    pool: str
-    budget_w: float | None
+class AdminPoolSetBudget(PoolBudget, wire_type="admin_pool_set_budget", since=1):
+    """Set `pool`'s budget (W); None clears it (every node of the pool uncapped)."""
+
+
+@dataclass(frozen=True)
+class PoolBudgetOk(PoolBudget, wire_type="pool_budget_ok", since=1):
     by: str
     """Who set it, as logged (user and pid)."""
 
 
 @dataclass(frozen=True)
-class AdminPoolStatus(Message):
+class AdminPoolStatus(Message, wire_type="admin_pool_status", since=1):
     """Read `pool`'s budget, grants and node reports."""
 
-    TYPE: ClassVar[str] = "admin_pool_status"
-    SINCE: ClassVar[int] = 1
     pool: str
 
 
 @dataclass(frozen=True)
-class AdminPoolRelease(Message):
+class NodeRelease(Message):
+    """Absent `node`'s reservation in `pool`: a request to end it and its reply."""
+
+    pool: str
+    node: str
+
+
+@dataclass(frozen=True)
+class AdminPoolRelease(NodeRelease, wire_type="admin_pool_release", since=8):
     """End absent `node`'s reservation in `pool`: its grant is deleted (only while the node has no report),
     and its share goes to the other nodes. For a node known to draw nothing (powered off, fenced)."""
 
-    TYPE: ClassVar[str] = "admin_pool_release"
-    SINCE: ClassVar[int] = 8
-    pool: str
-    node: str
-
 
 @dataclass(frozen=True)
-class PoolReleaseOk(Message):
-    TYPE: ClassVar[str] = "pool_release_ok"
-    SINCE: ClassVar[int] = 8
-    pool: str
-    node: str
+class PoolReleaseOk(NodeRelease, wire_type="pool_release_ok", since=8):
     released_w: float
     """The reservation released (W)."""
     by: str
@@ -85,9 +80,7 @@ class PoolNode:
 
 
 @dataclass(frozen=True)
-class PoolStatusReply(Message):
-    TYPE: ClassVar[str] = "pool_status"
-    SINCE: ClassVar[int] = 1
+class PoolStatusReply(Message, wire_type="pool_status", since=1):
     pool: str
     revision: int
     requested_w: float | None

@@ -25,7 +25,6 @@ of `jobs`. Minor 1 and later: see `perseus_client.version`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from perseus_client.cap_messages import (
     AdminCapStatus,
@@ -76,7 +75,17 @@ from perseus_client.job_messages import (
     SpanMember,
     StragglerInfo,
 )
-from perseus_client.message import JOB_STATES, ErrorReply, Instruction, Message, Policy, Schedule
+from perseus_client.message import (
+    JOB_STATES,
+    ErrorReply,
+    GpuMessage,
+    GpusMessage,
+    Instruction,
+    JobMessage,
+    Message,
+    Policy,
+    Schedule,
+)
 from perseus_client.pool_messages import (
     AdminPoolRelease,
     AdminPoolSetBudget,
@@ -205,17 +214,14 @@ class GpuCapabilities:
 
 
 @dataclass(frozen=True)
-class Hello(Message):
+class Hello(JobMessage, wire_type="hello"):
     """Client -> daemon: register this process (identity comes from the kernel, never from here)."""
 
-    TYPE: ClassVar[str] = "hello"
-    job: str
     client_version: str
 
 
 @dataclass(frozen=True)
-class HelloOk(Message):
-    TYPE: ClassVar[str] = "hello_ok"
+class HelloOk(Message, wire_type="hello_ok"):
     daemon_version: str
     protocol: int
     """The daemon's major (the only one it speaks)."""
@@ -228,48 +234,43 @@ class HelloOk(Message):
 
 
 @dataclass(frozen=True)
-class Claim(Message):
+class Claim(GpusMessage, wire_type="claim"):
     """Lease GPUs (by UUID) for this process; the original state is saved before any write."""
 
-    TYPE: ClassVar[str] = "claim"
-    gpus: tuple[str, ...]
     job: str
 
 
 @dataclass(frozen=True)
-class ClaimOk(Message):
-    TYPE: ClassVar[str] = "claim_ok"
-    gpus: tuple[str, ...]
+class ClaimOk(GpusMessage, wire_type="claim_ok"):
+    """The GPUs now leased to this process."""
 
 
 @dataclass(frozen=True)
-class Release(Message):
+class Release(GpusMessage, wire_type="release"):
     """Release leases (an empty tuple releases all of this process's leases); GPUs are restored."""
 
-    TYPE: ClassVar[str] = "release"
-    gpus: tuple[str, ...]
-
 
 @dataclass(frozen=True)
-class ReleaseOk(Message):
-    TYPE: ClassVar[str] = "release_ok"
-    gpus: tuple[str, ...]
+class RestoreReply(GpusMessage):
+    """GPUs put back as they were before any lease (`gpus`), and those whose restore failed (`failed`)."""
+
     failed: tuple[str, ...]
 
 
 @dataclass(frozen=True)
-class SetClock(Message):
+class ReleaseOk(RestoreReply, wire_type="release_ok"):
+    """The leases released: GPUs restored, and those whose restore failed."""
+
+
+@dataclass(frozen=True)
+class SetClock(GpuMessage, wire_type="set_clock"):
     """Lock the SM clock of a leased GPU (None unlocks)."""
 
-    TYPE: ClassVar[str] = "set_clock"
-    gpu: str
     sm_clock_mhz: int | None
 
 
 @dataclass(frozen=True)
-class SetClockOk(Message):
-    TYPE: ClassVar[str] = "set_clock_ok"
-    gpu: str
+class SetClockOk(GpuMessage, wire_type="set_clock_ok"):
     applied_mhz: int | None
 
 
@@ -284,72 +285,53 @@ class PlanEntry:
 
 
 @dataclass(frozen=True)
-class SetPlan(Message):
+class SetPlan(GpuMessage, wire_type="set_plan"):
     """Deploy a per-computation clock plan on a leased GPU (replaces any plan it had)."""
 
-    TYPE: ClassVar[str] = "set_plan"
-    gpu: str
     plan: tuple[PlanEntry, ...]
 
 
 @dataclass(frozen=True)
-class SetPlanOk(Message):
-    TYPE: ClassVar[str] = "set_plan_ok"
-    gpu: str
+class SetPlanOk(GpuMessage, wire_type="set_plan_ok"):
     computations: int
 
 
 @dataclass(frozen=True)
-class ClearPlan(Message):
+class ClearPlan(GpuMessage, wire_type="clear_plan"):
     """Remove a leased GPU's plan; its clock stays as it is."""
-
-    TYPE: ClassVar[str] = "clear_plan"
-    gpu: str
 
 
 @dataclass(frozen=True)
-class ClearPlanOk(Message):
-    TYPE: ClassVar[str] = "clear_plan_ok"
-    gpu: str
+class ClearPlanOk(GpuMessage, wire_type="clear_plan_ok"):
     cleared: bool
 
 
 @dataclass(frozen=True)
-class AdminReset(Message):
+class AdminReset(GpusMessage, wire_type="admin_reset"):
     """Admin: restore saved originals, unlock clocks and drop leases (empty tuple: every GPU)."""
 
-    TYPE: ClassVar[str] = "admin_reset"
-    gpus: tuple[str, ...]
+
+@dataclass(frozen=True)
+class AdminResetOk(RestoreReply, wire_type="admin_reset_ok"):
+    """The GPUs reset, and those whose restore or unlock failed."""
 
 
 @dataclass(frozen=True)
-class AdminResetOk(Message):
-    TYPE: ClassVar[str] = "admin_reset_ok"
-    gpus: tuple[str, ...]
-    failed: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class AdminSetPowerLimit(Message):
-    TYPE: ClassVar[str] = "admin_set_power_limit"
-    gpu: str
+class AdminSetPowerLimit(GpuMessage, wire_type="admin_set_power_limit"):
     power_limit_w: float
 
 
 @dataclass(frozen=True)
-class PowerLimitOk(Message):
-    TYPE: ClassVar[str] = "power_limit_ok"
-    gpu: str
+class PowerLimitOk(GpuMessage, wire_type="power_limit_ok"):
     requested_w: float
     enforced_w: float
 
 
 @dataclass(frozen=True)
-class ComputationBegin(Message):
-    """Event: a computation starts on a leased GPU. `timestamp_ns` is the client's `time.monotonic_ns()`."""
+class ComputationEvent(GpuMessage):
+    """Event: a computation starts or ends on a leased GPU. `timestamp_ns` is the client's
+    `time.monotonic_ns()`."""
 
-    TYPE: ClassVar[str] = "comp_begin"
-    gpu: str
     stage: int
     instruction: Instruction
     microbatch: int
@@ -358,50 +340,46 @@ class ComputationBegin(Message):
 
 
 @dataclass(frozen=True)
-class ComputationEnd(Message):
-    TYPE: ClassVar[str] = "comp_end"
-    gpu: str
-    stage: int
-    instruction: Instruction
-    microbatch: int
-    chunk: int
-    timestamp_ns: int
+class ComputationBegin(ComputationEvent, wire_type="comp_begin"):
+    """Event: a computation starts."""
 
 
 @dataclass(frozen=True)
-class StepBegin(Message):
-    TYPE: ClassVar[str] = "step_begin"
-    gpu: str
+class ComputationEnd(ComputationEvent, wire_type="comp_end"):
+    """Event: a computation ends."""
+
+
+@dataclass(frozen=True)
+class StepEvent(GpuMessage):
+    """Event: a training step (one iteration) starts or ends on a leased GPU."""
+
     step: int
     timestamp_ns: int
 
 
 @dataclass(frozen=True)
-class StepEnd(Message):
-    TYPE: ClassVar[str] = "step_end"
-    gpu: str
-    step: int
-    timestamp_ns: int
+class StepBegin(StepEvent, wire_type="step_begin"):
+    """Event: a training step starts."""
 
 
 @dataclass(frozen=True)
-class EventAck(Message):
+class StepEnd(StepEvent, wire_type="step_end"):
+    """Event: a training step ends."""
+
+
+@dataclass(frozen=True)
+class EventAck(Message, wire_type="event_ack"):
     """Reply to an event sent on the control socket (events on the event socket get no reply)."""
 
-    TYPE: ClassVar[str] = "event_ack"
-
 
 @dataclass(frozen=True)
-class EventCount(Message):
+class EventCount(Message, wire_type="event_count"):
     """How many events the daemon read from the calling process since its hello, and how many of those it
     dropped. A client asks when it closes, to count what never arrived (`PerseusClient.events_lost`)."""
 
-    TYPE: ClassVar[str] = "event_count"
-
 
 @dataclass(frozen=True)
-class EventCountOk(Message):
-    TYPE: ClassVar[str] = "event_count_ok"
+class EventCountOk(Message, wire_type="event_count_ok"):
     received: int
     dropped: int
     ended_sent: int | None = since(9, None)
@@ -410,14 +388,12 @@ class EventCountOk(Message):
 
 
 @dataclass(frozen=True)
-class EventsEnd(Message):
+class EventsEnd(Message, wire_type="events_end", since=9):
     """Event socket, a closing client's last frame: "I sent `sent` events since my hello" (and dropped
     `dropped` before sending: its queue was full or it had no session). Read in stream order, after every
     event before it, so the daemon reconciles the session exactly: read (used or dropped, by reason) and
     lost in transit, `sent - read`. Not an event: never counted as one."""
 
-    TYPE: ClassVar[str] = "events_end"
-    SINCE: ClassVar[int] = 9
     sent: int
     dropped: int
 

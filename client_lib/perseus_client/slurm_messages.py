@@ -6,7 +6,6 @@ them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from perseus_client.message import Message
 
@@ -38,45 +37,34 @@ class SlurmJobEnergy:
 
 
 @dataclass(frozen=True)
-class SlurmJobsRequest(Message):
+class SlurmJobsRequest(Message, wire_type="slurm_jobs", since=5):
     """The Slurm jobs this caller may see (its own; an admin's: all), newest first."""
-
-    TYPE: ClassVar[str] = "slurm_jobs"
-    SINCE: ClassVar[int] = 5
 
 
 @dataclass(frozen=True)
-class SlurmJobsReply(Message):
-    TYPE: ClassVar[str] = "slurm_jobs_ok"
-    SINCE: ClassVar[int] = 5
+class SlurmJobsReply(Message, wire_type="slurm_jobs_ok", since=5):
     jobs: tuple[SlurmJobEnergy, ...]
 
 
 @dataclass(frozen=True)
-class AdminSlurmProlog(Message):
+class AdminSlurmProlog(Message, wire_type="admin_slurm_prolog", since=5):
     """From the job's prolog (slurmd, root): job `job` of `uid` is allocated GPUs `gpu_minors` here (the
     minors of their /dev/nvidia<N> nodes, as SLURM_JOB_GPUS names them with gres.conf's File=/dev/nvidia<N>).
     Processes of the job may then claim only those GPUs."""
 
-    TYPE: ClassVar[str] = "admin_slurm_prolog"
-    SINCE: ClassVar[int] = 5
     job: int
     uid: int
     gpu_minors: tuple[int, ...]
 
 
 @dataclass(frozen=True)
-class AdminSlurmEpilog(Message):
+class AdminSlurmEpilog(Message, wire_type="admin_slurm_epilog", since=5):
     """From the job's epilog: the job ended; release (and restore) whatever its processes still lease, close
     its record and return it."""
 
-    TYPE: ClassVar[str] = "admin_slurm_epilog"
-    SINCE: ClassVar[int] = 5
     job: int
 
 
 @dataclass(frozen=True)
-class SlurmJobOk(Message):
-    TYPE: ClassVar[str] = "slurm_job_ok"
-    SINCE: ClassVar[int] = 5
+class SlurmJobOk(Message, wire_type="slurm_job_ok", since=5):
     record: SlurmJobEnergy

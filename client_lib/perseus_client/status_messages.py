@@ -5,7 +5,6 @@ status`). Kept apart so that a reader of status loads only these (`perseus_clien
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from perseus_client.carbon_messages import SignalInfo
 from perseus_client.job_info import JobInfo
@@ -14,10 +13,8 @@ from perseus_client.version import since
 
 
 @dataclass(frozen=True)
-class StatusRequest(Message):
+class StatusRequest(Message, wire_type="status"):
     """The daemon's health, its GPUs and jobs (on the admin socket: the full view)."""
-
-    TYPE: ClassVar[str] = "status"
 
 
 @dataclass(frozen=True)
@@ -133,13 +130,12 @@ class PoolInfo:
 
 
 @dataclass(frozen=True)
-class StatusReply(Message):
+class StatusReply(Message, wire_type="status_ok"):
     """The daemon's health, one row per GPU, the jobs the caller may see.
 
     (Every class of this module has a docstring: a dataclass without one costs a signature at import.)
     """
 
-    TYPE: ClassVar[str] = "status_ok"
     daemon: DaemonHealth
     gpus: tuple[GpuStatus, ...]
     jobs: tuple[JobInfo, ...] = ()

@@ -31,8 +31,8 @@ backward (instructions `backward_input` and `backward_weight`, in events and pla
 `event_count_ok`'s `ended_sent` and the daemon health's `events_lost` (what clients sent and it never read).
 
 Adding a message or a field: see docs/protocol.md ("Changing the protocol"); in short, bump
-`PROTOCOL_MINOR`, give a new message type `SINCE = PROTOCOL_MINOR` and a new field of an existing message a
-default and `since(N)`.
+`PROTOCOL_MINOR`, give a new message type `since=PROTOCOL_MINOR` in its class line and a new field of an
+existing message a default and `since(N)`.
 """
 
 from __future__ import annotations
