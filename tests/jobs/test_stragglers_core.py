@@ -31,13 +31,6 @@ def _gpu(core: DaemonCore, pipeline: int, stage: int) -> str:
     return core.registry.uuids[pipeline * STAGES + stage]
 
 
-class Clock:
-    """Synthetic event timestamps: each step of every pipeline starts at the same time (the gradient sync)."""
-
-    def __init__(self) -> None:
-        self.step_start_ns = time.monotonic_ns()
-
-
 def _steps(core: DaemonCore, first: int, count: int, slowness: dict[int, float]) -> int:
     """`count` synchronised steps; pipeline p's compute time is slowness[p] (default 1) x its plan's time."""
     info = core_job(core)
