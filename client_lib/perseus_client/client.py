@@ -334,13 +334,14 @@ class PerseusClient:
         if not self.managed:  # the daemon that had them is gone
             self.events_lost += sent
             return
-        marker = encode(EventsEnd(sent=sent, dropped=self.events_dropped), minor=self.protocol_minor)
         marking = self.protocol_minor >= EVENTS_END_SINCE
+        end = EventsEnd(sent=sent, dropped=self.events_dropped)
+        marker = encode(end, minor=self.protocol_minor) if marking else b""
         started_s = progress_s = time.monotonic()
         received = 0
         while True:
             now_s = time.monotonic()
-            if marking and marker:
+            if marker:
                 marker = self._send_marker(marker)
             try:
                 reply = request_reply(
