@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import zmq
@@ -132,6 +133,15 @@ def test_a_client_that_predates_the_marker_settles_as_before(monkeypatch: pytest
         assert "events of process" not in daemon.log()
 
 
+def _push_marker(ctx: zmq.Context[zmq.Socket[bytes]], runtime_dir: Path) -> zmq.Socket[bytes]:
+    """Send an end marker ("5 sent") on the daemon's event socket from this process (no session)."""
+    push = ctx.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    push.connect(f"ipc://{runtime_dir / 'events.sock'}")
+    push.send(encode(EventsEnd(sent=5, dropped=0)))
+    return push  # the caller holds it while the daemon reads (linger 0 drops what is unsent at close)
+
+
 def test_an_older_daemon_is_sent_no_marker_and_refuses_one_cleanly() -> None:
     """A daemon speaking 6.8: the client sends no marker (its count settles as before); a marker sent anyway
     is refused as an unknown type, counted as a dropped frame, and the daemon keeps serving."""
@@ -149,14 +159,11 @@ def test_an_older_daemon_is_sent_no_marker_and_refuses_one_cleanly() -> None:
         assert health["errors_by_code"].get("UNKNOWN_TYPE", 0) == 0
         ctx = zmq.Context()
         try:
-            push = ctx.socket(zmq.PUSH)
-            push.setsockopt(zmq.LINGER, 0)
-            push.connect(f"ipc://{runtime_dir / 'events.sock'}")
-            push.send(encode(EventsEnd(sent=5, dropped=0)))
-            deadline_s = time.monotonic() + 60
-            while daemon.status()["daemon"]["errors_by_code"].get("UNKNOWN_TYPE", 0) != 1:
-                assert time.monotonic() < deadline_s
-                time.sleep(0.05)
+            with _push_marker(ctx, runtime_dir):
+                deadline_s = time.monotonic() + 60
+                while daemon.status()["daemon"]["errors_by_code"].get("UNKNOWN_TYPE", 0) != 1:
+                    assert time.monotonic() < deadline_s
+                    time.sleep(0.05)
         finally:
             ctx.destroy(linger=0)
         health = daemon.status()["daemon"]
@@ -168,14 +175,11 @@ def test_a_marker_from_a_process_without_a_session_is_ignored_and_not_counted() 
         daemon = make(DaemonDirs.create(), gpus=1).start()
         ctx = zmq.Context()
         try:
-            push = ctx.socket(zmq.PUSH)
-            push.setsockopt(zmq.LINGER, 0)
-            push.connect(f"ipc://{daemon.dirs.runtime_dir / 'events.sock'}")
-            push.send(encode(EventsEnd(sent=5, dropped=0)))
-            deadline_s = time.monotonic() + 60
-            while "which has no session" not in daemon.log():
-                assert time.monotonic() < deadline_s
-                time.sleep(0.05)
+            with _push_marker(ctx, daemon.dirs.runtime_dir):
+                deadline_s = time.monotonic() + 60
+                while "which has no session" not in daemon.log():
+                    assert time.monotonic() < deadline_s
+                    time.sleep(0.05)
         finally:
             ctx.destroy(linger=0)
         health = daemon.status()["daemon"]
