@@ -96,8 +96,9 @@ def test_the_gpus_of_a_tensor_parallel_stage_are_one_stage(core: DaemonCore, tmp
     assert pipeline.stages_registered == 4  # GPUs
     # Each stage's second GPU was set its lead's clock (the sweep's first: the highest).
     deadline_s = time.monotonic() + 10
-    while _locked_mhz(tmp_path, core, 1) is None or _locked_mhz(tmp_path, core, 3) is None:
-        assert time.monotonic() < deadline_s, "the followers never got a clock"
+    # Each GPU's owner thread sets its clock on its own: wait for all four, leads and followers.
+    while any(_locked_mhz(tmp_path, core, gpu) is None for gpu in range(4)):
+        assert time.monotonic() < deadline_s, "a GPU of a stage never got a clock"
         time.sleep(0.02)
     assert _locked_mhz(tmp_path, core, 1) == _locked_mhz(tmp_path, core, 0) == max(A100_CLOCKS_MHZ)
     assert _locked_mhz(tmp_path, core, 3) == _locked_mhz(tmp_path, core, 2)
