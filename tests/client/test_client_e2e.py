@@ -34,7 +34,7 @@ def test_events_dropped_not_raised_while_daemon_down_then_reregistered(
 ) -> None:
     first = DaemonProcess(dirs, gpus=1)
     started.append(first.start())
-    client = PerseusClient(dirs.runtime_dir, job="resilient", timeout_s=1.0, strict=True)
+    client = PerseusClient(dirs.runtime_dir, job="resilient", timeout_s=3.0, strict=True)
     try:
         uuid = client.daemon_info.gpus[0].uuid  # type: ignore[union-attr]
         client.claim([uuid])
@@ -48,7 +48,7 @@ def test_events_dropped_not_raised_while_daemon_down_then_reregistered(
                 pass
         elapsed_s = time.perf_counter() - began_s
         assert client.events_dropped - dropped_before == 2000
-        assert elapsed_s < 1.0  # never blocked
+        assert elapsed_s < 5.0  # never blocked (a blocked send waits for good)
         with pytest.raises(PerseusClientError) as info:
             client.status()
         assert info.value.code == "UNREACHABLE"

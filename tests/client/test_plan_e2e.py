@@ -30,7 +30,7 @@ def _wait_clock(handle: SimGpuHandle, clock_mhz: int, timeout_s: float = 2.0) ->
 
 def test_clock_follows_plan_and_plan_dropped_on_release(daemon: DaemonProcess) -> None:
     runtime_dir = daemon.dirs.runtime_dir
-    with PerseusClient(runtime_dir, job="plan", timeout_s=2.0, strict=True) as client:
+    with PerseusClient(runtime_dir, job="plan", timeout_s=10.0, strict=True) as client:
         info = client.daemon_info.gpus[0]  # type: ignore[union-attr]
         high, low = info.supported_sm_clocks_mhz[0], info.supported_sm_clocks_mhz[30]
         with pytest.raises(PerseusClientError) as refused:
@@ -86,7 +86,7 @@ def test_malformed_plans_refused(daemon: DaemonProcess) -> None:
 
 
 def test_clear_plan_keeps_clock(daemon: DaemonProcess) -> None:
-    with PerseusClient(daemon.dirs.runtime_dir, job="clear", timeout_s=2.0) as client:
+    with PerseusClient(daemon.dirs.runtime_dir, job="clear", timeout_s=10.0) as client:
         info = client.daemon_info.gpus[0]  # type: ignore[union-attr]
         client.claim([info.uuid])
         low = info.supported_sm_clocks_mhz[30]

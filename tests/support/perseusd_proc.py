@@ -287,7 +287,7 @@ def run_as_user(
 def client_outcome(runtime_dir: Path, action: Callable[[PerseusClient], Any]) -> tuple[str, Any]:
     """("ok", result) or (error code, message) of running `action` on a fresh client."""
     try:
-        with PerseusClient(runtime_dir, job="probe", timeout_s=2.0, strict=True) as client:
+        with PerseusClient(runtime_dir, job="probe", timeout_s=10.0, strict=True) as client:
             return "ok", action(client)
     except PerseusClientError as exc:
         return exc.code, exc.message
