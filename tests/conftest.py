@@ -4,6 +4,7 @@ check that the suite left no process behind (see `tests/support/leftovers.py`)."
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -28,6 +29,11 @@ def reference_data() -> Path:
 
 def pytest_sessionstart(session: pytest.Session) -> None:  # noqa: ARG001 (hook signature)
     _SESSION["mark"] = leftovers.start_session()
+    # A suite started in the background (`&` without job control) inherits SIGINT ignored and would pass
+    # it on to every process it starts, which then never sees Ctrl-C: the tests that send SIGINT need the
+    # disposition a terminal gives. A handler (unlike SIG_IGN) is reset to the default in a child.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(trylast=True)
