@@ -22,10 +22,10 @@ logger = logging.getLogger(__name__)
 
 SEND_FLAGS = socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL
 SNDBUF_BYTES = 1024 * 1024
-"""The most the kernel may queue towards the daemon (SO_SNDBUF; it holds each event datagram at about 730
-bytes with its overhead). The kernel caps it at twice `net.core.wmem_max`: by default 416 KiB, about 580
-events; at most about 1,400, the burst ZeroMQ's queues held. A daemon that reads slower than a client sends
-makes the client drop, and count, the rest."""
+"""The most the kernel may queue towards the daemon (SO_SNDBUF; each event datagram takes about 1.3 KiB of it
+with the kernel's overhead). The kernel caps it at twice `net.core.wmem_max`: by default 416 KiB, about 330
+events; at this size about 820. A daemon that reads slower than a client sends makes the client drop, and
+count, the rest."""
 _FULL = frozenset((errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS, errno.EINTR))
 
 
