@@ -72,7 +72,8 @@ def test_new_client_and_a_daemon_of_6_9_use_zeromq(make: Callable[..., DaemonPro
     assert not (daemon.dirs.runtime_dir / SEQPACKET_EVENT_SOCKET_NAME).exists()
     with PerseusClient(daemon.dirs.runtime_dir, job="to-old", timeout_s=10, strict=True) as client:
         assert client.protocol_minor == 9
-        assert client.daemon_info is not None and client.daemon_info.event_socket is None
+        assert client.daemon_info is not None
+        assert client.daemon_info.event_socket is None
         assert client.event_transport == "zmq"
         _send(client, _claimed(client), 100)
     assert (client.events_sent, client.events_lost) == (200, 0)
@@ -88,7 +89,8 @@ def test_a_client_of_6_9_and_a_new_daemon_use_zeromq(
     daemon = make(DaemonDirs.create(), gpus=1).start()
     with PerseusClient(daemon.dirs.runtime_dir, job="old", timeout_s=10, strict=True) as client:
         assert client.protocol_minor == 9
-        assert client.daemon_info is not None and client.daemon_info.event_socket is None
+        assert client.daemon_info is not None
+        assert client.daemon_info.event_socket is None
         assert client.event_transport == "zmq"
         _send(client, _claimed(client), 100)
     assert (client.events_sent, client.events_lost) == (200, 0)
