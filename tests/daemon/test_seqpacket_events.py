@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from perseus_client import PerseusClient
 from perseus_client.event_frames import EventWriter
-from perseus_client.protocol import SEQPACKET_EVENT_SOCKET_NAME
+from perseus_client.protocol import PROTOCOL_MINOR, SEQPACKET_EVENT_SOCKET_NAME, EventsEnd, encode
 
 from perseusd.daemon.limits import MAX_CONNECTIONS_PER_USER
 from tests.support.frames import assert_serves_and_nothing_locked
@@ -188,3 +188,25 @@ def test_connections_over_the_per_user_budget_are_closed(daemon: DaemonProcess) 
         os.waitpid(pid, 0)
     _until(daemon, lambda h: h["connections"] < 8, "the flood's connections closed")
     assert "refused an event connection (uid 65534)" in daemon.log()
+
+
+def test_the_marker_closes_the_stream_in_order_and_later_events_still_count(daemon: DaemonProcess) -> None:
+    """On one connection the marker is read after every datagram before it; events after it are read and
+    counted as on ZeroMQ's socket (received, and in the session's figures at a later marker)."""
+    with PerseusClient(daemon.dirs.runtime_dir, job="order", timeout_s=10, strict=True) as client:
+        assert client.daemon_info is not None
+        gpu = client.daemon_info.gpus[0].uuid
+        client.claim([gpu])
+        frames = EventWriter()
+        with _connect(daemon) as sock:
+            for microbatch in range(100):
+                sock.send(frames.computation(b"comp_begin", gpu, 0, "forward", microbatch, 0, 1))
+            sock.send(encode(EventsEnd(sent=100, dropped=0), minor=PROTOCOL_MINOR))
+            for microbatch in range(100, 103):
+                sock.send(frames.computation(b"comp_begin", gpu, 0, "forward", microbatch, 0, 1))
+            health = _until(daemon, lambda h: h["events_received"] == 103, "every datagram read")
+        assert health["events_lost"] == 0
+        count = client.event_count()
+        assert (count.received, count.ended_sent) == (103, 100)
+    daemon.stop()
+    assert "sent 100, read 100 (used 100, dropped 0), lost in transit 0" in daemon.log()
