@@ -16,6 +16,10 @@ flipped every round (benchmarks/overhead_worker.py). Reported per world size:
   uses is seen, not guessed; and per event read in the "on" blocks (benchmarks/bench_event_cost.py measures
   that alone, against another checkout).
 
+`--transports seqpacket zmq` runs each world size once per event transport, each with its own daemon, one
+after the other in the same run: protocol 6.10's SOCK_SEQPACKET socket (the default) and ZeroMQ's event
+socket (`seqpacket_events = false`, as before 6.10).
+
 Run timing-sensitive: `flock /tmp/perseus-bench.lock python benchmarks/bench_client_overhead.py`; the
 machine's load is printed beside the numbers. Prints JSON.
 """
@@ -251,6 +255,13 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=1200)
     parser.add_argument("--daemon-arg", action="append", default=[], help="extra perseusd argument")
     parser.add_argument(
+        "--transports",
+        nargs="+",
+        default=["seqpacket"],
+        choices=["seqpacket", "zmq"],
+        help="event transports",
+    )
+    parser.add_argument(
         "--daemon-nice",
         type=int,
         help="the daemon's nice value, every thread (the systemd unit sets Nice=-10; default: as started)",
@@ -259,13 +270,16 @@ def main() -> None:
     results = []
     with daemon_processes() as make:
         for world in args.ranks:
-            daemon = make(DaemonDirs.create(), gpus=world, extra_args=tuple(args.daemon_arg)).start()
-            if args.daemon_nice is not None:
-                assert daemon.proc is not None
-                renice(daemon.proc.pid, args.daemon_nice)
-            with tempfile.TemporaryDirectory(prefix="perseus-overhead-") as work:
-                results.append(_run_world(args, world, daemon, Path(work)))
-            daemon.stop()
+            for transport in args.transports:
+                env = {"PERSEUSD_SEQPACKET_EVENTS": "false"} if transport == "zmq" else {}
+                dirs = DaemonDirs.create()
+                daemon = make(dirs, gpus=world, extra_args=tuple(args.daemon_arg), env=env).start()
+                if args.daemon_nice is not None:
+                    assert daemon.proc is not None
+                    renice(daemon.proc.pid, args.daemon_nice)
+                with tempfile.TemporaryDirectory(prefix="perseus-overhead-") as work:
+                    results.append({"transport": transport} | _run_world(args, world, daemon, Path(work)))
+                daemon.stop()
     load = os.getloadavg()
     print(
         json.dumps(

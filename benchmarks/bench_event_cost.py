@@ -6,6 +6,9 @@ Modes: "sent" (the GPU leased, no plan: decoding, order checks, counting) and "p
 plan alternating two clocks, so every end submits a clock to the GPU's owner thread). Each mode runs
 `--rounds` times, alternating with the same runs of another checkout when `--against DIR` is given (for
 example `git worktree add /tmp/main main`), so the two are compared on the same machine under the same load.
+`--transports` runs this checkout's daemon with each event transport: "seqpacket" (protocol 6.10's
+SOCK_SEQPACKET socket, the default) and "zmq" (`seqpacket_events = false`: ZeroMQ's event socket, as before
+6.10); the other checkout runs as it is.
 The daemon's own work per event sets what a training job pays where the daemon shares its cores
 (docs/pytorch.md, "Cost"); this benchmark isolates it from training's noise.
 
@@ -46,7 +49,7 @@ def _used(before: dict[str, float], after: dict[str, float], events: int) -> dic
     }
 
 
-def measure(root: Path, mode: str, events: int, gap_s: float) -> dict[str, Any]:
+def measure(root: Path, mode: str, events: int, gap_s: float, transport: str) -> dict[str, Any]:
     """One run in checkout `root` (the child process of `_run_in`)."""
     sys.path.insert(0, str(root))
     from perseus_client import PerseusClient
@@ -54,9 +57,11 @@ def measure(root: Path, mode: str, events: int, gap_s: float) -> dict[str, Any]:
     from tests.support.perseusd_proc import DaemonDirs, daemon_processes
 
     with daemon_processes() as make:
-        daemon = make(DaemonDirs.create(), gpus=1).start()
+        env = {"PERSEUSD_SEQPACKET_EVENTS": "false"} if transport == "zmq" else {}
+        daemon = make(DaemonDirs.create(), gpus=1, env=env).start()
         assert daemon.proc is not None
         with PerseusClient(daemon.dirs.runtime_dir, job="event-cost", strict=True) as client:
+            used_transport = getattr(client, "event_transport", "zmq")
             assert client.daemon_info is not None
             info = client.daemon_info.gpus[0]
             client.claim([info.uuid])
@@ -79,12 +84,14 @@ def measure(root: Path, mode: str, events: int, gap_s: float) -> dict[str, Any]:
         by_thread = _used(daemon_before, daemon_after, sent)
         return {
             "mode": mode,
+            "transport": used_transport,
             "events": sent,
             "read": read.received,
             "dropped": read.dropped,
             "daemon_us_per_event": round(sum(by_thread.values()), 1),
             "daemon_by_thread_us": by_thread,
             "client_io_thread_us": _used(client_before, client_after, sent).get("ZMQbg/IO/0", 0.0),
+            "client_main_thread_us": _used(client_before, client_after, sent).get("main", 0.0),
         }
 
 
@@ -107,11 +114,11 @@ def _send(client: Any, gpu: str, events: int, gap_s: float) -> int:
     return sent
 
 
-def _run_in(tree: Path, mode: str, args: argparse.Namespace) -> dict[str, Any]:
+def _run_in(tree: Path, mode: str, args: argparse.Namespace, transport: str = "default") -> dict[str, Any]:
     """One measurement in checkout `tree` (its own packages first on the path), as a child process."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(tree / "client_lib")])}
     command = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--root", str(tree)]
-    command += ["--events", str(args.events), "--gap-ms", str(args.gap_ms)]
+    command += ["--events", str(args.events), "--gap-ms", str(args.gap_ms), "--transport", transport]
     out = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=600, check=True)
     result: dict[str, Any] = json.loads(out.stdout)
     return result
@@ -124,6 +131,7 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
             r["daemon_by_thread_us"].get("main", 0.0) for r in runs
         ),
         "client_io_thread_us_median": statistics.median(r["client_io_thread_us"] for r in runs),
+        "client_main_thread_us_median": statistics.median(r["client_main_thread_us"] for r in runs),
         "runs": runs,
     }
 
@@ -135,19 +143,29 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--modes", nargs="+", default=["sent", "plan"], choices=["sent", "plan"])
     parser.add_argument("--against", type=Path, help="another checkout to compare with, run alternately")
+    parser.add_argument(
+        "--transports",
+        nargs="+",
+        default=["seqpacket", "zmq"],
+        choices=["seqpacket", "zmq"],
+        help="this checkout's event transports to run (each against the other checkout, alternately)",
+    )
+    parser.add_argument("--transport", default="default", help=argparse.SUPPRESS)
     parser.add_argument("--child", choices=["sent", "plan"], help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure(args.root or ROOT, args.child, args.events, args.gap_ms / 1e3)))
+        root = args.root or ROOT
+        print(json.dumps(measure(root, args.child, args.events, args.gap_ms / 1e3, args.transport)))
         return
-    trees = {"this": ROOT} | ({"against": args.against.resolve()} if args.against else {})
+    trees = {f"this-{t}": (ROOT, t) for t in args.transports}
+    trees |= {"against": (args.against.resolve(), "default")} if args.against else {}
     load_before = os.getloadavg()
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {name: {m: [] for m in args.modes} for name in trees}
     for _ in range(args.rounds):
         for mode in args.modes:
-            for name, tree in trees.items():
-                runs[name][mode].append(_run_in(tree, mode, args))
+            for name, (tree, transport) in trees.items():
+                runs[name][mode].append(_run_in(tree, mode, args, transport))
     results = {name: {mode: _summary(r) for mode, r in by_mode.items()} for name, by_mode in runs.items()}
     print(
         json.dumps(
@@ -155,7 +173,7 @@ def main() -> None:
                 "load_avg_before": [round(x, 2) for x in load_before],
                 "load_avg_after": [round(x, 2) for x in os.getloadavg()],
                 "cpus": os.cpu_count(),
-                "trees": {name: str(tree) for name, tree in trees.items()},
+                "trees": {name: str(tree) for name, (tree, _transport) in trees.items()},
                 "results": results,
             },
             indent=1,

@@ -14,6 +14,7 @@ TESTS=(
   tests/client/test_client_e2e.py
   tests/client/test_client_errors.py
   tests/client/test_devices.py
+  tests/client/test_event_transport.py
   tests/client/test_protocol_versions.py
   tests/client/test_straggler_client.py
 )

@@ -20,6 +20,10 @@ imported profiles, policies: `perseus_client.session`); a job the daemon finds i
 once, without profiling. `strict=True`, or `PERSEUSD_CLIENT_STRICT=1`, makes every control call raise
 `PerseusClientError` instead (and the constructor too, when the daemon cannot be reached).
 
+Events go to a daemon of protocol 6.10 or later as datagrams on its SOCK_SEQPACKET event socket: one
+non-blocking send(2) from the training thread, no queue and no I/O thread (`perseus_client.seqpacket`); to an
+older daemon, or where that socket cannot be opened, on ZeroMQ's event socket as before.
+
 Send events from one thread per client (ZeroMQ sockets are not thread-safe); control calls are locked.
 """
 
@@ -39,7 +43,7 @@ from typing import Any, TypeVar
 
 import zmq
 
-from perseus_client import devices, reach
+from perseus_client import devices, reach, seqpacket
 from perseus_client.event_frames import EventWriter
 from perseus_client.link import PerseusClientError, monitor_event, request_reply, unreachable
 from perseus_client.protocol import (
@@ -192,6 +196,8 @@ class PerseusClient:
         self._ctx: zmq.Context[Any] | None = None
         self._control: zmq.Socket[bytes] | None = None
         self._events: zmq.Socket[bytes] | None = None
+        self._datagrams: seqpacket.EventSocket | None = None
+        """The SOCK_SEQPACKET event connection of this session (None: events go to ZeroMQ's socket)."""
         self._monitor: threading.Thread | None = None
         self._closing = threading.Event()
         self._link_up = False
@@ -316,6 +322,7 @@ class PerseusClient:
                 self._control.close(linger=0)
             if self._events is not None:
                 self._events.close(linger=0)
+            self._use_datagrams(None)
             if self._ctx is not None:
                 self._ctx.term()
             self._ctx = self._control = self._events = None
@@ -371,6 +378,9 @@ class PerseusClient:
 
     def _send_marker(self, marker: bytes) -> bytes:
         """Queue the end marker behind the events (b"" once queued; the queue may be full for a while)."""
+        datagrams = self._datagrams
+        if datagrams is not None and not datagrams.broken:  # on the events' connection: read after them
+            return b"" if datagrams.send(marker) or datagrams.broken else marker
         try:
             self._events.send(marker, zmq.NOBLOCK)  # type: ignore[union-attr]
         except zmq.Again:
@@ -443,10 +453,23 @@ class PerseusClient:
     def _hello(self) -> HelloOk:
         self.protocol_minor = PROTOCOL_MINOR  # the daemon may have been replaced by another version
         self._session_sent = 0  # the daemon counts this session's events from its hello
+        self._use_datagrams(None)  # a new session's events go on a new connection (or ZeroMQ's socket)
         reply = self._call(Hello(job=self.job, client_version=CLIENT_VERSION), HelloOk)
         self.daemon_info = reply
         self.protocol_minor = min(PROTOCOL_MINOR, reply.protocol_minor)
+        if reply.event_socket is not None:
+            self._use_datagrams(seqpacket.connect(self.runtime_dir, reply.event_socket))
         return reply
+
+    def _use_datagrams(self, events: seqpacket.EventSocket | None) -> None:
+        old, self._datagrams = self._datagrams, events
+        if old is not None:
+            old.close()
+
+    @property
+    def event_transport(self) -> str:
+        """How this session's events travel: "seqpacket" (protocol 6.10) or "zmq"."""
+        return "zmq" if self._datagrams is None else "seqpacket"
 
     def claim(self, gpus: Sequence[str]) -> tuple[str, ...]:
         """Lease GPUs (by UUID) for this process; all or nothing. Fail-open: () when not done now (claimed
@@ -670,7 +693,12 @@ class PerseusClient:
             data = self._frames.computation(
                 kind, gpu, stage, instruction, microbatch, chunk, time.monotonic_ns()
             )
-            self._events.send(data, zmq.NOBLOCK)  # type: ignore[union-attr]
+            datagrams = self._datagrams
+            if datagrams is None:
+                self._events.send(data, zmq.NOBLOCK)  # type: ignore[union-attr]
+            elif not datagrams.send(data):
+                self._datagrams_failed(datagrams)
+                return
             self.events_sent += 1
             self._session_sent += 1
         except Exception:  # never raise into training
@@ -682,11 +710,25 @@ class PerseusClient:
             return
         try:
             data = self._frames.step(kind, gpu, step, time.monotonic_ns())
-            self._events.send(data, zmq.NOBLOCK)  # type: ignore[union-attr]
+            datagrams = self._datagrams
+            if datagrams is None:
+                self._events.send(data, zmq.NOBLOCK)  # type: ignore[union-attr]
+            elif not datagrams.send(data):
+                self._datagrams_failed(datagrams)
+                return
             self.events_sent += 1
             self._session_sent += 1
         except Exception:  # never raise into training
             self.events_dropped += 1
+
+    def _datagrams_failed(self, datagrams: seqpacket.EventSocket) -> None:
+        """An event not sent on the SOCK_SEQPACKET connection: dropped and counted. A connection the daemon
+        closed (it went away, or refused it) is given up: the session's further events go to ZeroMQ's socket
+        (which drops them while the daemon is away); the next session opens a new connection."""
+        self.events_dropped += 1
+        if datagrams.broken and self._datagrams is datagrams:
+            self._datagrams = None
+            datagrams.close()
 
 
 def _check_pipeline(pipeline: int) -> None:

@@ -23,6 +23,10 @@ CONTROL_SOCKET_NAME = "control.sock"
 EVENT_SOCKET_NAME = "events.sock"
 ADMIN_SOCKET_NAME = "admin.sock"
 """The daemon's sockets in its runtime directory."""
+SEQPACKET_EVENT_SOCKET_NAME = "events.seqpacket"
+"""The daemon's event socket of minor 10 (AF_UNIX, SOCK_SEQPACKET: one event frame a datagram), in its runtime
+directory beside the others; advertised in `hello_ok`'s `event_socket`. A client opens this name in the
+runtime directory it was given and no other path."""
 MAX_REQUEST_ID = (1 << 63) - 1
 MAX_MINOR = (1 << 31) - 1
 MINOR_REFUSED = ": unexpected field(s) ['m']"

@@ -45,6 +45,7 @@ from perseus_client.envelope import (
     DEFAULT_MAX_FRAME_BYTES,
     EVENT_SOCKET_NAME,
     MAX_REQUEST_ID,
+    SEQPACKET_EVENT_SOCKET_NAME,
     Frame,
     _leading_id,
     decode_frame,
@@ -193,6 +194,7 @@ __all__ += [
     "MAX_REQUEST_ID",
     "PROTOCOL_MAJOR",
     "PROTOCOL_MINOR",
+    "SEQPACKET_EVENT_SOCKET_NAME",
     "since",
 ]
 
@@ -231,6 +233,9 @@ class HelloOk(Message, wire_type="hello_ok"):
     visible_gpus: tuple[str, ...] | None = since(5, None)
     """The UUIDs of the GPUs this process may claim, in its own device order (index 0 first: what
     `CUDA_VISIBLE_DEVICES` indexes in its container); None: every GPU of `gpus`, in their order."""
+    event_socket: str | None = since(10, None)
+    """The name, in the runtime directory, of the daemon's SOCK_SEQPACKET event socket
+    (`SEQPACKET_EVENT_SOCKET_NAME`); None: events go to the ZeroMQ event socket only."""
 
 
 @dataclass(frozen=True)

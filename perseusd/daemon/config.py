@@ -51,6 +51,9 @@ class DaemonConfig:
     protocol_minor: int = -1
     """The newest protocol minor the daemon speaks (-1: the newest it knows). An older one makes it answer
     as a daemon of that minor would (docs/protocol.md): for compatibility tests and staged roll-outs."""
+    seqpacket_events: bool = True
+    """Serve the SOCK_SEQPACKET event socket (protocol 6.10, docs/protocol.md): clients that speak it send
+    events without an I/O thread, at a fraction of the daemon's CPU; false: ZeroMQ's event socket only."""
     gpu_call_timeout_s: float = 5.0
     monitor_only: bool = False
     """Read energy and status only, never write a clock or a limit (docs/daemon.md, Monitor-only): refuses

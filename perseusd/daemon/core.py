@@ -128,6 +128,7 @@ class DaemonCore:
             access=gpu_access,
             slurm=slurm,
         )
+        self._gpu_requests = gpu_requests
         self._requests = request_table(
             RequestFamilies(
                 gpu_requests,
@@ -277,6 +278,11 @@ class DaemonCore:
     def count_auth_rejected(self) -> None:
         """A connection refused by authentication."""
         self.auth_rejected += 1
+
+    def advertise_event_socket(self, name: str | None) -> None:
+        """The transport serves the SOCK_SEQPACKET event socket `name` (None: ZeroMQ's only): `hello_ok` says
+        so to clients of minor 10 and later."""
+        self._gpu_requests.event_socket = name
 
     def connections_from(self, counts: Callable[[], tuple[int, int]]) -> None:
         """Where `health` reads the (open, refused) client connections from: the transport's books."""

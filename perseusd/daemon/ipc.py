@@ -1,9 +1,10 @@
 """ZeroMQ transport (the only module that imports zmq): sockets, ZAP authentication, the poll loop.
 
 Three `ipc://` sockets in the runtime directory: a control ROUTER (request/reply, DEALER clients), an event
-PULL (fire-and-forget begin/end events) and an admin ROUTER. A ZAP handler admits connections by the peer's
-kernel credentials (SO_PEERCRED, `localhost:uid:gid:pid`), and every message is attributed to the caller
-from its frame's `Peer-Address`, never from the request. Client pidfds are polled with the sockets.
+PULL (fire-and-forget begin/end events) and an admin ROUTER; beside them the SOCK_SEQPACKET event socket of
+protocol 6.10 (`perseusd.daemon.seqpacket`), polled in the same poll(2). A ZAP handler admits connections by
+the peer's kernel credentials (SO_PEERCRED, `localhost:uid:gid:pid`), and every message is attributed to the
+caller from its frame's `Peer-Address`, never from the request. Client pidfds are polled with the sockets.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from perseus_client.protocol import (
     PROTOCOL_MAJOR,
     PROTOCOL_MINOR,
     REQUEST_TYPES,
+    SEQPACKET_EVENT_SOCKET_NAME,
     ErrorCode,
     ErrorReply,
     EventAck,
@@ -44,6 +46,7 @@ from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.event_frames import decode_event
 from perseusd.daemon.limits import ConnectionBook, ConnectionLimits, peer_uid, shut_down
 from perseusd.daemon.runtime_dir import SOCKET_MODE, reclaim_stale_socket, set_group
+from perseusd.daemon.seqpacket import SeqpacketEvents, SeqpacketHandlers, SeqpacketListener
 from perseusd.daemon.wire_errors import protocol_error
 from perseusd.errors import PerseusError
 from perseusd.leasing.identity import Caller, parse_peer_address
@@ -64,6 +67,8 @@ EVENT_RCVHWM = 500
 flood leaves about 1,300 events per client to drain, so the events of a released lease stop costing work at
 once and memory stays flat; a client that sends faster than the daemon reads finds its queue full and counts
 the drops."""
+SEQPACKET_SINCE = 10
+"""The minor whose daemons serve the SOCK_SEQPACKET event socket (`hello_ok`'s `event_socket`)."""
 MAX_ERROR_CHARS = 400
 MAX_ECHOED_MAJOR = (1 << 31) - 1
 DEFAULT_LIMITS = ConnectionLimits.for_descriptors(1024)
@@ -159,6 +164,8 @@ class IpcSettings:
     limits: ConnectionLimits = DEFAULT_LIMITS
     protocol_minor: int = PROTOCOL_MINOR
     """The newest minor the daemon speaks: newer message types and fields are refused as unknown."""
+    seqpacket_events: bool = True
+    """Serve the SOCK_SEQPACKET event socket (minor 10 and later)."""
 
 
 class IpcServer:
@@ -187,6 +194,7 @@ class IpcServer:
         self._polled_pidfds: set[int] = set()
         self._pidfds_seen: tuple[int, ...] = ()
         self._extra_fds: dict[int, Callable[[], None]] = {}
+        self._seqpacket: SeqpacketEvents | None = None
 
     def _router(self, domain: bytes) -> zmq.Socket[bytes]:
         sock: zmq.Socket[bytes] = self._ctx.socket(zmq.ROUTER)
@@ -227,6 +235,32 @@ class IpcServer:
             self._poller.add_socket(monitor)
         for sock in (self._zap, self._control, self._events, self._admin):
             self._poller.add_socket(sock)
+        if self._settings.seqpacket_events and self._minor >= SEQPACKET_SINCE:
+            self._bind_seqpacket(runtime_dir / SEQPACKET_EVENT_SOCKET_NAME)
+
+    def _bind_seqpacket(self, path: Path) -> None:
+        listener = SeqpacketListener(path, self._policy.socket_gid)
+        handlers = SeqpacketHandlers(
+            may_connect=lambda caller: self._may_use(caller, admin=False),
+            frame=self._event_frame,
+            oversized=self._oversized,
+            requests_waiting=self._requests_waiting,
+            warn=self._log.warning,
+        )
+        self._seqpacket = SeqpacketEvents(
+            listener,
+            self.connections,
+            self._poller,
+            handlers,
+            batch=EVENT_BATCH,
+            check_every=REQUEST_CHECK_EVENTS,
+        )
+        self._core.advertise_event_socket(SEQPACKET_EVENT_SOCKET_NAME)
+
+    @property
+    def seqpacket_socket(self) -> str | None:
+        """The SOCK_SEQPACKET event socket's name, when it is served (`hello_ok`'s `event_socket`)."""
+        return SEQPACKET_EVENT_SOCKET_NAME if self._seqpacket is not None else None
 
     def add_fd(self, fd: int, callback: Callable[[], None]) -> None:
         """Poll a plain file descriptor too (the signal wake-up pipe)."""
@@ -237,6 +271,10 @@ class IpcServer:
         self._max_frame_bytes = max_frame_bytes
 
     def close(self) -> None:
+        if self._seqpacket is not None:
+            self._seqpacket.close()
+            self._seqpacket = None
+            self._core.advertise_event_socket(None)
         for monitor in self._monitors:
             monitor.close(linger=0)
         for path in (CONTROL_SOCKET_NAME, EVENT_SOCKET_NAME, ADMIN_SOCKET_NAME):
@@ -250,6 +288,10 @@ class IpcServer:
         request, connection, process death or signal, and not a timeout)."""
         self._sync_pidfds()
         ready, fds = self._poller.poll(timeout_ms)
+        seqpacket = self._seqpacket
+        if not ready and fds and seqpacket is not None and seqpacket.owns(fds):
+            seqpacket.serve(fds)  # the hot path of minor 10: datagrams (or a new connection), nothing else
+            return seqpacket.listen_fd not in fds
         if not fds and len(ready) == 1 and ready[0] is self._events:  # the hot path: an event
             self._drain_events()
             self._poller.used(self._events)
@@ -268,6 +310,8 @@ class IpcServer:
             self._serve_router(self._admin, admin=True)
         if self._events in ready:
             self._drain_events()
+        if seqpacket is not None and fds:
+            seqpacket.serve(fds)
         for fd, callback in self._extra_fds.items():
             if fd in fds:
                 callback()
@@ -439,10 +483,8 @@ class IpcServer:
         dropped unread: counted as NOT_LEASED, as decoding it would end, at a small fraction of the cost.
         """
         sock = self._events
-        core = self._core
-        count_received = core.count_received
-        accepts_events_from = core.accepts_events_from
-        deliver_event = core.deliver_event
+        count_received = self._core.count_received
+        event_frame = self._event_frame
         for count in range(EVENT_BATCH):
             if count:  # the poll said the first is there; ask before the others (cheaper than zmq.Again)
                 if not _readable(sock):
@@ -453,27 +495,42 @@ class IpcServer:
                 frame = sock.recv(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
-            count_received()
-            caller: Caller | None = None
-            try:
-                if frame.more:
-                    self._discard_rest()
-                    raise ProtocolError(ErrorCode.BAD_FRAME, "events are single frames")
-                caller = self._caller(str(frame.get("Peer-Address")))
-                if caller is None:
-                    raise ProtocolError(ErrorCode.PERMISSION_DENIED, "caller unknown")
-                if not accepts_events_from(caller.pid) and not frame.bytes.startswith(_NEWER_MINOR_HEAD):
-                    self._drop_unleased(caller)
-                    continue
-                message = decode_event(frame.bytes, self._max_frame_bytes, self._minor)
-                if type(message) not in EVENT_TYPES:
-                    self._stream_frame(caller, message)
-                    continue
-                deliver_event(caller, message)
-            except ProtocolError as exc:
-                self._drop_event(caller, exc.code, exc.message)
-            except Exception as exc:  # a bad frame never takes the daemon down
-                self._drop_event(caller, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+            if frame.more:
+                count_received()
+                self._discard_rest()
+                self._drop_event(None, ErrorCode.BAD_FRAME, "events are single frames")
+                continue
+            caller = self._caller(str(frame.get("Peer-Address")))
+            if caller is None:
+                count_received()
+                self._drop_event(None, ErrorCode.PERMISSION_DENIED, "caller unknown")
+                continue
+            event_frame(caller, frame.bytes)
+
+    def _event_frame(self, caller: Caller, data: bytes) -> None:
+        """One frame of `caller`'s event stream (either transport): counted, then used or dropped; never
+        raises. A frame from a process that holds no lease (typically the backlog of a lease just released)
+        is dropped unread: counted as NOT_LEASED, as decoding it would end, at a fraction of the cost."""
+        core = self._core
+        core.count_received()
+        try:
+            if not core.accepts_events_from(caller.pid) and not data.startswith(_NEWER_MINOR_HEAD):
+                self._drop_unleased(caller)
+                return
+            message = decode_event(data, self._max_frame_bytes, self._minor)
+            if type(message) not in EVENT_TYPES:
+                self._stream_frame(caller, message)
+                return
+            core.deliver_event(caller, message)
+        except ProtocolError as exc:
+            self._drop_event(caller, exc.code, exc.message)
+        except Exception as exc:  # a bad frame never takes the daemon down
+            self._drop_event(caller, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+
+    def _oversized(self, caller: Caller, length: int) -> None:
+        """A datagram longer than any event frame: counted and dropped (TOO_LARGE), its sender served on."""
+        self._core.count_received()
+        self._drop_event(caller, ErrorCode.TOO_LARGE, f"event datagram of {length} bytes from {caller.pid}")
 
     def _stream_frame(self, caller: Caller, message: Message) -> None:
         """A frame of the event stream that is not an event: the end marker, or refused (UNKNOWN_TYPE)."""

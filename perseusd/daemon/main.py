@@ -380,7 +380,11 @@ def serve(
             core.power_cap.resume()  # the node budget a previous daemon held, before any job registers again
     limits = ConnectionLimits.for_descriptors(raise_descriptor_limit())
     ipc = IpcServer(
-        core, policy, IpcSettings(config.runtime_dir, config.max_frame_bytes, limits, config.speaks_minor)
+        core,
+        policy,
+        IpcSettings(
+            config.runtime_dir, config.max_frame_bytes, limits, config.speaks_minor, config.seqpacket_events
+        ),
     )
     try:
         ipc.bind()
@@ -398,6 +402,8 @@ def serve(
                 logger.warning("backend, runtime_dir and state_dir changes need a restart")
             if new.metrics_settings() != config.metrics_settings():
                 logger.warning("metrics_* changes need a restart")
+            if new.seqpacket_events != config.seqpacket_events:
+                logger.warning("seqpacket_events changes need a restart")
 
         return Service(config, core, ipc, reload_config, apply_config).run()
     finally:

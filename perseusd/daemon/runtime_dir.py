@@ -79,8 +79,9 @@ class DaemonLock:
             self._fd = None
 
 
-def reclaim_stale_socket(path: Path) -> bool:
-    """Remove a socket file nobody serves (connect refused); True when one was removed.
+def reclaim_stale_socket(path: Path, kind: int = socket.SOCK_STREAM) -> bool:
+    """Remove a socket file nobody serves (connect refused); True when one was removed. `kind`: the socket's
+    type (a SOCK_SEQPACKET socket is probed as one).
 
     Raises when the path is not a socket, or when a live process still serves it.
     """
@@ -90,7 +91,7 @@ def reclaim_stale_socket(path: Path) -> bool:
         return False
     if not stat.S_ISSOCK(info.st_mode):
         raise RuntimeDirError(f"{path}: exists and is not a socket; remove it by hand")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+    with socket.socket(socket.AF_UNIX, kind) as probe:
         probe.settimeout(0.5)
         try:
             probe.connect(str(path))

@@ -50,11 +50,12 @@ while (now_s := time.monotonic()) < started_s + float(seconds):
     client.computation_begin(gpu, 0, "forward", microbatch)
     client.computation_end(gpu, 0, "forward", microbatch)
     microbatch += 1
+transport = client.event_transport
 if release == "1":
     client.release()  # the backlog is then read unread: counted dropped (NOT_LEASED) in the session
 client.close()
 print(json.dumps({"sent": client.events_sent, "dropped": client.events_dropped, "lost": client.events_lost,
-                  "attempted": 2 * microbatch}))
+                  "attempted": 2 * microbatch, "transport": transport}))
 """
 LINE = re.compile(
     r"events of process (\d+) \(job '([^']*)'\): sent (\d+), read (\d+) \(used (\d+), dropped (\d+)[^)]*\), "
@@ -72,9 +73,13 @@ def _tallies(daemon: DaemonProcess) -> dict[str, dict[str, int]]:
     return out
 
 
-def test_a_flood_of_eight_processes_closes_exactly_on_both_sides() -> None:
+@pytest.mark.parametrize("transport", ["seqpacket", "zmq"])
+def test_a_flood_of_eight_processes_closes_exactly_on_both_sides(transport: str) -> None:
+    """Over the SOCK_SEQPACKET event socket (protocol 6.10), and over ZeroMQ's where the daemon serves no
+    other (`seqpacket_events = false`, as a daemon of 6.9 does)."""
+    env = {} if transport == "seqpacket" else {"PERSEUSD_SEQPACKET_EVENTS": "false"}
     with daemon_processes() as make:
-        daemon = make(DaemonDirs.create(), gpus=CLIENTS).start()
+        daemon = make(DaemonDirs.create(), gpus=CLIENTS, env=env).start()
         runtime_dir = str(daemon.dirs.runtime_dir)
         before = daemon.status()["daemon"]
         procs = [
@@ -94,6 +99,7 @@ def test_a_flood_of_eight_processes_closes_exactly_on_both_sides() -> None:
         tallies = _tallies(daemon)
         for index, client in enumerate(results):
             daemon_side = tallies[f"acct-{index}"]
+            assert client["transport"] == transport
             assert client["sent"] + client["dropped"] == client["attempted"]
             assert daemon_side["sent"] == client["sent"]
             assert daemon_side["lost"] == client["lost"]
@@ -126,10 +132,10 @@ def test_a_client_that_predates_the_marker_settles_as_before(monkeypatch: pytest
     with daemon_processes() as make:
         daemon = make(DaemonDirs.create(), gpus=1).start()
         with PerseusClient(daemon.dirs.runtime_dir, job="old", timeout_s=10) as client:
-            _claim_and_send(client, microbatches=200)
-        assert (client.events_sent, client.events_lost) == (400, 0)
+            _claim_and_send(client, microbatches=100)  # 200 events: within any kernel's socket buffer
+        assert (client.events_sent, client.events_lost) == (200, 0)
         health = daemon.status()["daemon"]
-        assert health["events_received"] == 400
+        assert health["events_received"] == 200
         assert "events of process" not in daemon.log()
 
 

@@ -18,6 +18,7 @@ PORT = {
     "count_rejected",
     "count_auth_rejected",
     "connections_from",
+    "advertise_event_socket",
     "session_count",
     "client_pidfds",
     "pidfd_readable",

@@ -71,6 +71,8 @@ class GpuRequests:
         self.plans = plans
         self._version = version
         self.protocol_minor = protocol_minor
+        self.event_socket: str | None = None
+        """The SOCK_SEQPACKET event socket the transport serves (`DaemonCore.advertise_event_socket`)."""
         self._forget_gpu = forget_gpu
         """A lease ended: drop the GPU's open events, its plan and its place in a job."""
         self._after_restore = after_restore
@@ -98,6 +100,7 @@ class GpuRequests:
             gpus=gpus,
             protocol_minor=self.protocol_minor,
             visible_gpus=self._visible(session),
+            event_socket=self.event_socket,
         )
 
     def _visible(self, session: Session) -> tuple[str, ...] | None:
