@@ -255,7 +255,8 @@ def descend_frontier(
 def _worth_descending(point: Plan, over_late_cap: bool) -> bool:
     """Whether following lost `point` at least `FOLLOWING_LOSS` of its energy, or it begins more computations
     early than the cap: else the solver's plan runs nearly as solved, and the descent's few tenths of a
-    percent are within what no model counts (the idle power of the clock held in a bubble, the time between
+    percent are within what the descent does not count (the idle power of the clock held in a bubble, which
+    only `refined_energy_j` counts, the time between
     stages), which on the shipped H100 profile favoured the solver's points in the closed loop."""
     followed = point.followed
     if followed is None:
