@@ -6,7 +6,8 @@ every point followed under the switch model, the switch-aware descent) on the pr
 with the switch model the daemon derives from the board's mean lock latency (lead = latency + 2 ms, lowered
 runs shorter than two leads merged), and picks what `no_slowdown` picks: the least switch-aware energy whose
 predicted time is no longer than all-max's. The saving is against all-max on the same profile, with the
-board's idle power at its top clock as the blocking power (as `perseusctl compare` is given).
+board's idle power at its top clock as the blocking power (as `perseusctl compare` is given); the followed
+plans wait at the board's idle power at the clock they hold (`board_waiting`), as the board draws it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from perseusd.planner.policy import PointSummary, Policy
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv
 from perseusd.planner.switching import SwitchModel
+from perseusd.planner.waiting import WaitingPower
 
 
 def board_switch_model(board_name: str) -> SwitchModel | None:
@@ -32,6 +34,12 @@ def board_switch_model(board_name: str) -> SwitchModel | None:
     latency_s = (timing.call_min_s + timing.call_max_s) / 2
     lead_s = latency_s + JobSettings().clock_lead_s
     return SwitchModel(latency_s, lead_s, min_run_s=MIN_RUN_LEADS * lead_s)
+
+
+def board_waiting(board_name: str) -> WaitingPower:
+    """The board's idle power by locked clock, as the simulated board draws it (its measured points)."""
+    board = load_board(board_name)
+    return WaitingPower(board.idle_power_w(board.max_clock_mhz), board.idle_points)
 
 
 def switch_aware_pct(profile: Profile, stages: int, microbatches: int, board_name: str) -> float | None:
@@ -51,6 +59,7 @@ def switch_aware_pct(profile: Profile, stages: int, microbatches: int, board_nam
         p_block_w,
         auto_unit_time_s(profile),
         switch,
+        board_waiting(board_name).points,
     )
     frontier = solve(task).frontier
     base = all_max(shape.dag(orders), profile, p_block_w)

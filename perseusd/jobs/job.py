@@ -88,6 +88,9 @@ class Job:
         self.cached = False
         self.profile: Profile | None = None
         self.p_block_w = 0.0
+        self.waiting_w: tuple[tuple[int, float], ...] = ()
+        """Waiting power by held clock, (MHz, W) ascending, measured while profiling (`measured_waiting_w`);
+        empty: `p_block_w` at every clock (an imported or cached profile)."""
         self.orders: tuple[StageOrder, ...] | None = None
         self.frontier: Frontier | None = None
         self.points: list[PointSummary] = []
@@ -227,6 +230,23 @@ class Job:
         ]
         p_block_w = float(statistics.median(blocking)) if blocking else 0.0
         return Profile.from_measurements(measurements, f"online profile of job {self.name}"), p_block_w
+
+    def measured_waiting_w(self, scales: dict[str, float] | None = None) -> tuple[tuple[int, float], ...]:
+        """The waiting power by held clock the profiling GPUs measured: per clock, the median over GPUs of
+        the blocking power its segment was estimated with (scaled as `measured_profile`); never below a
+        lower clock's (an idle GPU draws more at a higher clock; a noisier low estimate errs upwards, so
+        the prediction errs towards less saving)."""
+        scales = scales or {}
+        by_clock: dict[int, list[float]] = {}
+        for slot in self.slots.values():
+            for clock_mhz, watts in slot.waiting_w_by_clock.items():
+                if watts >= 0.0 and math.isfinite(watts):
+                    by_clock.setdefault(clock_mhz, []).append(watts * scales.get(slot.gpu, 1.0))
+        points: list[tuple[int, float]] = []
+        for clock_mhz in sorted(by_clock):
+            watts = float(statistics.median(by_clock[clock_mhz]))
+            points.append((clock_mhz, max(watts, points[-1][1]) if points else watts))
+        return tuple(points)
 
     # ------------------------------------------------------------------ frontier and plan
 

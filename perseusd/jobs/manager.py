@@ -360,6 +360,7 @@ class JobManager:
             p_block_w,
             unit_time_s,
             self._switch_model(job, latency_s),
+            job.waiting_w if profile is job.profile else (),
         )
         job.orders = orders
         job.solve_future = self._worker.submit(task)
@@ -492,6 +493,7 @@ class JobManager:
     def reprofile_with(self, job: Job, profile: Profile, p_block_w: float) -> None:
         """An imported profile replaces the job's: solve again (the running plan stays until then)."""
         job.profile, job.p_block_w, job.cached = profile, p_block_w, False
+        job.waiting_w = ()
         job.all_max = None  # counted again on the new profile
         job.energy_rel_err, job.accuracy = {}, AccuracyCheck()
         job.frontier, job.points, job.points_by_index = None, [], {}

@@ -156,6 +156,8 @@ class ProfilingRun:
             slot.segment_iterations = 0
             slot.done_options.update({k: v for k, v in current.options.items() if k[1] == clock_mhz})
             slot.p_block_w = p_block_w
+            if clock_mhz is not None and current.p_block_w is not None:
+                slot.waiting_w_by_clock[clock_mhz] = current.p_block_w
             slot.intervals.clear()
             slot.blind_spans.clear()
             slot.segment_since_ns = self.clock_ns()
@@ -203,14 +205,16 @@ class ProfilingRun:
         if problems:
             return problems
         job.profile, job.p_block_w = measured
+        job.waiting_w = job.measured_waiting_w(scales)
         job.energy_rel_err = energy_rel_errors(kept)
         job.accuracy = AccuracyCheck(profile_error_pct=profile_error_pct(job.energy_rel_err.values()))
         logger.info(
-            "job %s profiled in %d iterations: %d measurements, blocking power %.1f W",
+            "job %s profiled in %d iterations: %d measurements, blocking power %.1f W (waiting: %s)",
             job.name,
             job.profiling_iterations,
             len(job.profile.measurements),
             job.p_block_w,
+            ", ".join(f"{watts:.1f} W at {clock} MHz" for clock, watts in job.waiting_w) or "none measured",
         )
         return []
 

@@ -51,6 +51,9 @@ class StageSlot:
     """Start of the current clock's segment: only its intervals and samples are estimated each iteration."""
     done_options: dict[tuple[OptionKey, int], OptionEstimate] = field(default_factory=dict)
     p_block_w: float | None = None
+    waiting_w_by_clock: dict[int, float] = field(default_factory=dict)
+    """The blocking power each finished profiling segment was estimated with, by its clock (W): regressed
+    on the segment's idle time where that pins it down (`estimate_segment`)."""
     profiling_steps: int = 0
     open_since_ns: dict[ComputationId, int] = field(default_factory=dict)
     intervals: list[Interval] = field(default_factory=list)

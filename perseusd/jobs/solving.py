@@ -40,6 +40,7 @@ from perseusd.planner.profile_csv import read_profile_stream
 from perseusd.planner.solver import FrontierSolver, SolverParams
 from perseusd.planner.switch_search import descend_frontier
 from perseusd.planner.switching import SwitchModel, follow_frontier
+from perseusd.planner.waiting import WaitingPower
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +64,9 @@ class SolveInput:
     unit_time_s: float
     switch: SwitchModel | None = None
     """The GPUs' clock switching (measured latency); None: switches are taken as instant."""
+    waiting_w: tuple[tuple[int, float], ...] = ()
+    """The GPUs' waiting power by held clock, (MHz, W) measured ascending (`WaitingPower`); empty:
+    `p_block_w` at every clock. Used where plans are followed (with a switch model)."""
 
 
 def auto_unit_time_s(profile: Profile) -> float:
@@ -143,10 +147,13 @@ def solve(task: SolveInput) -> Solved:
         frontier = frontier_from_points(dag, points, meta, refined_times_s)
         solved_s = followed_s = descended_s = time.perf_counter()
         if task.switch is not None:
-            frontier = follow_frontier(frontier, dag, profile, task.p_block_w, task.switch)
+            waiting = WaitingPower(task.p_block_w, task.waiting_w)
+            frontier = follow_frontier(frontier, dag, profile, task.p_block_w, task.switch, waiting)
             followed_s = time.perf_counter()
             all_max_time_s = all_max(dag, profile, task.p_block_w).time_s
-            frontier = descend_frontier(frontier, dag, profile, task.p_block_w, task.switch, all_max_time_s)
+            frontier = descend_frontier(
+                frontier, dag, profile, task.p_block_w, task.switch, all_max_time_s, waiting=waiting
+            )
             descended_s = time.perf_counter()
         phases = SolvePhases(
             fitted_s - started_s, solved_s - fitted_s, followed_s - solved_s, descended_s - followed_s

@@ -31,6 +31,7 @@ from perseusd.planner.policy import TOLERANCE
 from perseusd.planner.profile import Profile
 from perseusd.planner.switch_core import ScanLimits, StageCost, switch_core
 from perseusd.planner.switching import PointFollower, SwitchModel, late_begins
+from perseusd.planner.waiting import WaitingPower
 
 Rows = tuple[tuple[int, ...], ...]
 """Clocks per stage, in schedule order."""
@@ -77,12 +78,18 @@ class DescentSearch:
     Python specification); one descent runs at a time on a search."""
 
     def __init__(
-        self, dag: ComputationDag, profile: Profile, p_block_w: float, model: SwitchModel, use_c: bool = True
+        self,
+        dag: ComputationDag,
+        profile: Profile,
+        p_block_w: float,
+        model: SwitchModel,
+        use_c: bool = True,
+        waiting: WaitingPower | None = None,
     ) -> None:
         self.dag = dag
         self.p_block_w = p_block_w
         self.model = model
-        self.follower = PointFollower(dag, profile, p_block_w, model)
+        self.follower = PointFollower(dag, profile, p_block_w, model, waiting)
         self.stages = self.follower.stages
         self.core = switch_core(dag, self.stages, model, use_c)
 
@@ -205,6 +212,7 @@ def descend_frontier(
     model: SwitchModel,
     all_max_time_s: float,
     factors: Sequence[float] = LIMIT_FACTORS,
+    waiting: WaitingPower | None = None,
 ) -> Frontier:
     """A followed `frontier` (`follow_frontier`) with, per time limit (`all_max_time_s` x each factor), the
     descent's plan appended as a new point when it beats the least-energy point within that limit. A plan
@@ -215,8 +223,9 @@ def descend_frontier(
     from that point's deployed clocks and from all-max, and keeps the better plan. A new point's `followed`
     says `descended_from` (the start point's index); its `refined_*` figures are the descent's (the
     effective plan's energy, over the time that counts every lowering both ways: never less than the
-    effective plan's figures)."""
-    search = DescentSearch(dag, profile, p_block_w, model)
+    effective plan's figures). The descent judges plans with the blocking power; with a `waiting` power by
+    held clock, a new point's energy has its waits at the clocks held in them (`PointFollower.follow`)."""
+    search = DescentSearch(dag, profile, p_block_w, model, waiting=waiting)
     follower = search.follower
     budget = max(1, MAX_NODE_EVALUATIONS // max(1, dag.num_computations))
     max_late = int(MAX_LATE_FRACTION * dag.num_computations)
@@ -246,7 +255,8 @@ def descend_frontier(
 def _worth_descending(point: Plan, over_late_cap: bool) -> bool:
     """Whether following lost `point` at least `FOLLOWING_LOSS` of its energy, or it begins more computations
     early than the cap: else the solver's plan runs nearly as solved, and the descent's few tenths of a
-    percent are within what no model counts (the idle power of the clock held in a bubble, the time between
+    percent are within what the descent does not count (the idle power of the clock held in a bubble, which
+    only `refined_energy_j` counts, the time between
     stages), which on the shipped H100 profile favoured the solver's points in the closed loop."""
     followed = point.followed
     if followed is None:
@@ -278,5 +288,10 @@ def _descended_point(
         descended_from=start.index,
     )
     # The descent's own figures: its time counts a lowering both ways, so a policy choosing on it never
-    # counts on a lowering that acts late (they are at least the effective plan's).
-    return replace(followed, refined_time_s=descent.time_s, refined_energy_j=descent.energy_j)
+    # counts on a lowering that acts late (they are at least the effective plan's). Its waits at the
+    # blocking power are replaced by those at the clocks held (the same without a waiting power).
+    energy_j = descent.energy_j
+    if follower.waiting is not None:
+        blocking_j, held_j = follower.waiting_j(descent.clocks_mhz, descent.time_s)
+        energy_j += held_j - blocking_j
+    return replace(followed, refined_time_s=descent.time_s, refined_energy_j=energy_j)

@@ -32,6 +32,7 @@ from perseusd.planner.dag import ComputationDag
 from perseusd.planner.evaluate import LongestPath
 from perseusd.planner.plan import Followed, Frontier, Plan, RowSharer, SwitchingMeta
 from perseusd.planner.profile import Profile
+from perseusd.planner.waiting import WaitingPower, held_waiting_j
 
 TimeAt = Callable[[int, int], float]
 """(computation index in the stage's order, clock MHz) -> its time (s)."""
@@ -183,7 +184,12 @@ def followable_point(
 
 
 def follow_frontier(
-    frontier: Frontier, dag: ComputationDag, profile: Profile, p_block_w: float, model: SwitchModel
+    frontier: Frontier,
+    dag: ComputationDag,
+    profile: Profile,
+    p_block_w: float,
+    model: SwitchModel,
+    waiting: WaitingPower | None = None,
 ) -> Frontier:
     """`frontier` with points that state what the GPUs will really do under `model`.
 
@@ -198,7 +204,7 @@ def follow_frontier(
     (`PointFollower` keeps them), so a point costs about one longest path through the DAG.
     """
     points = []
-    follower = PointFollower(dag, profile, p_block_w, model)
+    follower = PointFollower(dag, profile, p_block_w, model, waiting)
     merged_rows = RowSharer()
     merged_memo: list[dict[tuple[int, ...], list[int]]] = [{} for _ in range(dag.num_stages)]
     for solved in frontier.points:
@@ -229,8 +235,16 @@ class _FollowedRow:
 class PointFollower:
     """Plays plans of one job out under one switch model (`follow`), each distinct stage row once."""
 
-    def __init__(self, dag: ComputationDag, profile: Profile, p_block_w: float, model: SwitchModel) -> None:
+    def __init__(
+        self,
+        dag: ComputationDag,
+        profile: Profile,
+        p_block_w: float,
+        model: SwitchModel,
+        waiting: WaitingPower | None = None,
+    ) -> None:
         self.dag, self.profile, self.p_block_w, self.model = dag, profile, p_block_w, model
+        self.waiting = waiting if waiting is not None and not waiting.constant else None
         self.stages = [StageOptions(dag, profile, stage) for stage in range(dag.num_stages)]
         self._effective_rows = RowSharer()
         self._followed: list[dict[tuple[int, ...], _FollowedRow]] = [{} for _ in range(dag.num_stages)]
@@ -277,12 +291,18 @@ class PointFollower:
         plan's (`planned_*`: the figures of `clocks_mhz` with instant switches).
 
         The effective plan is evaluated as `evaluate_clocks` does, with the same sums in the same order
-        (nodes are numbered stage by stage in schedule order), so the figures are the same bits."""
+        (nodes are numbered stage by stage in schedule order), so the figures are the same bits. With a
+        waiting power by held clock, its waits are at the clocks held in them instead (`held_waiting_j`),
+        and `planned_energy_j` gets the same correction (its waits as the effective plan's)."""
         rows = [self._follow_row(stage, row) for stage, row in enumerate(clocks_mhz)]
         times_s = list(chain.from_iterable(row.times_s for row in rows))
         time_s = self.longest_path_s(times_s)
         compute_j = sum(chain.from_iterable(row.energies_j for row in rows))
         blocking_j = self.p_block_w * (self.dag.num_stages * time_s - sum(times_s))
+        if self.waiting is not None:
+            held_j = self.waiting_j(clocks_mhz, time_s)[1]
+            planned_energy_j += held_j - blocking_j
+            blocking_j = held_j
         changed = sum(row.changed for row in rows)
         effective = tuple(row.effective_mhz for row in rows) if changed else clocks_mhz
         return replace(
@@ -299,6 +319,18 @@ class PointFollower:
                 descended_from=descended_from,
             ),
         )
+
+    def waiting_j(self, clocks_mhz: tuple[tuple[int, ...], ...], time_s: float) -> tuple[float, float]:
+        """The waits' energy when `clocks_mhz` are deployed and an iteration takes `time_s`: at the
+        blocking power, and each wait at the effective clock held in it (the same without a waiting power)."""
+        rows = [self._follow_row(stage, row) for stage, row in enumerate(clocks_mhz)]
+        times_s = list(chain.from_iterable(row.times_s for row in rows))
+        blocking_j = self.p_block_w * (self.dag.num_stages * time_s - sum(times_s))
+        if self.waiting is None:
+            return blocking_j, blocking_j
+        effective = list(chain.from_iterable(row.effective_mhz for row in rows))
+        latency_s = self.model.latency_s
+        return blocking_j, held_waiting_j(self.dag, times_s, effective, time_s, self.waiting, latency_s)
 
 
 class StageOptions:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from perseusd.gpu.sim_boards import load_board
 from perseusd.profiling.estimator import OptionEstimate, StageEstimate, estimate_segment
 from perseusd.profiling.sweep import ONLINE_SWEEP, StageSweep, SweepSettings
 from perseusd.profiling.trace import OptionKey
@@ -74,6 +75,8 @@ class Profiled:
     estimate: StageEstimate | None = None
     """The last estimate (every measured option)."""
     sweep_clocks_mhz: tuple[int, ...] = ()
+    waiting_w: dict[int, float] | None = None
+    """Each finished segment's blocking power, by its clock (what the daemon keeps as the waiting power)."""
 
 
 def profile_stage(stage: StageEmulator) -> Profiled:
@@ -84,6 +87,7 @@ def profile_stage(stage: StageEmulator) -> Profiled:
     segment_start = 0
     iterations = 0
     estimate = StageEstimate({}, None, 0)
+    waiting_w: dict[int, float] = {}
     while (clock := sweep.current_clock_mhz) is not None and iterations < 300:
         first_record = len(stage.records)
         stage.run_iteration(clock)
@@ -101,6 +105,8 @@ def profile_stage(stage: StageEmulator) -> Profiled:
         sweep.iteration_done(estimate, capped_clock_mhz=capped_mhz)
         if sweep.current_clock_mhz != clock:
             done.update({k: v for k, v in current.options.items() if k[1] == clock})
+            if current.p_block_w is not None:
+                waiting_w[clock] = current.p_block_w
             segment_start = len(stage.intervals)
     runs: dict[tuple[OptionKey, int], list[Cost]] = {}
     board_capped: set[tuple[OptionKey, int]] = set()
@@ -110,7 +116,8 @@ def profile_stage(stage: StageEmulator) -> Profiled:
         if record.capped:
             board_capped.add(group)
     ran = {g: (sum(t for t, _ in v) / len(v), sum(e for _, e in v) / len(v)) for g, v in runs.items()}
-    return Profiled(iterations, sweep.kept(estimate), ran, board_capped, estimate, sweep.clocks_mhz)
+    kept = sweep.kept(estimate)
+    return Profiled(iterations, kept, ran, board_capped, estimate, sweep.clocks_mhz, waiting_w)
 
 
 @pytest.fixture
@@ -147,3 +154,24 @@ def test_profiling_converges_within_the_error_bounds(
             assert option.time_s == pytest.approx(time_s, rel=TIME_TOLERANCE), option
             assert option.energy_j == pytest.approx(energy_j, rel=ENERGY_TOLERANCE), option
     print(f"M={microbatches}: worst time error {worst_time:.4f}, worst energy error {worst_energy:.4f}")
+
+
+def test_each_segment_measures_the_waiting_power_at_its_clock(
+    tmp_path: Path, stages: list[StageEmulator]
+) -> None:
+    """The blocking power each clock's segment was estimated with is the board's idle power at that clock
+    (72-130 W on `h100_sxm` over the clocks swept): what the daemon keeps as the job's waiting power by held
+    clock."""
+    board = load_board("h100_sxm")
+    for index in range(4):
+        stage = StageEmulator(
+            tmp_path / f"s{index}", model="h100_sxm", num_stages=4, num_microbatches=8, stage=index
+        )
+        stages.append(stage)
+        waiting_w = profile_stage(stage).waiting_w or {}
+        assert len(waiting_w) >= 3
+        for (
+            clock_mhz,
+            watts,
+        ) in waiting_w.items():  # seed 0: within 8 % (stage 1 at 1980 MHz), most within 3 %
+            assert watts == pytest.approx(board.idle_power_w(clock_mhz), rel=0.10), (index, clock_mhz)

@@ -1,0 +1,88 @@
+"""What a GPU draws while it waits (pipeline bubbles), by the clock it holds.
+
+An idle GPU's power follows its locked clock: an H100 SXM measured 130 W idle locked at 1980 MHz, 100 W at
+1440 and 79 W at 900 (docs/energy.md, "Waiting power"). A plan that lowers clocks therefore also lowers the
+power of the waits between its computations, and a model that holds every wait at one blocking power (the
+planner's objective, `evaluate`) predicts less saving than the GPU delivers, most on bubble-heavy pipelines.
+
+Which clock a GPU holds while it waits follows from how the daemon switches (`switching`): it raises the
+clock ahead of a run and lowers it when the previous computation ends, so the wait before a computation is
+held at that computation's clock, except a lowering's first `latency_s`, held at the previous (higher) one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+from perseusd.planner.dag import ComputationDag
+
+
+@dataclass(frozen=True)
+class WaitingPower:
+    """A GPU's waiting power (W) by held clock: `points` (clock MHz, W) measured, linear between them and
+    the nearest one's beyond them; none: `blocking_w` at every clock (the clock-independent model)."""
+
+    blocking_w: float
+    points: tuple[tuple[int, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        clocks = [clock for clock, _ in self.points]
+        if clocks != sorted(set(clocks)):
+            raise ValueError(f"waiting power points need distinct ascending clocks (got {clocks})")
+        if any(not watts >= 0.0 for _, watts in self.points) or not self.blocking_w >= 0.0:
+            raise ValueError(f"waiting power must be >= 0 W (got {self.blocking_w}, {self.points})")
+
+    @property
+    def constant(self) -> bool:
+        """The same power at every clock: `blocking_w` (no points, or each at `blocking_w`)."""
+        return all(watts == self.blocking_w for _, watts in self.points)
+
+    def at_w(self, clock_mhz: int) -> float:
+        """The waiting power while `clock_mhz` is held."""
+        points = self.points
+        if not points:
+            return self.blocking_w
+        if clock_mhz <= points[0][0]:
+            return points[0][1]
+        for (low_mhz, low_w), (high_mhz, high_w) in pairwise(points):
+            if clock_mhz <= high_mhz:
+                return low_w + (high_w - low_w) * (clock_mhz - low_mhz) / (high_mhz - low_mhz)
+        return points[-1][1]
+
+
+def held_waiting_j(
+    dag: ComputationDag,
+    times_s: Sequence[float],
+    clocks_mhz: Sequence[int],
+    time_s: float,
+    waiting: WaitingPower,
+    latency_s: float = 0.0,
+) -> float:
+    """The energy of every GPU's waits in an iteration of `time_s` when node i runs `times_s[i]` at
+    `clocks_mhz[i]`, each wait at the clock held in it.
+
+    Computations start as early as the DAG allows; a stage's wait before a computation is the time from the
+    end of the one before it in the stage's order (its first computation's: from the last one's end in the
+    previous iteration, the iterations `time_s` apart). That wait is held at the computation's clock, or
+    for its first `latency_s` at the previous computation's clock when the clock is lowered. The waits of
+    all stages add up to `num_stages * time_s` less the computations' times, as in `evaluate`."""
+    finish_s = [0.0] * dag.num_computations
+    start_s = [0.0] * dag.num_computations
+    for node in dag.topological_order:
+        start_s[node] = max((finish_s[p] for p in dag.predecessors[node]), default=0.0)
+        finish_s[node] = start_s[node] + times_s[node]
+    energy_j = 0.0
+    for nodes in dag.stage_orders:
+        for k, node in enumerate(nodes):
+            before = nodes[k - 1]
+            gap_s = start_s[node] - finish_s[before] + (time_s if k == 0 else 0.0)
+            gap_s = max(0.0, gap_s)
+            held_w = waiting.at_w(clocks_mhz[node])
+            if clocks_mhz[node] < clocks_mhz[before]:
+                early_s = min(gap_s, latency_s)
+                energy_j += early_s * waiting.at_w(clocks_mhz[before]) + (gap_s - early_s) * held_w
+            else:
+                energy_j += gap_s * held_w
+    return energy_j
