@@ -105,16 +105,21 @@ def test_a_flood_of_eight_processes_closes_exactly_on_both_sides(transport: str)
             assert daemon_side["lost"] == client["lost"]
             assert daemon_side["read"] + daemon_side["lost"] == client["sent"]
             assert daemon_side["used"] + daemon_side["dropped"] == daemon_side["read"]
-            if index % 2 == 0:  # closed holding its lease: every event read was used
-                assert daemon_side["dropped"] == 0
+            if index % 2 == 0:  # closed holding its lease: every event read was used, but for an end
+                # whose begin the client dropped (its buffer full on a starved machine): refused as
+                # OUT_OF_ORDER, never more than the client dropped
+                assert daemon_side["dropped"] <= client["dropped"]
         read = sum(client["sent"] - client["lost"] for client in results)
         assert after["events_received"] - before["events_received"] == read  # the markers are not events
         assert after["events_lost"] - before["events_lost"] == sum(client["lost"] for client in results)
         dropped = sum(t["dropped"] for t in tallies.values())
         assert after["events_dropped"] - before["events_dropped"] == dropped
-        assert after["errors_by_code"].get("NOT_LEASED", 0) - before["errors_by_code"].get(
-            "NOT_LEASED", 0
-        ) == (dropped)
+        codes = {
+            code: after["errors_by_code"].get(code, 0) - before["errors_by_code"].get(code, 0)
+            for code in ("NOT_LEASED", "OUT_OF_ORDER")
+        }
+        assert codes["NOT_LEASED"] + codes["OUT_OF_ORDER"] == dropped
+        assert codes["OUT_OF_ORDER"] <= sum(client["dropped"] for client in results)
 
 
 def _claim_and_send(client: PerseusClient, microbatches: int) -> None:
