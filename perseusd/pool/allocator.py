@@ -16,7 +16,10 @@ Each round works from one read of the pool (`PoolView`) and makes at most one mo
    in one transaction. Afterwards every grant is at most its target, so the sum is at most the new budget.
    A lowered grant carries the higher one (`held_w`) until the node reports it applied the lower one.
 2. Raise, once no lower is left and every node whose grant was lowered reports it applied: grants below
-   their targets are raised (and `held_w` dropped from the grants of nodes that applied theirs).
+   their targets are raised (and `held_w` dropped from the grants of nodes that applied theirs). "Reports
+   it applied" is by revision: the node's report names the etcd revision of the grant it applies, which
+   must have reached the lowered grant's (a node reports a raise late, so its report's watts may be older
+   than what it holds; a report without a revision, an older daemon's, is taken by its watts).
 
 Absent nodes: grants are written with no lease, and each write holds only if the node's report is still the
 one the allocator read (an absent node's grant, marked absent, only if the grant is still the one read). A
@@ -25,8 +28,9 @@ reservation (policy `hold`, the default): the budget less what the absent nodes 
 (`GrantRecord.reserved_w`) is divided among the nodes that report, the allocator never deletes an absent
 node's grant, and logs it once. The reservation ends when the node reports again (its grant is then
 its current one, moved like any other) or when an admin releases it (`perseusd.pool.admin.release_node`).
-Policy `release` (nodes fenced out of band) deletes an absent node's grant at the next round, and raises the
-others after `ack_timeout_s` even if a node did not report applying a lowered grant.
+Policy `release` (nodes fenced out of band) deletes an absent node's grant at the next round (in the same
+transaction as the raises that hand its share out, when nothing is to be lowered), and raises the others
+after `ack_timeout_s` even if a node did not report applying a lowered grant.
 
 An external budget signal that went stale moves nothing for its hold time, then deletes the grant of every
 node that reports (each holds its safe cap; absent nodes' reservations stay); docs/power-pool.md, "Budgets
@@ -69,6 +73,18 @@ HOLD, RELEASE = "hold", "release"
 ABSENT_NODE_POLICIES = (HOLD, RELEASE)
 """What the allocator does with an absent node's grant: keep it reserved until the node returns or an admin
 releases it (`hold`), or hand it to the others (`release`: for nodes fenced out of band)."""
+
+
+def _behind(view: PoolView, node: str, grant: Grant) -> bool:
+    """Whether `node` may still apply more than its grant: it reports more, or its grant was lowered (it
+    carries `held_w`) at a revision its report has not reached (a node reports a raise late, so a report's
+    watts alone may be older than what it applies; a report without a revision is an older daemon's, which
+    reports every grant at once)."""
+    report = view.reports[node].report
+    if report.applied_w is not None and report.applied_w > grant.grant_w + ACK_TOLERANCE_W:
+        return True
+    applied_at = report.applied_revision
+    return grant.held_w is not None and applied_at is not None and applied_at < grant.entry.mod_revision
 
 
 class PoolAllocator:
@@ -139,9 +155,10 @@ class PoolAllocator:
         set_active = view.active is None or view.active.budget_w != view.request.budget_w
         released = sorted(absent) if self._release else []
         marks = [] if self._release else sorted(n for n, g in absent.items() if g.absent_since_s is None)
-        if moves.lowers or released or marks or set_active:
+        drops = [self._drop_absent(n) for n in released]
+        if moves.lowers or marks or set_active:
             ops = [self._lower(view, n, w) for n, w in moves.lowers.items()]
-            ops += [self._drop_absent(n) for n in released]
+            ops += drops
             ops += [self._mark_absent(view, n) for n in marks]
             last = [put_op(self._keys.active, view.request.encode())] if set_active else []
             self._commit("lower", won_at, ops, last, view)
@@ -152,18 +169,23 @@ class PoolAllocator:
             for n, g in view.grants.items()
             if n in view.reports and n not in moves.raises and (g.held_w, g.absent_since_s) != (None, None)
         ]
-        if not moves.raises and not settles:
+        if not moves.raises and not settles and not drops:
             self._waiting_since_s = None
             return
         if self._waiting_for_acks(view):
+            if drops:
+                self._commit("release", won_at, drops, [], view)
             self.busy = True
             return
         extra = []
         if view.active_entry is not None:
             extra.append(compare_mod(self._keys.active, view.active_entry.mod_revision))
-        ops = [self._put_grant(view, n, GrantRecord(w)) for n, w in moves.raises.items()]
+        # Released grants first: the raises that hand out their share come in the same or a later part.
+        ops = drops + [self._put_grant(view, n, GrantRecord(w)) for n, w in moves.raises.items()]
         ops += [self._put_grant(view, n, GrantRecord(view.grants[n].grant_w)) for n in sorted(settles)]
-        self._commit("raise" if moves.raises else "settle", won_at, ops, [], view, extra)
+        self._commit(
+            "raise" if moves.raises else "settle" if settles else "release", won_at, ops, [], view, extra
+        )
 
     def _absent(self, view: PoolView) -> dict[str, Grant]:
         """The grants of nodes whose report is gone, each logged once (see module)."""
@@ -237,11 +259,7 @@ class PoolAllocator:
     def _waiting_for_acks(self, view: PoolView) -> bool:
         """Whether a node still runs above its (lowered) grant, for less than `ack_timeout_s` so far."""
         behind = [
-            node
-            for node, grant in view.grants.items()
-            if node in view.reports
-            and (applied_w := view.reports[node].report.applied_w) is not None
-            and applied_w > grant.grant_w + ACK_TOLERANCE_W
+            node for node, grant in view.grants.items() if node in view.reports and _behind(view, node, grant)
         ]
         if not behind:
             self._waiting_since_s, self._ack_warned = None, False
