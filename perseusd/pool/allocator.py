@@ -156,7 +156,7 @@ class PoolAllocator:
         released = sorted(absent) if self._release else []
         marks = [] if self._release else sorted(n for n, g in absent.items() if g.absent_since_s is None)
         drops = [self._drop_absent(n) for n in released]
-        if moves.lowers or marks or set_active:
+        if moves.lowers or marks:
             ops = [self._lower(view, n, w) for n, w in moves.lowers.items()]
             ops += drops
             ops += [self._mark_absent(view, n) for n in marks]
@@ -169,12 +169,13 @@ class PoolAllocator:
             for n, g in view.grants.items()
             if n in view.reports and n not in moves.raises and (g.held_w, g.absent_since_s) != (None, None)
         ]
-        if not moves.raises and not settles and not drops:
+        if not moves.raises and not settles and not drops and not set_active:
             self._waiting_since_s = None
             return
+        active = [put_op(self._keys.active, view.request.encode())] if set_active else []
         if self._waiting_for_acks(view):
-            if drops:
-                self._commit("release", won_at, drops, [], view)
+            if drops or active:
+                self._commit("lower", won_at, drops, active, view)
             self.busy = True
             return
         extra = []
@@ -183,9 +184,10 @@ class PoolAllocator:
         # Released grants first: the raises that hand out their share come in the same or a later part.
         ops = drops + [self._put_grant(view, n, GrantRecord(w)) for n, w in moves.raises.items()]
         ops += [self._put_grant(view, n, GrantRecord(view.grants[n].grant_w)) for n in sorted(settles)]
-        self._commit(
-            "raise" if moves.raises else "settle" if settles else "release", won_at, ops, [], view, extra
-        )
+        # Nothing to lower: every grant is at most its target, so the active budget can change in the first
+        # part, with the raises (the sum stays within the new budget at every revision).
+        what = "raise" if moves.raises else "settle" if settles else "release" if drops else "budget"
+        self._commit(what, won_at, ops, [], view, extra, active)
 
     def _absent(self, view: PoolView) -> dict[str, Grant]:
         """The grants of nodes whose report is gone, each logged once (see module)."""
@@ -319,14 +321,18 @@ class PoolAllocator:
         last: list[dict[str, Any]],
         view: PoolView,
         extra: list[dict[str, Any]] | None = None,
+        first: list[dict[str, Any]] | None = None,
     ) -> bool:
-        """`ops` (each a write and the comparison it holds on) then `last`, in transactions of at most
-        `MAX_OPS_PER_TXN` writes (`last` in the final one), each guarded (see module); stops at the first that
-        does not hold (the next round reads again)."""
+        """`first`, `ops` (each a write and the comparison it holds on) then `last`, in transactions of at
+        most `MAX_OPS_PER_TXN` writes (`first` in the first one, `last` in the final one), each guarded (see
+        module); stops at the first that does not hold (the next round reads again). `first` writes the
+        active budget: the later parts' guard on it is then the revision of the first."""
         parts = [ops[i : i + MAX_OPS_PER_TXN] for i in range(0, len(ops), MAX_OPS_PER_TXN)] or [[]]
         seen = view.revision
         for index, part in enumerate(parts):
             writes = [op for op, _ in part]
+            if index == 0 and first:
+                writes = first + writes
             if index == len(parts) - 1:
                 writes += last
             guard = [
@@ -345,6 +351,8 @@ class PoolAllocator:
                 return False
             self.transactions += 1
             seen = revision
+            if index == 0 and first:
+                extra = [compare_mod(self._keys.active, revision)]
         self.moves += 1
         self.busy = True
         logger.debug("power pool %s: %s at revision %d (read %d)", self._keys.pool, what, seen, view.revision)
