@@ -676,6 +676,9 @@ def run_plane(nodes: int, args: argparse.Namespace) -> dict[str, Any]:
             for job in range(jobs):
                 announcer = names[job * size]
                 owner = next(w for w in workers if announcer in w.nodes)
+                for worker in workers:
+                    worker.send(f"expect job-{job}")
+                time.sleep(0.2)
                 owner.send(f"announce {announcer}")
                 others = names[job * size + 1 : (job + 1) * size]
                 with contextlib.suppress(TimeoutError):
