@@ -62,7 +62,14 @@ from perseusd.cluster.etcd_store import (
     prefix_end,
     put_op,
 )
-from perseusd.pool.allocator import ABSENT_NODE_POLICIES, HOLD, PoolAllocator
+from perseusd.pool.allocator import (
+    ABSENT_NODE_POLICIES,
+    ETCD_MAX_TXN_OPS,
+    HOLD,
+    MAX_TXN_OPS,
+    MIN_TXN_OPS,
+    PoolAllocator,
+)
 from perseusd.pool.feed import BudgetFile, FeedSettings
 from perseusd.pool.keys import Budget, NodeReport, PoolKeys, check_pool, decode_grant
 from perseusd.pool.view import PoolView, read_pool
@@ -97,9 +104,15 @@ class PoolSettings:
     budget_hold_s: float = 300.0
     absent_node: str = HOLD
     """What this node does with an absent node's grant while it allocates: "hold" or "release"."""
+    etcd_max_txn_ops: int = ETCD_MAX_TXN_OPS
+    """The etcd cluster's `--max-txn-ops`: the most comparisons or writes of one allocator transaction."""
 
     def __post_init__(self) -> None:
         check_pool(self.pool)
+        if not MIN_TXN_OPS <= self.etcd_max_txn_ops <= MAX_TXN_OPS:
+            raise ValueError(
+                f"etcd's max operations per transaction must be in [{MIN_TXN_OPS}, {MAX_TXN_OPS}]"
+            )
         if self.absent_node not in ABSENT_NODE_POLICIES:
             raise ValueError(
                 "power pool absent node policy must be one of " + ", ".join(ABSENT_NODE_POLICIES)
@@ -154,7 +167,14 @@ class PoolAgent:
         self._keys = PoolKeys(cluster.prefix, settings.pool)
         self._node = cluster.node_name
         self._allocator = PoolAllocator(
-            self._store, self._keys, self._node, cluster.lease_ttl_s, clock, wall_clock, settings.absent_node
+            self._store,
+            self._keys,
+            self._node,
+            cluster.lease_ttl_s,
+            clock,
+            wall_clock,
+            settings.absent_node,
+            settings.etcd_max_txn_ops,
         )
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None

@@ -5,10 +5,10 @@ the next candidate's round takes it. Every write of the allocator is a transacti
 key still has the creation revision it won with, and if no grant was written since the revision it read (or
 since its own last write): a stale allocator (its lease expired while it was cut off) cannot write, and
 neither can one that read an old view. That is one comparison on the whole `grants/` range, whatever the
-size of the pool; a move of more grants than etcd takes in one transaction (`MAX_OPS_PER_TXN`) is split
-into several, each guarded the same way, in an order that keeps the invariant at every revision between
-them (lowers before the active budget changes; raises, which only add up to what the budget allows, one
-part after another).
+size of the pool; a move of more grants than etcd takes in one transaction (`--max-txn-ops`, 128 by
+default: `ETCD_MAX_TXN_OPS`) is split into several, each as large as etcd takes and guarded the same way,
+in an order that keeps the invariant at every revision between them (lowers before the active budget
+changes; raises, which only add up to what the budget allows, one part after another).
 
 Each round works from one read of the pool (`PoolView`) and makes at most one move:
 
@@ -64,10 +64,17 @@ Op = tuple[dict[str, Any], dict[str, Any]]
 
 ACK_TOLERANCE_W = 0.05
 
-MAX_OPS_PER_TXN = 100
-"""etcd refuses a transaction of more than `--max-txn-ops` operations or comparisons (128 by default):
-larger moves are split into transactions of at most this many writes (each with its comparison, and the
-two guards)."""
+ETCD_MAX_TXN_OPS = 128
+"""etcd's default `--max-txn-ops`: it refuses a transaction with more comparisons, or more operations in a
+branch, than this. A move is split into transactions of as many grants as fit (each grant a write and its
+comparison, beside the guards and the active budget's write; `txn_parts`)."""
+
+MIN_TXN_OPS, MAX_TXN_OPS = 8, 4096
+"""The `--max-txn-ops` the allocator works with: each transaction holds at least one grant, and stays far
+below etcd's request size limit (1.5 MiB by default; a grant's write and comparison are ~0.2 KiB)."""
+
+GUARDS_PER_TXN = 2
+"""The comparisons every allocator transaction holds on: its key's creation revision and the grants' range."""
 
 HOLD, RELEASE = "hold", "release"
 ABSENT_NODE_POLICIES = (HOLD, RELEASE)
@@ -87,6 +94,31 @@ def _behind(view: PoolView, node: str, grant: Grant) -> bool:
     return grant.held_w is not None and applied_at is not None and applied_at < grant.entry.mod_revision
 
 
+def txn_parts(
+    grants: int, max_ops: int, compares: tuple[int, int], first_writes: int, last_writes: int
+) -> list[int]:
+    """How many of `grants` writes (each with its comparison) go into each transaction of a move, in order,
+    so that no transaction has more than `max_ops` comparisons or writes (etcd's `--max-txn-ops`):
+    `compares` is the guards' count in the first transaction and in the later ones, `first_writes` the writes
+    the first one carries beside the grants, `last_writes` those of the final one. As few transactions as
+    that allows; at least one (a move of no grants may still write the active budget)."""
+    sizes: list[int] = []
+    left = grants
+    while True:
+        fixed_compares = compares[0] if not sizes else compares[1]
+        fixed_writes = first_writes if not sizes else 0
+        if left + max(fixed_compares, fixed_writes + last_writes) <= max_ops:
+            return [*sizes, left]  # the rest, with the final writes
+        room = max_ops - max(fixed_compares, fixed_writes)
+        if room < 1:
+            raise ValueError(f"a transaction of at most {max_ops} operations holds no grant")
+        take = min(left, room)
+        if take == left:  # all fit, but not with the final writes: those go with the last grant
+            take -= 1
+        sizes.append(take)
+        left -= take
+
+
 class PoolAllocator:
     """One node's allocator role (see module). Not thread-safe: the pool agent's thread owns it."""
 
@@ -99,9 +131,15 @@ class PoolAllocator:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         absent_node: str = HOLD,
+        max_txn_ops: int = ETCD_MAX_TXN_OPS,
     ) -> None:
         if absent_node not in ABSENT_NODE_POLICIES:
             raise ValueError(f"absent node policy must be one of {', '.join(ABSENT_NODE_POLICIES)}")
+        if not MIN_TXN_OPS <= max_txn_ops <= MAX_TXN_OPS:
+            raise ValueError(
+                f"etcd's max operations per transaction must be in [{MIN_TXN_OPS}, {MAX_TXN_OPS}]"
+            )
+        self._max_txn_ops = max_txn_ops
         self._release = absent_node == RELEASE
         self._absent_logged: set[str] = set()
         self._ack_warned = False
@@ -116,6 +154,8 @@ class PoolAllocator:
         this node just won the election (its owner then runs the next round sooner)."""
         self.moves = 0
         self.transactions = 0
+        self.largest_txn_ops = 0
+        """The most comparisons or writes one of this node's allocator transactions carried."""
         self.wins = 0
         """How often this node won the election."""
         self.last_allocation: Allocation | None = None
@@ -323,11 +363,21 @@ class PoolAllocator:
         extra: list[dict[str, Any]] | None = None,
         first: list[dict[str, Any]] | None = None,
     ) -> bool:
-        """`first`, `ops` (each a write and the comparison it holds on) then `last`, in transactions of at
-        most `MAX_OPS_PER_TXN` writes (`first` in the first one, `last` in the final one), each guarded (see
+        """`first`, `ops` (each a write and the comparison it holds on) then `last`, in as few transactions
+        as etcd takes (`txn_parts`; `first` in the first one, `last` in the final one), each guarded (see
         module); stops at the first that does not hold (the next round reads again). `first` writes the
         active budget: the later parts' guard on it is then the revision of the first."""
-        parts = [ops[i : i + MAX_OPS_PER_TXN] for i in range(0, len(ops), MAX_OPS_PER_TXN)] or [[]]
+        first_extra = len(extra or [])
+        later_extra = 1 if first else first_extra
+        sizes = txn_parts(
+            len(ops),
+            self._max_txn_ops,
+            (GUARDS_PER_TXN + first_extra, GUARDS_PER_TXN + later_extra),
+            len(first or []),
+            len(last),
+        )
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        parts = [ops[start : start + size] for start, size in zip(starts, sizes, strict=True)]
         seen = view.revision
         for index, part in enumerate(parts):
             writes = [op for op, _ in part]
@@ -340,8 +390,10 @@ class PoolAllocator:
                 compare_range_mod_at_most(self._keys.grants, seen),
                 *(compare for _, compare in part),
             ]
+            compares = guard + (extra or [])
+            self.largest_txn_ops = max(self.largest_txn_ops, len(compares), len(writes))
             try:
-                applied, revision = self._store.txn(guard + (extra or []), writes)
+                applied, revision = self._store.txn(compares, writes)
             except LeaseLostError:  # a node's lease expired since the read (not ours): read again
                 applied, revision = False, view.revision
             if not applied:
