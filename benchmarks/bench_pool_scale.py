@@ -18,7 +18,11 @@ For each N, a fresh etcd (3 members, loopback, `tests/support/etcd_cluster.py`) 
   measured write rate adds (what `--auto-compaction-retention=1h` keeps at most);
 - the invariant, from one watch on the pool replaying every event from the first revision: at every
   revision the sum of the grants is at most the active budget, and no grant is raised while a node whose
-  grant was lowered still applies more than its grant.
+  grant was lowered still applies more than its grant (its report's watts above it, or its report older
+  than the lowered grant's revision);
+- where each budget change's time went (`phases`, from the arrival times of that watch's events): the first
+  and last lowering transaction, the last report before the first raise, the first and last raising
+  transaction, every node holding its grant, and the reports written meanwhile; the same for the hung node.
 
 Baseline in the same run: an etcd write read back by another client (one key, polled at 10 ms).
 Prints one JSON object.
@@ -54,7 +58,7 @@ from perseusd.cluster.config import parse_endpoint  # noqa: E402
 from perseusd.cluster.etcd_store import EtcdStore, put_op  # noqa: E402
 from perseusd.pool.admin import set_budget  # noqa: E402
 from perseusd.pool.alloc import allocate  # noqa: E402
-from perseusd.pool.keys import PoolKeys, decode_budget, decode_grant, decode_report  # noqa: E402
+from perseusd.pool.keys import PoolKeys, decode_budget, decode_grant_record, decode_report  # noqa: E402
 from perseusd.pool.view import PoolView, read_pool  # noqa: E402
 from tests.support.etcd_cluster import EtcdCluster  # noqa: E402
 
@@ -150,6 +154,10 @@ class InvariantWatch:
         self.keys = keys
         self.grants: dict[str, float] = {}
         self.applied: dict[str, float | None] = {}
+        self.applied_revision: dict[str, int | None] = {}
+        self.lowered_at: dict[str, int] = {}
+        """Each node whose grant carries a higher one it may still apply (`held_w`): the revision it was
+        written at."""
         self.active_w: float | None = None
         self.revisions = self.grant_revisions = 0
         self.violations: list[str] = []
@@ -158,6 +166,9 @@ class InvariantWatch:
         self.last_revision = 0
         self.grant_events = 0
         self.deleted_at: dict[str, float] = {}
+        self._lowered = 0
+        self.timeline: list[tuple[float, int, int, int, int]] = []
+        """(arrival, monotonic s; revision; grants lowered; grants raised; reports written) per revision."""
         """When each node's report was seen deleted (its lease expired or was revoked; monotonic s)."""
         body: dict[str, Any] = {
             "create_request": {
@@ -184,9 +195,19 @@ class InvariantWatch:
         by_revision: dict[int, list[dict[str, Any]]] = {}
         for event in events:
             by_revision.setdefault(int(event["kv"]["mod_revision"]), []).append(event)
+        now = time.monotonic()
         for revision in sorted(by_revision):
+            self._lowered = 0
             raised = self._apply(by_revision[revision])
             self._check(revision, raised)
+            lowered = self._lowered
+            reports = sum(
+                1
+                for e in by_revision[revision]
+                if base64.b64decode(e["kv"]["key"]).decode().startswith(self.keys.nodes)
+                and e.get("type") != "DELETE"
+            )
+            self.timeline.append((now, revision, lowered, len(raised), reports))
 
     def _apply(self, events: list[dict[str, Any]]) -> list[str]:
         raised = []
@@ -199,20 +220,29 @@ class InvariantWatch:
             elif key.startswith(self.keys.grants):
                 self.grant_events += 1
                 node = key[len(self.keys.grants) :]
+                self.lowered_at.pop(node, None)
                 if deleted:
                     self.grants.pop(node, None)
                 else:
-                    grant_w = decode_grant(value)
+                    record = decode_grant_record(value)
+                    grant_w = record.grant_w
+                    if record.held_w is not None:
+                        self.lowered_at[node] = int(event["kv"]["mod_revision"])
                     if grant_w > self.grants.get(node, 0.0) + TOLERANCE_W:
                         raised.append(node)
+                    elif grant_w < self.grants.get(node, grant_w) - TOLERANCE_W:
+                        self._lowered += 1
                     self.grants[node] = grant_w
             elif key.startswith(self.keys.nodes):
                 node = key[len(self.keys.nodes) :]
                 if deleted:
                     self.applied.pop(node, None)
+                    self.applied_revision.pop(node, None)
                     self.deleted_at.setdefault(node, time.monotonic())
                 else:
-                    self.applied[node] = decode_report(value).applied_w
+                    report = decode_report(value)
+                    self.applied[node] = report.applied_w
+                    self.applied_revision[node] = getattr(report, "applied_revision", None)  # (main has none)
         return raised
 
     def _check(self, revision: int, raised: list[str]) -> None:
@@ -232,13 +262,20 @@ class InvariantWatch:
                 f"revision {revision}: grants {granted_w:.1f} W > budget {self.active_w:.1f} W"
             )
         if raised:
-            behind = [
-                n
-                for n, g in self.grants.items()
-                if n not in raised and (a := self.applied.get(n)) is not None and a > g + TOLERANCE_W
-            ]
+            behind = [n for n, g in self.grants.items() if n not in raised and self._behind(n, g)]
             if behind:
                 self.raise_violations.append(f"revision {revision}: raised while {behind[:3]} not applied")
+
+    def _behind(self, node: str, grant_w: float) -> bool:
+        """Whether a node that reports may apply more than its grant: its report says so, or its grant
+        was lowered at a revision its report has not reached (reports without revisions: main's code)."""
+        if node not in self.applied:
+            return False
+        applied_w, applied_at = self.applied[node], self.applied_revision.get(node)
+        if applied_w is not None and applied_w > grant_w + TOLERANCE_W:
+            return True
+        lowered_at = self.lowered_at.get(node)
+        return lowered_at is not None and applied_at is not None and applied_at < lowered_at
 
     def close(self) -> None:
         with contextlib.suppress(AttributeError, OSError):
@@ -354,12 +391,47 @@ def settle(fleet: Fleet, targets: dict[str, float], since_t: float, timeout_s: f
     raise TimeoutError(f"{len(missing)} nodes never held their grants, e.g. {missing[:5]}")
 
 
+phases: list[dict[str, Any]] = []
+
+
+def phase_profile(
+    fleet: Fleet, set_at: float, done_at: float, targets: dict[str, float], before: dict[str, float | None]
+) -> dict[str, Any]:
+    """Where one budget change's time went, from the invariant watch's arrival times (s after the set)."""
+    rows = [r for r in list(fleet.invariant.timeline) if set_at <= r[0] <= done_at + 0.5]
+    lowers = [r for r in rows if r[2]]
+    raises = [r for r in rows if r[3]]
+    first_raise = raises[0][0] if raises else None
+    acks = [r for r in rows if r[4] and (first_raise is None or r[0] <= first_raise)]
+    n_lowered = sum(1 for n, w in targets.items() if (before.get(n) or 0.0) > w + TOLERANCE_W)
+    n_raised = sum(1 for n, w in targets.items() if (before.get(n) or 0.0) < w - TOLERANCE_W)
+
+    def rel(t: float | None) -> float | None:
+        return None if t is None else round(t - set_at, 3)
+
+    return {
+        "nodes_lowered": n_lowered,
+        "nodes_raised": n_raised,
+        "first_lower_s": rel(lowers[0][0] if lowers else None),
+        "last_lower_s": rel(lowers[-1][0] if lowers else None),
+        "lower_txns": len(lowers),
+        "last_ack_before_raise_s": rel(acks[-1][0] if acks else None),
+        "first_raise_s": rel(first_raise),
+        "last_raise_s": rel(raises[-1][0] if raises else None),
+        "raise_txns": len(raises),
+        "all_held_s": rel(done_at),
+        "revisions": len(rows),
+        "report_writes": sum(r[4] for r in rows),
+    }
+
+
 def budget_changes(fleet: Fleet, changes: int, rng: random.Random) -> tuple[list[float], list[float]]:
     view = fleet.view()
     floor_w = sum(r.report.floor_w for r in view.reports.values())
     demand_w = sum(r.report.demand_w for r in view.reports.values())
     latencies: list[float] = []
     per_change_max: list[float] = []
+    phases.clear()
     for _ in range(changes):
         budget_w = round(floor_w + rng.uniform(0.3, 0.95) * (demand_w - floor_w), 1)
         before = fleet.held()
@@ -370,6 +442,8 @@ def budget_changes(fleet: Fleet, changes: int, rng: random.Random) -> tuple[list
         moved = [times[n] for n, w in targets.items() if _moved(before.get(n), w)]
         latencies += moved
         per_change_max.append(max(moved, default=0.0))
+        done_at = set_at + max(times.values(), default=0.0)
+        phases.append(phase_profile(fleet, set_at, done_at, targets, before))
         time.sleep(2.0)
     return latencies, per_change_max
 
@@ -437,6 +511,9 @@ def kill_node(fleet: Fleet) -> dict[str, Any]:
         "nodes_whose_share_grew": len(changed),
         "share_redistributed_s": round(max(times.values(), default=0.0), 3),
         "lease_expired_s": round(fleet.invariant.deleted_at[victim] - hung_at, 3),
+        "phases": phase_profile(
+            fleet, hung_at, hung_at + max(times.values(), default=0.0), changed, dict(before)
+        ),
     }
 
 
@@ -528,6 +605,7 @@ def run_one(nodes: int, args: argparse.Namespace) -> dict[str, Any]:
             result["budget_change_held"] = summary(latencies) | {
                 "changes": args.changes,
                 "per_change_max_s": [round(x, 3) for x in per_change],
+                "phases": list(phases),
             }
             steady = steady_state(fleet, args.hold)
             result["steady_state"] = steady
@@ -598,6 +676,9 @@ def run_plane(nodes: int, args: argparse.Namespace) -> dict[str, Any]:
             for job in range(jobs):
                 announcer = names[job * size]
                 owner = next(w for w in workers if announcer in w.nodes)
+                for worker in workers:
+                    worker.send(f"expect job-{job}")
+                time.sleep(0.2)
                 owner.send(f"announce {announcer}")
                 others = names[job * size + 1 : (job + 1) * size]
                 with contextlib.suppress(TimeoutError):

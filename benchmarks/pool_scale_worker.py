@@ -6,8 +6,10 @@ monotonic clock, shared by every process). Commands on stdin, one a line:
 
 - `hang NODE`: the agent stops without revoking its lease (as a killed or hung daemon: its lease expires);
 - `announce NODE`: with `--job-size P`, NODE's cluster plane announces its pipeline a straggler (every node
-  runs a `ClusterPlane` too, publishing pipeline `i % P` of job `job-{i // P}`); each node prints
-  `{"saw": node, "t"}` when its plane's view first holds a straggler;
+  runs a `ClusterPlane` too, publishing pipeline `i % P` of job `job-{i // P}`);
+- `expect JOB`: from now on, each node of JOB prints `{"saw": node, "t"}` when its plane's view first holds a
+  straggler (its view polled every 10 ms: only the expected jobs' nodes are polled, so the polling, which a
+  daemon does not do, costs little of the CPU the planes are measured with);
 - `stats`: prints `{"stats": {node: {...}}}` (allocator CPU per round, reads, largest request and reply);
 - `quit`: every agent stops and revokes its lease; the process exits.
 
@@ -148,8 +150,9 @@ def main() -> None:
             plane.start()
             plane.publish_pipeline(job, pipeline, iteration_time_s=1.0, t_min_s=1.0, t_max_s=1.5)
             planes[node] = (plane, job)
+    expected: set[str] = set()
     if planes:
-        threading.Thread(target=_watch_planes, args=(planes,), daemon=True).start()
+        threading.Thread(target=_watch_planes, args=(planes, expected), daemon=True).start()
     emit({"started": len(args.nodes)})
     for line in sys.stdin:
         command, _, node = line.strip().partition(" ")
@@ -161,6 +164,8 @@ def main() -> None:
             index = int(node.rsplit("-", 1)[1])
             plane.announce_straggler(job, index % args.job_size, 1.2)
             emit({"announced": node, "t": time.monotonic()})
+        elif command == "expect":
+            expected.add(node)
         elif command == "stats":
             emit({"stats": {n: _stats(a, stores[n]) for n, a in agents.items()}})
         elif command == "quit":
@@ -172,12 +177,12 @@ def main() -> None:
     emit({"stopped": True})
 
 
-def _watch_planes(planes: dict[str, tuple[ClusterPlane, str]]) -> None:
-    """Print when each node's view of its job first holds a straggler (views polled every 10 ms)."""
+def _watch_planes(planes: dict[str, tuple[ClusterPlane, str]], expected: set[str]) -> None:
+    """Print when each node of an expected job first sees a straggler in its view (polled every 10 ms)."""
     waiting = dict(planes)
     while True:
         for node, (plane, job) in list(waiting.items()):
-            if plane.snapshot(job).stragglers:
+            if job in expected and plane.snapshot(job).stragglers:
                 emit({"saw": node, "t": time.monotonic()})
                 del waiting[node]
         time.sleep(0.01)

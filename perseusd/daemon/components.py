@@ -108,6 +108,7 @@ def power_pool(
             config.power_pool_budget_max_age_s,
             config.power_pool_budget_hold_s,
             config.power_pool_absent_node,
+            config.power_pool_etcd_max_txn_ops,
         )
         if config.power_pool_target == "uniform":
             uniform = UniformPowerTarget(registry, originals_path=pool_limits_path(config.state_dir))

@@ -128,6 +128,9 @@ class DaemonConfig:
     power_pool_absent_node: str = "hold"
     """An absent node's grant: "hold" (reserved until it returns or an admin releases it) or "release" (to
     the others at once: absent nodes fenced out of band)."""
+    power_pool_etcd_max_txn_ops: int = 128
+    """The etcd cluster's `--max-txn-ops` (etcd's default, `perseusd.pool.allocator.ETCD_MAX_TXN_OPS`): the
+    allocator's transactions carry at most this many comparisons or writes."""
     # Prometheus metrics (docs/metrics.md), both off by default: an HTTP listener (port 0 = off) and/or the
     # node_exporter textfile collector (a directory; "" = off), rewritten atomically every interval.
     metrics_http_port: int = 0
@@ -251,6 +254,9 @@ class DaemonConfig:
             'power_pool_absent_node must be "hold" or "release"',
         )
         _require(0 <= self.power_pool_safe_cap_w < 1e7, "power_pool_safe_cap_w must be 0 (the floor)..1e7 W")
+        _require(
+            8 <= self.power_pool_etcd_max_txn_ops <= 4096, "power_pool_etcd_max_txn_ops must be in [8, 4096]"
+        )
         _require(
             not self.power_pool_budget_file or bool(self.power_pool),
             "power_pool_budget_file needs power_pool",

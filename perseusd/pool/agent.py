@@ -2,8 +2,12 @@
 
 Every round (`refresh_interval_s`): keep this node's lease alive (every third of the TTL), publish its report
 (demand, floor, priority mix, safe cap, the grant it applies, measured power) when it changed, read the pool,
-apply this node's grant through its `NodePowerTarget` (and publish at once that it applies it), and take its
-turn as allocator (`PoolAllocator`).
+apply this node's grant through its `NodePowerTarget` (and publish at once that it applies it, with the
+grant's etcd revision, when the grant was lowered: the allocator waits for that before it raises anyone; a
+raised grant is reported with the next publication, at the latest the next read, so that a raise costs no etcd
+write on the pool's critical path), and take its turn as allocator (`PoolAllocator`; while it allocates,
+the node also watches the requested budget and the reports' deletions, so that a new budget or a node's
+lease expiring is acted on at once).
 
 What a round reads is sized for pools of a thousand nodes on one etcd: a node reads only its own grant, the
 budget and the allocator key (one small request), and only when one of its two watches (`RangeWatch`: its
@@ -41,7 +45,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,7 +62,14 @@ from perseusd.cluster.etcd_store import (
     prefix_end,
     put_op,
 )
-from perseusd.pool.allocator import ABSENT_NODE_POLICIES, HOLD, PoolAllocator
+from perseusd.pool.allocator import (
+    ABSENT_NODE_POLICIES,
+    ETCD_MAX_TXN_OPS,
+    HOLD,
+    MAX_TXN_OPS,
+    MIN_TXN_OPS,
+    PoolAllocator,
+)
 from perseusd.pool.feed import BudgetFile, FeedSettings
 from perseusd.pool.keys import Budget, NodeReport, PoolKeys, check_pool, decode_grant
 from perseusd.pool.view import PoolView, read_pool
@@ -93,9 +104,15 @@ class PoolSettings:
     budget_hold_s: float = 300.0
     absent_node: str = HOLD
     """What this node does with an absent node's grant while it allocates: "hold" or "release"."""
+    etcd_max_txn_ops: int = ETCD_MAX_TXN_OPS
+    """The etcd cluster's `--max-txn-ops`: the most comparisons or writes of one allocator transaction."""
 
     def __post_init__(self) -> None:
         check_pool(self.pool)
+        if not MIN_TXN_OPS <= self.etcd_max_txn_ops <= MAX_TXN_OPS:
+            raise ValueError(
+                f"etcd's max operations per transaction must be in [{MIN_TXN_OPS}, {MAX_TXN_OPS}]"
+            )
         if self.absent_node not in ABSENT_NODE_POLICIES:
             raise ValueError(
                 "power pool absent node policy must be one of " + ", ".join(ABSENT_NODE_POLICIES)
@@ -150,7 +167,14 @@ class PoolAgent:
         self._keys = PoolKeys(cluster.prefix, settings.pool)
         self._node = cluster.node_name
         self._allocator = PoolAllocator(
-            self._store, self._keys, self._node, cluster.lease_ttl_s, clock, wall_clock, settings.absent_node
+            self._store,
+            self._keys,
+            self._node,
+            cluster.lease_ttl_s,
+            clock,
+            wall_clock,
+            settings.absent_node,
+            settings.etcd_max_txn_ops,
         )
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -158,6 +182,11 @@ class PoolAgent:
         self._lease_id: int | None = None
         self._kept_alive_at_s: float | None = None
         self._written: str | None = None
+        self._written_report: NodeReport | None = None
+        self._applied_revision: int | None = None
+        """The etcd revision of the grant whose watts this node applies (None: it applies no grant)."""
+        self.deferred_reports = 0
+        """Reports of a raised grant left to the next publication (see `_publish`)."""
         self._applied: tuple[float | None, str] | None = None
         self._last_grant_w: float | None = None
         self._budget_seen = False
@@ -177,6 +206,8 @@ class PoolAgent:
         self._reported_at_s: float | None = None
         self._wake = threading.Event()
         self._watches = self._make_watches() if watch else []
+        self._leader_watches: list[RangeWatch] = []
+        """While this node allocates: its watches on the requested budget and on reports vanishing."""
         self._read_at_s: float | None = None
         self._pushed: tuple[float, int, int] | None = None
         """(grant W, lease, revision) from this node's grant watch, not applied yet."""
@@ -210,6 +241,36 @@ class PoolAgent:
                 name="pool-budget",
             ),
         ]
+
+    def _follow_leadership(self) -> None:
+        """Open the allocator's own watches when this node becomes the allocator (a budget requested, a
+        node's report gone: its lease expired or it left), close them when it no longer is: the allocator
+        acts on those at once rather than at its next round. One node's two streams, not every node's."""
+        leader = self._allocator.leader and bool(self._watches)
+        if leader == bool(self._leader_watches):
+            return
+        if not leader:
+            for watch in self._leader_watches:
+                watch.stop()
+            self._leader_watches = []
+            return
+        from perseusd.cluster.etcd_watch import NO_PUT, RangeWatch
+
+        endpoints, timeout_s, keys = self._cluster.parsed_endpoints, self._cluster.timeout_s, self._keys
+        self._leader_watches = [
+            RangeWatch(endpoints, keys.request, None, self._woken, timeout_s, name="pool-request"),
+            RangeWatch(
+                endpoints,
+                keys.nodes,
+                prefix_end(keys.nodes),
+                self._woken,
+                timeout_s,
+                filters=(NO_PUT,),
+                name="pool-reports-gone",
+            ),
+        ]
+        for watch in self._leader_watches:
+            watch.start()
 
     def _woken(self, _events: object) -> None:
         self._wake.set()
@@ -317,6 +378,13 @@ class PoolAgent:
         )
 
     def _run(self) -> None:
+        try:
+            self._rounds()
+        finally:
+            for watch in self._leader_watches:
+                watch.stop()
+
+    def _rounds(self) -> None:
         interval_s = self._cluster.refresh_interval_s
         while not self._stopping.is_set():
             self._wake.clear()
@@ -324,6 +392,7 @@ class PoolAgent:
                 pushed, must_read = self._pushed, self._pushed_read
                 self._pushed, self._pushed_read = None, False
             self._round(must_read or self._read_due(), pushed)
+            self._follow_leadership()
             busy = self._allocator.busy
             self._wake.wait(interval_s / BUSY_ROUNDS_PER_INTERVAL if busy else interval_s)
 
@@ -347,10 +416,10 @@ class PoolAgent:
             self._feed_budget()
             if pushed is not None and not read:
                 self._follow_pushed(pushed)
-            self._publish(lease_id)
+            self._publish(lease_id, defer_raise=True)
             if read:
                 self._read_and_follow(lease_id)
-                self._publish(lease_id)  # what it applies now, at once: the allocator waits for it
+                self._publish(lease_id)  # what it applies now, at once (a deferred raise's report too)
         except NodeNameTakenError as exc:
             with self._lock:
                 if self._last_error != str(exc):
@@ -438,9 +507,14 @@ class PoolAgent:
             self._kept_alive_at_s = now_s
         return self._lease_id
 
-    def _publish(self, lease_id: int) -> None:
+    def _publish(self, lease_id: int, defer_raise: bool = False) -> None:
+        """Write this node's report if it changed. With `defer_raise`, a report whose only change is a
+        higher grant applied is left to the next publication (at the latest the next read, every half TTL):
+        the allocator waits only for lowered grants, so a raise's report is off the pool's critical path,
+        and one etcd write a node is saved at every raise."""
         with self._lock:
             applied_w = None if self._applied is None else self._applied[0]
+            applied_revision = self._applied_revision
         report = NodeReport(
             round(self._target.power_demand_w(), 1),
             round(self._target.power_floor_w(), 1),
@@ -448,14 +522,31 @@ class PoolAgent:
             self._settings.safe_cap_w,
             applied_w,
             self._measured_w(),
+            applied_revision,
         )
         value = report.encode()
         if self._written is None:
             self._claim_node_name(value, lease_id)
-            self._written = value
-        elif value != self._written:
+        elif value == self._written or (defer_raise and self._only_raised(report)):
+            if value != self._written:
+                self.deferred_reports += 1
+            return
+        else:
             self._store.put(self._keys.node(self._node), value, lease_id)
-            self._written = value
+        self._written, self._written_report = value, report
+
+    def _only_raised(self, report: NodeReport) -> bool:
+        """Whether `report` differs from the one written only by a higher grant applied, over a report that
+        already named a grant's revision (so the allocator, which compares revisions for lowered grants,
+        never takes the older report for an acknowledgement of a later lower)."""
+        written = self._written_report
+        if written is None or written.applied_w is None or written.applied_revision is None:
+            return False
+        if report.applied_w is None or report.applied_w < written.applied_w:
+            return False
+        return (
+            replace(report, applied_w=written.applied_w, applied_revision=written.applied_revision) == written
+        )
 
     def _claim_node_name(self, value: str, lease_id: int) -> None:
         """The first report under a lease: written only if no other lease holds this node's key, so two
@@ -506,7 +597,7 @@ class PoolAgent:
         with self._lock:
             self._seen_grant_w = grant_w
         self.pushed_applied += 1
-        self._apply(grant_w, "grant")
+        self._apply(grant_w, "grant", revision)
 
     def _follow(self, view: PoolView) -> None:
         """Apply what the pool says for this node (see module)."""
@@ -526,7 +617,7 @@ class PoolAgent:
             self._apply(None, UNCAPPED)
         elif grant is not None and mine:
             self._last_grant_w = grant.grant_w
-            self._apply(grant.grant_w, "grant")
+            self._apply(grant.grant_w, "grant", grant.entry.mod_revision)
         else:
             self._apply(self._safe_cap_w(), "safe cap (no grant yet)")
 
@@ -544,10 +635,18 @@ class PoolAgent:
         safe_w = self._settings.safe_cap_w or self._target.power_floor_w()
         return safe_w if self._last_grant_w is None else min(safe_w, self._last_grant_w)
 
-    def _apply(self, grant_w: float | None, reason: str) -> None:
+    def _apply(self, grant_w: float | None, reason: str, revision: int | None = None) -> None:
+        """Hold `grant_w` (None: uncapped) for `reason`; a grant's `revision` is reported with it when its
+        watts differ from what was applied (a grant rewritten with the same watts needs no new report)."""
         with self._lock:
             previous = self._applied
             self._applied = (grant_w, reason)
+            if reason not in ("grant", "last grant (etcd unreachable)"):
+                self._applied_revision = None
+            elif revision is not None and (
+                previous is None or previous[0] != grant_w or self._applied_revision is None
+            ):
+                self._applied_revision = revision
         if previous is None or previous[1] != reason:
             logger.info("power pool %s: %s (%s)", self._settings.pool, _watts(grant_w), reason)
         if previous is not None and previous[0] == grant_w:

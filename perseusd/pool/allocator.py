@@ -5,10 +5,10 @@ the next candidate's round takes it. Every write of the allocator is a transacti
 key still has the creation revision it won with, and if no grant was written since the revision it read (or
 since its own last write): a stale allocator (its lease expired while it was cut off) cannot write, and
 neither can one that read an old view. That is one comparison on the whole `grants/` range, whatever the
-size of the pool; a move of more grants than etcd takes in one transaction (`MAX_OPS_PER_TXN`) is split
-into several, each guarded the same way, in an order that keeps the invariant at every revision between
-them (lowers before the active budget changes; raises, which only add up to what the budget allows, one
-part after another).
+size of the pool; a move of more grants than etcd takes in one transaction (`--max-txn-ops`, 128 by
+default: `ETCD_MAX_TXN_OPS`) is split into several, each as large as etcd takes and guarded the same way,
+in an order that keeps the invariant at every revision between them (lowers before the active budget
+changes; raises, which only add up to what the budget allows, one part after another).
 
 Each round works from one read of the pool (`PoolView`) and makes at most one move:
 
@@ -16,7 +16,10 @@ Each round works from one read of the pool (`PoolView`) and makes at most one mo
    in one transaction. Afterwards every grant is at most its target, so the sum is at most the new budget.
    A lowered grant carries the higher one (`held_w`) until the node reports it applied the lower one.
 2. Raise, once no lower is left and every node whose grant was lowered reports it applied: grants below
-   their targets are raised (and `held_w` dropped from the grants of nodes that applied theirs).
+   their targets are raised (and `held_w` dropped from the grants of nodes that applied theirs). "Reports
+   it applied" is by revision: the node's report names the etcd revision of the grant it applies, which
+   must have reached the lowered grant's (a node reports a raise late, so its report's watts may be older
+   than what it holds; a report without a revision, an older daemon's, is taken by its watts).
 
 Absent nodes: grants are written with no lease, and each write holds only if the node's report is still the
 one the allocator read (an absent node's grant, marked absent, only if the grant is still the one read). A
@@ -25,8 +28,9 @@ reservation (policy `hold`, the default): the budget less what the absent nodes 
 (`GrantRecord.reserved_w`) is divided among the nodes that report, the allocator never deletes an absent
 node's grant, and logs it once. The reservation ends when the node reports again (its grant is then
 its current one, moved like any other) or when an admin releases it (`perseusd.pool.admin.release_node`).
-Policy `release` (nodes fenced out of band) deletes an absent node's grant at the next round, and raises the
-others after `ack_timeout_s` even if a node did not report applying a lowered grant.
+Policy `release` (nodes fenced out of band) deletes an absent node's grant at the next round (in the same
+transaction as the raises that hand its share out, when nothing is to be lowered), and raises the others
+after `ack_timeout_s` even if a node did not report applying a lowered grant.
 
 An external budget signal that went stale moves nothing for its hold time, then deletes the grant of every
 node that reports (each holds its safe cap; absent nodes' reservations stay); docs/power-pool.md, "Budgets
@@ -60,15 +64,59 @@ Op = tuple[dict[str, Any], dict[str, Any]]
 
 ACK_TOLERANCE_W = 0.05
 
-MAX_OPS_PER_TXN = 100
-"""etcd refuses a transaction of more than `--max-txn-ops` operations or comparisons (128 by default):
-larger moves are split into transactions of at most this many writes (each with its comparison, and the
-two guards)."""
+ETCD_MAX_TXN_OPS = 128
+"""etcd's default `--max-txn-ops`: it refuses a transaction with more comparisons, or more operations in a
+branch, than this. A move is split into transactions of as many grants as fit (each grant a write and its
+comparison, beside the guards and the active budget's write; `txn_parts`)."""
+
+MIN_TXN_OPS, MAX_TXN_OPS = 8, 4096
+"""The `--max-txn-ops` the allocator works with: each transaction holds at least one grant, and stays far
+below etcd's request size limit (1.5 MiB by default; a grant's write and comparison are ~0.2 KiB)."""
+
+GUARDS_PER_TXN = 2
+"""The comparisons every allocator transaction holds on: its key's creation revision and the grants' range."""
 
 HOLD, RELEASE = "hold", "release"
 ABSENT_NODE_POLICIES = (HOLD, RELEASE)
 """What the allocator does with an absent node's grant: keep it reserved until the node returns or an admin
 releases it (`hold`), or hand it to the others (`release`: for nodes fenced out of band)."""
+
+
+def _behind(view: PoolView, node: str, grant: Grant) -> bool:
+    """Whether `node` may still apply more than its grant: it reports more, or its grant was lowered (it
+    carries `held_w`) at a revision its report has not reached (a node reports a raise late, so a report's
+    watts alone may be older than what it applies; a report without a revision is an older daemon's, which
+    reports every grant at once)."""
+    report = view.reports[node].report
+    if report.applied_w is not None and report.applied_w > grant.grant_w + ACK_TOLERANCE_W:
+        return True
+    applied_at = report.applied_revision
+    return grant.held_w is not None and applied_at is not None and applied_at < grant.entry.mod_revision
+
+
+def txn_parts(
+    grants: int, max_ops: int, compares: tuple[int, int], first_writes: int, last_writes: int
+) -> list[int]:
+    """How many of `grants` writes (each with its comparison) go into each transaction of a move, in order,
+    so that no transaction has more than `max_ops` comparisons or writes (etcd's `--max-txn-ops`):
+    `compares` is the guards' count in the first transaction and in the later ones, `first_writes` the writes
+    the first one carries beside the grants, `last_writes` those of the final one. As few transactions as
+    that allows; at least one (a move of no grants may still write the active budget)."""
+    sizes: list[int] = []
+    left = grants
+    while True:
+        fixed_compares = compares[0] if not sizes else compares[1]
+        fixed_writes = first_writes if not sizes else 0
+        if left + max(fixed_compares, fixed_writes + last_writes) <= max_ops:
+            return [*sizes, left]  # the rest, with the final writes
+        room = max_ops - max(fixed_compares, fixed_writes)
+        if room < 1:
+            raise ValueError(f"a transaction of at most {max_ops} operations holds no grant")
+        take = min(left, room)
+        if take == left:  # all fit, but not with the final writes: those go with the last grant
+            take -= 1
+        sizes.append(take)
+        left -= take
 
 
 class PoolAllocator:
@@ -83,9 +131,15 @@ class PoolAllocator:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         absent_node: str = HOLD,
+        max_txn_ops: int = ETCD_MAX_TXN_OPS,
     ) -> None:
         if absent_node not in ABSENT_NODE_POLICIES:
             raise ValueError(f"absent node policy must be one of {', '.join(ABSENT_NODE_POLICIES)}")
+        if not MIN_TXN_OPS <= max_txn_ops <= MAX_TXN_OPS:
+            raise ValueError(
+                f"etcd's max operations per transaction must be in [{MIN_TXN_OPS}, {MAX_TXN_OPS}]"
+            )
+        self._max_txn_ops = max_txn_ops
         self._release = absent_node == RELEASE
         self._absent_logged: set[str] = set()
         self._ack_warned = False
@@ -100,6 +154,8 @@ class PoolAllocator:
         this node just won the election (its owner then runs the next round sooner)."""
         self.moves = 0
         self.transactions = 0
+        self.largest_txn_ops = 0
+        """The most comparisons or writes one of this node's allocator transactions carried."""
         self.wins = 0
         """How often this node won the election."""
         self.last_allocation: Allocation | None = None
@@ -139,9 +195,10 @@ class PoolAllocator:
         set_active = view.active is None or view.active.budget_w != view.request.budget_w
         released = sorted(absent) if self._release else []
         marks = [] if self._release else sorted(n for n, g in absent.items() if g.absent_since_s is None)
-        if moves.lowers or released or marks or set_active:
+        drops = [self._drop_absent(n) for n in released]
+        if moves.lowers or marks:
             ops = [self._lower(view, n, w) for n, w in moves.lowers.items()]
-            ops += [self._drop_absent(n) for n in released]
+            ops += drops
             ops += [self._mark_absent(view, n) for n in marks]
             last = [put_op(self._keys.active, view.request.encode())] if set_active else []
             self._commit("lower", won_at, ops, last, view)
@@ -152,18 +209,25 @@ class PoolAllocator:
             for n, g in view.grants.items()
             if n in view.reports and n not in moves.raises and (g.held_w, g.absent_since_s) != (None, None)
         ]
-        if not moves.raises and not settles:
+        if not moves.raises and not settles and not drops and not set_active:
             self._waiting_since_s = None
             return
+        active = [put_op(self._keys.active, view.request.encode())] if set_active else []
         if self._waiting_for_acks(view):
+            if drops or active:
+                self._commit("lower", won_at, drops, active, view)
             self.busy = True
             return
         extra = []
         if view.active_entry is not None:
             extra.append(compare_mod(self._keys.active, view.active_entry.mod_revision))
-        ops = [self._put_grant(view, n, GrantRecord(w)) for n, w in moves.raises.items()]
+        # Released grants first: the raises that hand out their share come in the same or a later part.
+        ops = drops + [self._put_grant(view, n, GrantRecord(w)) for n, w in moves.raises.items()]
         ops += [self._put_grant(view, n, GrantRecord(view.grants[n].grant_w)) for n in sorted(settles)]
-        self._commit("raise" if moves.raises else "settle", won_at, ops, [], view, extra)
+        # Nothing to lower: every grant is at most its target, so the active budget can change in the first
+        # part, with the raises (the sum stays within the new budget at every revision).
+        what = "raise" if moves.raises else "settle" if settles else "release" if drops else "budget"
+        self._commit(what, won_at, ops, [], view, extra, active)
 
     def _absent(self, view: PoolView) -> dict[str, Grant]:
         """The grants of nodes whose report is gone, each logged once (see module)."""
@@ -237,11 +301,7 @@ class PoolAllocator:
     def _waiting_for_acks(self, view: PoolView) -> bool:
         """Whether a node still runs above its (lowered) grant, for less than `ack_timeout_s` so far."""
         behind = [
-            node
-            for node, grant in view.grants.items()
-            if node in view.reports
-            and (applied_w := view.reports[node].report.applied_w) is not None
-            and applied_w > grant.grant_w + ACK_TOLERANCE_W
+            node for node, grant in view.grants.items() if node in view.reports and _behind(view, node, grant)
         ]
         if not behind:
             self._waiting_since_s, self._ack_warned = None, False
@@ -301,14 +361,28 @@ class PoolAllocator:
         last: list[dict[str, Any]],
         view: PoolView,
         extra: list[dict[str, Any]] | None = None,
+        first: list[dict[str, Any]] | None = None,
     ) -> bool:
-        """`ops` (each a write and the comparison it holds on) then `last`, in transactions of at most
-        `MAX_OPS_PER_TXN` writes (`last` in the final one), each guarded (see module); stops at the first that
-        does not hold (the next round reads again)."""
-        parts = [ops[i : i + MAX_OPS_PER_TXN] for i in range(0, len(ops), MAX_OPS_PER_TXN)] or [[]]
+        """`first`, `ops` (each a write and the comparison it holds on) then `last`, in as few transactions
+        as etcd takes (`txn_parts`; `first` in the first one, `last` in the final one), each guarded (see
+        module); stops at the first that does not hold (the next round reads again). `first` writes the
+        active budget: the later parts' guard on it is then the revision of the first."""
+        first_extra = len(extra or [])
+        later_extra = 1 if first else first_extra
+        sizes = txn_parts(
+            len(ops),
+            self._max_txn_ops,
+            (GUARDS_PER_TXN + first_extra, GUARDS_PER_TXN + later_extra),
+            len(first or []),
+            len(last),
+        )
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        parts = [ops[start : start + size] for start, size in zip(starts, sizes, strict=True)]
         seen = view.revision
         for index, part in enumerate(parts):
             writes = [op for op, _ in part]
+            if index == 0 and first:
+                writes = first + writes
             if index == len(parts) - 1:
                 writes += last
             guard = [
@@ -316,8 +390,10 @@ class PoolAllocator:
                 compare_range_mod_at_most(self._keys.grants, seen),
                 *(compare for _, compare in part),
             ]
+            compares = guard + (extra or [])
+            self.largest_txn_ops = max(self.largest_txn_ops, len(compares), len(writes))
             try:
-                applied, revision = self._store.txn(guard + (extra or []), writes)
+                applied, revision = self._store.txn(compares, writes)
             except LeaseLostError:  # a node's lease expired since the read (not ours): read again
                 applied, revision = False, view.revision
             if not applied:
@@ -327,6 +403,8 @@ class PoolAllocator:
                 return False
             self.transactions += 1
             seen = revision
+            if index == 0 and first:
+                extra = [compare_mod(self._keys.active, revision)]
         self.moves += 1
         self.busy = True
         logger.debug("power pool %s: %s at revision %d (read %d)", self._keys.pool, what, seen, view.revision)

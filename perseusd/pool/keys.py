@@ -111,19 +111,23 @@ class NodeReport:
     """The grant the node applies now (None: none, uncapped or at its safe cap before its first grant)."""
     power_w: float | None = None
     """Measured node power (None when unknown)."""
+    applied_revision: int | None = None
+    """The etcd revision of the grant whose watts `applied_w` are (None: no grant applied). The allocator
+    takes a lowered grant as applied only once this reaches the lowered grant's revision, so a node may
+    report a raised grant late (`applied_w` then lags, never above what the node applies)."""
 
     def encode(self) -> str:
-        return json.dumps(
-            {
-                "demand_w": self.demand_w,
-                "floor_w": self.floor_w,
-                "priority_w": {str(t): w for t, w in sorted(self.priority_w.items())},
-                "safe_cap_w": self.safe_cap_w,
-                "applied_w": self.applied_w,
-                "power_w": self.power_w,
-            },
-            sort_keys=True,
-        )
+        data: dict[str, object] = {
+            "demand_w": self.demand_w,
+            "floor_w": self.floor_w,
+            "priority_w": {str(t): w for t, w in sorted(self.priority_w.items())},
+            "safe_cap_w": self.safe_cap_w,
+            "applied_w": self.applied_w,
+            "power_w": self.power_w,
+        }
+        if self.applied_revision is not None:
+            data["applied_revision"] = self.applied_revision
+        return json.dumps(data, sort_keys=True)
 
     def need(self, node: str) -> NodeNeed:
         return NodeNeed(node, self.demand_w, self.floor_w, self.priority_w)
@@ -156,6 +160,7 @@ def decode_report(raw: bytes) -> NodeReport:
         _number(data, "safe_cap_w"),
         finite_or_none(data.get("applied_w")),
         finite_or_none(data.get("power_w")),
+        _revision_or_none(data.get("applied_revision")),
     )
     report.need("check")  # the same checks as the allocator's
     return report
@@ -220,6 +225,11 @@ def _number(data: dict[str, object], name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be a finite number >= 0")
     return float(value)
+
+
+def _revision_or_none(value: object) -> int | None:
+    """An etcd revision (an integer >= 1), or None for anything else."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
 def finite_or_none(value: object) -> float | None:

@@ -11,6 +11,7 @@ import pytest
 
 from perseusd.daemon.config import DaemonConfig, load_config
 from perseusd.errors import ConfigError
+from perseusd.pool.allocator import ETCD_MAX_TXN_OPS
 
 
 def test_precedence_file_env_flags(tmp_path: Path) -> None:
@@ -134,6 +135,9 @@ def test_a_power_pool_needs_etcd_and_a_key_safe_name() -> None:
     assert config.power_pool_absent_node == "hold"  # an absent node's grant stays reserved by default
     with pytest.raises(ConfigError, match='power_pool_absent_node must be "hold" or "release"'):
         DaemonConfig(power_pool_absent_node="drop")
+    assert config.power_pool_etcd_max_txn_ops == ETCD_MAX_TXN_OPS == 128  # etcd's default --max-txn-ops
+    with pytest.raises(ConfigError, match=r"power_pool_etcd_max_txn_ops must be in \[8, 4096\]"):
+        DaemonConfig(power_pool_etcd_max_txn_ops=4)
 
 
 def test_perseusd_help_describes_the_daemon_and_reset_its_own() -> None:

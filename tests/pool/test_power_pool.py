@@ -275,8 +275,8 @@ def test_a_stale_allocator_cannot_write(run: PoolRun) -> None:
     old.round(stale_view, old_lease)  # acts on its old view: refused by etcd
     assert old.moves == 0
     assert view().grants == {}
-    new.round(view(), new_lease)  # lowers step: sets the active budget
-    new.round(view(), new_lease)  # raises: the grant
+    new.round(view(), new_lease)  # nothing to lower: the active budget and the grant in one move
+    new.round(view(), new_lease)  # nothing left to move
     assert {n: g.grant_w for n, g in view().grants.items()} == {"n1": 600.0}
     # A node whose lease expires between the allocator's read and its write: every write holds only on the
     # reports it read, so the move is refused whole and read again.
@@ -302,13 +302,17 @@ def test_a_stale_allocator_cannot_write(run: PoolRun) -> None:
     third_lease = store.grant_lease(30)
     store.put(keys.node("n3"), NodeReport(800, 200, {0: 600}).encode(), third_lease)
     run.set_budget(2000)
-    new.round(view(), new_lease)  # the active budget first
     before_gone = view()
     store.revoke(third_lease)
     moves = new.moves
-    new.round(before_gone, new_lease)  # n2 to 800 W, n3 to 800 W though n3's report is gone: refused whole
+    # Nothing to lower: the active budget and the raises in one move, n2 to 800 W and n3 to 800 W though
+    # n3's report is gone: refused whole (the active budget too).
+    new.round(before_gone, new_lease)
     assert new.moves == moves
     assert {n: g.grant_w for n, g in view().grants.items()} == {"n2": 600.0}
+    active = view().active
+    assert active is not None
+    assert active.budget_w == 600.0
     for lease in (other_lease, new_lease):
         store.revoke(lease)
 

@@ -7,7 +7,9 @@ import random
 import pytest
 
 from perseusd.gpu.backend import GpuInfo
+from perseusd.pool.agent import PoolSettings
 from perseusd.pool.alloc import NodeNeed, allocate, plan_moves
+from perseusd.pool.allocator import ETCD_MAX_TXN_OPS, MAX_TXN_OPS, MIN_TXN_OPS, txn_parts
 from perseusd.pool.keys import GrantRecord, decode_grant_record
 from perseusd.pool.uniform import uniform_limits_w
 
@@ -119,3 +121,32 @@ def test_a_grant_record_reserves_the_higher_grant_not_yet_applied() -> None:
     assert "held_w" not in GrantRecord(300.0, held_w=200.0).encode()  # not higher: nothing to hold
     with pytest.raises(ValueError, match="grant_w"):
         decode_grant_record(b'{"held_w": 5}')
+
+
+def test_allocator_transactions_as_large_as_etcd_takes() -> None:
+    """A move's transactions never carry more comparisons or writes than etcd's `--max-txn-ops`, and as few
+    as that allows: each part as full as its guards and fixed writes leave room for (the final one less)."""
+    for max_ops in (MIN_TXN_OPS, 9, 16, ETCD_MAX_TXN_OPS, MAX_TXN_OPS):
+        for grants in (*range(0, 3 * max_ops), 1024, 5000):
+            for compares in ((2, 2), (3, 3), (2, 3)):
+                for first_writes, last_writes in ((0, 0), (0, 1), (1, 0), (1, 1)):
+                    sizes = txn_parts(grants, max_ops, compares, first_writes, last_writes)
+                    assert sum(sizes) == grants
+                    fixed_compares = [compares[0]] + [compares[1]] * (len(sizes) - 1)
+                    fixed_writes = [first_writes] + [0] * (len(sizes) - 1)
+                    fixed_writes[-1] += last_writes
+                    for size, compare, write in zip(sizes, fixed_compares, fixed_writes, strict=True):
+                        assert size + max(compare, write) <= max_ops
+                    # Every part but the last two is full; one part fewer could not hold them all.
+                    for size, compare, write in list(zip(sizes, fixed_compares, fixed_writes, strict=True))[
+                        :-2
+                    ]:
+                        assert size == max_ops - max(compare, write)
+                    room = max_ops - max(compares[0], compares[1], first_writes + last_writes)
+                    assert len(sizes) <= max(1, -(-grants // room))
+    # 1,024 nodes at etcd's default: 9 transactions (126 grants and the two guards each), not 11 of 100.
+    assert txn_parts(1024, ETCD_MAX_TXN_OPS, (2, 2), 0, 1) == [126] * 8 + [16]
+    with pytest.raises(ValueError, match="holds no grant"):
+        txn_parts(5, 3, (3, 3), 1, 1)
+    with pytest.raises(ValueError, match="max operations per transaction"):
+        PoolSettings("p", etcd_max_txn_ops=MIN_TXN_OPS - 1)

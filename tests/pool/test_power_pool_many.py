@@ -2,8 +2,9 @@
 
 140 real `PoolAgent`s in this process (each with its own store, lease, watches and thread; a simulated node
 behind each) join one pool. A budget is set and lowered: every node must hold the allocation, the
-allocator's moves must have been split into several transactions, the nodes that do not allocate must
-never have read the whole pool, and the grant invariant must hold at every etcd revision of the run. Then
+allocator's moves must have been split into several transactions, as full as etcd takes, the nodes that do
+not allocate must never have read the whole pool, and the grant invariant must hold at every etcd revision
+of the run. Then
 the allocator is stopped without revoking its lease (as if killed): another node takes over, keeps the
 dead node's grant reserved, and moves the grants of the next budget. The large-N numbers are
 `benchmarks/bench_pool_scale.py`'s.
@@ -19,6 +20,7 @@ import pytest
 from perseusd.cluster.config import ClusterConfig
 from perseusd.pool.agent import PoolAgent, PoolSettings
 from perseusd.pool.alloc import NodeNeed, allocate
+from perseusd.pool.allocator import ETCD_MAX_TXN_OPS
 from tests.support.etcd_cluster import EtcdCluster, requires_etcd
 from tests.support.power_pool import PoolRun, wait_for
 
@@ -89,6 +91,7 @@ def test_more_nodes_than_a_transaction_holds(
     allocator = run.status().allocator
     assert allocator is not None
     assert agents[allocator]._allocator.transactions > agents[allocator]._allocator.moves  # split moves
+    assert agents[allocator]._allocator.largest_txn_ops == ETCD_MAX_TXN_OPS  # as full as etcd takes
     # Only a node that won the election (a loaded machine may have let a lease lapse) read the whole pool.
     assert all(a._allocator.wins > 0 for a in agents.values() if a.full_reads > 0)
     assert sum(1 for a in agents.values() if a.full_reads > 0) < NODES // 10

@@ -71,7 +71,8 @@ class Member:
 class EtcdCluster:
     """A loopback etcd cluster of `size` members (see module)."""
 
-    def __init__(self, base_dir: Path, size: int = 3) -> None:
+    def __init__(self, base_dir: Path, size: int = 3, flags: tuple[str, ...] = ()) -> None:
+        """`flags`: more etcd flags for every member (e.g. `--max-txn-ops=16`)."""
         if ETCD is None:
             raise RuntimeError("etcd is not installed")
         ports = free_ports(2 * size)
@@ -81,6 +82,7 @@ class EtcdCluster:
         ]
         self._initial_cluster = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
         self._token = f"perseus-test-{os.getpid()}-{ports[0]}"
+        self._flags = flags
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -108,6 +110,7 @@ class EtcdCluster:
             "--initial-cluster-state=new",
             f"--heartbeat-interval={HEARTBEAT_MS}",
             f"--election-timeout={ELECTION_MS}",
+            *self._flags,
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD")}
         with member.log_path.open("ab") as log:

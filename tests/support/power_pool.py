@@ -41,6 +41,9 @@ class InvariantCheck:
     violations: list[str] = field(default_factory=list)
     max_ratio: float = 0.0
     """The largest sum of grants / active budget seen."""
+    raised_early: list[str] = field(default_factory=list)
+    """Revisions at which a grant rose while a node whose grant was lowered had not reported applying it
+    (its report's watts above its grant, or its report older than the lowered grant's revision)."""
 
 
 class PoolRun:
@@ -142,8 +145,12 @@ class PoolRun:
         """Read the pool as of every revision in [first, last]: the sum of the grants never exceeds the
         active budget, and no grant exists without one (but an absent node's, kept reserved)."""
         result = InvariantCheck(first, last)
+        previous: PoolView | None = None
         for revision in range(first, last + 1):
             view = read_pool(self.keys, revision, self.store.range_prefix(self.keys.root, revision)[1])
+            if previous is not None:
+                _check_order(previous, view, result)
+            previous = view
             result.revisions += 1
             if not view.grants:
                 continue
@@ -167,6 +174,28 @@ class PoolRun:
         for daemon in self.daemons.values():
             shutil.rmtree(daemon.dirs.base, ignore_errors=True)
         self.store.close()
+
+
+def _check_order(before: PoolView, view: PoolView, result: InvariantCheck) -> None:
+    """Lowered grants applied before any grant rises (see `InvariantCheck.raised_early`)."""
+    raised = [
+        n for n, g in view.grants.items() if n not in before.grants or g.grant_w > before.grants[n].grant_w
+    ]
+    if not raised:
+        return
+    behind = []
+    for node, grant in before.grants.items():
+        report = before.reports.get(node)
+        if report is None or node in raised:
+            continue
+        applied_w, applied_at = report.report.applied_w, report.report.applied_revision
+        lowered = (
+            grant.held_w is not None and applied_at is not None and applied_at < grant.entry.mod_revision
+        )
+        if lowered or (applied_w is not None and applied_w > grant.grant_w + 0.05):
+            behind.append(node)
+    if behind:
+        result.raised_early.append(f"revision {view.revision}: {raised[:3]} raised while {behind[:3]} behind")
 
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float, poll_s: float = 0.05) -> float | None:

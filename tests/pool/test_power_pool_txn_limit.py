@@ -1,0 +1,97 @@
+"""An etcd that takes few operations per transaction (`--max-txn-ops=16`) and a pool whose every move needs
+several: the allocator sizes its transactions to what that etcd takes (etcd refuses a larger one, and the
+pool would never move), fills them, and the grant invariant holds at every revision between them.
+
+40 real `PoolAgent`s in this process (each with its own store, lease, watches and thread; a simulated node
+behind each) on their own real 3-member etcd; etcd's default limit (128) is the 140-node test's
+(`test_power_pool_many.py`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from perseusd.cluster.config import ClusterConfig
+from perseusd.pool.agent import PoolAgent, PoolSettings
+from perseusd.pool.alloc import NodeNeed, allocate
+from tests.support.etcd_cluster import EtcdCluster, requires_etcd
+from tests.support.power_pool import PoolRun, wait_for
+
+pytestmark = [requires_etcd, pytest.mark.timeout(300)]
+
+NODES, TTL_S, MAX_TXN_OPS = 40, 3, 16
+FLOOR_W, DEMAND_W = 800.0, 3200.0
+
+
+class SimNode:
+    """A node's GPUs as a `NodePowerTarget`: what it was last told to hold."""
+
+    def __init__(self, index: int) -> None:
+        self.demand_w = DEMAND_W - (index % 4) * 100.0
+        self.held: float | None = None
+        self._lock = threading.Lock()
+
+    def power_demand_w(self) -> float:
+        return self.demand_w
+
+    def power_floor_w(self) -> float:
+        return FLOOR_W
+
+    def priority_demand_w(self) -> dict[int, float]:
+        return {}
+
+    def apply_grant_w(self, grant_w: float | None) -> None:
+        with self._lock:
+            self.held = grant_w
+
+
+@pytest.fixture
+def small_txn_etcd(tmp_path: Path) -> Iterator[EtcdCluster]:
+    cluster = EtcdCluster(tmp_path, flags=(f"--max-txn-ops={MAX_TXN_OPS}",))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def _held_everywhere(sims: dict[str, SimNode], budget_w: float) -> bool:
+    needs = [NodeNeed(node, sim.demand_w, FLOOR_W, {}) for node, sim in sorted(sims.items())]
+    return all(sims[n].held == w for n, w in allocate(budget_w, needs).grants_w.items())
+
+
+def test_moves_split_to_what_etcd_takes_keep_the_invariant(small_txn_etcd: EtcdCluster) -> None:
+    run = PoolRun(small_txn_etcd, "small", ttl_s=TTL_S)
+    agents: dict[str, PoolAgent] = {}
+    sims: dict[str, SimNode] = {}
+    try:
+        for i in range(NODES):
+            node = f"n{i:02d}"
+            config = ClusterConfig(small_txn_etcd.endpoints, node, TTL_S, 1.0, refresh_interval_s=0.3)
+            sims[node] = SimNode(i)
+            agents[node] = PoolAgent(config, PoolSettings("small", etcd_max_txn_ops=MAX_TXN_OPS), sims[node])
+            agents[node].start()
+        assert wait_for(lambda: len(run.status().nodes) == NODES, 60.0) is not None
+        first = run.revision()
+        demand_w = sum(s.demand_w for s in sims.values())
+        # Set (every grant raised from none), lowered, raised: each move of 40 grants takes 3-4 transactions.
+        for budget_w in (round(0.8 * demand_w, 1), round(0.6 * demand_w, 1), round(0.9 * demand_w, 1)):
+            run.set_budget(budget_w)
+            assert wait_for(lambda b=budget_w: _held_everywhere(sims, b), 90.0) is not None  # type: ignore[misc]
+
+        allocators = [a._allocator for a in agents.values() if a._allocator.moves > 0]
+        assert allocators  # (a loaded machine may have let the allocator's lease lapse: then two moved)
+        assert sum(a.transactions for a in allocators) >= 3 * sum(a.moves for a in allocators) // 2
+        assert max(a.largest_txn_ops for a in allocators) == MAX_TXN_OPS  # as full as etcd takes
+        check = run.check_invariant(first, run.revision())
+        assert check.violations == []
+        assert check.raised_early == []
+        assert check.grant_revisions >= 6
+    finally:
+        for agent in agents.values():
+            agent.stop()
+        run.close()
