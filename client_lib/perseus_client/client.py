@@ -690,17 +690,10 @@ class PerseusClient:
             self.events_dropped += 1
             return
         try:
-            data = self._frames.computation(
+            frame = self._frames.computation(
                 kind, gpu, stage, instruction, microbatch, chunk, time.monotonic_ns()
             )
-            datagrams = self._datagrams
-            if datagrams is None:
-                self._events.send(data, zmq.NOBLOCK)  # type: ignore[union-attr]
-            elif not datagrams.send(data):
-                self._datagrams_failed(datagrams)
-                return
-            self.events_sent += 1
-            self._session_sent += 1
+            self._send_event(frame)
         except Exception:  # never raise into training
             self.events_dropped += 1
 
@@ -709,17 +702,21 @@ class PerseusClient:
             self.events_dropped += 1
             return
         try:
-            data = self._frames.step(kind, gpu, step, time.monotonic_ns())
-            datagrams = self._datagrams
-            if datagrams is None:
-                self._events.send(data, zmq.NOBLOCK)  # type: ignore[union-attr]
-            elif not datagrams.send(data):
-                self._datagrams_failed(datagrams)
-                return
-            self.events_sent += 1
-            self._session_sent += 1
+            self._send_event(self._frames.step(kind, gpu, step, time.monotonic_ns()))
         except Exception:  # never raise into training
             self.events_dropped += 1
+
+    def _send_event(self, data: bytes) -> None:
+        """Send one event frame without waiting: counted sent, or dropped where the connection is full or
+        gone; ZeroMQ's errors are the caller's to count."""
+        datagrams = self._datagrams
+        if datagrams is None:
+            self._events.send(data, zmq.NOBLOCK)  # type: ignore[union-attr]
+        elif not datagrams.send(data):
+            self._datagrams_failed(datagrams)
+            return
+        self.events_sent += 1
+        self._session_sent += 1
 
     def _datagrams_failed(self, datagrams: seqpacket.EventSocket) -> None:
         """An event not sent on the SOCK_SEQPACKET connection: dropped and counted. A connection the daemon

@@ -5,7 +5,6 @@ budget requested, a report gone) follow the allocator role."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -16,7 +15,7 @@ from perseusd.pool.allocator import PoolAllocator
 from perseusd.pool.keys import NodeReport
 from perseusd.pool.view import PoolView
 from tests.support.etcd_cluster import EtcdCluster, requires_etcd
-from tests.support.power_pool import PoolRun, wait_for
+from tests.support.power_pool import PoolRun, SimNode, wait_for
 
 pytestmark = [requires_etcd, pytest.mark.timeout(300)]
 
@@ -61,35 +60,13 @@ def test_a_stale_report_never_acknowledges_a_later_lowered_grant(run: PoolRun) -
         store.revoke(lease)
 
 
-class SimNode:
-    """A node's GPUs as a `NodePowerTarget`: what it was last told to hold."""
-
-    def __init__(self, demand_w: float) -> None:
-        self.demand_w = demand_w
-        self.held: float | None = None
-        self._lock = threading.Lock()
-
-    def power_demand_w(self) -> float:
-        return self.demand_w
-
-    def power_floor_w(self) -> float:
-        return 200.0
-
-    def priority_demand_w(self) -> dict[int, float]:
-        return {}
-
-    def apply_grant_w(self, grant_w: float | None) -> None:
-        with self._lock:
-            self.held = grant_w
-
-
 @pytest.fixture
 def agents(run: PoolRun, etcd: EtcdCluster) -> Iterator[dict[str, PoolAgent]]:
     started: dict[str, PoolAgent] = {}
     try:
         for i, node in enumerate(("a", "b", "c", "d")):
             config = ClusterConfig(etcd.endpoints, node, TTL_S, 1.0, refresh_interval_s=0.3)
-            started[node] = PoolAgent(config, PoolSettings(run.pool), SimNode(800.0 + 100 * i))
+            started[node] = PoolAgent(config, PoolSettings(run.pool), SimNode(800.0 + 100 * i, floor_w=200.0))
             started[node].start()
         yield started
     finally:

@@ -20,9 +20,8 @@ from perseusd.cluster.config import ClusterConfig
 from perseusd.pool.agent import PoolAgent, PoolSettings
 from perseusd.pool.feed import BudgetFile, FeedSettings, parse_signal
 from perseusd.pool.keys import FRESH, HOLDING, LAPSED, Budget, decode_budget
-from tests.pool.test_power_pool_many import FLOOR_W, SimNode
 from tests.support.etcd_cluster import EtcdCluster, requires_etcd
-from tests.support.power_pool import PoolRun, wait_for
+from tests.support.power_pool import FLOOR_W, PoolRun, SimNode, wait_for
 
 MAX_AGE_S, HOLD_S, TTL_S = 3.0, 3.0, 3
 
@@ -75,7 +74,7 @@ def pool(
             config = ClusterConfig(etcd.endpoints, node, TTL_S, 1.0, refresh_interval_s=0.2)
             feed = str(path) if i == 0 else ""
             settings = PoolSettings("feed", 0.0, feed, MAX_AGE_S, HOLD_S)
-            sims[node] = SimNode(i)
+            sims[node] = SimNode.fleet(i)
             agents[node] = PoolAgent(config, settings, sims[node])
             agents[node].start()
         yield run, agents, sims, path

@@ -12,7 +12,6 @@ dead node's grant reserved, and moves the grants of the next budget. The large-N
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -22,34 +21,11 @@ from perseusd.pool.agent import PoolAgent, PoolSettings
 from perseusd.pool.alloc import NodeNeed, allocate
 from perseusd.pool.allocator import ETCD_MAX_TXN_OPS
 from tests.support.etcd_cluster import EtcdCluster, requires_etcd
-from tests.support.power_pool import PoolRun, wait_for
+from tests.support.power_pool import FLOOR_W, PoolRun, SimNode, wait_for
 
 pytestmark = [requires_etcd, pytest.mark.timeout(300)]
 
 NODES, TTL_S = 140, 3
-FLOOR_W, DEMAND_W = 800.0, 3200.0
-
-
-class SimNode:
-    """A node's GPUs as a `NodePowerTarget`: what it was last told to hold."""
-
-    def __init__(self, index: int) -> None:
-        self.demand_w = DEMAND_W - (index % 4) * 100.0
-        self.held: float | None = None
-        self._lock = threading.Lock()
-
-    def power_demand_w(self) -> float:
-        return self.demand_w
-
-    def power_floor_w(self) -> float:
-        return FLOOR_W
-
-    def priority_demand_w(self) -> dict[int, float]:
-        return {}
-
-    def apply_grant_w(self, grant_w: float | None) -> None:
-        with self._lock:
-            self.held = grant_w
 
 
 @pytest.fixture
@@ -62,7 +38,7 @@ def fleet(etcd: EtcdCluster) -> Iterator[tuple[PoolRun, dict[str, PoolAgent], di
         for i in range(NODES):
             node = f"n{i:03d}"
             config = ClusterConfig(etcd.endpoints, node, TTL_S, 1.0, refresh_interval_s=0.3)
-            sims[node] = SimNode(i)
+            sims[node] = SimNode.fleet(i)
             agents[node] = PoolAgent(config, PoolSettings("many"), sims[node])
             agents[node].start()
         yield run, agents, sims

@@ -9,7 +9,6 @@ behind each) on their own real 3-member etcd; etcd's default limit (128) is the 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,34 +18,11 @@ from perseusd.cluster.config import ClusterConfig
 from perseusd.pool.agent import PoolAgent, PoolSettings
 from perseusd.pool.alloc import NodeNeed, allocate
 from tests.support.etcd_cluster import EtcdCluster, requires_etcd
-from tests.support.power_pool import PoolRun, wait_for
+from tests.support.power_pool import FLOOR_W, PoolRun, SimNode, wait_for
 
 pytestmark = [requires_etcd, pytest.mark.timeout(300)]
 
 NODES, TTL_S, MAX_TXN_OPS = 40, 3, 16
-FLOOR_W, DEMAND_W = 800.0, 3200.0
-
-
-class SimNode:
-    """A node's GPUs as a `NodePowerTarget`: what it was last told to hold."""
-
-    def __init__(self, index: int) -> None:
-        self.demand_w = DEMAND_W - (index % 4) * 100.0
-        self.held: float | None = None
-        self._lock = threading.Lock()
-
-    def power_demand_w(self) -> float:
-        return self.demand_w
-
-    def power_floor_w(self) -> float:
-        return FLOOR_W
-
-    def priority_demand_w(self) -> dict[int, float]:
-        return {}
-
-    def apply_grant_w(self, grant_w: float | None) -> None:
-        with self._lock:
-            self.held = grant_w
 
 
 @pytest.fixture
@@ -72,7 +48,7 @@ def test_moves_split_to_what_etcd_takes_keep_the_invariant(small_txn_etcd: EtcdC
         for i in range(NODES):
             node = f"n{i:02d}"
             config = ClusterConfig(small_txn_etcd.endpoints, node, TTL_S, 1.0, refresh_interval_s=0.3)
-            sims[node] = SimNode(i)
+            sims[node] = SimNode.fleet(i)
             agents[node] = PoolAgent(config, PoolSettings("small", etcd_max_txn_ops=MAX_TXN_OPS), sims[node])
             agents[node].start()
         assert wait_for(lambda: len(run.status().nodes) == NODES, 60.0) is not None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -27,6 +28,37 @@ from tests.support.perseusd_proc import DaemonDirs, DaemonProcess
 
 PREFIX = "/perseus/v1"
 TOLERANCE_W = 1e-6
+FLOOR_W, DEMAND_W = 800.0, 3200.0
+"""A fleet node's floor and its largest demand (`SimNode.fleet`)."""
+
+
+class SimNode:
+    """A node's GPUs as a `NodePowerTarget`, for agents run in the test's process: what it was last told
+    to hold."""
+
+    def __init__(self, demand_w: float, floor_w: float = FLOOR_W) -> None:
+        self.demand_w = demand_w
+        self.floor_w = floor_w
+        self.held: float | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def fleet(cls, index: int) -> SimNode:
+        """The `index`-th node of a fleet: demands of 3,200 to 2,900 W in turn, an 800 W floor."""
+        return cls(DEMAND_W - (index % 4) * 100.0)
+
+    def power_demand_w(self) -> float:
+        return self.demand_w
+
+    def power_floor_w(self) -> float:
+        return self.floor_w
+
+    def priority_demand_w(self) -> dict[int, float]:
+        return {}
+
+    def apply_grant_w(self, grant_w: float | None) -> None:
+        with self._lock:
+            self.held = grant_w
 
 
 @dataclass
