@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import time
 from collections.abc import Iterator
 
@@ -15,7 +14,7 @@ import pytest
 
 from perseusd.daemon.limits import MAX_CONNECTIONS_PER_USER
 from tests.support.frames import assert_serves_and_nothing_locked
-from tests.support.perseusd_proc import NOBODY_GID, NOBODY_UID, DaemonDirs, DaemonProcess, daemon_processes
+from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes, flood_as_nobody
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -44,37 +43,9 @@ def daemon() -> Iterator[DaemonProcess]:
             low.stop()
 
 
-def _flood_as_nobody(path: str) -> tuple[int, int]:
-    """Fork a child that drops to nobody and opens FLOOD_CONNECTIONS connections; (pid, read end)."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        signal.alarm(60)
-        try:
-            os.setgroups([])
-            os.setgid(NOBODY_GID)
-            os.setuid(NOBODY_UID)
-            held = []
-            for _ in range(FLOOD_CONNECTIONS):
-                conn = socket.socket(socket.AF_UNIX)
-                try:
-                    conn.connect(path)
-                except OSError:
-                    conn.close()
-                    continue
-                held.append(conn)
-            os.write(write_fd, f"{len(held)}\n".encode())
-            time.sleep(60)
-        finally:
-            os._exit(0)
-    os.close(write_fd)
-    return pid, read_fd
-
-
 def test_connection_flood_under_a_low_limit(daemon: DaemonProcess) -> None:
     path = str(daemon.dirs.runtime_dir / "control.sock")
-    pid, read_fd = _flood_as_nobody(path)
+    pid, read_fd = flood_as_nobody(path, FLOOD_CONNECTIONS)
     try:
         with os.fdopen(read_fd) as ready:
             opened = int(ready.readline())

@@ -24,7 +24,7 @@ from perseus_client.protocol import PROTOCOL_MINOR, SEQPACKET_EVENT_SOCKET_NAME,
 
 from perseusd.daemon.limits import MAX_CONNECTIONS_PER_USER
 from tests.support.frames import assert_serves_and_nothing_locked
-from tests.support.perseusd_proc import NOBODY_GID, NOBODY_UID, DaemonDirs, DaemonProcess, daemon_processes
+from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes, flood_as_nobody
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -143,39 +143,11 @@ def test_a_peer_that_closes_is_forgotten(daemon: DaemonProcess) -> None:
     _until(daemon, lambda h: h["connections"] <= before, "the closed connections forgotten")
 
 
-def _flood_as_nobody(path: str, count: int) -> tuple[int, int]:
-    """Fork a child that drops to nobody and opens `count` event connections; (pid, read end)."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        signal.alarm(60)
-        try:
-            os.setgroups([])
-            os.setgid(NOBODY_GID)
-            os.setuid(NOBODY_UID)
-            held = []
-            for _ in range(count):
-                conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-                try:
-                    conn.connect(path)
-                except OSError:
-                    conn.close()
-                    continue
-                held.append(conn)
-            os.write(write_fd, f"{len(held)}\n".encode())
-            time.sleep(60)
-        finally:
-            os._exit(0)
-    os.close(write_fd)
-    return pid, read_fd
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to uid nobody needs root")
 def test_connections_over_the_per_user_budget_are_closed(daemon: DaemonProcess) -> None:
     flood = MAX_CONNECTIONS_PER_USER + 40
     path = str(daemon.dirs.runtime_dir / SEQPACKET_EVENT_SOCKET_NAME)
-    pid, read_fd = _flood_as_nobody(path, flood)
+    pid, read_fd = flood_as_nobody(path, flood, socket.SOCK_SEQPACKET)
     try:
         with os.fdopen(read_fd) as ready:
             assert int(ready.readline()) == flood  # all connected (the listen backlog); then judged

@@ -8,6 +8,7 @@ import os
 import pickle
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -291,3 +292,32 @@ def client_outcome(runtime_dir: Path, action: Callable[[PerseusClient], Any]) ->
             return "ok", action(client)
     except PerseusClientError as exc:
         return exc.code, exc.message
+
+
+def flood_as_nobody(path: str, count: int, kind: int = socket.SOCK_STREAM) -> tuple[int, int]:
+    """Fork a child that drops to nobody and opens up to `count` Unix connections of `kind` to `path`,
+    holding them for 60 s; (its pid, the read end of a pipe on which it writes how many it holds)."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        signal.alarm(60)
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY_GID)
+            os.setuid(NOBODY_UID)
+            held = []
+            for _ in range(count):
+                conn = socket.socket(socket.AF_UNIX, kind)
+                try:
+                    conn.connect(path)
+                except OSError:
+                    conn.close()
+                    continue
+                held.append(conn)
+            os.write(write_fd, f"{len(held)}\n".encode())
+            time.sleep(60)
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    return pid, read_fd
