@@ -355,12 +355,19 @@ def main() -> int:
     for name in names:
         case_spec(name)  # every case checked before the first one runs
     seeds: list[int | None] = [int(s) for s in args.seeds.split(",") if s] or [None]
+    signal.signal(signal.SIGTERM, _stop)
     results = [run_case(name, args, seed) for name in names for seed in seeds]
     report: dict[str, Any] = {"benchmark": "closed_loop", "results": results}
     if args.suite == "family":
         report["family"] = family_bars(results)
     print(json.dumps(report, indent=2))
     return 0 if all("error" not in r for r in results) else 1
+
+
+def _stop(signum: int, _frame: object) -> None:
+    """SIGTERM (`timeout`, a killed shell) unwinds like Ctrl-C: the running emulator is killed by its
+    `subprocess.run` and the case's daemon stopped by its `finally`, so no child outlives the benchmark."""
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":
