@@ -140,13 +140,15 @@ class SocketPoller:
         """Wait up to `timeout_ms` (negative: no limit) for a message on a socket or a readable (or failed)
         descriptor; the sockets with a message waiting and the descriptors, both empty after a timeout."""
         deadline_s = time.monotonic() + timeout_ms / 1e3
+        sockets_by_fd = self._sockets_by_fd
         while True:
-            ready = [sock for sock in self._to_ask if _readable(sock)]
-            self._to_ask.clear()
+            to_ask = self._to_ask
+            ready = [sock for sock in to_ask if _readable(sock)] if to_ask else []
+            to_ask.clear()
             fired = self._poll.poll(0 if ready else timeout_ms)
             fds: set[int] = set()
             for fd, _events in fired:
-                sock = self._sockets_by_fd.get(fd)
+                sock = sockets_by_fd.get(fd)
                 if sock is None:
                     fds.add(fd)
                 elif sock not in ready and _readable(sock):

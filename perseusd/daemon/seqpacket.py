@@ -11,9 +11,11 @@ IPC layer (`perseusd.daemon.ipc`) polls the descriptors and decides what a datag
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import socket
 import struct
+import termios
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +38,10 @@ CLOSED = -1
 """`Connection.read`'s answer when the peer closed (or reset) its connection."""
 EMPTY = -2
 """`Connection.read`'s answer when no datagram waits."""
+_NOTHING_QUEUED = bytes(4)
+"""FIONREAD's answer (a C int) when no datagram waits: on a SOCK_SEQPACKET socket it gives the length of
+the next datagram, so a zero-length one (which reads as a close) also answers it; the poll then fires again
+and the read that follows it finds the close."""
 
 
 @dataclass
@@ -57,6 +63,16 @@ class Connection:
                 return CLOSED
             raise
         return length if length > 0 else CLOSED
+
+    def waiting(self, scratch: bytearray) -> bool:
+        """Whether a datagram of some length waits (one ioctl: asking costs a tenth of the `BlockingIOError`
+        a read of an empty queue raises, which each wake-up of the event path otherwise ended with); a
+        failed ask answers True, and the read that follows says what happened."""
+        try:
+            fcntl.ioctl(self.sock.fileno(), termios.FIONREAD, scratch, True)
+        except OSError:
+            return True
+        return scratch != _NOTHING_QUEUED
 
 
 class SeqpacketListener:
@@ -157,14 +173,16 @@ class SeqpacketEvents:
         self._check_every = check_every
         self._buffer = bytearray(max_datagram_bytes)
         self._view = memoryview(self._buffer)
+        self._queued = bytearray(4)
         self.connections: dict[int, Connection] = {}
         self.listen_fd = listener.fileno()
+        self._fds = {self.listen_fd}
+        """The listener's descriptor and every connection's."""
         poller.add_fd(self.listen_fd)
 
     def owns(self, fds: set[int]) -> bool:
         """Whether every descriptor of `fds` is the listener's or a connection's."""
-        connections, listen_fd = self.connections, self.listen_fd
-        return all(fd == listen_fd or fd in connections for fd in fds)
+        return fds <= self._fds
 
     def serve(self, fds: set[int]) -> None:
         """Accept on the listener and read each ready connection (those of `fds`)."""
@@ -190,15 +208,21 @@ class SeqpacketEvents:
                 handlers.warn("conn-limit", f"refused an event connection (uid {caller.uid}): {reason}")
                 continue
             self.connections[fd] = connection
+            self._fds.add(fd)
             self._poller.add_fd(fd)
 
     def _read(self, fd: int, connection: Connection) -> None:
-        """Up to `batch` datagrams; a waiting request ends the batch early (the poll fires again)."""
+        """Up to `batch` datagrams; a waiting request ends the batch early (the poll fires again). The first
+        is read at once (the poll said one waits); before each other the queue is asked, so that a wake-up
+        for one event ends without a read that fails."""
         handlers, caller, buffer, view = self._handlers, connection.caller, self._buffer, self._view
-        size = len(buffer)
+        size, queued = len(buffer), self._queued
         for count in range(self._batch):
-            if count and count % self._check_every == 0 and handlers.requests_waiting():
-                return
+            if count:
+                if not connection.waiting(queued):
+                    return
+                if count % self._check_every == 0 and handlers.requests_waiting():
+                    return
             try:
                 length = connection.read(buffer)
             except OSError as exc:
@@ -218,6 +242,7 @@ class SeqpacketEvents:
         connection = self.connections.pop(fd, None)
         if connection is None:
             return
+        self._fds.discard(fd)
         self._poller.remove_fd(fd)
         self._book.closed(fd)
         connection.sock.close()

@@ -63,7 +63,10 @@ class GpuReading:
 @dataclass
 class _Command:
     op: str
-    run: Callable[[], Any]
+    run: Callable[[], Any] | None
+    """What the command does; None for a clock set (`GpuOwner._set_clock`: it reads the command's target when
+    it runs, and a closure over the command would make a reference cycle, left to the garbage collector, for
+    every clock set)."""
     future: Future[Any]
     target_mhz: int = 0
     """A clock set's clock, replaced by newer requests while the command waits (latest wins)."""
@@ -154,10 +157,9 @@ class GpuOwner:
             if waiting is not None:
                 waiting.target_mhz = clock_mhz
                 waiting.followers.append(future)
-                self._stats.setdefault(_SET_CLOCK, dict.fromkeys(_STAT_FIELDS, 0.0))["superseded"] += 1
+                (self._stats.get(_SET_CLOCK) or self._new_stats(_SET_CLOCK))["superseded"] += 1
                 return future
-            command = _Command(_SET_CLOCK, lambda: None, future, target_mhz=clock_mhz)
-            command.run = lambda: self._do_set_clock(self._take_target(command))
+            command = _Command(_SET_CLOCK, None, future, target_mhz=clock_mhz)
             self._open_clock = command
             self._queue.put(command)
         return future
@@ -199,6 +201,10 @@ class GpuOwner:
             self._queue.put(_Command(op, run, future))
         return future
 
+    def _set_clock(self, command: _Command) -> int:
+        """Owner thread: run the clock set `command` (at the clock it holds now: latest wins)."""
+        return self._do_set_clock(self._take_target(command))
+
     def _take_target(self, command: _Command) -> int:
         """Owner thread: close `command`'s slot (newer requests queue after it) and give its clock."""
         with self._lock:
@@ -222,7 +228,7 @@ class GpuOwner:
                 if not live:
                     continue
             try:
-                result = command.run()
+                result = command.run() if command.run is not None else self._set_clock(command)
             except BaseException as error:
                 if not isinstance(error, GpuError):
                     logger.exception("GPU %s: %s failed unexpectedly", self._info.uuid, command.op)
@@ -275,7 +281,7 @@ class GpuOwner:
 
     def _record(self, op: str, elapsed_s: float, failed: bool) -> None:
         with self._lock:
-            values = self._stats.setdefault(op, dict.fromkeys(_STAT_FIELDS, 0.0))
+            values = self._stats.get(op) or self._new_stats(op)
             values["calls"] += 1
             values["errors"] += int(failed)
             values["total_s"] += elapsed_s
@@ -286,7 +292,12 @@ class GpuOwner:
 
     def _skip(self, op: str) -> None:
         with self._lock:
-            self._stats.setdefault(op, dict.fromkeys(_STAT_FIELDS, 0.0))["skipped"] += 1
+            (self._stats.get(op) or self._new_stats(op))["skipped"] += 1
+
+    def _new_stats(self, op: str) -> dict[str, float]:
+        """`op`'s counters, created at its first use (call with `_lock` held)."""
+        values = self._stats[op] = dict.fromkeys(_STAT_FIELDS, 0.0)
+        return values
 
     def _do_set_clock(self, clock_mhz: int) -> int:
         op = "set_locked_sm_clock_mhz"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Iterator
@@ -91,6 +92,24 @@ def test_equal_requests_are_skipped(owner: GpuOwner, recording: RecordingDevice)
     assert stats["set_locked_sm_clock_mhz"]["skipped"] == 2
     assert stats["reset_locked_sm_clock"]["skipped"] == 1
     assert stats["set_power_limit_w"]["skipped"] == 1
+
+
+def test_a_clock_set_leaves_nothing_for_the_garbage_collector(owner: GpuOwner) -> None:
+    """A plan sets a clock at nearly every computation: what a clock set allocates is freed when it is done,
+    not left in reference cycles for the cyclic collector (which then runs on the daemon's main loop)."""
+    clocks_mhz = owner.info.supported_sm_clocks_mhz
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(200):
+            future = owner.set_locked_sm_clock_mhz(clocks_mhz[i % 2 * 10])
+            future.add_done_callback(lambda done: done.result())
+            future.result(timeout=5)
+        owner.read().result(timeout=5)  # the owner thread is past the last clock set
+        del future
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
 
 
 def test_save_and_restore_never_skip(owner: GpuOwner, recording: RecordingDevice) -> None:
