@@ -302,6 +302,7 @@ class Fleet:
         ttl_s: int,
         interval_s: float,
         absent_node: str = "release",
+        interleave: bool = True,
     ) -> None:
         self.etcd, self.ttl_s = etcd, ttl_s
         self.keys = PoolKeys(PREFIX, POOL)
@@ -313,8 +314,14 @@ class Fleet:
         policy = ("--absent-node", absent_node)
         self.workers = [Worker(endpoints, names[:1], ttl_s, interval_s, policy)]
         wait(lambda: self.allocator() == names[0], 30.0, "the first node to allocate")
-        for i in range(1, nodes, per_process):
-            self.workers.append(Worker(endpoints, names[i : i + per_process], ttl_s, interval_s, policy))
+        rest = names[1:]
+        if interleave:  # node i to process i % P: a transaction's nodes spread as over machines
+            count = -(-len(rest) // per_process)
+            groups = [rest[k::count] for k in range(count)]
+        else:  # consecutive names to one process: a whole transaction's nodes share one GIL
+            groups = [rest[i : i + per_process] for i in range(0, len(rest), per_process)]
+        for group in groups:
+            self.workers.append(Worker(endpoints, group, ttl_s, interval_s, policy))
         for worker in self.workers:
             worker.started.wait(120)
         wait(lambda: len(self.view().reports) == nodes, 120.0, "every node's report")
@@ -432,6 +439,8 @@ def budget_changes(fleet: Fleet, changes: int, rng: random.Random) -> tuple[list
     latencies: list[float] = []
     per_change_max: list[float] = []
     phases.clear()
+    cpu0 = cpu_split(fleet)
+    windows: list[tuple[float, float]] = []
     for _ in range(changes):
         budget_w = round(floor_w + rng.uniform(0.3, 0.95) * (demand_w - floor_w), 1)
         before = fleet.held()
@@ -444,8 +453,36 @@ def budget_changes(fleet: Fleet, changes: int, rng: random.Random) -> tuple[list
         per_change_max.append(max(moved, default=0.0))
         done_at = set_at + max(times.values(), default=0.0)
         phases.append(phase_profile(fleet, set_at, done_at, targets, before))
+        windows.append((set_at, done_at))
         time.sleep(2.0)
+    cpu1 = cpu_split(fleet)
+    cpu_during_changes.clear()
+    cpu_during_changes.update(
+        {k: round((cpu1[k] - cpu0[k]) / (cpu1["wall"] - cpu0["wall"]), 2) for k in cpu0 if k != "wall"}
+    )
+    calls = fleet.workers[0].get_stats().get(fleet.names[0], {}).get("calls", [])
+    for phase, (set_at, done_at) in zip(phases, windows, strict=True):
+        phase["allocator_calls"] = [
+            f"{what} {round(start - set_at, 3)}+{round(took, 3)} ({size})"
+            for what, start, took, size in calls
+            if set_at - 0.2 <= start <= done_at + 0.5
+        ]
     return latencies, per_change_max
+
+
+cpu_during_changes: dict[str, float] = {}
+
+
+def cpu_split(fleet: Fleet) -> dict[str, float]:
+    """CPU seconds so far of the allocator's process, the other agents', etcd's members and this one."""
+    own = os.times()
+    return {
+        "allocator_process": fleet.workers[0].cpu_s(),
+        "agent_processes": sum(w.cpu_s() for w in fleet.workers[1:]),
+        "etcd": sum(process_cpu_s(m.process.pid) for m in fleet.etcd.members if m.process is not None),
+        "bench": own.user + own.system,
+        "wall": time.monotonic(),
+    }
 
 
 def etcd_metrics(member_url: str) -> dict[str, float]:
@@ -599,13 +636,17 @@ def run_one(nodes: int, args: argparse.Namespace) -> dict[str, Any]:
             result["baseline_write_read_back"] = read_back_baseline(etcd)
             started = time.monotonic()
             result["absent_node_policy"] = args.absent_node
-            fleet = Fleet(etcd, nodes, args.per_process, args.ttl, args.interval, args.absent_node)
+            fleet = Fleet(
+                etcd, nodes, args.per_process, args.ttl, args.interval, args.absent_node, not args.consecutive
+            )
+            result["packing"] = "consecutive" if args.consecutive else "interleaved"
             result["start_s"] = round(time.monotonic() - started, 1)
             latencies, per_change = budget_changes(fleet, args.changes, rng)
             result["budget_change_held"] = summary(latencies) | {
                 "changes": args.changes,
                 "per_change_max_s": [round(x, 3) for x in per_change],
                 "phases": list(phases),
+                "cpu_cores_during_changes": dict(cpu_during_changes),
             }
             steady = steady_state(fleet, args.hold)
             result["steady_state"] = steady
@@ -725,6 +766,11 @@ def main() -> None:
         choices=("hold", "release"),
         default="release",
         help="every agent's power_pool_absent_node (release: a hung node's share is timed coming back)",
+    )
+    parser.add_argument(
+        "--consecutive",
+        action="store_true",
+        help="consecutive node names to one process (default: dealt round robin, node i to process i %% P)",
     )
     parser.add_argument(
         "--plane", action="store_true", help="measure the straggler plane instead of the pool"

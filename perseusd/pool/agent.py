@@ -159,8 +159,11 @@ class PoolAgent:
         clock: Callable[[], float] = time.monotonic,
         watch: bool = True,
         wall_clock: Callable[[], float] = time.time,
+        part_store: Callable[[], EtcdStore] | None = None,
     ) -> None:
-        """`watch=False`: no watches; every round reads (for a store that is not a real etcd)."""
+        """`watch=False`: no watches; every round reads (for a store that is not a real etcd), and the
+        allocator sends a move's parts one after another. `part_store`: a new store for each connection that
+        sends parts of a move at once (default: an `EtcdStore` on the cluster's endpoints)."""
         self._cluster, self._settings, self._target = cluster, settings, target
         self._measure_w, self._clock = measure_w, clock
         self._store = store or EtcdStore(cluster.parsed_endpoints, cluster.timeout_s)
@@ -175,6 +178,9 @@ class PoolAgent:
             wall_clock,
             settings.absent_node,
             settings.etcd_max_txn_ops,
+            (part_store or (lambda: EtcdStore(cluster.parsed_endpoints, cluster.timeout_s)))
+            if watch
+            else None,
         )
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -311,6 +317,7 @@ class PoolAgent:
         else:
             if revoke and self._lease_id is not None:
                 self._leave(self._lease_id)
+            self._allocator.close()
             self._store.close()
         if uncap:
             self._apply(None, UNCAPPED)

@@ -9,7 +9,7 @@ import pytest
 from perseusd.gpu.backend import GpuInfo
 from perseusd.pool.agent import PoolSettings
 from perseusd.pool.alloc import NodeNeed, allocate, plan_moves
-from perseusd.pool.allocator import ETCD_MAX_TXN_OPS, MAX_TXN_OPS, MIN_TXN_OPS, txn_parts
+from perseusd.pool.allocator import ETCD_MAX_TXN_OPS, MAX_TXN_OPS, MIN_TXN_OPS, send_order, txn_parts
 from perseusd.pool.keys import GrantRecord, decode_grant_record
 from perseusd.pool.uniform import uniform_limits_w
 
@@ -150,3 +150,22 @@ def test_allocator_transactions_as_large_as_etcd_takes() -> None:
         txn_parts(5, 3, (3, 3), 1, 1)
     with pytest.raises(ValueError, match="max operations per transaction"):
         PoolSettings("p", etcd_max_txn_ops=MIN_TXN_OPS - 1)
+
+
+def test_parts_sent_together_never_include_the_active_budget_write() -> None:
+    """A lower's active budget changes after every lowered part has landed, a raise's before any raised
+    part: only the parts in between go to etcd together; without `at_once`, one after another."""
+    assert send_order(9, first=False, last=True, at_once=True) == [list(range(8)), [8]]
+    assert send_order(9, first=True, last=False, at_once=True) == [[0], list(range(1, 9))]
+    assert send_order(9, first=False, last=False, at_once=True) == [list(range(9))]
+    assert send_order(9, first=False, last=True, at_once=False) == [[i] for i in range(9)]
+    assert send_order(2, first=False, last=True, at_once=True) == [[0], [1]]  # nothing to send together
+    for parts in range(1, 12):
+        for first in (False, True):
+            for last in (False, True):
+                order = send_order(parts, first, last, True)
+                assert sorted(i for batch in order for i in batch) == list(range(parts))
+                if first:
+                    assert order[0] == [0]
+                if last:
+                    assert order[-1] == [parts - 1]
