@@ -72,7 +72,7 @@ from perseusd.pool.allocator import (
 )
 from perseusd.pool.feed import BudgetFile, FeedSettings
 from perseusd.pool.keys import Budget, NodeReport, PoolKeys, check_pool, decode_grant
-from perseusd.pool.view import PoolView, read_pool
+from perseusd.pool.view import Decoded, PoolView, read_pool
 from perseusd.power.target import NodePowerTarget
 
 if TYPE_CHECKING:
@@ -222,6 +222,8 @@ class PoolAgent:
         """The etcd revision of the grant last applied (an older one from the watch is ignored)."""
         self.pushed_applied = 0
         self.reads = self.full_reads = 0
+        self._decoded: Decoded = {}
+        """The reports and grants of the last full read, decoded (`read_pool`)."""
         self.allocator_cpu_s: list[float] = []
         """CPU time of this node's last allocator rounds (the full read, decoding, allocation, writes)."""
 
@@ -486,7 +488,7 @@ class PoolAgent:
         started_s = time.thread_time()
         revision, entries = self._store.range_prefix(keys.root)
         self.full_reads += 1
-        view = read_pool(keys, revision, entries)
+        view = read_pool(keys, revision, entries, self._decoded)
         self._follow(view)
         self._allocator.round(view, lease_id)
         if self._allocator.leader:
