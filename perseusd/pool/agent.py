@@ -421,10 +421,12 @@ class PoolAgent:
 
     def _round(self, read: bool = True, pushed: tuple[float, int, int] | None = None) -> None:
         try:
+            if pushed is not None and not read and self._lease_fresh():
+                self._follow_pushed(pushed)  # before a keep-alive that may be due: it waits for etcd
             lease_id = self._ensure_lease()
             self._feed_budget()
             if pushed is not None and not read:
-                self._follow_pushed(pushed)
+                self._follow_pushed(pushed)  # (nothing when it was applied above)
             self._publish(lease_id, defer_raise=True)
             if read:
                 self._read_and_follow(lease_id)
@@ -499,6 +501,15 @@ class PoolAgent:
             if self._last_error is None:
                 logger.warning("power pool %s: %s", self._settings.pool, exc)
             self._last_error = str(exc)
+
+    def _lease_fresh(self) -> bool:
+        """Whether this node's lease was renewed within its TTL (as `_ensure_lease` keeps it)."""
+        last_s = self._kept_alive_at_s
+        return (
+            self._lease_id is not None
+            and last_s is not None
+            and self._clock() - last_s < self._cluster.lease_ttl_s
+        )
 
     def _ensure_lease(self) -> int:
         now_s, ttl_s = self._clock(), self._cluster.lease_ttl_s
