@@ -302,7 +302,8 @@ class Fleet:
         ttl_s: int,
         interval_s: float,
         absent_node: str = "release",
-        interleave: bool = True,
+        interleave: bool = False,
+        serial_parts: bool = False,
     ) -> None:
         self.etcd, self.ttl_s = etcd, ttl_s
         self.keys = PoolKeys(PREFIX, POOL)
@@ -311,7 +312,7 @@ class Fleet:
         self.invariant = InvariantWatch(etcd.endpoints[0], self.keys, start + 1)
         endpoints = ",".join(etcd.endpoints)
         names = [f"node-{i:04d}" for i in range(nodes)]
-        policy = ("--absent-node", absent_node)
+        policy = ("--absent-node", absent_node, *(("--serial-parts",) if serial_parts else ()))
         self.workers = [Worker(endpoints, names[:1], ttl_s, interval_s, policy)]
         wait(lambda: self.allocator() == names[0], 30.0, "the first node to allocate")
         rest = names[1:]
@@ -637,9 +638,17 @@ def run_one(nodes: int, args: argparse.Namespace) -> dict[str, Any]:
             started = time.monotonic()
             result["absent_node_policy"] = args.absent_node
             fleet = Fleet(
-                etcd, nodes, args.per_process, args.ttl, args.interval, args.absent_node, not args.consecutive
+                etcd,
+                nodes,
+                args.per_process,
+                args.ttl,
+                args.interval,
+                args.absent_node,
+                args.interleave,
+                args.serial_parts,
             )
-            result["packing"] = "consecutive" if args.consecutive else "interleaved"
+            result["serial_parts"] = args.serial_parts
+            result["packing"] = "interleaved" if args.interleave else "consecutive"
             result["start_s"] = round(time.monotonic() - started, 1)
             latencies, per_change = budget_changes(fleet, args.changes, rng)
             result["budget_change_held"] = summary(latencies) | {
@@ -768,9 +777,16 @@ def main() -> None:
         help="every agent's power_pool_absent_node (release: a hung node's share is timed coming back)",
     )
     parser.add_argument(
-        "--consecutive",
+        "--interleave",
         action="store_true",
-        help="consecutive node names to one process (default: dealt round robin, node i to process i %% P)",
+        help="deal nodes to processes round robin, node i to process i %% P (default: consecutive names, as "
+        "the allocator writes them, to one process)",
+    )
+    parser.add_argument(
+        "--serial-parts",
+        action="store_true",
+        help="the allocator sends every part of a move after the one before (default: the parts that may "
+        "land in any order at once)",
     )
     parser.add_argument(
         "--plane", action="store_true", help="measure the straggler plane instead of the pool"

@@ -138,6 +138,7 @@ def main() -> None:
     parser.add_argument("--job-size", type=int, default=0, help="pipelines per job (0: no cluster planes)")
     parser.add_argument("--no-pool", action="store_true", help="cluster planes only")
     parser.add_argument("--absent-node", choices=("hold", "release"), default="hold")
+    parser.add_argument("--serial-parts", action="store_true", help="every part after the one before")
     parser.add_argument("nodes", nargs="+")
     args = parser.parse_args()
     logging.basicConfig(
@@ -167,6 +168,8 @@ def main() -> None:
                 agent = PoolAgent(config, settings, sim, sim.measure_w, store, part_store=part_store)
             except TypeError:  # an agent whose allocator sends every part after the one before
                 agent = PoolAgent(config, settings, sim, sim.measure_w, store)
+            if args.serial_parts:
+                agent._allocator._sender = None  # (the bench's comparison; the daemon has no such switch)
             agents[node], stores[node] = agent, store
             agent.start()
         if args.job_size:

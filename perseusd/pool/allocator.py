@@ -257,8 +257,8 @@ class PoolAllocator:
         # Nothing to lower: every grant is at most its target, so the active budget can change in the first
         # part, with the raises (the sum stays within the new budget at every revision).
         what = "raise" if moves.raises else "settle" if settles else "release" if drops else "budget"
-        # Raises (and settles) in any order once the budget allows them all; a released grant goes first.
-        self._commit(what, won_at, ops, [], view, extra, active, any_order=not drops)
+        # Raises (and settles) in any order once the budget allows them all, after the released grants.
+        self._commit(what, won_at, ops, [], view, extra, active, any_order=True, before=len(drops))
 
     def _absent(self, view: PoolView) -> dict[str, Grant]:
         """The grants of nodes whose report is gone, each logged once (see module)."""
@@ -416,17 +416,20 @@ class PoolAllocator:
         extra: list[dict[str, Any]] | None = None,
         first: list[dict[str, Any]] | None = None,
         any_order: bool = False,
+        before: int = 0,
     ) -> bool:
         """`first`, `ops` (each a write and the comparison it holds on) then `last`, in as few transactions
         as etcd takes (`txn_parts`; `first` in the first one, `last` in the final one), each guarded (see
         module); stops at the first that does not hold (the next round reads again). `first` writes the
         active budget: the later parts' guard on it is then the revision of the first. With `any_order`
-        (the caller's word that `ops` keep the invariant in any order) and a `PartSender`, the parts between
-        the first and the last go to etcd at once (`send_order`)."""
+        (the caller's word that `ops` keep the invariant in any order, but for their first `before`, which
+        must land before the others) and a `PartSender`, the parts between the first and the last go to
+        etcd at once (`send_order`)."""
         first_extra = len(extra or [])
         later_extra = 1 if first else first_extra
-        if any_order and self._sender is not None:
-            ops = sorted(ops, key=lambda op: op_key(op[0]))  # each part's keys a span of their own
+        at_once = any_order and self._sender is not None
+        if at_once:  # each part's keys a span of their own
+            ops = ops[:before] + sorted(ops[before:], key=lambda op: op_key(op[0]))
         sizes = txn_parts(
             len(ops),
             self._max_txn_ops,
@@ -437,8 +440,8 @@ class PoolAllocator:
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
         parts = [ops[start : start + size] for start, size in zip(starts, sizes, strict=True)]
         seen = view.revision
-        at_once = any_order and self._sender is not None
-        for batch in send_order(len(parts), bool(first), bool(last), at_once):
+        at_once = at_once and before <= sizes[0]  # what must land first, in the part sent alone first
+        for batch in send_order(len(parts), bool(first) or before > 0, bool(last), at_once):
             txns = []
             for index in batch:
                 writes = [op for op, _ in parts[index]]
