@@ -427,21 +427,26 @@ class PoolAllocator:
         etcd at once (`send_order`)."""
         first_extra = len(extra or [])
         later_extra = 1 if first else first_extra
-        at_once = any_order and self._sender is not None
-        if at_once:  # each part's keys a span of their own
-            ops = ops[:before] + sorted(ops[before:], key=lambda op: op_key(op[0]))
-        sizes = txn_parts(
-            len(ops),
-            self._max_txn_ops,
-            (GUARDS_PER_TXN + first_extra, GUARDS_PER_TXN + later_extra),
-            len(first or []),
-            len(last),
+        head = bool(first) or before > 0
+        at_once = (
+            any_order
+            and self._sender is not None
+            and before + len(first or []) + GUARDS_PER_TXN + first_extra <= self._max_txn_ops
         )
-        starts = [sum(sizes[:i]) for i in range(len(sizes))]
-        parts = [ops[start : start + size] for start, size in zip(starts, sizes, strict=True)]
+        if at_once:
+            parts = self._parts_at_once(ops, before, head, bool(last), GUARDS_PER_TXN + later_extra)
+        else:
+            sizes = txn_parts(
+                len(ops),
+                self._max_txn_ops,
+                (GUARDS_PER_TXN + first_extra, GUARDS_PER_TXN + later_extra),
+                len(first or []),
+                len(last),
+            )
+            starts = [sum(sizes[:i]) for i in range(len(sizes))]
+            parts = [ops[start : start + size] for start, size in zip(starts, sizes, strict=True)]
         seen = view.revision
-        at_once = at_once and before <= sizes[0]  # what must land first, in the part sent alone first
-        for batch in send_order(len(parts), bool(first) or before > 0, bool(last), at_once):
+        for batch in send_order(len(parts), head, bool(last), at_once):
             txns = []
             for index in batch:
                 writes = [op for op, _ in parts[index]]
@@ -472,6 +477,18 @@ class PoolAllocator:
         self.busy = True
         logger.debug("power pool %s: %s at revision %d (read %d)", self._keys.pool, what, seen, view.revision)
         return True
+
+    def _parts_at_once(
+        self, ops: list[Op], before: int, head: bool, tail: bool, compares: int
+    ) -> list[list[Op]]:
+        """The parts of a move sent at once (`send_order`): the part sent alone first holds the active
+        budget's raise and what must land before the rest (`before`), and no more; the one sent alone last
+        only the active budget's lowering: every grant goes in the parts sent together, sorted by key (each
+        part's keys a span of its own), as many to a part as etcd takes beside `compares` guards."""
+        rest = sorted(ops[before:], key=lambda op: op_key(op[0]))
+        room = self._max_txn_ops - compares
+        middle = [rest[i : i + room] for i in range(0, len(rest), room)]
+        return [ops[:before]] * head + middle + [[]] * tail
 
     def _range_guard(self, seen: int) -> dict[str, Any]:
         """No grant written since `seen` (the read, or this move's previous part)."""
