@@ -22,7 +22,13 @@ For each N, a fresh etcd (3 members, loopback, `tests/support/etcd_cluster.py`) 
   than the lowered grant's revision);
 - where each budget change's time went (`phases`, from the arrival times of that watch's events): the first
   and last lowering transaction, the last report before the first raise, the first and last raising
-  transaction, every node holding its grant, and the reports written meanwhile; the same for the hung node.
+  transaction, every node holding its grant, and the reports written meanwhile; the same for the hung node;
+  and the allocator's own calls (its reads of the pool and its transactions: start after the set, seconds,
+  entries or writes), with the CPU of the allocator's process, the agents', etcd's and this one's while the
+  budget changes run (`cpu_cores_during_changes`).
+
+Agents are packed `--per-process` to a process in the order of their names (`--interleave`: dealt round
+robin); `--serial-parts` has the allocator send every part of a move after the one before, for comparison.
 
 Baseline in the same run: an etcd write read back by another client (one key, polled at 10 ms).
 Prints one JSON object.
