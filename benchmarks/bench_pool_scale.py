@@ -22,7 +22,13 @@ For each N, a fresh etcd (3 members, loopback, `tests/support/etcd_cluster.py`) 
   than the lowered grant's revision);
 - where each budget change's time went (`phases`, from the arrival times of that watch's events): the first
   and last lowering transaction, the last report before the first raise, the first and last raising
-  transaction, every node holding its grant, and the reports written meanwhile; the same for the hung node.
+  transaction, every node holding its grant, and the reports written meanwhile; the same for the hung node;
+  and the allocator's own calls (its reads of the pool and its transactions: start after the set, seconds,
+  entries or writes), with the CPU of the allocator's process, the agents', etcd's and this one's while the
+  budget changes run (`cpu_cores_during_changes`).
+
+Agents are packed `--per-process` to a process in the order of their names (`--interleave`: dealt round
+robin); `--serial-parts` has the allocator send every part of a move after the one before, for comparison.
 
 Baseline in the same run: an etcd write read back by another client (one key, polled at 10 ms).
 Prints one JSON object.
@@ -302,6 +308,8 @@ class Fleet:
         ttl_s: int,
         interval_s: float,
         absent_node: str = "release",
+        interleave: bool = False,
+        serial_parts: bool = False,
     ) -> None:
         self.etcd, self.ttl_s = etcd, ttl_s
         self.keys = PoolKeys(PREFIX, POOL)
@@ -310,11 +318,17 @@ class Fleet:
         self.invariant = InvariantWatch(etcd.endpoints[0], self.keys, start + 1)
         endpoints = ",".join(etcd.endpoints)
         names = [f"node-{i:04d}" for i in range(nodes)]
-        policy = ("--absent-node", absent_node)
+        policy = ("--absent-node", absent_node, *(("--serial-parts",) if serial_parts else ()))
         self.workers = [Worker(endpoints, names[:1], ttl_s, interval_s, policy)]
         wait(lambda: self.allocator() == names[0], 30.0, "the first node to allocate")
-        for i in range(1, nodes, per_process):
-            self.workers.append(Worker(endpoints, names[i : i + per_process], ttl_s, interval_s, policy))
+        rest = names[1:]
+        if interleave:  # node i to process i % P: a transaction's nodes spread as over machines
+            count = -(-len(rest) // per_process)
+            groups = [rest[k::count] for k in range(count)]
+        else:  # consecutive names to one process: a whole transaction's nodes share one GIL
+            groups = [rest[i : i + per_process] for i in range(0, len(rest), per_process)]
+        for group in groups:
+            self.workers.append(Worker(endpoints, group, ttl_s, interval_s, policy))
         for worker in self.workers:
             worker.started.wait(120)
         wait(lambda: len(self.view().reports) == nodes, 120.0, "every node's report")
@@ -432,6 +446,8 @@ def budget_changes(fleet: Fleet, changes: int, rng: random.Random) -> tuple[list
     latencies: list[float] = []
     per_change_max: list[float] = []
     phases.clear()
+    cpu0 = cpu_split(fleet)
+    windows: list[tuple[float, float]] = []
     for _ in range(changes):
         budget_w = round(floor_w + rng.uniform(0.3, 0.95) * (demand_w - floor_w), 1)
         before = fleet.held()
@@ -444,8 +460,36 @@ def budget_changes(fleet: Fleet, changes: int, rng: random.Random) -> tuple[list
         per_change_max.append(max(moved, default=0.0))
         done_at = set_at + max(times.values(), default=0.0)
         phases.append(phase_profile(fleet, set_at, done_at, targets, before))
+        windows.append((set_at, done_at))
         time.sleep(2.0)
+    cpu1 = cpu_split(fleet)
+    cpu_during_changes.clear()
+    cpu_during_changes.update(
+        {k: round((cpu1[k] - cpu0[k]) / (cpu1["wall"] - cpu0["wall"]), 2) for k in cpu0 if k != "wall"}
+    )
+    calls = fleet.workers[0].get_stats().get(fleet.names[0], {}).get("calls", [])
+    for phase, (set_at, done_at) in zip(phases, windows, strict=True):
+        phase["allocator_calls"] = [
+            f"{what} {round(start - set_at, 3)}+{round(took, 3)} ({size})"
+            for what, start, took, size in calls
+            if set_at - 0.2 <= start <= done_at + 0.5
+        ]
     return latencies, per_change_max
+
+
+cpu_during_changes: dict[str, float] = {}
+
+
+def cpu_split(fleet: Fleet) -> dict[str, float]:
+    """CPU seconds so far of the allocator's process, the other agents', etcd's members and this one."""
+    own = os.times()
+    return {
+        "allocator_process": fleet.workers[0].cpu_s(),
+        "agent_processes": sum(w.cpu_s() for w in fleet.workers[1:]),
+        "etcd": sum(process_cpu_s(m.process.pid) for m in fleet.etcd.members if m.process is not None),
+        "bench": own.user + own.system,
+        "wall": time.monotonic(),
+    }
 
 
 def etcd_metrics(member_url: str) -> dict[str, float]:
@@ -599,13 +643,25 @@ def run_one(nodes: int, args: argparse.Namespace) -> dict[str, Any]:
             result["baseline_write_read_back"] = read_back_baseline(etcd)
             started = time.monotonic()
             result["absent_node_policy"] = args.absent_node
-            fleet = Fleet(etcd, nodes, args.per_process, args.ttl, args.interval, args.absent_node)
+            fleet = Fleet(
+                etcd,
+                nodes,
+                args.per_process,
+                args.ttl,
+                args.interval,
+                args.absent_node,
+                args.interleave,
+                args.serial_parts,
+            )
+            result["serial_parts"] = args.serial_parts
+            result["packing"] = "interleaved" if args.interleave else "consecutive"
             result["start_s"] = round(time.monotonic() - started, 1)
             latencies, per_change = budget_changes(fleet, args.changes, rng)
             result["budget_change_held"] = summary(latencies) | {
                 "changes": args.changes,
                 "per_change_max_s": [round(x, 3) for x in per_change],
                 "phases": list(phases),
+                "cpu_cores_during_changes": dict(cpu_during_changes),
             }
             steady = steady_state(fleet, args.hold)
             result["steady_state"] = steady
@@ -725,6 +781,18 @@ def main() -> None:
         choices=("hold", "release"),
         default="release",
         help="every agent's power_pool_absent_node (release: a hung node's share is timed coming back)",
+    )
+    parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="deal nodes to processes round robin, node i to process i %% P (default: consecutive names, as "
+        "the allocator writes them, to one process)",
+    )
+    parser.add_argument(
+        "--serial-parts",
+        action="store_true",
+        help="the allocator sends every part of a move after the one before (default: the parts that may "
+        "land in any order at once)",
     )
     parser.add_argument(
         "--plane", action="store_true", help="measure the straggler plane instead of the pool"

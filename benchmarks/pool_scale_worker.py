@@ -94,13 +94,27 @@ class MeasuredStore(EtcdStore):
     largest_request_b = 0
     largest_reply_b = 0
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: list[tuple[str, float, float, int]] = []
+        """The last calls that take time on a pool's critical path: ("txn" or "read", monotonic start,
+        seconds, operations or entries)."""
+
+    def _timed(self, what: str, started: float, size: int) -> None:
+        self.calls = [*self.calls[-499:], (what, started, time.monotonic() - started, size)]
+
     def txn(self, compare: list[dict[str, Any]], success: list[dict[str, Any]]) -> tuple[bool, int]:
         size_b = len(json.dumps({"compare": compare, "success": success, "failure": []}))
         self.largest_request_b = max(self.largest_request_b, size_b)
-        return super().txn(compare, success)
+        started = time.monotonic()
+        result = super().txn(compare, success)
+        self._timed("txn", started, len(success))
+        return result
 
     def range_prefix(self, prefix: str, revision: int = 0) -> tuple[int, list[Entry]]:
+        started = time.monotonic()
         revision, entries = super().range_prefix(prefix, revision)
+        self._timed("read", started, len(entries))
         self._reply(entries)
         return revision, entries
 
@@ -124,6 +138,7 @@ def main() -> None:
     parser.add_argument("--job-size", type=int, default=0, help="pipelines per job (0: no cluster planes)")
     parser.add_argument("--no-pool", action="store_true", help="cluster planes only")
     parser.add_argument("--absent-node", choices=("hold", "release"), default="hold")
+    parser.add_argument("--serial-parts", action="store_true", help="every part after the one before")
     parser.add_argument("nodes", nargs="+")
     args = parser.parse_args()
     logging.basicConfig(
@@ -132,15 +147,29 @@ def main() -> None:
     endpoints = tuple(args.endpoints.split(","))
     agents: dict[str, PoolAgent] = {}
     stores: dict[str, MeasuredStore] = {}
+    part_stores: dict[str, list[MeasuredStore]] = {}
     planes: dict[str, tuple[ClusterPlane, str]] = {}
     for node in args.nodes:
         config = ClusterConfig(endpoints, node, args.ttl, 2.0, refresh_interval_s=args.interval)
         if not args.no_pool:
             sim = SimNode(node, hash(node) & 0xFFFF)
             store = MeasuredStore(config.parsed_endpoints, config.timeout_s)
-            agent = PoolAgent(
-                config, PoolSettings(args.pool, absent_node=args.absent_node), sim, sim.measure_w, store
-            )
+            parts: list[MeasuredStore] = []
+            part_stores[node] = parts
+
+            def part_store(
+                parts: list[MeasuredStore] = parts, config: ClusterConfig = config
+            ) -> MeasuredStore:
+                parts.append(MeasuredStore(config.parsed_endpoints, config.timeout_s))
+                return parts[-1]
+
+            settings = PoolSettings(args.pool, absent_node=args.absent_node)
+            try:
+                agent = PoolAgent(config, settings, sim, sim.measure_w, store, part_store=part_store)
+            except TypeError:  # an agent whose allocator sends every part after the one before
+                agent = PoolAgent(config, settings, sim, sim.measure_w, store)
+            if args.serial_parts:
+                agent._allocator._sender = None  # (the bench's comparison; the daemon has no such switch)
             agents[node], stores[node] = agent, store
             agent.start()
         if args.job_size:
@@ -167,7 +196,7 @@ def main() -> None:
         elif command == "expect":
             expected.add(node)
         elif command == "stats":
-            emit({"stats": {n: _stats(a, stores[n]) for n, a in agents.items()}})
+            emit({"stats": {n: _stats(a, [stores[n], *part_stores[n]]) for n, a in agents.items()}})
         elif command == "quit":
             break
     for agent in agents.values():
@@ -188,14 +217,20 @@ def _watch_planes(planes: dict[str, tuple[ClusterPlane, str]], expected: set[str
         time.sleep(0.01)
 
 
-def _stats(agent: PoolAgent, store: MeasuredStore) -> dict[str, Any]:
+def _stats(agent: PoolAgent, stores: list[MeasuredStore]) -> dict[str, Any]:
+    """The agent's counters; the largest request and reply, and the allocator's calls, over its stores (its
+    own, and those that sent parts of a move at once)."""
+    calls = (
+        sorted((c for s in stores for c in s.calls), key=lambda c: c[1]) if agent.status().allocator else []
+    )
     return {
         "allocator": agent.status().allocator,
         "allocator_cpu_s": getattr(agent, "allocator_cpu_s", []),  # (main's agent has no counters)
         "reads": getattr(agent, "reads", None),
         "full_reads": getattr(agent, "full_reads", None),
-        "largest_request_b": store.largest_request_b,
-        "largest_reply_b": store.largest_reply_b,
+        "largest_request_b": max(s.largest_request_b for s in stores),
+        "largest_reply_b": max(s.largest_reply_b for s in stores),
+        "calls": calls[-500:],
     }
 
 

@@ -253,6 +253,23 @@ def compare_range_mod_at_most(prefix: str, revision: int) -> dict[str, Any]:
     }
 
 
+def compare_span_mod_at_most(key: str, range_end: str, revision: int) -> dict[str, Any]:
+    """Holds when no key in [`key`, `range_end`) was written after `revision` (an empty span holds)."""
+    return {
+        "key": _b64(key),
+        "range_end": _b64(range_end),
+        "target": "MOD",
+        "result": "LESS",
+        "mod_revision": revision + 1,
+    }
+
+
+def op_key(write: dict[str, Any]) -> str:
+    """The key a `put_op` or `delete_op` writes."""
+    request = write.get("request_put") or write.get("request_delete_range") or {}
+    return base64.b64decode(request.get("key", "")).decode("utf-8", "replace")
+
+
 def compare_value(key: str, value: str) -> dict[str, Any]:
     """Holds when `key` holds exactly `value`."""
     return {"key": _b64(key), "target": "VALUE", "result": "EQUAL", "value": _b64(value)}

@@ -72,7 +72,7 @@ from perseusd.pool.allocator import (
 )
 from perseusd.pool.feed import BudgetFile, FeedSettings
 from perseusd.pool.keys import Budget, NodeReport, PoolKeys, check_pool, decode_grant
-from perseusd.pool.view import PoolView, read_pool
+from perseusd.pool.view import Decoded, PoolView, read_pool
 from perseusd.power.target import NodePowerTarget
 
 if TYPE_CHECKING:
@@ -159,8 +159,11 @@ class PoolAgent:
         clock: Callable[[], float] = time.monotonic,
         watch: bool = True,
         wall_clock: Callable[[], float] = time.time,
+        part_store: Callable[[], EtcdStore] | None = None,
     ) -> None:
-        """`watch=False`: no watches; every round reads (for a store that is not a real etcd)."""
+        """`watch=False`: no watches; every round reads (for a store that is not a real etcd), and the
+        allocator sends a move's parts one after another. `part_store`: a new store for each connection that
+        sends parts of a move at once (default: an `EtcdStore` on the cluster's endpoints)."""
         self._cluster, self._settings, self._target = cluster, settings, target
         self._measure_w, self._clock = measure_w, clock
         self._store = store or EtcdStore(cluster.parsed_endpoints, cluster.timeout_s)
@@ -175,6 +178,9 @@ class PoolAgent:
             wall_clock,
             settings.absent_node,
             settings.etcd_max_txn_ops,
+            (part_store or (lambda: EtcdStore(cluster.parsed_endpoints, cluster.timeout_s)))
+            if watch
+            else None,
         )
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -216,6 +222,8 @@ class PoolAgent:
         """The etcd revision of the grant last applied (an older one from the watch is ignored)."""
         self.pushed_applied = 0
         self.reads = self.full_reads = 0
+        self._decoded: Decoded = {}
+        """The reports and grants of the last full read, decoded (`read_pool`)."""
         self.allocator_cpu_s: list[float] = []
         """CPU time of this node's last allocator rounds (the full read, decoding, allocation, writes)."""
 
@@ -311,6 +319,7 @@ class PoolAgent:
         else:
             if revoke and self._lease_id is not None:
                 self._leave(self._lease_id)
+            self._allocator.close()
             self._store.close()
         if uncap:
             self._apply(None, UNCAPPED)
@@ -412,10 +421,12 @@ class PoolAgent:
 
     def _round(self, read: bool = True, pushed: tuple[float, int, int] | None = None) -> None:
         try:
+            if pushed is not None and not read and self._lease_fresh():
+                self._follow_pushed(pushed)  # before a keep-alive that may be due: it waits for etcd
             lease_id = self._ensure_lease()
             self._feed_budget()
             if pushed is not None and not read:
-                self._follow_pushed(pushed)
+                self._follow_pushed(pushed)  # (nothing when it was applied above)
             self._publish(lease_id, defer_raise=True)
             if read:
                 self._read_and_follow(lease_id)
@@ -479,7 +490,7 @@ class PoolAgent:
         started_s = time.thread_time()
         revision, entries = self._store.range_prefix(keys.root)
         self.full_reads += 1
-        view = read_pool(keys, revision, entries)
+        view = read_pool(keys, revision, entries, self._decoded)
         self._follow(view)
         self._allocator.round(view, lease_id)
         if self._allocator.leader:
@@ -490,6 +501,15 @@ class PoolAgent:
             if self._last_error is None:
                 logger.warning("power pool %s: %s", self._settings.pool, exc)
             self._last_error = str(exc)
+
+    def _lease_fresh(self) -> bool:
+        """Whether this node's lease was renewed within its TTL (as `_ensure_lease` keeps it)."""
+        last_s = self._kept_alive_at_s
+        return (
+            self._lease_id is not None
+            and last_s is not None
+            and self._clock() - last_s < self._cluster.lease_ttl_s
+        )
 
     def _ensure_lease(self) -> int:
         now_s, ttl_s = self._clock(), self._cluster.lease_ttl_s

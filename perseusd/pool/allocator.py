@@ -16,10 +16,12 @@ Each round works from one read of the pool (`PoolView`) and makes at most one mo
    in one transaction. Afterwards every grant is at most its target, so the sum is at most the new budget.
    A lowered grant carries the higher one (`held_w`) until the node reports it applied the lower one.
 2. Raise, once no lower is left and every node whose grant was lowered reports it applied: grants below
-   their targets are raised (and `held_w` dropped from the grants of nodes that applied theirs). "Reports
-   it applied" is by revision: the node's report names the etcd revision of the grant it applies, which
-   must have reached the lowered grant's (a node reports a raise late, so its report's watts may be older
-   than what it holds; a report without a revision, an older daemon's, is taken by its watts).
+   their targets are raised. "Reports it applied" is by revision: the node's report names the etcd
+   revision of the grant it applies, which must have reached the lowered grant's (a node reports a raise
+   late, so its report's watts may be older than what it holds; a report without a revision, an older
+   daemon's, is taken by its watts). A lowered grant keeps its `held_w` until its next write (no second
+   round of writes to drop it): once the node's report names the grant's revision, the higher grant no
+   longer counts, and the next lower of that node carries its current grant as the one it may still apply.
 
 Absent nodes: grants are written with no lease, and each write holds only if the node's report is still the
 one the allocator read (an absent node's grant, marked absent, only if the grant is still the one read). A
@@ -50,11 +52,14 @@ from perseusd.cluster.etcd_store import (
     compare_create,
     compare_mod,
     compare_range_mod_at_most,
+    compare_span_mod_at_most,
     delete_op,
+    op_key,
     put_op,
 )
 from perseusd.pool.alloc import Allocation, allocate, plan_moves
 from perseusd.pool.keys import FRESH, LAPSED, GrantRecord, PoolKeys
+from perseusd.pool.parts import PartSender
 from perseusd.pool.view import Grant, PoolView
 
 logger = logging.getLogger(__name__)
@@ -119,6 +124,16 @@ def txn_parts(
         left -= take
 
 
+def send_order(parts: int, first: bool, last: bool, at_once: bool) -> list[list[int]]:
+    """Which of a move's `parts` go to etcd together, in order: one after another; or, `at_once`, the part
+    writing the active budget alone, first (`first`: a raise) or last (`last`: a lower), and the rest
+    together (each part's invariant holds in any order between those)."""
+    if not at_once or parts - first - last < 2:
+        return [[i] for i in range(parts)]
+    middle = list(range(int(first), parts - int(last)))
+    return [[0]] * first + [middle] + [[parts - 1]] * last
+
+
 class PoolAllocator:
     """One node's allocator role (see module). Not thread-safe: the pool agent's thread owns it."""
 
@@ -132,7 +147,10 @@ class PoolAllocator:
         wall_clock: Callable[[], float] = time.time,
         absent_node: str = HOLD,
         max_txn_ops: int = ETCD_MAX_TXN_OPS,
+        make_store: Callable[[], EtcdStore] | None = None,
     ) -> None:
+        """`make_store`: a new store on the same etcd, one per connection the parts of a move sent at once
+        take (`PartSender`); None: every part after the one before."""
         if absent_node not in ABSENT_NODE_POLICIES:
             raise ValueError(f"absent node policy must be one of {', '.join(ABSENT_NODE_POLICIES)}")
         if not MIN_TXN_OPS <= max_txn_ops <= MAX_TXN_OPS:
@@ -140,8 +158,11 @@ class PoolAllocator:
                 f"etcd's max operations per transaction must be in [{MIN_TXN_OPS}, {MAX_TXN_OPS}]"
             )
         self._max_txn_ops = max_txn_ops
+        self._sender = None if make_store is None else PartSender(make_store)
         self._release = absent_node == RELEASE
         self._absent_logged: set[str] = set()
+        self._acked_at: dict[str, int] = {}
+        """Per node, the grant revision its last report seen named as applied (`_remember_acks`)."""
         self._ack_warned = False
         self._store, self._keys, self._node = store, keys, node
         self._ack_timeout_s, self._clock, self._wall_clock = ack_timeout_s, clock, wall_clock
@@ -154,6 +175,8 @@ class PoolAllocator:
         this node just won the election (its owner then runs the next round sooner)."""
         self.moves = 0
         self.transactions = 0
+        self.sent_at_once = 0
+        """Transactions sent together with others of their move (`send_order`)."""
         self.largest_txn_ops = 0
         """The most comparisons or writes one of this node's allocator transactions carried."""
         self.wins = 0
@@ -179,6 +202,7 @@ class PoolAllocator:
             self._move(view, allocator.create_revision)
 
     def _move(self, view: PoolView, won_at: int) -> None:
+        self._remember_acks(view)
         if view.request is None:
             self._clear(view, won_at)
             return
@@ -186,7 +210,7 @@ class PoolAllocator:
         if self._signal_stale(view, won_at):
             return
         needs = [r.report.need(node) for node, r in sorted(view.reports.items())]
-        reserved_w = 0.0 if self._release else sum(g.reserved_w for g in absent.values())
+        reserved_w = 0.0 if self._release else sum(self._reserved_w(n, g) for n, g in absent.items())
         allocation = allocate(view.request.budget_w, needs, reserved_w)
         self.last_allocation = allocation
         self._report_problem(allocation)
@@ -201,13 +225,19 @@ class PoolAllocator:
             ops += drops
             ops += [self._mark_absent(view, n) for n in marks]
             last = [put_op(self._keys.active, view.request.encode())] if set_active else []
-            self._commit("lower", won_at, ops, last, view)
+            self._commit("lower", won_at, ops, last, view, any_order=True)  # each only lowers
             self._waiting_since_s = None
             return
+        # A node that returned loses its absence mark. A lowered grant's `held_w` is not rewritten away once
+        # the node reports it (a thousand writes after every lowering): the report's revision says the node
+        # is no longer behind, and the grant's next write drops it (`_lower`, the raises). This node's own
+        # grant is the exception: its report vanishes with its role, so no later allocator could know.
         settles = [
             n
             for n, g in view.grants.items()
-            if n in view.reports and n not in moves.raises and (g.held_w, g.absent_since_s) != (None, None)
+            if n in view.reports
+            and n not in moves.raises
+            and (g.absent_since_s is not None or (n == self._node and g.held_w is not None))
         ]
         if not moves.raises and not settles and not drops and not set_active:
             self._waiting_since_s = None
@@ -216,7 +246,7 @@ class PoolAllocator:
         if self._waiting_for_acks(view):
             if drops or active:
                 self._commit("lower", won_at, drops, active, view)
-            self.busy = True
+            self.busy = self.busy or bool(moves.raises)  # settles alone wait at the rounds' own pace
             return
         extra = []
         if view.active_entry is not None:
@@ -227,7 +257,8 @@ class PoolAllocator:
         # Nothing to lower: every grant is at most its target, so the active budget can change in the first
         # part, with the raises (the sum stays within the new budget at every revision).
         what = "raise" if moves.raises else "settle" if settles else "release" if drops else "budget"
-        self._commit(what, won_at, ops, [], view, extra, active)
+        # Raises (and settles) in any order once the budget allows them all, after the released grants.
+        self._commit(what, won_at, ops, [], view, extra, active, any_order=True, before=len(drops))
 
     def _absent(self, view: PoolView) -> dict[str, Grant]:
         """The grants of nodes whose report is gone, each logged once (see module)."""
@@ -259,7 +290,7 @@ class PoolAllocator:
                     self._keys.pool,
                     node,
                     since,
-                    grant.reserved_w,
+                    self._reserved_w(node, grant),
                     self._keys.pool,
                     node,
                 )
@@ -337,15 +368,37 @@ class PoolAllocator:
         return put_op(self._keys.grant(node), record.encode()), compare_create(self._keys.node(node), created)
 
     def _lower(self, view: PoolView, node: str, grant_w: float) -> Op:
-        """A lowered grant, carrying the higher one the node may apply until it reports the lower one."""
+        """A lowered grant, carrying the higher one the node may apply until it reports the lower one: its
+        current grant, or, while it has not reported applying that one (lowered too), the one it held."""
         grant = view.grants[node]
-        return self._put_grant(view, node, GrantRecord(grant_w, max(grant.grant_w, grant.held_w or 0.0)))
+        held_w = max(grant.grant_w, grant.held_w or 0.0) if _behind(view, node, grant) else grant.grant_w
+        return self._put_grant(view, node, GrantRecord(grant_w, held_w))
+
+    def _remember_acks(self, view: PoolView) -> None:
+        """The revision of the grant each node last reported applying, kept after its report is gone: a node
+        that applied its lowered grant and then vanished is held to that grant, not to the higher one the
+        grant still names (`held_w` stays until the grant's next write)."""
+        for node, report in view.reports.items():
+            if report.report.applied_revision is not None:
+                self._acked_at[node] = report.report.applied_revision
+        for node in [n for n in self._acked_at if n not in view.reports and n not in view.grants]:
+            del self._acked_at[node]
+
+    def _applied(self, node: str, grant: Grant) -> bool:
+        """Whether `node` was seen reporting `grant` (or a later one) applied."""
+        return self._acked_at.get(node, 0) >= grant.entry.mod_revision
+
+    def _reserved_w(self, node: str, grant: Grant) -> float:
+        """What an absent node's GPUs may draw: its grant, or the higher one it may not have left."""
+        return grant.grant_w if self._applied(node, grant) else grant.reserved_w
 
     def _mark_absent(self, view: PoolView, node: str) -> Op:
         """An absent node's grant, unchanged, with the time it was found absent (for status and logs):
-        written only over the grant as read, so a grant an admin released since is never written back."""
+        written only over the grant as read, so a grant an admin released since is never written back. The
+        higher grant it carries goes if the node was seen applying this one."""
         grant = view.grants[node]
-        record = GrantRecord(grant.grant_w, grant.held_w, round(self._wall_clock(), 1))
+        held_w = None if self._applied(node, grant) else grant.held_w
+        record = GrantRecord(grant.grant_w, held_w, round(self._wall_clock(), 1))
         key = self._keys.grant(node)
         return put_op(key, record.encode()), compare_mod(key, grant.entry.mod_revision)
 
@@ -362,53 +415,108 @@ class PoolAllocator:
         view: PoolView,
         extra: list[dict[str, Any]] | None = None,
         first: list[dict[str, Any]] | None = None,
+        any_order: bool = False,
+        before: int = 0,
     ) -> bool:
         """`first`, `ops` (each a write and the comparison it holds on) then `last`, in as few transactions
         as etcd takes (`txn_parts`; `first` in the first one, `last` in the final one), each guarded (see
         module); stops at the first that does not hold (the next round reads again). `first` writes the
-        active budget: the later parts' guard on it is then the revision of the first."""
+        active budget: the later parts' guard on it is then the revision of the first. With `any_order`
+        (the caller's word that `ops` keep the invariant in any order, but for their first `before`, which
+        must land before the others) and a `PartSender`, the parts between the first and the last go to
+        etcd at once (`send_order`)."""
         first_extra = len(extra or [])
         later_extra = 1 if first else first_extra
-        sizes = txn_parts(
-            len(ops),
-            self._max_txn_ops,
-            (GUARDS_PER_TXN + first_extra, GUARDS_PER_TXN + later_extra),
-            len(first or []),
-            len(last),
+        head = bool(first) or before > 0
+        at_once = (
+            any_order
+            and self._sender is not None
+            and before + len(first or []) + GUARDS_PER_TXN + first_extra <= self._max_txn_ops
         )
-        starts = [sum(sizes[:i]) for i in range(len(sizes))]
-        parts = [ops[start : start + size] for start, size in zip(starts, sizes, strict=True)]
+        if at_once:
+            parts = self._parts_at_once(ops, before, head, bool(last), GUARDS_PER_TXN + later_extra)
+        else:
+            sizes = txn_parts(
+                len(ops),
+                self._max_txn_ops,
+                (GUARDS_PER_TXN + first_extra, GUARDS_PER_TXN + later_extra),
+                len(first or []),
+                len(last),
+            )
+            starts = [sum(sizes[:i]) for i in range(len(sizes))]
+            parts = [ops[start : start + size] for start, size in zip(starts, sizes, strict=True)]
         seen = view.revision
-        for index, part in enumerate(parts):
-            writes = [op for op, _ in part]
-            if index == 0 and first:
-                writes = first + writes
-            if index == len(parts) - 1:
-                writes += last
-            guard = [
-                compare_create(self._keys.allocator, won_at),
-                compare_range_mod_at_most(self._keys.grants, seen),
-                *(compare for _, compare in part),
-            ]
-            compares = guard + (extra or [])
-            self.largest_txn_ops = max(self.largest_txn_ops, len(compares), len(writes))
-            try:
-                applied, revision = self._store.txn(compares, writes)
-            except LeaseLostError:  # a node's lease expired since the read (not ours): read again
-                applied, revision = False, view.revision
-            if not applied:
+        for batch in send_order(len(parts), head, bool(last), at_once):
+            txns = []
+            for index in batch:
+                writes = [op for op, _ in parts[index]]
+                if index == 0 and first:
+                    writes = first + writes
+                if index == len(parts) - 1:
+                    writes += last
+                compares = [
+                    compare_create(self._keys.allocator, won_at),
+                    self._span_guard(writes, seen) if len(batch) > 1 else self._range_guard(seen),
+                    *(compare for _, compare in parts[index]),
+                    *(extra or []),
+                ]
+                self.largest_txn_ops = max(self.largest_txn_ops, len(compares), len(writes))
+                txns.append((compares, writes))
+            results = self._send(txns)
+            self.transactions += sum(1 for applied, _ in results if applied)
+            self.sent_at_once += len(txns) if len(txns) > 1 else 0
+            if not all(applied for applied, _ in results):
                 logger.debug(
                     "power pool %s: %s not applied (the pool changed); reading again", self._keys.pool, what
                 )
                 return False
-            self.transactions += 1
-            seen = revision
-            if index == 0 and first:
-                extra = [compare_mod(self._keys.active, revision)]
+            seen = max(revision for _, revision in results)
+            if batch[0] == 0 and first:
+                extra = [compare_mod(self._keys.active, seen)]
         self.moves += 1
         self.busy = True
         logger.debug("power pool %s: %s at revision %d (read %d)", self._keys.pool, what, seen, view.revision)
         return True
+
+    def _parts_at_once(
+        self, ops: list[Op], before: int, head: bool, tail: bool, compares: int
+    ) -> list[list[Op]]:
+        """The parts of a move sent at once (`send_order`): the part sent alone first holds the active
+        budget's raise and what must land before the rest (`before`), and no more; the one sent alone last
+        only the active budget's lowering: every grant goes in the parts sent together, sorted by key (each
+        part's keys a span of its own), as many to a part as etcd takes beside `compares` guards."""
+        rest = sorted(ops[before:], key=lambda op: op_key(op[0]))
+        room = self._max_txn_ops - compares
+        middle = [rest[i : i + room] for i in range(0, len(rest), room)]
+        return [ops[:before]] * head + middle + [[]] * tail
+
+    def _range_guard(self, seen: int) -> dict[str, Any]:
+        """No grant written since `seen` (the read, or this move's previous part)."""
+        return compare_range_mod_at_most(self._keys.grants, seen)
+
+    def _span_guard(self, writes: list[dict[str, Any]], seen: int) -> dict[str, Any]:
+        """No grant written since `seen` between the first and the last key this part writes (the parts
+        sent together each have a span of their own: none sees the others' writes)."""
+        keys = sorted(op_key(w) for w in writes if op_key(w).startswith(self._keys.grants))
+        if not keys:
+            return self._range_guard(seen)
+        return compare_span_mod_at_most(keys[0], keys[-1] + "\x00", seen)
+
+    def _send(self, txns: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]) -> list[tuple[bool, int]]:
+        if len(txns) > 1 and self._sender is not None:
+            return self._sender.send(txns)
+        results = []
+        for compares, writes in txns:
+            try:
+                results.append(self._store.txn(compares, writes))
+            except LeaseLostError:  # a node's lease expired since the read (not ours): read again
+                results.append((False, 0))
+        return results
+
+    def close(self) -> None:
+        """Close the connections of the parts sent at once."""
+        if self._sender is not None:
+            self._sender.close()
 
     def _report_problem(self, allocation: Allocation) -> None:
         problem = allocation.problem

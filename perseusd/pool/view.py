@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from perseusd.cluster.etcd_store import Entry
 from perseusd.pool.keys import (
@@ -21,6 +22,7 @@ from perseusd.pool.keys import (
 )
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T", "Report", "Grant")
 
 
 @dataclass(frozen=True)
@@ -83,13 +85,22 @@ class PoolView:
         return None if self.allocator is None else self.allocator.value.decode("utf-8", "replace")
 
 
-def read_pool(keys: PoolKeys, revision: int, entries: Iterable[Entry]) -> PoolView:
-    """Decode the entries under `keys.root` (see module)."""
+Decoded = dict[str, Report | Grant]
+"""Reports and grants decoded by an earlier read, by key: an entry of the same key and modification
+revision is the same value (a key deleted and written again gets a new one), so it is not decoded again."""
+
+
+def read_pool(
+    keys: PoolKeys, revision: int, entries: Iterable[Entry], decoded: Decoded | None = None
+) -> PoolView:
+    """Decode the entries under `keys.root` (see module); with `decoded` (kept by the caller from one read
+    to the next: the allocator reads a thousand reports every round), only the entries that changed."""
     request = active = None
     active_entry = allocator = None
     reports: dict[str, Report] = {}
     grants: dict[str, Grant] = {}
     skipped = 0
+    seen: Decoded = {}
     for entry in entries:
         try:
             if entry.key == keys.request:
@@ -99,13 +110,30 @@ def read_pool(keys: PoolKeys, revision: int, entries: Iterable[Entry]) -> PoolVi
             elif entry.key == keys.allocator:
                 allocator = entry
             elif entry.key.startswith(keys.nodes):
-                reports[entry.key[len(keys.nodes) :]] = Report(decode_report(entry.value), entry)
+                report = _known(decoded, entry, Report)
+                if report is None:
+                    report = Report(decode_report(entry.value), entry)
+                reports[entry.key[len(keys.nodes) :]] = seen[entry.key] = report
             elif entry.key.startswith(keys.grants):
-                record = decode_grant_record(entry.value)
-                grants[entry.key[len(keys.grants) :]] = Grant(
-                    record.grant_w, entry, record.held_w, record.absent_since_s
-                )
+                grant = _known(decoded, entry, Grant)
+                if grant is None:
+                    record = decode_grant_record(entry.value)
+                    grant = Grant(record.grant_w, entry, record.held_w, record.absent_since_s)
+                grants[entry.key[len(keys.grants) :]] = seen[entry.key] = grant
         except ValueError as exc:
             skipped += 1
             logger.debug("power pool %s: skipped %s: %s", keys.pool, entry.key, exc)
+    if decoded is not None:
+        decoded.clear()
+        decoded.update(seen)
     return PoolView(revision, request, active, active_entry, reports, grants, allocator, skipped)
+
+
+def _known(decoded: Decoded | None, entry: Entry, kind: type[_T]) -> _T | None:
+    """`entry` as an earlier read decoded it (None: not read, or changed since)."""
+    if decoded is None:
+        return None
+    known = decoded.get(entry.key)
+    if isinstance(known, kind) and known.entry.mod_revision == entry.mod_revision:
+        return known
+    return None

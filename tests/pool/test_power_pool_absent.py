@@ -219,6 +219,57 @@ def test_a_node_gone_before_it_applied_a_lowered_grant_is_held_to_the_higher_one
         store.revoke(lease)
 
 
+def test_gone_after_applying_a_lower_is_held_to_it(run: PoolRun) -> None:
+    _gone_after_applying_a_lower(run, seen=True)
+
+
+def test_gone_after_applying_a_lower_unseen_is_held_higher(run: PoolRun) -> None:
+    _gone_after_applying_a_lower(run, seen=False)
+
+
+def _gone_after_applying_a_lower(run: PoolRun, seen: bool) -> None:
+    """A lowered grant names the higher one until its next write, even once the node reports applying it
+    (no second write round): a node gone after its report is held to the lowered grant by an allocator that
+    saw the report, and to the higher one by an allocator that did not (one that took over since)."""
+    store, keys = run.store, run.keys
+    leases = {node: store.grant_lease(30) for node in ("n1", "n2")}
+    allocator_lease = store.grant_lease(30)
+    allocator = PoolAllocator(store, keys, "n2", 3.0)
+
+    def report(node: str, applied_w: float | None, revision: int | None = None) -> None:
+        value = NodeReport(800, 200, {0: 600}, applied_w=applied_w, applied_revision=revision).encode()
+        store.put(keys.node(node), value, leases[node])
+
+    def rounds(by: PoolAllocator, count: int = 4) -> PoolView:
+        for _ in range(count):
+            by.round(run.view(), allocator_lease)
+        return run.view()
+
+    report("n1", None)
+    run.set_budget(600)
+    view = rounds(allocator)
+    report("n1", 600.0, view.grants["n1"].entry.mod_revision)
+    report("n2", None)  # joins: n1 is lowered to 300 W (held 600 W until it reports 300 W)
+    lowered = rounds(allocator, 1).grants["n1"]
+    assert (lowered.grant_w, lowered.held_w) == (300.0, 600.0)
+    report("n1", 300.0, lowered.entry.mod_revision)
+    view = rounds(allocator)
+    assert {n: g.grant_w for n, g in view.grants.items()} == {"n1": 300.0, "n2": 300.0}  # n2 raised
+    assert view.grants["n1"].entry.mod_revision == lowered.entry.mod_revision  # not written again
+    marking = allocator if seen else PoolAllocator(store, keys, "n2", 3.0)  # a successor: never saw n1
+    store.revoke(leases["n1"])
+    view = rounds(marking)
+    assert view.grants["n1"].absent_since_s is not None
+    if seen:
+        assert (view.grants["n1"].held_w, run.reserved()) == (None, {"n1": 300.0})
+        assert view.grants["n2"].grant_w == 300.0
+    else:  # its GPUs may still hold 600 W for all this allocator knows
+        assert run.reserved() == {"n1": 600.0}
+        assert view.grants["n2"].grant_w == 0.0  # nothing left for n2 (the floors cannot be met)
+    for lease in (leases["n2"], allocator_lease):
+        store.revoke(lease)
+
+
 def test_an_allocator_working_from_an_old_read_never_writes_a_released_grant_back(run: PoolRun) -> None:
     """The allocator read the pool with n1 absent and not yet marked; an admin released n1 before the
     allocator's write: marking n1 absent must not create its grant again (it would be reserved forever)."""

@@ -55,7 +55,27 @@ def test_a_stale_report_never_acknowledges_a_later_lowered_grant(run: PoolRun) -
     report("n1", 500.0, lowered.entry.mod_revision)
     view = rounds()
     assert {n: g.grant_w for n, g in view.grants.items()} == {"n1": 500.0, "n2": 500.0}
-    assert view.grants["n1"].held_w is None
+    # n1's grant is not written again to drop the 800 W: its report names the lowered grant's revision...
+    assert view.grants["n1"].entry.mod_revision == lowered.entry.mod_revision
+    assert view.grants["n1"].held_w == 800.0
+    # ... so a later lower carries its current grant (500 W) as the one it may still apply, not 800 W,
+    report("n2", 500.0, view.grants["n2"].entry.mod_revision)
+    run.set_budget(600)
+    view = rounds()
+    assert {n: (g.grant_w, g.held_w) for n, g in view.grants.items()} == {
+        "n1": (300.0, 500.0),
+        "n2": (300.0, 500.0),
+    }
+    # ... and that lower gates the next raise like any other: n2 applied 300 W, n1 says nothing yet.
+    report("n2", 300.0, view.grants["n2"].entry.mod_revision)
+    run.set_budget(1000)
+    assert {n: g.grant_w for n, g in rounds().grants.items()} == {"n1": 300.0, "n2": 300.0}
+    report("n1", 300.0, view.grants["n1"].entry.mod_revision)
+    view = rounds()
+    assert {n: (g.grant_w, g.held_w) for n, g in view.grants.items()} == {
+        "n1": (500.0, None),
+        "n2": (500.0, None),
+    }
     for lease in (*leases.values(), allocator_lease):
         store.revoke(lease)
 
@@ -85,10 +105,12 @@ def test_raises_are_reported_late_and_lowers_by_revision(run: PoolRun, agents: d
         assert wait_for(run.settled(budget_w), 60.0) is not None, run.view()
     assert sum(a.deferred_reports for a in agents.values()) > 0  # raises were reported late
     view = run.view()
-    assert all(g.held_w is None for g in view.grants.values())
     for node, report in view.reports.items():  # each report names the revision of the grant it applies
+        grant = view.grants[node]
         assert report.report.applied_revision is not None
-        assert report.report.applied_revision <= view.grants[node].entry.mod_revision
+        assert report.report.applied_revision <= grant.entry.mod_revision
+        if grant.held_w is not None:  # a lowered grant still naming the higher one: applied all the same
+            assert report.report.applied_revision == grant.entry.mod_revision
     check = run.check_invariant(first, run.revision())
     assert check.violations == []
     assert check.raised_early == []

@@ -6,12 +6,14 @@ import random
 
 import pytest
 
+from perseusd.cluster.etcd_store import Entry
 from perseusd.gpu.backend import GpuInfo
 from perseusd.pool.agent import PoolSettings
 from perseusd.pool.alloc import NodeNeed, allocate, plan_moves
-from perseusd.pool.allocator import ETCD_MAX_TXN_OPS, MAX_TXN_OPS, MIN_TXN_OPS, txn_parts
-from perseusd.pool.keys import GrantRecord, decode_grant_record
+from perseusd.pool.allocator import ETCD_MAX_TXN_OPS, MAX_TXN_OPS, MIN_TXN_OPS, send_order, txn_parts
+from perseusd.pool.keys import GrantRecord, NodeReport, PoolKeys, decode_grant_record
 from perseusd.pool.uniform import uniform_limits_w
+from perseusd.pool.view import Grant, Report, read_pool
 
 
 def test_floors_first_then_higher_tiers_then_proportional() -> None:
@@ -150,3 +152,46 @@ def test_allocator_transactions_as_large_as_etcd_takes() -> None:
         txn_parts(5, 3, (3, 3), 1, 1)
     with pytest.raises(ValueError, match="max operations per transaction"):
         PoolSettings("p", etcd_max_txn_ops=MIN_TXN_OPS - 1)
+
+
+def test_parts_sent_together_never_include_the_active_budget_write() -> None:
+    """A lower's active budget changes after every lowered part has landed, a raise's before any raised
+    part: only the parts in between go to etcd together; without `at_once`, one after another."""
+    assert send_order(9, first=False, last=True, at_once=True) == [list(range(8)), [8]]
+    assert send_order(9, first=True, last=False, at_once=True) == [[0], list(range(1, 9))]
+    assert send_order(9, first=False, last=False, at_once=True) == [list(range(9))]
+    assert send_order(9, first=False, last=True, at_once=False) == [[i] for i in range(9)]
+    assert send_order(2, first=False, last=True, at_once=True) == [[0], [1]]  # nothing to send together
+    for parts in range(1, 12):
+        for first in (False, True):
+            for last in (False, True):
+                order = send_order(parts, first, last, True)
+                assert sorted(i for batch in order for i in batch) == list(range(parts))
+                if first:
+                    assert order[0] == [0]
+                if last:
+                    assert order[-1] == [parts - 1]
+
+
+def test_a_read_decodes_only_what_changed_since_the_last() -> None:
+    """The allocator's read of a thousand reports every round: an entry of the same key and modification
+    revision is taken as decoded before, one written since (or written again after a deletion) decoded
+    anew, and a key gone leaves the view and the cache."""
+    keys = PoolKeys("/p", "pool")
+
+    def report(applied_w: float, mod_revision: int, node: str = "n1") -> Entry:
+        value = NodeReport(800, 200, applied_w=applied_w).encode().encode()
+        return Entry(keys.node(node), value, 2, mod_revision, 7)
+
+    grant = Entry(keys.grant("n1"), GrantRecord(300.0, 500.0).encode().encode(), 3, 3, 0)
+    decoded: dict[str, Report | Grant] = {}
+    first = read_pool(keys, 5, [report(300.0, 4), report(100.0, 4, "n2"), grant], decoded)
+    assert set(decoded) == {keys.node("n1"), keys.node("n2"), keys.grant("n1")}
+    again = read_pool(keys, 6, [report(300.0, 4), grant], decoded)
+    assert again.reports["n1"] is first.reports["n1"]
+    assert again.grants["n1"] is first.grants["n1"]
+    assert "n2" not in again.reports
+    assert keys.node("n2") not in decoded
+    changed = read_pool(keys, 8, [report(500.0, 8), grant], decoded)
+    assert changed.reports["n1"].report.applied_w == 500.0
+    assert changed == read_pool(keys, 8, [report(500.0, 8), grant])  # as a read without the cache

@@ -63,6 +63,7 @@ def test_moves_split_to_what_etcd_takes_keep_the_invariant(small_txn_etcd: EtcdC
         assert allocators  # (a loaded machine may have let the allocator's lease lapse: then two moved)
         assert sum(a.transactions for a in allocators) >= 3 * sum(a.moves for a in allocators) // 2
         assert max(a.largest_txn_ops for a in allocators) == MAX_TXN_OPS  # as full as etcd takes
+        assert sum(a.sent_at_once for a in allocators) >= 3  # the middle parts of a move went together
         check = run.check_invariant(first, run.revision())
         assert check.violations == []
         assert check.raised_early == []
