@@ -224,8 +224,10 @@ def descend_frontier(
     descent's plan appended as a new point when it beats the least-energy point within that limit. A plan
     has at most `MAX_LATE_FRACTION` of its computations begin before their clock is applied.
 
-    A limit is skipped when following cost that point under `FOLLOWING_LOSS` of its energy and it begins
-    no more computations early than the cap: it runs nearly as the solver solved it. Each descent starts
+    Without a waiting power, a limit is skipped when following cost that point under `FOLLOWING_LOSS` of its
+    energy and it begins no more computations early than the cap: it runs nearly as the solver solved it.
+    With one, every limit is descended: the solver judged its points' waits at the blocking power, the
+    descent at the clocks held in them. Each descent starts
     from that point's deployed clocks and from all-max, and keeps the better plan. A new point's `followed`
     says `descended_from` (the start point's index); its `refined_*` figures are the descent's (the
     effective plan's energy, over the time that counts every lowering both ways: never less than the
