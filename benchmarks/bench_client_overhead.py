@@ -136,6 +136,7 @@ def _run_world(args: argparse.Namespace, world: int, daemon: DaemonProcess, work
     with PerseusClient(daemon.dirs.runtime_dir, job="clocks", strict=True) as client:
         assert client.daemon_info is not None
         clocks = tuple(client.daemon_info.gpus[0].supported_sm_clocks_mhz[:10:9])
+        simulated = ",".join(gpu.uuid for gpu in client.daemon_info.gpus)
     profile = work / "profile.csv"
     profile.write_text(profile_to_csv(synthetic_profile(world, seed=5, clocks_mhz=clocks)))
     base = {
@@ -151,8 +152,14 @@ def _run_world(args: argparse.Namespace, world: int, daemon: DaemonProcess, work
             for key in ("rounds", "steps", "warmup", "width", "layers", "microbatches", "rows")
         },
     }
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    env.pop("CUDA_VISIBLE_DEVICES")
+    # Each rank's device is its simulated GPU, named by UUID as Kubernetes and Slurm name GPUs: torch sees no
+    # CUDA device (on a GPU machine too), and the client finds the rank's GPU by LOCAL_RANK in that list.
+    env = {
+        **os.environ,
+        "GLOO_SOCKET_IFNAME": "lo",
+        "OMP_NUM_THREADS": "1",
+        "CUDA_VISIBLE_DEVICES": simulated,
+    }
     assert daemon.proc is not None
     cpu = ThreadCpu(daemon.proc.pid)
     procs = []

@@ -96,9 +96,28 @@ class _MappedKernel:
         self.numpy: Any = importlib.import_module("numpy")
 
     def launch(self, *args: Any) -> None:
-        stream = self._cupy.cuda.ExternalStream(torch.cuda.current_stream(self._device).cuda_stream)
+        stream = _cupy_stream(self._cupy, torch.cuda.current_stream(self._device).cuda_stream)
         with stream:
             self._kernel((1,), (1,), (self.numpy.uint64(self._address), *args))
+
+
+class _StreamHandle:
+    """A CUDA stream as the CUDA stream protocol presents it (`__cuda_stream__`: version 0, address)."""
+
+    def __init__(self, address: int) -> None:
+        self.address = address
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.address)
+
+
+def _cupy_stream(cupy: Any, address: int) -> Any:
+    """torch's stream as a CuPy stream: `Stream.from_external` (CuPy 14 deprecates `ExternalStream`), else
+    `ExternalStream` (older CuPy)."""
+    stream_type = cupy.cuda.Stream
+    if hasattr(stream_type, "from_external"):
+        return stream_type.from_external(_StreamHandle(address))
+    return cupy.cuda.ExternalStream(address)
 
 
 class FlagWait:

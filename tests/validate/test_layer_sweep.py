@@ -10,7 +10,15 @@ import pytest
 
 from benchmarks.gpu_layer_sweep import kind_cases
 from benchmarks.gpu_validate import parse_args
-from benchmarks.workload_family import CLOCKS_MHZ, measured_layer_kinds
+from benchmarks.workload_family import (
+    CLOCKS_MHZ,
+    FAMILY,
+    LAYER_SWEEPS,
+    bounds_violations,
+    mean_rows,
+    measured_layer_kinds,
+    stage_cost,
+)
 
 
 def test_every_kind_runs_forward_and_backward() -> None:
@@ -55,3 +63,48 @@ def test_a_layer_sweep_report_becomes_kinds_of_the_family(tmp_path: Path) -> Non
     assert set(curve) == set(CLOCKS_MHZ)
     assert curve[1980] == pytest.approx((0.001, 500.0))
     assert curve[900][0] == pytest.approx(0.001 * 1980 / 1005 * 1005 / 900)  # below the sweep: compute-bound
+
+
+def test_two_sweeps_of_one_gpu_are_averaged_at_the_clocks_both_measured(tmp_path: Path) -> None:
+    def rows(scale: float, clocks: tuple[int, ...]) -> list[dict[str, float]]:
+        return [
+            {
+                "clock_mhz": c,
+                "forward_s": scale * 1e-3,
+                "forward_j": scale,
+                "backward_s": 2e-3,
+                "backward_j": 1.0,
+            }
+            for c in clocks
+        ]
+
+    for n, (scale, clocks) in enumerate(((1.0, (1980, 1500, 1005)), (3.0, (1980, 1005)))):
+        report = {"gpu": "NVIDIA H200", "kinds": {"matmul": rows(scale, clocks)}}
+        (tmp_path / f"layer-sweep-h200-{n}.json").write_text(json.dumps(report))
+    assert mean_rows([rows(1.0, (1980, 1500)), rows(3.0, (1980,))]) == rows(2.0, (1980,))
+    curve = measured_layer_kinds(tmp_path)["NVIDIA H200/matmul"]("forward")
+    assert curve[1980] == pytest.approx((2e-3, 1000.0))
+    assert curve[1485] == pytest.approx((2e-3, 1000.0))  # 1500 (one run only) left out
+
+
+def test_the_measured_workloads_are_the_committed_h200_sweeps_alone() -> None:
+    kinds = measured_layer_kinds()
+    sweeps = sorted(LAYER_SWEEPS.glob("layer-sweep-h200-*.json"))
+    assert len(sweeps) >= 2
+    measured = [w for w in FAMILY.values() if w.measured_gpu]
+    assert {w.measured_gpu for w in measured} == {"NVIDIA H200"}
+    for workload in measured:
+        last = workload.stages - 1
+        for stage in (0, last):
+            forward = workload.stage_parts(stage)[0]
+            assert all(kind.startswith("NVIDIA H200/") for kind in forward)
+            assert set(forward) <= set(kinds)
+        clock = 1440  # a clock both sweeps measured
+        layers_s = sum(
+            units * kinds[f"NVIDIA H200/{kind}"]("forward")[clock][0]
+            for kind, units in (("matmul", 4.0), ("attention", 1.0))
+        )
+        head_s = 4.0 * kinds[f"NVIDIA H200/lm_head@{workload.vocab}"]("forward")[clock][0]
+        expected_s = workload.layers[last] * layers_s + head_s
+        assert stage_cost(workload, last, "forward", clock)[0] == pytest.approx(expected_s)
+        assert bounds_violations(workload) == []
