@@ -1,10 +1,11 @@
 """The on-disk job cache: a job's profile and frontier, keyed by its signature (`shape.signature`).
 
-`<state_dir>/jobs/<signature>/` holds `profile.csv`, `frontier.json` and `job.json` (what the job was, its
-blocking power). Files are written atomically and read strictly; a damaged entry is ignored (logged), never
-trusted. A frontier that is too large, not a valid `perseus-frontier` document or for another shape is
-ignored alone (the job solves again from the cached profile). A restarted job or daemon finds its entry and
-skips profiling and solving.
+`<state_dir>/jobs/<signature>/` holds `profile.csv` (with the job's waiting power by clock, when profiling
+measured one: its `waiting_power` column), `frontier.json` and `job.json` (what the job was, its blocking
+power). An entry written before the waiting power was kept has none, as before. Files are written
+atomically and read strictly; a damaged entry is ignored (logged), never trusted. A frontier that is too
+large, not a valid `perseus-frontier` document or for another shape is ignored alone (the job solves again
+from the cached profile). A restarted job or daemon finds its entry and skips profiling and solving.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from perseusd.jobs.shape import JobShape
 from perseusd.planner.plan import Frontier, frontier_to_document, save_json
 from perseusd.planner.plan_read import parse_frontier
 from perseusd.planner.profile import Profile
-from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream
+from perseusd.planner.profile_csv import WaitingPoints, profile_to_csv, read_profile_waiting
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +36,8 @@ class CacheEntry:
     profile: Profile
     p_block_w: float
     frontier: Frontier | None
+    waiting_w: WaitingPoints = ()
+    """The waiting power by held clock stored with the profile (empty: none)."""
 
 
 class JobCache:
@@ -54,22 +57,27 @@ class JobCache:
             return None
         try:
             text = (folder / "profile.csv").read_text(encoding="utf-8")
-            profile = read_profile_stream(io.StringIO(text), str(folder / "profile.csv"))
+            profile, waiting_w = read_profile_waiting(io.StringIO(text), str(folder / "profile.csv"))
             meta = json.loads((folder / "job.json").read_text(encoding="utf-8"))
             p_block_w = float(meta["p_block_w"])
         except (OSError, ValueError, KeyError, TypeError, RecursionError, PerseusError) as exc:
             logger.warning("job cache %s is damaged, ignoring it: %s", folder, exc)
             return None
-        return CacheEntry(profile, p_block_w, _load_frontier(folder / "frontier.json", shape))
+        return CacheEntry(profile, p_block_w, _load_frontier(folder / "frontier.json", shape), waiting_w)
 
     def store_profile(
-        self, signature: str, profile: Profile, p_block_w: float, about: dict[str, Any]
+        self,
+        signature: str,
+        profile: Profile,
+        p_block_w: float,
+        about: dict[str, Any],
+        waiting_w: WaitingPoints = (),
     ) -> None:
         folder = self._dir(signature)
         folder.mkdir(parents=True, exist_ok=True, mode=0o750)
         (folder / "frontier.json").unlink(missing_ok=True)  # a new profile invalidates the frontier
         tmp = folder / ".profile.csv.tmp"
-        tmp.write_text(profile_to_csv(profile), encoding="utf-8")
+        tmp.write_text(profile_to_csv(profile, waiting_w), encoding="utf-8")
         tmp.replace(folder / "profile.csv")
         save_json(about | {"p_block_w": p_block_w}, folder / "job.json", indent=2)
 

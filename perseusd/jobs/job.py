@@ -33,6 +33,7 @@ from perseusd.planner.plan import Frontier, frontier_to_document, plan_document,
 from perseusd.planner.policy import PointSummary, Policy
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.slack import stage_slack_s
+from perseusd.planner.waiting import monotone_fit
 from perseusd.profiling.estimator import OptionEstimate
 
 
@@ -233,20 +234,21 @@ class Job:
 
     def measured_waiting_w(self, scales: dict[str, float] | None = None) -> tuple[tuple[int, float], ...]:
         """The waiting power by held clock the profiling GPUs measured: per clock, the median over GPUs of
-        the blocking power its segment was estimated with (scaled as `measured_profile`); never below a
-        lower clock's (an idle GPU draws more at a higher clock; a noisier low estimate errs upwards, so
-        the prediction errs towards less saving)."""
+        the blocking power its segment was estimated with (scaled as `measured_profile`), made to rise with
+        the clock (an idle GPU draws more at a higher clock) by the least-squares monotone fit, each clock
+        weighted by its GPUs (`monotone_fit`): a noisy estimate is pooled with its neighbours, whichever way
+        it errs. (Lifting every clock to the highest estimate below it let one noisy low clock, 132 W at
+        900 MHz, hold every clock above it at the blocking power: predicted savings 5-7 points low.)"""
         scales = scales or {}
         by_clock: dict[int, list[float]] = {}
         for slot in self.slots.values():
             for clock_mhz, watts in slot.waiting_w_by_clock.items():
                 if watts >= 0.0 and math.isfinite(watts):
                     by_clock.setdefault(clock_mhz, []).append(watts * scales.get(slot.gpu, 1.0))
-        points: list[tuple[int, float]] = []
-        for clock_mhz in sorted(by_clock):
-            watts = float(statistics.median(by_clock[clock_mhz]))
-            points.append((clock_mhz, max(watts, points[-1][1]) if points else watts))
-        return tuple(points)
+        clocks = sorted(by_clock)
+        medians = [float(statistics.median(by_clock[clock_mhz])) for clock_mhz in clocks]
+        fitted = monotone_fit(medians, [len(by_clock[clock_mhz]) for clock_mhz in clocks])
+        return tuple(zip(clocks, fitted, strict=True))
 
     # ------------------------------------------------------------------ frontier and plan
 

@@ -47,7 +47,7 @@ from perseusd.jobs.waiting import set_waiting, waiting_alone
 from perseusd.planner.plan import Frontier
 from perseusd.planner.policy import Policy
 from perseusd.planner.profile import Profile
-from perseusd.planner.profile_csv import profile_to_csv
+from perseusd.planner.profile_csv import WaitingPoints, profile_to_csv
 from perseusd.planner.switching import SwitchModel
 from perseusd.switching.energy_sampler import EnergySampler
 from perseusd.switching.plans import PlanBook
@@ -271,7 +271,7 @@ class JobManager:
             return  # a spanning job's profile here is its stages' only: the etcd plan is its record
         about = {"job": job.name, "uid": job.uid, "shape": job.shape.describe(), "gpu": job.gpu_name}
         try:
-            self._cache.store_profile(job.signature, job.profile, job.p_block_w, about)
+            self._cache.store_profile(job.signature, job.profile, job.p_block_w, about, job.waiting_w)
         except OSError as exc:
             logger.warning("job %s: cannot cache the profile: %s", job.name, exc)
 
@@ -490,10 +490,13 @@ class JobManager:
         if job.state == RUNNING:
             self.deployment.run(job)
 
-    def reprofile_with(self, job: Job, profile: Profile, p_block_w: float) -> None:
-        """An imported profile replaces the job's: solve again (the running plan stays until then)."""
+    def reprofile_with(
+        self, job: Job, profile: Profile, p_block_w: float, waiting_w: WaitingPoints = ()
+    ) -> None:
+        """An imported profile (with the waiting power by clock its file gave, if any) replaces the job's:
+        solve again (the running plan stays until then)."""
         job.profile, job.p_block_w, job.cached = profile, p_block_w, False
-        job.waiting_w = ()
+        job.waiting_w = waiting_w
         job.all_max = None  # counted again on the new profile
         job.energy_rel_err, job.accuracy = {}, AccuracyCheck()
         job.frontier, job.points, job.points_by_index = None, [], {}

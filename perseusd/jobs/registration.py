@@ -21,6 +21,7 @@ from perseusd.jobs.slot import StageSlot
 from perseusd.jobs.states import PROFILING, REGISTERED, SOLVING
 from perseusd.planner.policy import Policy
 from perseusd.planner.profile import Profile
+from perseusd.planner.profile_csv import WaitingPoints
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +32,8 @@ class PendingImport:
 
     profile: Profile
     p_block_w: float
+    waiting_w: WaitingPoints = ()
+    """The waiting power by held clock the file gave (its `waiting_power` column; empty: none)."""
 
 
 def check_size(shape: JobShape, limit: int) -> None:
@@ -75,11 +78,12 @@ def new_job(
     job = Job(name, uid, shape, gpu_name, signature(name, uid, shape, gpu_name), policy, run)
     imported = pending_imports.pop((uid, name), None)
     if imported is not None:
-        job.profile, job.p_block_w = imported.profile, imported.p_block_w
+        job.profile, job.p_block_w, job.waiting_w = imported.profile, imported.p_block_w, imported.waiting_w
     elif cache is not None:
         entry = cache.load(job.signature, shape)
         if entry is not None:
             job.profile, job.p_block_w, job.cached = entry.profile, entry.p_block_w, True
+            job.waiting_w = entry.waiting_w
             if entry.frontier is not None:
                 job.set_frontier(entry.frontier)
     logger.info("job %s (uid %d, %s) registered%s", name, uid, shape.describe(), " from cache" * job.cached)

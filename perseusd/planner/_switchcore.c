@@ -9,7 +9,9 @@
  *     (switch_core.PyCore.stage_cost: switching.followable_stage_clocks, late_begins), keeping the row's
  *     durations as the stage's trial;
  *   - `trial_time(stage)`: the longest path with that trial in place of the stage's current durations;
- *   - `accept(stage)`: the trial becomes the stage's current durations.
+ *   - `trial_waits(stage, time_s)`: with a waiting power per option (`opt_wait`), the waits' energy with that
+ *     trial in place (switch_core.PyCore.trial_waits, switch_core.held_waits_j); 0 without one;
+ *   - `accept(stage)`: the trial becomes the stage's current durations (and held clocks).
  * It mirrors the Python code operation for operation (the same sums in the same order, no fused
  * multiply-adds: see setup.py), so both give the same bits; the tests compare them. Optional: without a C
  * compiler `switch_core.PyCore` runs instead.
@@ -32,8 +34,13 @@ typedef struct {
     int64_t n, e, num_stages, max_stage;
     int64_t *pred_ptr, *pred_idx, *topo, *stage_ptr, *opt_ptr, *opt_clock;
     double *opt_time, *opt_energy;
+    double *opt_wait; /* waiting power (W) while each option's clock is held; NULL: the blocking model */
     double latency_s, lead_s;
     double *current, *trial, *finish, *path_in;
+    /* with opt_wait, per node: effective clock, waiting power at it and time at it (current, trial and the plan
+     * being judged), and the effective plan's start and finish times */
+    int64_t *cur_clock, *trial_clock, *held_clock;
+    double *cur_wait, *trial_wait, *held_wait, *cur_ran, *trial_ran, *held_ran, *start, *ran_finish;
     /* per stage work: planned and effective clocks, times at the planned clocks, run starts, late marks */
     int64_t *row, *effective, *run_start, *run_len;
     double *times;
@@ -197,9 +204,15 @@ static int row_cost(Core *c, int64_t stage, double *energy, double *busy, int64_
             return 0;
         }
         double ran_s = c->opt_time[ran], planned_s = c->opt_time[planned];
-        c->trial[first + i] = planned_s > ran_s ? planned_s : ran_s;
+        double duration_s = planned_s > ran_s ? planned_s : ran_s;
+        c->trial[first + i] = duration_s;
         *energy += c->opt_energy[ran];
         *busy += ran_s;
+        if (c->opt_wait) {
+            c->trial_clock[first + i] = c->effective[i];
+            c->trial_wait[first + i] = c->opt_wait[ran];
+            c->trial_ran[first + i] = ran_s;
+        }
     }
     *late = late_begins(c, n, runs);
     return 1;
@@ -254,6 +267,51 @@ static PyObject *Core_trial_time(Core *c, PyObject *arg) {
     long long stage = PyLong_AsLongLong(arg);
     if ((stage == -1 && PyErr_Occurred()) || !check_stage(c, stage)) return NULL;
     return PyFloat_FromDouble(trial_longest(c, stage));
+}
+
+/* switch_core.held_waits_j with the stage's trial in place (0 without opt_wait). */
+static double trial_held(Core *c, int64_t stage, double time_s) {
+    if (!c->opt_wait) return 0.0;
+    int64_t first = c->stage_ptr[stage], len = c->stage_ptr[stage + 1] - first;
+    memcpy(c->held_clock, c->cur_clock, sizeof(int64_t) * (size_t)c->n);
+    memcpy(c->held_clock + first, c->trial_clock + first, sizeof(int64_t) * (size_t)len);
+    memcpy(c->held_wait, c->cur_wait, sizeof(double) * (size_t)c->n);
+    memcpy(c->held_wait + first, c->trial_wait + first, sizeof(double) * (size_t)len);
+    memcpy(c->held_ran, c->cur_ran, sizeof(double) * (size_t)c->n);
+    memcpy(c->held_ran + first, c->trial_ran + first, sizeof(double) * (size_t)len);
+    double *finish = c->ran_finish;
+    for (int64_t t = 0; t < c->n; t++) {
+        int64_t v = c->topo[t];
+        double start = 0.0;
+        for (int64_t p = c->pred_ptr[v]; p < c->pred_ptr[v + 1]; p++)
+            if (finish[c->pred_idx[p]] > start) start = finish[c->pred_idx[p]];
+        c->start[v] = start;
+        finish[v] = start + c->held_ran[v];
+    }
+    double energy = 0.0;
+    for (int64_t s = 0; s < c->num_stages; s++) {
+        int64_t lo = c->stage_ptr[s], hi = c->stage_ptr[s + 1];
+        for (int64_t node = lo; node < hi; node++) {
+            int64_t before = node == lo ? hi - 1 : node - 1;
+            double gap = c->start[node] - finish[before] + (node == lo ? time_s : 0.0);
+            gap = gap > 0.0 ? gap : 0.0;
+            double waiting_w = c->held_wait[node];
+            if (c->held_clock[node] < c->held_clock[before]) {
+                double early = c->latency_s < gap ? c->latency_s : gap;
+                energy += early * c->held_wait[before] + (gap - early) * waiting_w;
+            } else {
+                energy += gap * waiting_w;
+            }
+        }
+    }
+    return energy;
+}
+
+static PyObject *Core_trial_waits(Core *c, PyObject *args) {
+    long long stage;
+    double time_s;
+    if (!PyArg_ParseTuple(args, "Ld", &stage, &time_s) || !check_stage(c, stage)) return NULL;
+    return PyFloat_FromDouble(trial_held(c, stage, time_s));
 }
 
 /* Rows of n clocks seen by a scan (open addressing over an arena): switch_search's duplicate check. */
@@ -348,7 +406,10 @@ static int judge(Core *c, int64_t stage, const ScanArgs *a, double *bound, ScanB
         energy += a->after_e[j];
         busy += a->after_b[j];
     }
-    energy += a->p_block_w * ((double)a->num_stages * time_s - busy);
+    if (c->opt_wait)
+        energy += trial_held(c, stage, time_s);
+    else
+        energy += a->p_block_w * ((double)a->num_stages * time_s - busy);
     if (time_s <= a->limit_s && energy < *bound - 1e-12) {
         *bound = energy;
         best->found = 1;
@@ -468,6 +529,11 @@ static PyObject *Core_accept(Core *c, PyObject *arg) {
     if ((stage == -1 && PyErr_Occurred()) || !check_stage(c, stage)) return NULL;
     int64_t first = c->stage_ptr[stage], end = c->stage_ptr[stage + 1];
     memcpy(c->current + first, c->trial + first, sizeof(double) * (size_t)(end - first));
+    if (c->opt_wait) {
+        memcpy(c->cur_clock + first, c->trial_clock + first, sizeof(int64_t) * (size_t)(end - first));
+        memcpy(c->cur_wait + first, c->trial_wait + first, sizeof(double) * (size_t)(end - first));
+        memcpy(c->cur_ran + first, c->trial_ran + first, sizeof(double) * (size_t)(end - first));
+    }
     Py_RETURN_NONE;
 }
 
@@ -486,7 +552,9 @@ static PyObject *Core_longest(Core *c, PyObject *arg) {
 static void Core_dealloc(Core *c) {
     void *blocks[] = {c->pred_ptr, c->pred_idx,  c->topo,    c->stage_ptr, c->opt_ptr,   c->opt_clock,
                       c->opt_time, c->opt_energy, c->current, c->trial,     c->finish,    c->path_in,
-                      c->row,      c->effective,  c->run_start, c->run_len, c->times,     c->late};
+                      c->row,      c->effective,  c->run_start, c->run_len, c->times,     c->late,
+                      c->opt_wait, c->cur_clock,  c->trial_clock, c->held_clock, c->cur_wait, c->trial_wait,
+                      c->held_wait, c->cur_ran,   c->trial_ran, c->held_ran,  c->start,     c->ran_finish};
     free_blocks(blocks, COUNT_OF(blocks));
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
@@ -508,17 +576,35 @@ static int sizes_consistent(const Core *c, const Py_ssize_t *counts) {
     return 1;
 }
 
+/* The waiting power per option (doubles, one per option, or none: the blocking model) into c->opt_wait. */
+static int read_waits(Core *c, PyObject *obj, Py_ssize_t options) {
+    Py_ssize_t count = 0;
+    double *waits = copy_buffer(obj, "opt_wait", &count);
+    if (!waits) return 0;
+    if (count == 0) {
+        free(waits);
+        return 1;
+    }
+    c->opt_wait = waits;
+    if (count != options) {
+        PyErr_SetString(PyExc_ValueError, "Core: opt_wait needs one waiting power per option");
+        return 0;
+    }
+    return 1;
+}
+
 static int Core_init(Core *c, PyObject *args, PyObject *kwds) {
     PyObject *obj[8];
     Py_ssize_t counts[8];
-    static char *names[] = {"pred_ptr",   "pred_idx",   "topo",      "stage_ptr", "opt_ptr",
-                            "opt_clock",  "opt_time",   "opt_energy", "latency_s", "lead_s", NULL};
+    static char *names[] = {"pred_ptr",  "pred_idx",   "topo",      "stage_ptr", "opt_ptr",  "opt_clock",
+                            "opt_time",  "opt_energy", "latency_s", "lead_s",    "opt_wait", NULL};
+    PyObject *wait_obj = NULL;
     if (c->topo) {
         PyErr_SetString(PyExc_RuntimeError, "Core is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOdd", names, &obj[0], &obj[1], &obj[2], &obj[3], &obj[4],
-                                     &obj[5], &obj[6], &obj[7], &c->latency_s, &c->lead_s))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOdd|O", names, &obj[0], &obj[1], &obj[2], &obj[3],
+                                     &obj[4], &obj[5], &obj[6], &obj[7], &c->latency_s, &c->lead_s, &wait_obj))
         return -1;
     void **dst[8] = {(void **)&c->pred_ptr, (void **)&c->pred_idx, (void **)&c->topo,     (void **)&c->stage_ptr,
                      (void **)&c->opt_ptr,  (void **)&c->opt_clock, (void **)&c->opt_time, (void **)&c->opt_energy};
@@ -530,6 +616,7 @@ static int Core_init(Core *c, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_ValueError, "Core: inconsistent arrays");
         return -1;
     }
+    if (wait_obj && !read_waits(c, wait_obj, counts[5])) return -1;
     for (int64_t s = 0; s < c->num_stages; s++)
         if (c->stage_ptr[s + 1] - c->stage_ptr[s] > c->max_stage)
             c->max_stage = c->stage_ptr[s + 1] - c->stage_ptr[s];
@@ -541,6 +628,11 @@ static int Core_init(Core *c, PyObject *args, PyObject *kwds) {
         {(void **)&c->row, c->max_stage, 8}, {(void **)&c->effective, c->max_stage, 8},
         {(void **)&c->run_start, c->max_stage, 8}, {(void **)&c->run_len, c->max_stage, 8},
         {(void **)&c->times, c->max_stage, 8}, {(void **)&c->late, c->max_stage, 1},
+        /* per node, used with opt_wait */
+        {(void **)&c->cur_clock, c->n, 8}, {(void **)&c->trial_clock, c->n, 8}, {(void **)&c->held_clock, c->n, 8},
+        {(void **)&c->cur_wait, c->n, 8}, {(void **)&c->trial_wait, c->n, 8}, {(void **)&c->held_wait, c->n, 8},
+        {(void **)&c->cur_ran, c->n, 8}, {(void **)&c->trial_ran, c->n, 8}, {(void **)&c->held_ran, c->n, 8},
+        {(void **)&c->start, c->n, 8}, {(void **)&c->ran_finish, c->n, 8},
     };
     if (!alloc_arrays(arrays, COUNT_OF(arrays))) {
         PyErr_NoMemory();
@@ -558,6 +650,8 @@ static PyMethodDef Core_methods[] = {
      "after, p_block_w, num_stages, remaining) -> (used, exhausted, best): switch_core.PyCore.scan."},
     {"trial_time", (PyCFunction)Core_trial_time, METH_O,
      "trial_time(stage) -> the longest path with the stage's trial durations."},
+    {"trial_waits", (PyCFunction)Core_trial_waits, METH_VARARGS,
+     "trial_waits(stage, time_s) -> the waits' energy with the stage's trial (switch_core.PyCore.trial_waits)."},
     {"accept", (PyCFunction)Core_accept, METH_O, "accept(stage): the stage's trial becomes its current durations."},
     {"longest", (PyCFunction)Core_longest, METH_O, "longest(durations) -> the longest path through the DAG."},
     {NULL, NULL, 0, NULL},

@@ -3,7 +3,10 @@
 Format: a header line naming at least the columns `stage,instruction,frequency,time,energy` (any order,
 extra columns ignored), then one row per (stage, instruction, frequency): stage an integer 0..S-1,
 instruction `forward` or `backward`, frequency the SM clock in MHz (a positive integer), time the duration
-of one execution in seconds and energy its energy in joules (both finite and positive).
+of one execution in seconds and energy its energy in joules (both finite and positive). An optional column
+`waiting_power` gives the GPU's power (W, finite, >= 0) while it waits (pipeline bubbles) with the row's
+clock held (`perseusd.planner.waiting`): rows of one clock give one value (or leave the cell empty); a file
+without the column has no waiting power by clock, as before.
 
 Every problem is a `ProfileError` naming the file, the 1-based line (the header is line 1) and the column.
 Nothing is silently dropped: only blank lines are skipped. Stages are at most `MAX_STAGE` and clocks at most
@@ -28,6 +31,12 @@ from perseusd.planner.profile import Measurement, Profile
 
 COLUMNS: tuple[str, ...] = ("stage", "instruction", "frequency", "time", "energy")
 """The required columns, in the order `write_profile` writes them."""
+WAITING_COLUMN = "waiting_power"
+"""The optional column: the waiting power (W) with the row's clock held."""
+MAX_WAITING_W = 10_000.0
+"""The most a GPU can draw while waiting (W): far above any board's idle power."""
+WaitingPoints = tuple[tuple[int, float], ...]
+"""A waiting power by held clock: (MHz, W), clocks ascending (`WaitingPower.points`)."""
 
 _INSTRUCTIONS = ", ".join(i.value for i in Instruction)
 _NEEDED = "forward and backward, or forward, backward_input and backward_weight"
@@ -46,6 +55,7 @@ class _Row:
 
     line: int
     measurement: Measurement
+    waiting_w: float | None = None
 
 
 def read_profile(path: str | os.PathLike[str]) -> Profile:
@@ -59,6 +69,12 @@ def read_profile(path: str | os.PathLike[str]) -> Profile:
 
 def read_profile_stream(stream: IO[str], source: str) -> Profile:
     """Read and validate a profile from a text stream; `source` names it in errors and in the profile."""
+    return read_profile_waiting(stream, source)[0]
+
+
+def read_profile_waiting(stream: IO[str], source: str) -> tuple[Profile, WaitingPoints]:
+    """`read_profile_stream`, with the waiting power by clock its `waiting_power` column gives (empty
+    without one)."""
     rows, errors = _parse(stream, source)
     if errors:
         first = errors[0]
@@ -67,7 +83,9 @@ def read_profile_stream(stream: IO[str], source: str) -> Profile:
             problem = f"{first.problem} (and {more} more problem{'s' if more > 1 else ''} in this file)"
             raise ProfileError(first.path, first.line, first.column, problem)
         raise first
-    return Profile.from_measurements((r.measurement for r in rows), source=source)
+    profile = Profile.from_measurements((r.measurement for r in rows), source=source)
+    waiting = {r.measurement.freq_mhz: r.waiting_w for r in rows if r.waiting_w is not None}
+    return profile, tuple(sorted(waiting.items()))
 
 
 def check_profile(path: str | os.PathLike[str]) -> list[ProfileError]:
@@ -88,18 +106,26 @@ def write_profile(profile: Profile, path_or_stream: str | os.PathLike[str] | IO[
         _write_rows(profile.measurements, path_or_stream)
 
 
-def profile_to_csv(profile: Profile) -> str:
-    """The CSV text of `profile`."""
+def profile_to_csv(profile: Profile, waiting_w: WaitingPoints = ()) -> str:
+    """The CSV text of `profile`; with a waiting power by clock, its `waiting_power` column too (each row
+    the power at its clock, empty where none was given for that clock: a clock of `waiting_w` no row has is
+    not written)."""
     buffer = io.StringIO()
-    _write_rows(profile.measurements, buffer)
+    _write_rows(profile.measurements, buffer, dict(waiting_w))
     return buffer.getvalue()
 
 
-def _write_rows(measurements: Iterable[Measurement], stream: IO[str]) -> None:
+def _write_rows(
+    measurements: Iterable[Measurement], stream: IO[str], waiting_w: dict[int, float] | None = None
+) -> None:
     writer = csv.writer(stream, lineterminator="\n")
-    writer.writerow(COLUMNS)
+    writer.writerow((*COLUMNS, WAITING_COLUMN) if waiting_w else COLUMNS)
     for m in measurements:
-        writer.writerow([m.stage, m.instruction.value, m.freq_mhz, repr(m.time_s), repr(m.energy_j)])
+        row = [m.stage, m.instruction.value, m.freq_mhz, repr(m.time_s), repr(m.energy_j)]
+        if waiting_w:
+            watts = waiting_w.get(m.freq_mhz)
+            row.append("" if watts is None else repr(watts))
+        writer.writerow(row)
 
 
 def _parse(stream: IO[str], source: str) -> tuple[list[_Row], list[ProfileError]]:
@@ -124,7 +150,7 @@ def _parse(stream: IO[str], source: str) -> tuple[list[_Row], list[ProfileError]
             rows.append(row)
     if not rows and not errors:
         errors.append(ProfileError(source, 1, None, "no data rows after the header"))
-    for error in _check_duplicates(rows, source):
+    for error in (*_check_duplicates(rows, source), *_check_waiting(rows, source)):
         found += 1
         if len(errors) < MAX_ERRORS:
             errors.append(error)
@@ -154,6 +180,12 @@ def _check_header(header: list[str], source: str) -> tuple[dict[str, int], list[
             errors.append(ProfileError(source, 1, column, f"the column appears {count} times in the header"))
         else:
             positions[column] = names.index(column)
+    count = names.count(WAITING_COLUMN)
+    if count > 1:
+        problem = f"the column appears {count} times in the header"
+        errors.append(ProfileError(source, 1, WAITING_COLUMN, problem))
+    elif count == 1:
+        positions[WAITING_COLUMN] = names.index(WAITING_COLUMN)
     return positions, errors
 
 
@@ -183,9 +215,24 @@ def _parse_row(
                 "(is this profile in milliseconds?)",
             )
         energy_j = _parse_positive_float(field["energy"], "energy", "joules")
+        waiting_w = _parse_waiting(field.get(WAITING_COLUMN, ""))
     except _FieldError as exc:
         return ProfileError(source, line, exc.column, exc.problem)
-    return _Row(line, Measurement(stage, instruction, freq_mhz, time_s, energy_j))
+    return _Row(line, Measurement(stage, instruction, freq_mhz, time_s, energy_j), waiting_w)
+
+
+def _parse_waiting(text: str) -> float | None:
+    """A `waiting_power` cell: None when empty, else watts in 0..`MAX_WAITING_W`."""
+    if not text.strip():
+        return None
+    what = f"a waiting power in watts (0..{MAX_WAITING_W:g})"
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise _FieldError(WAITING_COLUMN, f"'{_clip(text)}' is not {what}") from None
+    if not (math.isfinite(value) and 0.0 <= value <= MAX_WAITING_W):
+        raise _FieldError(WAITING_COLUMN, f"'{_clip(text)}' is not {what}")
+    return value
 
 
 class _FieldError(Exception):
@@ -253,6 +300,22 @@ def _check_duplicates(rows: list[_Row], source: str) -> Iterator[ProfileError]:
             yield ProfileError(source, row.line, "frequency", problem)
         else:
             first_line[key] = row.line
+
+
+def _check_waiting(rows: list[_Row], source: str) -> Iterator[ProfileError]:
+    """Rows of one clock give one waiting power (the GPU's, whatever it computes between its waits)."""
+    first: dict[int, _Row] = {}
+    for row in rows:
+        if row.waiting_w is None:
+            continue
+        clock_mhz = row.measurement.freq_mhz
+        seen = first.setdefault(clock_mhz, row)
+        if seen.waiting_w != row.waiting_w:
+            problem = (
+                f"waiting power {row.waiting_w:g} W at {clock_mhz} MHz, but line {seen.line} gives "
+                f"{seen.waiting_w:g} W for that clock (one value per clock)"
+            )
+            yield ProfileError(source, row.line, WAITING_COLUMN, problem)
 
 
 def _check_coverage(rows: list[_Row], source: str) -> Iterator[ProfileError]:

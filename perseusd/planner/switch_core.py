@@ -9,7 +9,12 @@ and one stage's trial:
   at its effective clock (`followable_stage_clocks`), its duration the slower of its planned and effective
   clocks' times, the late begins `late_begins` counts; the durations become the stage's trial;
 - `trial_time(stage)`: the longest path with that stage's trial in place of its current durations;
-- `accept(stage)`: the trial becomes the stage's current durations;
+- `trial_waits(stage, time_s)`: with a waiting power by held clock (`waits_w`), the energy of every GPU's
+  waits in an iteration of `time_s` with that stage's trial in place, as `waiting.held_waiting_j` counts
+  them for the effective plan (each computation at its effective clock's time, as early as the DAG allows;
+  the wait before a computation held at its effective clock, a lowering's first `latency_s` at the previous
+  computation's): what `PointFollower.follow` predicts for the plan; 0 without one;
+- `accept(stage)`: the trial becomes the stage's current durations (and held clocks);
 - `scan(...)`: the descent's moves of one stage (`moves`), each judged as above, and the best that beats a
   bound within the time limit and the late-begin cap (see `PyCore.scan`).
 """
@@ -24,7 +29,13 @@ from typing import Any, Protocol
 from perseusd.planner.dag import ComputationDag
 from perseusd.planner.evaluate import SWITCHCORE, dag_arrays, longest_path_s
 from perseusd.planner.switching import StageOptions, SwitchModel, followable_stage_clocks, late_begins
+from perseusd.planner.waiting import WaitingPower
 
+StageWaits = list[dict[int, float]]
+"""One stage's waiting power (W) while each computation's clock is held, per computation in schedule order:
+clock MHz -> W (`WaitingPower.at_w` of each measured clock)."""
+Held = tuple[int, float, float]
+"""One computation as its waits see it: (effective clock MHz, waiting W at it, its time at that clock s)."""
 StageCost = tuple[float, float, int]
 """One stage's (energy at the effective clocks, time computing at them, late begins)."""
 Found = tuple[float, float, tuple[int, ...], StageCost]
@@ -74,6 +85,7 @@ class SwitchCore(Protocol):
 
     def stage_cost(self, stage: int, row: Sequence[int]) -> tuple[float, float, int]: ...
     def trial_time(self, stage: int) -> float: ...
+    def trial_waits(self, stage: int, time_s: float) -> float: ...
     def accept(self, stage: int) -> None: ...
     def scan(self, stage: int, row: Sequence[int], *limits: Any) -> tuple[int, bool, Found | None]: ...
 
@@ -100,38 +112,61 @@ def moves(costs: StageOptions, row: Sequence[int]) -> Iterator[tuple[int, ...]]:
 class PyCore:
     """The executable specification of `_switchcore.Core`."""
 
-    def __init__(self, dag: ComputationDag, stages: Sequence[StageOptions], model: SwitchModel) -> None:
-        self.dag, self.stages, self.model = dag, stages, model
+    def __init__(
+        self,
+        dag: ComputationDag,
+        stages: Sequence[StageOptions],
+        model: SwitchModel,
+        waits_w: Sequence[StageWaits] | None = None,
+    ) -> None:
+        self.dag, self.stages, self.model, self.waits_w = dag, stages, model, waits_w
         self._current: list[list[float]] = [[0.0] * len(ids) for ids in dag.stage_orders]
         self._trial: list[list[float]] = [list(durations) for durations in self._current]
+        # Per stage, per computation: (effective clock, waiting W at it, its time at that clock).
+        self._held: list[list[Held]] = [[(0, 0.0, 0.0)] * len(ids) for ids in dag.stage_orders]
+        self._trial_held = [list(held) for held in self._held]
 
     def stage_cost(self, stage: int, row: Sequence[int]) -> tuple[float, float, int]:
         costs = self.stages[stage]
         planned = list(row)
         effective = followable_stage_clocks(planned, costs.time_at, costs.snap_up, self.model)
-        durations_s = []
+        durations_s, held = [], []
         energy_j = busy_s = 0.0
         for k, (clock_mhz, planned_mhz) in enumerate(zip(effective, planned, strict=True)):
             ran_s = costs.time_s[k][clock_mhz]
-            durations_s.append(max(ran_s, costs.time_s[k][planned_mhz]))
+            duration_s = max(ran_s, costs.time_s[k][planned_mhz])
+            durations_s.append(duration_s)
             energy_j += costs.energy_j[k][clock_mhz]
             busy_s += ran_s
+            if self.waits_w is not None:
+                waiting_w = self.waits_w[stage][k][clock_mhz]
+                held.append((clock_mhz, waiting_w, ran_s))
         self._trial[stage] = durations_s
+        self._trial_held[stage] = held
         return energy_j, busy_s, late_begins(planned, costs.time_at, self.model)
 
     def trial_time(self, stage: int) -> float:
         rows = [*self._current[:stage], self._trial[stage], *self._current[stage + 1 :]]
         return longest_path_s(self.dag, [d for row in rows for d in row])
 
+    def trial_waits(self, stage: int, time_s: float) -> float:
+        if self.waits_w is None:
+            return 0.0
+        held_rows = [*self._held[:stage], self._trial_held[stage], *self._held[stage + 1 :]]
+        held = [h for row in held_rows for h in row]
+        return held_waits_j(self.dag, held, time_s, self.model.latency_s)
+
     def accept(self, stage: int) -> None:
         self._current[stage] = self._trial[stage]
+        self._held[stage] = self._trial_held[stage]
 
     def scan(self, stage: int, row: Sequence[int], *limits: Any) -> tuple[int, bool, Found | None]:
         """(evaluations used, whether the budget ran out, the best move or None) over `moves(row)`: a move is
         judged while `remaining` lasts; it must keep the late begins under `late` (`repairing`) or within
         `allowed`, the time within `limit_s` and use less energy than the bound, which each best lowers.
         The plan's energy sums the stages in order (`energy_before`, this stage's, each of `after`) plus
-        blocking power while waiting; `limits` are `ScanLimits.args()`."""
+        blocking power while waiting (with `waits_w`: `trial_waits` instead); `limits` are
+        `ScanLimits.args()`."""
         lim = ScanLimits(*limits)
         used, bound_j, best = 0, lim.bound_j, None
         for trial in moves(self.stages[stage], row):
@@ -147,24 +182,65 @@ class PyCore:
             for other in lim.after:
                 energy_j += other[0]
                 busy_s += other[1]
-            energy_j += lim.p_block_w * (lim.num_stages * time_s - busy_s)
+            if self.waits_w is None:
+                energy_j += lim.p_block_w * (lim.num_stages * time_s - busy_s)
+            else:
+                energy_j += self.trial_waits(stage, time_s)
             if time_s <= lim.limit_s and energy_j < bound_j - 1e-12:
                 bound_j, best = energy_j, (energy_j, time_s, trial, cost)
         return used, False, best
+
+
+def held_waits_j(dag: ComputationDag, held: Sequence[Held], time_s: float, latency_s: float) -> float:
+    """The waits' energy of an iteration of `time_s` whose node i is `held[i]` = (effective clock, waiting
+    W at it, its time at it): `waiting.held_waiting_j`'s sums in its order (computations as early as the DAG
+    allows; a lowering's first `latency_s` at the clock before). `PyCore.trial_waits`; the C core's,
+    operation for operation."""
+    n = dag.num_computations
+    finish_s, start_s = [0.0] * n, [0.0] * n
+    for node in dag.topological_order:
+        start_s[node] = max((finish_s[p] for p in dag.predecessors[node]), default=0.0)
+        finish_s[node] = start_s[node] + held[node][2]
+    energy_j = 0.0
+    for nodes in dag.stage_orders:
+        for k, node in enumerate(nodes):
+            before = nodes[k - 1]
+            gap_s = max(0.0, start_s[node] - finish_s[before] + (time_s if k == 0 else 0.0))
+            clock_mhz, waiting_w, _ = held[node]
+            if clock_mhz < held[before][0]:
+                early_s = min(gap_s, latency_s)
+                energy_j += early_s * held[before][1] + (gap_s - early_s) * waiting_w
+            else:
+                energy_j += gap_s * waiting_w
+    return energy_j
+
+
+def stage_waits(stages: Sequence[StageOptions], waiting: WaitingPower) -> list[StageWaits]:
+    """Every stage's waiting power at each computation's measured clocks."""
+    return [
+        [{clock: waiting.at_w(clock) for clock in clocks} for clocks in costs.clocks_mhz] for costs in stages
+    ]
 
 
 _C_CORE = None if SWITCHCORE is None else SWITCHCORE.Core
 
 
 def switch_core(
-    dag: ComputationDag, stages: Sequence[StageOptions], model: SwitchModel, use_c: bool = True
+    dag: ComputationDag,
+    stages: Sequence[StageOptions],
+    model: SwitchModel,
+    use_c: bool = True,
+    waiting: WaitingPower | None = None,
 ) -> SwitchCore:
-    """The descent's core for one job (nodes numbered stage by stage in schedule order), in C when built."""
+    """The descent's core for one job (nodes numbered stage by stage in schedule order), in C when built;
+    with a `waiting` power by held clock (not constant), plans wait at the clocks held (`trial_waits`)."""
+    waits_w = stage_waits(stages, waiting) if waiting is not None and not waiting.constant else None
     if not use_c or _C_CORE is None:
-        return PyCore(dag, stages, model)
+        return PyCore(dag, stages, model, waits_w)
     stage_ptr = array("q", [0])
     opt_ptr, opt_clock, opt_time, opt_energy = array("q", [0]), array("q"), array("d"), array("d")
-    for ids, costs in zip(dag.stage_orders, stages, strict=True):
+    opt_wait = array("d")
+    for stage, (ids, costs) in enumerate(zip(dag.stage_orders, stages, strict=True)):
         if ids and ids[0] != stage_ptr[-1]:
             raise ValueError("the DAG's nodes are not numbered stage by stage in schedule order")
         stage_ptr.append(stage_ptr[-1] + len(ids))
@@ -172,8 +248,9 @@ def switch_core(
             opt_clock.extend(clocks)
             opt_time.extend(costs.time_s[k][c] for c in clocks)
             opt_energy.extend(costs.energy_j[k][c] for c in clocks)
+            if waits_w is not None:
+                opt_wait.extend(waits_w[stage][k][c] for c in clocks)
             opt_ptr.append(len(opt_clock))
-    core: SwitchCore = _C_CORE(
-        *dag_arrays(dag), stage_ptr, opt_ptr, opt_clock, opt_time, opt_energy, model.latency_s, model.lead_s
-    )
+    arrays = (*dag_arrays(dag), stage_ptr, opt_ptr, opt_clock, opt_time, opt_energy)
+    core: SwitchCore = _C_CORE(*arrays, model.latency_s, model.lead_s, opt_wait=opt_wait)
     return core

@@ -9,7 +9,9 @@ set to one clock (each computation at its lowest measured clock at or above it).
 really run, conservatively:
 
 - energy: every computation at its effective clock (`followable_stage_clocks`), plus the blocking power
-  while a GPU waits inside the iteration;
+  while a GPU waits inside the iteration, or, with a waiting power by held clock (`WaitingPower`), each wait
+  at the clock held in it (`switch_core.held_waits_j`): a plan may slow a GPU whose waits then cost less, or
+  keep a lower clock through a wait;
 - time: the longest path with every computation at the slower of its planned and effective clocks. A
   lowering that acts late leaves a computation at the higher clock only when the GPU goes straight on; after
   a wait (a pipeline bubble) the lower clock is already in force. The descent never counts on the late one.
@@ -91,7 +93,8 @@ class DescentSearch:
         self.model = model
         self.follower = PointFollower(dag, profile, p_block_w, model, waiting)
         self.stages = self.follower.stages
-        self.core = switch_core(dag, self.stages, model, use_c)
+        self.waiting = self.follower.waiting
+        self.core = switch_core(dag, self.stages, model, use_c, self.waiting)
 
     def all_max(self) -> Rows:
         """Every computation at its highest measured clock."""
@@ -181,7 +184,10 @@ class DescentSearch:
         return best
 
     def _energy(self, costs: Sequence[StageCost], time_s: float) -> float:
-        """The plan's energy at iteration time `time_s`: its stages' plus blocking power while waiting."""
+        """The plan's energy at iteration time `time_s` (the core's current durations): its stages' plus
+        blocking power while waiting, or its waits at the clocks held (`SwitchCore.trial_waits`)."""
+        if self.waiting is not None:
+            return sum(cost[0] for cost in costs) + self.core.trial_waits(0, time_s)
         busy_s = sum(cost[1] for cost in costs)
         waiting_j = self.p_block_w * (self.dag.num_stages * time_s - busy_s)
         return sum(cost[0] for cost in costs) + waiting_j
@@ -218,13 +224,15 @@ def descend_frontier(
     descent's plan appended as a new point when it beats the least-energy point within that limit. A plan
     has at most `MAX_LATE_FRACTION` of its computations begin before their clock is applied.
 
-    A limit is skipped when following cost that point under `FOLLOWING_LOSS` of its energy and it begins
-    no more computations early than the cap: it runs nearly as the solver solved it. Each descent starts
+    Without a waiting power, a limit is skipped when following cost that point under `FOLLOWING_LOSS` of its
+    energy and it begins no more computations early than the cap: it runs nearly as the solver solved it.
+    With one, every limit is descended: the solver judged its points' waits at the blocking power, the
+    descent at the clocks held in them. Each descent starts
     from that point's deployed clocks and from all-max, and keeps the better plan. A new point's `followed`
     says `descended_from` (the start point's index); its `refined_*` figures are the descent's (the
     effective plan's energy, over the time that counts every lowering both ways: never less than the
-    effective plan's figures). The descent judges plans with the blocking power; with a `waiting` power by
-    held clock, a new point's energy has its waits at the clocks held in them (`PointFollower.follow`)."""
+    effective plan's figures). With a `waiting` power by held clock, the descent judges each wait at the clock
+    held in it, and so do the figures of the points it adds."""
     search = DescentSearch(dag, profile, p_block_w, model, waiting=waiting)
     follower = search.follower
     budget = max(1, MAX_NODE_EVALUATIONS // max(1, dag.num_computations))
@@ -236,7 +244,7 @@ def descend_frontier(
         if not within:
             continue
         best = min(within, key=lambda p: (p.refined_energy_j, p.predicted_time_s))
-        if not _worth_descending(best, search.late(best.clocks_mhz) > max_late):
+        if search.waiting is None and not _worth_descending(best, search.late(best.clocks_mhz) > max_late):
             continue
         starts = (best.clocks_mhz, search.all_max())
         found = [search.descend(start, limit_s, budget, max_late) for start in starts]
@@ -288,10 +296,5 @@ def _descended_point(
         descended_from=start.index,
     )
     # The descent's own figures: its time counts a lowering both ways, so a policy choosing on it never
-    # counts on a lowering that acts late (they are at least the effective plan's). Its waits at the
-    # blocking power are replaced by those at the clocks held (the same without a waiting power).
-    energy_j = descent.energy_j
-    if follower.waiting is not None:
-        blocking_j, held_j = follower.waiting_j(descent.clocks_mhz, descent.time_s)
-        energy_j += held_j - blocking_j
-    return replace(followed, refined_time_s=descent.time_s, refined_energy_j=energy_j)
+    # counts on a lowering that acts late; its waits are at the clocks held when it has a waiting power.
+    return replace(followed, refined_time_s=descent.time_s, refined_energy_j=descent.energy_j)

@@ -86,3 +86,17 @@ def held_waiting_j(
             else:
                 energy_j += gap_s * held_w
     return energy_j
+
+
+def monotone_fit(values: Sequence[float], weights: Sequence[int]) -> list[float]:
+    """The non-decreasing sequence closest to `values` in weighted least squares (pool adjacent violators):
+    each run of values that falls is replaced by its weighted mean."""
+    blocks: list[tuple[float, int, int]] = []  # (weighted mean, weight, count of values)
+    for value, weight in zip(values, weights, strict=True):
+        mean, total, count = value, max(1, weight), 1
+        while blocks and blocks[-1][0] > mean:
+            previous, previous_total, previous_count = blocks.pop()
+            mean = (previous * previous_total + mean * total) / (previous_total + total)
+            total, count = previous_total + total, previous_count + count
+        blocks.append((mean, total, count))
+    return [mean for mean, _, count in blocks for _ in range(count)]

@@ -135,3 +135,21 @@ def test_registration_with_a_damaged_cached_frontier_solves_again(
     assert _register_all(core) == ["registered", "solving"]  # the cached profile, a fresh solve
     _wait_running(core)
     assert json.loads((folder / "frontier.json").read_text())["format"] == "perseus-frontier"
+
+
+def test_the_waiting_power_by_clock_is_cached_with_the_profile_and_an_older_entry_has_none(
+    tmp_path: Path,
+) -> None:
+    cache = JobCache(tmp_path / "jobs")
+    profile = synthetic_profile(STAGES, seed=3, clocks_mhz=A100_CLOCKS_MHZ)
+    cache.store_profile(SIGNATURE, profile, 80.0, {"job": "train"}, ((1005, 61.25), (1410, 80.0)))
+    entry = cache.load(SIGNATURE, _shape())
+    assert entry is not None
+    assert entry.waiting_w == ((1005, 61.25), (1410, 80.0))
+    assert entry.profile.measurements == profile.measurements
+    # an entry cached before the waiting power was kept: its profile.csv has no such column
+    (cache.root / SIGNATURE / "profile.csv").write_text(profile_to_csv(profile))
+    older = cache.load(SIGNATURE, _shape())
+    assert older is not None
+    assert older.waiting_w == ()
+    assert older.profile.measurements == profile.measurements

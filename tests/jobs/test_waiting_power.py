@@ -3,19 +3,29 @@ feeds: a plan's predicted energy counts its waits at the clocks held in them."""
 
 from __future__ import annotations
 
+import io
+import time
+from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+from perseus_client import protocol as p
 
+from perseusd.daemon.core import DaemonCore
 from perseusd.jobs.job import Job
 from perseusd.jobs.observed import OrderLearner
+from perseusd.jobs.settings import JobSettings
 from perseusd.jobs.shape import JobShape
 from perseusd.jobs.slot import StageSlot
 from perseusd.jobs.solving import SolveInput, solve
 from perseusd.planner.policy import Policy
-from perseusd.planner.profile_csv import profile_to_csv
+from perseusd.planner.profile_csv import profile_to_csv, read_profile_waiting
 from perseusd.planner.switching import SwitchModel
-from tests.support.synthetic import synthetic_profile
+from perseusd.planner.waiting import monotone_fit
+from tests.support.callers import ME
+from tests.support.daemon_core import sim_core
+from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
 SHAPE = JobShape("1f1b", 3, 4, 1)
 
@@ -46,9 +56,32 @@ def test_the_waiting_power_per_clock_is_the_median_of_the_gpus_and_never_falls_w
     )
     assert job.measured_waiting_w() == ((900, 80.0), (1440, 100.0), (1980, 130.0))
     assert job.measured_waiting_w({"GPU-0": 2.0, "GPU-1": 2.0, "GPU-2": 2.0})[0] == (900, 160.0)
-    high = _job([{1980: 130.0, 900: 140.0}])  # the low clock above the high one: held at it, not below
-    assert high.measured_waiting_w() == ((900, 140.0), (1980, 140.0))
+    high = _job([{1980: 130.0, 900: 140.0}])  # the low clock above the high one: pooled with it
+    assert high.measured_waiting_w() == ((900, 135.0), (1980, 135.0))
     assert _job([{}, {}, {}]).measured_waiting_w() == ()
+
+
+def test_one_noisy_low_clock_does_not_hold_the_clocks_above_it_at_the_blocking_power() -> None:
+    """What a 4-stage run measured (dense-uneven-rc4x16, seed 1): the GPUs' medians follow the board's idle
+    power but 900 MHz's came out at 132 W. Lifting each clock to the highest below it held every clock from
+    900 MHz up at 132 W (the plan's waits predicted at the blocking power: 12.3 % predicted, 17.1 %
+    measured); the monotone fit pools 900 MHz with the clocks up to 1470 (101 W) and leaves the rest."""
+    measured = {705: 71.4, 900: 132.1, 960: 81.2, 1215: 91.5, 1470: 99.6, 1725: 116.0, 1980: 128.7}
+    job = _job([measured, measured, measured])
+    fitted = dict(job.measured_waiting_w())
+    assert fitted[705] == 71.4
+    pooled = [fitted[clock] for clock in (900, 960, 1215, 1470)]
+    assert pooled == pytest.approx([(132.1 + 81.2 + 91.5 + 99.6) / 4] * 4)
+    assert (fitted[1725], fitted[1980]) == (116.0, 128.7)
+    values = [watts for _, watts in job.measured_waiting_w()]
+    assert values == sorted(values)
+
+
+def test_the_monotone_fit_is_the_weighted_least_squares_one() -> None:
+    assert monotone_fit([1.0, 2.0, 3.0], [1, 1, 1]) == [1.0, 2.0, 3.0]
+    assert monotone_fit([3.0, 1.0], [1, 3]) == [1.5, 1.5]  # weighted by the GPUs behind each value
+    assert monotone_fit([1.0, 5.0, 2.0, 2.0, 6.0], [1, 1, 1, 1, 1]) == [1.0, 3.0, 3.0, 3.0, 6.0]
+    assert monotone_fit([], []) == []
 
 
 def test_a_solve_with_a_waiting_power_predicts_less_energy_where_plans_lower_clocks() -> None:
@@ -66,3 +99,47 @@ def test_a_solve_with_a_waiting_power_predicts_less_energy_where_plans_lower_clo
     for old, new in lowered:
         assert new.refined_energy_j < old.refined_energy_j
         assert new.predicted_time_s == pytest.approx(old.predicted_time_s)
+
+
+def test_an_imported_waiting_power_is_planned_with_exported_and_cached(tmp_path: Path) -> None:
+    """A profile file with a `waiting_power` column, imported before the job registers: the job plans with
+    that waiting power, exports it again, and a second run of the job finds it in the cache; an import of a
+    file without the column replaces it with none."""
+    stages, microbatches = 2, 4
+    profile = synthetic_profile(stages, seed=3, clocks_mhz=A100_CLOCKS_MHZ)
+    waiting = ((1005, 61.25), (1410, 80.0))
+    with sim_core(tmp_path, gpus=stages, jobs=JobSettings()) as core:
+        assert core.jobs is not None
+
+        def run_job() -> None:
+            core.handle(ME, p.Hello(job="train", client_version="test"))
+            core.handle(ME, p.Claim(gpus=core.registry.uuids, job="train"))
+            for stage, gpu in enumerate(core.registry.uuids):
+                message = p.Register(gpu, "train", 0, stage, stages, microbatches, "1f1b", 1)  # type: ignore[arg-type]
+                assert isinstance(core.handle(ME, message), p.RegisterOk)
+
+        imported = core.handle(ME, p.ProfileImport("train", profile_to_csv(profile, waiting), "w.csv", 80.0))
+        assert isinstance(imported, p.ProfileImportOk)
+        run_job()
+        job = core.jobs.jobs["train"]
+        assert job.waiting_w == waiting
+        exported = core.handle(ME, p.ProfileExport("train"))
+        assert isinstance(exported, p.ProfileReply)
+        assert read_profile_waiting(io.StringIO(exported.csv), "export")[1] == waiting
+        _until(lambda: job.frontier is not None, core)
+        core.handle(ME, p.Release(gpus=()))
+        run_job()  # the same job again: its profile and waiting power from the cache
+        again = core.jobs.jobs["train"]
+        assert again.cached
+        assert again.waiting_w == waiting
+        plain = core.handle(ME, p.ProfileImport("train", profile_to_csv(profile), "plain.csv", 80.0))
+        assert isinstance(plain, p.ProfileImportOk)
+        assert again.waiting_w == ()
+
+
+def _until(condition: Callable[[], bool], core: DaemonCore, timeout_s: float = 60.0) -> None:
+    deadline_s = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline_s, "timed out"
+        core.tick()
+        time.sleep(0.02)

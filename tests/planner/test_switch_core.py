@@ -20,10 +20,13 @@ from perseusd.planner.profile import Profile
 from perseusd.planner.switch_core import PyCore, ScanLimits, switch_core
 from perseusd.planner.switch_search import DescentSearch
 from perseusd.planner.switching import PointFollower, StageOptions, SwitchModel
+from perseusd.planner.waiting import WaitingPower
 from tests.support.synthetic import synthetic_profile
 
 H100 = SwitchModel(latency_s=0.012, lead_s=0.014, min_run_s=0.028)
 QUICK = SwitchModel(latency_s=6e-5, lead_s=0.00206, min_run_s=0.0041)  # a simulated A100's
+IDLE = WaitingPower(124.0, ((900, 79.12), (1440, 99.97), (1980, 124.0)))
+"""A waiting power falling with the held clock (the `h100_sxm` board's idle points)."""
 
 
 def _c_core_or_skip() -> None:
@@ -51,31 +54,42 @@ def _random_row(stage: StageOptions, rng: random.Random) -> list[int]:
     return [stage.snap_up(k, clock) for k, clock in enumerate(row[: len(stage.clocks_mhz)])]
 
 
+@pytest.mark.parametrize("waiting", [None, IDLE], ids=["blocking", "held"])
 @pytest.mark.parametrize("case", range(4))
-def test_the_c_core_gives_the_pythons_bits(case: int) -> None:
+def test_the_c_core_gives_the_pythons_bits(case: int, waiting: WaitingPower | None) -> None:
     _c_core_or_skip()
     dag, profile, model = _cases()[case]
     stages = [StageOptions(dag, profile, s) for s in range(dag.num_stages)]
-    c_core, py_core = switch_core(dag, stages, model), PyCore(dag, stages, model)
+    c_core = switch_core(dag, stages, model, waiting=waiting)
+    py_core = switch_core(dag, stages, model, use_c=False, waiting=waiting)
+    assert isinstance(py_core, PyCore)
     rng = random.Random(case)
+    held = 0
     for _ in range(60):
         for stage, options in enumerate(stages):
             row = _random_row(options, rng)
             assert c_core.stage_cost(stage, row) == py_core.stage_cost(stage, row)
-            assert c_core.trial_time(stage) == py_core.trial_time(stage)
+            time_s = c_core.trial_time(stage)
+            assert time_s == py_core.trial_time(stage)
+            waits_j = c_core.trial_waits(stage, time_s * 1.01)
+            assert waits_j == py_core.trial_waits(stage, time_s * 1.01)
+            held += waits_j > 0.0
             if rng.random() < 0.5:
                 c_core.accept(stage)
                 py_core.accept(stage)
+    assert held == (0 if waiting is None else 60 * dag.num_stages)
 
 
+@pytest.mark.parametrize("waiting", [None, IDLE], ids=["blocking", "held"])
 @pytest.mark.parametrize("case", range(4))
-def test_the_c_scan_gives_the_pythons_moves(case: int) -> None:
+def test_the_c_scan_gives_the_pythons_moves(case: int, waiting: WaitingPower | None) -> None:
     """A stage's moves judged in C: the same evaluations, budget end and best move as the Python loop,
-    repairing or not, with bounds that some moves beat and budgets that run out."""
+    repairing or not, with bounds that some moves beat and budgets that run out; with waits charged at the
+    held clock too."""
     _c_core_or_skip()
     dag, profile, model = _cases()[case]
     stages = [StageOptions(dag, profile, s) for s in range(dag.num_stages)]
-    cores = [switch_core(dag, stages, model), PyCore(dag, stages, model)]
+    cores = [switch_core(dag, stages, model, True, waiting), switch_core(dag, stages, model, False, waiting)]
     rng = random.Random(10 + case)
     rows = [_random_row(options, rng) for options in stages]
     costs = []
@@ -85,7 +99,11 @@ def test_the_c_scan_gives_the_pythons_moves(case: int) -> None:
             core.accept(stage)
     late = sum(cost[2] for cost in costs)
     time_s = cores[1].trial_time(0)  # stage 0's trial is its current durations: the plan's time
-    energy_j = sum(c[0] for c in costs) + 124.0 * (dag.num_stages * time_s - sum(c[1] for c in costs))
+    if waiting is None:
+        energy_j = sum(c[0] for c in costs) + 124.0 * (dag.num_stages * time_s - sum(c[1] for c in costs))
+    else:
+        energy_j = sum(c[0] for c in costs) + cores[1].trial_waits(0, time_s)
+    found = 0
     for _ in range(12):
         stage = rng.randrange(dag.num_stages)
         before, after = costs[:stage], costs[stage + 1 :]
@@ -105,14 +123,17 @@ def test_the_c_scan_gives_the_pythons_moves(case: int) -> None:
         )
         results = [core.scan(stage, rows[stage], *limits.args()) for core in cores]
         assert results[0] == results[1]
+        found += results[0][2] is not None
+    assert found > 0
     with pytest.raises(ValueError, match="more stages"):
         cores[0].scan(0, rows[0], *(*limits.args()[:8], ((1.0, 1.0),) * dag.num_stages, *limits.args()[9:]))
 
 
-def test_descents_are_the_same_with_and_without_c() -> None:
+@pytest.mark.parametrize("waiting", [None, IDLE], ids=["blocking", "held"])
+def test_descents_are_the_same_with_and_without_c(waiting: WaitingPower | None) -> None:
     _c_core_or_skip()
     dag, profile, model = _cases()[0]
-    searches = [DescentSearch(dag, profile, 124.0, model, use_c=use_c) for use_c in (True, False)]
+    searches = [DescentSearch(dag, profile, 124.0, model, use_c, waiting) for use_c in (True, False)]
     start = searches[0].all_max()
     limit_s = searches[0].evaluate(start)[0] * 1.02
     found = [search.descend(start, limit_s, 3000, max_late=6) for search in searches]

@@ -26,6 +26,7 @@ from perseusd.planner.switching import (
     followable_point,
     late_begins,
 )
+from perseusd.planner.waiting import WaitingPower
 from tests.support.synthetic import synthetic_profile
 
 H100 = SwitchModel(latency_s=0.012, lead_s=0.014, min_run_s=0.028)  # the daemon's model on an H100
@@ -211,3 +212,30 @@ def test_perseusctl_frontier_prints_what_the_gpus_will_run() -> None:
     assert row.endswith(f"<- deployed (descent from {new.followed.descended_from})")
     solver_row = next(line for line in lines if line.startswith("0 "))
     assert f"{descended.points[0].predicted_time_s:.4f}" in solver_row.split()
+
+
+def test_with_a_waiting_power_the_descent_judges_waits_at_the_clocks_held() -> None:
+    """The descent's figure for its plan: the effective plan's computations plus its waits at the clocks held
+    (`PointFollower.waiting_j` at the descent's time), what the prediction counts; its points at every limit
+    (each descended, even where following lost little); every figure below the same plan's with the waits
+    at the blocking power when the plan lowers clocks."""
+    frontier, dag, profile, all_max_time_s = _job(3)
+    waiting = WaitingPower(P_BLOCK_W, ((900, 55.0), (1230, 70.0), (1410, P_BLOCK_W)))
+    search = DescentSearch(dag, profile, P_BLOCK_W, H100, waiting=waiting)
+    blocking = DescentSearch(dag, profile, P_BLOCK_W, H100)
+    found = search.descend(search.all_max(), all_max_time_s * 1.1, 20_000, None)
+    assert found is not None
+    assert found.moves > 0
+    effective = search.follower.follow(frontier.points[0], found.clocks_mhz, 0.0, 0.0, None).followed
+    assert effective is not None
+    compute_j = evaluate_clocks(
+        dag, profile, _node_clocks(dag, effective.effective_clocks_mhz), P_BLOCK_W
+    ).compute_energy_j
+    held_j = search.follower.waiting_j(found.clocks_mhz, found.time_s)[1]
+    assert found.energy_j == pytest.approx(compute_j + held_j, rel=1e-12)
+    time_s, blocking_j = blocking.evaluate(found.clocks_mhz)
+    assert time_s == found.time_s
+    assert found.energy_j < blocking_j
+    descended = descend_frontier(frontier, dag, profile, P_BLOCK_W, H100, all_max_time_s, waiting=waiting)
+    new = [p for p in descended.points if p.followed is not None and p.followed.descended_from is not None]
+    assert new

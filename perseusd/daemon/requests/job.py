@@ -46,7 +46,7 @@ from perseusd.leasing.identity import Caller
 from perseusd.leasing.leases import LeaseBook
 from perseusd.planner.policy import Policy
 from perseusd.planner.profile import Profile
-from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream
+from perseusd.planner.profile_csv import WaitingPoints, profile_to_csv, read_profile_waiting
 from perseusd.switching.plans import PlanBook
 
 CARBON_SINCE_MINOR = 1
@@ -148,7 +148,8 @@ class JobRequests:
         job = self._own_job(caller, message.job)
         if job.profile is None:
             raise ProtocolError(ErrorCode.BAD_FIELD, f"job {job.name} has no profile yet (it is {job.state})")
-        return ProfileReply(job=job.name, csv=profile_to_csv(job.profile), p_block_w=job.p_block_w)
+        csv = profile_to_csv(job.profile, job.waiting_w)
+        return ProfileReply(job=job.name, csv=csv, p_block_w=job.p_block_w)
 
     def profile_import(self, caller: Caller, message: ProfileImport) -> ProfileImportOk:
         if not 0 <= message.p_block_w <= MAX_P_BLOCK_W:  # the decoder refused NaN and infinities
@@ -156,10 +157,10 @@ class JobRequests:
                 ErrorCode.BAD_FIELD,
                 f"the blocking power (--p-block-w, p_block_w) must be 0..{MAX_P_BLOCK_W:g} W",
             )
-        profile = _parse_profile(message.csv, message.source or "<import>")
+        profile, waiting_w = _parse_profile(message.csv, message.source or "<import>")
         job = self.manager.jobs.get(message.job)
         if job is None or not job.active:
-            return self._pending_import(caller, message, profile)
+            return self._pending_import(caller, message, profile, waiting_w)
         check_owner(job, caller.uid, admin=self.is_admin(caller))
         _check_stages(job, profile)
         p_block_w = message.p_block_w or job.p_block_w
@@ -169,10 +170,12 @@ class JobRequests:
                 "give the GPU's power while blocked on communication (--p-block-w, p_block_w): nothing "
                 "measured yet",
             )
-        self.manager.reprofile_with(job, profile, p_block_w)
+        self.manager.reprofile_with(job, profile, p_block_w, waiting_w)
         return ProfileImportOk(job=job.name, rows=len(profile.measurements), state=job.state)
 
-    def _pending_import(self, caller: Caller, message: ProfileImport, profile: Profile) -> ProfileImportOk:
+    def _pending_import(
+        self, caller: Caller, message: ProfileImport, profile: Profile, waiting_w: WaitingPoints
+    ) -> ProfileImportOk:
         """Keep the profile for the caller's job of that name: keyed by (uid, job), so no user can replace
         or block another user's; a user's own re-import replaces theirs."""
         pending = self.manager.pending_imports
@@ -190,7 +193,7 @@ class JobRequests:
                 "a profile imported before its job registers needs the GPU's power while blocked on "
                 "communication (--p-block-w, p_block_w > 0)",
             )
-        pending[key] = PendingImport(profile, message.p_block_w)
+        pending[key] = PendingImport(profile, message.p_block_w, waiting_w)
         return ProfileImportOk(job=message.job, rows=len(profile.measurements), state="pending")
 
     def _active_job(self, caller: Caller, name: str) -> Job:
@@ -206,9 +209,9 @@ class JobRequests:
         return self.manager.job_for(caller.uid, name, admin=self.is_admin(caller))
 
 
-def _parse_profile(text: str, source: str) -> Profile:
+def _parse_profile(text: str, source: str) -> tuple[Profile, WaitingPoints]:
     try:
-        return read_profile_stream(io.StringIO(text), source)
+        return read_profile_waiting(io.StringIO(text), source)
     except PerseusError as exc:
         raise ProtocolError(ErrorCode.BAD_FIELD, f"profile_import: {exc}") from None
 
