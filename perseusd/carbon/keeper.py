@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from perseusd.carbon.forecast import Forecast, forecast
 from perseusd.carbon.sources import SignalSource
 from perseusd.carbon.traces import SignalError, SignalPoint
+from perseusd.threads import NamedThread
 
 logger = logging.getLogger(__name__)
 OK, STALE, EXPIRED, FAILED = "ok", "stale", "expired", "failed"
@@ -193,7 +194,7 @@ class SignalPoller:
         self._keeper.update(history)
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="perseusd-signal", daemon=True)
+        self._thread = NamedThread(target=self._run, name="perseusd-signal", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 import requests
 
 from perseusd.cluster.config import Endpoint
+from perseusd.threads import NamedThread
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class RangeWatch:
         self.events = 0
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread = NamedThread(target=self._run, name=self._name, daemon=True)
         self._thread.start()
 
     def stop(self) -> None:

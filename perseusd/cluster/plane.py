@@ -73,6 +73,7 @@ from perseusd.cluster.span_board import (
     member_key,
     plan_key,
 )
+from perseusd.threads import NamedThread
 
 logger = logging.getLogger(__name__)
 
@@ -347,7 +348,7 @@ class ClusterPlane:
         """Start the thread (once)."""
         if self._thread is not None:
             raise ClusterError("the cluster plane was already started")
-        self._thread = threading.Thread(target=self._run, name="perseusd-cluster", daemon=True)
+        self._thread = NamedThread(target=self._run, name="perseusd-cluster", daemon=True)
         self._thread.start()
 
     def stop(self, revoke: bool = True) -> None:

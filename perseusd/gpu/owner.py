@@ -32,6 +32,7 @@ from perseusd.errors import GpuError
 from perseusd.gpu.backend import GpuDevice, GpuInfo, GpuState
 from perseusd.gpu.clocks import clamp, snap_clock_mhz
 from perseusd.gpu.errors import GpuOwnerStoppedError
+from perseusd.threads import NamedThread
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ class GpuOwner:
         with self._lock:
             if self._thread is not None:
                 return
-            self._thread = threading.Thread(target=self._loop, name=f"gpu-{self._info.index}", daemon=True)
+            self._thread = NamedThread(target=self._loop, name=f"gpu-{self._info.index}", daemon=True)
             self._thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:

@@ -41,6 +41,7 @@ from perseusd.planner.solver import FrontierSolver, SolverParams
 from perseusd.planner.switch_search import descend_frontier
 from perseusd.planner.switching import SwitchModel, follow_frontier
 from perseusd.planner.waiting import WaitingPower
+from perseusd.threads import NamedThread
 
 logger = logging.getLogger(__name__)
 
@@ -202,7 +203,7 @@ def exit_with(daemon_pid: int) -> None:
         select.select([pidfd], [], [])
         os._exit(0)
 
-    threading.Thread(target=watch, name="daemon-watch", daemon=True).start()
+    NamedThread(target=watch, name="daemon-watch", daemon=True).start()
 
 
 class SolveWorker:
@@ -296,7 +297,7 @@ class SolveWorker:
         with self._lock:
             if self._pool is not None or self._warming is not None:
                 return
-            self._warming = threading.Thread(target=self._warm, name="solver-warm", daemon=True)
+            self._warming = NamedThread(target=self._warm, name="solver-warm", daemon=True)
             self._warming.start()
 
     def _warm(self) -> None:

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.registry import Collector
 
 from perseusd.metrics.http_server import BoundedHttpServer
+from perseusd.threads import NamedThread
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class HttpExposure:
         self._retry: threading.Thread | None = None
         self.problem: str | None = None
         if not self._bind():
-            self._retry = threading.Thread(target=self._retry_bind, name="perseusd-metrics-bind", daemon=True)
+            self._retry = NamedThread(target=self._retry_bind, name="perseusd-metrics-bind", daemon=True)
             self._retry.start()
 
     def _bind(self) -> bool:
@@ -103,7 +104,7 @@ class TextfileExposure:
         self._interval_s = interval_s
         self._stop = threading.Event()
         self.write()  # a bad directory fails the start, not later
-        self._thread = threading.Thread(target=self._run, name="perseusd-metrics-textfile", daemon=True)
+        self._thread = NamedThread(target=self._run, name="perseusd-metrics-textfile", daemon=True)
         self._thread.start()
         logger.info("metrics: writing %s every %g s", self.path, interval_s)
 

@@ -34,6 +34,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
+from perseusd.threads import NamedThread
+
 logger = logging.getLogger(__name__)
 
 WORKERS = 8
@@ -64,12 +66,9 @@ class BoundedHttpServer:
         self._collect_lock = threading.Lock()
         self.refused = 0
         self._stopping = False
-        self._threads = [
-            threading.Thread(target=self._accept_loop, name="perseusd-metrics-accept", daemon=True)
-        ]
+        self._threads = [NamedThread(target=self._accept_loop, name="perseusd-metrics-accept", daemon=True)]
         self._threads += [
-            threading.Thread(target=self._work, name=f"perseusd-metrics-{i}", daemon=True)
-            for i in range(WORKERS)
+            NamedThread(target=self._work, name=f"perseusd-metrics-{i}", daemon=True) for i in range(WORKERS)
         ]
         for thread in self._threads:
             thread.start()

@@ -74,6 +74,7 @@ from perseusd.pool.feed import BudgetFile, FeedSettings
 from perseusd.pool.keys import Budget, NodeReport, PoolKeys, check_pool, decode_grant
 from perseusd.pool.view import Decoded, PoolView, read_pool
 from perseusd.power.target import NodePowerTarget
+from perseusd.threads import NamedThread
 
 if TYPE_CHECKING:
     from perseusd.cluster.etcd_watch import RangeWatch
@@ -302,7 +303,7 @@ class PoolAgent:
     def start(self) -> None:
         for watch in self._watches:
             watch.start()
-        self._thread = threading.Thread(target=self._run, name="perseusd-power-pool", daemon=True)
+        self._thread = NamedThread(target=self._run, name="perseusd-power-pool", daemon=True)
         self._thread.start()
 
     def stop(self, revoke: bool = True, uncap: bool = True) -> None:

@@ -14,6 +14,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from perseusd.threads import NamedThread
+
 logger = logging.getLogger(__name__)
 
 Callback = Callable[[], None]
@@ -36,7 +38,7 @@ class DeadlineTimer:
         with self._wake:
             if self._thread is not None:
                 return
-            self._thread = threading.Thread(target=self._loop, name="deadline-timer", daemon=True)
+            self._thread = NamedThread(target=self._loop, name="deadline-timer", daemon=True)
             self._thread.start()
 
     def stop(self, timeout_s: float = 2.0) -> None:

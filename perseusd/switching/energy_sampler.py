@@ -15,6 +15,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 
 from perseusd.profiling.trace import CounterSample, CounterTrace
+from perseusd.threads import NamedThread
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ class EnergySampler:
         self.read_errors = 0
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="perseusd-energy", daemon=True)
+        self._thread = NamedThread(target=self._run, name="perseusd-energy", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
