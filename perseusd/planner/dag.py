@@ -93,6 +93,15 @@ class ComputationDag:
         """Nodes without successors (they precede the implicit sink)."""
         return tuple(i for i, s in enumerate(self.successors) if not s)
 
+    def earliest_s(self, times_s: Sequence[float]) -> tuple[list[float], list[float]]:
+        """(start, finish) of each computation (s, by node id) when each starts as soon as its predecessors
+        have finished, node i taking `times_s[i]`."""
+        start_s, finish_s = [0.0] * len(self.computations), [0.0] * len(self.computations)
+        for node in self.topological_order:
+            start_s[node] = max((finish_s[p] for p in self.predecessors[node]), default=0.0)
+            finish_s[node] = start_s[node] + times_s[node]
+        return start_s, finish_s
+
 
 def build_dag(schedule: str, num_stages: int, num_microbatches: int, num_chunks: int = 1) -> ComputationDag:
     """Build the DAG of a named schedule (`perseusd.planner.schedules`: 1f1b, gpipe, interleaved, ...)."""

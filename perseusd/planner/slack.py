@@ -18,10 +18,7 @@ def slack_s(dag: ComputationDag, times_s: Sequence[float]) -> list[float]:
     count = dag.num_computations
     if len(times_s) != count:
         raise ValueError(f"{len(times_s)} times for a DAG of {count} computations")
-    finish_s = [0.0] * count
-    for node in dag.topological_order:
-        start_s = max((finish_s[p] for p in dag.predecessors[node]), default=0.0)
-        finish_s[node] = start_s + times_s[node]
+    finish_s = dag.earliest_s(times_s)[1]
     makespan_s = max(finish_s, default=0.0)
     latest_finish_s = [makespan_s] * count
     for node in reversed(dag.topological_order):

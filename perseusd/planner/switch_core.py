@@ -29,13 +29,11 @@ from typing import Any, Protocol
 from perseusd.planner.dag import ComputationDag
 from perseusd.planner.evaluate import SWITCHCORE, dag_arrays, longest_path_s
 from perseusd.planner.switching import StageOptions, SwitchModel, followable_stage_clocks, late_begins
-from perseusd.planner.waiting import WaitingPower
+from perseusd.planner.waiting import Held, WaitingPower, held_waits_j
 
 StageWaits = list[dict[int, float]]
 """One stage's waiting power (W) while each computation's clock is held, per computation in schedule order:
 clock MHz -> W (`WaitingPower.at_w` of each measured clock)."""
-Held = tuple[int, float, float]
-"""One computation as its waits see it: (effective clock MHz, waiting W at it, its time at that clock s)."""
 StageCost = tuple[float, float, int]
 """One stage's (energy at the effective clocks, time computing at them, late begins)."""
 Found = tuple[float, float, tuple[int, ...], StageCost]
@@ -189,30 +187,6 @@ class PyCore:
             if time_s <= lim.limit_s and energy_j < bound_j - 1e-12:
                 bound_j, best = energy_j, (energy_j, time_s, trial, cost)
         return used, False, best
-
-
-def held_waits_j(dag: ComputationDag, held: Sequence[Held], time_s: float, latency_s: float) -> float:
-    """The waits' energy of an iteration of `time_s` whose node i is `held[i]` = (effective clock, waiting
-    W at it, its time at it): `waiting.held_waiting_j`'s sums in its order (computations as early as the DAG
-    allows; a lowering's first `latency_s` at the clock before). `PyCore.trial_waits`; the C core's,
-    operation for operation."""
-    n = dag.num_computations
-    finish_s, start_s = [0.0] * n, [0.0] * n
-    for node in dag.topological_order:
-        start_s[node] = max((finish_s[p] for p in dag.predecessors[node]), default=0.0)
-        finish_s[node] = start_s[node] + held[node][2]
-    energy_j = 0.0
-    for nodes in dag.stage_orders:
-        for k, node in enumerate(nodes):
-            before = nodes[k - 1]
-            gap_s = max(0.0, start_s[node] - finish_s[before] + (time_s if k == 0 else 0.0))
-            clock_mhz, waiting_w, _ = held[node]
-            if clock_mhz < held[before][0]:
-                early_s = min(gap_s, latency_s)
-                energy_j += early_s * held[before][1] + (gap_s - early_s) * waiting_w
-            else:
-                energy_j += gap_s * waiting_w
-    return energy_j
 
 
 def stage_waits(stages: Sequence[StageOptions], waiting: WaitingPower) -> list[StageWaits]:

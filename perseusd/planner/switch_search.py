@@ -10,7 +10,7 @@ really run, conservatively:
 
 - energy: every computation at its effective clock (`followable_stage_clocks`), plus the blocking power
   while a GPU waits inside the iteration, or, with a waiting power by held clock (`WaitingPower`), each wait
-  at the clock held in it (`switch_core.held_waits_j`): a plan may slow a GPU whose waits then cost less, or
+  at the clock held in it (`waiting.held_waits_j`): a plan may slow a GPU whose waits then cost less, or
   keep a lower clock through a wait;
 - time: the longest path with every computation at the slower of its planned and effective clocks. A
   lowering that acts late leaves a computation at the higher clock only when the GPU goes straight on; after

@@ -52,6 +52,10 @@ class WaitingPower:
         return points[-1][1]
 
 
+Held = tuple[int, float, float]
+"""One computation as its waits see it: (clock MHz held, waiting W at it, its time at that clock s)."""
+
+
 def held_waiting_j(
     dag: ComputationDag,
     times_s: Sequence[float],
@@ -61,30 +65,32 @@ def held_waiting_j(
     latency_s: float = 0.0,
 ) -> float:
     """The energy of every GPU's waits in an iteration of `time_s` when node i runs `times_s[i]` at
-    `clocks_mhz[i]`, each wait at the clock held in it.
+    `clocks_mhz[i]`, each wait at the clock held in it (`held_waits_j`)."""
+    held = [(clock, waiting.at_w(clock), t) for clock, t in zip(clocks_mhz, times_s, strict=True)]
+    return held_waits_j(dag, held, time_s, latency_s)
+
+
+def held_waits_j(dag: ComputationDag, held: Sequence[Held], time_s: float, latency_s: float) -> float:
+    """The waits' energy of an iteration of `time_s` whose node i is `held[i]`.
 
     Computations start as early as the DAG allows; a stage's wait before a computation is the time from the
     end of the one before it in the stage's order (its first computation's: from the last one's end in the
     previous iteration, the iterations `time_s` apart). That wait is held at the computation's clock, or
     for its first `latency_s` at the previous computation's clock when the clock is lowered. The waits of
-    all stages add up to `num_stages * time_s` less the computations' times, as in `evaluate`."""
-    finish_s = [0.0] * dag.num_computations
-    start_s = [0.0] * dag.num_computations
-    for node in dag.topological_order:
-        start_s[node] = max((finish_s[p] for p in dag.predecessors[node]), default=0.0)
-        finish_s[node] = start_s[node] + times_s[node]
+    all stages add up to `num_stages * time_s` less the computations' times, as in `evaluate`. The switch
+    core's C twin (`switch_core`, `trial_waits`) does these sums operation for operation."""
+    start_s, finish_s = dag.earliest_s([node[2] for node in held])
     energy_j = 0.0
     for nodes in dag.stage_orders:
         for k, node in enumerate(nodes):
             before = nodes[k - 1]
-            gap_s = start_s[node] - finish_s[before] + (time_s if k == 0 else 0.0)
-            gap_s = max(0.0, gap_s)
-            held_w = waiting.at_w(clocks_mhz[node])
-            if clocks_mhz[node] < clocks_mhz[before]:
+            gap_s = max(0.0, start_s[node] - finish_s[before] + (time_s if k == 0 else 0.0))
+            clock_mhz, waiting_w, _ = held[node]
+            if clock_mhz < held[before][0]:
                 early_s = min(gap_s, latency_s)
-                energy_j += early_s * waiting.at_w(clocks_mhz[before]) + (gap_s - early_s) * held_w
+                energy_j += early_s * held[before][1] + (gap_s - early_s) * waiting_w
             else:
-                energy_j += gap_s * held_w
+                energy_j += gap_s * waiting_w
     return energy_j
 
 
