@@ -57,6 +57,19 @@ def _eventually(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -
         time.sleep(0.02)
 
 
+def _a_6_9_session_on_zeromq(daemon: DaemonProcess, job: str) -> None:
+    """A session that speaks 6.9 sends its 200 events and its end marker on ZeroMQ's socket, all read."""
+    with PerseusClient(daemon.dirs.runtime_dir, job=job, timeout_s=10, strict=True) as client:
+        assert client.protocol_minor == 9
+        assert client.daemon_info is not None
+        assert client.daemon_info.event_socket is None
+        assert client.event_transport == "zmq"
+        _send(client, _claimed(client), 100)
+    assert (client.events_sent, client.events_lost) == (200, 0)
+    daemon.stop()
+    assert _tally(daemon, job) == (200, 200)  # the 6.9 marker, on ZeroMQ's socket
+
+
 def test_new_client_and_new_daemon_use_the_seqpacket_socket(make: Callable[..., DaemonProcess]) -> None:
     daemon = make(DaemonDirs.create(), gpus=1).start()
     with PerseusClient(daemon.dirs.runtime_dir, job="new", timeout_s=10, strict=True) as client:
@@ -70,15 +83,7 @@ def test_new_client_and_new_daemon_use_the_seqpacket_socket(make: Callable[..., 
 def test_new_client_and_a_daemon_of_6_9_use_zeromq(make: Callable[..., DaemonProcess]) -> None:
     daemon = make(DaemonDirs.create(), gpus=1, env={"PERSEUSD_PROTOCOL_MINOR": "9"}).start()
     assert not (daemon.dirs.runtime_dir / SEQPACKET_EVENT_SOCKET_NAME).exists()
-    with PerseusClient(daemon.dirs.runtime_dir, job="to-old", timeout_s=10, strict=True) as client:
-        assert client.protocol_minor == 9
-        assert client.daemon_info is not None
-        assert client.daemon_info.event_socket is None
-        assert client.event_transport == "zmq"
-        _send(client, _claimed(client), 100)
-    assert (client.events_sent, client.events_lost) == (200, 0)
-    daemon.stop()
-    assert _tally(daemon, "to-old") == (200, 200)  # the 6.9 marker, on ZeroMQ's socket
+    _a_6_9_session_on_zeromq(daemon, "to-old")
 
 
 def test_a_client_of_6_9_and_a_new_daemon_use_zeromq(
@@ -87,15 +92,7 @@ def test_a_client_of_6_9_and_a_new_daemon_use_zeromq(
     """A client of 6.9 says hello in 6.9: the reply leaves `event_socket` out, so events go on ZeroMQ."""
     monkeypatch.setattr("perseus_client.client.PROTOCOL_MINOR", 9)
     daemon = make(DaemonDirs.create(), gpus=1).start()
-    with PerseusClient(daemon.dirs.runtime_dir, job="old", timeout_s=10, strict=True) as client:
-        assert client.protocol_minor == 9
-        assert client.daemon_info is not None
-        assert client.daemon_info.event_socket is None
-        assert client.event_transport == "zmq"
-        _send(client, _claimed(client), 100)
-    assert (client.events_sent, client.events_lost) == (200, 0)
-    daemon.stop()
-    assert _tally(daemon, "old") == (200, 200)
+    _a_6_9_session_on_zeromq(daemon, "old")
 
 
 def test_a_daemon_told_not_to_serve_it_uses_zeromq(make: Callable[..., DaemonProcess]) -> None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from perseusd.jobs.job import Job
-from perseusd.jobs.observed import OrderLearner
 from perseusd.jobs.shape import JobShape
 from perseusd.jobs.slot import StageSlot
 from perseusd.planner.policy import PointSummary, Policy
+from tests.support.jobs import job_of_slots
 
 SHAPE = JobShape("1f1b", 2, 4, 1)
 POINTS = [
@@ -21,17 +21,7 @@ POINTS = [
 
 
 def _job(policy: Policy) -> Job:
-    job = Job("train", 1000, SHAPE, "H200", "sig", policy)
-    for stage in range(SHAPE.num_stages):
-        job.slots[f"GPU-{stage}"] = StageSlot(
-            gpu=f"GPU-{stage}",
-            pipeline=0,
-            stage=stage,
-            pid=1,
-            num_stages=SHAPE.num_stages,
-            learner=OrderLearner(SHAPE.num_microbatches, SHAPE.chunks),
-            supported_clocks_mhz=(1980, 1500),
-        )
+    job = job_of_slots(SHAPE, "H200", policy, (1980, 1500))
     job.points, job.all_max = POINTS, POINTS[3]
     return job
 

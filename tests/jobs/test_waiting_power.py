@@ -14,10 +14,8 @@ from perseus_client import protocol as p
 
 from perseusd.daemon.core import DaemonCore
 from perseusd.jobs.job import Job
-from perseusd.jobs.observed import OrderLearner
 from perseusd.jobs.settings import JobSettings
 from perseusd.jobs.shape import JobShape
-from perseusd.jobs.slot import StageSlot
 from perseusd.jobs.solving import SolveInput, solve
 from perseusd.planner.policy import Policy
 from perseusd.planner.profile_csv import profile_to_csv, read_profile_waiting
@@ -25,25 +23,14 @@ from perseusd.planner.switching import SwitchModel
 from perseusd.planner.waiting import monotone_fit
 from tests.support.callers import ME
 from tests.support.daemon_core import sim_core
+from tests.support.jobs import job_of_slots
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
 SHAPE = JobShape("1f1b", 3, 4, 1)
 
 
 def _job(waiting_by_gpu: list[dict[int, float]]) -> Job:
-    job = Job("train", 1000, SHAPE, "H100", "sig", Policy())
-    for stage, waiting in enumerate(waiting_by_gpu):
-        job.slots[f"GPU-{stage}"] = StageSlot(
-            gpu=f"GPU-{stage}",
-            pipeline=0,
-            stage=stage,
-            pid=1,
-            num_stages=SHAPE.num_stages,
-            learner=OrderLearner(SHAPE.num_microbatches, SHAPE.chunks),
-            supported_clocks_mhz=(1980, 1440, 900),
-            waiting_w_by_clock=waiting,
-        )
-    return job
+    return job_of_slots(SHAPE, "H100", Policy(), (1980, 1440, 900), waiting_by_gpu)
 
 
 def test_the_waiting_power_per_clock_is_the_median_of_the_gpus_and_never_falls_with_the_clock() -> None:
