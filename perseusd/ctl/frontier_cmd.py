@@ -4,7 +4,9 @@ The table lists every point (emission order: the solver's, then the switch-aware
 predicted time and energy (the energy from the solver's cost model, and re-evaluated with the profile's
 values; where the daemon measured the GPUs' clock-switch latency, time and profile energy are what the
 GPUs will really run, docs/solver.md), how much slower it is and how much energy it saves than the fastest
-point; the point the job runs is marked. Every figure is predicted.
+point; the point the job runs is marked, and so is each point the daemon will not deploy (over 10 % of its
+computations would begin before their clock is applied, docs/solver.md "Deployable points"). Every figure
+is predicted.
 `--json` prints the daemon's `perseus-frontier` document unchanged; `--plot` draws the frontier and the
 deployed point.
 """
@@ -47,9 +49,13 @@ def fastest_point(frontier: Frontier) -> Plan:
 
 
 def _row(point: Plan, fastest: Plan, deployed: int | None) -> list[str]:
+    from perseusd.planner.switch_search import within_late_cap
+
     marks = [DEPLOYED_MARK] if point.index == deployed else []
     if point.followed is not None and point.followed.descended_from is not None:
         marks.append(f"(descent from {point.followed.descended_from})")
+    if point.followed is not None and not within_late_cap(point):
+        marks.append(f"(not deployable: {point.followed.late_begins} begin before their clock)")
     return [
         str(point.index),
         f"{point.predicted_time_s:.4f}",

@@ -4,8 +4,8 @@
 measured one: its `waiting_power` column), `frontier.json` and `job.json` (what the job was, its blocking
 power). An entry written before the waiting power was kept has none, as before. Files are written
 atomically and read strictly; a damaged entry is ignored (logged), never trusted. A frontier that is too
-large, not a valid `perseus-frontier` document or for another shape is ignored alone (the job solves again
-from the cached profile). A restarted job or daemon finds its entry and skips profiling and solving.
+large, not a valid `perseus-frontier` document, for another shape or followed without counting its points'
+late begins (an older daemon's) is ignored alone (the job solves again from the cached profile). A restarted job or daemon finds its entry and skips profiling and solving.
 """
 
 from __future__ import annotations
@@ -102,6 +102,8 @@ def _load_frontier(path: Path, shape: JobShape) -> Frontier | None:
         expected = (shape.num_stages, shape.num_microbatches, shape.chunks)
         if found != expected:
             raise ValueError(f"frontier is for stages/microbatches/chunks {found}, not {expected}")
+        if any(p.followed is not None and p.followed.late_begins is None for p in frontier.points):
+            raise ValueError("its points do not count their late begins (written by an older daemon)")
     except (OSError, ValueError, KeyError, TypeError, RecursionError, PerseusError) as exc:
         logger.warning("job cache: ignoring frontier %s (solving again): %s", path, exc)
         return None

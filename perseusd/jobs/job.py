@@ -33,6 +33,7 @@ from perseusd.planner.plan import Frontier, frontier_to_document, plan_document,
 from perseusd.planner.policy import PointSummary, Policy
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.slack import stage_slack_s
+from perseusd.planner.switch_search import deployable
 from perseusd.planner.waiting import monotone_fit
 from perseusd.profiling.estimator import OptionEstimate
 
@@ -253,12 +254,13 @@ class Job:
     # ------------------------------------------------------------------ frontier and plan
 
     def set_frontier(self, frontier: Frontier) -> None:
+        """The job's frontier; its policies choose among the points it may deploy (`deployable`)."""
         self.frontier = frontier
         self.ramp_clocks = {}
         self.departure = ""  # a new prediction: judged afresh
         self.points = [
             PointSummary(position if p.index is None else p.index, p.predicted_time_s, p.refined_energy_j)
-            for position, p in enumerate(frontier.points)
+            for position, p in ((k, frontier.points[k]) for k in deployable(frontier.points))
         ]
         self.points_by_index = {p.index: p for p in self.points}
 

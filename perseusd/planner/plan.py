@@ -140,6 +140,9 @@ class Followed:
     descended_from: int | None = None
     """The point whose followed plan the switch-aware descent started from (`switch_search`); None: a solver
     point."""
+    late_begins: int | None = None
+    """Computations that begin before their planned clock is applied, as the switch model counts them
+    (`switching.late_begins`, summed over the stages); None: not counted (a document without it)."""
 
 
 @dataclass(frozen=True)
@@ -316,6 +319,8 @@ def _frontier_point_json(position: int, point: Plan, previous: Rows | None) -> d
         body["switch_changed"] = followed.switch_changed
         if followed.descended_from is not None:
             body["descended_from"] = followed.descended_from
+        if followed.late_begins is not None:
+            body["late_begins"] = followed.late_begins
     return body
 
 

@@ -101,6 +101,7 @@ def _followed(point: Reader, order: tuple[tuple[ScheduleStep, ...], ...], clocks
         switch_changed=point.get_int("switch_changed", minimum=0),
         solved_clocks_mhz=_point_clocks(point, order, "solved_", clocks) if solved_given else None,
         descended_from=point.get_int("descended_from", minimum=0) if "descended_from" in fields else None,
+        late_begins=point.get_int("late_begins", minimum=0) if "late_begins" in fields else None,
     )
 
 

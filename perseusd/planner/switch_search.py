@@ -32,7 +32,7 @@ from perseusd.planner.plan import Frontier, Plan
 from perseusd.planner.policy import TOLERANCE
 from perseusd.planner.profile import Profile
 from perseusd.planner.switch_core import ScanLimits, StageCost, switch_core
-from perseusd.planner.switching import PointFollower, SwitchModel, late_begins
+from perseusd.planner.switching import PointFollower, SwitchModel, late_begins, runs_of
 from perseusd.planner.waiting import WaitingPower
 
 Rows = tuple[tuple[int, ...], ...]
@@ -128,6 +128,7 @@ class DescentSearch:
         if state.time_s > limit_s:
             return None
         allowed = self.dag.num_computations if max_late is None else max_late
+        self._merge_repair(state, limit_s, allowed)
         while state.evaluations < max_evaluations:
             repairing = state.late() > allowed
             move = self._best_move(state, limit_s, allowed, repairing, max_evaluations)
@@ -140,6 +141,61 @@ class DescentSearch:
             return None
         rows = tuple(state.rows)
         return Descent(rows, state.time_s, state.energy_j, state.evaluations, state.moves)
+
+    def _merge_repair(self, state: _State, limit_s: float, allowed: int) -> None:
+        """While the plan begins more than `allowed` computations late, merge the run of one stage whose
+        merge costs the least energy per late begin it removes into a neighbouring run (the run set to that
+        run's clock), within `limit_s`. A run shorter than the lock latency is what begins late; the
+        segment moves of `_best_move` reach the same plans, but one scan of every segment at every clock
+        can outlast the budget on a profile with many clocks."""
+        while state.late() > allowed:
+            best: tuple[float, float, float, int, tuple[int, ...], StageCost] | None = None
+            for stage, row in enumerate(state.rows):
+                for trial in self._merges(stage, row):
+                    energy_j, time_s, cost = self._trial(state, stage, trial)
+                    state.evaluations += 1
+                    removed = state.costs[stage][2] - cost[2]
+                    if removed <= 0 or time_s > limit_s:
+                        continue
+                    per_late_j = (energy_j - state.energy_j) / removed
+                    if best is None or per_late_j < best[0]:
+                        best = (per_late_j, energy_j, time_s, stage, trial, cost)
+            if best is None:
+                return
+            _per_late, energy_j, time_s, stage, trial, _cost = best
+            state.apply(energy_j, time_s, stage, trial, self.core.stage_cost(stage, list(trial)))
+            self.core.accept(stage)
+
+    def _merges(self, stage: int, row: tuple[int, ...]) -> list[tuple[int, ...]]:
+        """Each run of `row` set to the clock of the run before it and of the run after it (each
+        computation at its lowest measured clock at or above it); where a computation of the run has no
+        such clock (a profile that visited other clocks for another instruction), the run and that
+        neighbour both at the higher clock it snapped to."""
+        runs = runs_of(row)
+        options = self.stages[stage]
+        trials: list[tuple[int, ...]] = []
+        for k, run in enumerate(runs if len(runs) > 1 else ()):
+            for neighbour in (runs[k - 1], runs[(k + 1) % len(runs)]):
+                clock_mhz = row[neighbour[0]]
+                snapped = max(options.snap_up(i, clock_mhz) for i in run)
+                group = run if snapped == clock_mhz else run + neighbour
+                trial = list(row)
+                for i in group:
+                    trial[i] = options.snap_up(i, snapped)
+                if tuple(trial) != row and tuple(trial) not in trials:
+                    trials.append(tuple(trial))
+        return trials
+
+    def _trial(self, state: _State, stage: int, row: tuple[int, ...]) -> tuple[float, float, StageCost]:
+        """(energy, time, the stage's cost) of the plan with `row` in place of the stage's."""
+        cost = self.core.stage_cost(stage, list(row))
+        time_s = self.core.trial_time(stage)
+        costs = [*state.costs[:stage], cost, *state.costs[stage + 1 :]]
+        if self.waiting is not None:
+            return sum(c[0] for c in costs) + self.core.trial_waits(stage, time_s), time_s, cost
+        busy_s = sum(c[1] for c in costs)
+        waiting_j = self.p_block_w * (self.dag.num_stages * time_s - busy_s)
+        return sum(c[0] for c in costs) + waiting_j, time_s, cost
 
     def _set(self, rows: Sequence[Sequence[int]]) -> list[StageCost]:
         """Every stage's cost of `rows`, which become the core's current durations."""
@@ -221,8 +277,9 @@ def descend_frontier(
     waiting: WaitingPower | None = None,
 ) -> Frontier:
     """A followed `frontier` (`follow_frontier`) with, per time limit (`all_max_time_s` x each factor), the
-    descent's plan appended as a new point when it beats the least-energy point within that limit. A plan
-    has at most `MAX_LATE_FRACTION` of its computations begin before their clock is applied.
+    descent's plan appended as a new point when it beats the least-energy deployable point (`deployable`)
+    within that limit. A plan has at most `MAX_LATE_FRACTION` of its computations begin before their clock
+    is applied.
 
     Without a waiting power, a limit is skipped when following cost that point under `FOLLOWING_LOSS` of its
     energy and it begins no more computations early than the cap: it runs nearly as the solver solved it.
@@ -236,15 +293,17 @@ def descend_frontier(
     search = DescentSearch(dag, profile, p_block_w, model, waiting=waiting)
     follower = search.follower
     budget = max(1, MAX_NODE_EVALUATIONS // max(1, dag.num_computations))
-    max_late = int(MAX_LATE_FRACTION * dag.num_computations)
+    max_late = late_cap(dag.num_computations)
     points = list(frontier.points)
     for factor in factors:
         limit_s = all_max_time_s * factor
         within = [p for p in points if p.predicted_time_s <= limit_s * (1 + TOLERANCE)]
         if not within:
             continue
-        best = min(within, key=lambda p: (p.refined_energy_j, p.predicted_time_s))
-        if search.waiting is None and not _worth_descending(best, search.late(best.clocks_mhz) > max_late):
+        best = min(within, key=_energy_first)
+        best_followable = min((p for p in within if within_late_cap(p)), key=_energy_first, default=None)
+        over_cap = best_followable is not best
+        if search.waiting is None and not _worth_descending(best, over_cap):
             continue
         starts = (best.clocks_mhz, search.all_max())
         found = [search.descend(start, limit_s, budget, max_late) for start in starts]
@@ -253,19 +312,45 @@ def descend_frontier(
             continue
         descent = min(descents, key=lambda d: d.energy_j)
         point = _descended_point(follower, best, descent, len(points), frontier.meta.unit_time_s)
-        if point.refined_energy_j < best.refined_energy_j and point.predicted_time_s <= limit_s * (
-            1 + TOLERANCE
-        ):
+        beaten = math.inf if best_followable is None else best_followable.refined_energy_j
+        if point.refined_energy_j < beaten and point.predicted_time_s <= limit_s * (1 + TOLERANCE):
             points.append(point)
     return replace(frontier, points=tuple(points))
 
 
+def _energy_first(point: Plan) -> tuple[float, float]:
+    return point.refined_energy_j, point.predicted_time_s
+
+
+def late_cap(num_computations: int) -> int:
+    """The most computations of an iteration a deployable plan may begin before their clock is applied."""
+    return int(MAX_LATE_FRACTION * num_computations)
+
+
+def within_late_cap(point: Plan) -> bool:
+    """Whether `point` begins at most `MAX_LATE_FRACTION` of its computations before their clock is applied,
+    as the switch model counts them (a point not followed, or without the count, is taken as within)."""
+    late = None if point.followed is None else point.followed.late_begins
+    return late is None or late <= late_cap(sum(len(row) for row in point.clocks_mhz))
+
+
+def deployable(points: Sequence[Plan]) -> list[int]:
+    """The positions of the points a daemon may deploy: those within the late cap (`within_late_cap`); every
+    point when none is. A plan that lowers a GPU's clock for computations shorter than its lock latency is
+    followed, by the model, at the higher clock for most of them: cheaper on paper than a plan that keeps
+    them high, but the GPU then runs clocks its plan does not name, and the prediction with them. The
+    descent (`descend_frontier`) adds a within-cap plan at every time limit it descends for; at all-max's
+    time there is always one (all-max itself begins none late)."""
+    within = [k for k, point in enumerate(points) if within_late_cap(point)]
+    return within or list(range(len(points)))
+
+
 def _worth_descending(point: Plan, over_late_cap: bool) -> bool:
-    """Whether following lost `point` at least `FOLLOWING_LOSS` of its energy, or it begins more computations
-    early than the cap: else the solver's plan runs nearly as solved, and the descent's few tenths of a
-    percent are within what the descent does not count (the idle power of the clock held in a bubble, which
-    only `refined_energy_j` counts, the time between
-    stages), which on the shipped H100 profile favoured the solver's points in the closed loop."""
+    """Whether following lost `point` at least `FOLLOWING_LOSS` of its energy, or it (the least-energy point
+    within the limit) begins more computations early than the cap: else the solver's plan runs nearly as
+    solved, and the descent's few tenths of a percent are within what the descent does not count (the idle
+    power of the clock held in a bubble, which only `refined_energy_j` counts, the time between stages),
+    which on the shipped H100 profile favoured the solver's points in the closed loop."""
     followed = point.followed
     if followed is None:
         return False

@@ -227,6 +227,8 @@ class _FollowedRow:
 
     effective_mhz: tuple[int, ...]
     changed: int
+    late: int
+    """Computations begun before their planned clock is applied (`late_begins`)."""
     times_s: array[float]
     """Per computation, at its effective clock."""
     energies_j: array[float]
@@ -274,7 +276,8 @@ class PointFollower:
             changed = sum(1 for old, new in zip(row, really, strict=True) if new != old)
             times = array("d", (options.time_s[k][clock] for k, clock in enumerate(really)))
             energies = array("d", (options.energy_j[k][clock] for k, clock in enumerate(really)))
-            found = _FollowedRow(tuple(really), changed, times, energies)
+            late = late_begins(row, options.time_at, self.model)
+            found = _FollowedRow(tuple(really), changed, late, times, energies)
             self._followed[stage][row] = found
         return found
 
@@ -317,6 +320,7 @@ class PointFollower:
                 switch_changed=changed,
                 solved_clocks_mhz=solved_clocks_mhz,
                 descended_from=descended_from,
+                late_begins=sum(row.late for row in rows),
             ),
         )
 

@@ -16,8 +16,11 @@ from perseusd.jobs import cache as cache_module
 from perseusd.jobs.cache import JobCache
 from perseusd.jobs.settings import JobSettings
 from perseusd.jobs.shape import JobShape
-from perseusd.planner.plan import frontier_to_document
+from perseusd.planner.dag import build_dag
+from perseusd.planner.plan import PlanMeta, frontier_from_points, frontier_to_document
 from perseusd.planner.profile_csv import profile_to_csv
+from perseusd.planner.solver import SolverParams, solve_frontier
+from perseusd.planner.switching import SwitchModel, follow_frontier
 from tests.support.callers import ME
 from tests.support.daemon_core import sim_core
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
@@ -153,3 +156,30 @@ def test_the_waiting_power_by_clock_is_cached_with_the_profile_and_an_older_entr
     assert older is not None
     assert older.waiting_w == ()
     assert older.profile.measurements == profile.measurements
+
+
+def test_a_followed_frontier_that_does_not_count_late_begins_is_solved_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An older daemon's followed frontier has no `late_begins`, so its points cannot be told deployable: the
+    job solves again from the cached profile. The same frontier with them is used."""
+    profile = synthetic_profile(STAGES, seed=3, clocks_mhz=A100_CLOCKS_MHZ)
+    dag = build_dag("1f1b", STAGES, MICROBATCHES)
+    points = list(solve_frontier(dag, profile, SolverParams(unit_time_s=0.0005, p_block_w=80.0)))
+    meta = PlanMeta.for_dag(dag, profile, 0.0005, 80.0)
+    solved = frontier_from_points(dag, points, meta, [p.refined_time_s for p in points])
+    model = SwitchModel(latency_s=0.012, lead_s=0.014, min_run_s=0.028)
+    document = frontier_to_document(follow_frontier(solved, dag, profile, 80.0, model))
+    cache = JobCache(tmp_path / "jobs")
+    _store(cache, json.dumps(document))
+    counted = cache.load(SIGNATURE, _shape())
+    assert counted is not None
+    assert counted.frontier is not None
+    for point in document["points"]:
+        del point["late_begins"]
+    _store(cache, json.dumps(document))
+    with caplog.at_level(logging.WARNING, logger="perseusd.jobs.cache"):
+        older = cache.load(SIGNATURE, _shape())
+    assert older is not None
+    assert older.frontier is None
+    assert "do not count their late begins" in caplog.text

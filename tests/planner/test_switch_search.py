@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import random
 from collections.abc import Callable
 
@@ -17,7 +18,12 @@ from perseusd.planner.plan import Frontier, PlanMeta, frontier_from_points, fron
 from perseusd.planner.plan_read import parse_frontier
 from perseusd.planner.profile import Profile
 from perseusd.planner.solver import SolverParams, solve_frontier
-from perseusd.planner.switch_search import MAX_LATE_FRACTION, DescentSearch, descend_frontier
+from perseusd.planner.switch_search import (
+    MAX_LATE_FRACTION,
+    DescentSearch,
+    deployable,
+    descend_frontier,
+)
 from perseusd.planner.switching import (
     FollowablePoint,
     PointFollower,
@@ -62,7 +68,11 @@ def _node_clocks(dag: ComputationDag, rows: tuple[tuple[int, ...], ...]) -> list
 
 
 def _least_energy_within(frontier: Frontier, limit_s: float) -> float:
-    return min(p.refined_energy_j for p in frontier.points if p.predicted_time_s <= limit_s * (1 + 1e-9))
+    """The least energy of a deployable point within `limit_s` (the points a policy chooses among)."""
+    points = [frontier.points[k] for k in deployable(frontier.points)]
+    return min(
+        (p.refined_energy_j for p in points if p.predicted_time_s <= limit_s * (1 + 1e-9)), default=math.inf
+    )
 
 
 @pytest.mark.parametrize("seed", [4, 5, 6])
@@ -171,6 +181,43 @@ def test_a_start_with_too_many_late_begins_is_repaired_first() -> None:
     assert repaired.time_s <= all_max_time_s * (1 + 1e-9)
 
 
+def test_a_plan_that_begins_too_many_computations_late_is_not_deployed() -> None:
+    """Every point states its late begins as the model counts them; the points a policy may choose are those
+    within the cap, one of them within all-max's time; the descent adds deployable points."""
+    descended, (_frontier, dag, profile, all_max_time_s) = _descended(7), _job(7)
+    cap = MAX_LATE_FRACTION * dag.num_computations
+    for point in descended.points:
+        assert point.followed is not None
+        rows = point.clocks_mhz
+        counted = sum(late_begins(row, _time_at(dag, profile, s), H100) for s, row in enumerate(rows))
+        assert point.followed.late_begins == counted
+    chosen = deployable(descended.points)
+    assert all(descended.points[k].followed.late_begins <= cap for k in chosen)  # type: ignore[union-attr]
+    over = [p for k, p in enumerate(descended.points) if k not in chosen]
+    assert any(p.predicted_time_s <= all_max_time_s * (1 + 1e-9) for p in over)
+    assert any(descended.points[k].predicted_time_s <= all_max_time_s * (1 + 1e-9) for k in chosen)
+    assert any(descended.points[k].followed.descended_from is not None for k in chosen)  # type: ignore[union-attr]
+
+
+def test_a_start_over_the_cap_is_repaired_by_merging_runs() -> None:
+    """A plan with many more late begins than the cap, from a profile with every clock (a scan of every
+    segment at every clock outlasts the budget), is repaired by merging short runs into their neighbours:
+    within the cap and the time limit, and nearer the start's energy than all-max."""
+    frontier, dag, profile, all_max_time_s = _job(5)
+    search = DescentSearch(dag, profile, P_BLOCK_W, H100)
+    within = [p for p in frontier.points if p.predicted_time_s <= all_max_time_s * (1 + 1e-9)]
+    start = min(within, key=lambda p: p.refined_energy_j)
+    cap = search.late(start.clocks_mhz) // 2
+    assert cap >= 3
+    repaired = search.descend(start.clocks_mhz, all_max_time_s, 1, max_late=cap)
+    assert repaired is not None
+    assert search.late(repaired.clocks_mhz) <= cap
+    assert repaired.time_s <= all_max_time_s * (1 + 1e-9)
+    start_j, all_max_j = search.evaluate(start.clocks_mhz)[1], search.evaluate(search.all_max())[1]
+    assert repaired.energy_j < all_max_j
+    assert repaired.energy_j - start_j < (all_max_j - start_j) / 2
+
+
 def test_instant_switches_add_no_point() -> None:
     """Without switch latency every followed point is the solver's: the descent has nothing to repair."""
     instant = SwitchModel(0.0, 0.0)
@@ -202,7 +249,8 @@ def _snap(dag: ComputationDag, profile: Profile, stage: int, k: int, clock_mhz: 
 
 
 def test_perseusctl_frontier_prints_what_the_gpus_will_run() -> None:
-    """The table's time is each point's switch-aware time, and a descended point names its start."""
+    """The table's time is each point's switch-aware time, a descended point names its start, and a point
+    over the late cap says it is not deployed."""
     descended = _descended(4)
     new = descended.points[-1]
     assert new.followed is not None
@@ -212,6 +260,11 @@ def test_perseusctl_frontier_prints_what_the_gpus_will_run() -> None:
     assert row.endswith(f"<- deployed (descent from {new.followed.descended_from})")
     solver_row = next(line for line in lines if line.startswith("0 "))
     assert f"{descended.points[0].predicted_time_s:.4f}" in solver_row.split()
+    over = next(p for k, p in enumerate(descended.points) if k not in deployable(descended.points))
+    assert over.followed is not None
+    over_row = next(line for line in lines if line.startswith(f"{over.index} "))
+    assert over_row.endswith(f"(not deployable: {over.followed.late_begins} begin before their clock)")
+    assert "not deployable" not in row
 
 
 def test_with_a_waiting_power_the_descent_judges_waits_at_the_clocks_held() -> None:
