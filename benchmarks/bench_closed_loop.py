@@ -31,6 +31,7 @@ the board's idle power at its top clock.
 
     python benchmarks/bench_closed_loop.py [--cases a100x12,...,synthx8,BOARD:PROFILE:STAGES:MICROBATCHES]
         [--time-scale 1.0] [--iterations 8] [--pipelines 1] [--timeout-s 3600] [--trace-dir DIR]
+        [--seeds 0,1,2] [--parallel N] [--jsonl FILE]
 
 With `--trace-dir`, `benchmarks/closed_loop_trace.py DIR/CASE.jsonl` tells a case's slowdown apart: the
 plan's clocks (the DAG with the measured durations) and the time between stages (docs/emulate.md); the
@@ -50,7 +51,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -346,6 +347,19 @@ def main() -> int:
         default=3600.0,
         help="per case (profiling A40 or 48 microbatches at time scale 1 takes over 15 min)",
     )
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        help="run this many (case, seed) runs at once, each its own invocation of this benchmark (a run "
+        "takes about one core at time scale 1: on a machine with cores to spare; default 1)",
+    )
+    parser.add_argument(
+        "--jsonl",
+        type=Path,
+        help="also append each run's result to this file as one JSON line as soon as the run ends (a suite "
+        "stopped part way keeps the runs it finished)",
+    )
     args = parser.parse_args()
     if args.suite == "family":
         chosen = args.cases.split(",") if "--cases" in sys.argv else None
@@ -356,12 +370,70 @@ def main() -> int:
         case_spec(name)  # every case checked before the first one runs
     seeds: list[int | None] = [int(s) for s in args.seeds.split(",") if s] or [None]
     signal.signal(signal.SIGTERM, _stop)
-    results = [run_case(name, args, seed) for name in names for seed in seeds]
+    runs = [(name, seed) for name in names for seed in seeds]
+    if args.parallel > 1:
+        results = run_parallel(runs, args)
+    else:
+        results = [_kept(run_case(name, args, seed), args.jsonl) for name, seed in runs]
     report: dict[str, Any] = {"benchmark": "closed_loop", "results": results}
     if args.suite == "family":
         report["family"] = family_bars(results)
     print(json.dumps(report, indent=2))
     return 0 if all("error" not in r for r in results) else 1
+
+
+def run_parallel(runs: list[tuple[str, int | None]], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each (case, seed) of `runs` as its own invocation of this benchmark, `args.parallel` at a time; the
+    results in the order of `runs`. A stop (SIGTERM, Ctrl-C) stops every invocation still running, each of
+    which unwinds its own daemon and emulator."""
+    pending = list(enumerate(runs))
+    running: dict[int, tuple[subprocess.Popen[bytes], IO[bytes]]] = {}
+    results: dict[int, dict[str, Any]] = {}
+    try:
+        while pending or running:
+            while pending and len(running) < args.parallel:
+                index, (name, seed) = pending.pop(0)
+                out = tempfile.TemporaryFile()  # noqa: SIM115 - closed when its run ends
+                running[index] = (subprocess.Popen(_one_run_command(name, seed, args), stdout=out), out)
+            time.sleep(0.2)
+            for index, (process, out) in list(running.items()):
+                if process.poll() is not None:
+                    result = _one_run_result(out, process.returncode, *runs[index])
+                    results[index] = _kept(result, args.jsonl)
+                    del running[index]
+    finally:
+        for process, _out in running.values():
+            process.terminate()
+        for process, out in running.values():
+            process.wait()
+            out.close()
+    return [results[index] for index in range(len(runs))]
+
+
+def _one_run_command(name: str, seed: int | None, args: argparse.Namespace) -> list[str]:
+    command = [sys.executable, __file__, "--cases", name, "--seeds", "" if seed is None else str(seed)]
+    command += ["--time-scale", str(args.time_scale), "--iterations", str(args.iterations)]
+    command += ["--pipelines", str(args.pipelines), "--timeout-s", str(args.timeout_s)]
+    return command + ([] if args.trace_dir is None else ["--trace-dir", str(args.trace_dir)])
+
+
+def _one_run_result(out: IO[bytes], returncode: int, name: str, seed: int | None) -> dict[str, Any]:
+    with out:
+        out.seek(0)
+        text = out.read()
+    try:
+        result: dict[str, Any] = json.loads(text)["results"][0]
+    except (ValueError, KeyError, IndexError):
+        return {"case": name, "seed": seed, "error": f"the run exited {returncode} without a result"}
+    return result
+
+
+def _kept(result: dict[str, Any], path: Path | None) -> dict[str, Any]:
+    """`result`, appended to `path` as one JSON line first (None: nowhere)."""
+    if path is not None:
+        with path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(result) + "\n")
+    return result
 
 
 def _stop(signum: int, _frame: object) -> None:
