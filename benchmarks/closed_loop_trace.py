@@ -134,6 +134,32 @@ def analyse(records: Sequence[Record]) -> dict[str, Any]:
     return result
 
 
+def gpu_wrong_clock_fraction(records: Sequence[Record], plan: dict[str, Any]) -> float | None:
+    """The share of pipeline 0's computations in the optimized window that began with another locked clock
+    than `plan` (a `perseus-plan` document: `perseusctl plan --json`) names for them, by the simulated GPU's
+    own clock at each computation's start (the board's truth, not the daemon's count: the daemon counts a
+    begin late until the set call has returned, while the board's clock acts within the call). A
+    computation the power cap held below its clock counts as right. None: no optimized window in the trace."""
+    window = next((r for r in records if r.get("kind") == "window" and r.get("phase") == "optimized"), None)
+    if window is None:
+        return None
+    planned = {
+        (stage, entry["instruction"], entry["microbatch"], entry["chunk"]): entry["freq_mhz"]
+        for stage, entries in enumerate(plan["stages"])
+        for entry in entries
+    }
+    begun = wrong = 0
+    for record in records:
+        if record.get("kind") != "computation" or record.get("pipeline", 0) != 0:
+            continue
+        if not window["first"] <= record["iteration"] <= window["last"]:
+            continue
+        key = (record["stage"], record["instruction"], record["microbatch"], record["chunk"])
+        begun += 1
+        wrong += record["clock_mhz"] != planned.get(key, record["clock_mhz"]) and not record.get("capped")
+    return round(wrong / begun, 5) if begun else None
+
+
 def _pct(optimized: float, baseline: float) -> float:
     return round(100.0 * (optimized / baseline - 1.0), 3)
 

@@ -6,6 +6,7 @@ power pool and the energy requests. `main.daemon_core`, the one composition func
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -30,7 +31,7 @@ from perseusd.planner.policy import Policy
 from perseusd.profiling.sweep import ONLINE_SWEEP, SweepSettings
 from perseusd.switching.deadline_timer import DeadlineTimer
 from perseusd.switching.energy_sampler import EnergySampler
-from perseusd.switching.plans import EarlyRaise, PlanBook
+from perseusd.switching.plans import LEAD_LATENCY_QUANTILE, EarlyRaise, PlanBook
 
 if TYPE_CHECKING:  # etcd3gw (the `cluster` extra) is imported only when the daemon is configured with etcd
     from perseusd.daemon.requests.pool import PoolRequests
@@ -169,7 +170,8 @@ def plan_book(config: DaemonConfig, registry: GpuRegistry) -> Iterator[PlanBook]
     timer = DeadlineTimer()
     timer.start()
     try:
-        early = EarlyRaise(timer, int(config.clock_lead_ms * 1e6), registry.clock_set_latency_ns)
+        latency_ns = functools.partial(registry.clock_set_latency_ns, quantile=LEAD_LATENCY_QUANTILE)
+        early = EarlyRaise(timer, int(config.clock_lead_ms * 1e6), latency_ns)
         yield PlanBook(
             registry.submit_locked_sm_clock_mhz, early=early, set_now=registry.set_locked_sm_clock_mhz
         )

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import statistics
 import threading
 import time
 from collections import deque
@@ -133,11 +132,17 @@ class GpuOwner:
         with self._lock:
             return {op: dict(values) for op, values in self._stats.items()}
 
-    def clock_set_latency_s(self) -> float | None:
-        """The median duration of the last `LATENCY_WINDOW` clock-set calls (s); None before the first."""
+    def clock_set_latency_s(self, quantile: float = 0.5) -> float | None:
+        """The `quantile` of the durations of the last `LATENCY_WINDOW` clock-set calls (s; 0.5: the median,
+        linear between samples); None before the first."""
         with self._lock:
-            samples = list(self._set_clock_s)
-        return statistics.median(samples) if samples else None
+            samples = sorted(self._set_clock_s)
+        if not samples:
+            return None
+        position = quantile * (len(samples) - 1)
+        below = int(position)
+        above = min(below + 1, len(samples) - 1)
+        return samples[below] + (samples[above] - samples[below]) * (position - below)
 
     # Commands.
 

@@ -63,11 +63,11 @@ class GpuRegistry:
         """Read the GPU without waiting (clocks, clock-event reasons, power, energy)."""
         return self._owner(uuid).read()
 
-    def clock_set_latency_ns(self, uuid: str) -> int | None:
-        """The GPU's measured clock-set latency (recent median set call, ns); None before the first or for
-        an unknown GPU."""
+    def clock_set_latency_ns(self, uuid: str, quantile: float = 0.5) -> int | None:
+        """The GPU's measured clock-set latency (that quantile of its recent set calls, the median by
+        default, ns); None before the first or for an unknown GPU."""
         owner = self._owners.get(uuid)
-        latency_s = None if owner is None else owner.clock_set_latency_s()
+        latency_s = None if owner is None else owner.clock_set_latency_s(quantile)
         return None if latency_s is None else int(latency_s * 1e9)
 
     def submit_read_energy(self, uuid: str) -> Future[tuple[int, int]]:

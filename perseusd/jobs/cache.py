@@ -5,7 +5,8 @@ measured one: its `waiting_power` column), `frontier.json` and `job.json` (what 
 power). An entry written before the waiting power was kept has none, as before. Files are written
 atomically and read strictly; a damaged entry is ignored (logged), never trusted. A frontier that is too
 large, not a valid `perseus-frontier` document, for another shape or followed without counting its points'
-late begins (an older daemon's) is ignored alone (the job solves again from the cached profile). A restarted job or daemon finds its entry and skips profiling and solving.
+late begins (an older daemon's) is ignored alone (the job solves again from the cached profile). A
+restarted job or daemon finds its entry and skips profiling and solving.
 """
 
 from __future__ import annotations

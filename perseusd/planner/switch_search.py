@@ -128,7 +128,9 @@ class DescentSearch:
         if state.time_s > limit_s:
             return None
         allowed = self.dag.num_computations if max_late is None else max_late
-        self._merge_repair(state, limit_s, allowed)
+        self._merge_repair(state, limit_s, allowed, max_evaluations)
+        if state.late() <= allowed:
+            self._run_moves(state, limit_s, allowed, max_evaluations)
         while state.evaluations < max_evaluations:
             repairing = state.late() > allowed
             move = self._best_move(state, limit_s, allowed, repairing, max_evaluations)
@@ -142,18 +144,19 @@ class DescentSearch:
         rows = tuple(state.rows)
         return Descent(rows, state.time_s, state.energy_j, state.evaluations, state.moves)
 
-    def _merge_repair(self, state: _State, limit_s: float, allowed: int) -> None:
-        """While the plan begins more than `allowed` computations late, merge the run of one stage whose
+    def _merge_repair(self, state: _State, limit_s: float, allowed: int, max_evaluations: int) -> None:
+        """While the plan begins more than `allowed` computations late (and the budget lasts: a round is
+        judged whole), merge the run of one stage whose
         merge costs the least energy per late begin it removes into a neighbouring run (the run set to that
         run's clock), within `limit_s`. A run shorter than the lock latency is what begins late; the
         segment moves of `_best_move` reach the same plans, but one scan of every segment at every clock
         can outlast the budget on a profile with many clocks."""
-        while state.late() > allowed:
+        while state.late() > allowed and state.evaluations < max_evaluations:
             best: tuple[float, float, float, int, tuple[int, ...], StageCost] | None = None
             for stage, row in enumerate(state.rows):
                 for trial in self._merges(stage, row):
-                    energy_j, time_s, cost = self._trial(state, stage, trial)
                     state.evaluations += 1
+                    energy_j, time_s, cost = self._trial(state, stage, trial)
                     removed = state.costs[stage][2] - cost[2]
                     if removed <= 0 or time_s > limit_s:
                         continue
@@ -165,6 +168,51 @@ class DescentSearch:
             _per_late, energy_j, time_s, stage, trial, _cost = best
             state.apply(energy_j, time_s, stage, trial, self.core.stage_cost(stage, list(trial)))
             self.core.accept(stage)
+
+    def _run_moves(self, state: _State, limit_s: float, allowed: int, max_evaluations: int) -> None:
+        """While it lowers the energy within `limit_s` and `allowed` late begins, apply the best move that
+        sets one run of one stage to another clock (each computation at its lowest measured clock at or
+        above it). A stage has a few runs, so a round costs runs x clocks trials where the segment moves
+        cost computations squared x clocks: on a profile with many clocks this is the descent that fits
+        the budget."""
+        while state.evaluations < max_evaluations:
+            best: tuple[float, float, int, tuple[int, ...]] | None = None
+            trials = (
+                (stage, trial)
+                for stage, row in enumerate(state.rows)
+                for trial in self._run_clocks(stage, row)
+            )
+            for stage, trial in trials:
+                if state.evaluations >= max_evaluations:
+                    break
+                energy_j, time_s, cost = self._trial(state, stage, trial)
+                state.evaluations += 1
+                late = state.late() - state.costs[stage][2] + cost[2]
+                if time_s > limit_s or late > allowed or energy_j >= state.energy_j - 1e-12:
+                    continue
+                if best is None or energy_j < best[0]:
+                    best = (energy_j, time_s, stage, trial)
+            if best is None:
+                return
+            energy_j, time_s, stage, trial = best
+            state.apply(energy_j, time_s, stage, trial, self.core.stage_cost(stage, list(trial)))
+            self.core.accept(stage)
+
+    def _run_clocks(self, stage: int, row: tuple[int, ...]) -> list[tuple[int, ...]]:
+        """Each run of `row` set to each of the stage's clocks (snapped up per computation)."""
+        options = self.stages[stage]
+        trials: list[tuple[int, ...]] = []
+        seen = {row}
+        for run in runs_of(row):
+            for clock_mhz in options.all_clocks_mhz:
+                trial = list(row)
+                for i in run:
+                    trial[i] = options.snap_up(i, clock_mhz)
+                key = tuple(trial)
+                if key not in seen:
+                    seen.add(key)
+                    trials.append(key)
+        return trials
 
     def _merges(self, stage: int, row: tuple[int, ...]) -> list[tuple[int, ...]]:
         """Each run of `row` set to the clock of the run before it and of the run after it (each

@@ -11,8 +11,8 @@ whatever it is). Restoring a GPU's originals after its lease ends is the restore
 
 When the plan knows how long each computation takes (the daemon's own plans do, from the job's profile) and
 the next computation is planned at a higher clock, the higher clock is submitted `lead` before the running
-computation is expected to end (`EarlyRaise`); the lead is the GPU's measured clock-set latency (the recent
-median duration of its set calls, ~10-12 ms on an H100, ~0 on simulated GPUs) plus a margin
+computation is expected to end (`EarlyRaise`); the lead is the GPU's measured clock-set latency (the 90th
+percentile of its recent set calls, ~10-14 ms on an H100, ~0 on simulated GPUs) plus a margin
 (`clock_lead_ms`), so a raise has acted when the next computation begins. A raise that waits for the end
 event would let the next computation, often on the critical path, begin at the lower clock.
 A lower next clock waits for the end event, except where the plan gives each computation's slack (how late
@@ -50,6 +50,10 @@ MAX_EVENT_AGE_NS = 1_000_000_000
 PACE_WEIGHT = 0.1
 """Weight of each computation's actual / profiled duration in the plan's running pace."""
 PACE_RANGE = (0.25, 4.0)
+LEAD_LATENCY_QUANTILE = 0.9
+"""The quantile of a GPU's recent clock-set durations an early change allows for (`EarlyRaise.lead_ns`): with
+the median, half the raises returned after the next computation began (a simulated H100's calls take 9-15
+ms); the plan's switch model keeps the median (`JobManager._switch_model`)."""
 LOWER_SLACK_FACTOR = 2
 """An early lowering needs this many times the time it runs low in slack: the slack is computed from the
 profile's times, and real computations run a little longer (event overhead, a busy host)."""
@@ -62,7 +66,8 @@ class EarlyRaise:
     Attributes:
         timer: the thread that runs the raises.
         margin_ns: added to the measured latency (`clock_lead_ms`).
-        latency_ns: a GPU's measured clock-set latency (ns) by UUID; None (or absent) while unmeasured.
+        latency_ns: a GPU's measured clock-set latency (ns) by UUID (`LEAD_LATENCY_QUANTILE` of its recent
+            calls); None (or absent) while unmeasured.
     """
 
     timer: DeadlineTimer

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.closed_loop_trace import analyse, replay_s
+from benchmarks.closed_loop_trace import analyse, gpu_wrong_clock_fraction, replay_s
 from perseusd.planner.dag import build_dag
 
 STAGES, MICROBATCHES = 3, 4
@@ -65,3 +65,38 @@ def test_the_gap_the_hop_and_each_phases_slowdown_are_read_back() -> None:
 def test_a_trace_without_both_windows_is_refused() -> None:
     with pytest.raises(SystemExit, match="baseline and optimized"):
         analyse([{"kind": "window", "phase": "baseline", "first": 0, "last": 3}])
+
+
+def test_the_gpu_wrong_clock_share_counts_the_optimized_windows_begins_off_their_plan() -> None:
+    """Within the optimized window, a computation that began at another locked clock than its plan's counts,
+    unless the power cap held it lower; computations outside the window do not count."""
+    plan = {
+        "stages": [
+            [{"instruction": "forward", "microbatch": m, "chunk": 0, "freq_mhz": 1200} for m in range(4)]
+        ]
+    }
+
+    def record(iteration: int, microbatch: int, clock_mhz: int, capped: bool = False) -> dict[str, Any]:
+        return {
+            "kind": "computation",
+            "pipeline": 0,
+            "stage": 0,
+            "iteration": iteration,
+            "instruction": "forward",
+            "microbatch": microbatch,
+            "chunk": 0,
+            "clock_mhz": clock_mhz,
+            "capped": capped,
+        }
+
+    records = [
+        {"kind": "window", "phase": "optimized", "first": 5, "last": 6},
+        *(record(4, m, 1980) for m in range(4)),  # before the window: all-max
+        record(5, 0, 1980),  # late
+        record(5, 1, 1200),
+        record(5, 2, 1140, capped=True),
+        record(5, 3, 1200),
+        *(record(6, m, 1200) for m in range(4)),
+    ]
+    assert gpu_wrong_clock_fraction(records, plan) == pytest.approx(1 / 8)
+    assert gpu_wrong_clock_fraction(records[1:], plan) is None

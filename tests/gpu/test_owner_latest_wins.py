@@ -174,6 +174,37 @@ def test_requests_from_many_threads_end_at_one_of_the_last(owner: GpuOwner, devi
     assert device.inner.locked_sm_clock_mhz() in lasts
 
 
+class UnevenDevice(ForwardingDevice):
+    """Wraps a device; its clock-set calls take the given durations in turn."""
+
+    def __init__(self, inner: SimDevice, durations_s: list[float]) -> None:
+        super().__init__(inner)
+        self.durations_s = durations_s
+
+    def set_locked_sm_clock_mhz(self, clock_mhz: int) -> int:
+        time.sleep(self.durations_s.pop(0))
+        return self.inner.set_locked_sm_clock_mhz(clock_mhz)
+
+
+def test_clock_set_latency_quantiles_tell_a_slow_tail_from_the_median(tmp_path: Path) -> None:
+    """Seven quick set calls and one slow one: the median is a quick call's, the maximum the slow one's, and
+    the 90th percentile (what an early raise allows for) lies between, interpolated."""
+    backend = SimBackend(tmp_path, noise=0.0)
+    gpu = GpuOwner(UnevenDevice(backend.sim_devices()[0], [0.005] * 7 + [0.2]), call_timeout_s=5.0)
+    gpu.start()
+    try:
+        for clock_mhz in (900, 1200) * 4:
+            gpu.set_locked_sm_clock_mhz(clock_mhz).result(timeout=5)
+        median_s, p90_s, top_s = (gpu.clock_set_latency_s(q) for q in (0.5, 0.9, 1.0))
+    finally:
+        gpu.stop()
+        backend.close()
+    assert median_s is not None and p90_s is not None and top_s is not None  # noqa: PT018
+    assert 0.005 <= median_s < 0.1 <= top_s
+    assert gpu.clock_set_latency_s() == median_s
+    assert median_s < p90_s < top_s
+
+
 def test_clock_set_latency_is_the_recent_median_call(owner: GpuOwner) -> None:
     assert owner.clock_set_latency_s() is None
     for clock_mhz in (900, 1200, 1395):

@@ -209,7 +209,7 @@ def test_a_start_over_the_cap_is_repaired_by_merging_runs() -> None:
     start = min(within, key=lambda p: p.refined_energy_j)
     cap = search.late(start.clocks_mhz) // 2
     assert cap >= 3
-    repaired = search.descend(start.clocks_mhz, all_max_time_s, 1, max_late=cap)
+    repaired = search.descend(start.clocks_mhz, all_max_time_s, 20_000, max_late=cap)
     assert repaired is not None
     assert search.late(repaired.clocks_mhz) <= cap
     assert repaired.time_s <= all_max_time_s * (1 + 1e-9)

@@ -113,7 +113,7 @@ def test_the_suite_names_every_workload_and_judges_its_bars() -> None:
         "of_switch_aware_reference": 0.95,
         "slowdown_pct": 0.3,
         "profiling_iterations": 60,
-        "began_before_clock_fraction": 0.05,
+        "wrong_clock_fraction": 0.05,
         "prediction_gap_pts": 0.5,
     }
     runs = [
@@ -130,28 +130,28 @@ def test_the_suite_names_every_workload_and_judges_its_bars() -> None:
     assert judged["median_met"] is True
 
 
-def test_on_lock_latency_long_computations_the_deployed_plan_keeps_the_late_cap_and_most_of_the_saving() -> (
-    None
-):
-    """h200-layers4x16 (measured H200 kinds, 10-15 ms forwards: about one lock latency): the least-energy plan
-    within all-max's time begins more than 10 % of its computations before their clock; the no-slowdown
-    point among the deployable ones (a descent from it, its short lowered runs merged) begins at most 10 %
-    and keeps at least 90 % of its saving."""
+def test_on_lock_latency_long_computations_the_deployed_plan_keeps_the_late_cap_and_the_saving() -> None:
+    """h200-layers4x16 (measured H200 kinds, 10-15 ms forwards: about one lock latency): the solver's
+    least-energy plans within all-max's time begin more than 10 % of their computations before their clock;
+    the no-slowdown point among the deployable ones (a descent from one, its short lowered runs merged,
+    then whole runs moved) begins at most 10 % and keeps at least 95 % of their saving."""
     workload = FAMILY["h200-layers4x16"]
     profile = read_profile_stream(io.StringIO(profile_csv(workload)), workload.name)
     solved = reference_solve(profile, workload.stages, workload.microbatches, "h100_sxm")
     assert solved is not None
     frontier, base = solved
-    free = no_slowdown_point(frontier, base.time_s, deployable_only=False)
+    computations = sum(len(row) for row in frontier.points[0].clocks_mhz)
+    within = [p for p in frontier.points if p.predicted_time_s <= base.time_s * (1 + 1e-9)]
+    over = [
+        p for p in within if p.followed is not None and (p.followed.late_begins or 0) > 0.10 * computations
+    ]
+    assert over
     chosen = no_slowdown_point(frontier, base.time_s)
-    assert free.followed is not None
     assert chosen.followed is not None
-    computations = sum(len(row) for row in chosen.clocks_mhz)
-    assert free.followed.late_begins is not None
-    assert free.followed.late_begins > 0.10 * computations
     assert chosen.followed.late_begins is not None
     assert chosen.followed.late_begins <= 0.10 * computations
     assert chosen.followed.descended_from is not None
     assert chosen.predicted_time_s <= base.time_s * (1 + 1e-9)
-    saving, free_saving = (1 - p.refined_energy_j / base.energy_j for p in (chosen, free))
-    assert 0.9 * free_saving <= saving < free_saving
+    best_over_j = min(p.refined_energy_j for p in over)
+    saving, over_saving = (1 - j / base.energy_j for j in (chosen.refined_energy_j, best_over_j))
+    assert saving >= 0.95 * over_saving
