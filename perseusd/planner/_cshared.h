@@ -74,10 +74,16 @@ static void free_blocks(void *const *blocks, size_t count) {
         .tp_doc = doc, .tp_new = PyType_GenericNew, .tp_init = (initproc)init,                                  \
         .tp_dealloc = (destructor)dealloc, .tp_methods = methods
 
-/* The module of `def` with each type added under the last part of its tp_name; NULL with an exception set. */
-static PyObject *module_with_types(PyModuleDef *def, PyTypeObject *const *types, size_t count) {
+/* The module of `def` with each type added under the last part of its tp_name and its interface version as
+ * `ABI` (the Python side refuses a build of other sources: `perseusd.planner.compiled`); NULL with an
+ * exception set. */
+static PyObject *module_with_types(PyModuleDef *def, PyTypeObject *const *types, size_t count, long abi) {
     PyObject *module = PyModule_Create(def);
     if (!module) return NULL;
+    if (PyModule_AddIntConstant(module, "ABI", abi) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
     for (size_t k = 0; k < count; k++)
         if (PyModule_AddType(module, types[k]) < 0) {
             Py_DECREF(module);

@@ -525,7 +525,10 @@ static PyTypeObject PdCoreType = {
 static struct PyModuleDef pdcore_module = {PyModuleDef_HEAD_INIT, "_pdcore",
                                            "C core of the Perseus frontier solver.", -1, NULL};
 
+/* The interface version: bump it, and `perseusd.planner.compiled.ABI`, whenever a signature changes. */
+#define PDCORE_ABI 1
+
 PyMODINIT_FUNC PyInit__pdcore(void) {
     PyTypeObject *types[] = {&PdCoreType};
-    return module_with_types(&pdcore_module, types, COUNT_OF(types));
+    return module_with_types(&pdcore_module, types, COUNT_OF(types), PDCORE_ABI);
 }

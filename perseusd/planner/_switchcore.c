@@ -725,7 +725,10 @@ static struct PyModuleDef switchcore_module = {PyModuleDef_HEAD_INIT, "_switchco
                                                "C inner loops of plan following and the switch-aware descent.", -1,
                                                NULL};
 
+/* The interface version: bump it, and `perseusd.planner.compiled.ABI`, whenever a signature changes. */
+#define SWITCHCORE_ABI 2
+
 PyMODINIT_FUNC PyInit__switchcore(void) {
     PyTypeObject *types[] = {&CoreType, &PathsType};
-    return module_with_types(&switchcore_module, types, COUNT_OF(types));
+    return module_with_types(&switchcore_module, types, COUNT_OF(types), SWITCHCORE_ABI);
 }

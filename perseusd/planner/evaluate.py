@@ -9,8 +9,8 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from perseusd.planner.compiled import load_core
 from perseusd.planner.dag import ComputationDag
 from perseusd.planner.profile import Measurement, Profile
 
@@ -34,17 +34,9 @@ def longest_path_s(dag: ComputationDag, durations_s: Sequence[float]) -> float:
     return max(finish, default=0.0)
 
 
-def _load_switchcore() -> Any | None:
-    try:
-        from perseusd.planner import _switchcore  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _switchcore
-
-
-SWITCHCORE = _load_switchcore()
+SWITCHCORE = load_core("_switchcore")
 """The C module `_switchcore` (its `Paths` serves `LongestPath`, its `Core` `switch_core`), or None where it
-was not built."""
+was not built (or built from other sources: `compiled.load_core`)."""
 _C_PATHS = None if SWITCHCORE is None else SWITCHCORE.Paths
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from perseusd.errors import PlanningError
+from perseusd.planner.compiled import load_core
 from perseusd.planner.cost_model import CostModel, fit_cost_model
 from perseusd.planner.dag import ComputationDag, Instruction
 from perseusd.planner.options import OptionSet, build_option_set
@@ -83,12 +84,8 @@ class _Tables:
 
 
 def load_c_core() -> Any | None:
-    """The compiled core module, or None when it was not built."""
-    try:
-        from perseusd.planner import _pdcore  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _pdcore
+    """The compiled core module, or None when it was not built (or built from other sources)."""
+    return load_core("_pdcore")
 
 
 class FrontierSolver:
