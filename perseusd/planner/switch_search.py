@@ -16,8 +16,11 @@ really run, conservatively:
   lowering that acts late leaves a computation at the higher clock only when the GPU goes straight on; after
   a wait (a pipeline bubble) the lower clock is already in force. The descent never counts on the late one.
 
-A move is taken only when the plan's time stays within the limit. The descent is deterministic (moves are
-tried in a fixed order, ties keep the first) and bounded by a number of evaluations.
+A move is taken only when the plan's time stays within the limit and at most `MAX_LATE_FRACTION` of the
+computations begin before their clock is applied. In order: a start over that cap is repaired by merging
+runs (`_merge_repair`), then whole runs are moved to other clocks (`_run_moves`, a few trials per run),
+then the segment moves above run while the budget lasts. The descent is deterministic (moves are tried in
+a fixed order, ties keep the first) and bounded by a number of evaluations.
 """
 
 from __future__ import annotations
