@@ -336,7 +336,9 @@ def descend_frontier(
     energy and it begins no more computations early than the cap: it runs nearly as the solver solved it.
     With one, every limit is descended: the solver judged its points' waits at the blocking power, the
     descent at the clocks held in them. Each descent starts
-    from that point's deployed clocks and from all-max, and keeps the better plan. A new point's `followed`
+    from that point's deployed clocks and from all-max, and keeps the better plan; where no point is within
+    the limit (the solver's fastest a unit of time slower than all-max), from all-max alone. A new point's
+    `followed`
     says `descended_from` (the start point's index); its `refined_*` figures are the descent's (the
     effective plan's energy, over the time that counts every lowering both ways: never less than the
     effective plan's figures). With a `waiting` power by held clock, the descent judges each wait at the clock
@@ -349,20 +351,19 @@ def descend_frontier(
     for factor in factors:
         limit_s = all_max_time_s * factor
         within = [p for p in points if p.predicted_time_s <= limit_s * (1 + TOLERANCE)]
-        if not within:
-            continue
-        best = min(within, key=_energy_first)
+        best = min(within, key=_energy_first, default=None)
         best_followable = min((p for p in within if within_late_cap(p)), key=_energy_first, default=None)
-        over_cap = best_followable is not best
-        if search.waiting is None and not _worth_descending(best, over_cap):
+        worth = best is None or _worth_descending(best, best_followable is not best)
+        if search.waiting is None and not worth:
             continue
-        starts = (best.clocks_mhz, search.all_max())
+        starts = (search.all_max(),) if best is None else (best.clocks_mhz, search.all_max())
         found = [search.descend(start, limit_s, budget, max_late) for start in starts]
         descents = [d for d in found if d is not None]
         if not descents:
             continue
         descent = min(descents, key=lambda d: d.energy_j)
-        point = _descended_point(follower, best, descent, len(points), frontier.meta.unit_time_s)
+        start = best if best is not None else min(points, key=lambda p: p.predicted_time_s)
+        point = _descended_point(follower, start, descent, len(points), frontier.meta.unit_time_s)
         beaten = math.inf if best_followable is None else best_followable.refined_energy_j
         if point.refined_energy_j < beaten and point.predicted_time_s <= limit_s * (1 + TOLERANCE):
             points.append(point)
