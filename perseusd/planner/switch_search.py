@@ -131,7 +131,7 @@ class DescentSearch:
         if state.time_s > limit_s:
             return None
         allowed = self.dag.num_computations if max_late is None else max_late
-        self._merge_repair(state, limit_s, allowed, max_evaluations)
+        self._merge_repair(state, limit_s, allowed)
         if state.late() <= allowed:
             self._run_moves(state, limit_s, allowed, max_evaluations)
         while state.evaluations < max_evaluations:
@@ -147,14 +147,14 @@ class DescentSearch:
         rows = tuple(state.rows)
         return Descent(rows, state.time_s, state.energy_j, state.evaluations, state.moves)
 
-    def _merge_repair(self, state: _State, limit_s: float, allowed: int, max_evaluations: int) -> None:
-        """While the plan begins more than `allowed` computations late (and the budget lasts: a round is
-        judged whole), merge the run of one stage whose
+    def _merge_repair(self, state: _State, limit_s: float, allowed: int) -> None:
+        """While the plan begins more than `allowed` computations late, merge the run of one stage whose
         merge costs the least energy per late begin it removes into a neighbouring run (the run set to that
         run's clock), within `limit_s`. A run shorter than the lock latency is what begins late; the
         segment moves of `_best_move` reach the same plans, but one scan of every segment at every clock
-        can outlast the budget on a profile with many clocks."""
-        while state.late() > allowed and state.evaluations < max_evaluations:
+        can outlast the budget on a profile with many clocks. Not bounded by the budget (its trials count in
+        `evaluations`): each round removes a late begin or ends the repair, and costs two trials a run."""
+        while state.late() > allowed:
             best: tuple[float, float, float, int, tuple[int, ...], StageCost] | None = None
             for stage, row in enumerate(state.rows):
                 for trial in self._merges(stage, row):
@@ -221,21 +221,39 @@ class DescentSearch:
         """Each run of `row` set to the clock of the run before it and of the run after it (each
         computation at its lowest measured clock at or above it); where a computation of the run has no
         such clock (a profile that visited other clocks for another instruction), the run and that
-        neighbour both at the higher clock it snapped to."""
+        neighbour both at the higher clock it snapped to; and the run with both neighbours at the highest of
+        their clocks (where merging into one neighbour only moves a late begin to the other boundary)."""
         runs = runs_of(row)
         options = self.stages[stage]
         trials: list[tuple[int, ...]] = []
         for k, run in enumerate(runs if len(runs) > 1 else ()):
-            for neighbour in (runs[k - 1], runs[(k + 1) % len(runs)]):
+            before, after = runs[k - 1], runs[(k + 1) % len(runs)]
+            for neighbour in (before, after):
                 clock_mhz = row[neighbour[0]]
                 snapped = max(options.snap_up(i, clock_mhz) for i in run)
                 group = run if snapped == clock_mhz else run + neighbour
-                trial = list(row)
-                for i in group:
-                    trial[i] = options.snap_up(i, snapped)
-                if tuple(trial) != row and tuple(trial) not in trials:
-                    trials.append(tuple(trial))
+                self._add_trial(trials, row, stage, group, snapped)
+            # the run and both neighbours at the highest of their clocks: both of its boundaries go
+            both = before + run + after if before is not after else run + before
+            self._add_trial(trials, row, stage, both, max(row[i] for i in both))
         return trials
+
+    def _add_trial(
+        self,
+        trials: list[tuple[int, ...]],
+        row: tuple[int, ...],
+        stage: int,
+        group: list[int],
+        mhz: int,
+    ) -> None:
+        """`row` with `group` at `mhz` (each computation snapped up), added to `trials` when new."""
+        options = self.stages[stage]
+        trial = list(row)
+        for i in group:
+            trial[i] = options.snap_up(i, mhz)
+        key = tuple(trial)
+        if key != row and key not in trials:
+            trials.append(key)
 
     def _trial(self, state: _State, stage: int, row: tuple[int, ...]) -> tuple[float, float, StageCost]:
         """(energy, time, the stage's cost) of the plan with `row` in place of the stage's."""

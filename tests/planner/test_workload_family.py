@@ -4,6 +4,7 @@ suite's references and bars (`switch_reference.py`, `closed_loop_suite.py`)."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 
@@ -24,8 +25,11 @@ from benchmarks.workload_family import (
     stage_cost,
 )
 from perseusd.gpu.sim_boards import load_board
+from perseusd.jobs.shape import JobShape
+from perseusd.jobs.solving import SolveInput, auto_unit_time_s, solve
+from perseusd.planner.baselines import all_max
 from perseusd.planner.bundled import bundled_profile
-from perseusd.planner.profile_csv import read_profile_stream
+from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream, read_profile_waiting
 from perseusd.workload.sim_costs import check_profile_fits
 
 
@@ -155,3 +159,43 @@ def test_on_lock_latency_long_computations_the_deployed_plan_keeps_the_late_cap_
     best_over_j = min(p.refined_energy_j for p in over)
     saving, over_saving = (1 - j / base.energy_j for j in (chosen.refined_energy_j, best_over_j))
     assert saving >= 0.95 * over_saving
+
+
+ONLINE_PROFILE = Path(__file__).parent / "data" / "h200-layers4x16-online.csv"
+"""The profile perseusd measured online for h200-layers4x16 on the simulated h100_sxm board (seed 0 of
+`bench_closed_loop.py --suite family --trace-dir`): 6 clocks per stage, and its waiting power by clock."""
+
+
+def test_an_online_profile_with_few_clocks_still_gets_a_deployable_plan_near_the_over_cap_one() -> None:
+    """On the profile the daemon measured (its least-energy plan within all-max's time begins 60 of 128
+    computations late), the repair merges runs into both neighbours where merging into one only moves the
+    late begin; before that, no descent reached the cap within the budget and the job ran an all-max
+    descent saving 8.5 %."""
+    with ONLINE_PROFILE.open(encoding="utf-8") as stream:
+        profile, waiting_w = read_profile_waiting(stream, str(ONLINE_PROFILE))
+    p_block_w = waiting_w[-1][1]
+    shape = JobShape("1f1b", 4, 16, 1)
+    orders = shape.named_orders() or ()
+    switch = board_switch_model("h100_sxm")
+    task = SolveInput(
+        "online",
+        shape,
+        orders,
+        profile_to_csv(profile),
+        "online",
+        p_block_w,
+        auto_unit_time_s(profile),
+        switch,
+        waiting_w,
+    )
+    frontier = solve(task).frontier
+    base = all_max(shape.dag(orders), profile, p_block_w)
+    free = no_slowdown_point(frontier, base.time_s, deployable_only=False)
+    chosen = no_slowdown_point(frontier, base.time_s)
+    assert free.followed is not None
+    assert chosen.followed is not None
+    assert (free.followed.late_begins or 0) > 0.10 * 128
+    assert chosen.followed.late_begins is not None
+    assert chosen.followed.late_begins <= 0.10 * 128
+    saving, free_saving = (1 - p.refined_energy_j / base.energy_j for p in (chosen, free))
+    assert saving >= 0.75 * free_saving
