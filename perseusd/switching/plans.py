@@ -52,8 +52,8 @@ PACE_WEIGHT = 0.1
 PACE_RANGE = (0.25, 4.0)
 LEAD_LATENCY_QUANTILE = 0.9
 """The quantile of a GPU's recent clock-set durations an early change allows for (`EarlyRaise.lead_ns`): with
-the median, half the raises returned after the next computation began (a simulated H100's calls take 9-15
-ms); the plan's switch model keeps the median (`JobManager._switch_model`)."""
+the median, any call slower than it (a simulated H100's take 9-15 ms) could return after the next
+computation began; the plan's switch model keeps the median (`JobManager._switch_model`)."""
 LOWER_SLACK_FACTOR = 2
 """An early lowering needs this many times the time it runs low in slack: the slack is computed from the
 profile's times, and real computations run a little longer (event overhead, a busy host)."""
