@@ -203,19 +203,11 @@ class DescentSearch:
 
     def _run_clocks(self, stage: int, row: tuple[int, ...]) -> list[tuple[int, ...]]:
         """Each run of `row` set to each of the stage's clocks (snapped up per computation)."""
-        options = self.stages[stage]
-        trials: list[tuple[int, ...]] = []
-        seen = {row}
+        trials: dict[tuple[int, ...], None] = {}
         for run in runs_of(row):
-            for clock_mhz in options.all_clocks_mhz:
-                trial = list(row)
-                for i in run:
-                    trial[i] = options.snap_up(i, clock_mhz)
-                key = tuple(trial)
-                if key not in seen:
-                    seen.add(key)
-                    trials.append(key)
-        return trials
+            for clock_mhz in self.stages[stage].all_clocks_mhz:
+                self._add_trial(trials, row, stage, run, clock_mhz)
+        return list(trials)
 
     def _merges(self, stage: int, row: tuple[int, ...]) -> list[tuple[int, ...]]:
         """Each run of `row` set to the clock of the run before it and of the run after it (each
@@ -225,7 +217,7 @@ class DescentSearch:
         their clocks (where merging into one neighbour only moves a late begin to the other boundary)."""
         runs = runs_of(row)
         options = self.stages[stage]
-        trials: list[tuple[int, ...]] = []
+        trials: dict[tuple[int, ...], None] = {}
         for k, run in enumerate(runs if len(runs) > 1 else ()):
             before, after = runs[k - 1], runs[(k + 1) % len(runs)]
             for neighbour in (before, after):
@@ -236,24 +228,25 @@ class DescentSearch:
             # the run and both neighbours at the highest of their clocks: both of its boundaries go
             both = before + run + after if before is not after else run + before
             self._add_trial(trials, row, stage, both, max(row[i] for i in both))
-        return trials
+        return list(trials)
 
     def _add_trial(
         self,
-        trials: list[tuple[int, ...]],
+        trials: dict[tuple[int, ...], None],
         row: tuple[int, ...],
         stage: int,
         group: list[int],
         mhz: int,
     ) -> None:
-        """`row` with `group` at `mhz` (each computation snapped up), added to `trials` when new."""
+        """`row` with `group` at `mhz` (each computation snapped up), added to `trials` (kept in the order
+        added) when it is new and not `row` itself."""
         options = self.stages[stage]
         trial = list(row)
         for i in group:
             trial[i] = options.snap_up(i, mhz)
         key = tuple(trial)
-        if key != row and key not in trials:
-            trials.append(key)
+        if key != row:
+            trials.setdefault(key)
 
     def _trial(self, state: _State, stage: int, row: tuple[int, ...]) -> tuple[float, float, StageCost]:
         """(energy, time, the stage's cost) of the plan with `row` in place of the stage's."""
