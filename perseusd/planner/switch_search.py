@@ -19,7 +19,8 @@ really run, conservatively:
 A move is taken only when the plan's time stays within the limit and at most `MAX_LATE_FRACTION` of the
 computations begin before their clock is applied. In order: a start over that cap is repaired by merging
 runs (`_merge_repair`), then whole runs are moved to other clocks (`_run_moves`, a few trials per run),
-then the segment moves above run while the budget lasts. The descent is deterministic (moves are tried in
+then the segment moves above run while the budget lasts. A start over the time limit is first brought within
+it by raising clocks (`_time_repair`). The descent is deterministic (moves are tried in
 a fixed order, ties keep the first) and bounded by a number of evaluations.
 """
 
@@ -128,7 +129,7 @@ class DescentSearch:
         state.time_s = self.core.trial_time(0)
         state.energy_j = self._energy(state.costs, state.time_s)
         limit_s *= 1 + TOLERANCE
-        if state.time_s > limit_s:
+        if state.time_s > limit_s and not self._time_repair(state, limit_s, max_evaluations):
             return None
         allowed = self.dag.num_computations if max_late is None else max_late
         self._merge_repair(state, limit_s, allowed)
@@ -146,6 +147,43 @@ class DescentSearch:
             return None
         rows = tuple(state.rows)
         return Descent(rows, state.time_s, state.energy_j, state.evaluations, state.moves)
+
+    def _time_repair(self, state: _State, limit_s: float, max_evaluations: int) -> bool:
+        """Bring a start over `limit_s` within it: while it is over, raise the run of one stage, or one
+        computation, to its next higher clock, whichever shortens the plan for the least energy per second
+        (the solver rounds each computation's time down to its unit, so its fastest point can end a few
+        units after all-max: on an online profile with clocks 15 MHz apart, 0.18 %). False when no raise
+        shortens the plan or the budget runs out first."""
+        while state.time_s > limit_s:
+            best: tuple[float, float, float, int, tuple[int, ...], StageCost] | None = None
+            for stage, row in enumerate(state.rows):
+                for trial in self._raises(stage, row):
+                    if state.evaluations >= max_evaluations:
+                        return False
+                    state.evaluations += 1
+                    energy_j, time_s, cost = self._trial(state, stage, trial)
+                    if time_s >= state.time_s - 1e-12:
+                        continue
+                    per_s = (energy_j - state.energy_j) / (state.time_s - time_s)
+                    if best is None or per_s < best[0]:
+                        best = (per_s, energy_j, time_s, stage, trial, cost)
+            if best is None:
+                return False
+            _per_s, energy_j, time_s, stage, trial, _cost = best
+            state.apply(energy_j, time_s, stage, trial, self.core.stage_cost(stage, list(trial)))
+            self.core.accept(stage)
+        return True
+
+    def _raises(self, stage: int, row: tuple[int, ...]) -> list[tuple[int, ...]]:
+        """Each run of `row`, and each computation below its highest clock, at its next higher clock."""
+        trials: dict[tuple[int, ...], None] = {}
+        options = self.stages[stage]
+        for run in runs_of(row):
+            self._add_trial(trials, row, stage, run, row[run[0]] + 1)
+        for i, clock_mhz in enumerate(row):
+            if clock_mhz < options.clocks_mhz[i][-1]:
+                self._add_trial(trials, row, stage, [i], clock_mhz + 1)
+        return list(trials)
 
     def _merge_repair(self, state: _State, limit_s: float, allowed: int) -> None:
         """While the plan begins more than `allowed` computations late, merge the run of one stage whose
@@ -348,7 +386,8 @@ def descend_frontier(
     With one, every limit is descended: the solver judged its points' waits at the blocking power, the
     descent at the clocks held in them. Each descent starts
     from that point's deployed clocks and from all-max, and keeps the better plan; where no point is within
-    the limit (the solver's fastest a unit of time slower than all-max), from all-max alone. A new point's
+    the limit (the solver's fastest a few units of time slower than all-max), from the fastest point brought
+    within it (`DescentSearch._time_repair`) and from all-max. A new point's
     `followed`
     says `descended_from` (the start point's index); its `refined_*` figures are the descent's (the
     effective plan's energy, over the time that counts every lowering both ways: never less than the
@@ -367,14 +406,15 @@ def descend_frontier(
         worth = best is None or _worth_descending(best, best_followable is not best)
         if search.waiting is None and not worth:
             continue
-        starts = (search.all_max(),) if best is None else (best.clocks_mhz, search.all_max())
+        # no point within the limit: the solver's fastest, brought within it (`_time_repair`), and all-max
+        first = best if best is not None else min(points, key=lambda p: p.predicted_time_s)
+        starts = (first.clocks_mhz, search.all_max())
         found = [search.descend(start, limit_s, budget, max_late) for start in starts]
         descents = [d for d in found if d is not None]
         if not descents:
             continue
         descent = min(descents, key=lambda d: d.energy_j)
-        start = best if best is not None else min(points, key=lambda p: p.predicted_time_s)
-        point = _descended_point(follower, start, descent, len(points), frontier.meta.unit_time_s)
+        point = _descended_point(follower, first, descent, len(points), frontier.meta.unit_time_s)
         beaten = math.inf if best_followable is None else best_followable.refined_energy_j
         if point.refined_energy_j < beaten and point.predicted_time_s <= limit_s * (1 + TOLERANCE):
             points.append(point)

@@ -127,7 +127,7 @@ def test_the_conservative_time_counts_every_lowering_both_ways() -> None:
         assert time_s >= max(planned.time_s, effective.time_s) * (1 - 1e-12)
 
 
-def test_a_descent_is_deterministic_bounded_and_never_starts_over_its_limit() -> None:
+def test_a_descent_is_deterministic_bounded_and_refuses_a_start_it_cannot_bring_within_its_limit() -> None:
     _frontier, dag, profile, all_max_time_s = _job(2)
     search = DescentSearch(dag, profile, P_BLOCK_W, H100)
     first = search.descend(search.all_max(), all_max_time_s, 5000)
@@ -140,6 +140,23 @@ def test_a_descent_is_deterministic_bounded_and_never_starts_over_its_limit() ->
     assert short is not None
     assert short.evaluations == 10
     assert search.descend(search.all_max(), all_max_time_s * 0.9, 5000) is None
+
+
+def test_a_start_over_its_limit_is_first_brought_within_it_by_raising_clocks() -> None:
+    """The solver rounds each computation's time down to its unit, so its fastest point can end after
+    all-max; a descent from it raises the runs or computations that shorten the plan for the least energy
+    until it fits, and keeps most of its saving."""
+    frontier, dag, profile, _all_max_time_s = _job(2)
+    search = DescentSearch(dag, profile, P_BLOCK_W, H100)
+    base_s, base_j = search.evaluate(search.all_max())
+    limit_s = base_s * 1.005
+    over = [p for p in frontier.points if search.evaluate(p.clocks_mhz)[0] > base_s * 1.01]
+    start = min(over, key=lambda p: p.predicted_time_s)  # a point 1-2 % slower than all-max
+    found = search.descend(start.clocks_mhz, limit_s, 50_000)
+    assert found is not None
+    assert found.time_s <= limit_s * (1 + 1e-9)
+    assert found.energy_j < base_j
+    assert found.moves >= 1
 
 
 def test_a_descent_keeps_to_its_cap_on_computations_begun_before_their_clock() -> None:
