@@ -29,6 +29,7 @@ from perseusd.jobs.shape import JobShape
 from perseusd.jobs.solving import SolveInput, auto_unit_time_s, solve
 from perseusd.planner.baselines import all_max
 from perseusd.planner.bundled import bundled_profile
+from perseusd.planner.plan import Frontier, Plan
 from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream, read_profile_waiting
 from perseusd.workload.sim_costs import check_profile_fits
 
@@ -161,6 +162,20 @@ def test_on_lock_latency_long_computations_the_deployed_plan_keeps_the_late_cap_
     assert saving >= 0.95 * over_saving
 
 
+def solve_online(path: Path, stages: int, microbatches: int) -> tuple[Frontier, Plan]:
+    """The daemon's solve of a profile it measured online (with its waiting power by clock) on the
+    `h100_sxm` board's switch model, and all-max on it."""
+    with path.open(encoding="utf-8") as stream:
+        profile, waiting_w = read_profile_waiting(stream, str(path))
+    p_block_w = waiting_w[-1][1]
+    shape = JobShape("1f1b", stages, microbatches, 1)
+    orders = shape.named_orders() or ()
+    csv_text, unit_s = profile_to_csv(profile), auto_unit_time_s(profile)
+    switch = board_switch_model("h100_sxm")
+    task = SolveInput(path.stem, shape, orders, csv_text, path.stem, p_block_w, unit_s, switch, waiting_w)
+    return solve(task).frontier, all_max(shape.dag(orders), profile, p_block_w)
+
+
 ONLINE_PROFILE = Path(__file__).parent / "data" / "h200-layers4x16-online.csv"
 """The profile perseusd measured online for h200-layers4x16 on the simulated h100_sxm board (seed 0 of
 `bench_closed_loop.py --suite family --trace-dir`): 6 clocks per stage, and its waiting power by clock."""
@@ -171,25 +186,7 @@ def test_an_online_profile_with_few_clocks_still_gets_a_deployable_plan_near_the
     computations late), the repair merges runs into both neighbours where merging into one only moves the
     late begin; before that, no descent reached the cap within the budget and the job ran an all-max
     descent saving 8.5 %."""
-    with ONLINE_PROFILE.open(encoding="utf-8") as stream:
-        profile, waiting_w = read_profile_waiting(stream, str(ONLINE_PROFILE))
-    p_block_w = waiting_w[-1][1]
-    shape = JobShape("1f1b", 4, 16, 1)
-    orders = shape.named_orders() or ()
-    switch = board_switch_model("h100_sxm")
-    task = SolveInput(
-        "online",
-        shape,
-        orders,
-        profile_to_csv(profile),
-        "online",
-        p_block_w,
-        auto_unit_time_s(profile),
-        switch,
-        waiting_w,
-    )
-    frontier = solve(task).frontier
-    base = all_max(shape.dag(orders), profile, p_block_w)
+    frontier, base = solve_online(ONLINE_PROFILE, 4, 16)
     free = no_slowdown_point(frontier, base.time_s, deployable_only=False)
     chosen = no_slowdown_point(frontier, base.time_s)
     assert free.followed is not None
@@ -211,19 +208,7 @@ def test_when_no_point_is_within_all_max_time_the_descent_starts_from_the_fastes
     """No frontier point was within all-max's time, so the descent started from all-max alone and the job
     ran a plan that lowered one stage: 3.35 % planned, 3.43 % measured, where the solver's fastest point
     saves 14 % (switches instant)."""
-    with MOE_ONLINE_PROFILE.open(encoding="utf-8") as stream:
-        profile, waiting_w = read_profile_waiting(stream, str(MOE_ONLINE_PROFILE))
-    p_block_w = waiting_w[-1][1]
-    shape = JobShape("1f1b", 6, 12, 1)
-    orders = shape.named_orders() or ()
-    switch = board_switch_model("h100_sxm")
-    source = "online"
-    unit_s = auto_unit_time_s(profile)
-    task = SolveInput(
-        "moe", shape, orders, profile_to_csv(profile), source, p_block_w, unit_s, switch, waiting_w
-    )
-    frontier = solve(task).frontier
-    base = all_max(shape.dag(orders), profile, p_block_w)
+    frontier, base = solve_online(MOE_ONLINE_PROFILE, 6, 12)
     chosen = no_slowdown_point(frontier, base.time_s)
     assert chosen.followed is not None
     assert chosen.followed.late_begins is not None
