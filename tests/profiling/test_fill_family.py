@@ -13,11 +13,11 @@ from perseusd.jobs.shape import JobShape
 from perseusd.jobs.solving import SolveInput, auto_unit_time_s, solve
 from perseusd.planner.baselines import all_max
 from perseusd.planner.dag import Instruction
-from perseusd.planner.evaluate import longest_path_s
+from perseusd.planner.evaluate import evaluate_measurements
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream
-from perseusd.profiling.estimator import OptionEstimate
-from perseusd.profiling.fill import fit_key, fitted_options
+from perseusd.profiling.estimator import OptionEstimate, StageEstimate
+from perseusd.profiling.fill import fill_stage, fit_key, fitted_options
 from perseusd.profiling.sweep import pareto_options
 from perseusd.workload.sim_costs import WorkloadCosts
 
@@ -70,18 +70,18 @@ def test_a_bending_layer_curve_is_trusted_and_its_fills_lie_near_the_board(
 
 
 def planning_profile(costs: WorkloadCosts) -> Profile:
-    """What the daemon plans with: per key the Pareto options of the sweep's clocks and the filled ones, and
-    the highest clock (all-max)."""
+    """What the daemon plans with: per stage the sweep's Pareto options and its highest clock (all-max),
+    filled as the daemon fills them (`fill_stage`)."""
     rows = []
-    for key in costs.keys:
-        options = measured(costs, key)
-        kept = {
-            o.clock_mhz: o for o in pareto_options([*options, *fitted_options(options, BOARD.clocks_mhz)])
-        }
-        kept[SWEEP_MHZ[0]] = options[0]
-        rows += [
-            Measurement(key[0], Instruction(key[1]), o.clock_mhz, o.time_s, o.energy_j) for o in kept.values()
-        ]
+    for stage in sorted({key[0] for key in costs.keys}):
+        by_key = {key: measured(costs, key) for key in sorted(costs.keys) if key[0] == stage}
+        options = {(key, o.clock_mhz): o for key, read in by_key.items() for o in read}
+        kept = [read[0] for read in by_key.values()]  # the highest clock, for all-max
+        kept += [o for read in by_key.values() for o in pareto_options(read) if o is not read[0]]
+        filled, _notes = fill_stage(
+            StageEstimate(options, None, windows=24), SWEEP_MHZ, BOARD.clocks_mhz, kept
+        )
+        rows += [Measurement(stage, Instruction(o.key[1]), o.clock_mhz, o.time_s, o.energy_j) for o in filled]
     return Profile.from_measurements(rows, source="sweep")
 
 
@@ -105,13 +105,13 @@ def test_the_plan_from_the_sweeps_clocks_saves_nearly_what_the_true_profile_allo
     )
 
     def on_board(clocks_mhz: list[int] | tuple[int, ...]) -> tuple[float, float]:
-        costs_at = [
-            ran(costs, (dag.virtual_stage(n), c.instruction.value), clocks_mhz[n])
+        chosen = [
+            Measurement(dag.virtual_stage(n), c.instruction, clocks_mhz[n], *ran(costs, key, clocks_mhz[n]))
             for n, c in enumerate(dag.computations)
+            for key in [(dag.virtual_stage(n), c.instruction.value)]
         ]
-        time_s = longest_path_s(dag, [t for t, _ in costs_at])
-        idle_s = dag.num_stages * time_s - sum(t for t, _ in costs_at)
-        return time_s, sum(e for _, e in costs_at) + p_block_w * idle_s
+        evaluation = evaluate_measurements(dag, chosen, p_block_w)
+        return evaluation.time_s, evaluation.energy_j
 
     base_s, base_j = on_board([BOARD.max_clock_mhz] * dag.num_computations)
     time_s, energy_j = on_board(chosen.node_clocks_mhz())
