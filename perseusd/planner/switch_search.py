@@ -155,23 +155,22 @@ class DescentSearch:
         units after all-max: on an online profile with clocks 15 MHz apart, 0.18 %). False when no raise
         shortens the plan or the budget runs out first."""
         while state.time_s > limit_s:
-            best: tuple[float, float, float, int, tuple[int, ...], StageCost] | None = None
+            best: tuple[float, float, float, int, tuple[int, ...]] | None = None
             for stage, row in enumerate(state.rows):
                 for trial in self._raises(stage, row):
                     if state.evaluations >= max_evaluations:
                         return False
                     state.evaluations += 1
-                    energy_j, time_s, cost = self._trial(state, stage, trial)
+                    energy_j, time_s, _cost = self._trial(state, stage, trial)
                     if time_s >= state.time_s - 1e-12:
                         continue
                     per_s = (energy_j - state.energy_j) / (state.time_s - time_s)
                     if best is None or per_s < best[0]:
-                        best = (per_s, energy_j, time_s, stage, trial, cost)
+                        best = (per_s, energy_j, time_s, stage, trial)
             if best is None:
                 return False
-            _per_s, energy_j, time_s, stage, trial, _cost = best
-            state.apply(energy_j, time_s, stage, trial, self.core.stage_cost(stage, list(trial)))
-            self.core.accept(stage)
+            _per_s, energy_j, time_s, stage, trial = best
+            self._take(state, energy_j, time_s, stage, trial)
         return True
 
     def _raises(self, stage: int, row: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -193,7 +192,7 @@ class DescentSearch:
         can outlast the budget on a profile with many clocks. Not bounded by the budget (its trials count in
         `evaluations`): each round removes a late begin or ends the repair, and costs two trials a run."""
         while state.late() > allowed:
-            best: tuple[float, float, float, int, tuple[int, ...], StageCost] | None = None
+            best: tuple[float, float, float, int, tuple[int, ...]] | None = None
             for stage, row in enumerate(state.rows):
                 for trial in self._merges(stage, row):
                     state.evaluations += 1
@@ -203,12 +202,11 @@ class DescentSearch:
                         continue
                     per_late_j = (energy_j - state.energy_j) / removed
                     if best is None or per_late_j < best[0]:
-                        best = (per_late_j, energy_j, time_s, stage, trial, cost)
+                        best = (per_late_j, energy_j, time_s, stage, trial)
             if best is None:
                 return
-            _per_late, energy_j, time_s, stage, trial, _cost = best
-            state.apply(energy_j, time_s, stage, trial, self.core.stage_cost(stage, list(trial)))
-            self.core.accept(stage)
+            _per_late, energy_j, time_s, stage, trial = best
+            self._take(state, energy_j, time_s, stage, trial)
 
     def _run_moves(self, state: _State, limit_s: float, allowed: int, max_evaluations: int) -> None:
         """While it lowers the energy within `limit_s` and `allowed` late begins, apply the best move that
@@ -236,8 +234,7 @@ class DescentSearch:
             if best is None:
                 return
             energy_j, time_s, stage, trial = best
-            state.apply(energy_j, time_s, stage, trial, self.core.stage_cost(stage, list(trial)))
-            self.core.accept(stage)
+            self._take(state, energy_j, time_s, stage, trial)
 
     def _run_clocks(self, stage: int, row: tuple[int, ...]) -> list[tuple[int, ...]]:
         """Each run of `row` set to each of the stage's clocks (snapped up per computation)."""
@@ -285,6 +282,11 @@ class DescentSearch:
         key = tuple(trial)
         if key != row:
             trials.setdefault(key)
+
+    def _take(self, state: _State, energy_j: float, time_s: float, stage: int, row: tuple[int, ...]) -> None:
+        """Apply a judged trial: `row` becomes the stage's, in the state and in the core."""
+        state.apply(energy_j, time_s, stage, row, self.core.stage_cost(stage, list(row)))
+        self.core.accept(stage)
 
     def _trial(self, state: _State, stage: int, row: tuple[int, ...]) -> tuple[float, float, StageCost]:
         """(energy, time, the stage's cost) of the plan with `row` in place of the stage's."""

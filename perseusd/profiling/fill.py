@@ -89,17 +89,17 @@ def fit_key(measured: Sequence[OptionEstimate]) -> KeyFit | None:
     points = [o for o in ordered if o.time_s > 0 and o.energy_j > 0 and math.isfinite(o.energy_j)]
     if len(points) < MIN_CLOCKS:
         return None
-    loo_e, loo_t, excess_e, excess_t = [], [], [], []
+    loo_e, loo_t, misses_e, misses_t = [], [], [], []
     for low, mid, high in zip(points, points[1:], points[2:], strict=False):
         time_s, energy_j = _between(low, high, mid.clock_mhz)
         loo_t.append(time_s / mid.time_s - 1)
         loo_e.append(energy_j / mid.energy_j - 1)
-        excess_t.append((abs(loo_t[-1]), NOISE_SIGMAS * _noise(low, mid, high, energy=False)))
-        excess_e.append((abs(loo_e[-1]), NOISE_SIGMAS * _noise(low, mid, high, energy=True)))
+        misses_t.append((abs(loo_t[-1]), NOISE_SIGMAS * _noise(low, mid, high, energy=False)))
+        misses_e.append((abs(loo_e[-1]), NOISE_SIGMAS * _noise(low, mid, high, energy=True)))
     model = math.sqrt(sum(e * e for e in loo_e) / len(loo_e)) / 2
     why = ""
-    worst_t = max(excess_t, key=lambda x: x[0] - x[1])
-    worst_e = max(excess_e, key=lambda x: x[0] - x[1])
+    worst_t = max(misses_t, key=lambda x: x[0] - x[1])
+    worst_e = max(misses_e, key=lambda x: x[0] - x[1])
     if worst_t[0] - worst_t[1] > LOO_TIME_MAX:
         why = f"time between measured clocks {_miss(worst_t, LOO_TIME_MAX)}"
     elif worst_e[0] - worst_e[1] > LOO_ENERGY_MAX:
