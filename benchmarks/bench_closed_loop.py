@@ -39,7 +39,8 @@ the board's idle power at its top clock.
 With `--trace-dir`, `benchmarks/closed_loop_trace.py DIR/CASE.jsonl` tells a case's slowdown apart: the
 plan's clocks (the DAG with the measured durations) and the time between stages (docs/emulate.md); the
 profile the daemon measured is kept beside it (`DIR/CASE.profile.csv`; the result's `measured_profile` says
-its blocking power), so the run's frontier and plan can be solved again offline.
+its blocking power), so the run's frontier and plan can be solved again offline, and the daemon's log
+(`DIR/CASE.daemon.log`: per stage, which keys' clocks were filled and why the others were not).
 """
 
 from __future__ import annotations
@@ -301,6 +302,9 @@ def run_case(name: str, args: argparse.Namespace, seed: int | None = None) -> di
     finally:
         daemon.signal(signal.SIGTERM)
         daemon.wait()
+        if args.trace_dir is not None:  # what the daemon said: which keys were filled, and why not
+            log_path = args.trace_dir / f"{_file_name(_seeded(name, seed))}.daemon.log"
+            log_path.write_text(daemon.log())
     return {
         "case": name,
         "seed": seed,
@@ -376,7 +380,7 @@ def main() -> int:
         type=Path,
         help="keep each case's perseus-emulate trace as DIR/CASE.jsonl (other characters than letters, "
         "digits, '_', '.' and '-' in CASE as '_'; read it with closed_loop_trace.py) and the profile the "
-        "daemon measured as DIR/CASE.profile.csv",
+        "daemon measured as DIR/CASE.profile.csv, its log as DIR/CASE.daemon.log",
     )
     parser.add_argument(
         "--timeout-s",
