@@ -174,13 +174,14 @@ class ProfilingRun:
 
     def finish(self, job: Job) -> list[str]:
         """End the job's profiling: its measured profile, or why the measurements cannot support a plan."""
+        waiting_w = least_waiting_w(job)
         kept = {
-            s.gpu: with_highest_clocks(s.sweep.kept(s.estimate), s.estimate)
+            s.gpu: with_highest_clocks(s.sweep.kept(s.estimate, waiting_w), s.estimate)
             for s in job.profiling_slots()
             if s.sweep is not None and s.estimate is not None
         }
         if self.settings.fill_clocks:
-            kept = self._with_fitted_clocks(job, kept)
+            kept = self._with_fitted_clocks(job, kept, waiting_w)
         counted = False
         timed = any(s.timed_computations for s in job.profiling_slots())
         scales = {
@@ -219,7 +220,7 @@ class ProfilingRun:
         return []
 
     def _with_fitted_clocks(
-        self, job: Job, kept: dict[str, list[OptionEstimate]]
+        self, job: Job, kept: dict[str, list[OptionEstimate]], waiting_w: float
     ) -> dict[str, list[OptionEstimate]]:
         """`kept` with each GPU's options at the clocks its sweep did not visit where its key's curves are
         trusted (`perseusd.profiling.fill`), Pareto-filtered again; the log says what was filled or why."""
@@ -228,7 +229,7 @@ class ProfilingRun:
             if slot.gpu not in kept or slot.sweep is None or slot.estimate is None:
                 continue
             filled, notes = fill_stage(
-                slot.estimate, slot.sweep.clocks_mhz, slot.supported_clocks_mhz, kept[slot.gpu]
+                slot.estimate, slot.sweep.clocks_mhz, slot.supported_clocks_mhz, kept[slot.gpu], waiting_w
             )
             out[slot.gpu] = filled
             logger.info("job %s stage %d: %s", job.name, slot.stage, "; ".join(notes))
@@ -286,6 +287,13 @@ def nothing_measured(counted_j: float | None, timed: bool) -> str:
             "(does a workload drive these GPUs?)"
         )
     return "profiling measured nothing: no computation was timed (are computation events sent?)"
+
+
+def least_waiting_w(job: Job) -> float:
+    """The least power the job's GPUs drew waiting, at any held clock they measured (0 W: none measured):
+    what a computation that runs longer into its wait saves per second at the least, so the options kept
+    include the clocks below the least energy that still save (`pareto_options`)."""
+    return min((watts for _, watts in job.measured_waiting_w()), default=0.0)
 
 
 def with_highest_clocks(kept: list[OptionEstimate], estimate: StageEstimate) -> list[OptionEstimate]:

@@ -21,7 +21,9 @@ What it skips, and why that loses no Pareto-optimal option:
   it passes the clock that really ran (`iteration_done(..., capped_clock_mhz=...)`) and the sweep goes on
   from the highest clock at or below it: the clocks in between would measure the same computation again.
 - `kept` drops, per key, every measured clock that is both slower and costlier than (or as slow and as
-  costly as) another measured clock of that key.
+  costly as) another measured clock of that key, the cost being the energy less what the wait a slower
+  computation fills would have drawn at the least waiting power (`pareto_options`): below the clock of
+  least energy a lower clock can still save over the iteration.
 """
 
 from __future__ import annotations
@@ -254,8 +256,9 @@ class StageSweep:
             slower = lower.time_s > higher.time_s * (1.0 + RISE_MIN_SLOWER)
             self._rises[key] = self._rises[key] + 1 if slower and lower.energy_j > higher.energy_j else 0
 
-    def kept(self, estimate: StageEstimate) -> list[OptionEstimate]:
-        """This stage's measured options that can be Pareto-optimal, per key in (time, energy).
+    def kept(self, estimate: StageEstimate, waiting_w: float = 0.0) -> list[OptionEstimate]:
+        """This stage's measured options that can be Pareto-optimal, per key in (time, energy less what a
+        wait of that time draws at `waiting_w`; `pareto_options`).
 
         Only the sweep's keys and clocks count. Sorted by key, then fastest first.
         """
@@ -263,19 +266,27 @@ class StageSweep:
         kept: list[OptionEstimate] = []
         for key in sorted(self._keys):
             measured = [o for (k, c), o in estimate.options.items() if k == key and c in clocks]
-            kept.extend(pareto_options(measured))
+            kept.extend(pareto_options(measured, waiting_w))
         return kept
 
 
-def pareto_options(options: Sequence[OptionEstimate]) -> list[OptionEstimate]:
-    """The options no other option beats in both time and energy, fastest first.
+def pareto_options(options: Sequence[OptionEstimate], waiting_w: float = 0.0) -> list[OptionEstimate]:
+    """The options no other option beats in both time and cost, fastest first: the cost is the energy less
+    `waiting_w` x the time (0: the energy).
 
-    An option is dropped when another is at most as slow and at most as costly; of exact ties, the higher
-    clock stays.
+    A computation off the critical path that runs slower shortens the wait after it, and a waiting GPU draws
+    power: a lower clock whose energy exceeds a higher one's by less than `waiting_w` x the time it adds
+    still saves energy over the iteration (below the clock of least energy, where lower clocks cost more per
+    computation). An option is dropped when another is at most as slow and at most as costly; of exact ties,
+    the higher clock stays.
     """
     ordered = sorted(options, key=lambda o: (o.time_s, o.energy_j, -o.clock_mhz))
     front: list[OptionEstimate] = []
     for option in ordered:
-        if not front or option.energy_j < front[-1].energy_j:
+        if not front or _cost(option, waiting_w) < _cost(front[-1], waiting_w):
             front.append(option)
     return front
+
+
+def _cost(option: OptionEstimate, waiting_w: float) -> float:
+    return option.energy_j - waiting_w * option.time_s

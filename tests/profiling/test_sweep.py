@@ -174,6 +174,20 @@ def test_pareto_filter_keeps_the_higher_clock_of_exact_ties() -> None:
     assert pareto_options([]) == []
 
 
+def test_a_waiting_gpu_keeps_lower_clocks_that_cost_less_than_the_wait_they_fill() -> None:
+    top = option(FWD, 1410, 0.050, 20.0)
+    least = option(FWD, 1110, 0.060, 18.0)  # the least energy
+    below = option(FWD, 900, 0.070, 18.5)  # +0.5 J for +10 ms: under 100 W x 10 ms = 1 J of waiting
+    far_below = option(FWD, 600, 0.100, 22.0)  # +3.5 J for +30 ms: over the 3 J the wait would draw
+    options = [far_below, below, least, top]
+    assert pareto_options(options) == [top, least]
+    assert pareto_options(options, waiting_w=100.0) == [top, least, below]
+    assert pareto_options(options, waiting_w=150.0) == [top, least, below, far_below]
+    estimate = StageEstimate({(o.key, o.clock_mhz): o for o in options}, 100.0, 100)
+    sweep = StageSweep([600, 900, 1110, 1410], [FWD], SweepSettings())
+    assert sweep.kept(estimate, waiting_w=100.0) == [top, least, below]
+
+
 def test_degenerate_sweeps_are_done_at_once() -> None:
     assert StageSweep([], [FWD], SweepSettings()).current_clock_mhz is None
     assert StageSweep(CLOCKS, [], SweepSettings()).done
