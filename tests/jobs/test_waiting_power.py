@@ -14,6 +14,7 @@ from perseus_client import protocol as p
 
 from perseusd.daemon.core import DaemonCore
 from perseusd.jobs.job import Job
+from perseusd.jobs.profiling_run import least_waiting_w
 from perseusd.jobs.settings import JobSettings
 from perseusd.jobs.shape import JobShape
 from perseusd.jobs.solving import SolveInput, solve
@@ -46,6 +47,14 @@ def test_the_waiting_power_per_clock_is_the_median_of_the_gpus_and_never_falls_w
     high = _job([{1980: 130.0, 900: 140.0}])  # the low clock above the high one: pooled with it
     assert high.measured_waiting_w() == ((900, 135.0), (1980, 135.0))
     assert _job([{}, {}, {}]).measured_waiting_w() == ()
+
+
+def test_the_options_are_kept_against_the_least_waiting_power_measured() -> None:
+    """What a computation that runs longer into its wait saves per second at the least: the lowest fitted
+    waiting power (0 W when the profiling measured none, and the options are kept by energy alone)."""
+    job = _job([{1980: 130.0, 1440: 100.0, 900: 80.0}, {1980: 128.0, 900: 76.0}])
+    assert least_waiting_w(job) == 78.0
+    assert least_waiting_w(_job([{}, {}, {}])) == 0.0
 
 
 def test_one_noisy_low_clock_does_not_hold_the_clocks_above_it_at_the_blocking_power() -> None:
