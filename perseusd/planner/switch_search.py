@@ -124,7 +124,8 @@ class DescentSearch:
         """The plan the descent reaches from `start` within `limit_s`, with at most `max_late` computations
         that begin before their clock is applied (`late_begins`; None: any number). A start with more is
         first repaired: moves that lower that count, the least energy first, until it is within the cap.
-        None when `start` is over the time limit, or cannot be repaired within the budget."""
+        None when `start` cannot be brought within the time limit (`_time_repair`), or its late begins
+        cannot be repaired within the budget."""
         state = _State([tuple(row) for row in start], self._set(start))
         state.time_s = self.core.trial_time(0)
         state.energy_j = self._energy(state.costs, state.time_s)
