@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -31,26 +32,24 @@ from perseusd.errors import PlanFormatError
 from perseusd.planner.dag import build_dag
 from perseusd.planner.plan import PlanMeta, frontier_document, plan_from_point
 from tests.support.ctl import run_ctl as _ctl
+from tests.support.job_info import BARE_JOB
 from tests.support.synthetic import Point
 
 pytestmark = pytest.mark.timeout(60)
 
-RUNNING = JobInfo(
+RUNNING = replace(
+    BARE_JOB,
     job="gpt3",
-    uid=1000,
     state="running",
     state_for_s=3725.0,
-    schedule="1f1b",
     num_stages=2,
     num_microbatches=2,
-    chunks=1,
     pipelines=(
         PipelineInfo(0, 2, 120, 0.125, 0.1212, 1, 0.12, 80, 1.01, ""),
         PipelineInfo(1, 1, 0, None, None, None, None, None, None, ""),
     ),
     policy="slowdown",
     target=0.05,
-    cached=False,
     profiling=ProfilingInfo(iterations=40, clocks_done=64, clocks_total=64, energy_j=51234.4),
     frontier_points=3,
     plan_index=1,
@@ -59,18 +58,15 @@ RUNNING = JobInfo(
     fastest_time_s=0.1,
     clock_changes_per_iteration=3.0,
     wrong_clock_fraction=0.0125,
-    error="",
-    straggler=None,
-    target_time_s=None,
     all_max_time_s=0.1,
     all_max_energy_j=25.0,
     energy_saved_j=4175.0,
-    cluster="",
     energy_saved_source="measured",
     measured_energy_j=20.125,
     measured_all_max_energy_j=24.5,
 )
-PROFILING = JobInfo(
+PROFILING = replace(
+    BARE_JOB,
     job="bert",
     uid=0,
     state="profiling",
@@ -79,25 +75,8 @@ PROFILING = JobInfo(
     num_stages=4,
     num_microbatches=8,
     chunks=2,
-    pipelines=(),
-    policy="fastest",
-    target=0.0,
-    cached=False,
     profiling=ProfilingInfo(iterations=3, clocks_done=2, clocks_total=38, energy_j=812.0),
-    frontier_points=0,
-    plan_index=None,
-    plan_time_s=None,
-    plan_energy_j=None,
-    fastest_time_s=None,
-    clock_changes_per_iteration=None,
-    wrong_clock_fraction=None,
     error="solver failed: empty frontier",
-    straggler=None,
-    target_time_s=None,
-    all_max_time_s=None,
-    all_max_energy_j=None,
-    energy_saved_j=0.0,
-    cluster="",
 )
 
 JOBS_GOLDEN = """\

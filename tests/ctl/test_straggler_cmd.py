@@ -8,12 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
-from perseus_client.protocol import AnnounceStragglerOk, JobInfo, PipelineInfo, StragglerInfo
+from perseus_client.protocol import AnnounceStragglerOk, PipelineInfo, StragglerInfo
 
 from perseusd.ctl.jobs_cmd import jobs_json, render_jobs, render_jobs_brief, summary_line
 from perseusd.ctl.main import build_parser
 from perseusd.ctl.straggler_cmd import render_reply
 from tests.support.ctl import run_ctl as _ctl
+from tests.support.job_info import BARE_JOB
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -33,20 +34,15 @@ def _pipeline(pipeline: int, compute_s: float | None, slowness: float | None, no
     )
 
 
-STRAGGLING = JobInfo(
+STRAGGLING = dataclasses.replace(
+    BARE_JOB,
     job="llama",
-    uid=1000,
     state="running",
     state_for_s=600.0,
-    schedule="1f1b",
     num_stages=4,
     num_microbatches=8,
-    chunks=1,
     pipelines=(_pipeline(0, 2.8, 1.0), _pipeline(1, 3.36, 1.2), _pipeline(2, None, None, node="node-b")),
-    policy="fastest",
-    target=0.0,
     cached=True,
-    profiling=None,
     frontier_points=40,
     plan_index=12,
     plan_time_s=2.8,
@@ -54,7 +50,6 @@ STRAGGLING = JobInfo(
     fastest_time_s=2.8,
     clock_changes_per_iteration=2.5,
     wrong_clock_fraction=0.0,
-    error="",
     straggler=StragglerInfo(pipeline=1, factor=1.2, source="announced", since_step=240),
     target_time_s=3.36,
     all_max_time_s=2.81,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any
 
 import pytest
 from perseus_client.protocol import JobInfo
@@ -13,6 +12,7 @@ from perseusd.emulate.daemons import combined_state, summary_job
 from perseusd.emulate.phases import PhaseConfig, PhaseMachine
 from perseusd.emulate.preflight import counter_key, daemon_of
 from perseusd.emulate.straggler import StragglerSpec, ThrottleSchedule, parse_straggler
+from tests.support.job_info import BARE_JOB
 
 
 def test_pipelines_go_to_the_daemons_in_contiguous_blocks() -> None:
@@ -43,8 +43,7 @@ def test_throttle_covers_the_baseline_and_the_closed_loop_window_only() -> None:
 
 
 def _job(state: str, error: str = "") -> JobInfo:
-    fields: dict[str, Any] = {f.name: None for f in dataclasses.fields(JobInfo)}
-    return JobInfo(**{**fields, "job": "j", "state": state, "error": error, "pipelines": ()})
+    return dataclasses.replace(BARE_JOB, job="j", state=state, error=error)
 
 
 def test_the_job_state_over_daemons() -> None:
