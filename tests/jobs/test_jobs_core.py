@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from perseusd.planner.dag import Instruction
 from perseusd.planner.profile_csv import profile_to_csv
 from perseusd.planner.schedule_orders import one_f_one_b_order
 from tests.support.callers import ME, OTHER
-from tests.support.daemon_core import sim_core, start_synthetic_job
+from tests.support.daemon_core import sim_core, start_synthetic_job, tick_until
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
 pytestmark = pytest.mark.timeout(120)
@@ -52,14 +51,6 @@ def _info(core: DaemonCore, caller: Caller = ME) -> dict[str, p.JobInfo]:
     return {job.job: job for job in reply.jobs}
 
 
-def _wait_for(condition: Callable[[], bool], core: DaemonCore, timeout_s: float = 60.0) -> None:
-    deadline_s = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline_s, "timed out"
-        core.tick()
-        time.sleep(0.02)
-
-
 def _run_iteration(core: DaemonCore, step: int) -> None:
     """One iteration's events, stage by stage in 1F1B order (timestamps are not used once a plan runs)."""
     for stage, gpu in enumerate(core.registry.uuids):
@@ -78,7 +69,7 @@ def test_imported_profile_is_solved_deployed_and_cached(core: DaemonCore) -> Non
     assert imported.state == "pending"
     assert _register(core, 0).state == "registered"  # the pipeline is not complete yet
     assert _register(core, 1).state == "solving"
-    _wait_for(lambda: _info(core)["train"].state == "running", core)
+    tick_until(core, lambda: _info(core)["train"].state == "running")
 
     info = _info(core)["train"]
     assert info.frontier_points > 1
@@ -186,7 +177,7 @@ def test_observed_schedule_is_learned_before_solving(core: DaemonCore) -> None:
     assert _info(core)["train"].state == "solving"  # no order yet: nothing to solve
     _run_iteration(core, 0)
     _run_iteration(core, 1)  # two identical iterations: learned
-    _wait_for(lambda: _info(core)["train"].state == "running", core)
+    tick_until(core, lambda: _info(core)["train"].state == "running")
     plan = core.handle(ME, p.PlanRequest("train"))
     assert isinstance(plan, p.DocumentReply)
     for stage, entries in enumerate(json.loads(plan.document)["stages"]):
@@ -272,7 +263,7 @@ def test_one_users_solves_take_turns(core: DaemonCore) -> None:
     queued = [name for name in ("a", "b") if core.jobs.jobs[name].solve_future is not None]
     assert queued == ["a"]
     assert _info(core)["b"].state == "solving"
-    _wait_for(lambda: all(job.state == "running" for job in _info(core).values()), core)
+    tick_until(core, lambda: all(job.state == "running" for job in _info(core).values()))
 
 
 def test_a_schedule_too_large_to_plan_is_refused(core: DaemonCore) -> None:
@@ -291,7 +282,7 @@ def test_a_solve_past_its_timeout_fails_its_job(tmp_path: Path) -> None:
     with sim_core(tmp_path, gpus=1, jobs=JobSettings(solve_timeout_s=0.001)) as core:
         assert core.jobs is not None
         _one_stage_jobs(core, ("slow",))
-        _wait_for(lambda: _info(core)["slow"].state == "failed", core)
+        tick_until(core, lambda: _info(core)["slow"].state == "failed")
         assert "solving took longer than 0.001 s (solve_timeout_s)" in _info(core)["slow"].error
         assert core.jobs.jobs["slow"].solve_future is None
 
@@ -308,7 +299,7 @@ def test_a_profiling_job_shows_the_energy_its_gpus_used_so_far(core: DaemonCore)
         assert profiling is not None
         return profiling.energy_j
 
-    _wait_for(lambda: used_j() > 0, core, timeout_s=20)
+    tick_until(core, lambda: used_j() > 0, timeout_s=20)
     assert _info(core)["train"].state == "profiling"
 
 

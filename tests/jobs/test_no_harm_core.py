@@ -5,7 +5,6 @@ its plan; other policies are left alone."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 from perseus_client.codes import JobState
@@ -24,7 +23,7 @@ from perseusd.planner.dag import Instruction
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.callers import ME
-from tests.support.daemon_core import RUNNING_TIMEOUT_S, core_job, sim_core
+from tests.support.daemon_core import RUNNING_TIMEOUT_S, core_job, sim_core, tick_until
 
 # An H200-like stage (its measured sweep, rounded): 1980 and 1770 take the same time, 1770 for less energy.
 ROWS = {
@@ -53,11 +52,7 @@ def _run_job(core: DaemonCore, weights: tuple[float, ...], microbatches: int) ->
     for stage in range(stages):
         gpu = core.registry.uuids[stage]
         core.handle(ME, Register(gpu, "train", 0, stage, stages, microbatches, "1f1b", 1))
-    deadline_s = time.monotonic() + RUNNING_TIMEOUT_S
-    while core_job(core).state != JobState.RUNNING:
-        assert time.monotonic() < deadline_s, "the job never ran"
-        core.tick()
-        time.sleep(0.02)
+    tick_until(core, lambda: core_job(core).state == JobState.RUNNING, RUNNING_TIMEOUT_S, "the job never ran")
 
 
 def _plan_rows(core: DaemonCore) -> list[list[int]]:

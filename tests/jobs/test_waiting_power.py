@@ -4,15 +4,12 @@ feeds: a plan's predicted energy counts its waits at the clocks held in them."""
 from __future__ import annotations
 
 import io
-import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from perseus_client import protocol as p
 
-from perseusd.daemon.core import DaemonCore
 from perseusd.jobs.job import Job
 from perseusd.jobs.profiling_run import least_waiting_w
 from perseusd.jobs.settings import JobSettings
@@ -23,7 +20,7 @@ from perseusd.planner.profile_csv import profile_to_csv, read_profile_waiting
 from perseusd.planner.switching import SwitchModel
 from perseusd.planner.waiting import monotone_fit
 from tests.support.callers import ME
-from tests.support.daemon_core import sim_core
+from tests.support.daemon_core import sim_core, tick_until
 from tests.support.jobs import job_of_slots
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
@@ -122,7 +119,7 @@ def test_an_imported_waiting_power_is_planned_with_exported_and_cached(tmp_path:
         exported = core.handle(ME, p.ProfileExport("train"))
         assert isinstance(exported, p.ProfileReply)
         assert read_profile_waiting(io.StringIO(exported.csv), "export")[1] == waiting
-        _until(lambda: job.frontier is not None, core)
+        tick_until(core, lambda: job.frontier is not None)
         core.handle(ME, p.Release(gpus=()))
         run_job()  # the same job again: its profile and waiting power from the cache
         again = core.jobs.jobs["train"]
@@ -131,11 +128,3 @@ def test_an_imported_waiting_power_is_planned_with_exported_and_cached(tmp_path:
         plain = core.handle(ME, p.ProfileImport("train", profile_to_csv(profile), "plain.csv", 80.0))
         assert isinstance(plain, p.ProfileImportOk)
         assert again.waiting_w == ()
-
-
-def _until(condition: Callable[[], bool], core: DaemonCore, timeout_s: float = 60.0) -> None:
-    deadline_s = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline_s, "timed out"
-        core.tick()
-        time.sleep(0.02)

@@ -11,12 +11,8 @@ from pathlib import Path
 
 import pytest
 from perseus_client.protocol import (
-    Claim,
-    Hello,
     JobsReply,
     JobsRequest,
-    ProfileImport,
-    Register,
     StepBegin,
     StepEnd,
 )
@@ -27,16 +23,12 @@ from perseusd.carbon.keeper import SignalKeeper
 from perseusd.carbon.traces import SignalPoint
 from perseusd.daemon.core import DaemonCore
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
-from perseusd.jobs.settings import JobSettings
 from perseusd.leasing.identity import Caller
 from perseusd.metrics.collector import PerseusCollector
-from perseusd.planner.profile_csv import profile_to_csv
-from tests.support.daemon_core import sim_core
-from tests.support.synthetic import synthetic_profile
+from tests.support.daemon_core import running_core
 
 pytestmark = pytest.mark.timeout(120)
 
-A100_CLOCKS_MHZ = tuple(range(1410, 850, -45))
 STAGES = 2
 ME = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -65,18 +57,7 @@ def now() -> list[float]:
 @contextmanager
 def _core(tmp_path: Path, keeper: SignalKeeper | None, now: list[float]) -> Iterator[DaemonCore]:
     steering = CarbonSteering(keeper, CarbonSettings(), clock_s=lambda: now[0])
-    with sim_core(tmp_path, gpus=STAGES, jobs=JobSettings(), carbon=steering) as core:
-        core.handle(ME, Hello(job="train", client_version="test"))
-        core.handle(ME, Claim(gpus=core.registry.uuids, job="train"))
-        csv = profile_to_csv(synthetic_profile(STAGES, seed=3, clocks_mhz=A100_CLOCKS_MHZ))
-        core.handle(ME, ProfileImport("train", csv, "synthetic.csv", 80.0))
-        for stage, gpu in enumerate(core.registry.uuids):
-            core.handle(ME, Register(gpu, "train", 0, stage, STAGES, 4, "1f1b", 1))
-        deadline_s = time.monotonic() + 60
-        while _jobs(core).jobs[0].state != "running":
-            assert time.monotonic() < deadline_s, "the job never ran"
-            core.tick()
-            time.sleep(0.02)
+    with running_core(tmp_path, 1, STAGES, 4, carbon=steering) as core:
         yield core
 
 

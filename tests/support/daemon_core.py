@@ -7,7 +7,7 @@ configuration, over noise-free simulated GPUs of its own.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -86,11 +86,17 @@ def start_synthetic_job(core: DaemonCore, pipelines: int, stages: int, microbatc
         for stage in range(stages):
             gpu = core.registry.uuids[pipeline * stages + stage]
             core.handle(ME, Register(gpu, "train", pipeline, stage, stages, microbatches, "1f1b", 1))
-    deadline_s = time.monotonic() + RUNNING_TIMEOUT_S
-    while True:
-        if core_job(core).state == JobState.RUNNING:
-            return
-        assert time.monotonic() < deadline_s, "the job never ran"
+    tick_until(core, lambda: core_job(core).state == JobState.RUNNING, RUNNING_TIMEOUT_S, "the job never ran")
+
+
+def tick_until(
+    core: DaemonCore, condition: Callable[[], bool], timeout_s: float = 60.0, failure: str = "timed out"
+) -> None:
+    """Tick `core` every 20 ms, as the daemon's loop would, until `condition` holds; the test fails with
+    `failure` once `timeout_s` has passed without it."""
+    deadline_s = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline_s, failure
         core.tick()
         time.sleep(0.02)
 
