@@ -39,7 +39,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +48,7 @@ from perseus_client.protocol import AdminSetPowerLimit, PowerLimitOk
 from benchmarks.processes import terminate
 from perseusd.carbon.traces import SignalPoint
 from perseusd.ctl.daemon_link import ask
+from tests.support.fake_emaps import JsonHandler, LoopbackHttp
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess
 
 J_PER_KWH = 3.6e6
@@ -69,25 +69,15 @@ class SignalServer:
         self._t0_s: float | None = None
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = json.dumps(server.document(self.path)).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        class Handler(JsonHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server calls it by this name)
+                self.reply_json(200, server.document(self.path))
 
-            def log_message(self, *_args: object) -> None:
-                return
-
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-        self._thread.start()
+        self._http = LoopbackHttp(Handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v3"
+        return self._http.api_url
 
     def begin(self, t0_s: float) -> None:
         self._t0_s = t0_s
@@ -114,9 +104,7 @@ class SignalServer:
         return entries[-1] if "/latest" in path else {"zone": "BENCH", "history": entries}
 
     def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+        self._http.close()
 
 
 @dataclass(frozen=True)
