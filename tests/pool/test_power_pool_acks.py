@@ -9,17 +9,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from perseusd.cluster.config import ClusterConfig
 from perseusd.pool.agent import PoolAgent, PoolSettings
 from perseusd.pool.allocator import PoolAllocator
 from perseusd.pool.keys import NodeReport
 from perseusd.pool.view import PoolView
-from tests.support.etcd_cluster import EtcdCluster, requires_etcd
+from tests.support.etcd_cluster import requires_etcd
 from tests.support.power_pool import PoolRun, SimNode, wait_for
 
 pytestmark = [requires_etcd, pytest.mark.timeout(300)]
-
-TTL_S = 3
 
 
 def test_a_stale_report_never_acknowledges_a_later_lowered_grant(run: PoolRun) -> None:
@@ -81,17 +78,10 @@ def test_a_stale_report_never_acknowledges_a_later_lowered_grant(run: PoolRun) -
 
 
 @pytest.fixture
-def agents(run: PoolRun, etcd: EtcdCluster) -> Iterator[dict[str, PoolAgent]]:
-    started: dict[str, PoolAgent] = {}
-    try:
-        for i, node in enumerate(("a", "b", "c", "d")):
-            config = ClusterConfig(etcd.endpoints, node, TTL_S, 1.0, refresh_interval_s=0.3)
-            started[node] = PoolAgent(config, PoolSettings(run.pool), SimNode(800.0 + 100 * i, floor_w=200.0))
-            started[node].start()
+def agents(run: PoolRun) -> Iterator[dict[str, PoolAgent]]:
+    sims = {node: SimNode(800.0 + 100 * i, floor_w=200.0) for i, node in enumerate(("a", "b", "c", "d"))}
+    with run.agents_in_process(sims, lambda _node: PoolSettings(run.pool)) as started:
         yield started
-    finally:
-        for agent in started.values():
-            agent.stop()
 
 
 def test_raises_are_reported_late_and_lowers_by_revision(run: PoolRun, agents: dict[str, PoolAgent]) -> None:

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from perseusd.cluster.config import ClusterConfig
 from perseusd.pool.agent import PoolAgent, PoolSettings
 from perseusd.pool.feed import BudgetFile, FeedSettings, parse_signal
 from perseusd.pool.keys import FRESH, HOLDING, LAPSED, Budget, decode_budget
 from tests.support.etcd_cluster import EtcdCluster, requires_etcd
-from tests.support.power_pool import FLOOR_W, PoolRun, SimNode, wait_for
+from tests.support.power_pool import FLOOR_W, PoolRun, SimNode, fleet_nodes, wait_for
 
 MAX_AGE_S, HOLD_S, TTL_S = 3.0, 3.0, 3
 
@@ -66,21 +65,16 @@ def pool(
     etcd.restart()
     run = PoolRun(etcd, "feed", ttl_s=TTL_S)
     path = tmp_path / "budget.json"
-    agents: dict[str, PoolAgent] = {}
-    sims: dict[str, SimNode] = {}
+    sims = fleet_nodes("f", 3)
+
+    def settings(node: str) -> PoolSettings:
+        """Node f0 reads the budget file; the others follow the pool."""
+        return PoolSettings("feed", 0.0, str(path) if node == "f0" else "", MAX_AGE_S, HOLD_S)
+
     try:
-        for i in range(3):
-            node = f"f{i}"
-            config = ClusterConfig(etcd.endpoints, node, TTL_S, 1.0, refresh_interval_s=0.2)
-            feed = str(path) if i == 0 else ""
-            settings = PoolSettings("feed", 0.0, feed, MAX_AGE_S, HOLD_S)
-            sims[node] = SimNode.fleet(i)
-            agents[node] = PoolAgent(config, settings, sims[node])
-            agents[node].start()
-        yield run, agents, sims, path
+        with run.agents_in_process(sims, settings, refresh_interval_s=0.2) as agents:
+            yield run, agents, sims, path
     finally:
-        for agent in agents.values():
-            agent.stop()
         run.close()
 
 

@@ -16,12 +16,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from perseusd.cluster.config import ClusterConfig
 from perseusd.pool.agent import PoolAgent, PoolSettings
-from perseusd.pool.alloc import NodeNeed, allocate
 from perseusd.pool.allocator import ETCD_MAX_TXN_OPS
 from tests.support.etcd_cluster import EtcdCluster, requires_etcd
-from tests.support.power_pool import FLOOR_W, PoolRun, SimNode, wait_for
+from tests.support.power_pool import PoolRun, SimNode, fleet_nodes, held_everywhere, wait_for
 
 pytestmark = [requires_etcd, pytest.mark.timeout(300)]
 
@@ -32,25 +30,12 @@ NODES, TTL_S = 140, 3
 def fleet(etcd: EtcdCluster) -> Iterator[tuple[PoolRun, dict[str, PoolAgent], dict[str, SimNode]]]:
     etcd.restart()
     run = PoolRun(etcd, "many", ttl_s=TTL_S)
-    agents: dict[str, PoolAgent] = {}
-    sims: dict[str, SimNode] = {}
+    sims = fleet_nodes("n", NODES)
     try:
-        for i in range(NODES):
-            node = f"n{i:03d}"
-            config = ClusterConfig(etcd.endpoints, node, TTL_S, 1.0, refresh_interval_s=0.3)
-            sims[node] = SimNode.fleet(i)
-            agents[node] = PoolAgent(config, PoolSettings("many"), sims[node])
-            agents[node].start()
-        yield run, agents, sims
+        with run.agents_in_process(sims, lambda _node: PoolSettings("many")) as agents:
+            yield run, agents, sims
     finally:
-        for agent in agents.values():
-            agent.stop()
         run.close()
-
-
-def _held_everywhere(sims: dict[str, SimNode], budget_w: float, reserved_w: float = 0.0) -> bool:
-    needs = [NodeNeed(node, sim.demand_w, FLOOR_W, {}) for node, sim in sorted(sims.items())]
-    return all(sims[n].held == w for n, w in allocate(budget_w, needs, reserved_w).grants_w.items())
 
 
 def test_more_nodes_than_a_transaction_holds(
@@ -62,7 +47,7 @@ def test_more_nodes_than_a_transaction_holds(
     demand_w = sum(s.demand_w for s in sims.values())
     for budget_w in (round(0.8 * demand_w, 1), round(0.6 * demand_w, 1)):
         run.set_budget(budget_w)
-        assert wait_for(lambda b=budget_w: _held_everywhere(sims, b), 90.0) is not None  # type: ignore[misc]
+        assert wait_for(lambda b=budget_w: held_everywhere(sims, b), 90.0) is not None  # type: ignore[misc]
 
     allocator = run.status().allocator
     assert allocator is not None
@@ -92,7 +77,7 @@ def test_more_nodes_than_a_transaction_holds(
     budget_w = round(0.7 * sum(s.demand_w for s in sims.values()), 1)
     run.set_budget(budget_w)
     reserved_w = killed.held or 0.0
-    assert wait_for(lambda: _held_everywhere(sims, budget_w, reserved_w), 90.0) is not None
+    assert wait_for(lambda: held_everywhere(sims, budget_w, reserved_w), 90.0) is not None
     assert run.status().allocator not in (None, allocator)
 
     check = run.check_invariant(first, run.revision())

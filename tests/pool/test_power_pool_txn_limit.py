@@ -14,11 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from perseusd.cluster.config import ClusterConfig
-from perseusd.pool.agent import PoolAgent, PoolSettings
-from perseusd.pool.alloc import NodeNeed, allocate
+from perseusd.pool.agent import PoolSettings
 from tests.support.etcd_cluster import EtcdCluster, requires_etcd
-from tests.support.power_pool import FLOOR_W, PoolRun, SimNode, wait_for
+from tests.support.power_pool import PoolRun, fleet_nodes, held_everywhere, wait_for
 
 pytestmark = [requires_etcd, pytest.mark.timeout(300)]
 
@@ -35,40 +33,29 @@ def small_txn_etcd(tmp_path: Path) -> Iterator[EtcdCluster]:
         cluster.close()
 
 
-def _held_everywhere(sims: dict[str, SimNode], budget_w: float) -> bool:
-    needs = [NodeNeed(node, sim.demand_w, FLOOR_W, {}) for node, sim in sorted(sims.items())]
-    return all(sims[n].held == w for n, w in allocate(budget_w, needs).grants_w.items())
-
-
 def test_moves_split_to_what_etcd_takes_keep_the_invariant(small_txn_etcd: EtcdCluster) -> None:
     run = PoolRun(small_txn_etcd, "small", ttl_s=TTL_S)
-    agents: dict[str, PoolAgent] = {}
-    sims: dict[str, SimNode] = {}
+    sims = fleet_nodes("n", NODES)
+    settings = PoolSettings("small", etcd_max_txn_ops=MAX_TXN_OPS)
     try:
-        for i in range(NODES):
-            node = f"n{i:02d}"
-            config = ClusterConfig(small_txn_etcd.endpoints, node, TTL_S, 1.0, refresh_interval_s=0.3)
-            sims[node] = SimNode.fleet(i)
-            agents[node] = PoolAgent(config, PoolSettings("small", etcd_max_txn_ops=MAX_TXN_OPS), sims[node])
-            agents[node].start()
-        assert wait_for(lambda: len(run.status().nodes) == NODES, 60.0) is not None
-        first = run.revision()
-        demand_w = sum(s.demand_w for s in sims.values())
-        # Set (every grant raised from none), lowered, raised: each move of 40 grants takes 3-4 transactions.
-        for budget_w in (round(0.8 * demand_w, 1), round(0.6 * demand_w, 1), round(0.9 * demand_w, 1)):
-            run.set_budget(budget_w)
-            assert wait_for(lambda b=budget_w: _held_everywhere(sims, b), 90.0) is not None  # type: ignore[misc]
+        with run.agents_in_process(sims, lambda _node: settings) as agents:
+            assert wait_for(lambda: len(run.status().nodes) == NODES, 60.0) is not None
+            first = run.revision()
+            demand_w = sum(s.demand_w for s in sims.values())
+            # Set (every grant raised from none), lowered, raised: each move of 40 grants takes 3-4
+            # transactions.
+            for budget_w in (round(0.8 * demand_w, 1), round(0.6 * demand_w, 1), round(0.9 * demand_w, 1)):
+                run.set_budget(budget_w)
+                assert wait_for(lambda b=budget_w: held_everywhere(sims, b), 90.0) is not None  # type: ignore[misc]
 
-        allocators = [a._allocator for a in agents.values() if a._allocator.moves > 0]
-        assert allocators  # (a loaded machine may have let the allocator's lease lapse: then two moved)
-        assert sum(a.transactions for a in allocators) >= 3 * sum(a.moves for a in allocators) // 2
-        assert max(a.largest_txn_ops for a in allocators) == MAX_TXN_OPS  # as full as etcd takes
-        assert sum(a.sent_at_once for a in allocators) >= 3  # the middle parts of a move went together
-        check = run.check_invariant(first, run.revision())
-        assert check.violations == []
-        assert check.raised_early == []
-        assert check.grant_revisions >= 6
+            allocators = [a._allocator for a in agents.values() if a._allocator.moves > 0]
+            assert allocators  # (a loaded machine may have let the allocator's lease lapse: then two moved)
+            assert sum(a.transactions for a in allocators) >= 3 * sum(a.moves for a in allocators) // 2
+            assert max(a.largest_txn_ops for a in allocators) == MAX_TXN_OPS  # as full as etcd takes
+            assert sum(a.sent_at_once for a in allocators) >= 3  # the middle parts of a move went together
+            check = run.check_invariant(first, run.revision())
+            assert check.violations == []
+            assert check.raised_early == []
+            assert check.grant_revisions >= 6
     finally:
-        for agent in agents.values():
-            agent.stop()
         run.close()

@@ -11,14 +11,16 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
-from perseusd.cluster.config import parse_endpoint
+from perseusd.cluster.config import ClusterConfig, parse_endpoint
 from perseusd.cluster.etcd_store import EtcdStore
 from perseusd.gpu.sim_shared import StateMap
 from perseusd.pool.admin import PoolStatus, pool_status, release_node, set_budget
-from perseusd.pool.alloc import allocate
+from perseusd.pool.agent import PoolAgent, PoolSettings
+from perseusd.pool.alloc import NodeNeed, allocate
 from perseusd.pool.keys import PoolKeys
 from perseusd.pool.view import PoolView, read_pool
 from tests.support.ctl import run_ctl
@@ -59,6 +61,19 @@ class SimNode:
     def apply_grant_w(self, grant_w: float | None) -> None:
         with self._lock:
             self.held = grant_w
+
+
+def fleet_nodes(prefix: str, count: int) -> dict[str, SimNode]:
+    """`count` fleet nodes (`SimNode.fleet`) named `<prefix><index>`, every index as wide as the last."""
+    width = len(str(count - 1))
+    return {f"{prefix}{i:0{width}d}": SimNode.fleet(i) for i in range(count)}
+
+
+def held_everywhere(sims: Mapping[str, SimNode], budget_w: float, reserved_w: float = 0.0) -> bool:
+    """Whether every fleet node holds its share of `budget_w` less `reserved_w` (the absent nodes'), as
+    `allocate` divides it among the nodes' demands over the fleet's floor."""
+    needs = [NodeNeed(node, sim.demand_w, FLOOR_W, {}) for node, sim in sorted(sims.items())]
+    return all(sims[n].held == w for n, w in allocate(budget_w, needs, reserved_w).grants_w.items())
 
 
 @dataclass
@@ -111,6 +126,29 @@ class PoolRun:
         daemon = DaemonProcess(DaemonDirs.create(), gpus=gpus, env=env)
         self.daemons[node] = daemon
         return daemon.start()
+
+    @contextmanager
+    def agents_in_process(
+        self,
+        sims: Mapping[str, SimNode],
+        settings: Callable[[str], PoolSettings],
+        refresh_interval_s: float = 0.3,
+    ) -> Iterator[dict[str, PoolAgent]]:
+        """A real `PoolAgent` in this process for each node of `sims` (its own store, lease, watches and
+        thread), on this run's etcd with its lease TTL, holding what it is granted on its `SimNode`; node
+        `n`'s settings are `settings(n)`. Started in order; every agent started is stopped on exit."""
+        agents: dict[str, PoolAgent] = {}
+        try:
+            for node, sim in sims.items():
+                config = ClusterConfig(
+                    self.etcd.endpoints, node, self.ttl_s, 1.0, refresh_interval_s=refresh_interval_s
+                )
+                agents[node] = PoolAgent(config, settings(node), sim)
+                agents[node].start()
+            yield agents
+        finally:
+            for agent in agents.values():
+                agent.stop()
 
     def set_budget(self, budget_w: float | None) -> None:
         set_budget(self.store, self.keys, budget_w, "test")
