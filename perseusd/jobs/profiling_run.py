@@ -176,7 +176,7 @@ class ProfilingRun:
         """End the job's profiling: its measured profile, or why the measurements cannot support a plan."""
         waiting_w = least_waiting_w(job)
         kept = {
-            s.gpu: with_highest_clocks(s.sweep.kept(s.estimate, waiting_w), s.estimate)
+            s.gpu: with_highest_clocks(s.sweep.kept(s.estimate, waiting_w, top_aside=True), s.estimate)
             for s in job.profiling_slots()
             if s.sweep is not None and s.estimate is not None
         }
@@ -229,7 +229,12 @@ class ProfilingRun:
             if slot.gpu not in kept or slot.sweep is None or slot.estimate is None:
                 continue
             filled, notes = fill_stage(
-                slot.estimate, slot.sweep.clocks_mhz, slot.supported_clocks_mhz, kept[slot.gpu], waiting_w
+                slot.estimate,
+                slot.sweep.clocks_mhz,
+                slot.supported_clocks_mhz,
+                kept[slot.gpu],
+                waiting_w,
+                top_aside=True,
             )
             out[slot.gpu] = filled
             logger.info("job %s stage %d: %s", job.name, slot.stage, "; ".join(notes))

@@ -155,11 +155,12 @@ def fill_stage(
     supported_mhz: Sequence[int],
     kept: Sequence[OptionEstimate],
     waiting_w: float = 0.0,
+    top_aside: bool = False,
 ) -> tuple[list[OptionEstimate], list[str]]:
     """One GPU's `kept` options (the sweep's Pareto options) with every key's fitted options added and the
-    Pareto filter (`pareto_options` at `waiting_w`) applied again (`kept`'s options that are not
-    Pareto-optimal, such as the highest clock kept for all-max, stay); and per key what was done, for the
-    log."""
+    Pareto filter (`pareto_options` at `waiting_w`, with `top_aside`) applied again (`kept`'s options that
+    are not Pareto-optimal, such as the highest clock kept for all-max, stay); and per key what was done,
+    for the log."""
     clocks = set(sweep_clocks_mhz)
     by_key: dict[OptionKey, list[OptionEstimate]] = {}
     for (key, clock), option in estimate.options.items():
@@ -178,6 +179,6 @@ def fill_stage(
             notes.append(f"{name} measured clocks only (fit not trusted: {fit.why})")
         else:
             notes.append(f"{name} +{len(added)} fitted clocks (model error {fit.model_rel_err:.1%})")
-        front = {(o.clock_mhz) for o in pareto_options([*mine, *added], waiting_w)}
+        front = {(o.clock_mhz) for o in pareto_options([*mine, *added], waiting_w, top_aside)}
         out.extend(o for o in [*mine, *added] if o.clock_mhz in front or not o.fitted)
     return out, notes

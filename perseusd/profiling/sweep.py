@@ -23,7 +23,8 @@ What it skips, and why that loses no Pareto-optimal option:
 - `kept` drops, per key, every measured clock that is both slower and costlier than (or as slow and as
   costly as) another measured clock of that key, the cost being the energy less what the wait a slower
   computation fills would have drawn at the least waiting power (`pareto_options`): below the clock of
-  least energy a lower clock can still save over the iteration.
+  least energy a lower clock can still save over the iteration. The daemon keeps each key's highest clock
+  (all-max) without letting it remove another (`top_aside`).
 """
 
 from __future__ import annotations
@@ -256,9 +257,11 @@ class StageSweep:
             slower = lower.time_s > higher.time_s * (1.0 + RISE_MIN_SLOWER)
             self._rises[key] = self._rises[key] + 1 if slower and lower.energy_j > higher.energy_j else 0
 
-    def kept(self, estimate: StageEstimate, waiting_w: float = 0.0) -> list[OptionEstimate]:
+    def kept(
+        self, estimate: StageEstimate, waiting_w: float = 0.0, top_aside: bool = False
+    ) -> list[OptionEstimate]:
         """This stage's measured options that can be Pareto-optimal, per key in (time, energy less what a
-        wait of that time draws at `waiting_w`; `pareto_options`).
+        wait of that time draws at `waiting_w`; `pareto_options`, with `top_aside`).
 
         Only the sweep's keys and clocks count. Sorted by key, then fastest first.
         """
@@ -266,26 +269,40 @@ class StageSweep:
         kept: list[OptionEstimate] = []
         for key in sorted(self._keys):
             measured = [o for (k, c), o in estimate.options.items() if k == key and c in clocks]
-            kept.extend(pareto_options(measured, waiting_w))
+            kept.extend(pareto_options(measured, waiting_w, top_aside))
         return kept
 
 
-def pareto_options(options: Sequence[OptionEstimate], waiting_w: float = 0.0) -> list[OptionEstimate]:
+def pareto_options(
+    options: Sequence[OptionEstimate], waiting_w: float = 0.0, top_aside: bool = False
+) -> list[OptionEstimate]:
     """The options no other option beats in both time and cost, fastest first: the cost is the energy less
-    `waiting_w` x the time (0: the energy).
+    `waiting_w` x the time (0: the energy). With `top_aside`, the highest clock stays and beats none.
 
     A computation off the critical path that runs slower shortens the wait after it, and a waiting GPU draws
     power: a lower clock whose energy exceeds a higher one's by less than `waiting_w` x the time it adds
     still saves energy over the iteration (below the clock of least energy, where lower clocks cost more per
     computation). An option is dropped when another is at most as slow and at most as costly; of exact ties,
     the higher clock stays.
+
+    The highest clock is what all-max locks, kept for it anyway. On a power-capped GPU it is a label (the
+    clocks just below run as fast), so a small error in its estimate decides whether they survive: the
+    energy of computations that run back to back is split between them 2.7-5.0 % off (h200-layers4x16's
+    last stage at 1980 MHz), and as a dominator the top clock removed the clocks below it the plan needs.
     """
-    ordered = sorted(options, key=lambda o: (o.time_s, o.energy_j, -o.clock_mhz))
+    if top_aside and options:
+        top = max(options, key=lambda o: o.clock_mhz)
+        rest = pareto_options([o for o in options if o is not top], waiting_w)
+        return sorted([top, *rest], key=_fastest)
     front: list[OptionEstimate] = []
-    for option in ordered:
+    for option in sorted(options, key=_fastest):
         if not front or _cost(option, waiting_w) < _cost(front[-1], waiting_w):
             front.append(option)
     return front
+
+
+def _fastest(option: OptionEstimate) -> tuple[float, float, int]:
+    return option.time_s, option.energy_j, -option.clock_mhz
 
 
 def _cost(option: OptionEstimate, waiting_w: float) -> float:

@@ -188,6 +188,24 @@ def test_a_waiting_gpu_keeps_lower_clocks_that_cost_less_than_the_wait_they_fill
     assert sweep.kept(estimate, waiting_w=100.0) == [top, least, below]
 
 
+def test_the_highest_clock_set_aside_removes_no_clock_below_it() -> None:
+    """The daemon's filters keep the highest clock (all-max) and let it beat nothing: a forward estimated
+    low at the power-capped top (split from the backward it runs beside) must not drop the clocks below."""
+    top = option(FWD, 1980, 0.0290, 19.25)  # the truth: 20.3 J
+    below = option(FWD, 1725, 0.0293, 19.56)
+    tie = option(FWD, 1710, 0.0293, 19.56)
+    costlier = option(FWD, 1695, 0.0295, 20.5)  # beaten by `below`
+    lower = option(FWD, 1215, 0.0390, 17.7)
+    options = [lower, costlier, tie, below, top]
+    assert pareto_options(options) == [top, lower]
+    assert pareto_options(options, top_aside=True) == [top, below, lower]
+    capped = option(FWD, 1980, 0.0300, 21.0)  # slower than the clock below it: still kept, after it
+    assert pareto_options([capped, below, lower], top_aside=True) == [below, capped, lower]
+    estimate = StageEstimate({(o.key, o.clock_mhz): o for o in options}, 100.0, 100)
+    sweep = StageSweep([1215, 1695, 1710, 1725, 1980], [FWD], SweepSettings())
+    assert sweep.kept(estimate, top_aside=True) == [top, below, lower]
+
+
 def test_degenerate_sweeps_are_done_at_once() -> None:
     assert StageSweep([], [FWD], SweepSettings()).current_clock_mhz is None
     assert StageSweep(CLOCKS, [], SweepSettings()).done
