@@ -98,10 +98,13 @@ def test_budget_changes_join_kill_and_clear(run: PoolRun) -> None:
 
     run.daemons["node-c"].kill()  # SIGKILL: its lease expires, its GPUs keep their limits: its grant stays
     assert wait_for(lambda: run.reserved() == {"node-c": grants["node-c"]}, SETTLE_S) is not None
+    # The others keep their grants: re-allocated around the reservation as stored (642.8 W, rounded down to
+    # 0.1 W like every grant), they may gain the 0.1 W the rounding left, never the dead node's share.
     assert {n: w for n, w in _grants(run).items() if n != "node-c"} == {
-        "node-a": grants["node-a"],
-        "node-b": grants["node-b"],
+        "node-a": pytest.approx(grants["node-a"], abs=0.11),
+        "node-b": pytest.approx(grants["node-b"], abs=0.11),
     }
+    assert sum(w or 0.0 for w in _grants(run).values()) <= 1500
     released = run.ctl("node-a", "cap-pool", "release", "--pool", run.pool, "node-c")  # known gone
     assert released.returncode == 0, released.stderr
     redistributed = wait_for(lambda: _grants(run) == {"node-a": 750.0, "node-b": 750.0}, SETTLE_S)
