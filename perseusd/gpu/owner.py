@@ -22,7 +22,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -43,6 +43,17 @@ _READS = frozenset({"read", "read_energy"})
 """Operations a newer clock set may overtake: they change nothing on the GPU."""
 LATENCY_WINDOW = 32
 """Clock-set call durations kept for `clock_set_latency_s()` (the most recent)."""
+
+
+def latency_quantile_s(samples_s: Iterable[float], quantile: float = 0.5) -> float | None:
+    """The `quantile` of clock-set call durations (s; linear between samples); None without any."""
+    ordered = sorted(samples_s)
+    if not ordered:
+        return None
+    position = quantile * (len(ordered) - 1)
+    below = int(position)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
 
 
 @dataclass(frozen=True)
@@ -132,17 +143,15 @@ class GpuOwner:
         with self._lock:
             return {op: dict(values) for op, values in self._stats.items()}
 
+    def clock_set_latencies_s(self) -> tuple[float, ...]:
+        """The durations of the last `LATENCY_WINDOW` clock-set calls (s), oldest first."""
+        with self._lock:
+            return tuple(self._set_clock_s)
+
     def clock_set_latency_s(self, quantile: float = 0.5) -> float | None:
         """The `quantile` of the durations of the last `LATENCY_WINDOW` clock-set calls (s; 0.5: the median,
         linear between samples); None before the first."""
-        with self._lock:
-            samples = sorted(self._set_clock_s)
-        if not samples:
-            return None
-        position = quantile * (len(samples) - 1)
-        below = int(position)
-        above = min(below + 1, len(samples) - 1)
-        return samples[below] + (samples[above] - samples[below]) * (position - below)
+        return latency_quantile_s(self.clock_set_latencies_s(), quantile)
 
     # Commands.
 

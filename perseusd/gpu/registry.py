@@ -63,6 +63,11 @@ class GpuRegistry:
         """Read the GPU without waiting (clocks, clock-event reasons, power, energy)."""
         return self._owner(uuid).read()
 
+    def clock_set_latencies_s(self, uuid: str) -> tuple[float, ...]:
+        """The GPU's recent clock-set call durations (s, oldest first; none for an unknown GPU)."""
+        owner = self._owners.get(uuid)
+        return () if owner is None else owner.clock_set_latencies_s()
+
     def clock_set_latency_ns(self, uuid: str, quantile: float = 0.5) -> int | None:
         """The GPU's measured clock-set latency (that quantile of its recent set calls, the median by
         default, ns); None before the first or for an unknown GPU."""

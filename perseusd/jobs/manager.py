@@ -32,6 +32,7 @@ from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
 from perseusd.jobs.cluster_link import ClusterLink
 from perseusd.jobs.deployment import RUNNING_SAMPLE_PERIOD_S, Deployment
 from perseusd.jobs.job import Job
+from perseusd.jobs.lock_latency import job_latency_s
 from perseusd.jobs.metering import MeasuredSaving
 from perseusd.jobs.profiling_run import ProfilingRun
 from perseusd.jobs.registration import PendingImport, check_joins, check_size, ended_why, new_job, new_slot
@@ -402,10 +403,8 @@ class JobManager:
         logger.info("job %s: solving the frontier (unit %.3g s)", job.name, unit_time_s)
 
     def clock_latency_s(self, job: Job) -> float | None:
-        """The slowest measured clock-set latency of the job's GPUs here (None: none measured)."""
-        measured = [self._gpus.clock_set_latency_ns(slot.gpu) for slot in job.slots.values()]
-        latencies_s = [ns / 1e9 for ns in measured if ns is not None]
-        return max(latencies_s) if latencies_s else None
+        """The clock-set latency of the job's GPUs here (`job_latency_s`; None: none measured)."""
+        return job_latency_s([self._gpus.clock_set_latencies_s(slot.gpu) for slot in job.slots.values()])
 
     def _switch_model(self, job: Job, others_s: float | None = None) -> SwitchModel | None:
         """How the job's GPUs switch clocks: the slowest measured clock-set latency, here or (`others_s`) on
