@@ -354,8 +354,8 @@ class JobManager:
         orders: tuple[StageOrder, ...],
         latency_s: float | None = None,
     ) -> float:
-        """Solve the job's frontier in the worker (`latency_s`: the slowest clock-set latency of its other
-        nodes' GPUs); the solver's time unit (s)."""
+        """Solve the job's frontier in the worker (`latency_s`: the highest clock-set latency its other nodes
+        measured, `clock_latency_s`); the solver's time unit (s)."""
         unit_time_s = self.settings.unit_time_s or auto_unit_time_s(profile)
         task = SolveInput(
             job.name,
@@ -400,7 +400,13 @@ class JobManager:
             return  # "observed": wait until every stage's order is learned (tick retries)
         job.planning_since_s, job.planning = job.state_since_s, None  # solving since profiling was done
         unit_time_s = self.submit_solve(job, job.profile, job.p_block_w, orders)
-        logger.info("job %s: solving the frontier (unit %.3g s)", job.name, unit_time_s)
+        latency_s = self.clock_latency_s(job)
+        logger.info(
+            "job %s: solving the frontier (unit %.3g s, clock-set latency %s)",
+            job.name,
+            unit_time_s,
+            "not measured" if latency_s is None else f"{latency_s * 1000:.2f} ms",
+        )
 
     def clock_latency_s(self, job: Job) -> float | None:
         """The clock-set latency of the job's GPUs here (`job_latency_s`; None: none measured)."""
