@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import random
 import statistics
-from pathlib import Path
 
-from perseusd.gpu.owner import GpuOwner
-from perseusd.gpu.registry import GpuRegistry
-from perseusd.gpu.sim import SimBackend
 from perseusd.jobs.lock_latency import job_latency_s
 
 
@@ -48,27 +44,3 @@ def test_a_gpu_clearly_slower_than_the_others_sets_the_jobs_latency() -> None:
     pooled_s = statistics.median(s for calls in gpus for s in calls)
     assert latency_s > pooled_s + 0.005
     assert latency_s <= max(gpus[0])
-
-
-def test_the_registry_keeps_each_gpus_recent_set_calls(tmp_path: Path) -> None:
-    backend = SimBackend(tmp_path, noise=0.0, gpus=2)
-    slow, fast = backend.sim_devices()
-    slow.inject_fault("set_locked_sm_clock_mhz", "slow", delay_s=0.01)
-    owners = [GpuOwner(device) for device in (slow, fast)]
-    registry = GpuRegistry(owners, call_timeout_s=5.0)
-    for owner in owners:
-        owner.start()
-    try:
-        assert registry.clock_set_latencies_s("GPU-none") == ()
-        for clock_mhz in (900, 1005, 1200):
-            registry.set_locked_sm_clock_mhz(slow.info.uuid, clock_mhz)
-            registry.set_locked_sm_clock_mhz(fast.info.uuid, clock_mhz)
-        slow_s, fast_s = (registry.clock_set_latencies_s(gpu.info.uuid) for gpu in (slow, fast))
-        assert len(slow_s) == len(fast_s) == 3
-        assert min(slow_s) >= 0.01 > max(fast_s)
-        latency_s = job_latency_s([slow_s, fast_s])
-        assert latency_s is not None
-        assert latency_s >= 0.01
-    finally:
-        registry.stop()
-        backend.close()

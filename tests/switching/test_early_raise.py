@@ -13,6 +13,7 @@ from perseus_client.protocol import PlanEntry
 from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.registry import GpuRegistry
 from perseusd.gpu.sim import SimBackend
+from perseusd.jobs.lock_latency import job_latency_s
 from perseusd.switching.deadline_timer import DeadlineTimer
 from perseusd.switching.plans import (
     MAX_EVENT_AGE_NS,
@@ -246,6 +247,13 @@ def test_registry_gives_each_gpus_measured_clock_set_latency(tmp_path: Path) -> 
         assert slow_ns is not None
         assert fast_ns is not None
         assert slow_ns >= 10_000_000 > fast_ns
+        assert registry.clock_set_latencies_s("GPU-none") == ()
+        slow_s, fast_s = (registry.clock_set_latencies_s(gpu.info.uuid) for gpu in (slow, fast))
+        assert len(slow_s) == len(fast_s) == 3
+        assert min(slow_s) >= 0.01 > max(fast_s)
+        latency_s = job_latency_s([slow_s, fast_s])  # the slow GPU's lower quartile, over the pooled median
+        assert latency_s is not None
+        assert latency_s >= 0.01
     finally:
         registry.stop()
         backend.close()
