@@ -19,10 +19,11 @@ really run, conservatively:
 A move is taken only when the plan's time stays within the limit and at most `MAX_LATE_FRACTION` of the
 computations begin before their clock is applied. In order: a start over that cap is repaired by merging
 runs (`_merge_repair`), then coarse moves (`_run_moves`: whole runs to nearby clocks, runs grown into
-their neighbours, segments with ends on a grid of 2, 4, then 8 points a stage), then the segment moves
-above run while the budget lasts (on a stage of 48 computations one scan of them is three budgets). A start over the time limit is first brought within
-it by raising clocks (`_time_repair`). The descent is deterministic (moves are tried in
-a fixed order, ties keep the first) and bounded by a number of evaluations.
+their neighbours, segments with ends on a grid of 2, then 4 points a stage), then the segment moves
+above run while the budget lasts (on a stage of 48 computations one scan of them is three budgets). A
+start over the time limit is first brought within it by raising clocks (`_time_repair`). The descent is
+deterministic (moves are tried in a fixed order, ties keep the first) and bounded by a number of
+evaluations.
 """
 
 from __future__ import annotations
@@ -438,12 +439,14 @@ FOLLOWING_LOSS = 0.01
 too many computations early). On h100x8 and h100x16 the descent beat nearly-as-solved points by 0.5-0.7 %
 planned and measured 0.3-2 points less (runs of solver points: 15.4-17.1 %; of descended ones: 14.3, 16.0
 and 16.6 %); where following costs more (lighthead: 8.1 % planned, 3.5 % followed) it gains."""
-GRID_LEVELS = (2, 4, 8)
-"""The coarse moves' grids (`DescentSearch._run_moves`): segments with ends on 2, then 4, then 8 points a
-stage. Offline on 10 family workloads' online profiles (2 seeds, lock latencies 12 and 13 ms, judged on
-the board's true costs) the plans saved 0.63 points more on average than with whole runs at every clock
-(at most 0.29 less on any), and dense-uneven-rc6x24's 12 and 13 ms plans came 0.6 points apart instead of
-4.3 (20.8 and 16.5 %; now 21.1 and 20.5 %)."""
+GRID_LEVELS = (2, 4)
+"""The coarse moves' grids (`DescentSearch._run_moves`): segments with ends on 2, then 4 points a stage.
+Offline on 10 family workloads' online profiles (2 seeds, lock latencies 12 and 13 ms, judged on the
+board's true costs) the plans saved 0.63 points more on average than with whole runs at every clock (at
+most 0.29 less on any), and dense-uneven-rc6x24's 12 and 13 ms plans came 0.6 points apart instead of 4.3
+(20.8 and 16.5 %; now 21.1 and 20.5 %). A third grid of 8 points gave the same plans on the six profiles
+tried and a third more planning time (H100 4x16: 1.36 s, 1.03 s without it, 0.82 s before the coarse
+moves)."""
 NEAR_CLOCKS = 3
 """A coarse move sets its computations to a clock at most this many of the stage's clocks from the highest
 clock among them, up or down."""
