@@ -357,6 +357,14 @@ class JobManager:
         """Solve the job's frontier in the worker (`latency_s`: the highest clock-set latency its other nodes
         measured, `clock_latency_s`); the solver's time unit (s)."""
         unit_time_s = self.settings.unit_time_s or auto_unit_time_s(profile)
+        switch = self._switch_model(job, latency_s)
+        logger.info(
+            "job %s: solving for %s",
+            job.name,
+            "instant clock changes"
+            if switch is None
+            else f"a {switch.latency_s * 1000:.2f} ms clock-set latency",
+        )
         task = SolveInput(
             job.name,
             job.shape,
@@ -365,7 +373,7 @@ class JobManager:
             profile.source,
             p_block_w,
             unit_time_s,
-            self._switch_model(job, latency_s),
+            switch,
             job.waiting_w if profile is job.profile else (),
         )
         job.orders = orders
@@ -400,13 +408,7 @@ class JobManager:
             return  # "observed": wait until every stage's order is learned (tick retries)
         job.planning_since_s, job.planning = job.state_since_s, None  # solving since profiling was done
         unit_time_s = self.submit_solve(job, job.profile, job.p_block_w, orders)
-        latency_s = self.clock_latency_s(job)
-        logger.info(
-            "job %s: solving the frontier (unit %.3g s, clock-set latency %s)",
-            job.name,
-            unit_time_s,
-            "not measured" if latency_s is None else f"{latency_s * 1000:.2f} ms",
-        )
+        logger.info("job %s: solving the frontier (unit %.3g s)", job.name, unit_time_s)
 
     def clock_latency_s(self, job: Job) -> float | None:
         """The clock-set latency of the job's GPUs here (`job_latency_s`; None: none measured)."""
