@@ -24,6 +24,7 @@ Newer requests supersede older ones in the daemon, so requests never queue; this
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from itertools import chain
@@ -361,7 +362,8 @@ class StageOptions:
     def snap_up(self, k: int, clock_mhz: int) -> int:
         """Computation k's lowest measured clock at or above `clock_mhz`, else its highest."""
         clocks = self.clocks_mhz[k]
-        return next((c for c in clocks if c >= clock_mhz), clocks[-1])
+        at = bisect_left(clocks, clock_mhz)
+        return clocks[at] if at < len(clocks) else clocks[-1]
 
     def top(self) -> tuple[int, ...]:
         """Every computation's highest measured clock."""
@@ -387,7 +389,8 @@ def late_begins(clocks_mhz: Sequence[int], time_at: TimeAt, model: SwitchModel) 
             continue
         before_s = sum(times_s[i] for i in before)
         acts_s = max(0.0, before_s - model.lead_s) + model.latency_s
-        late.update(i for i in before if i not in _begun_before(before, times_s, acts_s))
+        begun = set(_begun_before(before, times_s, acts_s))
+        late.update(i for i in before if i not in begun)
         late.update(_begun_before(run, times_s, acts_s - before_s))
     return len(late)
 
