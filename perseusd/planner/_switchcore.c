@@ -11,7 +11,10 @@
  *   - `trial_time(stage)`: the longest path with that trial in place of the stage's current durations;
  *   - `trial_waits(stage, time_s)`: with a waiting power per option (`opt_wait`), the waits' energy with that
  *     trial in place (switch_core.PyCore.trial_waits, switch_core.held_waits_j); 0 without one;
- *   - `accept(stage)`: the trial becomes the stage's current durations (and held clocks).
+ *   - `accept(stage)`: the trial becomes the stage's current durations (and held clocks);
+ *   - `scan(stage, row, ...)`: the best of the descent's segment moves of a row (switch_core.PyCore.scan);
+ *   - `judge_rows(stage, rows, ...)`: the best of given rows, by energy or by energy per late begin removed
+ *     (switch_core.PyCore.judge_rows: the coarse moves and the merge repair).
  * It mirrors the Python code operation for operation (the same sums in the same order, no fused
  * multiply-adds: see setup.py), so both give the same bits; the tests compare them. Optional: without a C
  * compiler `switch_core.PyCore` runs instead.
@@ -380,8 +383,8 @@ static int64_t stage_clocks(const Core *c, int64_t stage, int64_t *out) {
 /* What one stage's scan needs besides the row (PyCore.scan's arguments). */
 typedef struct {
     int64_t late, late_others, allowed, remaining, num_stages, n_after;
-    int repairing;
-    double limit_s, bound_j, energy_before, busy_before, p_block_w;
+    int repairing, per_late;
+    double limit_s, bound_j, energy_before, busy_before, p_block_w, energy_now;
     double *after_e, *after_b;
 } ScanArgs;
 
@@ -393,13 +396,20 @@ typedef struct {
     int64_t *row;
 } ScanBest;
 
-/* Judge one trial row (in c->row): 0 on error; sets best when it beats the bound. */
+/* Whether a trial with `trial_late` late begins in all is judged at all (PyCore._judge). */
+static int admitted(const ScanArgs *a, int64_t trial_late) {
+    if (a->per_late) return trial_late < a->late;
+    return a->repairing ? trial_late < a->late : trial_late <= a->allowed;
+}
+
+/* Judge one trial row (in c->row): 0 on error; sets best when it beats the bound (its energy, or with
+   per_late the energy it adds per late begin it removes). */
 static int judge(Core *c, int64_t stage, const ScanArgs *a, double *bound, ScanBest *best, int64_t n) {
     double e, b;
     int64_t late;
     if (!row_cost(c, stage, &e, &b, &late)) return 0;
     int64_t trial_late = a->late_others + late;
-    if (a->repairing ? trial_late >= a->late : trial_late > a->allowed) return 1;
+    if (!admitted(a, trial_late)) return 1;
     double time_s = trial_longest(c, stage);
     double energy = a->energy_before + e, busy = a->busy_before + b;
     for (int64_t j = 0; j < a->n_after; j++) {
@@ -410,8 +420,9 @@ static int judge(Core *c, int64_t stage, const ScanArgs *a, double *bound, ScanB
         energy += trial_held(c, stage, time_s);
     else
         energy += a->p_block_w * ((double)a->num_stages * time_s - busy);
-    if (time_s <= a->limit_s && energy < *bound - 1e-12) {
-        *bound = energy;
+    double key = a->per_late ? (energy - a->energy_now) / (double)(a->late - trial_late) : energy;
+    if (time_s <= a->limit_s && (a->per_late ? key < *bound : key < *bound - 1e-12)) {
+        *bound = key;
         best->found = 1;
         best->energy_j = energy;
         best->time_s = time_s;
@@ -520,6 +531,54 @@ static PyObject *Core_scan(Core *c, PyObject *args) {
              scan_moves(c, stage, base, &a, &set, &best, clocks, snapped, trial))
         result = scan_result(&best, n);
     void *blocks[] = {base, clocks, snapped, trial, after_e, after_b, best.row, set.slots, set.rows};
+    free_blocks(blocks, COUNT_OF(blocks));
+    return result;
+}
+
+/* Judge each row of a sequence, in order, until `remaining` is spent (PyCore.judge_rows). 0 on error. */
+static int judge_each(Core *c, int64_t stage, PyObject *rows, const ScanArgs *a, ScanBest *best) {
+    int64_t n = c->stage_ptr[stage + 1] - c->stage_ptr[stage];
+    double bound = a->bound_j;
+    PyObject *seq = PySequence_Fast(rows, "rows must be a sequence of rows");
+    if (!seq) return 0;
+    int ok = 1;
+    for (Py_ssize_t i = 0; ok && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        if (best->used >= a->remaining) {
+            best->exhausted = 1;
+            break;
+        }
+        best->used++;
+        ok = read_row(PySequence_Fast_GET_ITEM(seq, i), n, stage, c->row) && judge(c, stage, a, &bound, best, n);
+    }
+    Py_DECREF(seq);
+    return ok;
+}
+
+static PyObject *Core_judge_rows(Core *c, PyObject *args) {
+    long long stage, late, late_others, allowed, num_stages, remaining;
+    int repairing;
+    PyObject *rows_obj, *from_obj, *after_obj;
+    ScanArgs a = {0};
+    if (!PyArg_ParseTuple(args, "LOOLLLpddddOdLL", &stage, &rows_obj, &from_obj, &late, &late_others, &allowed,
+                          &repairing, &a.limit_s, &a.bound_j, &a.energy_before, &a.busy_before, &after_obj,
+                          &a.p_block_w, &num_stages, &remaining) ||
+        !check_stage(c, stage))
+        return NULL;
+    a.per_late = from_obj != Py_None;
+    if (a.per_late && (a.energy_now = PyFloat_AsDouble(from_obj)) == -1.0 && PyErr_Occurred()) return NULL;
+    a.late = late, a.late_others = late_others, a.allowed = allowed, a.repairing = repairing;
+    a.num_stages = num_stages, a.remaining = remaining > 0 ? remaining : 0;
+    int64_t n = c->stage_ptr[stage + 1] - c->stage_ptr[stage];
+    double *after_e = zalloc(c->num_stages, 8), *after_b = zalloc(c->num_stages, 8);
+    ScanBest best = {0};
+    best.row = zalloc(n, 8);
+    PyObject *result = NULL;
+    if (!(after_e && after_b && best.row))
+        PyErr_NoMemory();
+    else if (read_after(after_obj, &a, after_e, after_b, c->num_stages - 1 - (int64_t)stage) &&
+             judge_each(c, stage, rows_obj, &a, &best))
+        result = scan_result(&best, n);
+    void *blocks[] = {after_e, after_b, best.row};
     free_blocks(blocks, COUNT_OF(blocks));
     return result;
 }
@@ -648,6 +707,9 @@ static PyMethodDef Core_methods[] = {
     {"scan", (PyCFunction)Core_scan, METH_VARARGS,
      "scan(stage, row, late, late_others, allowed, repairing, limit_s, bound_j, energy_before, busy_before, "
      "after, p_block_w, num_stages, remaining) -> (used, exhausted, best): switch_core.PyCore.scan."},
+    {"judge_rows", (PyCFunction)Core_judge_rows, METH_VARARGS,
+     "judge_rows(stage, rows, per_late_from_j, late, ..., remaining) -> (used, exhausted, best): "
+     "switch_core.PyCore.judge_rows."},
     {"trial_time", (PyCFunction)Core_trial_time, METH_O,
      "trial_time(stage) -> the longest path with the stage's trial durations."},
     {"trial_waits", (PyCFunction)Core_trial_waits, METH_VARARGS,
@@ -726,7 +788,7 @@ static struct PyModuleDef switchcore_module = {PyModuleDef_HEAD_INIT, "_switchco
                                                NULL};
 
 /* The interface version: bump it, and `perseusd.planner.compiled.ABI`, whenever a signature changes. */
-#define SWITCHCORE_ABI 2
+#define SWITCHCORE_ABI 3
 
 PyMODINIT_FUNC PyInit__switchcore(void) {
     PyTypeObject *types[] = {&CoreType, &PathsType};

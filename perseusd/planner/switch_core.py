@@ -16,13 +16,15 @@ and one stage's trial:
   computation's): what `PointFollower.follow` predicts for the plan; 0 without one;
 - `accept(stage)`: the trial becomes the stage's current durations (and held clocks);
 - `scan(...)`: the descent's moves of one stage (`moves`), each judged as above, and the best that beats a
-  bound within the time limit and the late-begin cap (see `PyCore.scan`).
+  bound within the time limit and the late-begin cap (see `PyCore.scan`);
+- `judge_rows(...)`: the same over given rows (the descent's coarse moves), or the best by energy added per
+  late begin removed (its merge repair).
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -86,6 +88,9 @@ class SwitchCore(Protocol):
     def trial_waits(self, stage: int, time_s: float) -> float: ...
     def accept(self, stage: int) -> None: ...
     def scan(self, stage: int, row: Sequence[int], *limits: Any) -> tuple[int, bool, Found | None]: ...
+    def judge_rows(
+        self, stage: int, rows: Iterable[Sequence[int]], per_late_from_j: float | None, *limits: Any
+    ) -> tuple[int, bool, Found | None]: ...
 
 
 def moves(costs: StageOptions, row: Sequence[int]) -> Iterator[tuple[int, ...]]:
@@ -165,28 +170,57 @@ class PyCore:
         The plan's energy sums the stages in order (`energy_before`, this stage's, each of `after`) plus
         blocking power while waiting (with `waits_w`: `trial_waits` instead); `limits` are
         `ScanLimits.args()`."""
-        lim = ScanLimits(*limits)
-        used, bound_j, best = 0, lim.bound_j, None
-        for trial in moves(self.stages[stage], row):
+        return self._judge_each(stage, moves(self.stages[stage], row), None, ScanLimits(*limits))
+
+    def judge_rows(
+        self, stage: int, rows: Iterable[Sequence[int]], per_late_from_j: float | None, *limits: Any
+    ) -> tuple[int, bool, Found | None]:
+        """`scan` over the given `rows` of the stage instead of its segment moves. With `per_late_from_j` (the
+        plan's energy now) a row is judged by the energy it adds per late begin it removes, and must remove
+        one (`late` is the plan's late begins now); the best is the least such, not by 1e-12 J."""
+        return self._judge_each(stage, rows, per_late_from_j, ScanLimits(*limits))
+
+    def _judge_each(
+        self, stage: int, rows: Iterable[Sequence[int]], per_late_from_j: float | None, lim: ScanLimits
+    ) -> tuple[int, bool, Found | None]:
+        used, bound, best = 0, lim.bound_j, None
+        for trial in rows:
             if used >= lim.remaining:
                 return used, True, best
             used += 1
-            cost = self.stage_cost(stage, trial)
-            trial_late = lim.late_others + cost[2]
-            if trial_late >= lim.late if lim.repairing else trial_late > lim.allowed:
-                continue
-            time_s = self.trial_time(stage)
-            energy_j, busy_s = lim.energy_before + cost[0], lim.busy_before + cost[1]
-            for other in lim.after:
-                energy_j += other[0]
-                busy_s += other[1]
-            if self.waits_w is None:
-                energy_j += lim.p_block_w * (lim.num_stages * time_s - busy_s)
-            else:
-                energy_j += self.trial_waits(stage, time_s)
-            if time_s <= lim.limit_s and energy_j < bound_j - 1e-12:
-                bound_j, best = energy_j, (energy_j, time_s, trial, cost)
+            judged = self._judge(stage, trial, per_late_from_j, lim, bound)
+            if judged is not None:
+                bound, best = judged
         return used, False, best
+
+    def _judge(
+        self, stage: int, trial: Sequence[int], per_late_from_j: float | None, lim: ScanLimits, bound: float
+    ) -> tuple[float, Found] | None:
+        """(its key, the move) when the trial row beats `bound`, else None."""
+        cost = self.stage_cost(stage, trial)
+        trial_late = lim.late_others + cost[2]
+        if per_late_from_j is not None or lim.repairing:
+            if trial_late >= lim.late:
+                return None
+        elif trial_late > lim.allowed:
+            return None
+        time_s = self.trial_time(stage)
+        energy_j, busy_s = lim.energy_before + cost[0], lim.busy_before + cost[1]
+        for other in lim.after:
+            energy_j += other[0]
+            busy_s += other[1]
+        if self.waits_w is None:
+            energy_j += lim.p_block_w * (lim.num_stages * time_s - busy_s)
+        else:
+            energy_j += self.trial_waits(stage, time_s)
+        if per_late_from_j is None:
+            key, beats = energy_j, energy_j < bound - 1e-12
+        else:
+            key = (energy_j - per_late_from_j) / (lim.late - trial_late)
+            beats = key < bound
+        if time_s <= lim.limit_s and beats:
+            return key, (energy_j, time_s, tuple(trial), cost)
+        return None
 
 
 def stage_waits(stages: Sequence[StageOptions], waiting: WaitingPower) -> list[StageWaits]:

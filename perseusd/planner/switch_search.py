@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -38,7 +39,7 @@ from perseusd.planner.evaluate import evaluate_clocks
 from perseusd.planner.plan import Frontier, Plan
 from perseusd.planner.policy import TOLERANCE
 from perseusd.planner.profile import Profile
-from perseusd.planner.switch_core import ScanLimits, StageCost, switch_core
+from perseusd.planner.switch_core import Found, ScanLimits, StageCost, switch_core
 from perseusd.planner.switching import PointFollower, SwitchModel, late_begins, runs_of
 from perseusd.planner.waiting import WaitingPower
 
@@ -235,23 +236,27 @@ class DescentSearch:
         run's clock), within `limit_s`. A run shorter than the lock latency is what begins late; the
         segment moves of `_best_move` reach the same plans, but one scan of every segment at every clock
         can outlast the budget on a profile with many clocks. Not bounded by the budget (its trials count in
-        `evaluations`): each round removes a late begin or ends the repair, and costs two trials a run."""
+        `evaluations`): each round removes a late begin or ends the repair, and costs two trials a run.
+
+        A stage's row changes only when its merge is taken, so its merges are kept from round to round; the
+        core judges them (`judge_rows`)."""
+        kept: dict[int, tuple[tuple[int, ...], list[tuple[int, ...]]]] = {}
         while state.late() > allowed:
-            best: tuple[float, float, float, int, tuple[int, ...]] | None = None
+            late = state.late()
+            best: tuple[float, Found, int] | None = None
             for stage, row in enumerate(state.rows):
-                for trial in self._merges(stage, row):
-                    state.evaluations += 1
-                    energy_j, time_s, cost = self._trial(state, stage, trial)
-                    removed = state.costs[stage][2] - cost[2]
-                    if removed <= 0 or time_s > limit_s:
-                        continue
-                    per_late_j = (energy_j - state.energy_j) / removed
-                    if best is None or per_late_j < best[0]:
-                        best = (per_late_j, energy_j, time_s, stage, trial)
+                if kept.get(stage, ((),))[0] != row:
+                    kept[stage] = (row, self._merges(stage, row))
+                bound = math.inf if best is None else best[0]
+                limits = self._limits(state, stage, late, allowed, limit_s, bound, sys.maxsize)
+                used, _, found = self.core.judge_rows(stage, kept[stage][1], state.energy_j, *limits.args())
+                state.evaluations += used
+                if found is not None:
+                    removed = late - (limits.late_others + found[3][2])
+                    best = ((found[0] - state.energy_j) / removed, found, stage)
             if best is None:
                 return
-            _per_late, energy_j, time_s, stage, trial = best
-            self._take(state, energy_j, time_s, stage, trial)
+            self._accept(state, best[2], best[1])
 
     def _run_moves(self, state: _State, limit_s: float, allowed: int, max_evaluations: int) -> None:
         """While it lowers the energy within `limit_s` and `allowed` late begins, apply the best of the coarse
@@ -265,28 +270,27 @@ class DescentSearch:
     def _coarse_moves(
         self, state: _State, limit_s: float, allowed: int, max_evaluations: int, grid: int
     ) -> None:
-        """`_run_moves` on one grid: best-move rounds until none lowers the energy or the budget is spent."""
+        """`_run_moves` on one grid: best-move rounds until none lowers the energy or the budget is spent. A
+        stage's trials are kept while its row is unchanged; the core judges them (`judge_rows`)."""
+        kept: dict[int, tuple[tuple[int, ...], list[tuple[int, ...]]]] = {}
         while state.evaluations < max_evaluations:
-            best: tuple[float, float, int, tuple[int, ...]] | None = None
-            trials = (
-                (stage, trial)
-                for stage, row in enumerate(state.rows)
-                for trial in self._coarse_trials(stage, row, grid)
-            )
-            for stage, trial in trials:
-                if state.evaluations >= max_evaluations:
+            late = state.late()
+            best: tuple[Found, int] | None = None
+            for stage, row in enumerate(state.rows):
+                if kept.get(stage, ((),))[0] != row:
+                    kept[stage] = (row, self._coarse_trials(stage, row, grid))
+                bound = state.energy_j if best is None else best[0][0]
+                remaining = max_evaluations - state.evaluations
+                limits = self._limits(state, stage, late, allowed, limit_s, bound, remaining)
+                used, exhausted, found = self.core.judge_rows(stage, kept[stage][1], None, *limits.args())
+                state.evaluations += used
+                if found is not None:
+                    best = (found, stage)
+                if exhausted:
                     break
-                energy_j, time_s, cost = self._trial(state, stage, trial)
-                state.evaluations += 1
-                late = state.late() - state.costs[stage][2] + cost[2]
-                if time_s > limit_s or late > allowed or energy_j >= state.energy_j - 1e-12:
-                    continue
-                if best is None or energy_j < best[0]:
-                    best = (energy_j, time_s, stage, trial)
             if best is None:
                 return
-            energy_j, time_s, stage, trial = best
-            self._take(state, energy_j, time_s, stage, trial)
+            self._accept(state, best[1], best[0])
 
     def _coarse_trials(self, stage: int, row: tuple[int, ...], grid: int) -> list[tuple[int, ...]]:
         """One stage's coarse moves: each run of `row` at the clocks near its own (`NEAR_CLOCKS` steps of the
@@ -363,6 +367,13 @@ class DescentSearch:
         state.apply(energy_j, time_s, stage, row, self.core.stage_cost(stage, list(row)))
         self.core.accept(stage)
 
+    def _accept(self, state: _State, stage: int, found: Found) -> None:
+        """Apply a move the core found (`scan`, `judge_rows`) for the stage."""
+        energy_j, time_s, row, cost = found
+        state.apply(energy_j, time_s, stage, row, cost)
+        self.core.stage_cost(stage, list(row))
+        self.core.accept(stage)
+
     def _trial(self, state: _State, stage: int, row: tuple[int, ...]) -> tuple[float, float, StageCost]:
         """(energy, time, the stage's cost) of the plan with `row` in place of the stage's."""
         cost = self.core.stage_cost(stage, list(row))
@@ -373,6 +384,34 @@ class DescentSearch:
         busy_s = sum(c[1] for c in costs)
         waiting_j = self.p_block_w * (self.dag.num_stages * time_s - busy_s)
         return sum(c[0] for c in costs) + waiting_j, time_s, cost
+
+    def _limits(
+        self,
+        state: _State,
+        stage: int,
+        late: int,
+        allowed: int,
+        limit_s: float,
+        bound_j: float,
+        remaining: int,
+        repairing: bool = False,
+    ) -> ScanLimits:
+        """What the core judges the stage's trials against (`ScanLimits`), the plan being `state`."""
+        before, after = state.costs[:stage], state.costs[stage + 1 :]
+        return ScanLimits(
+            late,
+            late - state.costs[stage][2],
+            allowed,
+            repairing,
+            limit_s,
+            bound_j,
+            sum(c[0] for c in before),
+            sum(c[1] for c in before),
+            tuple((c[0], c[1]) for c in after),
+            self.p_block_w,
+            self.dag.num_stages,
+            remaining,
+        )
 
     def _set(self, rows: Sequence[Sequence[int]]) -> list[StageCost]:
         """Every stage's cost of `rows`, which become the core's current durations."""
@@ -393,21 +432,9 @@ class DescentSearch:
         late = state.late()
         best: tuple[float, float, int, tuple[int, ...], StageCost] | None = None
         for stage, row in enumerate(state.rows):
-            before, after = state.costs[:stage], state.costs[stage + 1 :]
-            limits = ScanLimits(
-                late,
-                late - state.costs[stage][2],
-                allowed,
-                repairing,
-                limit_s,
-                best[0] if best else (math.inf if repairing else state.energy_j),
-                sum(c[0] for c in before),
-                sum(c[1] for c in before),
-                tuple((c[0], c[1]) for c in after),
-                self.p_block_w,
-                self.dag.num_stages,
-                max_evaluations - state.evaluations,
-            )
+            bound = best[0] if best else (math.inf if repairing else state.energy_j)
+            remaining = max_evaluations - state.evaluations
+            limits = self._limits(state, stage, late, allowed, limit_s, bound, remaining, repairing)
             used, exhausted, found = self.core.scan(stage, row, *limits.args())
             state.evaluations += used
             if found is not None:

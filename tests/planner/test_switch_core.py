@@ -17,7 +17,7 @@ from perseusd.planner.dag import ComputationDag, build_dag
 from perseusd.planner.evaluate import LongestPath, dag_arrays, evaluate_clocks, longest_path_s
 from perseusd.planner.plan import Plan, PlanMeta
 from perseusd.planner.profile import Profile
-from perseusd.planner.switch_core import PyCore, ScanLimits, switch_core
+from perseusd.planner.switch_core import PyCore, ScanLimits, StageCost, SwitchCore, switch_core
 from perseusd.planner.switch_search import DescentSearch
 from perseusd.planner.switching import PointFollower, StageOptions, SwitchModel
 from perseusd.planner.waiting import WaitingPower
@@ -80,6 +80,66 @@ def test_the_c_core_gives_the_pythons_bits(case: int, waiting: WaitingPower | No
     assert held == (0 if waiting is None else 60 * dag.num_stages)
 
 
+ScanSetup = tuple[
+    ComputationDag, list[StageOptions], list[SwitchCore], list[list[int]], list[StageCost], random.Random
+]
+
+
+def _scan_setup(case: int, waiting: WaitingPower | None, seed: int) -> ScanSetup:
+    """The C and Python cores of a case with the same random plan accepted in both."""
+    dag, profile, model = _cases()[case]
+    stages = [StageOptions(dag, profile, s) for s in range(dag.num_stages)]
+    cores = [switch_core(dag, stages, model, True, waiting), switch_core(dag, stages, model, False, waiting)]
+    rng = random.Random(seed + case)
+    rows = [_random_row(options, rng) for options in stages]
+    costs: list[StageCost] = []
+    for core in cores:
+        costs = [core.stage_cost(stage, row) for stage, row in enumerate(rows)]
+        for stage in range(dag.num_stages):
+            core.accept(stage)
+    return dag, stages, cores, rows, costs, rng
+
+
+def _plan_now(
+    dag: ComputationDag, core: SwitchCore, costs: list[StageCost], waiting: WaitingPower | None
+) -> tuple[int, float, float]:
+    """The accepted plan's (late begins, time, energy at a blocking power of 124 W or its held waits)."""
+    late = sum(cost[2] for cost in costs)
+    time_s = core.trial_time(0)  # stage 0's trial is its current durations: the plan's time
+    if waiting is None:
+        energy_j = sum(c[0] for c in costs) + 124.0 * (dag.num_stages * time_s - sum(c[1] for c in costs))
+    else:
+        energy_j = sum(c[0] for c in costs) + core.trial_waits(0, time_s)
+    return late, time_s, energy_j
+
+
+def _random_limits(
+    dag: ComputationDag,
+    costs: list[StageCost],
+    stage: int,
+    late: int,
+    time_s: float,
+    energy_j: float,
+    rng: random.Random,
+) -> ScanLimits:
+    """Limits that some trials meet and some budgets that run out."""
+    before, after = costs[:stage], costs[stage + 1 :]
+    return ScanLimits(
+        late,
+        late - costs[stage][2],
+        rng.choice([late, late // 2, dag.num_computations]),
+        rng.random() < 0.3,
+        time_s * rng.uniform(0.97, 1.1),
+        rng.choice([math.inf, energy_j * rng.uniform(0.97, 1.02)]),
+        sum(c[0] for c in before),
+        sum(c[1] for c in before),
+        tuple((c[0], c[1]) for c in after),
+        124.0,
+        dag.num_stages,
+        rng.choice([0, 7, 50, 100_000]),
+    )
+
+
 @pytest.mark.parametrize("waiting", [None, IDLE], ids=["blocking", "held"])
 @pytest.mark.parametrize("case", range(4))
 def test_the_c_scan_gives_the_pythons_moves(case: int, waiting: WaitingPower | None) -> None:
@@ -87,46 +147,38 @@ def test_the_c_scan_gives_the_pythons_moves(case: int, waiting: WaitingPower | N
     repairing or not, with bounds that some moves beat and budgets that run out; with waits charged at the
     held clock too."""
     _c_core_or_skip()
-    dag, profile, model = _cases()[case]
-    stages = [StageOptions(dag, profile, s) for s in range(dag.num_stages)]
-    cores = [switch_core(dag, stages, model, True, waiting), switch_core(dag, stages, model, False, waiting)]
-    rng = random.Random(10 + case)
-    rows = [_random_row(options, rng) for options in stages]
-    costs = []
-    for core in cores:
-        costs = [core.stage_cost(stage, row) for stage, row in enumerate(rows)]
-        for stage in range(dag.num_stages):
-            core.accept(stage)
-    late = sum(cost[2] for cost in costs)
-    time_s = cores[1].trial_time(0)  # stage 0's trial is its current durations: the plan's time
-    if waiting is None:
-        energy_j = sum(c[0] for c in costs) + 124.0 * (dag.num_stages * time_s - sum(c[1] for c in costs))
-    else:
-        energy_j = sum(c[0] for c in costs) + cores[1].trial_waits(0, time_s)
+    dag, _stages, cores, rows, costs, rng = _scan_setup(case, waiting, 10)
+    late, time_s, energy_j = _plan_now(dag, cores[1], costs, waiting)
     found = 0
     for _ in range(12):
         stage = rng.randrange(dag.num_stages)
-        before, after = costs[:stage], costs[stage + 1 :]
-        limits = ScanLimits(
-            late,
-            late - costs[stage][2],
-            rng.choice([late, late // 2, dag.num_computations]),
-            rng.random() < 0.3,
-            time_s * rng.uniform(0.97, 1.1),
-            rng.choice([math.inf, energy_j * rng.uniform(0.97, 1.02)]),
-            sum(c[0] for c in before),
-            sum(c[1] for c in before),
-            tuple((c[0], c[1]) for c in after),
-            124.0,
-            dag.num_stages,
-            rng.choice([0, 7, 50, 100_000]),
-        )
+        limits = _random_limits(dag, costs, stage, late, time_s, energy_j, rng)
         results = [core.scan(stage, rows[stage], *limits.args()) for core in cores]
         assert results[0] == results[1]
         found += results[0][2] is not None
     assert found > 0
     with pytest.raises(ValueError, match="more stages"):
         cores[0].scan(0, rows[0], *(*limits.args()[:8], ((1.0, 1.0),) * dag.num_stages, *limits.args()[9:]))
+
+
+@pytest.mark.parametrize("waiting", [None, IDLE], ids=["blocking", "held"])
+@pytest.mark.parametrize("case", range(4))
+def test_the_c_judge_rows_gives_the_pythons_best(case: int, waiting: WaitingPower | None) -> None:
+    """Given rows judged in C (the descent's coarse moves and merge repair): the same evaluations, budget end
+    and best row as the Python loop, by energy and by energy per late begin removed."""
+    _c_core_or_skip()
+    dag, stages, cores, _rows, costs, rng = _scan_setup(case, waiting, 30)
+    late, time_s, energy_j = _plan_now(dag, cores[1], costs, waiting)
+    found = {None: 0, energy_j: 0}
+    for _ in range(16):
+        stage = rng.randrange(dag.num_stages)
+        limits = _random_limits(dag, costs, stage, late, time_s, energy_j, rng)
+        trials = [_random_row(stages[stage], rng) for _ in range(rng.randint(0, 40))]
+        for per_late_from_j in found:
+            results = [core.judge_rows(stage, trials, per_late_from_j, *limits.args()) for core in cores]
+            assert results[0] == results[1]
+            found[per_late_from_j] += results[0][2] is not None
+    assert all(found.values()), found
 
 
 @pytest.mark.parametrize("waiting", [None, IDLE], ids=["blocking", "held"])
