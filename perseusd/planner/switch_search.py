@@ -238,25 +238,75 @@ class DescentSearch:
         can outlast the budget on a profile with many clocks. Not bounded by the budget (its trials count in
         `evaluations`): each round removes a late begin or ends the repair, and costs two trials a run.
 
-        A stage's row changes only when its merge is taken, so its merges are kept from round to round; the
-        core judges them (`judge_rows`)."""
+        Lazily: each stage's best merge is kept as last judged, and a round judges again only the stage whose
+        row changed and the stage whose kept merge it is about to take (whose merges' figures moved with the
+        rest of the plan); it takes that merge when it is still no worse than every other stage's kept one.
+        A stage's merges are judged by the core (`judge_rows`), built once per row. Every stage is judged
+        again before the repair gives up."""
         kept: dict[int, tuple[tuple[int, ...], list[tuple[int, ...]]]] = {}
+        best_of: dict[int, tuple[float, Found] | None] = {}
+        stale = set(range(len(state.rows)))
         while state.late() > allowed:
-            late = state.late()
-            best: tuple[float, Found, int] | None = None
-            for stage, row in enumerate(state.rows):
-                if kept.get(stage, ((),))[0] != row:
-                    kept[stage] = (row, self._merges(stage, row))
-                bound = math.inf if best is None else best[0]
-                limits = self._limits(state, stage, late, allowed, limit_s, bound, sys.maxsize)
-                used, _, found = self.core.judge_rows(stage, kept[stage][1], state.energy_j, *limits.args())
-                state.evaluations += used
-                if found is not None:
-                    removed = late - (limits.late_others + found[3][2])
-                    best = ((found[0] - state.energy_j) / removed, found, stage)
-            if best is None:
+            choice = self._lazy_best_merge(state, limit_s, allowed, kept, best_of, stale)
+            if choice is None:
                 return
-            self._accept(state, best[2], best[1])
+            stage, found = choice
+            self._accept(state, stage, found)
+            stale = {stage}
+
+    def _lazy_best_merge(
+        self,
+        state: _State,
+        limit_s: float,
+        allowed: int,
+        kept: dict[int, tuple[tuple[int, ...], list[tuple[int, ...]]]],
+        best_of: dict[int, tuple[float, Found] | None],
+        stale: set[int],
+    ) -> tuple[int, Found] | None:
+        """The merge `_merge_repair` takes this round: stages in `stale` judged anew, then the least kept
+        merge judged anew until it is one judged on the plan as it is now."""
+        fresh: set[int] = set()
+
+        def judge(stage: int) -> None:
+            best_of[stage] = self._best_merge(state, stage, limit_s, allowed, kept)
+            fresh.add(stage)
+
+        for stage in sorted(stale):
+            judge(stage)
+        while True:
+            ranked = sorted((merge[0], stage) for stage, merge in best_of.items() if merge is not None)
+            if not ranked:
+                unjudged = [stage for stage in best_of if stage not in fresh]
+                if not unjudged:
+                    return None
+                for stage in unjudged:
+                    judge(stage)
+                continue
+            stage = ranked[0][1]
+            if stage in fresh:
+                merge = best_of[stage]
+                assert merge is not None
+                return stage, merge[1]
+            judge(stage)
+
+    def _best_merge(
+        self,
+        state: _State,
+        stage: int,
+        limit_s: float,
+        allowed: int,
+        kept: dict[int, tuple[tuple[int, ...], list[tuple[int, ...]]]],
+    ) -> tuple[float, Found] | None:
+        """The stage's merge of least energy per late begin removed, within `limit_s`, and that figure."""
+        row, late = state.rows[stage], state.late()
+        if kept.get(stage, ((),))[0] != row:
+            kept[stage] = (row, self._merges(stage, row))
+        limits = self._limits(state, stage, late, allowed, limit_s, math.inf, sys.maxsize)
+        used, _, found = self.core.judge_rows(stage, kept[stage][1], state.energy_j, *limits.args())
+        state.evaluations += used
+        if found is None:
+            return None
+        return (found[0] - state.energy_j) / (late - (limits.late_others + found[3][2])), found
 
     def _run_moves(self, state: _State, limit_s: float, allowed: int, max_evaluations: int) -> None:
         """While it lowers the energy within `limit_s` and `allowed` late begins, apply the best of the coarse
