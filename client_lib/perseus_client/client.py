@@ -38,12 +38,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar
 
 import zmq
 
 from perseus_client import devices, reach, seqpacket
+from perseus_client.closing import Closing
 from perseus_client.event_frames import EventWriter
 from perseus_client.link import PerseusClientError, monitor_event, request_reply, unreachable
 from perseus_client.protocol import (
@@ -146,7 +146,7 @@ class _Step:
         self._client.step_end(self._gpu, self._step)
 
 
-class PerseusClient:
+class PerseusClient(Closing):
     """A connection to perseusd from one training process.
 
     Args:
@@ -388,14 +388,6 @@ class PerseusClient:
         except zmq.ZMQError:
             pass  # the socket is gone: nothing more will be read; the settle ends on the count
         return b""
-
-    def __enter__(self) -> PerseusClient:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def gpu_uuid(self, device: int | None = None) -> str | None:
         """The UUID of the CUDA device this process computes on (`device`: its CUDA index, default torch's

@@ -26,7 +26,9 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
+
+from perseus_client.closing import Closing
 
 if TYPE_CHECKING:
     import torch
@@ -36,7 +38,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT_S = 10.0
-_Self = TypeVar("_Self", bound="Instrumentation")
 
 
 class CompletionEvent(Protocol):
@@ -178,7 +179,7 @@ def reporter_for(client: PerseusClient, gpu: str, device: torch.device | None) -
     return DirectReporter(client, gpu)
 
 
-class Instrumentation:
+class Instrumentation(Closing):
     """What every framework integration's wrappers share: this rank's stage, the step counter, a training
     step between its begin and end events, and `close()` (or leaving a `with`). Each integration brackets its
     computations itself, inline: that is the hot path (an extra call there costs ~0.1 us per computation).
@@ -197,12 +198,6 @@ class Instrumentation:
     def close(self) -> None:
         """Send any events still pending (CUDA events)."""
         self._reporter.close()
-
-    def __enter__(self: _Self) -> _Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _run_step(self, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """`original(*args, **kwargs)` as the next training step, between its begin and end events."""

@@ -17,7 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import TracebackType
+
+from perseus_client.closing import Closing
 
 from perseusd.gpu.errors import GpuInvalidArgumentError
 from perseusd.gpu.sim_boards import load_board
@@ -48,7 +49,7 @@ def list_sim_gpus(sim_dir: Path | str) -> list[str]:
     return sorted(path.name.removesuffix(".state") for path in Path(sim_dir).glob("GPU-*.state"))
 
 
-class SimGpuHandle:
+class SimGpuHandle(Closing):
     """A workload process's handle on one simulated GPU. Open it with `SimGpuHandle.open`."""
 
     def __init__(
@@ -202,14 +203,6 @@ class SimGpuHandle:
     def close(self) -> None:
         self._state.close()
         self._busy.close()
-
-    def __enter__(self) -> SimGpuHandle:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 def _fold_stale(busy: BusyState) -> BusyState:

@@ -6,15 +6,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 
 import zmq
+from perseus_client.closing import Closing
 
 Answer = Callable[[bytes], "bytes | list[bytes] | None"]
 """A request's reply: one frame, several (a multipart reply), or None (left unanswered)."""
 
 
-class StubDaemon:
+class StubDaemon(Closing):
     """A ROUTER at `path` answering each request with `answer(request)`; `seen` holds every request."""
 
     def __init__(self, path: Path, answer: Answer) -> None:
@@ -42,11 +42,3 @@ class StubDaemon:
         self._stop.set()
         self._thread.join(timeout=5)
         self._ctx.destroy(linger=0)
-
-    def __enter__(self) -> StubDaemon:
-        return self
-
-    def __exit__(
-        self, _type: type[BaseException] | None, _exc: BaseException | None, _tb: TracebackType | None
-    ) -> None:
-        self.close()
