@@ -17,6 +17,7 @@ from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.sim import SimBackend, SimDevice
 
 from .forwarding import ForwardingDevice
+from .started import started
 
 
 class RecordingDevice(ForwardingDevice):
@@ -53,10 +54,8 @@ def recording(sim_device: SimDevice) -> RecordingDevice:
 
 @pytest.fixture
 def owner(recording: RecordingDevice) -> Iterator[GpuOwner]:
-    gpu = GpuOwner(recording, call_timeout_s=0.1)
-    gpu.start()
-    yield gpu
-    gpu.stop()
+    with started(GpuOwner(recording, call_timeout_s=0.1)) as gpu:
+        yield gpu
 
 
 def test_calls_from_many_threads_are_serialised_in_order(owner: GpuOwner, recording: RecordingDevice) -> None:

@@ -14,6 +14,7 @@ from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.sim import SimBackend, SimDevice
 
 from .forwarding import ForwardingDevice
+from .started import started
 
 SET_CALL_S = 0.01
 """What a clock lock blocks its caller on an H100 (~10 ms), injected as a "slow" fault."""
@@ -62,10 +63,8 @@ def device(tmp_path: Path) -> Iterator[TimedDevice]:
 
 @pytest.fixture
 def owner(device: TimedDevice) -> Iterator[GpuOwner]:
-    gpu = GpuOwner(device, call_timeout_s=5.0)
-    gpu.start()
-    yield gpu
-    gpu.stop()
+    with started(GpuOwner(device, call_timeout_s=5.0)) as gpu:
+        yield gpu
 
 
 def test_requests_faster_than_a_set_call_never_build_a_queue(owner: GpuOwner, device: TimedDevice) -> None:
@@ -190,14 +189,13 @@ def test_clock_set_latency_quantiles_tell_a_slow_tail_from_the_median(tmp_path: 
     """Seven quick set calls and one slow one: the median is a quick call's, the maximum the slow one's, and
     the 90th percentile (what an early raise allows for) lies between, interpolated."""
     backend = SimBackend(tmp_path, noise=0.0)
-    gpu = GpuOwner(UnevenDevice(backend.sim_devices()[0], [0.005] * 7 + [0.2]), call_timeout_s=5.0)
-    gpu.start()
+    device = UnevenDevice(backend.sim_devices()[0], [0.005] * 7 + [0.2])
     try:
-        for clock_mhz in (900, 1200) * 4:
-            gpu.set_locked_sm_clock_mhz(clock_mhz).result(timeout=5)
-        median_s, p90_s, top_s = (gpu.clock_set_latency_s(q) for q in (0.5, 0.9, 1.0))
+        with started(GpuOwner(device, call_timeout_s=5.0)) as gpu:
+            for clock_mhz in (900, 1200) * 4:
+                gpu.set_locked_sm_clock_mhz(clock_mhz).result(timeout=5)
+            median_s, p90_s, top_s = (gpu.clock_set_latency_s(q) for q in (0.5, 0.9, 1.0))
     finally:
-        gpu.stop()
         backend.close()
     assert median_s is not None and p90_s is not None and top_s is not None  # noqa: PT018
     assert 0.005 <= median_s < 0.1 <= top_s
