@@ -22,6 +22,7 @@ from tests.support.perseusd_proc import (
     client_outcome,
     run_as_user,
 )
+from tests.support.sockets import connected
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -97,9 +98,7 @@ def test_garbage_truncated_and_huge_frames_get_errors(
     daemon = make_daemon(dirs, gpus=1).start()
     good = PerseusClient(dirs.runtime_dir, job="bystander")
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    raw = ctx.socket(zmq.DEALER)
-    raw.setsockopt(zmq.LINGER, 0)
-    raw.connect(f"ipc://{dirs.runtime_dir / 'control.sock'}")
+    raw = connected(ctx, zmq.DEALER, dirs.runtime_dir / "control.sock")
     try:
         uuid = good.daemon_info.gpus[0].uuid  # type: ignore[union-attr]
         good.claim([uuid])
@@ -140,9 +139,7 @@ def test_garbage_truncated_and_huge_frames_get_errors(
         assert reply.code == "OUT_OF_ORDER"
         good.computation_end(uuid, 0, "forward", 0)  # out of order on the event socket: dropped and counted
         # Garbage on the event socket: dropped and counted, never a crash.
-        push = ctx.socket(zmq.PUSH)
-        push.setsockopt(zmq.LINGER, 0)
-        push.connect(f"ipc://{dirs.runtime_dir / 'events.sock'}")
+        push = connected(ctx, zmq.PUSH, dirs.runtime_dir / "events.sock")
         for junk in (b"junk", V + b'"id":0,"type":"status"}', b"x" * 200_000):
             push.send(junk)
         with good.computation(uuid, 0, "forward", 1):

@@ -27,6 +27,7 @@ from perseusd.daemon.event_tally import reconcile
 from perseusd.leasing.identity import Caller
 from perseusd.leasing.leases import LeaseBook, Session
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
+from tests.support.sockets import connected, zmq_context
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -146,9 +147,7 @@ def test_a_client_that_predates_the_marker_settles_as_before(monkeypatch: pytest
 
 def _push_marker(ctx: zmq.Context[zmq.Socket[bytes]], runtime_dir: Path) -> zmq.Socket[bytes]:
     """Send an end marker ("5 sent") on the daemon's event socket from this process (no session)."""
-    push = ctx.socket(zmq.PUSH)
-    push.setsockopt(zmq.LINGER, 0)
-    push.connect(f"ipc://{runtime_dir / 'events.sock'}")
+    push = connected(ctx, zmq.PUSH, runtime_dir / "events.sock")
     push.send(encode(EventsEnd(sent=5, dropped=0)))
     return push  # the caller holds it while the daemon reads (linger 0 drops what is unsent at close)
 
@@ -168,15 +167,11 @@ def test_an_older_daemon_is_sent_no_marker_and_refuses_one_cleanly() -> None:
         health = daemon.status()["daemon"]
         assert health["events_received"] == 200
         assert health["errors_by_code"].get("UNKNOWN_TYPE", 0) == 0
-        ctx = zmq.Context()
-        try:
-            with _push_marker(ctx, runtime_dir):
-                deadline_s = time.monotonic() + 60
-                while daemon.status()["daemon"]["errors_by_code"].get("UNKNOWN_TYPE", 0) != 1:
-                    assert time.monotonic() < deadline_s
-                    time.sleep(0.05)
-        finally:
-            ctx.destroy(linger=0)
+        with zmq_context() as ctx, _push_marker(ctx, runtime_dir):
+            deadline_s = time.monotonic() + 60
+            while daemon.status()["daemon"]["errors_by_code"].get("UNKNOWN_TYPE", 0) != 1:
+                assert time.monotonic() < deadline_s
+                time.sleep(0.05)
         health = daemon.status()["daemon"]
         assert (health["events_received"], health["events_dropped"]) == (201, 1)
 
@@ -184,15 +179,11 @@ def test_an_older_daemon_is_sent_no_marker_and_refuses_one_cleanly() -> None:
 def test_a_marker_from_a_process_without_a_session_is_ignored_and_not_counted() -> None:
     with daemon_processes() as make:
         daemon = make(DaemonDirs.create(), gpus=1).start()
-        ctx = zmq.Context()
-        try:
-            with _push_marker(ctx, daemon.dirs.runtime_dir):
-                deadline_s = time.monotonic() + 60
-                while "which has no session" not in daemon.log():
-                    assert time.monotonic() < deadline_s
-                    time.sleep(0.05)
-        finally:
-            ctx.destroy(linger=0)
+        with zmq_context() as ctx, _push_marker(ctx, daemon.dirs.runtime_dir):
+            deadline_s = time.monotonic() + 60
+            while "which has no session" not in daemon.log():
+                assert time.monotonic() < deadline_s
+                time.sleep(0.05)
         health = daemon.status()["daemon"]
         assert (health["events_received"], health["events_dropped"], health["events_lost"]) == (0, 0, 0)
 

@@ -14,7 +14,8 @@ import zmq
 from perseus_client.protocol import StatusRequest, encode
 
 from perseusd.daemon.ipc import EVENT_BATCH
-from tests.daemon.test_service_ticks import connected, event, running_service, send_and_serve
+from tests.daemon.test_service_ticks import event, running_service, send_and_serve
+from tests.support.sockets import connected, zmq_context
 
 pytestmark = pytest.mark.timeout(180)
 LONG_POLL_S = 60.0
@@ -25,8 +26,7 @@ SETTLE_S = 0.5
 
 def test_events_beyond_a_batch_are_read_without_another_event(tmp_path: Path) -> None:
     with running_service(tmp_path) as (service, core, _ticks, gpu):
-        ctx = zmq.Context()
-        try:
+        with zmq_context() as ctx:
             push = connected(ctx, zmq.PUSH, tmp_path / "run" / "events.sock")
             send_and_serve(service, core, push, event(gpu, 10_000, "comp_begin"))  # connected
             before = core.tracker.received
@@ -38,8 +38,6 @@ def test_events_beyond_a_batch_are_read_without_another_event(tmp_path: Path) ->
             while core.tracker.received < before + burst:
                 service._iterate(LONG_POLL_S)
                 assert time.monotonic() - began_s < LONG_POLL_S / 2
-        finally:
-            ctx.destroy(linger=0)
         assert core.tracker.dropped == 0
 
 
@@ -47,57 +45,53 @@ def test_a_request_that_arrives_during_a_drain_is_served_at_once(tmp_path: Path)
     """Draining events asks the request sockets whether a request waits (taking their descriptors' edges)
     and stops for it: the request is then served at once, not after the next message or the poll's
     timeout."""
-    with running_service(tmp_path) as (service, core, _ticks, gpu):
-        ctx = zmq.Context()
-        try:
-            push = connected(ctx, zmq.PUSH, tmp_path / "run" / "events.sock")
-            dealer = connected(ctx, zmq.DEALER, tmp_path / "run" / "control.sock")
-            dealer.send(encode(StatusRequest(), 1))
-            began_s = time.monotonic()
-            while not dealer.poll(0):  # both connected
-                service._iterate(0.05)
-                assert time.monotonic() - began_s < LONG_POLL_S / 2
-            dealer.recv()
-            send_and_serve(service, core, push, event(gpu, 10_000, "comp_begin"))
-            real_count = core.count_received
-            read: list[int] = []
+    with running_service(tmp_path) as (service, core, _ticks, gpu), zmq_context() as ctx:
+        push = connected(ctx, zmq.PUSH, tmp_path / "run" / "events.sock")
+        dealer = connected(ctx, zmq.DEALER, tmp_path / "run" / "control.sock")
+        dealer.send(encode(StatusRequest(), 1))
+        began_s = time.monotonic()
+        while not dealer.poll(0):  # both connected
+            service._iterate(0.05)
+            assert time.monotonic() - began_s < LONG_POLL_S / 2
+        dealer.recv()
+        send_and_serve(service, core, push, event(gpu, 10_000, "comp_begin"))
+        real_count = core.count_received
+        read: list[int] = []
 
-            def count_received() -> None:  # the request arrives while the loop reads the burst
-                read.append(1)
-                if len(read) == 1:
-                    dealer.send(encode(StatusRequest(), 2))
-                    time.sleep(SETTLE_S)
-                real_count()
+        def count_received() -> None:  # the request arrives while the loop reads the burst
+            read.append(1)
+            if len(read) == 1:
+                dealer.send(encode(StatusRequest(), 2))
+                time.sleep(SETTLE_S)
+            real_count()
 
-            core.count_received = count_received  # type: ignore[method-assign]
-            ipc = service._ipc
-            real_waiting = ipc._requests_waiting
-            answers: list[bool] = []
+        core.count_received = count_received  # type: ignore[method-assign]
+        ipc = service._ipc
+        real_waiting = ipc._requests_waiting
+        answers: list[bool] = []
 
-            def requests_waiting() -> bool:
-                answers.append(real_waiting())
-                return answers[-1]
+        def requests_waiting() -> bool:
+            answers.append(real_waiting())
+            return answers[-1]
 
-            ipc._requests_waiting = requests_waiting  # type: ignore[method-assign]
-            real_reply = ipc._reply
-            replied: list[int] = []
+        ipc._requests_waiting = requests_waiting  # type: ignore[method-assign]
+        real_reply = ipc._reply
+        replied: list[int] = []
 
-            def reply(*args: Any) -> None:
-                replied.append(args[2])  # the request id
-                real_reply(*args)
+        def reply(*args: Any) -> None:
+            replied.append(args[2])  # the request id
+            real_reply(*args)
 
-            ipc._reply = reply  # type: ignore[method-assign]
-            for microbatch in range(EVENT_BATCH):
-                push.send(event(gpu, microbatch, "comp_begin"))
-            time.sleep(SETTLE_S)
-            began_s = time.monotonic()
-            # Judged on the daemon's side (it replied): the reply's way back to the dealer may take longer
-            # than a loop iteration on a loaded machine, and a loop with nothing left to do sleeps its poll.
-            while 2 not in replied:
-                service._iterate(LONG_POLL_S)
-                assert time.monotonic() - began_s < LONG_POLL_S / 2
-            assert dealer.poll(30_000)
-            assert json.loads(dealer.recv())["id"] == 2
-            assert True in answers  # the drain asked, found the request and stopped for it
-        finally:
-            ctx.destroy(linger=0)
+        ipc._reply = reply  # type: ignore[method-assign]
+        for microbatch in range(EVENT_BATCH):
+            push.send(event(gpu, microbatch, "comp_begin"))
+        time.sleep(SETTLE_S)
+        began_s = time.monotonic()
+        # Judged on the daemon's side (it replied): the reply's way back to the dealer may take longer
+        # than a loop iteration on a loaded machine, and a loop with nothing left to do sleeps its poll.
+        while 2 not in replied:
+            service._iterate(LONG_POLL_S)
+            assert time.monotonic() - began_s < LONG_POLL_S / 2
+        assert dealer.poll(30_000)
+        assert json.loads(dealer.recv())["id"] == 2
+        assert True in answers  # the drain asked, found the request and stopped for it

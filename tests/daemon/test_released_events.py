@@ -12,6 +12,7 @@ from perseus_client import PerseusClient
 
 from tests.support.frames import V
 from tests.support.perseusd_proc import DaemonDirs, daemon_processes
+from tests.support.sockets import connected, zmq_context
 
 pytestmark = pytest.mark.timeout(120)
 WAIT_S = 60.0  # a bound on waiting for the daemon to read, not a timing assertion
@@ -34,8 +35,7 @@ def test_events_after_release_are_dropped_unread_and_counted() -> None:
     with daemon_processes() as make:
         daemon = make(DaemonDirs.create(), gpus=1).start()
         runtime_dir = daemon.dirs.runtime_dir
-        ctx = zmq.Context()
-        try:
+        with zmq_context() as ctx:
             with PerseusClient(runtime_dir, job="released", timeout_s=10) as client:
                 assert client.daemon_info is not None
                 gpu = client.daemon_info.gpus[0].uuid
@@ -48,9 +48,7 @@ def test_events_after_release_are_dropped_unread_and_counted() -> None:
                 send_pairs(client, gpu, range(10, 20))
                 # Frames that would not even decode, from this same process: dropped unread as well, so
                 # counted as NOT_LEASED (the sender holds no lease), not as BAD_FRAME.
-                push = ctx.socket(zmq.PUSH)
-                push.setsockopt(zmq.LINGER, 0)
-                push.connect(f"ipc://{runtime_dir / 'events.sock'}")
+                push = connected(ctx, zmq.PUSH, runtime_dir / "events.sock")
                 for junk in (b"junk", V + b'"id":0,"type":"status"}', b"[" * 100_000):
                     push.send(junk)
                 wait_for(lambda: client.event_count().received == 43)
@@ -66,5 +64,3 @@ def test_events_after_release_are_dropped_unread_and_counted() -> None:
             assert client.events_sent == 50
             assert client.events_lost == 0
             assert client.events_dropped == 0
-        finally:
-            ctx.destroy(linger=0)

@@ -18,6 +18,7 @@ from perseusd.daemon import service as service_module
 from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.service import TICK_PERIOD_S, Service
 from tests.support.daemon_core import leased_service, sim_core
+from tests.support.sockets import connected, zmq_context
 
 pytestmark = pytest.mark.timeout(120)
 WAIT_S = 60.0  # a bound on waiting for the loop to read, not a timing assertion
@@ -62,17 +63,9 @@ def send_and_serve(service: Service, core: DaemonCore, push: zmq.Socket[bytes], 
     serve_until(service, lambda: core.tracker.received > received, poll_s=WAIT_S)
 
 
-def connected(ctx: zmq.Context[zmq.Socket[bytes]], kind: int, path: Path) -> zmq.Socket[bytes]:
-    sock = ctx.socket(kind)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(f"ipc://{path}")
-    return sock
-
-
 def test_events_alone_tick_at_most_every_period(tmp_path: Path) -> None:
     with running_service(tmp_path) as (service, core, ticks, gpu):
-        ctx = zmq.Context()
-        try:
+        with zmq_context() as ctx:
             push = connected(ctx, zmq.PUSH, tmp_path / "run" / "events.sock")
             pairs = 150
             send_and_serve(service, core, push, event(gpu, 10_000, "comp_begin"))  # connected
@@ -82,8 +75,6 @@ def test_events_alone_tick_at_most_every_period(tmp_path: Path) -> None:
                 for kind in ("comp_begin", "comp_end"):
                     send_and_serve(service, core, push, event(gpu, microbatch, kind))
             elapsed_s = time.monotonic() - began_s
-        finally:
-            ctx.destroy(linger=0)
         assert core.tracker.received == 2 * pairs + 1
         assert core.tracker.dropped == 0
         assert len(ticks) <= elapsed_s / TICK_PERIOD_S + 2  # not one per event (300 wake-ups)
@@ -92,42 +83,34 @@ def test_events_alone_tick_at_most_every_period(tmp_path: Path) -> None:
 def test_a_skipped_tick_runs_when_its_period_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     period_s = 3.0
     monkeypatch.setattr(service_module, "TICK_PERIOD_S", period_s)
-    with running_service(tmp_path) as (service, core, ticks, gpu):
-        ctx = zmq.Context()
-        try:
-            push = connected(ctx, zmq.PUSH, tmp_path / "run" / "events.sock")
-            send_and_serve(service, core, push, event(gpu, 10_000, "comp_begin"))  # connected
-            service._iterate(0.01)  # a timeout: ticks
-            ticked = len(ticks)
-            send_and_serve(service, core, push, event(gpu, 0, "comp_begin"))
-            assert len(ticks) == ticked  # skipped
-            began_s = time.monotonic()
-            service._iterate(3600.0)  # nothing comes: the poll ends when the skipped tick is due
-            assert len(ticks) == ticked + 1
-            assert time.monotonic() - began_s < period_s + WAIT_S / 2
-        finally:
-            ctx.destroy(linger=0)
+    with running_service(tmp_path) as (service, core, ticks, gpu), zmq_context() as ctx:
+        push = connected(ctx, zmq.PUSH, tmp_path / "run" / "events.sock")
+        send_and_serve(service, core, push, event(gpu, 10_000, "comp_begin"))  # connected
+        service._iterate(0.01)  # a timeout: ticks
+        ticked = len(ticks)
+        send_and_serve(service, core, push, event(gpu, 0, "comp_begin"))
+        assert len(ticks) == ticked  # skipped
+        began_s = time.monotonic()
+        service._iterate(3600.0)  # nothing comes: the poll ends when the skipped tick is due
+        assert len(ticks) == ticked + 1
+        assert time.monotonic() - began_s < period_s + WAIT_S / 2
 
 
 def test_a_request_is_followed_by_a_tick_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(service_module, "TICK_PERIOD_S", 3600.0)  # events alone would never tick again
-    with running_service(tmp_path) as (service, core, ticks, gpu):
-        ctx = zmq.Context()
-        try:
-            push = connected(ctx, zmq.PUSH, tmp_path / "run" / "events.sock")
-            dealer = connected(ctx, zmq.DEALER, tmp_path / "run" / "control.sock")
-            dealer.send(encode(StatusRequest(), 6))
-            serve_until(service, lambda: bool(dealer.poll(0)))  # both connected
-            dealer.recv()
-            send_and_serve(service, core, push, event(gpu, 10_000, "comp_begin"))
-            service._iterate(0.01)  # a timeout: ticks
-            ticked = len(ticks)
-            for microbatch in range(5):
-                send_and_serve(service, core, push, event(gpu, microbatch, "comp_begin"))
-            assert len(ticks) == ticked  # events only: no tick within the period
-            dealer.send(encode(StatusRequest(), 7))
-            serve_until(service, lambda: len(ticks) > ticked)  # the request's iteration ticks
-            assert dealer.poll(int(WAIT_S * 1000))
-            assert json.loads(dealer.recv())["id"] == 7
-        finally:
-            ctx.destroy(linger=0)
+    with running_service(tmp_path) as (service, core, ticks, gpu), zmq_context() as ctx:
+        push = connected(ctx, zmq.PUSH, tmp_path / "run" / "events.sock")
+        dealer = connected(ctx, zmq.DEALER, tmp_path / "run" / "control.sock")
+        dealer.send(encode(StatusRequest(), 6))
+        serve_until(service, lambda: bool(dealer.poll(0)))  # both connected
+        dealer.recv()
+        send_and_serve(service, core, push, event(gpu, 10_000, "comp_begin"))
+        service._iterate(0.01)  # a timeout: ticks
+        ticked = len(ticks)
+        for microbatch in range(5):
+            send_and_serve(service, core, push, event(gpu, microbatch, "comp_begin"))
+        assert len(ticks) == ticked  # events only: no tick within the period
+        dealer.send(encode(StatusRequest(), 7))
+        serve_until(service, lambda: len(ticks) > ticked)  # the request's iteration ticks
+        assert dealer.poll(int(WAIT_S * 1000))
+        assert json.loads(dealer.recv())["id"] == 7

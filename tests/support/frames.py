@@ -19,6 +19,7 @@ from perseus_client import PerseusClient
 from perseus_client.protocol import PROTOCOL_VERSION, ErrorCode, ErrorReply, Frame, decode_reply
 
 from tests.support.perseusd_proc import sim_control
+from tests.support.sockets import connected
 
 V = b'{"v":%d,' % PROTOCOL_VERSION
 """How a frame of the current protocol version starts (tests never spell the version out)."""
@@ -227,15 +228,9 @@ class RawPeer:
 
     def __init__(self, runtime_dir: Path) -> None:
         self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-        self.control = self._socket(zmq.DEALER, runtime_dir / "control.sock")
-        self.admin = self._socket(zmq.DEALER, runtime_dir / "admin.sock")
-        self.events = self._socket(zmq.PUSH, runtime_dir / "events.sock")
-
-    def _socket(self, kind: int, path: Path) -> zmq.Socket[bytes]:
-        sock = self.ctx.socket(kind)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(f"ipc://{path}")
-        return sock
+        self.control = connected(self.ctx, zmq.DEALER, runtime_dir / "control.sock")
+        self.admin = connected(self.ctx, zmq.DEALER, runtime_dir / "admin.sock")
+        self.events = connected(self.ctx, zmq.PUSH, runtime_dir / "events.sock")
 
     def send(self, data: bytes, *, admin: bool = False) -> bytes:
         """Send `data` on the control (or admin) socket; the reply's bytes (which must come)."""
