@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 
 WORKER_TIMEOUT_S = 180.0
@@ -39,6 +41,24 @@ def cases_against_a_daemon(
         where = {"runtime_dir": str(daemon.dirs.runtime_dir)}
         jobs = {name: {**case, **where, "job": f"{framework}-{name}"} for name, case in cases.items()}
         yield CasesRun(daemon, run_ranks(worker, world, jobs, work, WORKER_TIMEOUT_S))
+
+
+def cases_run_fixture(framework: str, world: int, cases: dict[str, dict[str, Any]]) -> Any:
+    """A framework test module's `cases_run` fixture: `cases_against_a_daemon` once for all its tests."""
+
+    @pytest.fixture(scope="module")
+    def cases_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CasesRun]:
+        with cases_against_a_daemon(framework, world, cases, tmp_path_factory.mktemp(framework)) as run:
+            yield run
+
+    return cases_run
+
+
+def assert_each_rank_found_its_gpu(reports: list[dict[str, Any]], daemon: DaemonProcess, world: int) -> None:
+    """Each rank's integration found the GPU its launcher gave it, and registered."""
+    node = [row["uuid"] for row in daemon.status()["gpus"]]
+    assert [report["instrumented"]["gpu"] for report in reports] == launched_gpus(node, world)
+    assert all(report["instrumented"]["register"][0] == "ok" for report in reports)
 
 
 def run_ranks(

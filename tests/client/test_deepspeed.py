@@ -4,7 +4,6 @@ the order of its `TrainSchedule` objects, training must be unchanged, and `1f1b`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ pytest.importorskip("deepspeed")
 from perseus_client.run_id import launcher_run_id
 
 from perseusd.planner.dag import build_dag
-from tests.client.ranks import CasesRun, cases_against_a_daemon, launched_gpus, split_steps
+from tests.client.ranks import CasesRun, assert_each_rank_found_its_gpu, cases_run_fixture, split_steps
 
 pytestmark = pytest.mark.timeout(240)
 STEPS = 2  # the worker's training steps
@@ -26,10 +25,7 @@ CASES = {
 Run = tuple[dict[str, Any], list[dict[str, Any]]]
 
 
-@pytest.fixture(scope="module")
-def cases_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CasesRun]:
-    with cases_against_a_daemon("deepspeed", WORLD, CASES, tmp_path_factory.mktemp("deepspeed")) as run:
-        yield run
+cases_run = cases_run_fixture("deepspeed", WORLD, CASES)
 
 
 @pytest.fixture(params=list(CASES))
@@ -51,9 +47,7 @@ def test_events_are_what_deepspeed_executed(run: Run) -> None:
 
 def test_each_rank_found_the_gpu_its_launcher_gave_it(run: Run, cases_run: CasesRun) -> None:
     _, reports = run
-    node = [row["uuid"] for row in cases_run.daemon.status()["gpus"]]
-    assert [report["instrumented"]["gpu"] for report in reports] == launched_gpus(node, WORLD)
-    assert all(report["instrumented"]["register"][0] == "ok" for report in reports)
+    assert_each_rank_found_its_gpu(reports, cases_run.daemon, WORLD)
 
 
 def test_training_unchanged(run: Run) -> None:

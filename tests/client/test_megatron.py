@@ -11,7 +11,6 @@ order for that stage.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,7 +21,7 @@ from perseus_client.megatron import schedule_name_for
 from perseus_client.run_id import launcher_run_id
 
 from perseusd.planner.dag import build_dag
-from tests.client.ranks import CasesRun, cases_against_a_daemon, launched_gpus, split_steps
+from tests.client.ranks import CasesRun, assert_each_rank_found_its_gpu, cases_run_fixture, split_steps
 
 pytestmark = pytest.mark.timeout(240)
 STEPS = 2  # the worker's training steps
@@ -42,10 +41,7 @@ FUNCTIONS = {
 Run = tuple[str, dict[str, Any], list[dict[str, Any]]]
 
 
-@pytest.fixture(scope="module")
-def cases_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CasesRun]:
-    with cases_against_a_daemon("megatron", WORLD, CASES, tmp_path_factory.mktemp("megatron")) as run:
-        yield run
+cases_run = cases_run_fixture("megatron", WORLD, CASES)
 
 
 @pytest.fixture(params=list(CASES))
@@ -60,9 +56,7 @@ def test_megatron_runs_the_expected_schedule(run: Run) -> None:
 
 def test_each_rank_found_the_gpu_its_launcher_gave_it(run: Run, cases_run: CasesRun) -> None:
     _, _, reports = run
-    node = [row["uuid"] for row in cases_run.daemon.status()["gpus"]]
-    assert [report["instrumented"]["gpu"] for report in reports] == launched_gpus(node, WORLD)
-    assert all(report["instrumented"]["register"][0] == "ok" for report in reports)
+    assert_each_rank_found_its_gpu(reports, cases_run.daemon, WORLD)
 
 
 def test_events_are_what_megatron_executed(run: Run) -> None:
