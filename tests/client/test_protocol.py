@@ -8,7 +8,7 @@ import pytest
 from perseus_client import protocol as p
 from perseus_client.validation import MAX_NAME_CHARS
 
-from tests.support.frames import V
+from tests.support.frames import V, register_body
 
 
 def _code(data: bytes, max_bytes: int = p.DEFAULT_MAX_FRAME_BYTES) -> str:
@@ -78,8 +78,7 @@ def test_job_names_are_bounded_and_printable(job: str, kind: str) -> None:
     bodies = {
         "hello": {"job": job, "client_version": "1"},
         "claim": {"gpus": ["GPU-a"], "job": job},
-        "register": {"job": job, "pipeline": 0, "stage": 0, "gpu": "GPU-a", "num_stages": 1,
-                     "num_microbatches": 1, "schedule": "1f1b", "chunks": 1},
+        "register": register_body("GPU-a", job),
     }  # fmt: skip
     frame = {"v": p.PROTOCOL_MAJOR, "id": 1, "type": kind, **bodies[kind]}
     assert _code(json.dumps(frame).encode()) == "BAD_FIELD"

@@ -24,7 +24,7 @@ from perseus_client.protocol import (
 )
 
 from tests.client.compat import frozen_6_0 as frozen
-from tests.support.frames import RawPeer
+from tests.support.frames import RawPeer, register_body
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 from tests.support.stub_daemon import StubDaemon
 
@@ -99,20 +99,7 @@ def _older_requests(gpu: str, clock_mhz: int, now_ns: int) -> list[tuple[str, di
         ("comp_begin", {**computation, "timestamp_ns": now_ns + 1}, {"event_ack"}),
         ("comp_end", {**computation, "timestamp_ns": now_ns + 2}, {"event_ack"}),
         ("step_end", {"gpu": gpu, "step": 0, "timestamp_ns": now_ns + 3}, {"event_ack"}),
-        (
-            "register",
-            {
-                "gpu": gpu,
-                "job": "old",
-                "pipeline": 0,
-                "stage": 0,
-                "num_stages": 1,
-                "num_microbatches": 1,
-                "schedule": "1f1b",
-                "chunks": 1,
-            },
-            {"register_ok"},
-        ),
+        ("register", register_body(gpu, "old"), {"register_ok"}),
         ("set_policy", {"job": "old", "policy": "fastest", "target": 0.0}, {"set_policy_ok"}),
         ("jobs", {}, {"jobs_ok"}),
         ("status", {}, {"status_ok"}),

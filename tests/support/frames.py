@@ -28,6 +28,20 @@ REPLY_TIMEOUT_MS = 5000
 DEEP = 100_000
 
 
+def register_body(gpu: str, job: str) -> dict[str, Any]:
+    """A register body (no type): `job` as one pipeline of one stage on `gpu`, 1F1B, one microbatch."""
+    return {
+        "gpu": gpu,
+        "job": job,
+        "pipeline": 0,
+        "stage": 0,
+        "num_stages": 1,
+        "num_microbatches": 1,
+        "schedule": "1f1b",
+        "chunks": 1,
+    }
+
+
 def valid_bodies(gpu: str) -> list[dict[str, Any]]:
     """One valid body of every request, admin request and event (without v and id)."""
     comp = {"gpu": gpu, "stage": 0, "instruction": "forward", "microbatch": 0, "chunk": 0, "timestamp_ns": 1}
@@ -42,17 +56,7 @@ def valid_bodies(gpu: str) -> list[dict[str, Any]]:
         {"type": "clear_plan", "gpu": gpu},
         {"type": "status"},
         {"type": "event_count"},
-        {
-            "type": "register",
-            "gpu": gpu,
-            "job": "fuzz",
-            "pipeline": 0,
-            "stage": 0,
-            "num_stages": 1,
-            "num_microbatches": 1,
-            "schedule": "1f1b",
-            "chunks": 1,
-        },
+        {"type": "register", **register_body(gpu, "fuzz")},
         {"type": "set_policy", "job": "fuzz", "policy": "slowdown", "target": 0.1},
         {"type": "jobs"},
         {"type": "frontier", "job": "fuzz"},
