@@ -17,7 +17,7 @@ from perseus_client.protocol import CarbonInfo, SignalInfo
 from prometheus_client.core import Metric
 
 from perseusd.carbon.keeper import EXPIRED, FAILED, OK, STALE
-from perseusd.metrics.families import counter, gauge
+from perseusd.metrics.families import add_state_set, counter, gauge
 
 SIGNAL_STATES = (OK, STALE, EXPIRED, FAILED)
 JOB_UNIT = ("job_name", "uid", "unit")
@@ -50,8 +50,7 @@ def signal_families(signal: SignalInfo) -> Iterator[Metric]:
         forecast.add_metric(labels, signal.forecast)
     if signal.age_s is not None:
         age.add_metric([source], signal.age_s)
-    for name in SIGNAL_STATES:
-        state.add_metric([source, name], 1.0 if signal.state == name else 0.0)
+    add_state_set(state, [source], SIGNAL_STATES, signal.state)
     yield from (value, forecast, age, state)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -30,6 +30,15 @@ def _family(kind: type[_F], name: str, doc: str, labels: Sequence[str], value: f
     if value is not None:
         family.add_metric([], value)
     return family
+
+
+def add_state_set(
+    family: GaugeMetricFamily, labels: Sequence[str], states: Iterable[str], current: str | None
+) -> None:
+    """A state set: one sample per state, labelled `labels` and the state, 1 for `current` and 0 for the
+    others (the state is the family's last label)."""
+    for name in states:
+        family.add_metric([*labels, name], 1.0 if current == name else 0.0)
 
 
 def mhz_to_hz(clock_mhz: float) -> float:

@@ -18,7 +18,7 @@ from perseusd.jobs.manager import JobManager
 from perseusd.jobs.metering import MeasuredSaving
 from perseusd.jobs.report import job_info
 from perseusd.jobs.response import DEPARTS
-from perseusd.metrics.families import counter, gauge
+from perseusd.metrics.families import add_state_set, counter, gauge
 from perseusd.switching.plans import PlanBook
 
 logger = logging.getLogger(__name__)
@@ -98,8 +98,7 @@ def job_families(snapshots: list[tuple[JobInfo, int, int]]) -> Iterator[Metric]:
     )
     for info, clock_changes, wrong_starts in snapshots:
         key = [info.job, str(info.uid)]
-        for name in JOB_STATES:
-            state.add_metric([*key, name], 1.0 if info.state == name else 0.0)
+        add_state_set(state, key, JOB_STATES, info.state)
         _maybe(plan_time, key, info.plan_time_s)
         _maybe(plan_energy, key, info.plan_energy_j)
         _maybe(max_time, key, info.all_max_time_s)

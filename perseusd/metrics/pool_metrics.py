@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from perseus_client.status_messages import PoolInfo
 from prometheus_client.core import Metric
 
-from perseusd.metrics.families import gauge
+from perseusd.metrics.families import add_state_set, gauge
 
 SIGNAL_STATES = ("fresh", "stale: last grants held", "stale: safe caps")
 
@@ -34,6 +34,5 @@ def pool_families(pool: PoolInfo) -> Iterator[Metric]:
     if pool.budget_age_s is not None:
         age.add_metric([pool.pool, pool.budget_by or ""], pool.budget_age_s)
     if pool.budget_signal is not None:
-        for name in SIGNAL_STATES:
-            state.add_metric([pool.pool, name], 1.0 if pool.budget_signal == name else 0.0)
+        add_state_set(state, [pool.pool], SIGNAL_STATES, pool.budget_signal)
     yield from (budget, grant, held, age, state)
