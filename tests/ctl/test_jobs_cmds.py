@@ -31,6 +31,7 @@ from perseusd.ctl.terminal import CLEAR_SCREEN, watch
 from perseusd.errors import PlanFormatError
 from perseusd.planner.dag import build_dag
 from perseusd.planner.plan import PlanMeta, frontier_document, plan_from_point
+from tests.support.ctl import assert_unreachable, assert_usage_error
 from tests.support.ctl import run_ctl as _ctl
 from tests.support.job_info import BARE_JOB
 from tests.support.synthetic import Point
@@ -290,10 +291,7 @@ def test_parser_knows_every_job_command() -> None:
 def test_usage_errors_exit_2_before_contacting_the_daemon(
     tmp_path: Path, args: tuple[str, ...], needle: str
 ) -> None:
-    out = _ctl(tmp_path, *args)
-    assert out.returncode == 2
-    assert needle in out.stderr
-    assert "does not exist" not in out.stderr  # never got as far as the daemon's socket
+    assert_usage_error(_ctl(tmp_path, *args), needle)
 
 
 def test_broken_profile_is_rejected_locally_with_line_and_column(tmp_path: Path) -> None:
@@ -326,10 +324,7 @@ def test_missing_profile_file_is_one_line(tmp_path: Path) -> None:
     "args", [("jobs",), ("frontier", "j"), ("plan", "j"), ("profile", "export", "j"), ("status",)]
 )
 def test_unreachable_daemon_exits_2(tmp_path: Path, args: tuple[str, ...]) -> None:
-    out = _ctl(tmp_path, *args)
-    assert out.returncode == 2
-    assert len(out.stderr.strip().splitlines()) == 1
-    assert "wrong runtime directory" in out.stderr
+    assert_unreachable(_ctl(tmp_path, *args))
 
 
 def test_write_atomically_replaces_and_leaves_no_temporary(tmp_path: Path) -> None:

@@ -26,6 +26,20 @@ def run_ctl(
     )
 
 
+def assert_usage_error(out: subprocess.CompletedProcess[str], needle: str) -> None:
+    """`perseusctl` refused its arguments (exit 2, `needle` on stderr) before it looked for the daemon."""
+    assert out.returncode == 2
+    assert needle in out.stderr
+    assert "does not exist" not in out.stderr  # never got as far as the daemon's socket
+
+
+def assert_unreachable(out: subprocess.CompletedProcess[str]) -> None:
+    """`perseusctl` found no daemon where it was pointed: exit 2 and one line on stderr saying so."""
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert "wrong runtime directory" in out.stderr
+
+
 def ctl_job(runtime_dir: Path, job: str) -> dict[str, Any]:
     """Job `job` as `perseusctl jobs --json` prints it (in a subprocess: module fixtures have no capsys)."""
     out = run_ctl(runtime_dir, "jobs", "--json", check=True)
