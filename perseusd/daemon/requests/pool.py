@@ -16,7 +16,6 @@ from perseus_client.pool_messages import (
     AdminPoolSetBudget,
     AdminPoolStatus,
     PoolBudgetOk,
-    PoolNode,
     PoolReleaseOk,
     PoolStatusReply,
 )
@@ -67,35 +66,9 @@ class PoolRequests:
 
     def status(self, _caller: Caller, message: AdminPoolStatus) -> PoolStatusReply:
         try:
-            status = pool_status(self._store, self._keys(message.pool))
+            return pool_status(self._store, self._keys(message.pool))
         except ClusterError as exc:
             raise ProtocolError(ErrorCode.INTERNAL, f"power pool {message.pool}: {exc}") from None
-        nodes = tuple(
-            PoolNode(
-                n.node,
-                n.grant_w,
-                n.demand_w,
-                n.floor_w,
-                n.applied_w,
-                n.power_w,
-                n.reserved_w,
-                n.absent_since_s,
-            )
-            for n in status.nodes
-        )
-        return PoolStatusReply(
-            pool=status.pool,
-            revision=status.revision,
-            requested_w=status.requested_w,
-            requested_by=status.requested_by,
-            active_w=status.active_w,
-            granted_w=status.granted_w,
-            allocator=status.allocator,
-            problem=status.problem,
-            nodes=nodes,
-            requested_age_s=status.requested_age_s,
-            signal=status.signal,
-        )
 
     def _keys(self, pool: str) -> PoolKeys:
         try:
