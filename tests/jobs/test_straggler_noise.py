@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from perseus_client.protocol import AnnounceStraggler
@@ -22,7 +20,7 @@ from perseusd.jobs.straggling import (
     pick_straggler,
 )
 from tests.support.callers import ME
-from tests.support.daemon_core import core_job, running_core
+from tests.support.daemon_core import core_job, running_core_fixture
 from tests.support.pipeline_steps import S_NS, pipeline_step
 
 pytestmark = pytest.mark.timeout(300)
@@ -30,10 +28,7 @@ pytestmark = pytest.mark.timeout(300)
 PIPELINES, STAGES, MICROBATCHES = 2, 2, 4
 
 
-@pytest.fixture
-def core(tmp_path: Path) -> Iterator[DaemonCore]:
-    with running_core(tmp_path, PIPELINES, STAGES, MICROBATCHES) as built:
-        yield built
+core = running_core_fixture(PIPELINES, STAGES, MICROBATCHES)
 
 
 class CpuNoise:

@@ -4,8 +4,6 @@ re-planning at one step boundary on every stage, announcements, recovery and the
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from perseus_client.protocol import AnnounceStraggler, AnnounceStragglerOk, ErrorCode, ProtocolError
@@ -13,7 +11,7 @@ from perseus_client.protocol import AnnounceStraggler, AnnounceStragglerOk, Erro
 from perseusd.daemon.core import DaemonCore
 from perseusd.jobs.straggling import NOISE_MIN_SAMPLES
 from tests.support.callers import ME, OTHER
-from tests.support.daemon_core import core_job, running_core
+from tests.support.daemon_core import core_job, running_core_fixture
 from tests.support.pipeline_steps import S_NS, pipeline_step
 
 pytestmark = pytest.mark.timeout(120)
@@ -21,10 +19,7 @@ pytestmark = pytest.mark.timeout(120)
 PIPELINES, STAGES, MICROBATCHES = 3, 2, 4
 
 
-@pytest.fixture
-def core(tmp_path: Path) -> Iterator[DaemonCore]:
-    with running_core(tmp_path, PIPELINES, STAGES, MICROBATCHES) as built:
-        yield built
+core = running_core_fixture(PIPELINES, STAGES, MICROBATCHES)
 
 
 def _gpu(core: DaemonCore, pipeline: int, stage: int) -> str:

@@ -10,7 +10,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import pytest
 from perseus_client.codes import JobState
 from perseus_client.protocol import Claim, Hello, JobInfo, JobsReply, JobsRequest, ProfileImport, Register
 
@@ -110,6 +112,17 @@ def running_core(
     with sim_core(tmp_path, gpus=pipelines * stages, jobs=JobSettings(), carbon=carbon) as core:
         start_synthetic_job(core, pipelines, stages, microbatches)
         yield core
+
+
+def running_core_fixture(pipelines: int, stages: int, microbatches: int) -> Any:
+    """A test module's `core` fixture: `running_core` of that shape, fresh for each test."""
+
+    @pytest.fixture
+    def core(tmp_path: Path) -> Iterator[DaemonCore]:
+        with running_core(tmp_path, pipelines, stages, microbatches) as built:
+            yield built
+
+    return core
 
 
 def core_job(core: DaemonCore) -> JobInfo:
