@@ -139,7 +139,9 @@ def gpu_wrong_clock_fraction(records: Sequence[Record], plan: dict[str, Any]) ->
     than `plan` (a `perseus-plan` document: `perseusctl plan --json`) names for them, by the simulated GPU's
     own clock at each computation's start (the board's truth, not the daemon's count: the daemon counts a
     begin late until the set call has returned, while the board's clock acts within the call). A
-    computation the power cap held below its clock counts as right. None: no optimized window in the trace."""
+    computation the power cap held below its planned clock counts as right; one locked above it (a raise
+    that stayed, a lowering not yet applied) is wrong whether or not the cap holds it. None: no optimized
+    window in the trace."""
     window = next((r for r in records if r.get("kind") == "window" and r.get("phase") == "optimized"), None)
     if window is None:
         return None
@@ -155,8 +157,10 @@ def gpu_wrong_clock_fraction(records: Sequence[Record], plan: dict[str, Any]) ->
         if not window["first"] <= record["iteration"] <= window["last"]:
             continue
         key = (record["stage"], record["instruction"], record["microbatch"], record["chunk"])
+        clock_mhz = record["clock_mhz"]
+        planned_mhz = planned.get(key, clock_mhz)
         begun += 1
-        wrong += record["clock_mhz"] != planned.get(key, record["clock_mhz"]) and not record.get("capped")
+        wrong += clock_mhz != planned_mhz and not (record.get("capped") and clock_mhz < planned_mhz)
     return round(wrong / begun, 5) if begun else None
 
 

@@ -69,7 +69,8 @@ def test_a_trace_without_both_windows_is_refused() -> None:
 
 def test_the_gpu_wrong_clock_share_counts_the_optimized_windows_begins_off_their_plan() -> None:
     """Within the optimized window, a computation that began at another locked clock than its plan's counts,
-    unless the power cap held it lower; computations outside the window do not count."""
+    unless the power cap held it below its planned clock (a lock above the plan's is wrong, capped or not);
+    computations outside the window do not count."""
     plan = {
         "stages": [
             [{"instruction": "forward", "microbatch": m, "chunk": 0, "freq_mhz": 1200} for m in range(4)]
@@ -96,7 +97,8 @@ def test_the_gpu_wrong_clock_share_counts_the_optimized_windows_begins_off_their
         record(5, 1, 1200),
         record(5, 2, 1140, capped=True),
         record(5, 3, 1200),
-        *(record(6, m, 1200) for m in range(4)),
+        *(record(6, m, 1200) for m in range(3)),
+        record(6, 3, 1980, capped=True),  # late, at a clock the cap holds: late all the same
     ]
-    assert gpu_wrong_clock_fraction(records, plan) == pytest.approx(1 / 8)
+    assert gpu_wrong_clock_fraction(records, plan) == pytest.approx(2 / 8)
     assert gpu_wrong_clock_fraction(records[1:], plan) is None
