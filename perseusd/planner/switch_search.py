@@ -31,7 +31,7 @@ from __future__ import annotations
 import bisect
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from perseusd.planner.dag import ComputationDag
@@ -58,6 +58,22 @@ class Descent:
     energy_j: float
     evaluations: int
     moves: int
+
+
+_Kept = dict[int, tuple[tuple[int, ...], list[tuple[int, ...]]]]
+"""Per stage, its row and the trials built for it (`_kept_trials`): rebuilt only when the row changes."""
+
+
+def _kept_trials(
+    kept: _Kept,
+    stage: int,
+    row: tuple[int, ...],
+    build: Callable[[int, tuple[int, ...]], list[tuple[int, ...]]],
+) -> list[tuple[int, ...]]:
+    """The stage's trials for `row`, built by `build(stage, row)` only when its row changed."""
+    if kept.get(stage, ((),))[0] != row:
+        kept[stage] = (row, build(stage, row))
+    return kept[stage][1]
 
 
 @dataclass
@@ -243,7 +259,7 @@ class DescentSearch:
         rest of the plan); it takes that merge when it is still no worse than every other stage's kept one.
         A stage's merges are judged by the core (`judge_rows`), built once per row. Every stage is judged
         again before the repair gives up."""
-        kept: dict[int, tuple[tuple[int, ...], list[tuple[int, ...]]]] = {}
+        kept: _Kept = {}
         best_of: dict[int, tuple[float, Found] | None] = {}
         stale = set(range(len(state.rows)))
         while state.late() > allowed:
@@ -259,7 +275,7 @@ class DescentSearch:
         state: _State,
         limit_s: float,
         allowed: int,
-        kept: dict[int, tuple[tuple[int, ...], list[tuple[int, ...]]]],
+        kept: _Kept,
         best_of: dict[int, tuple[float, Found] | None],
         stale: set[int],
     ) -> tuple[int, Found] | None:
@@ -274,20 +290,18 @@ class DescentSearch:
         for stage in sorted(stale):
             judge(stage)
         while True:
-            ranked = sorted((merge[0], stage) for stage, merge in best_of.items() if merge is not None)
-            if not ranked:
+            merges = ((merge[0], stage, merge[1]) for stage, merge in best_of.items() if merge is not None)
+            least = min(merges, default=None)
+            if least is None:
                 unjudged = [stage for stage in best_of if stage not in fresh]
                 if not unjudged:
                     return None
                 for stage in unjudged:
                     judge(stage)
-                continue
-            stage = ranked[0][1]
-            if stage in fresh:
-                merge = best_of[stage]
-                assert merge is not None
-                return stage, merge[1]
-            judge(stage)
+            elif least[1] in fresh:
+                return least[1], least[2]
+            else:
+                judge(least[1])
 
     def _best_merge(
         self,
@@ -295,14 +309,13 @@ class DescentSearch:
         stage: int,
         limit_s: float,
         allowed: int,
-        kept: dict[int, tuple[tuple[int, ...], list[tuple[int, ...]]]],
+        kept: _Kept,
     ) -> tuple[float, Found] | None:
         """The stage's merge of least energy per late begin removed, within `limit_s`, and that figure."""
-        row, late = state.rows[stage], state.late()
-        if kept.get(stage, ((),))[0] != row:
-            kept[stage] = (row, self._merges(stage, row))
+        late = state.late()
+        merges = _kept_trials(kept, stage, state.rows[stage], self._merges)
         limits = self._limits(state, stage, late, allowed, limit_s, math.inf, sys.maxsize)
-        used, _, found = self.core.judge_rows(stage, kept[stage][1], state.energy_j, *limits.args())
+        used, _, found = self.core.judge_rows(stage, merges, state.energy_j, *limits.args())
         state.evaluations += used
         if found is None:
             return None
@@ -322,17 +335,16 @@ class DescentSearch:
     ) -> None:
         """`_run_moves` on one grid: best-move rounds until none lowers the energy or the budget is spent. A
         stage's trials are kept while its row is unchanged; the core judges them (`judge_rows`)."""
-        kept: dict[int, tuple[tuple[int, ...], list[tuple[int, ...]]]] = {}
+        kept: _Kept = {}
         while state.evaluations < max_evaluations:
             late = state.late()
             best: tuple[Found, int] | None = None
             for stage, row in enumerate(state.rows):
-                if kept.get(stage, ((),))[0] != row:
-                    kept[stage] = (row, self._coarse_trials(stage, row, grid))
+                trials = _kept_trials(kept, stage, row, lambda s, r: self._coarse_trials(s, r, grid))
                 bound = state.energy_j if best is None else best[0][0]
                 remaining = max_evaluations - state.evaluations
                 limits = self._limits(state, stage, late, allowed, limit_s, bound, remaining)
-                used, exhausted, found = self.core.judge_rows(stage, kept[stage][1], None, *limits.args())
+                used, exhausted, found = self.core.judge_rows(stage, trials, None, *limits.args())
                 state.evaluations += used
                 if found is not None:
                     best = (found, stage)
