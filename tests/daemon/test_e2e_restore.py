@@ -30,6 +30,15 @@ def _gpu(status: dict[str, object], index: int) -> dict[str, object]:
     return row
 
 
+def _wait_unlocked(dirs: DaemonDirs, uuid: str, since_s: float, why: str) -> float:
+    """Poll the simulated GPU until its clock is unlocked, failing with `why` 5 s after `since_s` (monotonic);
+    the seconds from `since_s` to the unlock seen."""
+    while sim_control(dirs.runtime_dir, uuid).locked_sm_clock_mhz is not None:
+        assert time.monotonic() - since_s < 5.0, why
+        time.sleep(0.0005)
+    return time.monotonic() - since_s
+
+
 def test_client_sigkill_restores_gpu_fast(
     make_daemon: Callable[..., DaemonProcess], dirs: DaemonDirs
 ) -> None:
@@ -42,10 +51,7 @@ def test_client_sigkill_restores_gpu_fast(
         uuid = str(row["uuid"])
         killed_s = time.monotonic()
         holder.kill()
-        while sim_control(dirs.runtime_dir, uuid).locked_sm_clock_mhz is not None:
-            assert time.monotonic() - killed_s < 5.0, "GPU not restored within 5 s of the client's SIGKILL"
-            time.sleep(0.0005)
-        delay_s = time.monotonic() - killed_s
+        delay_s = _wait_unlocked(dirs, uuid, killed_s, "GPU not restored within 5 s of the client's SIGKILL")
     finally:
         stop_process(holder)
     health = daemon.status()["daemon"]
@@ -94,10 +100,7 @@ def test_daemon_restart_adopts_lease_of_live_client(
         assert row["lease"] is not None
         assert row["locked_clock_mhz"] == LOCK_MHZ  # the live client keeps its GPU
         holder.kill()
-        deadline_s = time.monotonic() + 5
-        while sim_control(dirs.runtime_dir, uuid).locked_sm_clock_mhz is not None:
-            assert time.monotonic() < deadline_s, "adopted lease not restored when its holder died"
-            time.sleep(0.005)
+        _wait_unlocked(dirs, uuid, time.monotonic(), "adopted lease not restored when its holder died")
     finally:
         stop_process(holder)
 
