@@ -24,6 +24,8 @@ from perseusd.planner.ramp_bound import (
 from tests.support.synthetic import synthetic_profile
 
 CLOCKS_MHZ = tuple(range(1410, 885, -45))
+Case = tuple[ComputationDag, Profile, list[int], list[int], float, int]
+"""What `cases` draws: a DAG, its profile, a plan's clocks, GPUs per stage, a bound (W/s), an rng seed."""
 
 
 def _held_energy(
@@ -76,7 +78,7 @@ def sampled_node_changes_w(
 
 
 @st.composite
-def cases(draw: st.DrawFn) -> tuple[ComputationDag, Profile, list[int], list[int], float, int]:
+def cases(draw: st.DrawFn) -> Case:
     stages = draw(st.integers(2, 4))
     dag = build_dag(draw(st.sampled_from(("1f1b", "gpipe"))), stages, draw(st.integers(1, 6)))
     base_time_s = draw(st.sampled_from((0.002, 0.006, 0.02)))  # short computations: several steps in 20 ms
@@ -94,9 +96,7 @@ def cases(draw: st.DrawFn) -> tuple[ComputationDag, Profile, list[int], list[int
 
 @settings(max_examples=60, deadline=None)
 @given(cases())
-def test_the_bound_holds_at_every_10ms_sample_and_the_iteration_never_slows(
-    case: tuple[ComputationDag, Profile, list[int], list[int], float, int],
-) -> None:
+def test_the_bound_holds_at_every_10ms_sample_and_the_iteration_never_slows(case: Case) -> None:
     dag, profile, clocks, weights, limit, seed = case
     result = bound_ramps(dag, profile, clocks, limit, weights)
     bounded = list(result.clocks_mhz)
@@ -120,9 +120,7 @@ def test_the_bound_holds_at_every_10ms_sample_and_the_iteration_never_slows(
 
 @settings(max_examples=40, deadline=None)
 @given(cases())
-def test_each_gpu_held_to_its_slice_holds_any_node_made_of_them(
-    case: tuple[ComputationDag, Profile, list[int], list[int], float, int],
-) -> None:
+def test_each_gpu_held_to_its_slice_holds_any_node_made_of_them(case: Case) -> None:
     """The daemon's way: every GPU within bound / N alone, so any N of them (the weights) hold the bound."""
     dag, profile, clocks, weights, limit, seed = case
     per_gpu = limit / max(1, sum(weights))
@@ -157,9 +155,7 @@ def test_each_gpu_held_to_its_slice_holds_any_node_made_of_them(
 
 @settings(max_examples=30, deadline=None)
 @given(cases())
-def test_a_bound_the_plan_already_holds_changes_nothing(
-    case: tuple[ComputationDag, Profile, list[int], list[int], float, int],
-) -> None:
+def test_a_bound_the_plan_already_holds_changes_nothing(case: Case) -> None:
     dag, profile, clocks, weights, _limit, _seed = case
     planned = plan_ramp_w_per_s(dag, profile, clocks, weights)
     for limit in (max(planned, 1e-3), planned * 2 + 1, float("inf")):
