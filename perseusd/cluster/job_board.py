@@ -22,8 +22,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from perseusd.cluster.config import NAME_PATTERN
-from perseusd.cluster.span_board import MemberRecord, PlanRecord, decode_leader, decode_member, decode_plan
+from perseusd.cluster.span_board import (
+    MemberRecord,
+    PlanRecord,
+    check_name,
+    decode_leader,
+    decode_member,
+    decode_plan,
+    job_prefix,
+)
 
 VALUE_VERSION = 1
 MAX_PIPELINE = 1_000_000
@@ -117,23 +124,11 @@ class JobView:
         return self.state is not ViewState.EXPIRED
 
 
-def check_name(what: str, name: str) -> str:
-    """`name` if it is a valid job or node name (a single etcd key component), else ValueError."""
-    if not isinstance(name, str) or NAME_PATTERN.fullmatch(name) is None:
-        raise ValueError(f"{what} name {name!r} must match {NAME_PATTERN.pattern}")
-    return name
-
-
 def check_pipeline(pipeline: int) -> int:
     """`pipeline` if it is a valid pipeline index (its data-parallel rank), else ValueError."""
     if isinstance(pipeline, bool) or not isinstance(pipeline, int) or not 0 <= pipeline <= MAX_PIPELINE:
         raise ValueError(f"a pipeline index must be an integer 0..{MAX_PIPELINE} (got {pipeline!r})")
     return pipeline
-
-
-def job_prefix(prefix: str, job: str) -> str:
-    """The prefix of every key of `job` (ends with `/`)."""
-    return f"{prefix}/jobs/{check_name('job', job)}/"
 
 
 def pipeline_key(prefix: str, job: str, pipeline: int) -> str:

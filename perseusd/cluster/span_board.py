@@ -172,29 +172,37 @@ class PlanRecord:
 
 
 def check_name(what: str, name: str) -> str:
+    """`name` if it is a valid job, node or blob name (a single etcd key component), else ValueError."""
     if not isinstance(name, str) or NAME_PATTERN.fullmatch(name) is None:
         raise ValueError(f"{what} name {name!r} must match {NAME_PATTERN.pattern}")
     return name
 
 
+def job_prefix(prefix: str, job: str) -> str:
+    """The prefix of every key of `job` (ends with `/`): its pipelines' and stragglers' (`job_board`), its
+    members', leader's and plan's."""
+    return f"{prefix}/jobs/{check_name('job', job)}/"
+
+
 def member_key(prefix: str, job: str, node: str) -> str:
-    return f"{prefix}/jobs/{check_name('job', job)}/members/{check_name('node', node)}"
+    return f"{job_prefix(prefix, job)}members/{check_name('node', node)}"
 
 
 def leader_key(prefix: str, job: str) -> str:
-    return f"{prefix}/jobs/{check_name('job', job)}/leader"
+    return f"{job_prefix(prefix, job)}leader"
 
 
 def plan_key(prefix: str, job: str) -> str:
-    return f"{prefix}/jobs/{check_name('job', job)}/plan"
+    return f"{job_prefix(prefix, job)}plan"
 
 
 def blob_prefix(prefix: str, job: str, name: str) -> str:
     """The prefix of every chunk of every version of one blob (ends with `/`)."""
-    return f"{prefix}/blobs/{check_name('job', job)}/{check_name('blob', name)}/"
+    return f"{blob_job_prefix(prefix, job)}{check_name('blob', name)}/"
 
 
 def blob_job_prefix(prefix: str, job: str) -> str:
+    """The prefix of every blob of `job` (ends with `/`)."""
     return f"{prefix}/blobs/{check_name('job', job)}/"
 
 

@@ -10,7 +10,8 @@ import random
 import pytest
 
 from perseusd.cluster import span_board as board
-from perseusd.cluster.job_board import build_full_view, build_view, job_prefix
+from perseusd.cluster.job_board import build_full_view, build_view
+from perseusd.cluster.span_board import job_prefix
 
 PREFIX = "/perseus/v1"
 IDENTITY = board.JobIdentity("gpt3 run (7)", 1000, "1f1b", 8, 12, 1, 2, "slurm-42")
