@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from perseus_client.protocol import AdminSetJobPriority, Claim, Hello, JobPriorityOk, ProtocolError, Register
+from perseus_client.protocol import AdminSetJobPriority, JobPriorityOk, ProtocolError, Register
 
 from perseusd.cap.node_cap import priority_key
 from tests.support.callers import ME
-from tests.support.daemon_core import sim_core
+from tests.support.daemon_core import claim, sim_core
 
 
 def test_a_priority_is_bound_to_the_jobs_owner_and_unknown_names_are_refused(tmp_path: Path) -> None:
@@ -20,8 +20,7 @@ def test_a_priority_is_bound_to_the_jobs_owner_and_unknown_names_are_refused(tmp
             core.handle(ME, AdminSetJobPriority(job="prod", priority=2), admin_socket=True)
         assert core.power_cap.priorities == {}
         gpu = core.registry.uuids[0]
-        core.handle(ME, Hello(job="prod", client_version="test"))
-        core.handle(ME, Claim(gpus=(gpu,), job="prod"))
+        claim(core, ME, (gpu,), "prod")
         core.handle(ME, Register(gpu, "prod", 0, 0, 1, 4, "1f1b", 1))  # type: ignore[arg-type]
         assert isinstance(
             core.handle(ME, AdminSetJobPriority(job="prod", priority=2), admin_socket=True), JobPriorityOk

@@ -16,7 +16,6 @@ from perseus_client.protocol import (
     ComputationBegin,
     ComputationEnd,
     ErrorCode,
-    Hello,
     ProtocolError,
     Release,
     SetClock,
@@ -27,7 +26,7 @@ from perseus_client.protocol import (
 
 from perseusd.daemon.core import DaemonCore
 from perseusd.leasing.identity import Caller
-from tests.support.daemon_core import sim_core
+from tests.support.daemon_core import claim, sim_core
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -52,8 +51,7 @@ def test_claim_needs_hello(core: DaemonCore) -> None:
 def test_original_saved_before_first_write_and_restored_on_release(core: DaemonCore, tmp_path: Path) -> None:
     me = Caller(0, 0, os.getpid())
     gpu = core.registry.uuids[0]
-    core.handle(me, Hello(job="j", client_version="t"))
-    core.handle(me, Claim(gpus=(gpu,), job="j"))
+    claim(core, me, (gpu,), "j")
     saved = json.loads((tmp_path / "state.json").read_text())
     assert saved["gpus"][gpu]["original"]["locked_sm_clock_mhz"] is None
     assert saved["gpus"][gpu]["lease"]["pid"] == os.getpid()
@@ -71,8 +69,7 @@ def test_other_user_and_other_process_cannot_take_a_leased_gpu(
 ) -> None:
     me = Caller(0, 0, os.getpid())
     gpu = core.registry.uuids[0]
-    core.handle(me, Hello(job="j", client_version="t"))
-    core.handle(me, Claim(gpus=(gpu,), job="j"))
+    claim(core, me, (gpu,), "j")
     stranger = Caller(1000, 1000, other_process.pid)
     sibling = Caller(0, 0, other_process.pid)
     core.leases.register(stranger, "s")
@@ -89,8 +86,7 @@ def test_other_user_and_other_process_cannot_take_a_leased_gpu(
 def test_client_death_restores_its_gpus(core: DaemonCore, other_process: subprocess.Popen[bytes]) -> None:
     holder = Caller(0, 0, other_process.pid)
     gpus = core.registry.uuids
-    core.handle(holder, Hello(job="j", client_version="t"))
-    core.handle(holder, Claim(gpus=gpus, job="j"))
+    claim(core, holder, gpus, "j")
     for gpu in gpus:
         core.handle(holder, SetClock(gpu=gpu, sm_clock_mhz=1000))
     outcome = core.client_died(other_process.pid)
@@ -106,8 +102,7 @@ def test_events_must_pair_up(core: DaemonCore) -> None:
     begin = ComputationBegin(gpu, 0, "forward", 1, 0, 0)
     end = ComputationEnd(gpu, 0, "forward", 1, 0, 1)
     assert _code(core.on_event, me, begin) == ErrorCode.NOT_LEASED
-    core.handle(me, Hello(job="j", client_version="t"))
-    core.handle(me, Claim(gpus=(gpu,), job="j"))
+    claim(core, me, (gpu,), "j")
     assert _code(core.on_event, me, end) == ErrorCode.OUT_OF_ORDER
     core.on_event(me, begin)
     assert _code(core.on_event, me, begin) == ErrorCode.OUT_OF_ORDER
@@ -122,8 +117,7 @@ def test_events_must_pair_up(core: DaemonCore) -> None:
 def test_admin_reset_restores_and_drops_leases(core: DaemonCore) -> None:
     me = Caller(0, 0, os.getpid())
     gpu = core.registry.uuids[1]
-    core.handle(me, Hello(job="j", client_version="t"))
-    core.handle(me, Claim(gpus=(gpu,), job="j"))
+    claim(core, me, (gpu,), "j")
     core.handle(me, SetClock(gpu=gpu, sm_clock_mhz=1000))
     reply = core.handle(me, AdminReset(gpus=()), admin_socket=True)
     assert isinstance(reply, AdminResetOk)

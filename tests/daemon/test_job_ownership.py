@@ -11,10 +11,8 @@ from pathlib import Path
 import pytest
 from perseus_client.protocol import (
     AnnounceStraggler,
-    Claim,
     ErrorCode,
     FrontierRequest,
-    Hello,
     JobsReply,
     JobsRequest,
     Message,
@@ -31,7 +29,7 @@ from perseusd.jobs.settings import JobSettings
 from perseusd.leasing.identity import Caller
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.callers import ME, OTHER
-from tests.support.daemon_core import sim_core
+from tests.support.daemon_core import claim, sim_core
 from tests.support.synthetic import synthetic_profile
 
 pytestmark = pytest.mark.timeout(120)
@@ -57,8 +55,7 @@ def naming(job: str, gpu: str) -> dict[str, Message]:
 def core(tmp_path: Path) -> Iterator[DaemonCore]:
     """A core whose job `train` (2 stages) ME registered on GPUs 0 and 1; GPU 2 is free."""
     with sim_core(tmp_path, gpus=STAGES + 1, jobs=JobSettings()) as built:
-        built.handle(ME, Hello(job="train", client_version="test"))
-        built.handle(ME, Claim(gpus=built.registry.uuids[:STAGES], job="train"))
+        claim(built, ME, built.registry.uuids[:STAGES], "train")
         for stage in range(STAGES):
             gpu = built.registry.uuids[stage]
             built.handle(ME, Register(gpu, "train", 0, stage, STAGES, 4, "1f1b", 1))
@@ -71,8 +68,7 @@ def other(core: DaemonCore) -> Iterator[Caller]:
     child = subprocess.Popen(["sleep", "120"])
     caller = replace(OTHER, pid=child.pid)
     try:
-        core.handle(caller, Hello(job="mine", client_version="test"))
-        core.handle(caller, Claim(gpus=(core.registry.uuids[STAGES],), job="mine"))
+        claim(core, caller, (core.registry.uuids[STAGES],), "mine")
         yield caller
     finally:
         child.kill()

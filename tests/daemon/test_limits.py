@@ -10,9 +10,7 @@ from pathlib import Path
 
 import pytest
 from perseus_client.protocol import (
-    Claim,
     ErrorCode,
-    Hello,
     JobsReply,
     JobsRequest,
     ProtocolError,
@@ -28,7 +26,7 @@ from perseusd.jobs.settings import JobSettings
 from perseusd.leasing.identity import Caller, checked_start_time
 from perseusd.leasing.leases import LeaseBook
 from tests.support.callers import ME
-from tests.support.daemon_core import sim_core
+from tests.support.daemon_core import claim, sim_core
 
 
 @pytest.fixture
@@ -92,8 +90,7 @@ def test_connection_book_budgets() -> None:
 
 def test_set_clock_refuses_what_set_plan_refuses(core: DaemonCore) -> None:
     gpu = core.registry.uuids[0]
-    core.handle(ME, Hello(job="t", client_version="test"))
-    core.handle(ME, Claim(gpus=(gpu,), job="t"))
+    claim(core, ME, (gpu,), "t")
     clocks = core.registry.info(gpu).supported_sm_clocks_mhz
     for bad_mhz in (max(clocks) + 1, min(clocks) - 1, 0, -5):
         with pytest.raises(ProtocolError) as refused:
@@ -105,8 +102,7 @@ def test_set_clock_refuses_what_set_plan_refuses(core: DaemonCore) -> None:
 
 def test_job_that_ends_while_profiling_says_why(core: DaemonCore) -> None:
     gpus = core.registry.uuids
-    core.handle(ME, Hello(job="t", client_version="test"))
-    core.handle(ME, Claim(gpus=gpus, job="t"))
+    claim(core, ME, gpus, "t")
     for stage, gpu in enumerate(gpus):
         core.handle(ME, Register(gpu, "prof", 0, stage, 2, 4, "1f1b", 1))
     reply = core.handle(ME, JobsRequest())
@@ -123,8 +119,7 @@ def test_job_that_ends_while_profiling_says_why(core: DaemonCore) -> None:
 
 def test_registration_out_of_range_creates_no_job(core: DaemonCore) -> None:
     gpu = core.registry.uuids[0]
-    core.handle(ME, Hello(job="t", client_version="test"))
-    core.handle(ME, Claim(gpus=(gpu,), job="t"))
+    claim(core, ME, (gpu,), "t")
     for pipeline in (2**62, 1_000_001, -1):
         with pytest.raises(ProtocolError) as refused:
             core.handle(ME, Register(gpu, "half", pipeline, 0, 1, 1, "1f1b", 1))

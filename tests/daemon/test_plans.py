@@ -29,7 +29,7 @@ from perseusd.daemon.wire_errors import protocol_error
 from perseusd.errors import InvalidValueError
 from perseusd.leasing.identity import Caller
 from perseusd.switching.plans import PlanBook, validate_plan
-from tests.support.daemon_core import sim_core
+from tests.support.daemon_core import claim, sim_core
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -181,8 +181,7 @@ def test_core_switches_clock_on_events_and_drops_plan_on_release(core: DaemonCor
 def test_client_death_drops_plan(core: DaemonCore) -> None:
     me = Caller(0, 0, os.getpid())
     gpu = core.registry.uuids[0]
-    core.handle(me, Hello(job="j", client_version="t"))
-    core.handle(me, Claim(gpus=(gpu,), job="j"))
+    claim(core, me, (gpu,), "j")
     core.handle(me, SetPlan(gpu=gpu, plan=(PlanEntry("forward", 0, 0, 1200),)))
     assert core.plans.get(gpu) is not None
     core.client_died(os.getpid())

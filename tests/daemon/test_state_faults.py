@@ -43,7 +43,7 @@ from perseusd.leasing.state_file import (
     save_state,
 )
 from perseusd.private_file import FileOps
-from tests.support.daemon_core import sim_core
+from tests.support.daemon_core import claim, sim_core
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -281,8 +281,7 @@ def test_status_json_and_text_show_persistence_failing(
     _fake_clock(core)
     me = Caller(0, 0, os.getpid())
     gpu0, gpu1 = core.registry.uuids[:2]
-    core.handle(me, Hello(job="j", client_version="t"))
-    core.handle(me, Claim(gpus=(gpu0, gpu1), job="j"))
+    claim(core, me, (gpu0, gpu1), "j")
     monkeypatch.setattr(private_file, "FILE_OPS", FAULTS["enospc"]())
     core.handle(me, Release(gpus=(gpu0,)))
     reply = core.handle(me, StatusRequest())

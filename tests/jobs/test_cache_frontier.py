@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from perseus_client.protocol import Claim, Hello, JobsReply, JobsRequest, ProfileImport, Register, Release
+from perseus_client.protocol import JobsReply, JobsRequest, ProfileImport, Register, Release
 
 from perseusd.daemon.core import DaemonCore
 from perseusd.jobs import cache as cache_module
@@ -22,7 +22,7 @@ from perseusd.planner.profile_csv import profile_to_csv
 from perseusd.planner.solver import SolverParams, solve_frontier
 from perseusd.planner.switching import SwitchModel, follow_frontier
 from tests.support.callers import ME
-from tests.support.daemon_core import sim_core
+from tests.support.daemon_core import claim, sim_core
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
 pytestmark = pytest.mark.timeout(180)
@@ -96,8 +96,7 @@ def test_huge_and_foreign_frontiers_are_ignored(
 
 
 def _run_job(core: DaemonCore) -> None:
-    core.handle(ME, Hello(job="train", client_version="test"))
-    core.handle(ME, Claim(gpus=core.registry.uuids, job="train"))
+    claim(core, ME, core.registry.uuids, "train")
     csv = profile_to_csv(synthetic_profile(STAGES, seed=3, clocks_mhz=A100_CLOCKS_MHZ))
     core.handle(ME, ProfileImport("train", csv, "synthetic.csv", 80.0))
     _register_all(core)
@@ -133,8 +132,7 @@ def test_registration_with_a_damaged_cached_frontier_solves_again(
     _run_job(core)
     (folder,) = (tmp_path / "jobs").iterdir()
     (folder / "frontier.json").write_text(BAD_FRONTIERS[kind])
-    core.handle(ME, Hello(job="train", client_version="test"))
-    core.handle(ME, Claim(gpus=core.registry.uuids, job="train"))
+    claim(core, ME, core.registry.uuids, "train")
     assert _register_all(core) == ["registered", "solving"]  # the cached profile, a fresh solve
     _wait_running(core)
     assert json.loads((folder / "frontier.json").read_text())["format"] == "perseus-frontier"

@@ -9,9 +9,7 @@ from pathlib import Path
 
 from perseus_client.codes import JobState
 from perseus_client.protocol import (
-    Claim,
     DocumentReply,
-    Hello,
     PlanRequest,
     ProfileImport,
     Register,
@@ -23,7 +21,7 @@ from perseusd.planner.dag import Instruction
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.callers import ME
-from tests.support.daemon_core import RUNNING_TIMEOUT_S, core_job, sim_core, tick_until
+from tests.support.daemon_core import RUNNING_TIMEOUT_S, claim, core_job, sim_core, tick_until
 
 # An H200-like stage (its measured sweep, rounded): 1980 and 1770 take the same time, 1770 for less energy.
 ROWS = {
@@ -46,8 +44,7 @@ def _profile(weights: tuple[float, ...]) -> str:
 
 def _run_job(core: DaemonCore, weights: tuple[float, ...], microbatches: int) -> None:
     stages = len(weights)
-    core.handle(ME, Hello(job="train", client_version="test"))
-    core.handle(ME, Claim(gpus=core.registry.uuids[:stages], job="train"))
+    claim(core, ME, core.registry.uuids[:stages], "train")
     core.handle(ME, ProfileImport("train", _profile(weights), "h200-like.csv", 130.0))
     for stage in range(stages):
         gpu = core.registry.uuids[stage]

@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 from perseus_client.protocol import (
-    Claim,
-    Hello,
     JobInfo,
     JobsReply,
     JobsRequest,
@@ -26,7 +24,7 @@ from perseusd.gpu.sim_shared import StateMap, state_path
 from perseusd.jobs.settings import JobSettings
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.callers import ME
-from tests.support.daemon_core import sim_core
+from tests.support.daemon_core import claim, sim_core
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
 pytestmark = pytest.mark.timeout(120)
@@ -35,8 +33,7 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture
 def core(tmp_path: Path) -> Iterator[DaemonCore]:
     with sim_core(tmp_path, gpus=4, jobs=JobSettings()) as built:
-        built.handle(ME, Hello(job="train", client_version="test"))
-        built.handle(ME, Claim(gpus=built.registry.uuids, job="train"))
+        claim(built, ME, built.registry.uuids, "train")
         yield built
 
 

@@ -8,10 +8,8 @@ from pathlib import Path
 
 import pytest
 from perseus_client.protocol import (
-    Claim,
     ComputationBegin,
     ComputationEnd,
-    Hello,
     JobInfo,
     JobsReply,
     JobsRequest,
@@ -26,7 +24,7 @@ from perseusd.jobs.settings import JobSettings
 from perseusd.planner.schedule_orders import one_f_one_b_order
 from perseusd.profiling.sweep import SweepSettings
 from tests.support.callers import ME
-from tests.support.daemon_core import sim_core
+from tests.support.daemon_core import claim, sim_core
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -71,8 +69,7 @@ def test_a_job_no_workload_drives_is_not_deployed(tmp_path: Path, caplog: pytest
     caplog.set_level(logging.WARNING, logger="perseusd.jobs.manager")
     with sim_core(tmp_path, gpus=1, jobs=SETTINGS) as core:
         gpu = core.registry.uuids[0]
-        core.handle(ME, Hello(job="idle", client_version="test"))
-        core.handle(ME, Claim(gpus=(gpu,), job="idle"))
+        claim(core, ME, (gpu,), "idle")
         reply = core.handle(ME, Register(gpu, "idle", 0, 0, 1, MICROBATCHES, "1f1b", 1))  # type: ignore[arg-type]
         assert isinstance(reply, RegisterOk)
         for step in range(60):

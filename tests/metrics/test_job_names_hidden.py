@@ -6,20 +6,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perseus_client.protocol import Claim, Hello, Register
+from perseus_client.protocol import Register
 from prometheus_client import generate_latest
 
 from perseusd.metrics.collector import PerseusCollector
 from perseusd.metrics.exposure import metrics_registry
 from tests.support.callers import ME
-from tests.support.daemon_core import sim_core
+from tests.support.daemon_core import claim, sim_core
 
 
 def test_job_names_and_uids_are_hidden_unless_enabled(tmp_path: Path) -> None:
     with sim_core(tmp_path, gpus=1) as core:
         gpu = core.registry.uuids[0]
-        core.handle(ME, Hello(job="secret-project", client_version="test"))
-        core.handle(ME, Claim(gpus=(gpu,), job="secret-project"))
+        claim(core, ME, (gpu,), "secret-project")
         core.handle(ME, Register(gpu, "secret-project", 0, 0, 1, 4, "1f1b", 1))  # type: ignore[arg-type]
         hidden = PerseusCollector(core)
         text = generate_latest(metrics_registry(hidden)).decode()

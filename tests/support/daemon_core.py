@@ -7,7 +7,7 @@ configuration, over noise-free simulated GPUs of its own.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from perseusd.gpu.registry import GpuRegistry
 from perseusd.gpu.sim import SimBackend
 from perseusd.jobs.carbon_steering import CarbonSteering
 from perseusd.jobs.settings import JobSettings
+from perseusd.leasing.identity import Caller
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.callers import ME
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
@@ -76,12 +77,17 @@ def sim_core(
         backend.close()
 
 
+def claim(core: DaemonCore, caller: Caller, gpus: Sequence[str], job: str) -> None:
+    """What a client does first: `caller` says hello as `job` and leases `gpus` for it."""
+    core.handle(caller, Hello(job=job, client_version="test"))
+    core.handle(caller, Claim(gpus=tuple(gpus), job=job))
+
+
 def start_synthetic_job(core: DaemonCore, pipelines: int, stages: int, microbatches: int) -> None:
     """Job "train" of `ME` on every GPU of `core`: the synthetic A100 profile (seed 3) imported, `pipelines` x
     `stages` 1F1B pipelines of `microbatches` registered (GPU `pipeline * stages + stage`); returns once the
     job runs its plan."""
-    core.handle(ME, Hello(job="train", client_version="test"))
-    core.handle(ME, Claim(gpus=core.registry.uuids, job="train"))
+    claim(core, ME, core.registry.uuids, "train")
     csv = profile_to_csv(synthetic_profile(stages, seed=3, clocks_mhz=A100_CLOCKS_MHZ))
     core.handle(ME, ProfileImport("train", csv, "synthetic.csv", 80.0))
     for pipeline in range(pipelines):
@@ -141,6 +147,5 @@ def leased_service(core: DaemonCore, tmp_path: Path) -> tuple[Service, IpcServer
     ipc = IpcServer(core, AccessPolicy("root", "root"), IpcSettings(runtime_dir, 1 << 20))
     ipc.bind()
     gpu = core.registry.uuids[0]
-    core.handle(ME, Hello(job="t", client_version="test"))
-    core.handle(ME, Claim(gpus=(gpu,), job="t"))
+    claim(core, ME, (gpu,), "t")
     return Service(config, core, ipc, lambda: config, lambda _new: None), ipc, gpu
