@@ -10,11 +10,16 @@ from typing import TypeVar
 _N = TypeVar("_N", int, float)
 
 
-def _number(text: str) -> float:
+def parse_float(text: str) -> float:
+    """`text` as a float (NaN and infinities included), else the usage error "'text' is not a number"."""
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+
+
+def _number(text: str) -> float:
+    value = parse_float(text)
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a finite number (got {text})")
     return value

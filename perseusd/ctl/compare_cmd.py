@@ -16,6 +16,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
+from perseusd.argtypes import parse_float
 from perseusd.ctl.arguments import add_json_option, add_plot_option
 from perseusd.ctl.planning_inputs import (
     PlanningInputs,
@@ -38,10 +39,7 @@ PLANNERS = ("perseus", "perseus_no_slowdown", "envpipe", "zeus_global", "zeus_pe
 
 
 def _factor(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    value = parse_float(text)
     if not value >= 1.0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"a straggler factor must be a finite number >= 1 (got {text})")
     return value
