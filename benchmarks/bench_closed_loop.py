@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import re
 import signal
 import subprocess
@@ -259,7 +260,7 @@ def run_case(name: str, args: argparse.Namespace, seed: int | None = None) -> di
     if seed is not None:
         counters["PERSEUSD_SIM_SEED"] = str(seed)
     daemon = DaemonProcess(dirs, gpus=gpus, extra_args=("--sim-model", board), env=counters)
-    started_s = time.monotonic()
+    started_s, load_before = time.monotonic(), os.getloadavg()[0]
     try:
         daemon.start()  # inside the try: a daemon slow to get ready is stopped, not left running
         command = [
@@ -314,9 +315,37 @@ def run_case(name: str, args: argparse.Namespace, seed: int | None = None) -> di
         "pipelines": args.pipelines,
         "time_scale": args.time_scale,
         "wall_s": round(time.monotonic() - started_s, 1),
+        "host": host_load(args.runs_at_once or args.parallel, load_before),
         "summary": summary(result, references(name)),
         **result,
     }
+
+
+CORES_PER_RUN = 1
+"""A run at time scale 1 keeps about one core busy (its stage processes, the emulator, the daemon). With
+fewer free, the daemon's event reads and clock sets wait for a core: on a 2-core machine two 8-stage runs at
+once measured dense-uneven-rc8x8 at 10.6-10.9 % of computations begun at a wrong clock against 6.1-7.3 %
+alone (docs/jobs.md)."""
+
+
+def host_load(parallel: int, load_before: float) -> dict[str, Any]:
+    """The machine a run was measured on: its cores, the runs at once and the 1-minute load average at the
+    run's start and end (a run's wrong-clock share and slowdown rise on an overloaded machine)."""
+    return {
+        "cpus": os.cpu_count(),
+        "parallel": parallel,
+        "load_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+    }
+
+
+def overload_warning(parallel: int, cpus: int | None) -> str | None:
+    """A warning when `parallel` runs at once leave them less than `CORES_PER_RUN` each (None: fine)."""
+    if cpus is None or parallel * CORES_PER_RUN <= cpus - 1 or parallel == 1:
+        return None
+    return (
+        f"warning: --parallel {parallel} on {cpus} cores leaves each run less than {CORES_PER_RUN} core "
+        "beside the others: the wrong-clock share and slowdown it measures will be higher than alone"
+    )
 
 
 def _gpu_wrong_clock(trace: Path, plan_path: Path) -> float | None:
@@ -395,6 +424,7 @@ def main() -> int:
         help="run this many (case, seed) runs at once, each its own invocation of this benchmark (a run "
         "takes about one core at time scale 1: on a machine with cores to spare; default 1)",
     )
+    parser.add_argument("--runs-at-once", type=int, help=argparse.SUPPRESS)  # set by --parallel's invocations
     parser.add_argument(
         "--jsonl",
         type=Path,
@@ -412,6 +442,9 @@ def main() -> int:
     seeds: list[int | None] = [int(s) for s in args.seeds.split(",") if s] or [None]
     signal.signal(signal.SIGTERM, _stop)
     runs = [(name, seed) for name in names for seed in seeds]
+    warning = overload_warning(args.parallel, os.cpu_count())
+    if warning is not None:
+        print(warning, file=sys.stderr)
     if args.parallel > 1:
         results = run_parallel(runs, args)
     else:
@@ -455,6 +488,7 @@ def _one_run_command(name: str, seed: int | None, args: argparse.Namespace) -> l
     command = [sys.executable, __file__, "--cases", name, "--seeds", "" if seed is None else str(seed)]
     command += ["--time-scale", str(args.time_scale), "--iterations", str(args.iterations)]
     command += ["--pipelines", str(args.pipelines), "--timeout-s", str(args.timeout_s)]
+    command += ["--runs-at-once", str(args.parallel)]
     return command + ([] if args.trace_dir is None else ["--trace-dir", str(args.trace_dir)])
 
 
