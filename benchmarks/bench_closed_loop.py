@@ -340,7 +340,7 @@ def host_load(parallel: int, load_before: float) -> dict[str, Any]:
 
 def overload_warning(parallel: int, cpus: int | None) -> str | None:
     """A warning when `parallel` runs at once leave them less than `CORES_PER_RUN` each (None: fine)."""
-    if cpus is None or parallel * CORES_PER_RUN <= cpus - 1 or parallel == 1:
+    if cpus is None or parallel == 1 or parallel * CORES_PER_RUN < cpus:
         return None
     return (
         f"warning: --parallel {parallel} on {cpus} cores leaves each run less than {CORES_PER_RUN} core "

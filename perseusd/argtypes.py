@@ -32,7 +32,7 @@ def _integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
 
 
-def _checked(parse: Callable[[str], _N], ok: Callable[[_N], bool], error: str) -> Callable[[str], _N]:
+def checked(parse: Callable[[str], _N], ok: Callable[[_N], bool], error: str) -> Callable[[str], _N]:
     """`parse`, refusing values that are not `ok` with `error` (it may name `{text}` or the `{value}`)."""
 
     def parse_checked(text: str) -> _N:
@@ -44,9 +44,9 @@ def _checked(parse: Callable[[str], _N], ok: Callable[[_N], bool], error: str) -
     return parse_checked
 
 
-positive_float = _checked(_number, lambda v: v > 0, "must be a positive number (got {text})")
-non_negative_float = _checked(_number, lambda v: v >= 0, "must be a non-negative number (got {text})")
-positive_int = _checked(_integer, lambda v: v >= 1, "must be at least 1 (got {value})")
-non_negative_int = _checked(_integer, lambda v: v >= 0, "must be 0 or more (got {value})")
-factor_float = _checked(_number, lambda v: v >= 1.0, "must be at least 1, e.g. 1.2 (got {text})")
+positive_float = checked(_number, lambda v: v > 0, "must be a positive number (got {text})")
+non_negative_float = checked(_number, lambda v: v >= 0, "must be a non-negative number (got {text})")
+positive_int = checked(_integer, lambda v: v >= 1, "must be at least 1 (got {value})")
+non_negative_int = checked(_integer, lambda v: v >= 0, "must be 0 or more (got {value})")
+factor_float = checked(_number, lambda v: v >= 1.0, "must be at least 1, e.g. 1.2 (got {text})")
 """A slowdown factor: a finite number >= 1 (1.2 = 20 % slower)."""

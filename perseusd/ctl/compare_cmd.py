@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from typing import TYPE_CHECKING, Any
 
-from perseusd.argtypes import parse_float
+from perseusd.argtypes import checked, parse_float
 from perseusd.ctl.arguments import add_json_option, add_plot_option
 from perseusd.ctl.planning_inputs import (
     PlanningInputs,
@@ -38,11 +39,9 @@ DESCRIPTION = (
 PLANNERS = ("perseus", "perseus_no_slowdown", "envpipe", "zeus_global", "zeus_per_stage")
 
 
-def _factor(text: str) -> float:
-    value = parse_float(text)
-    if not value >= 1.0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"a straggler factor must be a finite number >= 1 (got {text})")
-    return value
+_factor = checked(
+    parse_float, lambda v: 1.0 <= v < math.inf, "a straggler factor must be a finite number >= 1 (got {text})"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
