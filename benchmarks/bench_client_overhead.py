@@ -16,9 +16,10 @@ flipped every round (benchmarks/overhead_worker.py). Reported per world size:
   uses is seen, not guessed; and per event read in the "on" blocks (benchmarks/bench_event_cost.py measures
   that alone, against another checkout).
 
-`--transports seqpacket zmq` runs each world size once per event transport, each with its own daemon, one
-after the other in the same run: protocol 6.10's SOCK_SEQPACKET socket (the default) and ZeroMQ's event
-socket (`seqpacket_events = false`, as before 6.10).
+`--transports seqpacket seqpacket-uncarried zmq` runs each world size once per event transport, each with its
+own daemon, one after the other in the same run: protocol 6.11's SOCK_SEQPACKET socket with carried events
+(the default), the same socket with every event sent at once (`carry_events = false`, as 6.10) and ZeroMQ's
+event socket (`seqpacket_events = false`, as before 6.10).
 
 Run timing-sensitive: `flock /tmp/perseus-bench.lock python benchmarks/bench_client_overhead.py`; the
 machine's load is printed beside the numbers. Prints JSON.
@@ -50,6 +51,12 @@ from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_proces
 from tests.support.synthetic import synthetic_profile
 
 WORKER = Path(__file__).resolve().parent / "overhead_worker.py"
+TRANSPORT_ENV: dict[str, dict[str, str]] = {
+    "seqpacket": {},
+    "seqpacket-uncarried": {"PERSEUSD_CARRY_EVENTS": "false"},
+    "zmq": {"PERSEUSD_SEQPACKET_EVENTS": "false"},
+}
+"""The daemon's environment for each event transport."""
 
 
 class ThreadCpu:
@@ -225,6 +232,8 @@ def _summary(
         "daemon_cpu_on": daemon_on,
         "daemon_us_per_event_on": _per_event_us(daemon_on["total_pct"], blocks, world, microbatches, warmup),
         "client_profile": report.get("client_profile"),
+        "events_sent": report["events_sent"],
+        "events_carried": report["events_carried"],
         "events_dropped": report["events_dropped"],
         "calls_skipped": report["calls_skipped"],
         "computations_per_step_per_rank": per_step_computations or None,
@@ -265,8 +274,9 @@ def main() -> None:
         "--transports",
         nargs="+",
         default=["seqpacket"],
-        choices=["seqpacket", "zmq"],
-        help="event transports",
+        choices=list(TRANSPORT_ENV),
+        help="event transports: seqpacket (carried events on, the default), seqpacket-uncarried "
+        "(carry_events = false: every event sent at once), zmq",
     )
     parser.add_argument(
         "--daemon-nice",
@@ -278,7 +288,7 @@ def main() -> None:
     with daemon_processes() as make:
         for world in args.ranks:
             for transport in args.transports:
-                env = {"PERSEUSD_SEQPACKET_EVENTS": "false"} if transport == "zmq" else {}
+                env = TRANSPORT_ENV[transport]
                 dirs = DaemonDirs.create()
                 daemon = make(dirs, gpus=world, extra_args=tuple(args.daemon_arg), env=env).start()
                 if args.daemon_nice is not None:

@@ -196,6 +196,8 @@ def main() -> None:
     if config.get("profile_client"):
         dist.barrier()
         report["client_profile"] = client_profile(schedule, client, config, rank, world)
+    report["events_sent"] = client.events_sent
+    report["events_carried"] = client.events_carried
     report["events_dropped"] = client.events_dropped
     report["calls_skipped"] = client.calls_skipped
     client.close()

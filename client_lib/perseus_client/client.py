@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 import zmq
 
 from perseus_client import devices, reach, seqpacket
+from perseus_client.carrying import SEPARATOR, Carrier
 from perseus_client.closing import Closing
 from perseus_client.event_frames import EventWriter
 from perseus_client.link import PerseusClientError, monitor_event, request_reply, unreachable
@@ -52,6 +53,8 @@ from perseus_client.protocol import (
     PROTOCOL_MINOR,
     AnnounceStraggler,
     AnnounceStragglerOk,
+    Carry,
+    CarryReady,
     Claim,
     ClaimOk,
     ClearPlan,
@@ -84,6 +87,7 @@ from perseus_client.protocol import (
     SetPolicyOk,
     StatusReply,
     StatusRequest,
+    decode_reply,
     encode,
 )
 from perseus_client.session import SessionMemory
@@ -105,6 +109,8 @@ CLOSE_STALL_S = 3.0
 most CLOSE_STALL_S without progress; events still unread then are counted in `events_lost`."""
 EVENTS_END_SINCE = EventsEnd.SINCE
 """The daemon's minor from which the client ends its event stream with a marker (`events_end`)."""
+CARRY_SINCE = Carry.SINCE
+"""The daemon's minor from which it may say which events wait for the next one (`perseus_client.carrying`)."""
 CONNECT_PROBE_S = 0.05
 """At connect, how long the link may take before the client looks at why (a daemon that is up connects in
 well under this; one that is not there fails at once instead of after the whole timeout)."""
@@ -191,6 +197,7 @@ class PerseusClient(Closing):
         self.managed = False
         self._memory = SessionMemory()
         self._frames = EventWriter()  # every event frame, written as the protocol writes it
+        self._carrier = Carrier()  # the events the daemon lets wait for the next one, and those waiting
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
         self._ctx: zmq.Context[Any] | None = None
@@ -296,6 +303,7 @@ class PerseusClient(Closing):
         """The daemon is out of reach: go on unmanaged; warn once per absence."""
         self.managed = False
         self._away = True
+        self.events_dropped += self._carrier.reset()
         if self._away_warned or self._closing.is_set() or self.strict:  # strict: the caller gets the error
             return
         self._away_warned = True
@@ -317,6 +325,7 @@ class PerseusClient(Closing):
         if self._monitor is not None:
             self._monitor.join(timeout=1.0)
         with self._lock:
+            self._send_held()
             self._settle_events()
             if self._control is not None:
                 self._control.close(linger=0)
@@ -446,17 +455,25 @@ class PerseusClient(Closing):
         self.protocol_minor = PROTOCOL_MINOR  # the daemon may have been replaced by another version
         self._session_sent = 0  # the daemon counts this session's events from its hello
         self._use_datagrams(None)  # a new session's events go on a new connection (or ZeroMQ's socket)
+        self.events_dropped += self._carrier.reset()
         reply = self._call(Hello(job=self.job, client_version=CLIENT_VERSION), HelloOk)
         self.daemon_info = reply
         self.protocol_minor = min(PROTOCOL_MINOR, reply.protocol_minor)
         if reply.event_socket is not None:
             self._use_datagrams(seqpacket.connect(self.runtime_dir, reply.event_socket))
+        if self._datagrams is not None and self.protocol_minor >= CARRY_SINCE:
+            self._datagrams.send(encode(CarryReady(), minor=self.protocol_minor))
         return reply
 
     def _use_datagrams(self, events: seqpacket.EventSocket | None) -> None:
         old, self._datagrams = self._datagrams, events
         if old is not None:
             old.close()
+
+    @property
+    def events_carried(self) -> int:
+        """Events sent carried: held, then sent in one datagram with a later one (protocol 6.11)."""
+        return self._carrier.carried
 
     @property
     def event_transport(self) -> str:
@@ -670,6 +687,8 @@ class PerseusClient(Closing):
         self._send_computation(b"comp_end", gpu, stage, instruction, microbatch, chunk)
 
     def step_begin(self, gpu: str, step: int) -> None:
+        if self._datagrams is not None and self.protocol_minor >= CARRY_SINCE:
+            self._read_carries()
         self._send_step(b"step_begin", gpu, step)
 
     def step_end(self, gpu: str, step: int) -> None:
@@ -682,10 +701,12 @@ class PerseusClient(Closing):
             self.events_dropped += 1
             return
         try:
-            frame = self._frames.computation(
-                kind, gpu, stage, instruction, microbatch, chunk, time.monotonic_ns()
-            )
-            self._send_event(frame)
+            now_ns = time.monotonic_ns()
+            frame = self._frames.computation(kind, gpu, stage, instruction, microbatch, chunk, now_ns)
+            if not self._carrier.hold(
+                kind == b"comp_begin", gpu, (instruction, microbatch, chunk), frame, now_ns
+            ):
+                self._send_event(frame)
         except Exception:  # never raise into training
             self.events_dropped += 1
 
@@ -699,25 +720,52 @@ class PerseusClient(Closing):
             self.events_dropped += 1
 
     def _send_event(self, data: bytes) -> None:
-        """Send one event frame without waiting: counted sent, or dropped where the connection is full or
-        gone; ZeroMQ's errors are the caller's to count."""
-        datagrams = self._datagrams
+        """Send one event frame, with the frames held before it, without waiting: counted sent, or dropped
+        where the connection is full or gone; ZeroMQ's errors are the caller's to count."""
+        datagrams, count = self._datagrams, 1
+        if self._carrier.holding:
+            data, count = self._carrier.join(data)
         if datagrams is None:
             self._events.send(data, zmq.NOBLOCK)  # type: ignore[union-attr]
         elif not datagrams.send(data):
-            self._datagrams_failed(datagrams)
+            self._datagrams_failed(datagrams, count)
             return
-        self.events_sent += 1
-        self._session_sent += 1
+        self.events_sent += count
+        self._session_sent += count
 
-    def _datagrams_failed(self, datagrams: seqpacket.EventSocket) -> None:
-        """An event not sent on the SOCK_SEQPACKET connection: dropped and counted. A connection the daemon
+    def _send_held(self) -> None:
+        """Send the frames held (closing: the end marker must follow every event)."""
+        held = self._carrier.take()
+        if not held:
+            return
+        datagrams = self._datagrams
+        if datagrams is None or not datagrams.send(SEPARATOR.join(held)):
+            self.events_dropped += len(held)
+            return
+        self._carrier.carried += len(held) - 1
+        self.events_sent += len(held)
+        self._session_sent += len(held)
+
+    def _read_carries(self) -> None:
+        """What the daemon said of carried events since the last step (a step's begin asks: one ioctl)."""
+        datagrams = self._datagrams
+        try:
+            while datagrams is not None and (data := datagrams.receive()) is not None:
+                message = decode_reply(data).message
+                if isinstance(message, Carry):
+                    self._carrier.update(message)
+        except Exception as exc:  # never raise into training: a frame not understood is passed over
+            logger.debug("perseus: a frame from the daemon not understood: %s", exc)
+
+    def _datagrams_failed(self, datagrams: seqpacket.EventSocket, count: int = 1) -> None:
+        """Events not sent on the SOCK_SEQPACKET connection: dropped and counted. A connection the daemon
         closed (it went away, or refused it) is given up: the session's further events go to ZeroMQ's socket
-        (which drops them while the daemon is away); the next session opens a new connection."""
-        self.events_dropped += 1
+        (which drops them while the daemon is away, and carries none); the next session opens a new one."""
+        self.events_dropped += count
         if datagrams.broken and self._datagrams is datagrams:
             self._datagrams = None
             datagrams.close()
+            self.events_dropped += self._carrier.reset()
 
 
 def _check_pipeline(pipeline: int) -> None:

@@ -37,6 +37,7 @@ from perseus_client.cap_messages import (
     JobPriorityOk,
 )
 from perseus_client.carbon_messages import CarbonInfo, SignalInfo
+from perseus_client.carry_messages import CarriedComputation, Carry, CarryReady
 from perseus_client.codes import ErrorCode, ProtocolError
 from perseus_client.energy_messages import EnergyRead, EnergyReading, GpuEnergy
 from perseus_client.envelope import (
@@ -134,6 +135,9 @@ __all__ = [
     "CapJob",
     "CapStatusReply",
     "CarbonInfo",
+    "CarriedComputation",
+    "Carry",
+    "CarryReady",
     "DaemonHealth",
     "DocumentReply",
     "EnergyRead",
@@ -194,6 +198,7 @@ __all__ += [
     "MAX_REQUEST_ID",
     "PROTOCOL_MAJOR",
     "PROTOCOL_MINOR",
+    "PUSH_TYPES",
     "SEQPACKET_EVENT_SOCKET_NAME",
     "since",
 ]
@@ -404,8 +409,10 @@ class EventsEnd(Message, wire_type="events_end", since=9):
 
 
 EVENT_TYPES: tuple[type[Message], ...] = (ComputationBegin, ComputationEnd, StepBegin, StepEnd)
-STREAM_TYPES: tuple[type[Message], ...] = (EventsEnd,)
+STREAM_TYPES: tuple[type[Message], ...] = (EventsEnd, CarryReady)
 """Frames of the event socket that are not events (read in stream order, never counted as events)."""
+PUSH_TYPES: tuple[type[Message], ...] = (Carry,)
+"""Frames the daemon sends a client on its event connection unasked."""
 REQUEST_TYPES: tuple[type[Message], ...] = (
     Hello,
     Claim,
@@ -472,7 +479,7 @@ REPLY_TYPES: tuple[type[Message], ...] = (
     ErrorReply,
 )
 MESSAGE_TYPES: dict[str, type[Message]] = {
-    cls.TYPE: cls for cls in (*REQUEST_TYPES, *ADMIN_TYPES, *REPLY_TYPES, *STREAM_TYPES)
+    cls.TYPE: cls for cls in (*REQUEST_TYPES, *ADMIN_TYPES, *REPLY_TYPES, *STREAM_TYPES, *PUSH_TYPES)
 }
 
 

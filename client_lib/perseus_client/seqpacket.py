@@ -12,9 +12,11 @@ the daemon only says that it serves it.
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 import os
 import socket
+import termios
 
 from perseus_client.envelope import SEQPACKET_EVENT_SOCKET_NAME
 
@@ -27,6 +29,9 @@ with the kernel's overhead). The kernel caps it at twice `net.core.wmem_max`: by
 events; at this size about 820. A daemon that reads slower than a client sends makes the client drop, and
 count, the rest."""
 _FULL = frozenset((errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS, errno.EINTR))
+MAX_PUSHED_BYTES = 1 << 20
+"""The largest frame the daemon sends on this connection that is read (a `carry` frame: about 80 bytes a
+computation of the plan); a longer one is read truncated and ignored."""
 
 
 class EventSocket:
@@ -48,6 +53,21 @@ class EventSocket:
                 self.broken = True
             return False
         return True
+
+    def receive(self) -> bytes | None:
+        """The next datagram the daemon sent on this connection, None when none waits (never waits; asks the
+        queue first, so an empty one costs an ioctl instead of a failed read and its exception)."""
+        if self.broken:
+            return None
+        length = bytearray(4)
+        try:
+            fcntl.ioctl(self._sock.fileno(), termios.FIONREAD, length, True)
+            size = int.from_bytes(length, "little")
+            if size == 0:
+                return None
+            return self._sock.recv(min(size, MAX_PUSHED_BYTES), socket.MSG_DONTWAIT)
+        except OSError:
+            return None
 
     def close(self) -> None:
         self.broken = True

@@ -29,7 +29,9 @@ backward (instructions `backward_input` and `backward_weight`, in events and pla
 `admin_pool_release` (an absent node's reservation) and a pool node's `reserved_w` and `absent_since_s`;
 9, the event stream's end marker `events_end` (a closing client's "I sent S events", read in stream order),
 `event_count_ok`'s `ended_sent` and the daemon health's `events_lost` (what clients sent and it never read);
-10, `hello_ok`'s `event_socket`: events as datagrams on a SOCK_SEQPACKET socket, sent without an I/O thread.
+10, `hello_ok`'s `event_socket`: events as datagrams on a SOCK_SEQPACKET socket, sent without an I/O thread;
+11, carried events: `hello`'s `carries`, the daemon's `carry` frames on the event connection (which events
+of a GPU may wait for the next one sent) and datagrams of several event frames, one a line.
 
 Adding a message or a field: see docs/protocol.md ("Changing the protocol"); in short, bump
 `PROTOCOL_MINOR`, give a new message type `since=PROTOCOL_MINOR` in its class line and a new field of an
@@ -43,7 +45,7 @@ from typing import Any
 
 PROTOCOL_MAJOR = 6
 """The frame's `"v"`. Bump only on a change that older peers cannot read, never for an additive one."""
-PROTOCOL_MINOR = 10
+PROTOCOL_MINOR = 11
 """The newest minor of `PROTOCOL_MAJOR` this library writes and reads."""
 
 

@@ -15,6 +15,7 @@ from perseus_client.protocol import (
     PROTOCOL_MINOR,
     AdminReset,
     AdminSetPowerLimit,
+    Carry,
     ComputationBegin,
     ComputationEnd,
     DaemonHealth,
@@ -278,6 +279,35 @@ class DaemonCore:
     def count_auth_rejected(self) -> None:
         """A connection refused by authentication."""
         self.auth_rejected += 1
+
+    def carry_waiting(self) -> bool:
+        """Whether a GPU's carried events changed since `take_carries` (one dict's truth: the loop asks after
+        every wake-up)."""
+        return bool(self.plans.carry_changes)
+
+    def take_carries(self) -> list[tuple[int, Carry]]:
+        """What to tell which process of its GPUs' carried events (protocol 6.11): (pid, message), for the
+        lease holders whose hello said they carry; forgets the changes."""
+        told: list[tuple[int, Carry]] = []
+        for gpu, computations in self.plans.take_carry_changes().items():
+            lease = self.leases.holder(gpu)
+            if lease is not None and self._carries(lease.pid):
+                told.append((lease.pid, Carry(gpu=gpu, computations=computations)))
+        return told
+
+    def carry_ready(self, caller: Caller) -> list[Carry]:
+        """A client's `carry_ready` (the first frame of its event connection): it carries from now on; what
+        it may carry of its GPUs' events now. A stream frame, not an event: taken back out of the count."""
+        self.tracker.received -= 1
+        session = self.leases.event_session(caller.pid)
+        if session is None or session.caller.uid != caller.uid:
+            return []
+        session.carries = True
+        return [Carry(gpu=gpu, computations=self.plans.carried(gpu)) for gpu in sorted(session.gpus)]
+
+    def _carries(self, pid: int) -> bool:
+        session = self.leases.session(pid)
+        return session is not None and session.carries
 
     def advertise_event_socket(self, name: str | None) -> None:
         """The transport serves the SOCK_SEQPACKET event socket `name` (None: ZeroMQ's only): `hello_ok` says

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import zmq
+from perseus_client.carrying import MAX_HELD, SEPARATOR
 from perseus_client.protocol import (
     ADMIN_SOCKET_NAME,
     ADMIN_TYPES,
@@ -29,6 +30,8 @@ from perseus_client.protocol import (
     PROTOCOL_MINOR,
     REQUEST_TYPES,
     SEQPACKET_EVENT_SOCKET_NAME,
+    Carry,
+    CarryReady,
     ErrorCode,
     ErrorReply,
     EventAck,
@@ -69,6 +72,11 @@ once and memory stays flat; a client that sends faster than the daemon reads fin
 the drops."""
 SEQPACKET_SINCE = 10
 """The minor whose daemons serve the SOCK_SEQPACKET event socket (`hello_ok`'s `event_socket`)."""
+CARRY_SINCE = Carry.SINCE
+"""The minor whose daemons tell clients which events may wait (`perseusd.switching.carrying`)."""
+MAX_FRAMES_PER_DATAGRAM = 2 * MAX_HELD + 1
+"""Event frames one datagram may hold (protocol 6.11: a client carries at most `MAX_HELD` before one sent at
+once); a datagram of more is dropped whole, unread, as TOO_LARGE."""
 MAX_ERROR_CHARS = 400
 MAX_ECHOED_MAJOR = (1 << 31) - 1
 DEFAULT_LIMITS = ConnectionLimits.for_descriptors(1024)
@@ -168,6 +176,8 @@ class IpcSettings:
     """The newest minor the daemon speaks: newer message types and fields are refused as unknown."""
     seqpacket_events: bool = True
     """Serve the SOCK_SEQPACKET event socket (minor 10 and later)."""
+    carry_events: bool = True
+    """Tell clients on it which events may wait for the next one (minor 11 on, `switching.carrying`)."""
 
 
 class IpcServer:
@@ -244,7 +254,7 @@ class IpcServer:
         listener = SeqpacketListener(path, self._policy.socket_gid)
         handlers = SeqpacketHandlers(
             may_connect=lambda caller: self._may_use(caller, admin=False),
-            frame=self._event_frame,
+            frame=self._datagram,
             oversized=self._oversized,
             requests_waiting=self._requests_waiting,
             warn=self._log.warning,
@@ -293,6 +303,8 @@ class IpcServer:
         seqpacket = self._seqpacket
         if not ready and fds and seqpacket is not None and seqpacket.owns(fds):
             seqpacket.serve(fds)  # the hot path of minor 10: datagrams (or a new connection), nothing else
+            if self._core.carry_waiting():  # a step's end switched a plan
+                self._send_carries()
             return seqpacket.listen_fd not in fds
         if not fds and len(ready) == 1 and ready[0] is self._events:  # the hot path: an event
             self._drain_events()
@@ -317,7 +329,22 @@ class IpcServer:
         for fd, callback in self._extra_fds.items():
             if fd in fds:
                 callback()
+        if self._core.carry_waiting():
+            self._send_carries()
         return False
+
+    def _send_carries(self) -> None:
+        """Tell each client whose GPUs' carried events changed (a plan set or dropped); none are told when
+        carrying is off."""
+        seqpacket, carries = self._seqpacket, self._core.take_carries()
+        if seqpacket is None or not self._carrying:
+            return
+        for pid, message in carries:
+            seqpacket.send_to(pid, encode(message, minor=self._minor))
+
+    @property
+    def _carrying(self) -> bool:
+        return self._settings.carry_events and self._minor >= CARRY_SINCE
 
     def _sync_pidfds(self) -> None:
         pidfds = self._core.client_pidfds()
@@ -509,6 +536,21 @@ class IpcServer:
                 continue
             event_frame(caller, frame.bytes)
 
+    def _datagram(self, caller: Caller, data: bytes) -> None:
+        """One datagram of the SOCK_SEQPACKET socket: one event frame, or several, one a line (carried)."""
+        if SEPARATOR not in data:
+            self._event_frame(caller, data)
+            return
+        frames = data.split(SEPARATOR, MAX_FRAMES_PER_DATAGRAM)
+        if len(frames) > MAX_FRAMES_PER_DATAGRAM:
+            self._core.count_received()
+            self._drop_event(
+                caller, ErrorCode.TOO_LARGE, f"a datagram of over {MAX_FRAMES_PER_DATAGRAM} frames"
+            )
+            return
+        for frame in frames:
+            self._event_frame(caller, frame)
+
     def _event_frame(self, caller: Caller, data: bytes) -> None:
         """One frame of `caller`'s event stream (either transport): counted, then used or dropped; never
         raises. A frame from a process that holds no lease (typically the backlog of a lease just released)
@@ -535,10 +577,17 @@ class IpcServer:
         self._drop_event(caller, ErrorCode.TOO_LARGE, f"event datagram of {length} bytes from {caller.pid}")
 
     def _stream_frame(self, caller: Caller, message: Message) -> None:
-        """A frame of the event stream that is not an event: the end marker, or refused (UNKNOWN_TYPE)."""
-        if not isinstance(message, EventsEnd):
+        """A frame of the event stream that is not an event: the end marker, a client's `carry_ready`, or
+        refused (UNKNOWN_TYPE)."""
+        if isinstance(message, EventsEnd):
+            self._core.end_events(caller, message)
+        elif isinstance(message, CarryReady):
+            told = self._core.carry_ready(caller)
+            if self._seqpacket is not None and self._carrying:
+                for carry in told:
+                    self._seqpacket.send_to(caller.pid, encode(carry, minor=self._minor))
+        else:
             raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not an event")
-        self._core.end_events(caller, message)
 
     def _requests_waiting(self) -> bool:
         """Whether a request (or a new connection's ZAP handshake) is ready: served before more events."""

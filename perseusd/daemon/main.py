@@ -383,7 +383,12 @@ def serve(
         core,
         policy,
         IpcSettings(
-            config.runtime_dir, config.max_frame_bytes, limits, config.speaks_minor, config.seqpacket_events
+            config.runtime_dir,
+            config.max_frame_bytes,
+            limits,
+            config.speaks_minor,
+            config.seqpacket_events,
+            config.carry_events,
         ),
     )
     try:
@@ -402,8 +407,8 @@ def serve(
                 logger.warning("backend, runtime_dir and state_dir changes need a restart")
             if new.metrics_settings() != config.metrics_settings():
                 logger.warning("metrics_* changes need a restart")
-            if new.seqpacket_events != config.seqpacket_events:
-                logger.warning("seqpacket_events changes need a restart")
+            if (new.seqpacket_events, new.carry_events) != (config.seqpacket_events, config.carry_events):
+                logger.warning("seqpacket_events and carry_events changes need a restart")
 
         return Service(config, core, ipc, reload_config, apply_config).run()
     finally:

@@ -33,6 +33,7 @@ ACCEPT_BATCH = 64
 LISTEN_BACKLOG = 128
 _UCRED = struct.Struct("3i")  # pid, uid, gid
 _RECV_FLAGS = socket.MSG_DONTWAIT | socket.MSG_TRUNC  # MSG_TRUNC: the datagram's whole length is returned
+_SEND_FLAGS = socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL
 _GONE = frozenset((errno.ECONNRESET, errno.ENOTCONN, errno.EPIPE, errno.EBADF))
 CLOSED = -1
 """`Connection.read`'s answer when the peer closed (or reset) its connection."""
@@ -210,6 +211,20 @@ class SeqpacketEvents:
             self.connections[fd] = connection
             self._fds.add(fd)
             self._poller.add_fd(fd)
+
+    def send_to(self, pid: int, data: bytes) -> int:
+        """Send one datagram on each connection of process `pid` without waiting: on how many it was queued
+        (a full or closed one is passed over: what is told there is only an allowance)."""
+        sent = 0
+        for connection in list(self.connections.values()):
+            if connection.caller.pid != pid:
+                continue
+            try:
+                connection.sock.send(data, _SEND_FLAGS)
+                sent += 1
+            except OSError:
+                pass
+        return sent
 
     def _read(self, fd: int, connection: Connection) -> None:
         """Up to `batch` datagrams; a waiting request ends the batch early (the poll fires again). The first

@@ -63,6 +63,8 @@ class Session:
     """Events of this session counted lost (its end markers' `sent` less what was read)."""
     placement: Placement | None = None
     """Where the process runs (its container, cgroup, devices), read from /proc at its hello."""
+    carries: bool = False
+    """It said (`carry_ready`) it reads `carry` frames and may send several events a datagram (6.11)."""
 
     def restart_event_count(self) -> None:
         """Count this session's events from zero (a hello: the client starts its own count there)."""

@@ -34,10 +34,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
 
-from perseus_client.protocol import PlanEntry, PlanStats
+from perseus_client.protocol import CarriedComputation, Instruction, PlanEntry, PlanStats
 
 from perseusd.errors import InvalidValueError
 from perseusd.gpu.clocks import snap_clock_mhz
+from perseusd.switching.carrying import carried_events
 from perseusd.switching.deadline_timer import DeadlineTimer
 
 ComputationKey = tuple[str, int, int]  # (instruction, microbatch, chunk)
@@ -45,6 +46,9 @@ SubmitClock = Callable[[str, int], "Future[int]"]
 SetClockNow = Callable[[str, int | None], int | None]
 """Lock a GPU's clock (None unlocks) and wait: the clock applied (MHz) or None."""
 LATENCY_SAMPLES = 10_000
+APPLIED_HISTORY = 16
+"""Clocks applied kept with when (a begin is judged late against the clock in force when it began: a carried
+begin arrives after clocks submitted since, by the timer, were applied)."""
 MAX_EVENT_AGE_NS = 1_000_000_000
 """A begin event's own timestamp is trusted when at most this old (and never when in the future)."""
 PACE_WEIGHT = 0.1
@@ -124,8 +128,8 @@ class GpuPlan:
     - `_move_lock` (reentrant: a done-callback runs inline when the owner has stopped) guards what the main
       loop, the timer and the callbacks all change: `_moves`, `_requested_mhz`, `_begun`, `pace`,
       `retired`, and the counters `clock_changes`, `skipped`, `early_raises`, `early_lowerings`, `errors`;
-    - `_lock` guards what the owner thread reports: `applied_mhz` and the latency samples (the main loop
-      reads `applied_mhz` unlocked, one attribute load: a stale value only counts a `late` begin);
+    - `_lock` guards what the owner thread reports: `applied_mhz`, the clocks applied with when, and the
+      latency samples;
     - `begins`, `late` and `unplanned` belong to the main loop alone.
     """
 
@@ -166,6 +170,7 @@ class GpuPlan:
         self.early_raises = 0
         self.early_lowerings = 0
         self._latencies_ns: deque[int] = deque(maxlen=LATENCY_SAMPLES)
+        self._applied_at: deque[tuple[int, int]] = deque(maxlen=APPLIED_HISTORY)  # (applied_ns, clock_mhz)
         self._lock = threading.Lock()  # latency samples and applied clock (owner thread)
         self._move_lock = threading.RLock()  # moves, the requested clock, pace, retired (see the docstring)
 
@@ -177,6 +182,23 @@ class GpuPlan:
     def times_s(self) -> tuple[float, ...] | None:
         """Each computation's expected time at its clock (s), when the plan was given them."""
         return None if self._times_ns is None else tuple(t / 1e9 for t in self._times_ns)
+
+    def carried(self) -> tuple[CarriedComputation, ...]:
+        """The computations whose begin or end a client may carry (`perseusd.switching.carrying`)."""
+        early = self._early
+        flags = carried_events(
+            self._clocks_mhz,
+            self._times_ns if early is not None and self._times_ns is not None else (),
+            self._run_left_ns,
+            self._after_run_mhz,
+            lead_ns=0 if early is None else early.lead_ns(self.gpu),
+            lowers_early=self._slack_ns is not None,
+        )
+        return tuple(
+            CarriedComputation(Instruction(instruction), microbatch, chunk, begin, end)
+            for (instruction, microbatch, chunk), (begin, end) in zip(self._order, flags, strict=True)
+            if begin or end
+        )
 
     def start(self, received_ns: int) -> None:
         """Submit the first computation's clock so the first begin finds it applied."""
@@ -201,12 +223,12 @@ class GpuPlan:
             return
         clock_mhz = self._clocks_mhz[position]
         self.begins += 1
-        if self.applied_mhz != clock_mhz:
+        started_ns = self._trusted(begun_ns)
+        if self._clock_at(started_ns) != clock_mhz:
             self.late += 1
         with self._move_lock:
             self._moves += 1
             self.ensure(clock_mhz, received_ns)
-            started_ns = self._trusted(begun_ns)
             self._begun = (position, started_ns)
             self._schedule_raise(position, started_ns)
             self._schedule_lowering(position, started_ns)
@@ -220,6 +242,14 @@ class GpuPlan:
             self._moves += 1
             self.ensure(self._clocks_mhz[self._following(position)], received_ns)
             self._update_pace(position, self._trusted(ended_ns))
+
+    def _clock_at(self, at_ns: int) -> int | None:
+        """The clock applied at `at_ns` (None: none known then)."""
+        with self._lock:
+            for applied_ns, clock_mhz in reversed(self._applied_at):
+                if applied_ns <= at_ns:
+                    return clock_mhz
+        return None
 
     def _trusted(self, sent_ns: int | None) -> int:
         """A sender's timestamp clamped to [now - MAX_EVENT_AGE_NS, now] (now when there is none)."""
@@ -302,10 +332,11 @@ class GpuPlan:
                 self.errors += 1
                 self._requested_mhz = None  # unknown: the next change is submitted whatever it is
             return
-        elapsed_ns = self._clock_ns() - received_ns
+        now_ns = self._clock_ns()
         with self._lock:
             self.applied_mhz = future.result()
-            self._latencies_ns.append(elapsed_ns)
+            self._applied_at.append((now_ns, self.applied_mhz))
+            self._latencies_ns.append(now_ns - received_ns)
 
     def stats(self) -> PlanStats:
         with self._lock:
@@ -369,6 +400,9 @@ class PlanBook:
         self._clock_ns = clock_ns
         self._early = early
         self._plans: dict[str, GpuPlan] = {}
+        self.carry_changes: dict[str, tuple[CarriedComputation, ...]] = {}
+        """GPUs whose carried events changed since `take_carry_changes` (a plan set or dropped): what they are
+        now (empty: none)."""
 
     def now_ns(self) -> int:
         """Now on the plans' clock: when an event was received."""
@@ -407,6 +441,7 @@ class PlanBook:
         )
         self.drop(gpu)
         self._plans[gpu] = gpu_plan
+        self.carry_changes[gpu] = gpu_plan.carried()
         gpu_plan.start(self._clock_ns())
         return gpu_plan
 
@@ -432,7 +467,20 @@ class PlanBook:
         plan = self._plans.pop(gpu, None)
         if plan is not None:
             plan.retire()
+            self.carry_changes[gpu] = ()
         return plan is not None
+
+    def take_carry_changes(self) -> dict[str, tuple[CarriedComputation, ...]]:
+        """The GPUs whose carried events changed, and what they are now; forgets them."""
+        changes = dict(self.carry_changes)
+        for gpu in changes:
+            self.carry_changes.pop(gpu, None)
+        return changes
+
+    def carried(self, gpu: str) -> tuple[CarriedComputation, ...]:
+        """What a client may carry of `gpu`'s events now (empty: nothing, or no plan)."""
+        plan = self._plans.get(gpu)
+        return () if plan is None else plan.carried()
 
     def clear(self) -> None:
         for gpu in list(self._plans):

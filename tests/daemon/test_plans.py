@@ -162,10 +162,10 @@ def test_core_switches_clock_on_events_and_drops_plan_on_release(core: DaemonCor
     core.handle(me, Claim(gpus=(gpu,), job="j"))
     assert core.handle(me, SetPlan(gpu=gpu, plan=plan)) == SetPlanOk(gpu=gpu, computations=2)
     _wait_locked(core, gpu, high)
-    core.on_event(me, ComputationBegin(gpu, 0, "forward", 0, 0, 0))
+    core.on_event(me, ComputationBegin(gpu, 0, "forward", 0, 0, time.monotonic_ns()))
     core.on_event(me, ComputationEnd(gpu, 0, "forward", 0, 0, 0))
     _wait_locked(core, gpu, low)  # switched on the end, before the next begin
-    core.on_event(me, ComputationBegin(gpu, 0, "forward", 1, 0, 0))
+    core.on_event(me, ComputationBegin(gpu, 0, "forward", 1, 0, time.monotonic_ns()))
     core.on_event(me, ComputationEnd(gpu, 0, "forward", 1, 0, 0))
     _wait_locked(core, gpu, high)
     row = core.status(me, admin=True).gpus[0]
