@@ -47,8 +47,12 @@ SetClockNow = Callable[[str, int | None], int | None]
 """Lock a GPU's clock (None unlocks) and wait: the clock applied (MHz) or None."""
 LATENCY_SAMPLES = 10_000
 APPLIED_HISTORY = 16
-"""Clocks applied kept with when (a begin is judged late against the clock in force when it began: a carried
-begin arrives after clocks submitted since, by the timer, were applied)."""
+"""Clocks applied kept with when they acted (a begin is judged late against the clock in force when it began:
+a carried begin arrives after clocks submitted since, by the timer, were applied)."""
+ACT_FRACTION = 0.5
+"""Where within a clock-set call the new clock is taken to act (0: when submitted, 1: when the call returned).
+A GPU changes its clock part-way through the call (an H100's call takes 9-15 ms and its clock acts 0-12 ms
+in: `perseusd/data/boards/h100_sxm.json`); judged at the return, a begin in between would count late."""
 MAX_EVENT_AGE_NS = 1_000_000_000
 """A begin event's own timestamp is trusted when at most this old (and never when in the future)."""
 PACE_WEIGHT = 0.1
@@ -332,11 +336,11 @@ class GpuPlan:
                 self.errors += 1
                 self._requested_mhz = None  # unknown: the next change is submitted whatever it is
             return
-        now_ns = self._clock_ns()
+        elapsed_ns = self._clock_ns() - received_ns
         with self._lock:
             self.applied_mhz = future.result()
-            self._applied_at.append((now_ns, self.applied_mhz))
-            self._latencies_ns.append(now_ns - received_ns)
+            self._applied_at.append((received_ns + int(ACT_FRACTION * elapsed_ns), self.applied_mhz))
+            self._latencies_ns.append(elapsed_ns)
 
     def stats(self) -> PlanStats:
         with self._lock:

@@ -80,8 +80,8 @@ def test_a_begin_is_judged_by_the_clock_in_force_when_it_began() -> None:
     clock was applied, however late it arrives."""
     owner = ManualOwner()
     book = PlanBook(owner.submit)
+    before_ns = time.monotonic_ns()  # F0 begins before its clock is even submitted
     plan = book.set("GPU-a", PLAN, CLOCKS_MHZ)
-    before_ns = time.monotonic_ns()
     owner.complete_all()  # 1410 applied after F0 began
     book.on_begin("GPU-a", F0, time.perf_counter_ns(), before_ns)
     assert plan.late == 1
