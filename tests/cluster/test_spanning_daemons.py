@@ -197,14 +197,7 @@ def test_the_solving_node_dies_another_takes_over_and_its_stage_rejoins_without_
         assert after.span is not None
         assert after.span.solves == 1
 
-        leader.start()  # the node comes back (systemd restarts the unit): the stage re-registers
-        _until(lambda: _state(leader) == "running", "the restarted node runs the plan again", 60)
-        back = _span(leader)
-        assert back.plan_index == plan_index
-        assert back.profiling is None  # rejoined without profiling again
-        assert back.span is not None
-        assert back.span.solves == 1
-        assert back.span.leader == other_name
+        _rejoins(leader, plan_index, other_name)
     _all_unlocked(nodes)
 
 
@@ -225,14 +218,20 @@ def test_a_node_that_does_not_lead_dies_the_other_keeps_its_plan_and_the_node_re
         assert (info.span.plan_epoch, info.span.solves, info.span.leader) == (epoch, 1, leader_name)
         assert "pipeline 0: stages" in info.span.missing  # what it cannot see now
 
-        follower.start()
-        _until(lambda: _state(follower) == "running", "the restarted node runs the plan again", 60)
-        back = _span(follower)
-        assert back.plan_index == before.plan_index
-        assert back.profiling is None  # no new profile
-        assert back.span is not None
-        assert (back.span.solves, back.span.leader) == (1, leader_name)
+        _rejoins(follower, before.plan_index, leader_name)
     _all_unlocked(nodes)
+
+
+def _rejoins(node: DaemonProcess, plan_index: int | None, leader_name: str) -> None:
+    """The killed `node` comes back (systemd restarts the unit): its stage re-registers and runs its part of
+    plan `plan_index` again, without a new profile or a new solve, `leader_name` still leading."""
+    node.start()
+    _until(lambda: _state(node) == "running", "the restarted node runs the plan again", 60)
+    back = _span(node)
+    assert back.plan_index == plan_index
+    assert back.profiling is None  # rejoined without profiling again
+    assert back.span is not None
+    assert (back.span.solves, back.span.leader) == (1, leader_name)
 
 
 def _all_unlocked(nodes: dict[str, DaemonProcess]) -> None:
