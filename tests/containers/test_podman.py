@@ -23,15 +23,14 @@ from tests.containers.podman import (
     podman_storage,
 )
 from tests.support.perseusd_proc import DaemonProcess, sim_control
+from tests.support.requirements import skip_unless_met
 
 pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module")
 def podman() -> Iterator[Podman]:
-    reason = missing_requirement()
-    if reason:
-        pytest.skip(reason)
+    skip_unless_met(missing_requirement())
     with podman_storage() as storage:
         yield storage
 
