@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from tests.support.perseusd_proc import (
     run_as_user,
     sim_control,
 )
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -47,10 +47,7 @@ def limits_w(runtime_dir: Path, status: dict[str, Any]) -> list[float]:
 
 
 def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
-    deadline_s = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline_s, f"not within {timeout_s} s: {what}"
-        time.sleep(0.05)
+    wait_until(check, timeout_s, what)
 
 
 def test_cap_set_infeasible_clear(make_daemon: Callable[..., DaemonProcess]) -> None:

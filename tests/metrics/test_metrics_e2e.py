@@ -13,9 +13,8 @@ import shutil
 import socket
 import stat
 import subprocess
-import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
+from tests.support.polling import wait_until
 from tests.support.ports import free_ports
 from tests.support.synthetic import synthetic_profile
 from tests.support.training import join_pipeline, run_iteration
@@ -72,11 +72,8 @@ def one(by_name: dict[str, list[Sample]], name: str, **labels: str) -> float:
     return found[0]
 
 
-def _wait(predicate: object, what: str) -> None:
-    deadline_s = time.monotonic() + WAIT_S
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline_s, f"timed out waiting for {what}"
-        time.sleep(0.05)
+def _wait(predicate: Callable[[], bool], what: str) -> None:
+    wait_until(predicate, WAIT_S, what)
 
 
 @pytest.fixture(scope="module")
