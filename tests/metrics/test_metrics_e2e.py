@@ -29,7 +29,7 @@ from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_proces
 from tests.support.polling import wait_until
 from tests.support.ports import free_ports
 from tests.support.synthetic import synthetic_profile
-from tests.support.training import join_pipeline, run_iteration
+from tests.support.training import train_job
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -91,15 +91,8 @@ def scraped() -> Iterator[Scraped]:
         daemon = make(dirs, gpus=STAGES, extra_args=("--config", str(config))).start()
         url = f"http://127.0.0.1:{port}/metrics"
         with PerseusClient(dirs.runtime_dir, job=JOB, timeout_s=10.0) as client:
-            assert client.daemon_info is not None
-            gpus = [gpu.uuid for gpu in client.daemon_info.gpus]
             profile = synthetic_profile(STAGES, seed=3, clocks_mhz=tuple(range(1410, 885, -90)))
-            join_pipeline(client, gpus, profile, MICROBATCHES)
-            _wait(lambda: client.jobs().jobs[0].state in ("running", "failed"), "the job to run")
-            assert client.jobs().jobs[0].state == "running", client.jobs()
-            for step in range(ITERATIONS):
-                run_iteration(client, gpus, step, MICROBATCHES)
-            _wait(lambda: client.jobs().jobs[0].pipelines[0].iterations >= ITERATIONS, "the iterations")
+            gpus = train_job(client, profile, MICROBATCHES, ITERATIONS)
             yield Scraped(url, textfile_dir / "perseusd.prom", dirs.runtime_dir, gpus, daemon)
 
 
