@@ -11,8 +11,6 @@ from pathlib import Path
 import pytest
 from perseus_client.protocol import (
     JobInfo,
-    JobsReply,
-    JobsRequest,
     ProfileImport,
     ProtocolError,
     Register,
@@ -24,7 +22,7 @@ from perseusd.gpu.sim_shared import StateMap, state_path
 from perseusd.jobs.settings import JobSettings
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.callers import ME
-from tests.support.daemon_core import claim, sim_core
+from tests.support.daemon_core import claim, core_jobs, sim_core
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
 pytestmark = pytest.mark.timeout(120)
@@ -46,9 +44,7 @@ def _register(core: DaemonCore, gpu: int, stage: int, stages: int, stage_gpus: i
 
 def _job(core: DaemonCore) -> JobInfo:
     core.tick()
-    reply = core.handle(ME, JobsRequest())
-    assert isinstance(reply, JobsReply)
-    (job,) = reply.jobs
+    (job,) = core_jobs(core)
     return job
 
 
