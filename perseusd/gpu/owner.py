@@ -36,6 +36,8 @@ from perseusd.threads import NamedThread
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Locked = TypeVar("Locked", int, None)
+"""What a clock write leaves locked: the clock it applied (a set) or None (a reset)."""
 _UNKNOWN: Any = object()
 _STAT_FIELDS = ("calls", "skipped", "superseded", "errors", "total_s", "max_s", "last_s")
 _SET_CLOCK = "set_locked_sm_clock_mhz"
@@ -324,19 +326,14 @@ class GpuOwner:
         ):
             self._skip(op)
             return int(self._locked_mhz)
-        self._locked_mhz = _UNKNOWN
-        applied_mhz = self._call(op, self._device.set_locked_sm_clock_mhz, clock_mhz)
-        self._locked_mhz = applied_mhz
-        return applied_mhz
+        return self._write_clock(op, self._device.set_locked_sm_clock_mhz, clock_mhz)
 
     def _do_reset_clock(self) -> None:
         op = "reset_locked_sm_clock"
         if self._locked_mhz is None:
             self._skip(op)
             return
-        self._locked_mhz = _UNKNOWN
-        self._call(op, self._device.reset_locked_sm_clock)
-        self._locked_mhz = None
+        self._write_clock(op, self._device.reset_locked_sm_clock)
 
     def _do_set_power_limit(self, limit_w: float) -> float:
         op = "set_power_limit_w"
@@ -347,8 +344,20 @@ class GpuOwner:
         ):
             self._skip(op)
             return float(self._power_limit_w)
+        return self._write_power_limit(limit_w)
+
+    def _write_clock(self, op: str, write: Callable[..., Locked], *args: Any) -> Locked:
+        """One clock write (a set or a reset): the locked clock is unknown until it returns, so a write that
+        failed, whatever it left, is never skipped as already done."""
+        self._locked_mhz = _UNKNOWN
+        locked_mhz = self._call(op, write, *args)
+        self._locked_mhz = locked_mhz
+        return locked_mhz
+
+    def _write_power_limit(self, limit_w: float) -> float:
+        """One power-limit write: the limit is unknown until it returns (as for `_write_clock`)."""
         self._power_limit_w = _UNKNOWN
-        enforced_w = self._call(op, self._device.set_power_limit_w, limit_w)
+        enforced_w = self._call("set_power_limit_w", self._device.set_power_limit_w, limit_w)
         self._power_limit_w = enforced_w
         return enforced_w
 
@@ -400,15 +409,10 @@ class GpuOwner:
         return GpuState(locked_sm_clock_mhz=locked_mhz, power_limit_w=power_limit_w)
 
     def _do_restore(self, state: GpuState) -> None:
-        self._locked_mhz = _UNKNOWN
         if state.locked_sm_clock_mhz is None:
-            self._call("reset_locked_sm_clock", self._device.reset_locked_sm_clock)
-            self._locked_mhz = None
+            self._write_clock("reset_locked_sm_clock", self._device.reset_locked_sm_clock)
         else:
-            self._locked_mhz = self._call(
+            self._write_clock(
                 "set_locked_sm_clock_mhz", self._device.set_locked_sm_clock_mhz, state.locked_sm_clock_mhz
             )
-        self._power_limit_w = _UNKNOWN
-        self._power_limit_w = self._call(
-            "set_power_limit_w", self._device.set_power_limit_w, state.power_limit_w
-        )
+        self._write_power_limit(state.power_limit_w)

@@ -10,38 +10,14 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING
 
-from perseusd.cluster.job_board import JobView, PipelineFacts
-from perseusd.cluster.span_board import BlobRef, MemberRecord, PlanRecord
+from perseusd.cluster.job_board import PipelineFacts
+
+if TYPE_CHECKING:
+    from perseusd.cluster.plane import ClusterPlane
 
 logger = logging.getLogger(__name__)
-
-
-class Plane(Protocol):
-    """What the jobs need of `perseusd.cluster.plane.ClusterPlane`."""
-
-    def publish_pipeline(
-        self,
-        job: str,
-        pipeline: int,
-        iteration_time_s: float,
-        t_min_s: float,
-        t_max_s: float,
-        plan_time_s: float | None = None,
-    ) -> None: ...
-    def withdraw_pipeline(self, job: str, pipeline: int) -> None: ...
-    def announce_straggler(self, job: str, pipeline: int, factor: float) -> None: ...
-    def clear_straggler(self, job: str, pipeline: int) -> None: ...
-    def snapshot(self, job: str) -> JobView: ...
-    def forget_job(self, job: str) -> None: ...
-    def publish_member(self, job: str, record: MemberRecord) -> None: ...
-    def publish_plan(self, job: str, plan: PlanRecord) -> None: ...
-    def publish_blob(self, job: str, name: str, data: bytes) -> BlobRef: ...
-    def withdraw_blob(self, job: str, name: str) -> None: ...
-    def blob(self, job: str, ref: BlobRef) -> bytes | None: ...
-    def campaign(self, job: str) -> None: ...
-    def resign(self, job: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -67,7 +43,7 @@ def significant(value: float, digits: int = 3) -> float:
 class ClusterLink:
     """Publishes this node's pipelines and straggler decisions; reads the others'."""
 
-    def __init__(self, plane: Plane, node_name: str) -> None:
+    def __init__(self, plane: ClusterPlane, node_name: str) -> None:
         self._plane = plane
         self.node_name = node_name
 
@@ -102,7 +78,7 @@ class ClusterLink:
             self._plane.forget_job(job)
 
     @property
-    def plane(self) -> Plane:
+    def plane(self) -> ClusterPlane:
         """The plane itself, for a spanning job's records (`perseusd.jobs.spanning`)."""
         return self._plane
 

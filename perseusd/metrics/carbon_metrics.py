@@ -17,7 +17,7 @@ from perseus_client.protocol import CarbonInfo, SignalInfo
 from prometheus_client.core import Metric
 
 from perseusd.carbon.keeper import EXPIRED, FAILED, OK, STALE
-from perseusd.metrics.families import add_state_set, counter, gauge
+from perseusd.metrics.families import add_known, add_state_set, counter, gauge
 
 SIGNAL_STATES = (OK, STALE, EXPIRED, FAILED)
 JOB_UNIT = ("job_name", "uid", "unit")
@@ -44,12 +44,9 @@ def signal_families(signal: SignalInfo) -> Iterator[Metric]:
     state = gauge(
         "grid_signal_state", "1 for the signal's current state, 0 for the others", ("source", "state")
     )
-    if signal.value is not None:
-        value.add_metric(labels, signal.value)
-    if signal.forecast is not None:
-        forecast.add_metric(labels, signal.forecast)
-    if signal.age_s is not None:
-        age.add_metric([source], signal.age_s)
+    add_known(value, labels, signal.value)
+    add_known(forecast, labels, signal.forecast)
+    add_known(age, [source], signal.age_s)
     add_state_set(state, [source], SIGNAL_STATES, signal.state)
     yield from (value, forecast, age, state)
 
@@ -77,8 +74,7 @@ def job_carbon_families(rows: Sequence[tuple[str, int, CarbonInfo]], signal_unit
     for job, uid, carbon in rows:
         key = [job, str(uid), unit]
         emitted.add_metric(key, carbon.carbon_g)
-        if carbon.all_max_carbon_g is not None:
-            all_max.add_metric([*key, carbon.all_max_basis or "predicted"], carbon.all_max_carbon_g)
+        add_known(all_max, [*key, carbon.all_max_basis or "predicted"], carbon.all_max_carbon_g)
         energy.add_metric([job, str(uid), "counted"], carbon.energy_j)
         energy.add_metric([job, str(uid), "uncounted"], carbon.uncounted_energy_j)
     yield from (emitted, all_max, energy)

@@ -25,7 +25,7 @@ from perseusd.jobs.manager import JobManager
 from perseusd.metrics.carbon_metrics import job_carbon_families, signal_families
 from perseusd.metrics.daemon_view import DaemonView
 from perseusd.metrics.dcgm_names import GpuRow, dcgm_families, joinable_families
-from perseusd.metrics.families import PREFIX, counter, gauge, mhz_to_hz
+from perseusd.metrics.families import PREFIX, add_known, counter, gauge, mhz_to_hz
 from perseusd.metrics.gpu_calls import GpuCallRecorder
 from perseusd.metrics.job_metrics import MAX_JOBS, job_families, job_snapshots
 from perseusd.metrics.pool_metrics import pool_families
@@ -241,8 +241,7 @@ class _GpuFamilies:
         self.up.add_metric(labels, 0.0 if reading.error else 1.0)
         if reading.energy_mj is not None:
             self.energy.add_metric(labels, reading.energy_mj / 1000.0)
-        if reading.power_w is not None:
-            self.power.add_metric(labels, reading.power_w)
+        add_known(self.power, labels, reading.power_w)
         if reading.sm_clock_mhz is not None:
             self.clock.add_metric(labels, mhz_to_hz(reading.sm_clock_mhz))
         if reading.locked_sm_clock_mhz is not None:

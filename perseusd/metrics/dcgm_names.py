@@ -24,7 +24,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from perseusd.gpu.backend import GpuInfo, gpu_minor
 from perseusd.gpu.owner import GpuReading
 from perseusd.metrics.daemon_view import DaemonView
-from perseusd.metrics.families import counter, gauge
+from perseusd.metrics.families import add_known, counter, gauge
 
 DCGM = ("gpu", "UUID", "device", "modelName", "pci_bus_id", "Hostname")
 JOIN = ("gpu", "UUID", "Hostname")
@@ -69,12 +69,10 @@ def dcgm_families(rows: list[GpuRow], hostname: str) -> Iterator[Metric]:
         reading = row.reading
         if reading.energy_mj is not None:
             energy.add_metric(values, float(reading.energy_mj))
-        if reading.power_w is not None:
-            power.add_metric(values, reading.power_w)
+        add_known(power, values, reading.power_w)
         if reading.sm_clock_mhz is not None:
             clock.add_metric(values, float(reading.sm_clock_mhz))
-        if reading.power_limit_w is not None:
-            limit.add_metric(values, reading.power_limit_w)
+        add_known(limit, values, reading.power_limit_w)
     yield from (energy, power, clock, limit)
 
 

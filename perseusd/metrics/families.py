@@ -27,9 +27,16 @@ def counter(
 
 def _family(kind: type[_F], name: str, doc: str, labels: Sequence[str], value: float | None) -> _F:
     family = kind(PREFIX + name, doc, labels=list(labels))
-    if value is not None:
-        family.add_metric([], value)
+    add_known(family, [], value)
     return family
+
+
+def add_known(
+    family: GaugeMetricFamily | CounterMetricFamily, labels: Sequence[str], value: float | None
+) -> None:
+    """A sample of `value` labelled `labels`, when it is known: an unknown value is left out, never 0."""
+    if value is not None:
+        family.add_metric(labels, value)
 
 
 def add_state_set(

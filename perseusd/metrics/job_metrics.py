@@ -11,14 +11,14 @@ from collections.abc import Iterator
 
 from perseus_client.message import JOB_STATES
 from perseus_client.protocol import JobInfo
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
 from perseusd.jobs.job import Job
 from perseusd.jobs.manager import JobManager
 from perseusd.jobs.metering import MeasuredSaving
 from perseusd.jobs.report import job_info
 from perseusd.jobs.response import DEPARTS
-from perseusd.metrics.families import add_state_set, counter, gauge
+from perseusd.metrics.families import add_known, add_state_set, counter, gauge
 from perseusd.switching.plans import PlanBook
 
 logger = logging.getLogger(__name__)
@@ -99,32 +99,31 @@ def job_families(snapshots: list[tuple[JobInfo, int, int]]) -> Iterator[Metric]:
     for info, clock_changes, wrong_starts in snapshots:
         key = [info.job, str(info.uid)]
         add_state_set(state, key, JOB_STATES, info.state)
-        _maybe(plan_time, key, info.plan_time_s)
-        _maybe(plan_energy, key, info.plan_energy_j)
-        _maybe(max_time, key, info.all_max_time_s)
-        _maybe(max_energy, key, info.all_max_energy_j)
+        add_known(plan_time, key, info.plan_time_s)
+        add_known(plan_energy, key, info.plan_energy_j)
+        add_known(max_time, key, info.all_max_time_s)
+        add_known(max_energy, key, info.all_max_energy_j)
         saved.add_metric([*key, info.energy_saved_source or "predicted"], info.energy_saved_j)
         departs.add_metric(key, 1.0 if DEPARTS in info.plan_note else 0.0)
         changes.add_metric(key, clock_changes)
         late.add_metric(key, wrong_starts)
         if info.straggler is not None:
             straggling.add_metric([*key, str(info.straggler.pipeline)], info.straggler.factor)
-        _maybe(profile_error, key, info.profile_error_pct)
+        add_known(profile_error, key, info.profile_error_pct)
         for kind, value in (
             ("predicted", info.predicted_saving_pct),
             ("measured", info.measured_saving_pct),
             ("error_points", info.saving_error_pts),
         ):
-            if value is not None:
-                accuracy.add_metric([*key, kind], value)
+            add_known(accuracy, [*key, kind], value)
         for phase, seconds in planning_phases(info):
             planning.add_metric([*key, phase], seconds)
         for pipe in info.pipelines[:MAX_PIPELINES]:
             pkey = [*key, str(pipe.pipeline)]
-            _maybe(iteration, pkey, pipe.iteration_time_s)
+            add_known(iteration, pkey, pipe.iteration_time_s)
             if not pipe.node:  # this node's pipelines only (others are the other nodes' metrics)
                 iterations.add_metric(pkey, pipe.iterations)
-            _maybe(slowness, pkey, pipe.slowness)
+            add_known(slowness, pkey, pipe.slowness)
     yield from (
         state,
         plan_time,
@@ -147,8 +146,3 @@ def planning_phases(info: JobInfo) -> list[tuple[str, float]]:
         return []
     phases = (p.fit_s, p.frontier_s, p.follow_s, p.descent_s, p.transfer_s, p.total_s)
     return list(zip(("fit", "frontier", "follow", "descent", "transfer", "total"), phases, strict=True))
-
-
-def _maybe(family: GaugeMetricFamily, labels: list[str], value: float | None) -> None:
-    if value is not None:
-        family.add_metric(labels, value)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from perseus_client.status_messages import PoolInfo
 from prometheus_client.core import Metric
 
-from perseusd.metrics.families import add_state_set, gauge
+from perseusd.metrics.families import add_known, add_state_set, gauge
 
 SIGNAL_STATES = ("fresh", "stale: last grants held", "stale: safe caps")
 
@@ -29,10 +29,8 @@ def pool_families(pool: PoolInfo) -> Iterator[Metric]:
         "power_pool_budget_signal", "1 for the budget signal's state, 0 for the others", ("pool", "state")
     )
     for family, value in ((budget, pool.budget_w), (grant, pool.grant_w), (held, pool.applied_w)):
-        if value is not None:
-            family.add_metric([pool.pool], value)
-    if pool.budget_age_s is not None:
-        age.add_metric([pool.pool, pool.budget_by or ""], pool.budget_age_s)
+        add_known(family, [pool.pool], value)
+    add_known(age, [pool.pool, pool.budget_by or ""], pool.budget_age_s)
     if pool.budget_signal is not None:
         add_state_set(state, [pool.pool], SIGNAL_STATES, pool.budget_signal)
     yield from (budget, grant, held, age, state)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from prometheus_client.core import Metric
 
 from perseusd.leasing.slurm_jobs import SlurmLedger
-from perseusd.metrics.families import gauge
+from perseusd.metrics.families import add_known, gauge
 
 SLURM = ("slurm_job", "uid")
 
@@ -23,7 +23,6 @@ def slurm_families(ledger: SlurmLedger) -> Iterator[Metric]:
     for record in ledger.records():
         key = [str(record.job), str(record.uid)]
         leased.add_metric(key, record.leased_energy_j)
-        if record.allocated_energy_j is not None:
-            allocated.add_metric(key, record.allocated_energy_j)
+        add_known(allocated, key, record.allocated_energy_j)
         running.add_metric(key, 1.0 if record.state == "running" else 0.0)
     yield from (leased, allocated, running)

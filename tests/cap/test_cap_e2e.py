@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,11 +17,11 @@ from tests.support.perseusd_proc import (
     DaemonDirs,
     DaemonProcess,
     daemon_processes,
+    lease_holder,
     run_as_user,
     sim_control,
-    start_lease_holder,
-    stop_process,
 )
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -48,10 +47,7 @@ def limits_w(runtime_dir: Path, status: dict[str, Any]) -> list[float]:
 
 
 def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
-    deadline_s = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline_s, f"not within {timeout_s} s: {what}"
-        time.sleep(0.05)
+    wait_until(check, timeout_s, what)
 
 
 def test_cap_set_infeasible_clear(make_daemon: Callable[..., DaemonProcess]) -> None:
@@ -171,13 +167,10 @@ def test_cap_written_again_after_a_lease_restores_the_gpu(make_daemon: Callable[
     dirs = DaemonDirs.create()
     make_daemon(dirs, gpus=2, extra_args=H100).start()
     run = dirs.runtime_dir
-    holder = start_lease_holder(run, 1200)
-    try:
+    with lease_holder(run, 1200):  # its end restores the GPU's original (700 W, unlocked) ...
         assert run_ctl(run, "cap", "set", "--node", "600").returncode == 0
         uuid = cap_status(run)["gpus"][0]["uuid"]
         assert sim_control(run, uuid).power_limit_w == 300.0
-    finally:
-        stop_process(holder)  # the release restores the GPU's original (700 W, unlocked) ...
     wait_for(lambda: sim_control(run, uuid).locked_sm_clock_mhz is None, "the lease restored")
     wait_for(lambda: sim_control(run, uuid).power_limit_w == 300.0, "the cap written again")  # ... then this
 

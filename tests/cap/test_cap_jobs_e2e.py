@@ -24,6 +24,7 @@ from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.ctl import run_ctl
 from tests.support.perseusd_proc import DaemonDirs, daemon_processes, sim_control
 from tests.support.synthetic import synthetic_profile
+from tests.support.training import daemon_gpus
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -49,8 +50,7 @@ def _two_jobs(profile: Profile, env: dict[str, str] | None = None) -> Iterator[P
     with daemon_processes() as make:
         run = make(DaemonDirs.create(), gpus=2, env=env or {}).start().dirs.runtime_dir
         with PerseusClient(run, job=JOBS[0], timeout_s=10.0) as client:
-            assert client.daemon_info is not None
-            gpus = [gpu.uuid for gpu in client.daemon_info.gpus]
+            gpus = daemon_gpus(client)
             client.claim(gpus)
             for job, gpu in zip(JOBS, gpus, strict=True):
                 client.profile_import(profile_to_csv(profile), source="synthetic", p_block_w=80.0, job=job)

@@ -13,7 +13,7 @@ from perseus_client.client import PerseusClient
 from tests.support.ctl import ctl_job
 from tests.support.perseusd_proc import DaemonDirs, daemon_processes
 from tests.support.synthetic import synthetic_profile
-from tests.support.training import join_pipeline, run_iteration
+from tests.support.training import daemon_gpus, join_pipeline, run_iteration
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -44,8 +44,7 @@ def test_a_carbon_job_follows_the_grid_and_counts_its_carbon(tmp_path: Path) -> 
         daemon = make(DaemonDirs.create(), gpus=STAGES, env=env).start()
         runtime_dir = daemon.dirs.runtime_dir
         with PerseusClient(runtime_dir, job=JOB, timeout_s=10.0) as client:
-            assert client.daemon_info is not None
-            gpus = [gpu.uuid for gpu in client.daemon_info.gpus]
+            gpus = daemon_gpus(client)
             profile = synthetic_profile(STAGES, seed=3, clocks_mhz=tuple(range(1410, 885, -45)))
             join_pipeline(client, gpus, profile, MICROBATCHES)
             client.set_policy("carbon", 0.3)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.etcd_cluster import wait_until
 from tests.support.perseusd_proc import REPO_ROOT, DaemonDirs, DaemonProcess, daemon_processes, stop_process
+from tests.support.polling import wait_until
 from tests.support.wheels import build_client_wheel, offline_pip_env, repack_installed
 
 pytestmark = pytest.mark.timeout(120)

@@ -22,7 +22,7 @@ from perseusd.cluster.job_board import (
     view_state,
 )
 from perseusd.errors import ConfigError
-from tests.support.etcd_cluster import wait_until
+from tests.support.polling import wait_until
 from tests.support.ports import free_ports
 
 PREFIX = "/perseus/v1"

@@ -18,7 +18,8 @@ import pytest
 from perseusd.cluster.config import ClusterConfig
 from perseusd.cluster.job_board import JobView, PipelineFacts, StragglerAnnouncement, ViewState
 from perseusd.cluster.plane import ClusterPlane
-from tests.support.etcd_cluster import EtcdCluster, requires_etcd, wait_until
+from tests.support.etcd_cluster import EtcdCluster, requires_etcd
+from tests.support.polling import wait_until
 from tests.support.ports import free_ports
 
 pytestmark = requires_etcd

@@ -22,9 +22,10 @@ from perseus_client.protocol import JobInfo
 
 from perseusd.planner.profile_csv import profile_to_csv
 from perseusd.planner.schedule_orders import one_f_one_b_order
-from tests.support.etcd_cluster import EtcdCluster, requires_etcd, wait_until
+from tests.support.etcd_cluster import EtcdCluster, requires_etcd
 from tests.support.lockstep import Lockstep, cluster_env
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, sim_control
+from tests.support.polling import wait_until
 from tests.support.synthetic import synthetic_profile
 
 pytestmark = [requires_etcd, pytest.mark.timeout(300)]
@@ -197,14 +198,7 @@ def test_the_solving_node_dies_another_takes_over_and_its_stage_rejoins_without_
         assert after.span is not None
         assert after.span.solves == 1
 
-        leader.start()  # the node comes back (systemd restarts the unit): the stage re-registers
-        _until(lambda: _state(leader) == "running", "the restarted node runs the plan again", 60)
-        back = _span(leader)
-        assert back.plan_index == plan_index
-        assert back.profiling is None  # rejoined without profiling again
-        assert back.span is not None
-        assert back.span.solves == 1
-        assert back.span.leader == other_name
+        _rejoins(leader, plan_index, other_name)
     _all_unlocked(nodes)
 
 
@@ -225,14 +219,20 @@ def test_a_node_that_does_not_lead_dies_the_other_keeps_its_plan_and_the_node_re
         assert (info.span.plan_epoch, info.span.solves, info.span.leader) == (epoch, 1, leader_name)
         assert "pipeline 0: stages" in info.span.missing  # what it cannot see now
 
-        follower.start()
-        _until(lambda: _state(follower) == "running", "the restarted node runs the plan again", 60)
-        back = _span(follower)
-        assert back.plan_index == before.plan_index
-        assert back.profiling is None  # no new profile
-        assert back.span is not None
-        assert (back.span.solves, back.span.leader) == (1, leader_name)
+        _rejoins(follower, before.plan_index, leader_name)
     _all_unlocked(nodes)
+
+
+def _rejoins(node: DaemonProcess, plan_index: int | None, leader_name: str) -> None:
+    """The killed `node` comes back (systemd restarts the unit): its stage re-registers and runs its part of
+    plan `plan_index` again, without a new profile or a new solve, `leader_name` still leading."""
+    node.start()
+    _until(lambda: _state(node) == "running", "the restarted node runs the plan again", 60)
+    back = _span(node)
+    assert back.plan_index == plan_index
+    assert back.profiling is None  # rejoined without profiling again
+    assert back.span is not None
+    assert (back.span.solves, back.span.leader) == (1, leader_name)
 
 
 def _all_unlocked(nodes: dict[str, DaemonProcess]) -> None:

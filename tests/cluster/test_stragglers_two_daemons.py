@@ -20,9 +20,10 @@ from perseus_client.protocol import JobInfo
 
 from perseusd.planner.profile_csv import profile_to_csv
 from perseusd.planner.schedule_orders import one_f_one_b_order
-from tests.support.etcd_cluster import EtcdCluster, requires_etcd, wait_until
+from tests.support.etcd_cluster import EtcdCluster, requires_etcd
 from tests.support.lockstep import Lockstep, cluster_env
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess
+from tests.support.polling import wait_until
 from tests.support.synthetic import synthetic_profile
 
 pytestmark = [requires_etcd, pytest.mark.timeout(240)]

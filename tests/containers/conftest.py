@@ -8,6 +8,7 @@ import pytest
 
 from tests.containers.namespaces import missing_requirement
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
+from tests.support.requirements import skip_unless_met
 
 GPUS = 4
 
@@ -22,9 +23,7 @@ def open_simulated_boards(daemon: DaemonProcess) -> None:
 @pytest.fixture(scope="module")
 def container_daemon() -> Iterator[DaemonProcess]:
     """4 simulated A100s, socket group nogroup (the containers' group), a fast energy counter."""
-    reason = missing_requirement()
-    if reason:
-        pytest.skip(reason)
+    skip_unless_met(missing_requirement())
     env = {
         "PERSEUSD_SOCKET_GROUP": "nogroup",
         "PERSEUSD_SIM_UPDATE_PERIOD_S": "0.02",

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import pytest
 from tests.containers import readings
 from tests.containers.namespaces import CONTAINER_UID, container_command, container_pid, enter_command
 from tests.support.perseusd_proc import DaemonProcess, sim_control
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -61,10 +61,10 @@ def container(
 
 
 def _wait_unleased(daemon: DaemonProcess, uuid: str) -> None:
-    deadline_s = time.monotonic() + readings.RESTORE_TIMEOUT_S
-    while any(row["uuid"] == uuid and row["lease"] for row in readings.gpu_rows(daemon)):
-        assert time.monotonic() < deadline_s, f"GPU {uuid} still leased"
-        time.sleep(0.05)
+    def unleased() -> bool:
+        return not any(row["uuid"] == uuid and row["lease"] for row in readings.gpu_rows(daemon))
+
+    wait_until(unleased, readings.RESTORE_TIMEOUT_S, f"GPU {uuid}'s lease to end")
 
 
 def test_a_container_claims_the_gpu_it_was_given_by_its_own_index(

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,15 +22,15 @@ from tests.containers.podman import (
     podman_storage,
 )
 from tests.support.perseusd_proc import DaemonProcess, sim_control
+from tests.support.polling import wait_until
+from tests.support.requirements import skip_unless_met
 
 pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module")
 def podman() -> Iterator[Podman]:
-    reason = missing_requirement()
-    if reason:
-        pytest.skip(reason)
+    skip_unless_met(missing_requirement())
     with podman_storage() as storage:
         yield storage
 
@@ -62,10 +61,8 @@ def test_a_podman_container_claims_its_gpu_and_its_death_restores_it(
         assert lease["uid"] == PODMAN_UID_BASE
         assert sim_control(daemon.dirs.runtime_dir, uuids[2]).locked_sm_clock_mhz == readings.CLOCK_MHZ
         os.kill(host_pid, signal.SIGKILL)  # the container dies (podman kill would do the same)
-        deadline_s = time.monotonic() + readings.RESTORE_TIMEOUT_S
-        while readings.gpu_rows(daemon)[2]["lease"] is not None:
-            assert time.monotonic() < deadline_s, "the lease outlived the container"
-            time.sleep(0.05)
+        unleased = lambda: readings.gpu_rows(daemon)[2]["lease"] is None  # noqa: E731
+        wait_until(unleased, readings.RESTORE_TIMEOUT_S, "the lease to end with the container")
         assert sim_control(daemon.dirs.runtime_dir, uuids[2]).locked_sm_clock_mhz is None
     finally:
         attached.kill()

@@ -21,10 +21,9 @@ from perseus_client.client import PerseusClient
 from perseusd.ctl.main import main
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import read_profile, read_profile_stream
-from tests.support.ctl import wait_ctl_job
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 from tests.support.synthetic import synthetic_profile
-from tests.support.training import join_pipeline, run_iteration
+from tests.support.training import train_job
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -72,10 +71,6 @@ def _profile() -> Profile:
     return synthetic_profile(STAGES, seed=3, clocks_mhz=tuple(range(1410, 885, -90)))
 
 
-def _wait_job(runtime_dir: Path, ready: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-    return wait_ctl_job(runtime_dir, JOB, ready, WAIT_S)
-
-
 @pytest.fixture(scope="module")
 def job_daemon() -> Iterator[Path]:
     """A daemon with a running 2-stage job that has done a few iterations; its runtime directory.
@@ -86,15 +81,7 @@ def job_daemon() -> Iterator[Path]:
         daemon: DaemonProcess = make(DaemonDirs.create(), gpus=STAGES).start()
         runtime_dir = daemon.dirs.runtime_dir
         with PerseusClient(runtime_dir, job=JOB, timeout_s=10.0) as client:
-            assert client.daemon_info is not None
-            gpus = [gpu.uuid for gpu in client.daemon_info.gpus]
-            join_pipeline(client, gpus, _profile(), MICROBATCHES, P_BLOCK_W)
-            job = _wait_job(runtime_dir, lambda job: job["state"] in ("running", "failed"))
-            assert job["state"] == "running", job
-            for step in range(ITERATIONS):
-                run_iteration(client, gpus, step, MICROBATCHES)
-            job = _wait_job(runtime_dir, lambda job: job["pipelines"][0]["iterations"] >= ITERATIONS)
-            assert job["pipelines"][0]["iterations"] >= ITERATIONS, job
+            train_job(client, _profile(), MICROBATCHES, ITERATIONS, P_BLOCK_W)
             yield runtime_dir
 
 

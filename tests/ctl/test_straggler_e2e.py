@@ -21,6 +21,7 @@ from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.ctl import wait_ctl_job
 from tests.support.perseusd_proc import DaemonDirs, daemon_processes
 from tests.support.synthetic import synthetic_profile
+from tests.support.training import daemon_gpus
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -46,8 +47,7 @@ def daemon() -> Iterator[Daemon]:
     with daemon_processes() as make:
         runtime_dir = make(DaemonDirs.create(), gpus=PIPELINES).start().dirs.runtime_dir
         with PerseusClient(runtime_dir, job=JOB, timeout_s=10.0, strict=True) as client:
-            assert client.daemon_info is not None
-            gpus = [gpu.uuid for gpu in client.daemon_info.gpus]
+            gpus = daemon_gpus(client)
             profile = synthetic_profile(1, seed=5, clocks_mhz=tuple(range(1410, 885, -90)))
             client.profile_import(profile_to_csv(profile), source="synthetic", p_block_w=80.0)
             client.claim(gpus)

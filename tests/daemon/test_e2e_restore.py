@@ -13,6 +13,7 @@ import pytest
 from tests.support.perseusd_proc import (
     DaemonDirs,
     DaemonProcess,
+    lease_holder,
     sim_control,
     start_lease_holder,
     stop_process,
@@ -43,8 +44,7 @@ def test_client_sigkill_restores_gpu_fast(
     make_daemon: Callable[..., DaemonProcess], dirs: DaemonDirs
 ) -> None:
     daemon = make_daemon(dirs, gpus=2).start()
-    holder = start_lease_holder(dirs.runtime_dir, LOCK_MHZ)
-    try:
+    with lease_holder(dirs.runtime_dir, LOCK_MHZ) as holder:
         row = _gpu(daemon.status(), 0)
         assert row["locked_clock_mhz"] == LOCK_MHZ
         assert row["lease"] == {"pid": holder.pid, "uid": os.getuid(), "job": "e2e-holder", "slurm_job": None}
@@ -52,8 +52,6 @@ def test_client_sigkill_restores_gpu_fast(
         killed_s = time.monotonic()
         holder.kill()
         delay_s = _wait_unlocked(dirs, uuid, killed_s, "GPU not restored within 5 s of the client's SIGKILL")
-    finally:
-        stop_process(holder)
     health = daemon.status()["daemon"]
     assert isinstance(health, dict)
     print(f"\nrestore after client SIGKILL: observed {delay_s * 1e3:.1f} ms; "
@@ -90,8 +88,7 @@ def test_daemon_restart_adopts_lease_of_live_client(
     make_daemon: Callable[..., DaemonProcess], dirs: DaemonDirs
 ) -> None:
     daemon = make_daemon(dirs, gpus=1).start()
-    holder = start_lease_holder(dirs.runtime_dir, LOCK_MHZ)
-    try:
+    with lease_holder(dirs.runtime_dir, LOCK_MHZ) as holder:
         uuid = str(_gpu(daemon.status(), 0)["uuid"])
         daemon.signal(signal.SIGKILL)
         daemon.wait()
@@ -101,8 +98,6 @@ def test_daemon_restart_adopts_lease_of_live_client(
         assert row["locked_clock_mhz"] == LOCK_MHZ  # the live client keeps its GPU
         holder.kill()
         _wait_unlocked(dirs, uuid, time.monotonic(), "adopted lease not restored when its holder died")
-    finally:
-        stop_process(holder)
 
 
 def test_sigterm_restores_all_gpus_but_the_failing_one(
@@ -110,14 +105,11 @@ def test_sigterm_restores_all_gpus_but_the_failing_one(
 ) -> None:
     faults = [{"gpu": 1, "op": "reset_locked_sm_clock", "kind": "error"}]
     daemon = make_daemon(dirs, gpus=3, env={"PERSEUSD_SIM_FAULTS": json.dumps(faults)}).start()
-    holder = start_lease_holder(dirs.runtime_dir, LOCK_MHZ, gpus=3)
-    try:
+    with lease_holder(dirs.runtime_dir, LOCK_MHZ, gpus=3):
         uuids = [str(row["uuid"]) for row in daemon.status()["gpus"]]  # type: ignore[union-attr]
         assert all(sim_control(dirs.runtime_dir, u).locked_sm_clock_mhz == LOCK_MHZ for u in uuids)
         daemon.signal(signal.SIGTERM)
         assert daemon.wait() == 0
-    finally:
-        stop_process(holder)
     clocks = [sim_control(dirs.runtime_dir, u).locked_sm_clock_mhz for u in uuids]
     assert clocks == [None, LOCK_MHZ, None]
     assert "restore FAILED" in daemon.log()

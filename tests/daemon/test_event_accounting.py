@@ -14,7 +14,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from perseusd.daemon.event_tally import reconcile
 from perseusd.leasing.identity import Caller
 from perseusd.leasing.leases import LeaseBook, Session
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
+from tests.support.polling import wait_until
 from tests.support.sockets import connected, zmq_context
 
 pytestmark = pytest.mark.timeout(180)
@@ -168,10 +168,8 @@ def test_an_older_daemon_is_sent_no_marker_and_refuses_one_cleanly() -> None:
         assert health["events_received"] == 200
         assert health["errors_by_code"].get("UNKNOWN_TYPE", 0) == 0
         with zmq_context() as ctx, _push_marker(ctx, runtime_dir):
-            deadline_s = time.monotonic() + 60
-            while daemon.status()["daemon"]["errors_by_code"].get("UNKNOWN_TYPE", 0) != 1:
-                assert time.monotonic() < deadline_s
-                time.sleep(0.05)
+            refused = lambda: daemon.status()["daemon"]["errors_by_code"].get("UNKNOWN_TYPE", 0) == 1  # noqa: E731
+            wait_until(refused, 60, "the marker refused as an unknown type")
         health = daemon.status()["daemon"]
         assert (health["events_received"], health["events_dropped"]) == (201, 1)
 
@@ -180,10 +178,7 @@ def test_a_marker_from_a_process_without_a_session_is_ignored_and_not_counted() 
     with daemon_processes() as make:
         daemon = make(DaemonDirs.create(), gpus=1).start()
         with zmq_context() as ctx, _push_marker(ctx, daemon.dirs.runtime_dir):
-            deadline_s = time.monotonic() + 60
-            while "which has no session" not in daemon.log():
-                assert time.monotonic() < deadline_s
-                time.sleep(0.05)
+            wait_until(lambda: "which has no session" in daemon.log(), 60, "the marker ignored")
         health = daemon.status()["daemon"]
         assert (health["events_received"], health["events_dropped"], health["events_lost"]) == (0, 0, 0)
 

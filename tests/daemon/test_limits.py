@@ -11,8 +11,6 @@ from pathlib import Path
 import pytest
 from perseus_client.protocol import (
     ErrorCode,
-    JobsReply,
-    JobsRequest,
     ProtocolError,
     Register,
     Release,
@@ -26,7 +24,7 @@ from perseusd.jobs.settings import JobSettings
 from perseusd.leasing.identity import Caller, checked_start_time
 from perseusd.leasing.leases import LeaseBook
 from tests.support.callers import ME
-from tests.support.daemon_core import claim, sim_core
+from tests.support.daemon_core import claim, core_job, core_jobs, sim_core
 
 
 @pytest.fixture
@@ -105,13 +103,9 @@ def test_job_that_ends_while_profiling_says_why(core: DaemonCore) -> None:
     claim(core, ME, gpus, "t")
     for stage, gpu in enumerate(gpus):
         core.handle(ME, Register(gpu, "prof", 0, stage, 2, 4, "1f1b", 1))
-    reply = core.handle(ME, JobsRequest())
-    assert isinstance(reply, JobsReply)
-    assert reply.jobs[0].state == "profiling"
+    assert core_job(core).state == "profiling"
     core.handle(ME, Release(gpus=()))
-    reply = core.handle(ME, JobsRequest())
-    assert isinstance(reply, JobsReply)
-    (job,) = reply.jobs
+    (job,) = core_jobs(core)
     assert job.state == "ended"
     assert "while it was profiling" in job.error
     assert "import a profile" in job.error
@@ -124,7 +118,5 @@ def test_registration_out_of_range_creates_no_job(core: DaemonCore) -> None:
         with pytest.raises(ProtocolError) as refused:
             core.handle(ME, Register(gpu, "half", pipeline, 0, 1, 1, "1f1b", 1))
         assert refused.value.code == ErrorCode.BAD_FIELD
-    reply = core.handle(ME, JobsRequest())
-    assert isinstance(reply, JobsReply)
-    assert reply.jobs == ()
+    assert core_jobs(core) == ()
     core.handle(ME, Release(gpus=()))

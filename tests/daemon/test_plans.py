@@ -30,6 +30,7 @@ from perseusd.errors import InvalidValueError
 from perseusd.leasing.identity import Caller
 from perseusd.switching.plans import PlanBook, validate_plan
 from tests.support.daemon_core import claim, sim_core
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -143,10 +144,8 @@ def core(tmp_path: Path) -> Iterator[DaemonCore]:
 
 
 def _wait_locked(core: DaemonCore, gpu: str, clock_mhz: int) -> None:
-    deadline_s = time.monotonic() + 5
-    while core.registry.read_all()[gpu].locked_sm_clock_mhz != clock_mhz:
-        assert time.monotonic() < deadline_s, f"clock never became {clock_mhz}"
-        time.sleep(0.001)
+    locked = lambda: core.registry.read_all()[gpu].locked_sm_clock_mhz == clock_mhz  # noqa: E731
+    wait_until(locked, 5, f"the clock to become {clock_mhz}", poll_s=0.001)
 
 
 def test_core_switches_clock_on_events_and_drops_plan_on_release(core: DaemonCore) -> None:

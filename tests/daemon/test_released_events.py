@@ -3,7 +3,6 @@ the accounting still closes (read = accepted + dropped, nothing lost), and they 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
@@ -12,6 +11,7 @@ from perseus_client import PerseusClient
 
 from tests.support.frames import V
 from tests.support.perseusd_proc import DaemonDirs, daemon_processes
+from tests.support.polling import wait_until
 from tests.support.sockets import connected, zmq_context
 
 pytestmark = pytest.mark.timeout(120)
@@ -19,10 +19,7 @@ WAIT_S = 60.0  # a bound on waiting for the daemon to read, not a timing asserti
 
 
 def wait_for(what: Callable[[], bool]) -> None:
-    deadline_s = time.monotonic() + WAIT_S
-    while not what():
-        assert time.monotonic() < deadline_s
-        time.sleep(0.02)
+    wait_until(what, WAIT_S, "the daemon to read the events", poll_s=0.02)
 
 
 def send_pairs(client: PerseusClient, gpu: str, microbatches: range) -> None:

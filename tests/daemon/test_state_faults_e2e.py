@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from tests.support.perseusd_proc import (
     start_lease_holder,
     stop_process,
 )
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -81,10 +81,7 @@ def _state(state_dir: Path) -> dict[str, Any]:
 
 
 def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = RECOVERY_TIMEOUT_S) -> None:
-    deadline_s = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline_s, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    wait_until(condition, timeout_s, what)
 
 
 def _persistence_error(daemon: DaemonProcess) -> str | None:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from perseus_client.protocol import JobsReply, JobsRequest, ProfileImport, Register, Release
+from perseus_client.protocol import ProfileImport, Register, Release
 
 from perseusd.daemon.core import DaemonCore
 from perseusd.jobs import cache as cache_module
@@ -22,7 +22,7 @@ from perseusd.planner.profile_csv import profile_to_csv
 from perseusd.planner.solver import SolverParams, solve_frontier
 from perseusd.planner.switching import SwitchModel, follow_frontier
 from tests.support.callers import ME
-from tests.support.daemon_core import claim, sim_core
+from tests.support.daemon_core import claim, core_job, sim_core
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
 pytestmark = pytest.mark.timeout(180)
@@ -115,11 +115,10 @@ def _register_all(core: DaemonCore) -> list[str]:
 def _wait_running(core: DaemonCore) -> None:
     deadline_s = time.monotonic() + 120
     while True:
-        reply = core.handle(ME, JobsRequest())
-        assert isinstance(reply, JobsReply)
-        if reply.jobs[0].state == "running":
+        job = core_job(core)
+        if job.state == "running":
             return
-        assert reply.jobs[0].state in ("registered", "solving"), reply.jobs[0]
+        assert job.state in ("registered", "solving"), job
         assert time.monotonic() < deadline_s, "job never ran"
         core.tick()
         time.sleep(0.02)

@@ -4,15 +4,12 @@ together, profiled on one lead's clocks, no more GPUs than it declared)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from perseus_client.protocol import (
     JobInfo,
-    JobsReply,
-    JobsRequest,
     ProfileImport,
     ProtocolError,
     Register,
@@ -24,7 +21,8 @@ from perseusd.gpu.sim_shared import StateMap, state_path
 from perseusd.jobs.settings import JobSettings
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.callers import ME
-from tests.support.daemon_core import claim, sim_core
+from tests.support.daemon_core import claim, core_jobs, sim_core
+from tests.support.polling import wait_until
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
 pytestmark = pytest.mark.timeout(120)
@@ -46,9 +44,7 @@ def _register(core: DaemonCore, gpu: int, stage: int, stages: int, stage_gpus: i
 
 def _job(core: DaemonCore) -> JobInfo:
     core.tick()
-    reply = core.handle(ME, JobsRequest())
-    assert isinstance(reply, JobsReply)
-    (job,) = reply.jobs
+    (job,) = core_jobs(core)
     return job
 
 
@@ -92,11 +88,9 @@ def test_the_gpus_of_a_tensor_parallel_stage_are_one_stage(core: DaemonCore, tmp
     (pipeline,) = job.pipelines
     assert pipeline.stages_registered == 4  # GPUs
     # Each stage's second GPU was set its lead's clock (the sweep's first: the highest).
-    deadline_s = time.monotonic() + 10
     # Each GPU's owner thread sets its clock on its own: wait for all four, leads and followers.
-    while any(_locked_mhz(tmp_path, core, gpu) is None for gpu in range(4)):
-        assert time.monotonic() < deadline_s, "a GPU of a stage never got a clock"
-        time.sleep(0.02)
+    clocked = lambda: all(_locked_mhz(tmp_path, core, gpu) is not None for gpu in range(4))  # noqa: E731
+    wait_until(clocked, 10, "every GPU of each stage to get a clock", poll_s=0.02)
     assert _locked_mhz(tmp_path, core, 1) == _locked_mhz(tmp_path, core, 0) == max(A100_CLOCKS_MHZ)
     assert _locked_mhz(tmp_path, core, 3) == _locked_mhz(tmp_path, core, 2)
     with pytest.raises(ProtocolError, match="is run ''"):

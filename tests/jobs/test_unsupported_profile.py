@@ -11,8 +11,6 @@ from perseus_client.protocol import (
     ComputationBegin,
     ComputationEnd,
     JobInfo,
-    JobsReply,
-    JobsRequest,
     Register,
     RegisterOk,
     StepBegin,
@@ -24,7 +22,7 @@ from perseusd.jobs.settings import JobSettings
 from perseusd.planner.schedule_orders import one_f_one_b_order
 from perseusd.profiling.sweep import SweepSettings
 from tests.support.callers import ME
-from tests.support.daemon_core import claim, sim_core
+from tests.support.daemon_core import claim, core_jobs, sim_core
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -43,9 +41,7 @@ SETTINGS = JobSettings(
 
 
 def _job(core: DaemonCore) -> JobInfo:
-    reply = core.handle(ME, JobsRequest())
-    assert isinstance(reply, JobsReply)
-    [job] = reply.jobs
+    [job] = core_jobs(core)
     return job
 
 

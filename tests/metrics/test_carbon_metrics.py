@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 from perseus_client.protocol import (
-    JobsReply,
-    JobsRequest,
     StepBegin,
     StepEnd,
 )
@@ -25,7 +23,7 @@ from perseusd.daemon.core import DaemonCore
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
 from perseusd.leasing.identity import Caller
 from perseusd.metrics.collector import PerseusCollector
-from tests.support.daemon_core import running_core
+from tests.support.daemon_core import core_job, running_core
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -61,12 +59,6 @@ def _core(tmp_path: Path, keeper: SignalKeeper | None, now: list[float]) -> Iter
         yield core
 
 
-def _jobs(core: DaemonCore) -> JobsReply:
-    reply = core.handle(ME, JobsRequest())
-    assert isinstance(reply, JobsReply)
-    return reply
-
-
 def _run_until_counted(core: DaemonCore) -> None:
     deadline_s = time.monotonic() + 30
     step = 0
@@ -76,7 +68,7 @@ def _run_until_counted(core: DaemonCore) -> None:
             core.on_event(ME, StepEnd(gpu, step, time.monotonic_ns()))
         step += 1
         core.tick()
-        carbon = _jobs(core).jobs[0].carbon
+        carbon = core_job(core).carbon
         if carbon is not None and carbon.carbon_g > 0 and carbon.all_max_carbon_g:
             return
         assert time.monotonic() < deadline_s, "no carbon was counted"
@@ -100,7 +92,7 @@ def test_the_signal_and_each_jobs_carbon_or_cost(
         assert _value(samples, "perseus_grid_signal_age_seconds", source="trace") == 42.0
         assert _value(samples, "perseus_grid_signal_state", source="trace", state="ok") == 1.0
         assert _value(samples, "perseus_grid_signal_state", source="trace", state="expired") == 0.0
-        carbon = _jobs(core).jobs[0].carbon
+        carbon = core_job(core).carbon
         assert carbon is not None
         key = {"job_name": "train", "uid": str(os.getuid()), "unit": amount}
         emitted = _value(samples, "perseus_job_grid_cost_total", **key)

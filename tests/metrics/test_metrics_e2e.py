@@ -13,9 +13,8 @@ import shutil
 import socket
 import stat
 import subprocess
-import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,9 +26,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
+from tests.support.polling import wait_until
 from tests.support.ports import free_ports
 from tests.support.synthetic import synthetic_profile
-from tests.support.training import join_pipeline, run_iteration
+from tests.support.training import train_job
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -72,11 +72,8 @@ def one(by_name: dict[str, list[Sample]], name: str, **labels: str) -> float:
     return found[0]
 
 
-def _wait(predicate: object, what: str) -> None:
-    deadline_s = time.monotonic() + WAIT_S
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline_s, f"timed out waiting for {what}"
-        time.sleep(0.05)
+def _wait(predicate: Callable[[], bool], what: str) -> None:
+    wait_until(predicate, WAIT_S, what)
 
 
 @pytest.fixture(scope="module")
@@ -94,15 +91,8 @@ def scraped() -> Iterator[Scraped]:
         daemon = make(dirs, gpus=STAGES, extra_args=("--config", str(config))).start()
         url = f"http://127.0.0.1:{port}/metrics"
         with PerseusClient(dirs.runtime_dir, job=JOB, timeout_s=10.0) as client:
-            assert client.daemon_info is not None
-            gpus = [gpu.uuid for gpu in client.daemon_info.gpus]
             profile = synthetic_profile(STAGES, seed=3, clocks_mhz=tuple(range(1410, 885, -90)))
-            join_pipeline(client, gpus, profile, MICROBATCHES)
-            _wait(lambda: client.jobs().jobs[0].state in ("running", "failed"), "the job to run")
-            assert client.jobs().jobs[0].state == "running", client.jobs()
-            for step in range(ITERATIONS):
-                run_iteration(client, gpus, step, MICROBATCHES)
-            _wait(lambda: client.jobs().jobs[0].pipelines[0].iterations >= ITERATIONS, "the iterations")
+            gpus = train_job(client, profile, MICROBATCHES, ITERATIONS)
             yield Scraped(url, textfile_dir / "perseusd.prom", dirs.runtime_dir, gpus, daemon)
 
 

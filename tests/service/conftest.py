@@ -21,6 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nspawn_machine import Machine, booted_machine
 from rootfs import REPO_ROOT, build_tarball, unpack
 
+from tests.support.requirements import skip_unless_met
+
 SOURCE_INSIDE = "/opt/perseus-src"
 REQUIRED_TOOLS = {
     "systemd-nspawn": "systemd-container",
@@ -41,9 +43,7 @@ def _missing_requirement() -> str | None:
 @pytest.fixture(scope="session")
 def nspawn_rootfs() -> Iterator[Path]:
     """An unpacked copy of the cached rootfs, shared by every machine (they boot it with an overlay)."""
-    reason = _missing_requirement()
-    if reason:
-        pytest.skip(reason)
+    skip_unless_met(_missing_requirement())
     tarball = build_tarball()
     workdir = Path(tempfile.mkdtemp(prefix="perseus-rootfs-", dir="/var/tmp"))
     try:

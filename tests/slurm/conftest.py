@@ -10,6 +10,7 @@ import pytest
 
 from tests.slurm.cluster import SlurmCluster, missing_requirement, slurm_cluster
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
+from tests.support.requirements import skip_unless_met
 
 
 @dataclass
@@ -24,9 +25,7 @@ class SlurmNode:
 
 @pytest.fixture(scope="module")
 def node() -> Iterator[SlurmNode]:
-    reason = missing_requirement()
-    if reason:
-        pytest.skip(reason)
+    skip_unless_met(missing_requirement())
     with daemon_processes() as make:
         dirs = DaemonDirs.create()
         metrics = dirs.base / "metrics"

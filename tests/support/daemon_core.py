@@ -131,11 +131,16 @@ def running_core_fixture(pipelines: int, stages: int, microbatches: int) -> Any:
     return core
 
 
-def core_job(core: DaemonCore) -> JobInfo:
-    """The first job `core` shows `ME` (a `jobs` request): in these tests, their one job."""
+def core_jobs(core: DaemonCore) -> tuple[JobInfo, ...]:
+    """The jobs `core` shows `ME` (a `jobs` request)."""
     reply = core.handle(ME, JobsRequest())
     assert isinstance(reply, JobsReply)
-    return reply.jobs[0]
+    return reply.jobs
+
+
+def core_job(core: DaemonCore) -> JobInfo:
+    """The first job `core` shows `ME`: in these tests, their one job."""
+    return core_jobs(core)[0]
 
 
 def leased_service(core: DaemonCore, tmp_path: Path) -> tuple[Service, IpcServer, str]:

@@ -14,16 +14,16 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.polling import wait_until
 from tests.support.ports import free_ports
 
 ETCD = shutil.which("etcd")
@@ -32,16 +32,6 @@ requires_etcd = pytest.mark.skipif(
 )
 
 HEARTBEAT_MS, ELECTION_MS = 50, 500
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.05) -> float:
-    """Poll `predicate` until it holds; returns the seconds it took. Fails the test after `timeout_s`."""
-    start_s = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start_s > timeout_s:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(poll_s)
-    return time.monotonic() - start_s
 
 
 @dataclass

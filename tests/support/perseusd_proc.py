@@ -242,6 +242,16 @@ def start_lease_holder(
     return proc
 
 
+@contextlib.contextmanager
+def lease_holder(runtime_dir: Path, clock_mhz: int, gpus: int = 1) -> Iterator[subprocess.Popen[str]]:
+    """`start_lease_holder`, stopped (`stop_process`) when the block ends, whatever happened in it."""
+    holder = start_lease_holder(runtime_dir, clock_mhz, gpus)
+    try:
+        yield holder
+    finally:
+        stop_process(holder)
+
+
 def stop_process(proc: subprocess.Popen[str]) -> None:
     """SIGKILL (if still running), reap, and close the pipes."""
     if proc.poll() is None:

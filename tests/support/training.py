@@ -4,10 +4,21 @@ claim the GPUs, register one stage per GPU) and run 1F1B iterations whose comput
 from __future__ import annotations
 
 from perseus_client import PerseusClient
+from perseus_client.protocol import JobInfo
 
 from perseusd.planner.dag import build_dag
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv
+from tests.support.polling import wait_until
+
+WAIT_S = 60.0
+"""How long `train_job` waits for the daemon at most (a bound, not a timing assertion)."""
+
+
+def daemon_gpus(client: PerseusClient) -> list[str]:
+    """The UUIDs of every GPU of the daemon `client` is connected to, in the daemon's order."""
+    assert client.daemon_info is not None
+    return [gpu.uuid for gpu in client.daemon_info.gpus]
 
 
 def join_pipeline(
@@ -30,3 +41,23 @@ def run_iteration(client: PerseusClient, gpus: list[str], step: int, num_microba
                 comp = dag.computations[node]
                 with client.computation(gpu, stage, comp.instruction.value, comp.microbatch):
                     pass
+
+
+def train_job(
+    client: PerseusClient, profile: Profile, num_microbatches: int, iterations: int, p_block_w: float = 80.0
+) -> list[str]:
+    """The client's one job trained: a pipeline of one stage per GPU of the daemon joined with `profile`
+    (`join_pipeline`), its plan running, `iterations` iterations run and counted by the daemon (each wait
+    bounded by `WAIT_S`). Returns the GPUs, stage 0's first."""
+    gpus = daemon_gpus(client)
+    join_pipeline(client, gpus, profile, num_microbatches, p_block_w)
+    wait_until(lambda: _job(client).state in ("running", "failed"), WAIT_S, "the job to run")
+    assert _job(client).state == "running", client.jobs()
+    for step in range(iterations):
+        run_iteration(client, gpus, step, num_microbatches)
+    wait_until(lambda: _job(client).pipelines[0].iterations >= iterations, WAIT_S, "the iterations")
+    return gpus
+
+
+def _job(client: PerseusClient) -> JobInfo:
+    return client.jobs().jobs[0]
