@@ -536,20 +536,22 @@ class IpcServer:
                 continue
             event_frame(caller, frame.bytes)
 
-    def _datagram(self, caller: Caller, data: bytes) -> None:
-        """One datagram of the SOCK_SEQPACKET socket: one event frame, or several, one a line (carried)."""
+    def _datagram(self, caller: Caller, data: bytes) -> int:
+        """One datagram of the SOCK_SEQPACKET socket: one event frame, or several, one a line (carried); how
+        many frames it held (the reader's batch counts frames, so a request waits no longer behind them)."""
         if SEPARATOR not in data:
             self._event_frame(caller, data)
-            return
+            return 1
         frames = data.split(SEPARATOR, MAX_FRAMES_PER_DATAGRAM)
         if len(frames) > MAX_FRAMES_PER_DATAGRAM:
             self._core.count_received()
             self._drop_event(
                 caller, ErrorCode.TOO_LARGE, f"a datagram of over {MAX_FRAMES_PER_DATAGRAM} frames"
             )
-            return
+            return MAX_FRAMES_PER_DATAGRAM
         for frame in frames:
             self._event_frame(caller, frame)
+        return len(frames)
 
     def _event_frame(self, caller: Caller, data: bytes) -> None:
         """One frame of `caller`'s event stream (either transport): counted, then used or dropped; never

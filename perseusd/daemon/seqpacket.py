@@ -141,8 +141,8 @@ class SeqpacketHandlers:
 
     may_connect: Callable[[Caller], bool]
     """Whether this peer may send events (the event socket's access rule); refused: closed at accept."""
-    frame: Callable[[Caller, bytes], None]
-    """One datagram of a peer, whole (never raises)."""
+    frame: Callable[[Caller, bytes], int | None]
+    """One datagram of a peer, whole (never raises): how many event frames it held (None: one)."""
     oversized: Callable[[Caller, int], None]
     """A datagram longer than the largest read (its length): counted and dropped."""
     requests_waiting: Callable[[], bool]
@@ -227,17 +227,21 @@ class SeqpacketEvents:
         return sent
 
     def _read(self, fd: int, connection: Connection) -> None:
-        """Up to `batch` datagrams; a waiting request ends the batch early (the poll fires again). The first
-        is read at once (the poll said one waits); before each other the queue is asked, so that a wake-up
-        for one event ends without a read that fails."""
+        """Datagrams until `batch` event frames were read (a datagram of carried events holds several); a
+        waiting request, asked every `check_every` frames, ends the batch early (the poll fires again). The
+        first is read at once (the poll said one waits); before each other the queue is asked, so that a
+        wake-up for one event ends without a read that fails."""
         handlers, caller, buffer, view = self._handlers, connection.caller, self._buffer, self._view
         size, queued = len(buffer), self._queued
-        for count in range(self._batch):
-            if count:
+        frames = checked = 0
+        while frames < self._batch:
+            if frames:
                 if not connection.waiting(queued):
                     return
-                if count % self._check_every == 0 and handlers.requests_waiting():
-                    return
+                if frames - checked >= self._check_every:
+                    checked = frames
+                    if handlers.requests_waiting():
+                        return
             try:
                 length = connection.read(buffer)
             except OSError as exc:
@@ -250,8 +254,9 @@ class SeqpacketEvents:
                 return
             if length > size:
                 handlers.oversized(caller, length)
+                frames += 1
             else:
-                handlers.frame(caller, bytes(view[:length]))
+                frames += handlers.frame(caller, bytes(view[:length])) or 1
 
     def _close(self, fd: int) -> None:
         connection = self.connections.pop(fd, None)

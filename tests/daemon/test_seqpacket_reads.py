@@ -140,3 +140,39 @@ def test_whether_a_datagram_waits_is_asked_without_reading_it(served: Served) ->
 def test_the_peer_is_named_by_the_kernel(served: Served) -> None:
     (connection,) = served.events.connections.values()
     assert connection.caller == Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
+
+
+def test_a_wake_up_counts_frames_not_datagrams(tmp_path: Path) -> None:
+    """Datagrams of carried events hold several frames: a wake-up reads `batch` frames, not datagrams, and
+    asks for a waiting request every `check_every` frames, so a request waits no longer behind them."""
+    seen: list[bytes] = []
+    asked: list[int] = []
+    waiting = [False]
+    handlers = SeqpacketHandlers(
+        may_connect=lambda _caller: True,
+        frame=lambda _caller, data: seen.append(data) or len(data.split(b"\n")),
+        oversized=lambda _caller, _length: None,
+        requests_waiting=lambda: asked.append(len(seen)) or waiting[0],
+        warn=lambda _key, _message: None,
+    )
+    listener = SeqpacketListener(tmp_path / "events.sock", None)
+    book = ConnectionBook(ConnectionLimits(per_user=8, total=16))
+    events = SeqpacketEvents(listener, book, Poller(), handlers, batch=40, check_every=16)
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        client.connect(str(tmp_path / "events.sock"))
+        events.serve({events.listen_fd})
+        (fd,) = events.connections
+        for _ in range(9):
+            client.send(b"\n".join([b"f"] * 10))  # ten frames a datagram
+        events.serve({fd})
+        assert (len(seen), asked) == (4, [2])  # 40 frames; asked once, after 20
+        waiting[0] = True
+        events.serve({fd})
+        assert (len(seen), asked) == (6, [2, 6])  # a request waits: the batch ends at the first ask
+        waiting[0] = False
+        events.serve({fd})
+        assert len(seen) == 9
+    finally:
+        client.close()
+        events.close()
