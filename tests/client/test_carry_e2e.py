@@ -33,14 +33,20 @@ def _train(client: PerseusClient, gpu: str, plan: list[PlanEntry]) -> None:
         time.sleep(0.05)  # the daemon's carry frame arrives between steps
 
 
+def _trained(client: PerseusClient) -> str:
+    """Claim the daemon's first GPU, set the plan and train `STEPS` steps under it: the GPU's UUID."""
+    info = client.daemon_info.gpus[0]  # type: ignore[union-attr]
+    clocks = info.supported_sm_clocks_mhz
+    plan = _plan(clocks[0], clocks[30])
+    client.claim([info.uuid])
+    client.set_plan(info.uuid, plan)
+    _train(client, info.uuid, plan)
+    return info.uuid
+
+
 def _run(daemon: DaemonProcess) -> tuple[PerseusClient, dict[str, object]]:
     with PerseusClient(daemon.dirs.runtime_dir, job="carry", timeout_s=10.0, strict=True) as client:
-        info = client.daemon_info.gpus[0]  # type: ignore[union-attr]
-        clocks = info.supported_sm_clocks_mhz
-        plan = _plan(clocks[0], clocks[30])
-        client.claim([info.uuid])
-        client.set_plan(info.uuid, plan)
-        _train(client, info.uuid, plan)
+        _trained(client)
         row = daemon.status()["gpus"][0]["plan"]
     return client, row
 
@@ -87,24 +93,19 @@ def test_frames_held_when_the_daemon_dies_are_dropped_and_counted_never_raised()
     with daemon_processes() as make:
         daemon = make(DaemonDirs.create(), gpus=1).start()
         client = PerseusClient(daemon.dirs.runtime_dir, job="carry-kill", timeout_s=5.0)
-        info = client.daemon_info.gpus[0]  # type: ignore[union-attr]
-        clocks = info.supported_sm_clocks_mhz
-        plan = _plan(clocks[0], clocks[30])
-        client.claim([info.uuid])
-        client.set_plan(info.uuid, plan)
-        _train(client, info.uuid, plan)
-        client.step_begin(info.uuid, STEPS)
-        client.computation_begin(info.uuid, 0, "forward", 0)
-        client.computation_end(info.uuid, 0, "forward", 0)  # carried: held
-        client.computation_begin(info.uuid, 0, "forward", 1)  # carried: held
+        gpu = _trained(client)
+        client.step_begin(gpu, STEPS)
+        client.computation_begin(gpu, 0, "forward", 0)
+        client.computation_end(gpu, 0, "forward", 0)  # carried: held
+        client.computation_begin(gpu, 0, "forward", 1)  # carried: held
         assert client.events_carried > 0
         daemon.kill()
         deadline_s = time.monotonic() + 10
         while client.managed:  # the client notices the daemon went away
             assert time.monotonic() < deadline_s
             time.sleep(0.01)
-        client.computation_end(info.uuid, 0, "forward", 1)  # no session: dropped at once
-        client.step_end(info.uuid, STEPS)
+        client.computation_end(gpu, 0, "forward", 1)  # no session: dropped at once
+        client.step_end(gpu, STEPS)
         client.close()  # never raises in fail-open mode
     assert client.events_dropped >= 4  # the two held frames and the two sent after
     assert client.events_sent + client.events_dropped == STEPS * (4 * MICROBATCHES + 2) + 6
