@@ -287,7 +287,7 @@ class DaemonCore:
 
     def take_carries(self) -> list[tuple[int, Carry]]:
         """What to tell which process of its GPUs' carried events (protocol 6.11): (pid, message), for the
-        lease holders whose hello said they carry; forgets the changes."""
+        lease holders that said they carry (`carry_ready`); forgets the changes."""
         told: list[tuple[int, Carry]] = []
         for gpu, computations in self.plans.take_carry_changes().items():
             lease = self.leases.holder(gpu)
