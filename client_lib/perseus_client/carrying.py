@@ -82,13 +82,13 @@ class Carrier:
             held, self._held, self._bytes = self._held, [], 0
         return held
 
-    def join(self, frame: bytes) -> tuple[bytes, int]:
-        """One datagram of the frames held and `frame` after them, and how many frames it holds."""
+    def join(self, frame: bytes | None = None) -> tuple[bytes, int]:
+        """One datagram of the frames held and `frame` after them (None: the held ones alone), and how many
+        frames it holds; hold none from now."""
         held = self.take()
-        if not held:
-            return frame, 1
-        held.append(frame)
-        self.carried += len(held) - 1
+        self.carried += len(held)
+        if frame is not None:
+            held.append(frame)
         return SEPARATOR.join(held), len(held)
 
 

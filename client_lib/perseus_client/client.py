@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 import zmq
 
 from perseus_client import devices, reach, seqpacket
-from perseus_client.carrying import SEPARATOR, Carrier
+from perseus_client.carrying import Carrier
 from perseus_client.closing import Closing
 from perseus_client.event_frames import EventWriter
 from perseus_client.link import PerseusClientError, monitor_event, request_reply, unreachable
@@ -472,7 +472,7 @@ class PerseusClient(Closing):
 
     @property
     def events_carried(self) -> int:
-        """Events sent carried: held, then sent in one datagram with a later one (protocol 6.11)."""
+        """Events sent carried: held, then sent in one datagram with others (protocol 6.11)."""
         return self._carrier.carried
 
     @property
@@ -735,16 +735,15 @@ class PerseusClient(Closing):
 
     def _send_held(self) -> None:
         """Send the frames held (closing: the end marker must follow every event)."""
-        held = self._carrier.take()
-        if not held:
+        data, count = self._carrier.join()
+        if not count:
             return
         datagrams = self._datagrams
-        if datagrams is None or not datagrams.send(SEPARATOR.join(held)):
-            self.events_dropped += len(held)
+        if datagrams is None or not datagrams.send(data):
+            self.events_dropped += count
             return
-        self._carrier.carried += len(held) - 1
-        self.events_sent += len(held)
-        self._session_sent += len(held)
+        self.events_sent += count
+        self._session_sent += count
 
     def _read_carries(self) -> None:
         """What the daemon said of carried events since the last step (a step's begin asks: one ioctl)."""

@@ -37,10 +37,11 @@ computation of the plan); a longer one is read truncated and ignored."""
 class EventSocket:
     """A connected, non-blocking SOCK_SEQPACKET socket to the daemon's event socket."""
 
-    __slots__ = ("_sock", "broken")
+    __slots__ = ("_queued", "_sock", "broken")
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
+        self._queued = bytearray(4)  # FIONREAD's answer, a C int
         self.broken = False
         """The daemon closed the connection (or it failed otherwise): nothing sent on it is read any more."""
 
@@ -59,10 +60,9 @@ class EventSocket:
         queue first, so an empty one costs an ioctl instead of a failed read and its exception)."""
         if self.broken:
             return None
-        length = bytearray(4)
         try:
-            fcntl.ioctl(self._sock.fileno(), termios.FIONREAD, length, True)
-            size = int.from_bytes(length, "little")
+            fcntl.ioctl(self._sock.fileno(), termios.FIONREAD, self._queued, True)
+            size = int.from_bytes(self._queued, "little")
             if size == 0:
                 return None
             return self._sock.recv(min(size, MAX_PUSHED_BYTES), socket.MSG_DONTWAIT)
