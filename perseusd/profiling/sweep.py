@@ -104,7 +104,8 @@ RISE_MIN_SLOWER = 0.005
 
 BUDGET_RANGE = 0.5
 """A budget is spread over the clocks down to this fraction of the highest: GPUs' least energy lies above
-it (H100 ~1000 of 1980 MHz); below it the sweep goes on at the same spacing until the rise stop."""
+it (H100 ~1000 of 1980 MHz); below it the sweep goes on at half the spacing (where that keeps clocks
+`rise_span_mhz` apart) until the rise stop."""
 MIN_BUDGET_CLOCKS = 3
 """Clocks a budget always allows (a plan needs a curve: the highest, the lowest and one between)."""
 
@@ -209,7 +210,26 @@ class StageSweep:
         start_mhz = below[self._stride - 1] if len(below) >= self._stride else top
         if self._capped_mhz is not None:
             start_mhz = min(start_mhz, self._capped_mhz)
-        self._clocks_mhz = [top, *[c for c in below if c <= start_mhz][:: self._stride]]
+        rest = [c for c in below if c <= start_mhz]
+        if budget > 0:
+            self._clocks_mhz = [top, *self._closer_below(rest, top * BUDGET_RANGE)]
+        else:
+            self._clocks_mhz = [top, *rest[:: self._stride]]
+
+    def _closer_below(self, clocks_mhz: list[int], floor_mhz: float) -> list[int]:
+        """`clocks_mhz` (descending) at the stride down to the first below `floor_mhz`, then at half the
+        stride if that keeps them `rise_span_mhz` apart: the least energy lies near there, and the plans that
+        fill waits want clocks in the gap around it (see docs/profiling.md, "Which clocks")."""
+        spaced = clocks_mhz[:: self._stride]
+        first_below = sum(1 for c in spaced if c >= floor_mhz)
+        half = self._stride // 2
+        if first_below >= len(spaced) or half == 0:
+            return spaced
+        pivot = clocks_mhz.index(spaced[first_below])
+        closer = clocks_mhz[pivot::half]
+        if len(closer) < 2 or closer[0] - closer[1] < self._settings.rise_span_mhz:
+            return spaced
+        return spaced[:first_below] + closer
 
     def _precise(self, estimate: StageEstimate, clock_mhz: int) -> bool:
         if estimate.windows < self._settings.min_precise_windows:

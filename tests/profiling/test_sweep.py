@@ -234,6 +234,26 @@ def test_a_budget_spaces_the_clocks_at_the_pace_of_the_highest() -> None:
     assert fast.clocks_mhz[:3] == (1980, 1950, 1920)
 
 
+def test_below_the_budgets_range_the_clocks_come_twice_as_close() -> None:
+    """The least energy lies near half the highest clock, and plans that fill waits want clocks in the gap
+    around it: dense8x8's reference runs 900-945 MHz, between the budget's 960 and 705."""
+    settings = SweepSettings(
+        iteration_budget=40, max_iterations_per_clock=8, hard_max_iterations_per_clock=8, rise_span_mhz=75
+    )
+    sweep = StageSweep(H100_CLOCKS, [FWD, BWD], settings)
+    imprecise = estimate_of([1980], lambda _k, _c: 20.0, energy_rel_err=0.05, windows=10)
+    for _ in range(8):
+        sweep.iteration_done(imprecise)
+    assert sweep.clocks_mhz == (1980, 1725, 1470, 1215, 960, 840, 720, 600, 480, 360)
+    paced = StageSweep(H100_CLOCKS, [FWD, BWD], settings)  # 4 iterations: 120 MHz apart; 60 too close
+    for _ in range(3):
+        paced.iteration_done(imprecise)
+    paced.iteration_done(estimate_of([1980], lambda _k, _c: 20.0))  # precise at the 4th iteration
+    assert paced.clocks_mhz[8:11] == (1020, 900, 780)
+    unbudgeted = StageSweep(H100_CLOCKS, [FWD], SweepSettings(clock_stride=17))
+    assert unbudgeted.clocks_mhz == tuple(H100_CLOCKS[::17])
+
+
 def test_clocks_above_the_capped_clock_are_skipped() -> None:
     settings = SweepSettings(iteration_budget=40, max_iterations_per_clock=8, hard_max_iterations_per_clock=8)
     sweep = StageSweep(H100_CLOCKS, [FWD, BWD], settings)
