@@ -45,6 +45,7 @@ def job_settings(config: DaemonConfig) -> JobSettings:
         clock_stride=config.profile_clock_stride,
         min_clock_mhz=config.profile_min_clock_mhz,
         iteration_budget=config.profile_iteration_budget,
+        deep_iteration_limit=config.profile_deep_iteration_limit,
         **ONLINE_SWEEP,
     )
     stragglers = StragglerSettings(

@@ -73,6 +73,9 @@ class DaemonConfig:
     profile_iteration_budget: int = 40
     """Space the profiled clocks so that they fit about this many iterations at the pace the highest clock
     took (0: profile every clock the stride allows)."""
+    profile_deep_iteration_limit: int = 76
+    """Profile a clock below the first under half the highest only while a GPU's iterations so far plus the
+    most one clock takes (12) fit this many (0: no limit); those clocks only fill waits."""
     profile_fill_clocks: bool = True
     """Plan with options at the clocks the sweep did not visit, from each key's fitted curves where the fit
     reproduces its measured clocks (docs/profiling.md); false: measured clocks only."""
@@ -191,6 +194,7 @@ class DaemonConfig:
         _require(self.profile_clock_stride >= 1, "profile_clock_stride must be >= 1")
         _require(self.profile_min_clock_mhz >= 0, "profile_min_clock_mhz must be >= 0")
         _require(self.profile_iteration_budget >= 0, "profile_iteration_budget must be >= 0")
+        _require(self.profile_deep_iteration_limit >= 0, "profile_deep_iteration_limit must be >= 0")
         _require(0.001 <= self.energy_sample_period_s <= 1.0, "energy_sample_period_s must be 0.001..1")
         _require(0 <= self.clock_lead_ms <= 100, "clock_lead_ms must be 0..100")
         _require(self.solver_unit_time_s >= 0, "solver_unit_time_s must be >= 0 (0: automatic)")

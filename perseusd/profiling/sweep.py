@@ -70,6 +70,12 @@ class SweepSettings:
     """Space the clocks below the highest so that, at the pace the highest clock took (iterations per
     clock), they fit about this many iterations (at least 3 clocks); 0: no budget."""
 
+    deep_iteration_limit: int = 0
+    """With a budget: a clock below the first one under the budget's range is begun only if the stage's
+    iterations so far plus `hard_max_iterations_per_clock` stay within this many (0: no limit). The range's
+    clocks are the curve every plan needs; those deeper only fill waits, and a stage whose least energy lies
+    deep would otherwise profile for as long as it has clocks above its rise."""
+
     def __post_init__(self) -> None:
         counts = (self.rise_limit, self.min_computations, self.max_iterations_per_clock, self.clock_stride)
         if min(counts) < 1 or self.hard_max_iterations_per_clock < self.max_iterations_per_clock:
@@ -77,8 +83,11 @@ class SweepSettings:
                 "rise_limit, min_computations, max_iterations_per_clock and clock_stride must be >= 1, "
                 "hard_max_iterations_per_clock >= max_iterations_per_clock"
             )
-        if min(self.max_clocks, self.iteration_budget, self.min_precise_windows) < 0:
-            raise ValueError("max_clocks, iteration_budget and min_precise_windows must be >= 0")
+        limits = (self.max_clocks, self.iteration_budget, self.min_precise_windows, self.deep_iteration_limit)
+        if min(limits) < 0:
+            raise ValueError(
+                "max_clocks, iteration_budget, min_precise_windows and deep_iteration_limit must be >= 0"
+            )
         if not self.target_energy_rel_err > 0:
             raise ValueError(f"target_energy_rel_err must be > 0 (got {self.target_energy_rel_err})")
 
@@ -133,6 +142,8 @@ class StageSweep:
         self._settings = settings
         self._index = 0
         self._iterations = 0
+        self._total_iterations = 0
+        self._deep_below_mhz: int | None = None  # clocks below this one are deep (`deep_iteration_limit`)
         self._rises = dict.fromkeys(self._keys, 0)
         self._done = not self._clocks_mhz or not self._keys
 
@@ -171,6 +182,7 @@ class StageSweep:
         if self._done:
             return
         self._iterations += 1
+        self._total_iterations += 1
         clock_mhz = self._clocks_mhz[self._index]
         if self._index == 0 and capped_clock_mhz is not None:
             self._capped_mhz = capped_clock_mhz
@@ -183,7 +195,17 @@ class StageSweep:
         self._index += 1
         self._iterations = 0
         stopped = all(rises >= self._rises_needed() for rises in self._rises.values())
-        self._done = stopped or self._index == len(self._clocks_mhz)
+        self._done = stopped or self._index == len(self._clocks_mhz) or not self._next_fits()
+
+    def _next_fits(self) -> bool:
+        """Whether the next clock may begin: a deep one only within `deep_iteration_limit`."""
+        limit = self._settings.deep_iteration_limit
+        deep = self._deep_below_mhz is not None and self._clocks_mhz[self._index] < self._deep_below_mhz
+        return (
+            not deep
+            or limit <= 0
+            or (self._total_iterations + self._settings.hard_max_iterations_per_clock <= limit)
+        )
 
     def _counts_rises(self, clock_mhz: int) -> bool:
         """Whether a rise at `clock_mhz` counts: always without a budget; with one, only below the range it
@@ -222,8 +244,11 @@ class StageSweep:
         fill waits want clocks in the gap around it (see docs/profiling.md, "Which clocks")."""
         spaced = clocks_mhz[:: self._stride]
         first_below = sum(1 for c in spaced if c >= floor_mhz)
+        if first_below >= len(spaced):
+            return spaced
+        self._deep_below_mhz = spaced[first_below]
         half = self._stride // 2
-        if first_below >= len(spaced) or half == 0:
+        if half == 0:
             return spaced
         pivot = clocks_mhz.index(spaced[first_below])
         closer = clocks_mhz[pivot::half]

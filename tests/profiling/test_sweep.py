@@ -254,6 +254,33 @@ def test_below_the_budgets_range_the_clocks_come_twice_as_close() -> None:
     assert unbudgeted.clocks_mhz == tuple(H100_CLOCKS[::17])
 
 
+def test_deep_clocks_begin_only_within_their_iteration_limit() -> None:
+    """Below the first clock under the budget's range a clock begins only if the most it can take still fits
+    `deep_iteration_limit`; the range's clocks and that first one always run."""
+
+    def falling(_key: OptionKey, clock: int) -> float:
+        return 10.0 + clock / 100  # never rises: only the clocks or the limit end the sweep
+
+    def sweep_with(limit: int) -> list[int]:
+        settings = SweepSettings(
+            iteration_budget=40,
+            max_iterations_per_clock=8,
+            hard_max_iterations_per_clock=8,
+            rise_span_mhz=75,
+            deep_iteration_limit=limit,
+        )
+        sweep = StageSweep(H100_CLOCKS, [FWD, BWD], settings)
+        return run_sweep(sweep, falling, energy_rel_err=0.05, windows=10)
+
+    unlimited = sweep_with(0)  # 8 iterations at each of 10 clocks
+    assert (len(unlimited), sorted(set(unlimited))[:2]) == (80, [360, 480])
+    limited = sweep_with(60)  # after 960, 40 iterations: 840 and 720 fit (56 <= 60), 600 would not (64)
+    assert sorted(set(limited), reverse=True) == [1980, 1725, 1470, 1215, 960, 840, 720]
+    assert sorted(set(sweep_with(20)), reverse=True) == [1980, 1725, 1470, 1215, 960]
+    with pytest.raises(ValueError, match="deep_iteration_limit"):
+        SweepSettings(deep_iteration_limit=-1)
+
+
 def test_clocks_above_the_capped_clock_are_skipped() -> None:
     settings = SweepSettings(iteration_budget=40, max_iterations_per_clock=8, hard_max_iterations_per_clock=8)
     sweep = StageSweep(H100_CLOCKS, [FWD, BWD], settings)
