@@ -65,6 +65,8 @@ computation began; the plan's switch model keeps the median (`JobManager._switch
 LOWER_SLACK_FACTOR = 2
 """An early lowering needs this many times the time it runs low in slack: the slack is computed from the
 profile's times, and real computations run a little longer (event overhead, a busy host)."""
+MIN_LOWER_LEAD_NS = 1_000_000
+"""A lowering the slack allows less lead than this waits for the end event (it would act after it anyway)."""
 
 
 @dataclass(frozen=True)
@@ -289,18 +291,20 @@ class GpuPlan:
         self._early.timer.call_at(deadline_ns, partial(self._switch_early, move, following_mhz, raising=True))
 
     def _schedule_lowering(self, position: int, started_ns: int) -> None:
-        """If this computation ends its run and the next run is planned lower, and it has the slack to run
-        its last `lead` at the lower clock without delaying the iteration, lower `lead` before its expected
-        end, so that the lowered run begins at its clock (a lowering that waits for the end event acts
-        ~10 ms into the next computation on an H100)."""
+        """If this computation ends its run and the next run is planned lower, lower `lead` before its
+        expected end, or as much of it as the slack allows (running that long at the lower clock delays it by
+        about as long; `LOWER_SLACK_FACTOR`), so that the lowered run begins at its clock (a lowering that
+        waits for the end event acts 0-12 ms into the next computation on an H100; one submitted part of the
+        lead before the end acts in time as often as that part covers the call's act time)."""
         if self._early is None or self._times_ns is None or self._slack_ns is None:
             return
         following_mhz = self._clocks_mhz[self._following(position)]
         if following_mhz >= self._clocks_mhz[position]:
             return
-        lead_ns = self._early.lead_ns(self.gpu)
         expected_ns = int(self._times_ns[position] * self.pace)
-        if self._slack_ns[position] < LOWER_SLACK_FACTOR * min(lead_ns, expected_ns):
+        slack_ns = self._slack_ns[position]
+        lead_ns = min(self._early.lead_ns(self.gpu), expected_ns, slack_ns // LOWER_SLACK_FACTOR)
+        if lead_ns < MIN_LOWER_LEAD_NS:
             return
         move = self._moves
         lower = partial(self._switch_early, move, following_mhz, raising=False)

@@ -42,12 +42,23 @@ def test_a_lowering_with_slack_is_set_lead_before_the_expected_end() -> None:
     assert (plan.early_lowerings, plan.late) == (1, 0)  # F1 began at its clock
 
 
+def test_a_lowering_with_less_slack_than_twice_the_lead_is_set_as_early_as_its_slack_allows() -> None:
+    owner, timer = ManualOwner(), ManualTimer()
+    book = PlanBook(owner.submit, early=EarlyRaise(timer, LEAD_NS))
+    book.set("GPU-a", PLAN, CLOCKS_MHZ, TIMES_S, slack_s=(0.003, 0.0, 0.0, 0.0))  # 3 ms: half, 1.5 ms early
+    owner.complete_all()
+    begun_ns = time.monotonic_ns()
+    book.on_begin("GPU-a", F0, time.perf_counter_ns(), begun_ns)
+    [(deadline_ns, _)] = timer.scheduled
+    assert deadline_ns == begun_ns + int(TIMES_S[0] * 1e9) - 1_500_000
+
+
 def test_no_slack_no_early_lowering() -> None:
     owner, timer = ManualOwner(), ManualTimer()
     book = PlanBook(owner.submit, early=EarlyRaise(timer, LEAD_NS))
     plan = book.set(
-        "GPU-a", PLAN, CLOCKS_MHZ, TIMES_S, slack_s=(0.003, 0.0, 0.0, 0.0)
-    )  # < twice the 2 ms lead
+        "GPU-a", PLAN, CLOCKS_MHZ, TIMES_S, slack_s=(0.0015, 0.0, 0.0, 0.0)
+    )  # half of it is under MIN_LOWER_LEAD_NS (1 ms): the end event lowers
     owner.complete_all()
     book.on_begin("GPU-a", F0, time.perf_counter_ns(), time.monotonic_ns())
     assert timer.scheduled == []
