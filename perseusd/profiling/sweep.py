@@ -241,7 +241,7 @@ class StageSweep:
     def _closer_below(self, clocks_mhz: list[int], floor_mhz: float) -> list[int]:
         """`clocks_mhz` (descending) at the stride down to the first below `floor_mhz`, then at half the
         stride if that keeps them `rise_span_mhz` apart: the least energy lies near there, and the plans that
-        fill waits want clocks in the gap around it (see docs/profiling.md, "Which clocks")."""
+        fill waits want clocks in the gap around it (docs/profiling.md, "Below half the highest")."""
         spaced = clocks_mhz[:: self._stride]
         first_below = sum(1 for c in spaced if c >= floor_mhz)
         if first_below >= len(spaced):
