@@ -39,7 +39,8 @@ class Carrier:
         self._since_ns = 0
         self._lock = threading.Lock()
         self.carried = 0
-        """Events sent carried (held, then sent with a later one)."""
+        """Events carried: held, then passed on in one datagram with others (where that datagram could not be
+        sent, they are counted in the client's `events_dropped` too)."""
 
     def update(self, message: Carry) -> None:
         """What the daemon said of one GPU (replaces what it said before)."""

@@ -472,7 +472,8 @@ class PerseusClient(Closing):
 
     @property
     def events_carried(self) -> int:
-        """Events sent carried: held, then sent in one datagram with others (protocol 6.11)."""
+        """Events carried: held, then passed on in one datagram with others (protocol 6.11); those of a
+        datagram that could not be sent are in `events_dropped` too."""
         return self._carrier.carried
 
     @property

@@ -234,27 +234,26 @@ class StageSweep:
             start_mhz = min(start_mhz, self._capped_mhz)
         rest = [c for c in below if c <= start_mhz]
         if budget > 0:
-            self._clocks_mhz = [top, *self._closer_below(rest, top * BUDGET_RANGE)]
+            below_range, self._deep_below_mhz = self._closer_below(rest, top * BUDGET_RANGE)
+            self._clocks_mhz = [top, *below_range]
         else:
             self._clocks_mhz = [top, *rest[:: self._stride]]
 
-    def _closer_below(self, clocks_mhz: list[int], floor_mhz: float) -> list[int]:
+    def _closer_below(self, clocks_mhz: list[int], floor_mhz: float) -> tuple[list[int], int | None]:
         """`clocks_mhz` (descending) at the stride down to the first below `floor_mhz`, then at half the
         stride if that keeps them `rise_span_mhz` apart: the least energy lies near there, and the plans that
-        fill waits want clocks in the gap around it (docs/profiling.md, "Below half the highest")."""
+        fill waits want clocks in the gap around it (docs/profiling.md, "Below half the highest"). Also
+        that first clock below `floor_mhz` (None: none), under which clocks are deep."""
         spaced = clocks_mhz[:: self._stride]
         first_below = sum(1 for c in spaced if c >= floor_mhz)
         if first_below >= len(spaced):
-            return spaced
-        self._deep_below_mhz = spaced[first_below]
+            return spaced, None
+        pivot_mhz = spaced[first_below]
         half = self._stride // 2
-        if half == 0:
-            return spaced
-        pivot = clocks_mhz.index(spaced[first_below])
-        closer = clocks_mhz[pivot::half]
-        if len(closer) < 2 or closer[0] - closer[1] < self._settings.rise_span_mhz:
-            return spaced
-        return spaced[:first_below] + closer
+        closer = clocks_mhz[clocks_mhz.index(pivot_mhz) :: max(half, 1)]
+        if half == 0 or len(closer) < 2 or closer[0] - closer[1] < self._settings.rise_span_mhz:
+            return spaced, pivot_mhz
+        return spaced[:first_below] + closer, pivot_mhz
 
     def _precise(self, estimate: StageEstimate, clock_mhz: int) -> bool:
         if estimate.windows < self._settings.min_precise_windows:
