@@ -24,10 +24,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 MIN_ITERATIONS = 25
-"""Running iterations of a plan before its measured saving is judged. The measured energy per iteration is
-the counters' mean power times the mean of the last 20 iteration times (`jobs.slot`): judged earlier, that
-mean still holds profiling's slower iterations and the measured saving comes out low (an H100 GPT 4x16 run
-measured -27 % after 10 iterations, against 17.6 % measured by the benchmark)."""
+"""Running iterations of a plan before its measured saving is judged (and a re-plan can follow). The measured
+energy per iteration is the counters' mean power since the plan began times the mean of the iterations timed
+since then (the last 20, `StageSlot.mean_iteration_time_s`), so it is reported from the first seconds of a
+plan; it is judged only once the run is long enough for the counters' spread to be small against a saving."""
 MIN_SAVING_ERROR_PTS = 1.0
 REPLAN_MIN_SCALE = 2.0
 

@@ -189,7 +189,7 @@ class Deployment:
             (
                 iteration_energy_j(
                     self._sampler.samples(slot.gpu, slot.run_since_ns),
-                    slot.mean_iteration_time_s(),
+                    slot.mean_iteration_time_s(slot.run_since_ns),
                     SLOW_READS_MIN_SPAN_S,
                 )
                 if slot.run_since_ns

@@ -66,9 +66,9 @@ class StageSlot:
     """When the counter began to be sampled for the running plan (0: not yet)."""
     """Computations timed while profiling (their intervals are dropped clock by clock)."""
     estimate: StageEstimate | None = None
-    # Iteration times from consecutive step begins.
     last_step_begin_ns: int | None = None
-    iteration_times_s: deque[float] = field(default_factory=lambda: deque(maxlen=ITERATION_TIME_SAMPLES))
+    iterations: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=ITERATION_TIME_SAMPLES))
+    """The last iterations, from consecutive step begins: (begin ns, seconds)."""
     running_steps: int = 0
     current_step: int = -1
     """The step of the last step begin (the step events' iteration number)."""
@@ -89,7 +89,7 @@ class StageSlot:
 
     def step_begin(self, t_ns: int) -> None:
         if self.last_step_begin_ns is not None and t_ns > self.last_step_begin_ns:
-            self.iteration_times_s.append((t_ns - self.last_step_begin_ns) / 1e9)
+            self.iterations.append((self.last_step_begin_ns, (t_ns - self.last_step_begin_ns) / 1e9))
         self.last_step_begin_ns = t_ns
         self.in_step = True
         self.open_since_ns.clear()
@@ -97,11 +97,13 @@ class StageSlot:
         pending_or_applied = future is not None and (not future.done() or future.exception() is None)
         self.iteration_clock_mhz = self.requested_mhz if pending_or_applied else None
 
-    def mean_iteration_time_s(self) -> float | None:
-        times = self.iteration_times_s
+    def mean_iteration_time_s(self, since_ns: int = 0) -> float | None:
+        """The mean of the last iterations that began at `since_ns` or later (None: none yet): a counter's
+        power over a span times this is the energy of one iteration of that span, not of one before it."""
+        times = [seconds for begin_ns, seconds in self.iterations if begin_ns >= since_ns]
         return sum(times) / len(times) if times else None
 
     def median_recent_iteration_s(self, count: int) -> float | None:
         """The median of the last `count` iteration times (None: none yet)."""
-        recent = list(self.iteration_times_s)[-count:] if count > 0 else []
+        recent = [seconds for _, seconds in self.iterations][-count:] if count > 0 else []
         return statistics.median(recent) if recent else None

@@ -9,8 +9,11 @@ from concurrent.futures import Future
 import pytest
 
 from perseusd.jobs.metering import counter_power_w, iteration_energy_j, job_measurement
+from perseusd.jobs.shape import JobShape
+from perseusd.planner.policy import Policy
 from perseusd.profiling.trace import CounterSample, CounterTrace
 from perseusd.switching.energy_sampler import EnergySampler
+from tests.support.jobs import job_of_slots
 
 PERIOD_NS = 100_000_000  # an H100's counter moves every 100 ms
 
@@ -43,6 +46,26 @@ def test_too_short_a_span_is_not_a_measurement() -> None:
 def test_iteration_energy_is_power_times_iteration_time() -> None:
     assert iteration_energy_j(_trace(250.0, 8.0), 0.5) == pytest.approx(125.0, rel=0.01)
     assert iteration_energy_j(_trace(250.0, 8.0), None) is None
+
+
+def test_an_iteration_is_timed_over_the_counters_span_only() -> None:
+    """The running plan's energy per iteration is its counter power times the iterations timed since the
+    plan began: profiling's slower iterations before it do not count (a demo once reported 10 % measured
+    against 15 % saved, after 10 iterations of the plan)."""
+    job = job_of_slots(JobShape("1f1b", 2, 4, 1), "H100", Policy("no_slowdown"), (1980, 1500))
+    slot = next(iter(job.slots.values()))
+    t_ns = 1_000_000_000
+    for seconds in (0.9, 0.9, 0.9, 0.7, 0.7):  # three profiling iterations, then the plan's
+        slot.step_begin(t_ns)
+        t_ns += round(seconds * 1e9)
+    slot.step_begin(t_ns)
+    plan_since_ns = t_ns - round(1.4e9)
+    assert slot.mean_iteration_time_s(plan_since_ns) == pytest.approx(0.7)
+    assert slot.mean_iteration_time_s() == pytest.approx(0.82)
+    assert slot.mean_iteration_time_s(t_ns) is None  # none timed yet in the span
+    assert iteration_energy_j(_trace(250.0, 8.0), slot.mean_iteration_time_s(plan_since_ns)) == pytest.approx(
+        175.0, rel=0.01
+    )
 
 
 def test_job_measurement_needs_every_gpu() -> None:
