@@ -9,9 +9,14 @@ H200 a one-stage job's plan at all-max time measured 1.25 % more energy than all
 
 So each stage's plan is compared with the stage's **safe clock**: the lowest-energy clock at which none of
 the stage's computations is slower than at its highest measured clock (on a GPU whose top clocks are
-power-capped, a clock on the capped plateau: the same time for less energy; elsewhere, the highest clock).
-Running the safe clock throughout never slows the pipeline and changes no clock within an iteration. The
-stage keeps its plan only when
+power-capped, a clock on the capped plateau: the same time for less energy; elsewhere, the highest clock),
+or at which the stage is busy no longer in all than there and the plan's iteration, the stage at that clock
+and every other computation at its planned one, is no longer than planned or than with the stage at its
+highest clocks. The second matters on a capped GPU whose light computations run uncapped: a
+forward slightly slower at 1725 MHz than at 1980 while the backward is a millisecond faster; by the first
+test alone the stage would run 1980, slower and costlier than a capped clock (a real H200 layer sweep's last
+stage). Running the safe clock throughout never slows the pipeline and changes no clock within an
+iteration. The stage keeps its plan only when
 
     E_stage(safe clock) - E_stage(plan)  >  uncertainty  +  switching cost
 
@@ -38,6 +43,7 @@ from dataclasses import dataclass
 
 from perseusd.errors import PerseusError
 from perseusd.planner.dag import ComputationDag, Instruction
+from perseusd.planner.evaluate import longest_path_s
 from perseusd.planner.profile import Measurement, Profile
 
 K_SIGMA = 1.0
@@ -84,8 +90,9 @@ def judge_stages(
     `energy_rel_err` count as exact (an imported profile). Stages with no safe clock, or whose plan runs it
     throughout already, are not judged (they keep their plan)."""
     verdicts = []
+    planned_s = [_lookup(profile, dag, n, clock_mhz).time_s for n, clock_mhz in enumerate(clocks_mhz)]
     for stage, nodes in enumerate(dag.stage_orders):
-        safe_mhz = safe_clock_mhz(dag, profile, nodes)
+        safe_mhz = safe_clock_mhz(dag, profile, nodes, PlannedTimes(planned_s, iteration_time_s))
         if safe_mhz is None or all(clocks_mhz[n] == safe_mhz for n in nodes):
             continue
         planned = [_lookup(profile, dag, n, clocks_mhz[n]) for n in nodes]
@@ -100,28 +107,65 @@ def judge_stages(
     return verdicts
 
 
-def safe_clock_mhz(dag: ComputationDag, profile: Profile, nodes: Sequence[int]) -> int | None:
-    """The lowest-energy clock, measured for every computation of `nodes`, at which none of them is slower
-    than at its highest measured clock (None when the profile has no clock common to them)."""
-    keys = {(dag.virtual_stage(n), dag.computations[n].instruction) for n in nodes}
-    counts = Counter((dag.virtual_stage(n), dag.computations[n].instruction) for n in nodes)
-    if not keys:
-        return None
-    common = set.intersection(*({m.freq_mhz for m in profile.options(*key)} for key in keys))
-    tops = {key: profile.max_freq_mhz(*key) for key in keys}
+@dataclass(frozen=True)
+class PlannedTimes:
+    """A plan's computation times (s, by DAG node) and iteration time: what a safe clock may not exceed."""
 
-    def not_slower(clock_mhz: int) -> bool:
+    times_s: Sequence[float]
+    iteration_s: float
+
+
+def safe_clock_mhz(
+    dag: ComputationDag, profile: Profile, nodes: Sequence[int], planned: PlannedTimes | None = None
+) -> int | None:
+    """The lowest-energy clock, measured for every computation of `nodes`, at which none of them is slower
+    than at its highest measured clock, or (with `planned`) at which they take no longer in all than there
+    and the plan's iteration with them all at it takes no longer than planned or than with them at their
+    highest clocks (None when the profile has no clock common to them)."""
+    stage = _StageClocks(dag, profile, nodes)
+    if not stage.counts:
+        return None
+    common = set.intersection(*({m.freq_mhz for m in profile.options(*key)} for key in stage.counts))
+    for clock_mhz in sorted(common, key=lambda c: (stage.energy_j(c), -c)):
+        if stage.not_slower(clock_mhz) or (planned is not None and stage.within(planned, clock_mhz)):
+            return clock_mhz
+    return None
+
+
+class _StageClocks:
+    """One stage's computations (`nodes`) at one clock throughout, on a profile."""
+
+    def __init__(self, dag: ComputationDag, profile: Profile, nodes: Sequence[int]) -> None:
+        self.dag, self.profile, self.nodes = dag, profile, nodes
+        self.counts = Counter((dag.virtual_stage(n), dag.computations[n].instruction) for n in nodes)
+        self.tops = {key: profile.lookup(*key, profile.max_freq_mhz(*key)) for key in self.counts}
+
+    def energy_j(self, clock_mhz: int) -> float:
+        return sum(self.profile.lookup(*key, clock_mhz).energy_j * n for key, n in self.counts.items())
+
+    def not_slower(self, clock_mhz: int) -> bool:
         return all(
-            profile.lookup(*key, clock_mhz).time_s <= profile.lookup(*key, tops[key]).time_s for key in keys
+            self.profile.lookup(*key, clock_mhz).time_s <= top.time_s for key, top in self.tops.items()
         )
 
-    fitting = [c for c in common if not_slower(c)]
-    if not fitting:
-        return None
-    return min(
-        fitting,
-        key=lambda c: (sum(profile.lookup(*key, c).energy_j * n for key, n in counts.items()), -c),
-    )
+    def within(self, planned: PlannedTimes, clock_mhz: int) -> bool:
+        """Busy no longer than at the top clocks (only clocks near the top count as safe), and the plan's
+        iteration no longer than planned or than with the stage at its top clocks."""
+        busy_s = sum(self.profile.lookup(*key, clock_mhz).time_s * n for key, n in self.counts.items())
+        if busy_s > sum(self.tops[key].time_s * n for key, n in self.counts.items()):
+            return False
+        limit_s = max(planned.iteration_s, self._iteration_s(planned, None))
+        return self._iteration_s(planned, clock_mhz) <= limit_s * (1 + 1e-9)
+
+    def _iteration_s(self, planned: PlannedTimes, clock_mhz: int | None) -> float:
+        """The plan's iteration with the stage at `clock_mhz` throughout (None: each at its top clock)."""
+        times_s = list(planned.times_s)
+        for n in self.nodes:
+            key = (self.dag.virtual_stage(n), self.dag.computations[n].instruction)
+            times_s[n] = (
+                self.tops[key].time_s if clock_mhz is None else self.profile.lookup(*key, clock_mhz).time_s
+            )
+        return longest_path_s(self.dag, times_s)
 
 
 def _lookup(profile: Profile, dag: ComputationDag, node: int, clock_mhz: int) -> Measurement:

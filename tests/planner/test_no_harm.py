@@ -7,7 +7,8 @@ import math
 import pytest
 
 from perseusd.planner.dag import Instruction, build_dag
-from perseusd.planner.no_harm import K_SIGMA, judge_stages, safe_clock_mhz
+from perseusd.planner.evaluate import evaluate_clocks
+from perseusd.planner.no_harm import K_SIGMA, PlannedTimes, judge_stages, safe_clock_mhz
 from perseusd.planner.profile import Measurement, Profile
 
 F, B = Instruction.FORWARD, Instruction.BACKWARD
@@ -33,6 +34,39 @@ def _profile(stages: int, weights: tuple[float, ...] | None = None) -> Profile:
 def test_the_safe_clock_is_the_cheapest_clock_no_slower_than_the_top() -> None:
     dag = build_dag("1f1b", 1, 4)
     assert safe_clock_mhz(dag, _profile(1), dag.stage_orders[0]) == 1770
+
+
+def test_a_capped_clock_whose_light_computations_run_slower_is_safe_when_the_plan_still_fits() -> None:
+    """A capped backward (1770 MHz as fast as 1980 would be, 1 ms faster than 1980 locked) beside an uncapped
+    forward (0.2 ms slower at 1770): 1770 is slower for one computation, yet the stage's iteration is shorter,
+    and running 1980 throughout would cost more and take longer than the plan."""
+    rows = {
+        1980: (0.0063, 4.40, 0.0153, 10.30),
+        1770: (0.0065, 4.30, 0.0143, 9.60),
+        1560: (0.0072, 4.20, 0.0158, 9.30),
+    }
+    profile = Profile.from_measurements(
+        [
+            Measurement(0, instruction, clock, time_s, energy_j)
+            for clock, (f_s, f_j, b_s, b_j) in rows.items()
+            for instruction, time_s, energy_j in ((F, f_s, f_j), (B, b_s, b_j))
+        ],
+        "capped, forward not",
+    )
+    dag = build_dag("1f1b", 1, 4)
+    nodes = dag.stage_orders[0]
+    assert safe_clock_mhz(dag, profile, nodes) == 1980  # per computation, only the top is no slower
+    plan = [1770 if dag.computations[n].instruction == B else 1980 for n in range(dag.num_computations)]
+    plan_s = evaluate_clocks(dag, profile, plan, 100.0).time_s
+    planned = PlannedTimes(
+        [profile.lookup(0, dag.computations[n].instruction, plan[n]).time_s for n in nodes], plan_s
+    )
+    assert safe_clock_mhz(dag, profile, nodes, planned) == 1770
+    # 1560 costs less still, but the stage would be busier than at the top: not safe, whatever the slack.
+    assert safe_clock_mhz(dag, profile, nodes, PlannedTimes(planned.times_s, 1.0)) == 1770
+    [verdict] = judge_stages(dag, profile, plan, 100.0, plan_s, {}, 0.006)
+    assert verdict.safe_clock_mhz == 1770
+    assert not verdict.keep_plan  # 1770 throughout: cheaper than the plan, no switches, no slower
 
 
 def test_a_one_stage_plan_that_saves_little_runs_the_safe_clock() -> None:
