@@ -90,12 +90,13 @@ def judge_stages(
     `energy_rel_err` count as exact (an imported profile). Stages with no safe clock, or whose plan runs it
     throughout already, are not judged (they keep their plan)."""
     verdicts = []
-    planned_s = [_lookup(profile, dag, n, clock_mhz).time_s for n, clock_mhz in enumerate(clocks_mhz)]
+    chosen = [_lookup(profile, dag, n, clock_mhz) for n, clock_mhz in enumerate(clocks_mhz)]
+    times = PlannedTimes([m.time_s for m in chosen], iteration_time_s)
     for stage, nodes in enumerate(dag.stage_orders):
-        safe_mhz = safe_clock_mhz(dag, profile, nodes, PlannedTimes(planned_s, iteration_time_s))
+        safe_mhz = safe_clock_mhz(dag, profile, nodes, times)
         if safe_mhz is None or all(clocks_mhz[n] == safe_mhz for n in nodes):
             continue
-        planned = [_lookup(profile, dag, n, clocks_mhz[n]) for n in nodes]
+        planned = [chosen[n] for n in nodes]
         safe = [_lookup(profile, dag, n, safe_mhz) for n in nodes]
         saving_j = _busy_and_blocking_j(safe, p_block_w, iteration_time_s) - _busy_and_blocking_j(
             planned, p_block_w, iteration_time_s
@@ -139,6 +140,7 @@ class _StageClocks:
         self.dag, self.profile, self.nodes = dag, profile, nodes
         self.counts = Counter((dag.virtual_stage(n), dag.computations[n].instruction) for n in nodes)
         self.tops = {key: profile.lookup(*key, profile.max_freq_mhz(*key)) for key in self.counts}
+        self._limit_s: float | None = None
 
     def energy_j(self, clock_mhz: int) -> float:
         return sum(self.profile.lookup(*key, clock_mhz).energy_j * n for key, n in self.counts.items())
@@ -154,8 +156,9 @@ class _StageClocks:
         busy_s = sum(self.profile.lookup(*key, clock_mhz).time_s * n for key, n in self.counts.items())
         if busy_s > sum(self.tops[key].time_s * n for key, n in self.counts.items()):
             return False
-        limit_s = max(planned.iteration_s, self._iteration_s(planned, None))
-        return self._iteration_s(planned, clock_mhz) <= limit_s * (1 + 1e-9)
+        if self._limit_s is None:  # once per stage, for the first clock that gets this far
+            self._limit_s = max(planned.iteration_s, self._iteration_s(planned, None))
+        return self._iteration_s(planned, clock_mhz) <= self._limit_s * (1 + 1e-9)
 
     def _iteration_s(self, planned: PlannedTimes, clock_mhz: int | None) -> float:
         """The plan's iteration with the stage at `clock_mhz` throughout (None: each at its top clock)."""
