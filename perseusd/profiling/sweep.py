@@ -29,6 +29,7 @@ What it skips, and why that loses no Pareto-optimal option:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -110,6 +111,11 @@ only clocks below the least energy; five where every 15 MHz clock is profiled, a
 
 RISE_MIN_SLOWER = 0.005
 """A lower clock counts as a rise only when it is also this much slower than the higher one."""
+RISE_NOISE_SIGMAS = 2.0
+"""Where one rise stops the sweep, it counts only when the energy rose by more than this many standard errors
+of the difference: near the flat least energy of a recomputing stage (energy within 0.5 % from 1215 down to
+720 MHz on an H100) the first clock under the budget's range rose or fell by noise, and one job's runs stopped
+a stage at 960 MHz or went on to 660 (dense-uneven-rc4x16: 17.3 and 19.0 % planned on the board's costs)."""
 
 BUDGET_RANGE = 0.5
 """A budget is spread over the clocks down to this fraction of the highest: GPUs' least energy lies above
@@ -289,6 +295,7 @@ class StageSweep:
     def _count_rises(self, estimate: StageEstimate, higher_mhz: int, lower_mhz: int) -> None:
         """Per key not yet stopped: one more rise in a row, or back to zero; unchanged without both values."""
         needed = self._rises_needed()
+        margin_sigmas = RISE_NOISE_SIGMAS if needed == 1 else 0.0
         for key in self._keys:
             if self._rises[key] >= needed:
                 continue
@@ -299,7 +306,9 @@ class StageSweep:
             # A rise needs a slower lower clock too: under a power cap the top clocks run alike (flat time),
             # and noise there says nothing about the curve below.
             slower = lower.time_s > higher.time_s * (1.0 + RISE_MIN_SLOWER)
-            self._rises[key] = self._rises[key] + 1 if slower and lower.energy_j > higher.energy_j else 0
+            margin_j = margin_sigmas * _difference_err_j(lower, higher) if margin_sigmas else 0.0
+            rose = lower.energy_j > higher.energy_j + margin_j
+            self._rises[key] = self._rises[key] + 1 if slower and rose else 0
 
     def kept(
         self, estimate: StageEstimate, waiting_w: float = 0.0, top_aside: bool = False
@@ -315,6 +324,11 @@ class StageSweep:
             measured = [o for (k, c), o in estimate.options.items() if k == key and c in clocks]
             kept.extend(pareto_options(measured, waiting_w, top_aside))
         return kept
+
+
+def _difference_err_j(a: OptionEstimate, b: OptionEstimate) -> float:
+    """The standard error of the difference of two options' energies (inf when either is unknown)."""
+    return math.hypot(a.energy_j * a.energy_rel_err, b.energy_j * b.energy_rel_err)
 
 
 def pareto_options(

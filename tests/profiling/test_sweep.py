@@ -324,3 +324,28 @@ def test_a_budget_measures_its_clocks_even_after_a_rise_near_the_top() -> None:
     ran = run_sweep(sweep, energy, energy_rel_err=0.05, windows=10)
     assert sorted(set(ran), reverse=True) == [1980, 1725, 1470, 1215, 960]
     assert sweep.done
+
+
+def test_where_one_rise_stops_the_sweep_it_must_rise_beyond_the_noise() -> None:
+    # A recomputing stage's energy is flat within 0.5 % from 1215 MHz down to 720 on an H100: a rise at the
+    # first clock under the budget's range was noise, and one job's runs stopped there or went on by chance.
+    settings = SweepSettings(  # every clock given up on at 8 iterations: clocks 255 MHz, then 120 apart
+        iteration_budget=40,
+        max_iterations_per_clock=8,
+        hard_max_iterations_per_clock=8,
+        rise_limit=1,
+        rise_span_mhz=75,
+        target_energy_rel_err=0.0005,
+    )
+
+    def flat_then_rising(_key: OptionKey, clock: int) -> float:
+        if clock >= 1215:
+            return 20.0 - (1980 - clock) / 200
+        return 16.2 + (0.1 if clock == 960 else 0.0) + (3.0 if clock <= 720 else 0.0)
+
+    noisy = StageSweep(H100_CLOCKS, [FWD, BWD], settings)
+    ran = run_sweep(noisy, flat_then_rising, energy_rel_err=0.0075, windows=10)  # 0.6 % up: within the noise
+    assert sorted(set(ran), reverse=True) == [1980, 1725, 1470, 1215, 960, 840, 720]
+    precise = StageSweep(H100_CLOCKS, [FWD, BWD], settings)
+    ran = run_sweep(precise, flat_then_rising, energy_rel_err=0.001, windows=10)  # the same rise, beyond it
+    assert sorted(set(ran), reverse=True) == [1980, 1725, 1470, 1215, 960]
