@@ -384,7 +384,7 @@ static int64_t stage_clocks(const Core *c, int64_t stage, int64_t *out) {
 typedef struct {
     int64_t late, late_others, allowed, remaining, num_stages, n_after;
     int repairing, per_late;
-    double limit_s, bound_j, energy_before, busy_before, p_block_w, energy_now;
+    double limit_s, bound_j, energy_before, busy_before, p_block_w, energy_now, late_price_j;
     double *after_e, *after_b;
 } ScanArgs;
 
@@ -420,7 +420,8 @@ static int judge(Core *c, int64_t stage, const ScanArgs *a, double *bound, ScanB
         energy += trial_held(c, stage, time_s);
     else
         energy += a->p_block_w * ((double)a->num_stages * time_s - busy);
-    double key = a->per_late ? (energy - a->energy_now) / (double)(a->late - trial_late) : energy;
+    double key = a->per_late ? (energy - a->energy_now) / (double)(a->late - trial_late)
+                             : energy + a->late_price_j * (double)trial_late;
     if (time_s <= a->limit_s && (a->per_late ? key < *bound : key < *bound - 1e-12)) {
         *bound = key;
         best->found = 1;
@@ -508,9 +509,9 @@ static PyObject *Core_scan(Core *c, PyObject *args) {
     int repairing;
     PyObject *row_obj, *after_obj;
     ScanArgs a = {0};
-    if (!PyArg_ParseTuple(args, "LOLLLpddddOdLL", &stage, &row_obj, &late, &late_others, &allowed, &repairing,
+    if (!PyArg_ParseTuple(args, "LOLLLpddddOdLL|d", &stage, &row_obj, &late, &late_others, &allowed, &repairing,
                           &a.limit_s, &a.bound_j, &a.energy_before, &a.busy_before, &after_obj, &a.p_block_w,
-                          &num_stages, &remaining) ||
+                          &num_stages, &remaining, &a.late_price_j) ||
         !check_stage(c, stage))
         return NULL;
     a.late = late, a.late_others = late_others, a.allowed = allowed, a.repairing = repairing;
@@ -559,9 +560,9 @@ static PyObject *Core_judge_rows(Core *c, PyObject *args) {
     int repairing;
     PyObject *rows_obj, *from_obj, *after_obj;
     ScanArgs a = {0};
-    if (!PyArg_ParseTuple(args, "LOOLLLpddddOdLL", &stage, &rows_obj, &from_obj, &late, &late_others, &allowed,
+    if (!PyArg_ParseTuple(args, "LOOLLLpddddOdLL|d", &stage, &rows_obj, &from_obj, &late, &late_others, &allowed,
                           &repairing, &a.limit_s, &a.bound_j, &a.energy_before, &a.busy_before, &after_obj,
-                          &a.p_block_w, &num_stages, &remaining) ||
+                          &a.p_block_w, &num_stages, &remaining, &a.late_price_j) ||
         !check_stage(c, stage))
         return NULL;
     a.per_late = from_obj != Py_None;
@@ -706,9 +707,9 @@ static PyMethodDef Core_methods[] = {
      "the stage's trial."},
     {"scan", (PyCFunction)Core_scan, METH_VARARGS,
      "scan(stage, row, late, late_others, allowed, repairing, limit_s, bound_j, energy_before, busy_before, "
-     "after, p_block_w, num_stages, remaining) -> (used, exhausted, best): switch_core.PyCore.scan."},
+     "after, p_block_w, num_stages, remaining[, late_price_j]) -> (used, exhausted, best): switch_core.PyCore.scan."},
     {"judge_rows", (PyCFunction)Core_judge_rows, METH_VARARGS,
-     "judge_rows(stage, rows, per_late_from_j, late, ..., remaining) -> (used, exhausted, best): "
+     "judge_rows(stage, rows, per_late_from_j, late, ..., remaining[, late_price_j]) -> (used, exhausted, best): "
      "switch_core.PyCore.judge_rows."},
     {"trial_time", (PyCFunction)Core_trial_time, METH_O,
      "trial_time(stage) -> the longest path with the stage's trial durations."},

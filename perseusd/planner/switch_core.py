@@ -64,6 +64,8 @@ class ScanLimits:
     num_stages: int
     remaining: int
     """Evaluations left in the descent's budget."""
+    late_price_j: float = 0.0
+    """A move is judged by its energy plus this much per late begin of the plan (not with `per_late`)."""
 
     def args(self) -> tuple[Any, ...]:
         """The arguments of `_switchcore.Core.scan` after the stage and its row."""
@@ -76,6 +78,7 @@ class ScanLimits:
                 self.p_block_w,
                 self.num_stages,
                 self.remaining,
+                self.late_price_j,
             ),
         )
 
@@ -214,7 +217,8 @@ class PyCore:
         else:
             energy_j += self.trial_waits(stage, time_s)
         if per_late_from_j is None:
-            key, beats = energy_j, energy_j < bound - 1e-12
+            key = energy_j + lim.late_price_j * trial_late
+            beats = key < bound - 1e-12
         else:
             key = (energy_j - per_late_from_j) / (lim.late - trial_late)
             beats = key < bound

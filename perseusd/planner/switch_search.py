@@ -86,9 +86,15 @@ class _State:
     energy_j: float = 0.0
     evaluations: int = 0
     moves: int = 0
+    late_price_j: float = 0.0
+    """Moves are judged by the plan's energy plus this much per late begin (`DescentSearch.descend`)."""
 
     def late(self) -> int:
         return sum(cost[2] for cost in self.costs)
+
+    def key_j(self) -> float:
+        """What a move must beat: the plan's energy, plus its late begins' price."""
+        return self.energy_j + self.late_price_j * self.late()
 
     def apply(
         self, energy_j: float, time_s: float, stage: int, row: tuple[int, ...], cost: StageCost
@@ -140,13 +146,14 @@ class DescentSearch:
         limit_s: float,
         max_evaluations: int,
         max_late: int | None = None,
+        late_price_j: float = 0.0,
     ) -> Descent | None:
         """The plan the descent reaches from `start` within `limit_s`, with at most `max_late` computations
         that begin before their clock is applied (`late_begins`; None: any number). A start with more is
         first repaired: moves that lower that count, the least energy first, until it is within the cap.
         None when `start` cannot be brought within the time limit (`_time_repair`), or its late begins
         cannot be repaired within the budget."""
-        state = _State([tuple(row) for row in start], self._set(start))
+        state = _State([tuple(row) for row in start], self._set(start), late_price_j=late_price_j)
         state.time_s = self.core.trial_time(0)
         state.energy_j = self._energy(state.costs, state.time_s)
         limit_s *= 1 + TOLERANCE
@@ -170,18 +177,28 @@ class DescentSearch:
         return Descent(rows, state.time_s, state.energy_j, state.evaluations, state.moves)
 
     def reallocate(self, found: Descent, limit_s: float, max_evaluations: int, max_late: int) -> Descent:
-        """`found`, or a plan of less energy that spends the late begins elsewhere. Where `found` begins
-        `max_late` computations late (the cap binds), each stage that begins any, in order, has its row set
-        back to its highest clocks (none late) and the plan is descended again from there (`max_evaluations`
-        each), the best plan kept as it goes.
+        """`found`, or a plan of less energy that spends the late begins elsewhere, where `found` begins
+        `max_late` computations late (the cap binds). A descent spends the cap on its first moves, the best
+        ones for the plan as it was then; a stage that would save more with a few late begins later finds
+        none left (docs/solver.md, "Reallocation"). Two ways out, each descended with `max_evaluations`,
+        the best plan kept:
 
-        A descent spends the cap on its first moves, the best ones for the plan as it was then; a stage
-        that would have saved more with a few late begins later finds none left. On an online dense8x8
-        profile one middle stage stayed at its highest clock throughout: 17.2 % on the board's costs, where
-        the same job's other two profiles planned 18.9 %; reallocated, 18.7 % (docs/solver.md)."""
+        - priced: the plan descended with no cap, each late begin priced at `LATE_PRICE` times the plan's
+          energy per computation, then descended within the cap: stages trade their late begins for what
+          each saves, not for who came first (an online dense8x8 profile: six stages lowered with two late
+          begins each and the seventh left at its highest clock, 17.1 % on the board's costs; priced, two
+          stages keep one each and all seven are lowered, 18.9 %);
+        - released: each stage that holds late begins, in order, set back to its highest clocks (none late)
+          and the plan descended again from there."""
         if self.late(found.clocks_mhz) < max_late:
             return found
         best = found
+        price_j = LATE_PRICE * found.energy_j / max(1, self.dag.num_computations)
+        priced = self.descend(found.clocks_mhz, limit_s, max_evaluations, None, late_price_j=price_j)
+        if priced is not None:
+            capped = self.descend(priced.clocks_mhz, limit_s, max_evaluations, max_late)
+            if capped is not None and capped.energy_j < best.energy_j:
+                best = capped
         for stage, row in enumerate(found.clocks_mhz):
             if late_begins(list(row), self.stages[stage].time_at, self.model) == 0:
                 continue
@@ -361,16 +378,16 @@ class DescentSearch:
         kept: _Kept = {}
         while state.evaluations < max_evaluations:
             late = state.late()
-            best: tuple[Found, int] | None = None
+            best: tuple[Found, int, float] | None = None
             for stage, row in enumerate(state.rows):
                 trials = _kept_trials(kept, stage, row, lambda s, r: self._coarse_trials(s, r, grid))
-                bound = state.energy_j if best is None else best[0][0]
+                bound = state.key_j() if best is None else best[2]
                 remaining = max_evaluations - state.evaluations
                 limits = self._limits(state, stage, late, allowed, limit_s, bound, remaining)
                 used, exhausted, found = self.core.judge_rows(stage, trials, None, *limits.args())
                 state.evaluations += used
                 if found is not None:
-                    best = (found, stage)
+                    best = (found, stage, found[0] + state.late_price_j * (limits.late_others + found[3][2]))
                 if exhausted:
                     break
             if best is None:
@@ -496,6 +513,7 @@ class DescentSearch:
             self.p_block_w,
             self.dag.num_stages,
             remaining,
+            state.late_price_j,
         )
 
     def _set(self, rows: Sequence[Sequence[int]]) -> list[StageCost]:
@@ -516,14 +534,16 @@ class DescentSearch:
         the same sums in the same order."""
         late = state.late()
         best: tuple[float, float, int, tuple[int, ...], StageCost] | None = None
+        best_key = math.inf
         for stage, row in enumerate(state.rows):
-            bound = best[0] if best else (math.inf if repairing else state.energy_j)
+            bound = best_key if best else (math.inf if repairing else state.key_j())
             remaining = max_evaluations - state.evaluations
             limits = self._limits(state, stage, late, allowed, limit_s, bound, remaining, repairing)
             used, exhausted, found = self.core.scan(stage, row, *limits.args())
             state.evaluations += used
             if found is not None:
                 best = (found[0], found[1], stage, found[2], found[3])
+                best_key = found[0] + state.late_price_j * (limits.late_others + found[3][2])
             if exhausted:
                 return best
         return best
@@ -541,6 +561,10 @@ class DescentSearch:
 LIMIT_FACTORS = (1.0, 1.05, 1.1, 1.2, 1.3)
 """The time limits the daemon descends for, as multiples of all-max's predicted time: the default
 (no-slowdown) point's, and slower ones that slowdown targets and stragglers choose among."""
+LATE_PRICE = 1.0
+"""A priced descent (`DescentSearch.reallocate`) charges each late begin this many times the plan's energy per
+computation. On 60 family online profiles, 1.0 alone raised 12 plans' savings on the board's costs (by up to
+1.9 points) and lowered none; 0.5 and 2.0 beside it found nothing more on dense8x8's six."""
 MAX_LATE_FRACTION = 0.10
 """A descent's plan has at most this share of computations begin before their clock is applied, as the model
 counts them (`late_begins`); a start with more is repaired first. The closed loop holds the measured share

@@ -137,6 +137,7 @@ def _random_limits(
         124.0,
         dag.num_stages,
         rng.choice([0, 7, 50, 100_000]),
+        rng.choice([0.0, 0.0, energy_j / dag.num_computations]),  # a late begin's price, at times
     )
 
 
@@ -192,6 +193,10 @@ def test_descents_are_the_same_with_and_without_c(waiting: WaitingPower | None) 
     assert found[0] is not None
     assert found[0].moves > 0
     assert found[0] == found[1]
+    price_j = found[0].energy_j / dag.num_computations
+    priced = [search.descend(start, limit_s, 3000, late_price_j=price_j) for search in searches]
+    assert priced[0] is not None
+    assert priced[0] == priced[1]
 
 
 def test_the_longest_path_is_the_pythons() -> None:

@@ -270,10 +270,11 @@ DENSE8X8_ONLINE_PROFILE = Path(__file__).parent / "data" / "dense8x8-online-seed
 def test_where_the_late_cap_binds_the_late_begins_go_where_they_save_most() -> None:
     """The descent spent the 12 late begins the cap allows on its first moves and left a middle stage at its
     highest clock throughout: 17.2 % on the board's costs where the job's other profiles planned 18.9 %, and
-    the closed loop measured 16.3 % against 18.9-19.4 % for the other seeds. Reallocated (each stage that
-    holds late begins set back to its highest clocks and the plan descended again), every stage but the
-    last, which has no slack, runs lowered clocks (here, on the board's median lock latency, the third stage
-    was the one left at its highest clock before)."""
+    the closed loop measured 16.3 % against 18.9-19.4 % for the other seeds. Reallocated (the plan descended
+    with each late begin priced, then within the cap; and each stage that holds late begins set back to its
+    highest clocks and the plan descended again), every stage but the last, which has no slack, runs
+    lowered clocks (here, on the board's median lock latency, the third stage was the one left at its
+    highest clock before)."""
     frontier, base = solve_online(DENSE8X8_ONLINE_PROFILE, 8, 8)
     chosen = no_slowdown_point(frontier, base.time_s)
     assert chosen.followed is not None
@@ -282,4 +283,4 @@ def test_where_the_late_cap_binds_the_late_begins_go_where_they_save_most() -> N
     assert chosen.predicted_time_s <= base.time_s * (1 + 1e-9)
     lowered = [min(row) < 1980 for row in chosen.clocks_mhz]
     assert lowered[:-1] == [True] * 7
-    assert 1 - chosen.refined_energy_j / base.energy_j > 0.175  # planned: 16.7 % before, 18.1 % now
+    assert 1 - chosen.refined_energy_j / base.energy_j > 0.18  # planned: 16.7 % before, 18.7 % now
