@@ -329,14 +329,9 @@ def test_a_budget_measures_its_clocks_even_after_a_rise_near_the_top() -> None:
 def test_where_one_rise_stops_the_sweep_it_must_rise_beyond_the_noise() -> None:
     # A recomputing stage's energy is flat within 0.5 % from 1215 MHz down to 720 on an H100: a rise at the
     # first clock under the budget's range was noise, and one job's runs stopped there or went on by chance.
-    settings = SweepSettings(  # every clock given up on at 8 iterations: clocks 255 MHz, then 120 apart
-        iteration_budget=40,
-        max_iterations_per_clock=8,
-        hard_max_iterations_per_clock=8,
-        rise_limit=1,
-        rise_span_mhz=75,
-        target_energy_rel_err=0.0005,
-    )
+    # Every clock given up on at 8 iterations (never precise): clocks 255 MHz apart, then 120.
+    budget = {"iteration_budget": 40, "max_iterations_per_clock": 8, "hard_max_iterations_per_clock": 8}
+    settings = SweepSettings(**budget, rise_limit=1, rise_span_mhz=75, target_energy_rel_err=0.0005)
 
     def flat_then_rising(_key: OptionKey, clock: int) -> float:
         if clock >= 1215:
