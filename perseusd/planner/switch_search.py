@@ -647,7 +647,10 @@ def descend_frontier(
         if not descents:
             continue
         if factor == min(factors):  # the no-slowdown plan's limit (see `DescentSearch.reallocate`)
-            descents = [search.reallocate(d, limit_s, budget, max_late) for d in descents]
+            # starts whose descents met on one plan: that plan reallocated once
+            seen = [d.clocks_mhz for d in descents]
+            distinct = [d for k, d in enumerate(descents) if d.clocks_mhz not in seen[:k]]
+            descents = [search.reallocate(d, limit_s, budget, max_late) for d in distinct]
         descent = min(descents, key=lambda d: d.energy_j)
         point = _descended_point(follower, first, descent, len(points), frontier.meta.unit_time_s)
         beaten = math.inf if best_followable is None else best_followable.refined_energy_j
