@@ -21,7 +21,7 @@ PACKAGE_DIR = REPO_ROOT / "perseusd"
 CLIENT_DIR = REPO_ROOT / "client_lib" / "perseus_client"
 
 # layer -> the layers its modules may import (besides its own). "base" is perseusd/__init__.py, errors.py,
-# argtypes.py, private_file.py and threads.py; every other layer is a package of perseusd.
+# argtypes.py, private_file.py, records.py and threads.py; every other layer is a package of perseusd.
 ALLOWED: Mapping[str, frozenset[str]] = {
     "base": frozenset(),
     "planner": frozenset({"base"}),
@@ -67,7 +67,7 @@ def module_name(path: Path, root: Path = REPO_ROOT) -> str:
 def layer_of(module: str) -> str:
     """The layer of a `perseusd` module (dotted name)."""
     parts = module.split(".")
-    if len(parts) == 1 or (len(parts) == 2 and parts[1] in {"errors", "argtypes", "private_file", "threads"}):
+    if len(parts) == 1 or (len(parts) == 2 and parts[1] in {"errors", "argtypes", "private_file", "records", "threads"}):
         return "base"
     return parts[1]
 

@@ -20,15 +20,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from perseus_client.pool_messages import (
-    AdminPoolRelease,
-    AdminPoolSetBudget,
-    AdminPoolStatus,
-    PoolBudgetOk,
-    PoolNode,
-    PoolReleaseOk,
-    PoolStatusReply,
-)
+from perseus_client import pool_messages as pool_msg
 
 from perseusd.ctl.arguments import add_action, add_json_option
 from perseusd.ctl.daemon_link import ask
@@ -67,13 +59,19 @@ def _add_pool_action(actions: Subparsers, name: str, help: str, run: Run) -> arg
     return parser
 
 
-def set_pool_budget(runtime_dir: Path, pool: str, budget_w: float | None) -> PoolBudgetOk:
-    request = AdminPoolSetBudget(pool=pool, budget_w=budget_w)
-    return ask(runtime_dir, request, PoolBudgetOk, admin=True, timeout_s=TIMEOUT_S)
+def set_pool_budget(runtime_dir: Path, pool: str, budget_w: float | None) -> pool_msg.PoolBudgetOk:
+    request = pool_msg.AdminPoolSetBudget(pool=pool, budget_w=budget_w)
+    return ask(runtime_dir, request, pool_msg.PoolBudgetOk, admin=True, timeout_s=TIMEOUT_S)
 
 
-def fetch_pool_status(runtime_dir: Path, pool: str) -> PoolStatusReply:
-    return ask(runtime_dir, AdminPoolStatus(pool=pool), PoolStatusReply, admin=True, timeout_s=TIMEOUT_S)
+def fetch_pool_status(runtime_dir: Path, pool: str) -> pool_msg.PoolStatusReply:
+    return ask(
+        runtime_dir,
+        pool_msg.AdminPoolStatus(pool=pool),
+        pool_msg.PoolStatusReply,
+        admin=True,
+        timeout_s=TIMEOUT_S,
+    )
 
 
 def run_set(args: argparse.Namespace) -> int:
@@ -92,8 +90,8 @@ def run_clear(args: argparse.Namespace) -> int:
 
 
 def run_release(args: argparse.Namespace) -> int:
-    request = AdminPoolRelease(pool=args.pool, node=args.node)
-    reply = ask(Path(args.runtime_dir), request, PoolReleaseOk, admin=True, timeout_s=TIMEOUT_S)
+    request = pool_msg.AdminPoolRelease(pool=args.pool, node=args.node)
+    reply = ask(Path(args.runtime_dir), request, pool_msg.PoolReleaseOk, admin=True, timeout_s=TIMEOUT_S)
     print(
         f"pool {reply.pool}: node {reply.node}'s reservation of {reply.released_w:.1f} W released "
         f"(by {reply.by}); its share goes to the other nodes"
@@ -110,7 +108,7 @@ def run_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def format_pool_status(reply: PoolStatusReply) -> str:
+def format_pool_status(reply: pool_msg.PoolStatusReply) -> str:
     """The pool as a table (W)."""
     lines = [
         f"pool {reply.pool} (etcd revision {reply.revision}, allocator {reply.allocator or '-'})",
@@ -132,7 +130,7 @@ def format_pool_status(reply: PoolStatusReply) -> str:
     return "\n".join(lines)
 
 
-def _absent_line(pool: str, node: PoolNode) -> str:
+def _absent_line(pool: str, node: pool_msg.PoolNode) -> str:
     since = ""
     if node.absent_since_s is not None:
         since = time.strftime(" since %Y-%m-%d %H:%M:%S UTC", time.gmtime(node.absent_since_s))

@@ -18,14 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from perseus_client.slurm_messages import (
-    AdminSlurmEpilog,
-    AdminSlurmProlog,
-    SlurmJobEnergy,
-    SlurmJobOk,
-    SlurmJobsReply,
-    SlurmJobsRequest,
-)
+from perseus_client import slurm_messages as slurm_msg
 
 from perseusd.ctl.arguments import add_json_option
 from perseusd.ctl.daemon_link import DaemonRequestError, ask
@@ -71,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _prolog(runtime_dir: Path) -> None:
     job, uid, minors = prolog_inputs(os.environ)
-    request = AdminSlurmProlog(job=job, uid=uid, gpu_minors=minors)
-    record = ask(runtime_dir, request, SlurmJobOk, admin=True).record
+    request = slurm_msg.AdminSlurmProlog(job=job, uid=uid, gpu_minors=minors)
+    record = ask(runtime_dir, request, slurm_msg.SlurmJobOk, admin=True).record
     print(f"perseusd: Slurm job {job}: GPUs {', '.join(record.gpus) or 'none'}", file=sys.stderr)
 
 
@@ -80,8 +73,8 @@ def _epilog(runtime_dir: Path, record_file: Path | None) -> None:
     job = os.environ.get("SLURM_JOB_ID", "")
     if not job.isdigit():
         raise PerseusError("SLURM_JOB_ID is not set: run this as slurmd's Epilog=")
-    request = AdminSlurmEpilog(job=int(job))
-    record = ask(runtime_dir, request, SlurmJobOk, admin=True, timeout_s=EPILOG_TIMEOUT_S).record
+    request = slurm_msg.AdminSlurmEpilog(job=int(job))
+    record = ask(runtime_dir, request, slurm_msg.SlurmJobOk, admin=True, timeout_s=EPILOG_TIMEOUT_S).record
     print(summary(record), file=sys.stderr)
     if record_file is not None:
         with record_file.open("a") as out:
@@ -101,23 +94,23 @@ def prolog_inputs(environ: Mapping[str, str]) -> tuple[int, int, tuple[int, ...]
     return int(job), int(uid), minors
 
 
-def fetch_slurm_jobs(runtime_dir: Path, *, quiet: bool = False) -> tuple[SlurmJobEnergy, ...]:
+def fetch_slurm_jobs(runtime_dir: Path, *, quiet: bool = False) -> tuple[slurm_msg.SlurmJobEnergy, ...]:
     """The Slurm jobs the caller may see (an admin through the admin socket: all). `quiet`: none from a
     daemon that does not know the request (older than protocol 6.5)."""
     admin = os.access(runtime_dir / "admin.sock", os.W_OK)
     try:
-        return ask(runtime_dir, SlurmJobsRequest(), SlurmJobsReply, admin=admin).jobs
+        return ask(runtime_dir, slurm_msg.SlurmJobsRequest(), slurm_msg.SlurmJobsReply, admin=admin).jobs
     except DaemonRequestError as exc:
         if quiet and exc.code in ("UNKNOWN_TYPE", "VERSION_MISMATCH"):
             return ()
         raise
 
 
-def slurm_jobs_json(records: Sequence[SlurmJobEnergy]) -> list[dict[str, Any]]:
+def slurm_jobs_json(records: Sequence[slurm_msg.SlurmJobEnergy]) -> list[dict[str, Any]]:
     return [dataclasses.asdict(record) for record in records]
 
 
-def summary(record: SlurmJobEnergy) -> str:
+def summary(record: slurm_msg.SlurmJobEnergy) -> str:
     allocated = PLACEHOLDER if record.allocated_energy_j is None else f"{record.allocated_energy_j:.1f} J"
     released = ", ".join(record.released_at_end) or "nothing"
     return (
@@ -126,7 +119,7 @@ def summary(record: SlurmJobEnergy) -> str:
     )
 
 
-def render(records: Sequence[SlurmJobEnergy]) -> str:
+def render(records: Sequence[slurm_msg.SlurmJobEnergy]) -> str:
     if not records:
         return "no Slurm jobs"
     rows = [

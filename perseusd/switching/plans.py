@@ -38,6 +38,7 @@ from perseus_client.protocol import CarriedComputation, Instruction, PlanEntry, 
 
 from perseusd.errors import InvalidValueError
 from perseusd.gpu.clocks import snap_clock_mhz
+from perseusd.records import project
 from perseusd.switching.carrying import carried_events
 from perseusd.switching.deadline_timer import DeadlineTimer
 
@@ -349,14 +350,9 @@ class GpuPlan:
     def stats(self) -> PlanStats:
         with self._lock:
             samples_ms = [ns / 1e6 for ns in self._latencies_ns]
-        return PlanStats(
-            computations=self.computations,
-            clock_changes=self.clock_changes,
-            skipped=self.skipped,
-            late=self.late,
-            unplanned=self.unplanned,
-            errors=self.errors,
-            early_raises=self.early_raises,
+        return project(
+            PlanStats,
+            self,
             event_to_clock_p50_ms=_round(statistics.median(samples_ms)) if samples_ms else None,
             event_to_clock_p99_ms=_round(percentile(samples_ms, 0.99)) if samples_ms else None,
         )

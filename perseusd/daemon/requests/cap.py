@@ -9,16 +9,7 @@ from __future__ import annotations
 import logging
 import math
 
-from perseus_client.cap_messages import (
-    AdminCapStatus,
-    AdminClearCap,
-    AdminSetCap,
-    AdminSetJobPriority,
-    CapGpu,
-    CapJob,
-    CapStatusReply,
-    JobPriorityOk,
-)
+from perseus_client import cap_messages as cap_msg
 from perseus_client.protocol import ErrorCode, ProtocolError
 
 from perseusd.cap.node_cap import NodeCap
@@ -39,7 +30,7 @@ class CapRequests:
     def __init__(self, cap: NodeCap) -> None:
         self._cap = cap
 
-    def set_budget(self, caller: Caller, message: AdminSetCap) -> CapStatusReply:
+    def set_budget(self, caller: Caller, message: cap_msg.AdminSetCap) -> cap_msg.CapStatusReply:
         budget_w = message.budget_w
         if not (math.isfinite(budget_w) and 0 < budget_w <= MAX_BUDGET_W):
             raise ProtocolError(ErrorCode.BAD_FIELD, f"the node budget must be 0..{MAX_BUDGET_W:g} W")
@@ -54,15 +45,15 @@ class CapRequests:
         self._cap.set_budget_w(budget_w, who(caller))
         return cap_status(self._cap)
 
-    def clear_budget(self, caller: Caller, _message: AdminClearCap) -> CapStatusReply:
+    def clear_budget(self, caller: Caller, _message: cap_msg.AdminClearCap) -> cap_msg.CapStatusReply:
         logger.warning("power cap: node budget cleared by %s", who(caller))
         self._cap.set_budget_w(None, who(caller))
         return cap_status(self._cap)
 
-    def status(self, _caller: Caller, _message: AdminCapStatus) -> CapStatusReply:
+    def status(self, _caller: Caller, _message: cap_msg.AdminCapStatus) -> cap_msg.CapStatusReply:
         return cap_status(self._cap)
 
-    def set_priority(self, caller: Caller, message: AdminSetJobPriority) -> JobPriorityOk:
+    def set_priority(self, caller: Caller, message: cap_msg.AdminSetJobPriority) -> cap_msg.JobPriorityOk:
         if not 0 < len(message.job) <= MAX_JOB_NAME:
             raise ProtocolError(
                 ErrorCode.BAD_FIELD, f"admin_set_job_priority.job: 1..{MAX_JOB_NAME} characters"
@@ -82,10 +73,10 @@ class CapRequests:
         logger.warning(
             "power cap: job %s priority set to %d by %s", message.job, message.priority, who(caller)
         )
-        return JobPriorityOk(job=message.job, priority=message.priority)
+        return cap_msg.JobPriorityOk(job=message.job, priority=message.priority)
 
 
-def cap_status(cap: NodeCap) -> CapStatusReply:
+def cap_status(cap: NodeCap) -> cap_msg.CapStatusReply:
     """The cap as `perseusctl cap status` shows it."""
     if cap.grant_w is None:
         cap.refresh_demand()  # uncapped, the main loop does not keep the jobs' loads up to date
@@ -96,7 +87,7 @@ def cap_status(cap: NodeCap) -> CapStatusReply:
         for load in cap.last_loads:
             managed.update(dict.fromkeys(load.gpus, load.name))
     gpus = tuple(
-        CapGpu(
+        cap_msg.CapGpu(
             uuid=r.uuid,
             limit_w=cap.limits_w.get(r.uuid),
             min_w=r.min_w,
@@ -106,7 +97,7 @@ def cap_status(cap: NodeCap) -> CapStatusReply:
         for r in cap.ranges
     )
     jobs = tuple(
-        CapJob(
+        cap_msg.CapJob(
             job=g.name,
             priority=g.priority,
             point=g.index,
@@ -125,7 +116,7 @@ def cap_status(cap: NodeCap) -> CapStatusReply:
     if cap.save_error:
         problem = f"{problem}; " if problem else ""
         problem += f"not kept across a restart: {cap.save_error}"
-    return CapStatusReply(
+    return cap_msg.CapStatusReply(
         active=cap.grant_w is not None,
         budget_w=cap.budget_w,
         pool_grant_w=cap.pool_grant_w,

@@ -8,30 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from perseus_client.protocol import (
-    PROTOCOL_MAJOR,
-    AdminReset,
-    AdminResetOk,
-    AdminSetPowerLimit,
-    Claim,
-    ClaimOk,
-    ClearPlan,
-    ClearPlanOk,
-    ErrorCode,
-    EventCount,
-    EventCountOk,
-    GpuCapabilities,
-    Hello,
-    HelloOk,
-    PowerLimitOk,
-    ProtocolError,
-    Release,
-    ReleaseOk,
-    SetClock,
-    SetClockOk,
-    SetPlan,
-    SetPlanOk,
-)
+from perseus_client import protocol as wire
 
 from perseusd.gpu.registry import GpuRegistry
 from perseusd.leasing.gpu_access import GpuAccess
@@ -40,6 +17,7 @@ from perseusd.leasing.leases import LeaseBook, Session
 from perseusd.leasing.restore import RestoreKeeper
 from perseusd.leasing.slurm_jobs import SlurmLedger
 from perseusd.leasing.state_file import StateWriteError
+from perseusd.records import project
 from perseusd.switching.plans import PlanBook
 
 logger = logging.getLogger(__name__)
@@ -78,25 +56,14 @@ class GpuRequests:
         self._after_restore = after_restore
         """GPUs went back to their originals (the power cap writes its limits again)."""
 
-    def hello(self, caller: Caller, message: Hello) -> HelloOk:
+    def hello(self, caller: Caller, message: wire.Hello) -> wire.HelloOk:
         placement = self.access.placement(caller)
         session = self.leases.register(caller, message.job)
         session.placement = placement
-        gpus = tuple(
-            GpuCapabilities(
-                uuid=info.uuid,
-                name=info.name,
-                supported_sm_clocks_mhz=info.supported_sm_clocks_mhz,
-                power_limit_min_w=info.power_limit_min_w,
-                power_limit_max_w=info.power_limit_max_w,
-                power_limit_default_w=info.power_limit_default_w,
-                energy_counter_supported=info.energy_counter_supported,
-            )
-            for info in self.registry.infos()
-        )
-        return HelloOk(
+        gpus = tuple(project(wire.GpuCapabilities, info) for info in self.registry.infos())
+        return wire.HelloOk(
             daemon_version=self._version,
-            protocol=PROTOCOL_MAJOR,
+            protocol=wire.PROTOCOL_MAJOR,
             gpus=gpus,
             protocol_minor=self.protocol_minor,
             visible_gpus=self._visible(session),
@@ -111,7 +78,7 @@ class GpuRequests:
             return visible
         return tuple(uuid for uuid in (visible or self.registry.uuids) if uuid in allowed)
 
-    def claim(self, caller: Caller, message: Claim) -> ClaimOk:
+    def claim(self, caller: Caller, message: wire.Claim) -> wire.ClaimOk:
         session = self.leases.require_session(caller)
         session.job = message.job
         self.access.check_claim(caller, session.placement, message.gpus)
@@ -138,9 +105,9 @@ class GpuRequests:
             raise
         if self.slurm is not None:
             self.slurm.leased(session, message.gpus)
-        return ClaimOk(gpus=message.gpus)
+        return wire.ClaimOk(gpus=message.gpus)
 
-    def release(self, caller: Caller, message: Release) -> ReleaseOk:
+    def release(self, caller: Caller, message: wire.Release) -> wire.ReleaseOk:
         session = self.leases.require_session(caller)
         gpus = message.gpus or tuple(sorted(session.gpus))
         for gpu in gpus:
@@ -150,43 +117,43 @@ class GpuRequests:
             self._forget_gpu(gpu)
         outcome = self.keeper.restore(gpus)
         self._after_restore()
-        return ReleaseOk(gpus=outcome.restored, failed=outcome.failed)
+        return wire.ReleaseOk(gpus=outcome.restored, failed=outcome.failed)
 
-    def set_clock(self, caller: Caller, message: SetClock) -> SetClockOk:
+    def set_clock(self, caller: Caller, message: wire.SetClock) -> wire.SetClockOk:
         self._require_known(message.gpu)
         self.leases.require_lease(caller, message.gpu)
         if message.sm_clock_mhz is not None:  # the same range set_plan accepts (then snapped alike)
             supported_mhz = self.registry.info(message.gpu).supported_sm_clocks_mhz
             low_mhz, high_mhz = min(supported_mhz, default=1), max(supported_mhz, default=1 << 20)
             if not low_mhz <= message.sm_clock_mhz <= high_mhz:
-                raise ProtocolError(
-                    ErrorCode.BAD_FIELD,
+                raise wire.ProtocolError(
+                    wire.ErrorCode.BAD_FIELD,
                     f"set_clock.sm_clock_mhz: {message.sm_clock_mhz} outside {low_mhz}..{high_mhz} MHz",
                 )
         self.keeper.ensure_saved(message.gpu)
         applied = self.plans.set_clock(message.gpu, message.sm_clock_mhz)
-        return SetClockOk(gpu=message.gpu, applied_mhz=applied)
+        return wire.SetClockOk(gpu=message.gpu, applied_mhz=applied)
 
-    def set_plan(self, caller: Caller, message: SetPlan) -> SetPlanOk:
+    def set_plan(self, caller: Caller, message: wire.SetPlan) -> wire.SetPlanOk:
         self._require_known(message.gpu)
         self.leases.require_lease(caller, message.gpu)
         self.keeper.ensure_saved(message.gpu)  # the plan writes clocks
         clocks_mhz = self.registry.info(message.gpu).supported_sm_clocks_mhz
         plan = self.plans.set(message.gpu, message.plan, clocks_mhz)
-        return SetPlanOk(gpu=message.gpu, computations=plan.computations)
+        return wire.SetPlanOk(gpu=message.gpu, computations=plan.computations)
 
-    def clear_plan(self, caller: Caller, message: ClearPlan) -> ClearPlanOk:
+    def clear_plan(self, caller: Caller, message: wire.ClearPlan) -> wire.ClearPlanOk:
         self._require_known(message.gpu)
         self.leases.require_lease(caller, message.gpu)
-        return ClearPlanOk(gpu=message.gpu, cleared=self.plans.drop(message.gpu))
+        return wire.ClearPlanOk(gpu=message.gpu, cleared=self.plans.drop(message.gpu))
 
-    def event_count(self, caller: Caller, _message: EventCount) -> EventCountOk:
+    def event_count(self, caller: Caller, _message: wire.EventCount) -> wire.EventCountOk:
         session = self.leases.require_session(caller)
-        return EventCountOk(
+        return wire.EventCountOk(
             received=session.events_received, dropped=session.events_dropped, ended_sent=session.ended_sent
         )
 
-    def admin_reset(self, _caller: Caller, message: AdminReset) -> AdminResetOk:
+    def admin_reset(self, _caller: Caller, message: wire.AdminReset) -> wire.AdminResetOk:
         gpus = message.gpus or self.registry.uuids
         for gpu in gpus:
             self._require_known(gpu)
@@ -206,14 +173,14 @@ class GpuRequests:
                 if gpu not in failed:
                     failed.append(gpu)
         done = tuple(gpu for gpu in gpus if gpu not in failed)
-        return AdminResetOk(gpus=done, failed=tuple(failed))
+        return wire.AdminResetOk(gpus=done, failed=tuple(failed))
 
-    def admin_set_power_limit(self, _caller: Caller, message: AdminSetPowerLimit) -> PowerLimitOk:
+    def admin_set_power_limit(self, _caller: Caller, message: wire.AdminSetPowerLimit) -> wire.PowerLimitOk:
         self._require_known(message.gpu)
         self.keeper.ensure_saved(message.gpu)
         enforced_w = self.registry.set_power_limit_w(message.gpu, message.power_limit_w)
-        return PowerLimitOk(gpu=message.gpu, requested_w=message.power_limit_w, enforced_w=enforced_w)
+        return wire.PowerLimitOk(gpu=message.gpu, requested_w=message.power_limit_w, enforced_w=enforced_w)
 
     def _require_known(self, gpu: str) -> None:
         if gpu not in self.registry:
-            raise ProtocolError(ErrorCode.UNKNOWN_GPU, f"no GPU {gpu} on this node")
+            raise wire.ProtocolError(wire.ErrorCode.UNKNOWN_GPU, f"no GPU {gpu} on this node")
