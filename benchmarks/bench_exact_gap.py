@@ -35,18 +35,6 @@ A100_STAGES = (0, 1, 7)
 """Stages of the 8-stage A100 profile kept for the cut-down case (renumbered 0..2; stage 7 differs)."""
 
 
-@dataclass(frozen=True)
-class Case:
-    """One benchmark case: a profile, a 1F1B DAG size and the solver parameters."""
-
-    name: str
-    profile: Profile
-    stages: int
-    microbatches: int
-    unit_time_s: float
-    p_block_w: float
-
-
 def a100_cut_profile() -> Profile:
     """The bundled A100 SXM GPT-3 profile restricted to stages 0, 1 and 7, renumbered 0, 1, 2."""
     full = read_profile(A100_PROFILE)
@@ -57,6 +45,18 @@ def a100_cut_profile() -> Profile:
         if m.stage in renumber
     )
     return Profile.from_measurements(rows, f"{A100_PROFILE.name}[stages 0,1,7]")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark case: a profile, a 1F1B DAG size and the solver parameters."""
+
+    name: str
+    profile: Profile
+    stages: int
+    microbatches: int
+    unit_time_s: float
+    p_block_w: float
 
 
 def cases() -> list[Case]:

@@ -59,6 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.pool_options import add_pool_options  # noqa: E402
 from benchmarks.processes import process_cpu_s  # noqa: E402
 from perseusd.cluster.config import parse_endpoint  # noqa: E402
 from perseusd.cluster.etcd_store import EtcdStore, put_op  # noqa: E402
@@ -771,17 +772,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", default="16,128,512,1024")
     parser.add_argument("--per-process", type=int, default=128)
-    parser.add_argument("--ttl", type=int, default=10)
-    parser.add_argument("--interval", type=float, default=0.5)
-    parser.add_argument("--changes", type=int, default=5)
-    parser.add_argument("--hold", type=float, default=30.0)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument(
-        "--absent-node",
-        choices=("hold", "release"),
-        default="release",
-        help="every agent's power_pool_absent_node (release: a hung node's share is timed coming back)",
+    add_pool_options(
+        parser,
+        changes=5,
+        ttl=10,
+        interval_s=0.5,
+        absent_node_help="every agent's power_pool_absent_node (release: a hung node's share is timed coming "
+        "back)",
     )
+    parser.add_argument("--hold", type=float, default=30.0)
     parser.add_argument(
         "--interleave",
         action="store_true",

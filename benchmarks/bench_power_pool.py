@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.pool_options import add_pool_options  # noqa: E402
 from perseusd.cluster.etcd_store import put_op  # noqa: E402
 from perseusd.pool.alloc import allocate  # noqa: E402
 from perseusd.pool.view import read_pool  # noqa: E402
@@ -200,16 +201,13 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--changes", type=int, default=20)
-    parser.add_argument("--ttl", type=int, default=3)
-    parser.add_argument("--interval", type=float, default=0.2)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument(
-        "--absent-node",
-        choices=("release", "hold"),
-        default="release",
-        help="the nodes' power_pool_absent_node: release (the killed node's share redistributed at expiry) "
-        "or hold (reserved; timed from an admin's release)",
+    add_pool_options(
+        parser,
+        changes=20,
+        ttl=3,
+        interval_s=0.2,
+        absent_node_help="the nodes' power_pool_absent_node: release (the killed node's share redistributed "
+        "at expiry) or hold (reserved; timed from an admin's release)",
     )
     result = run_bench(parser.parse_args())
     print(json.dumps(result, indent=2))

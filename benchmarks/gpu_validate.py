@@ -51,6 +51,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TARGET_FACTORS = (1.0, 1.15, 1.3)
 EXIT_REFUSED = 2
+COUNTS: tuple[tuple[str, int, str | None], ...] = (
+    ("--microbatches", 8, None),
+    ("--layers", 4, "transformer layers in the stage"),
+    ("--d-model", 4096, None),
+    ("--seq", 2048, "tokens per microbatch"),
+    ("--sweep-clocks", 10, "clocks in the ground-truth sweep"),
+    ("--iterations", 12, "measured iterations per run"),
+)
+"""The job's sizes and the runs' counts, each at least 1: (option, default, help)."""
+OUTPUTS: tuple[tuple[str, str], ...] = (
+    ("--out", "also write the report here"),
+    ("--markdown", "also write the report as a Markdown section for docs/gpu-backends.md"),
+    ("--daemon-log", "the daemon log, at INFO (default: stderr)"),
+    ("--profile-out", "also write the profile the daemon measured (CSV)"),
+    (
+        "--trace-out",
+        "also write the closed loop's events, energy counter and SM clock (polled every ~1 ms) as JSON",
+    ),
+)
+"""The files the check may also write: (option, help)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,32 +109,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="one-stage check without the ground-truth sweeps (no profile error, no single clocks): the "
         "closed loop against all-max only",
     )
-    parser.add_argument("--microbatches", type=int, default=8)
-    parser.add_argument("--layers", type=int, default=4, help="transformer layers in the stage")
-    parser.add_argument("--d-model", type=int, default=4096)
-    parser.add_argument("--seq", type=int, default=2048, help="tokens per microbatch")
-    parser.add_argument("--sweep-clocks", type=int, default=10, help="clocks in the ground-truth sweep")
-    parser.add_argument("--iterations", type=int, default=12, help="measured iterations per run")
+    for option, default, help_text in COUNTS:
+        parser.add_argument(option, type=int, default=default, help=help_text)
     parser.add_argument("--max-profiling-iterations", type=int, default=300)
-    parser.add_argument("--out", type=Path, help="also write the report here")
-    parser.add_argument(
-        "--markdown", type=Path, help="also write the report as a Markdown section for docs/gpu-backends.md"
-    )
-    parser.add_argument("--daemon-log", type=Path, help="the daemon log, at INFO (default: stderr)")
-    parser.add_argument("--profile-out", type=Path, help="also write the profile the daemon measured (CSV)")
-    parser.add_argument(
-        "--trace-out",
-        type=Path,
-        help="also write the closed loop's events, energy counter and SM clock (polled every ~1 ms) as JSON",
-    )
+    for option, help_text in OUTPUTS:
+        parser.add_argument(option, type=Path, help=help_text)
     return parser
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
-    for name in ("microbatches", "layers", "d_model", "seq", "sweep_clocks", "iterations"):
-        if getattr(args, name) < 1:
-            build_parser().error(f"--{name.replace('_', '-')} must be >= 1")
+    for option, _default, _help in COUNTS:
+        if getattr(args, option[2:].replace("-", "_")) < 1:
+            build_parser().error(f"{option} must be >= 1")
     if args.sweep_clocks < 3:
         build_parser().error("--sweep-clocks must be >= 3 (a curve needs three clocks)")
     try:

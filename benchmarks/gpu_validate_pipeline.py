@@ -24,6 +24,7 @@ import torch
 from benchmarks.gpu_validate_run import build_stage_module, locked_sweep, save_partial, sweep_clocks
 from benchmarks.nvml_probe import _switches
 from benchmarks.pipeline_check import CheckSettings, ClockReader, run_check
+from perseusd.emulate.real_stage import RealStageSpec
 from perseusd.gpu.backend import GpuDevice, power_capped
 from perseusd.gpu.nvml import NvmlBackend
 from perseusd.gpu.probe import energy_counter_period
@@ -62,9 +63,7 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
             iterations=args.iterations,
             max_profiling_iterations=min(args.max_profiling_iterations, 120),
             timeout_s=args.run_timeout_s,
-            layers=args.layers,
-            d_model=args.d_model,
-            seq=args.seq,
+            stage=RealStageSpec(args.layers, args.d_model, args.seq),
             keep=None if args.out is None else Path(args.out).parent / "pipeline-runs",
         )
         pipeline: dict[str, Any] = {"positions": []}

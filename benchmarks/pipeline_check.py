@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.gpu_truth import stopped_at_exit
 from perseusd.emulate.hybrid import DEFAULT_WEIGHTS, SweepRow, critical_stage, pipeline_profile
+from perseusd.emulate.real_stage import RealStageSpec
 from perseusd.emulate.trace import read_trace
 from perseusd.planner.dag import Instruction, from_stage_orders
 from perseusd.planner.evaluate import measurements_for, stage_energies_j
@@ -79,9 +80,8 @@ class CheckSettings:
     iterations: int = 10
     max_profiling_iterations: int = 150
     timeout_s: float = 420.0
-    layers: int = 4
-    d_model: int = 4096
-    seq: int = 2048
+    stage: RealStageSpec = field(default_factory=RealStageSpec)
+    """The real stage's layers, width and sequence (the emulator picks its device)."""
     weights: tuple[float, ...] = DEFAULT_WEIGHTS
     work_dir: Path | None = None
     keep: Path | None = None
@@ -324,8 +324,8 @@ def emulate(
     out = runtime_dir.parent / f"{job}.json"
     command = [sys.executable, "-m", "perseusd.emulate.main", "--profile", str(profile)]
     command += ["--stages", str(STAGES), "--microbatches", str(MICROBATCHES), "--real-stage", str(position)]
-    command += ["--real-layers", str(settings.layers), "--real-d-model", str(settings.d_model)]
-    command += ["--real-seq", str(settings.seq), "--iterations", str(settings.iterations)]
+    command += ["--real-layers", str(settings.stage.layers), "--real-d-model", str(settings.stage.d_model)]
+    command += ["--real-seq", str(settings.stage.seq), "--iterations", str(settings.iterations)]
     command += ["--max-profiling-iterations", str(settings.max_profiling_iterations), "--job", job]
     command += ["--runtime-dir", str(runtime_dir), "--timeout-s", str(settings.timeout_s)]
     command += ["--json-file", str(out), *extra]

@@ -30,10 +30,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT_FACTORS = (1.0, 1.05, 1.1, 1.2, 1.3)
-A100_SIM_LATENCY_S = 6.0772e-05
-"""The clock-set latency the daemon measured on simulated A100s in the demo (set calls take ~60 us)."""
-H100_LATENCY_S = 0.012
-"""A real H100's lock latency (the simulated board draws 9-15 ms calls)."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +50,10 @@ class PlanningCase:
         return [self.profile, str(self.stages), str(self.microbatches), *map(repr, numbers)]
 
 
+A100_SIM_LATENCY_S = 6.0772e-05
+"""The clock-set latency the daemon measured on simulated A100s in the demo (set calls take ~60 us)."""
+H100_LATENCY_S = 0.012
+"""A real H100's lock latency (the simulated board draws 9-15 ms calls)."""
 CASES = (
     PlanningCase("demo: A100 8x12, unit 0.2 ms", "a100_sxm", 8, 12, 0.0002, A100_SIM_LATENCY_S),
     PlanningCase("H100 4x16", "h100_sxm", 4, 16, 0.0, H100_LATENCY_S),

@@ -8,21 +8,11 @@ filter, exponential model keeping the lowest-error fit); nothing of lowtime is c
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
+from perseusd.planner.baselines import CandidatePoint
 from perseusd.planner.dag import ComputationDag, Instruction
 from perseusd.planner.profile import Profile
-
-
-@dataclass(frozen=True)
-class PeerPoint:
-    """One lowtime frontier point with its per-node clocks (our DAG's node ids)."""
-
-    quant_time: int
-    time_s: float
-    energy_j: float
-    clocks_mhz: tuple[int, ...]
 
 
 def _spec(
@@ -54,8 +44,9 @@ def _spec(
 
 def lowtime_frontier(
     dag: ComputationDag, profile: Profile, unit_time_s: float, p_block_w: float
-) -> Iterator[PeerPoint]:
-    """Generate lowtime's frontier for `dag` (emission order)."""
+) -> Iterator[CandidatePoint]:
+    """Generate lowtime's frontier for `dag` (emission order): each point's quantised time (s), its energy by
+    lowtime's cost model plus the blocking energy, and its per-node clocks (our DAG's node ids)."""
     import networkx as nx
     from lowtime.graph_utils import add_sink_node, add_source_node
     from lowtime.operation import Operation
@@ -82,4 +73,4 @@ def lowtime_frontier(
     for result in PhillipsDessouky(graph).run():
         time_s = result.quant_time * unit_time_s
         energy = result.cost + dag.num_stages * time_s * p_block_w
-        yield PeerPoint(result.quant_time, time_s, energy, tuple(op.assigned_knob for op in ops))
+        yield CandidatePoint(time_s, energy, tuple(op.assigned_knob for op in ops))
