@@ -67,7 +67,9 @@ def module_name(path: Path, root: Path = REPO_ROOT) -> str:
 def layer_of(module: str) -> str:
     """The layer of a `perseusd` module (dotted name)."""
     parts = module.split(".")
-    if len(parts) == 1 or (len(parts) == 2 and parts[1] in {"errors", "argtypes", "private_file", "records", "threads"}):
+    if len(parts) == 1 or (
+        len(parts) == 2 and parts[1] in {"errors", "argtypes", "private_file", "records", "threads"}
+    ):
         return "base"
     return parts[1]
 

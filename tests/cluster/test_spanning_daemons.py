@@ -147,12 +147,29 @@ def _running(nodes: dict[str, DaemonProcess]) -> list[Stage]:
     return stages
 
 
-def _roles(nodes: dict[str, DaemonProcess]) -> tuple[JobInfo, str, str]:
-    """The job as node-a sees it, the node leading it and the other node."""
-    info = _span(nodes["node-a"])
-    assert info.span is not None
-    leader = info.span.leader
-    return info, leader, next(n for n in NODES if n != leader)
+@dataclass(frozen=True)
+class Roles:
+    """Who does what for the running job: the node leading it (it solved) and the other node, by name and
+    daemon, and the job as node-a saw it then."""
+
+    before: JobInfo
+    leader_name: str
+    other_name: str
+    leader: DaemonProcess
+    other: DaemonProcess
+
+
+@contextmanager
+def _roles(nodes: dict[str, DaemonProcess]) -> Iterator[Roles]:
+    """The job training on both nodes (`_training`) and who leads it; once the block ends, every GPU of both
+    nodes is back as it was (`_all_unlocked`)."""
+    with _training(nodes):
+        info = _span(nodes["node-a"])
+        assert info.span is not None
+        leader = info.span.leader
+        other = next(n for n in NODES if n != leader)
+        yield Roles(info, leader, other, nodes[leader], nodes[other])
+    _all_unlocked(nodes)
 
 
 def test_one_job_over_two_nodes_one_solve_the_same_plan_and_the_whole_job_from_either(
@@ -184,43 +201,40 @@ def test_one_job_over_two_nodes_one_solve_the_same_plan_and_the_whole_job_from_e
 def test_the_solving_node_dies_another_takes_over_and_its_stage_rejoins_without_a_new_profile(
     nodes: dict[str, DaemonProcess],
 ) -> None:
-    with _training(nodes):
-        before, leader_name, other_name = _roles(nodes)
-        leader, other = nodes[leader_name], nodes[other_name]
-        plan_index = before.plan_index
+    with _roles(nodes) as roles:
+        plan_index = roles.before.plan_index
 
-        leader.kill()  # SIGKILL: its lease (and with it the leader key) expires within the TTL
-        took_s = _until(lambda: _leader(other) == other_name, "the other node takes the job over", TTL_S + 10)
+        roles.leader.kill()  # SIGKILL: its lease (and with it the leader key) expires within the TTL
+        took_s = _until(
+            lambda: _leader(roles.other) == roles.other_name, "the other node takes the job over", TTL_S + 10
+        )
         assert took_s <= TTL_S + 2.0  # the lease's TTL, etcd's expiry check and one round
-        after = _span(other)
+        after = _span(roles.other)
         assert after.state == "running"
         assert after.plan_index == plan_index  # its part of the plan keeps running, unchanged
         assert after.span is not None
         assert after.span.solves == 1
 
-        _rejoins(leader, plan_index, other_name)
-    _all_unlocked(nodes)
+        _rejoins(roles.leader, plan_index, roles.other_name)
 
 
 def test_a_node_that_does_not_lead_dies_the_other_keeps_its_plan_and_the_node_rejoins(
     nodes: dict[str, DaemonProcess],
 ) -> None:
-    with _training(nodes):
-        before, leader_name, follower_name = _roles(nodes)
-        leader, follower = nodes[leader_name], nodes[follower_name]
+    with _roles(nodes) as roles:
+        leader, follower = roles.leader, roles.other
         epoch = _span(leader).span.plan_epoch  # type: ignore[union-attr]
 
         follower.kill()
         _until(lambda: len(_span(leader).span.members) == 1, "its record vanishes", TTL_S + 10)  # type: ignore[union-attr]
         info = _span(leader)
         assert info.state == "running"
-        assert info.plan_index == before.plan_index  # the other stages' plans are unchanged
+        assert info.plan_index == roles.before.plan_index  # the other stages' plans are unchanged
         assert info.span is not None
-        assert (info.span.plan_epoch, info.span.solves, info.span.leader) == (epoch, 1, leader_name)
+        assert (info.span.plan_epoch, info.span.solves, info.span.leader) == (epoch, 1, roles.leader_name)
         assert "pipeline 0: stages" in info.span.missing  # what it cannot see now
 
-        _rejoins(follower, before.plan_index, leader_name)
-    _all_unlocked(nodes)
+        _rejoins(follower, roles.before.plan_index, roles.leader_name)
 
 
 def _rejoins(node: DaemonProcess, plan_index: int | None, leader_name: str) -> None:

@@ -38,6 +38,15 @@ from tests.support.synthetic import Point
 
 pytestmark = pytest.mark.timeout(60)
 
+POINTS = (
+    Point(14, 0.14, 18.0, 18.5, (900,) * 8),
+    Point(12, 0.12, 21.0, 21.5, (1410, 1200, 1200, 1410, 1410, 1200, 1200, 900)),
+    Point(10, 0.10, 25.0, 24.0, (1410,) * 8),
+)
+"""The frontier of job gpt3 (`RUNNING`), which its frontier and plan documents below are made of; it runs
+point `DEPLOYED`."""
+DEPLOYED = 1
+
 RUNNING = replace(
     BARE_JOB,
     job="gpt3",
@@ -52,11 +61,11 @@ RUNNING = replace(
     policy="slowdown",
     target=0.05,
     profiling=ProfilingInfo(iterations=40, clocks_done=64, clocks_total=64, energy_j=51234.4),
-    frontier_points=3,
-    plan_index=1,
-    plan_time_s=0.12,
-    plan_energy_j=21.5,
-    fastest_time_s=0.1,
+    frontier_points=len(POINTS),
+    plan_index=DEPLOYED,
+    plan_time_s=POINTS[DEPLOYED].time_s,
+    plan_energy_j=POINTS[DEPLOYED].refined_energy_j,
+    fastest_time_s=min(point.time_s for point in POINTS),
     clock_changes_per_iteration=3.0,
     wrong_clock_fraction=0.0125,
     all_max_time_s=0.1,
@@ -159,13 +168,8 @@ def test_status_without_plans_or_jobs_has_neither_column_nor_section() -> None:
 
 DAG = build_dag("1f1b", 2, 2, 1)
 META = PlanMeta("sha256:00", "synthetic", "1f1b", 2, 2, 1, 0.01, 60.0)
-POINTS = (
-    Point(14, 0.14, 18.0, 18.5, (900,) * 8),
-    Point(12, 0.12, 21.0, 21.5, (1410, 1200, 1200, 1410, 1410, 1200, 1200, 900)),
-    Point(10, 0.10, 25.0, 24.0, (1410,) * 8),
-)
 FRONTIER_TEXT = json.dumps(frontier_document(DAG, POINTS, META))
-PLAN_TEXT = json.dumps(plan_from_point(DAG, POINTS[1], META))
+PLAN_TEXT = json.dumps(plan_from_point(DAG, POINTS[DEPLOYED], META))
 
 FRONTIER_GOLDEN = """\
 job gpt3: 3 frontier points, point 1 deployed (synthetic, 1f1b S=2 M=2, unit time 0.01 s)
@@ -188,7 +192,7 @@ stage 1: 4 computations, 900..1410 MHz, 3 clock changes per iteration
 
 def test_frontier_table_golden() -> None:
     frontier = load_frontier_text(FRONTIER_TEXT, "gpt3")
-    assert render_frontier(frontier, "gpt3", deployed=1) == FRONTIER_GOLDEN
+    assert render_frontier(frontier, "gpt3", deployed=DEPLOYED) == FRONTIER_GOLDEN
     assert "deployed" not in render_frontier(frontier, "gpt3", deployed=None).splitlines()[1]
 
 
@@ -224,7 +228,7 @@ def test_malformed_document_is_one_line_naming_the_job() -> None:
 def test_plot_marks_the_deployed_point(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     out = tmp_path / "frontier.png"
-    plot_deployed(load_frontier_text(FRONTIER_TEXT, "gpt3"), 1, str(out), "gpt3")
+    plot_deployed(load_frontier_text(FRONTIER_TEXT, "gpt3"), DEPLOYED, str(out), "gpt3")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

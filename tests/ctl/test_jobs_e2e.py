@@ -19,20 +19,14 @@ import pytest
 from perseus_client.client import PerseusClient
 
 from perseusd.ctl.main import main
-from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import read_profile, read_profile_stream
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
-from tests.support.synthetic import synthetic_profile
-from tests.support.training import train_job
+from tests.support.training import ITERATIONS, MICROBATCHES, STAGES, WAIT_S, train_job, two_stage_profile
 
 pytestmark = pytest.mark.timeout(120)
 
 JOB = "e2e"
-STAGES = 2
-MICROBATCHES = 4
-ITERATIONS = 3
 P_BLOCK_W = 80.0
-WAIT_S = 60.0
 
 
 @dataclass
@@ -66,11 +60,6 @@ class Ctl:
             time.sleep(0.05)
 
 
-def _profile() -> Profile:
-    """Two imbalanced stages at clocks the simulated A100 supports (1410 down to 960 MHz, 90 MHz apart)."""
-    return synthetic_profile(STAGES, seed=3, clocks_mhz=tuple(range(1410, 885, -90)))
-
-
 @pytest.fixture(scope="module")
 def job_daemon() -> Iterator[Path]:
     """A daemon with a running 2-stage job that has done a few iterations; its runtime directory.
@@ -81,7 +70,7 @@ def job_daemon() -> Iterator[Path]:
         daemon: DaemonProcess = make(DaemonDirs.create(), gpus=STAGES).start()
         runtime_dir = daemon.dirs.runtime_dir
         with PerseusClient(runtime_dir, job=JOB, timeout_s=10.0) as client:
-            train_job(client, _profile(), MICROBATCHES, ITERATIONS, P_BLOCK_W)
+            train_job(client, two_stage_profile(), MICROBATCHES, ITERATIONS, P_BLOCK_W)
             yield runtime_dir
 
 
@@ -165,15 +154,17 @@ def test_profile_export_round_trips_and_import_resolves(running: Ctl, tmp_path: 
     code, out, err = running("profile", "export", JOB)
     assert code == 0, err
     exported = read_profile_stream(io.StringIO(out), "stdout")
-    assert exported.digest() == _profile().digest()
+    assert exported.digest() == two_stage_profile().digest()
     target = tmp_path / "exported.csv"
     code, out, err = running("profile", "export", JOB, "-o", str(target))
     assert code == 0, err
     assert f"blocking power {P_BLOCK_W:g} W" in out
-    assert read_profile(target).digest() == _profile().digest()
+    assert read_profile(target).digest() == two_stage_profile().digest()
     code, out, err = running("profile", "import", JOB, str(target), "--p-block-w", "70")
     assert code == 0, err
-    assert out.startswith(f"imported {len(_profile().measurements)} rows from {target} into job {JOB}")
+    assert out.startswith(
+        f"imported {len(two_stage_profile().measurements)} rows from {target} into job {JOB}"
+    )
     job = running.wait_job(lambda job: job["state"] == "running" and job["frontier_points"] > 0)
     assert job["state"] == "running"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,15 +25,12 @@ from perseus_client.protocol import (
 
 from perseusd.daemon.core import DaemonCore
 from perseusd.leasing.identity import Caller
-from tests.support.daemon_core import claim, sim_core
+from tests.support.daemon_core import claim, sim_core_fixture
 
 pytestmark = pytest.mark.timeout(30)
 
 
-@pytest.fixture
-def core(tmp_path: Path) -> Iterator[DaemonCore]:
-    with sim_core(tmp_path, gpus=2) as daemon_core:
-        yield daemon_core
+core = sim_core_fixture(2)
 
 
 def _code(fn: object, *args: object) -> ErrorCode:

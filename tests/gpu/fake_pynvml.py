@@ -24,20 +24,22 @@ ERROR_CODES = {
 
 @dataclass
 class FakeGpu:
+    """One GPU's state, by what NVML reports of it: identity, clocks, power, energy."""
+
     uuid: str
     name: str = "NVIDIA A100-SXM4-80GB"
     bus_id: bytes = b"00000000:07:00.0"
     graphics_clocks_by_memory_mhz: dict[int, list[int]] = field(
         default_factory=lambda: {1593: list(range(1410, 209, -15)), 405: [1411, 397]}
     )
+    sm_clock_mhz: int = 1410
+    clock_event_reasons: int = 0
     power_limits_mw: tuple[int, int] = (100_000, 400_000)
     default_limit_mw: int = 400_000
     limit_mw: int = 400_000
-    energy_mj: int = 1_000_000
-    sm_clock_mhz: int = 1410
-    clock_event_reasons: int = 0
     power_usage_mw: int = 90_000
     instant_power_mw: int | None = 95_500
+    energy_mj: int = 1_000_000
     energy_supported: bool = True
 
 

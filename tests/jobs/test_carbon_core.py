@@ -27,11 +27,10 @@ from perseusd.daemon.core import DaemonCore
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
 from perseusd.planner.policy import PointSummary, Policy
 from tests.support.callers import ME
-from tests.support.daemon_core import core_job, running_core
+from tests.support.daemon_core import MICROBATCHES, STAGES, core_job, running_core
 
 pytestmark = pytest.mark.timeout(120)
 
-STAGES, MICROBATCHES = 2, 4
 SETTINGS = CarbonSettings(interval_s=1800.0, eta=0.9, reference_intensity=1000.0)
 ALLOWED_SLOWDOWN = 0.3
 

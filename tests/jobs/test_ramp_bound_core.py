@@ -24,13 +24,18 @@ from perseusd.planner.evaluate import all_max_clocks, longest_path_s, measuremen
 from perseusd.planner.plan_read import parse_frontier, parse_plan
 from perseusd.planner.ramp_bound import plan_ramp_w_per_s
 from tests.support.callers import ME
-from tests.support.daemon_core import core_job, sim_core, start_synthetic_job
-from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
+from tests.support.daemon_core import (
+    MICROBATCHES,
+    STAGES,
+    core_job,
+    sim_core,
+    start_synthetic_job,
+    synthetic_job_profile,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
-STAGES, MICROBATCHES = 2, 4
-PROFILE = synthetic_profile(STAGES, seed=3, clocks_mhz=A100_CLOCKS_MHZ)
+PROFILE = synthetic_job_profile(STAGES)
 BOUND_W_PER_S = 15000.0
 """A node of 2 GPUs: 7.5 kW/s each, below the unbounded plan's largest GPU's steps, above all-max's (7.0)."""
 

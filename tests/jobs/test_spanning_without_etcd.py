@@ -4,7 +4,6 @@ together, profiled on one lead's clocks, no more GPUs than it declared)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,18 +20,14 @@ from perseusd.gpu.sim_shared import StateMap, state_path
 from perseusd.jobs.settings import JobSettings
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.callers import ME
-from tests.support.daemon_core import claim, core_jobs, sim_core
+from tests.support.daemon_core import core_jobs, sim_core_fixture
 from tests.support.polling import wait_until
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture
-def core(tmp_path: Path) -> Iterator[DaemonCore]:
-    with sim_core(tmp_path, gpus=4, jobs=JobSettings()) as built:
-        claim(built, ME, built.registry.uuids, "train")
-        yield built
+core = sim_core_fixture(4, jobs=JobSettings(), claimed_by="train")
 
 
 def _register(core: DaemonCore, gpu: int, stage: int, stages: int, stage_gpus: int = 1) -> RegisterOk:

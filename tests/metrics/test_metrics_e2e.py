@@ -28,16 +28,11 @@ from prometheus_client.samples import Sample
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 from tests.support.polling import wait_until
 from tests.support.ports import free_ports
-from tests.support.synthetic import synthetic_profile
-from tests.support.training import train_job
+from tests.support.training import ITERATIONS, MICROBATCHES, STAGES, WAIT_S, train_job, two_stage_profile
 
 pytestmark = pytest.mark.timeout(180)
 
 JOB = "metrics-e2e"
-STAGES = 2
-MICROBATCHES = 4
-ITERATIONS = 3
-WAIT_S = 60.0
 DASHBOARD = Path(__file__).resolve().parents[2] / "packaging" / "perseusd-grafana.json"
 
 
@@ -91,8 +86,7 @@ def scraped() -> Iterator[Scraped]:
         daemon = make(dirs, gpus=STAGES, extra_args=("--config", str(config))).start()
         url = f"http://127.0.0.1:{port}/metrics"
         with PerseusClient(dirs.runtime_dir, job=JOB, timeout_s=10.0) as client:
-            profile = synthetic_profile(STAGES, seed=3, clocks_mhz=tuple(range(1410, 885, -90)))
-            gpus = train_job(client, profile, MICROBATCHES, ITERATIONS)
+            gpus = train_job(client, two_stage_profile(), MICROBATCHES, ITERATIONS)
             yield Scraped(url, textfile_dir / "perseusd.prom", dirs.runtime_dir, gpus, daemon)
 
 

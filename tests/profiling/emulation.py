@@ -51,8 +51,8 @@ class StageEmulator:
     """Stage `stage` of an S x M pipeline on simulated GPU 0 of a fresh `SimBackend` in `sim_dir`.
 
     Args:
-        time_scale: multiplies every computation's time and energy (power stays the profile's).
         num_chunks: model chunks per stage (> 1: interleaved 1F1B; virtual stage = chunk * S + stage).
+        time_scale: multiplies every computation's time and energy (power stays the profile's).
         gap_s: idle time between iterations (optimizer step, unscaled).
     """
 
@@ -63,9 +63,9 @@ class StageEmulator:
         model: str,
         num_stages: int,
         num_microbatches: int,
+        num_chunks: int = 1,
         stage: int,
         time_scale: float = 1.0,
-        num_chunks: int = 1,
         gap_s: float = 0.02,
         noise: float = 0.01,
         update_period_s: float = 0.1,

@@ -28,11 +28,16 @@ from perseusd.gpu.sim import SimBackend
 from perseusd.jobs.carbon_steering import CarbonSteering
 from perseusd.jobs.settings import JobSettings
 from perseusd.leasing.identity import Caller
+from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.callers import ME
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile
 
 RUNNING_TIMEOUT_S = 60.0
+
+STAGES, MICROBATCHES = 2, 4
+"""The shape most core tests give the job they start (`start_synthetic_job`): stages of a pipeline, and its
+microbatches."""
 
 
 @contextmanager
@@ -77,18 +82,38 @@ def sim_core(
         backend.close()
 
 
+def sim_core_fixture(gpus: int, *, jobs: JobSettings | None = None, claimed_by: str | None = None) -> Any:
+    """A test module's `core` fixture: `sim_core` over `gpus` GPUs (and `jobs`), fresh for each test; with
+    `claimed_by`, every GPU already claimed by `ME` for that job."""
+
+    @pytest.fixture
+    def core(tmp_path: Path) -> Iterator[DaemonCore]:
+        with sim_core(tmp_path, gpus, jobs=jobs) as built:
+            if claimed_by is not None:
+                claim(built, ME, built.registry.uuids, claimed_by)
+            yield built
+
+    return core
+
+
 def claim(core: DaemonCore, caller: Caller, gpus: Sequence[str], job: str) -> None:
     """What a client does first: `caller` says hello as `job` and leases `gpus` for it."""
     core.handle(caller, Hello(job=job, client_version="test"))
     core.handle(caller, Claim(gpus=tuple(gpus), job=job))
 
 
+def synthetic_job_profile(stages: int) -> Profile:
+    """The profile `start_synthetic_job` imports for a job of `stages` stages: the synthetic A100 profile
+    (seed 3)."""
+    return synthetic_profile(stages, seed=3, clocks_mhz=A100_CLOCKS_MHZ)
+
+
 def start_synthetic_job(core: DaemonCore, pipelines: int, stages: int, microbatches: int) -> None:
-    """Job "train" of `ME` on every GPU of `core`: the synthetic A100 profile (seed 3) imported, `pipelines` x
-    `stages` 1F1B pipelines of `microbatches` registered (GPU `pipeline * stages + stage`); returns once the
-    job runs its plan."""
+    """Job "train" of `ME` on every GPU of `core`: `synthetic_job_profile` imported, `pipelines` x `stages`
+    1F1B pipelines of `microbatches` registered (GPU `pipeline * stages + stage`); returns once the job runs
+    its plan."""
     claim(core, ME, core.registry.uuids, "train")
-    csv = profile_to_csv(synthetic_profile(stages, seed=3, clocks_mhz=A100_CLOCKS_MHZ))
+    csv = profile_to_csv(synthetic_job_profile(stages))
     core.handle(ME, ProfileImport("train", csv, "synthetic.csv", 80.0))
     for pipeline in range(pipelines):
         for stage in range(stages):

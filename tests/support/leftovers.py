@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SESSION_MARK = "PERSEUS_TEST_SESSION"
-OURS = re.compile(r"multiprocessing|forkserver|resource_tracker|perseusd|perseus[-_]emulate|etcd")
-GRACE_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -70,6 +68,10 @@ def start_session() -> tuple[str, int]:
     return mark, now_ticks()
 
 
+OURS = re.compile(r"multiprocessing|forkserver|resource_tracker|perseusd|perseus[-_]emulate|etcd")
+"""What the command line of an orphan of ours names (`left_behind`)."""
+
+
 def left_behind(mark: str, since_ticks: int) -> list[ProcessInfo]:
     """Live (not zombie) processes of this session other than the pytest process itself."""
     me = os.getpid()
@@ -110,6 +112,10 @@ def stop_own_helpers() -> None:
 
     forkserver._forkserver._stop()  # type: ignore[attr-defined]
     resource_tracker._resource_tracker._stop()  # type: ignore[attr-defined]
+
+
+GRACE_S = 15.0
+"""How long `wait_for_none_left` gives processes asked to stop to exit, by default."""
 
 
 def wait_for_none_left(mark: str, since_ticks: int, grace_s: float = GRACE_S) -> list[ProcessInfo]:

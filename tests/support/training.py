@@ -10,9 +10,20 @@ from perseusd.planner.dag import build_dag
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv
 from tests.support.polling import wait_until
+from tests.support.synthetic import synthetic_profile
 
 WAIT_S = 60.0
-"""How long `train_job` waits for the daemon at most (a bound, not a timing assertion)."""
+"""How long `train_job`, and the end-to-end tests of the job it trains, wait for the daemon at most (a bound,
+not a timing assertion)."""
+
+STAGES, MICROBATCHES, ITERATIONS = 2, 4, 3
+"""The end-to-end tests' job on a daemon of `STAGES` simulated GPUs: one pipeline of a stage per GPU, its
+microbatches, and the iterations `train_job` runs (with `two_stage_profile`)."""
+
+
+def two_stage_profile() -> Profile:
+    """Two imbalanced stages at clocks the simulated A100 supports (1410 down to 960 MHz, 90 MHz apart)."""
+    return synthetic_profile(STAGES, seed=3, clocks_mhz=tuple(range(1410, 885, -90)))
 
 
 def daemon_gpus(client: PerseusClient) -> list[str]:
