@@ -29,6 +29,7 @@ from perseusd.jobs.solving import SolveWorker
 from perseusd.jobs.straggling import StragglerSettings
 from perseusd.planner.policy import Policy
 from perseusd.profiling.sweep import ONLINE_SWEEP, SweepSettings
+from perseusd.records import project
 from perseusd.switching.deadline_timer import DeadlineTimer
 from perseusd.switching.energy_sampler import EnergySampler
 from perseusd.switching.plans import LEAD_LATENCY_QUANTILE, EarlyRaise, PlanBook
@@ -40,7 +41,8 @@ logger = logging.getLogger(__name__)
 
 
 def job_settings(config: DaemonConfig) -> JobSettings:
-    """The job manager's settings: online profiling sweep, stragglers, solver unit, default policy."""
+    """The job manager's settings: online profiling sweep, stragglers, solver unit, default policy; those
+    named alike in the config (the job limits, the solve timeout, the ramp bound) copied as they are."""
     sweep = SweepSettings(
         clock_stride=config.profile_clock_stride,
         min_clock_mhz=config.profile_min_clock_mhz,
@@ -53,7 +55,9 @@ def job_settings(config: DaemonConfig) -> JobSettings:
         clear_threshold=config.straggler_clear_threshold,
         iterations=config.straggler_iterations,
     )
-    return JobSettings(
+    return project(
+        JobSettings,
+        config,
         warmup_iterations=config.profile_warmup_iterations,
         max_profiling_iterations=config.profile_max_iterations,
         unit_time_s=config.solver_unit_time_s,
@@ -62,10 +66,6 @@ def job_settings(config: DaemonConfig) -> JobSettings:
         fill_clocks=config.profile_fill_clocks,
         sweep=sweep,
         stragglers=stragglers,
-        max_job_computations=config.max_job_computations,
-        max_solves_per_user=config.max_solves_per_user,
-        solve_timeout_s=config.solve_timeout_s,
-        ramp_bound_w_per_s=config.ramp_bound_w_per_s,
     )
 
 

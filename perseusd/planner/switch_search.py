@@ -109,22 +109,13 @@ class DescentSearch:
     A stage's trial rows are judged by `switch_core` (in C where it was built, the same figures as its
     Python specification); one descent runs at a time on a search."""
 
-    def __init__(
-        self,
-        dag: ComputationDag,
-        profile: Profile,
-        p_block_w: float,
-        model: SwitchModel,
-        use_c: bool = True,
-        waiting: WaitingPower | None = None,
-    ) -> None:
-        self.dag = dag
-        self.p_block_w = p_block_w
-        self.model = model
-        self.follower = PointFollower(dag, profile, p_block_w, model, waiting)
-        self.stages = self.follower.stages
-        self.waiting = self.follower.waiting
-        self.core = switch_core(dag, self.stages, model, use_c, self.waiting)
+    def __init__(self, follower: PointFollower, use_c: bool = True) -> None:
+        """Descents on `follower`'s job, model and stage options (its `waiting` power too)."""
+        self.follower = follower
+        self.dag, self.p_block_w, self.model = follower.dag, follower.p_block_w, follower.model
+        self.stages = follower.stages
+        self.waiting = follower.waiting
+        self.core = switch_core(self.dag, self.stages, self.model, use_c, self.waiting)
 
     def all_max(self) -> Rows:
         """Every computation at its highest measured clock."""
@@ -622,8 +613,8 @@ def descend_frontier(
     effective plan's energy, over the time that counts every lowering both ways: never less than the
     effective plan's figures). With a `waiting` power by held clock, the descent judges each wait at the clock
     held in it, and so do the figures of the points it adds."""
-    search = DescentSearch(dag, profile, p_block_w, model, waiting=waiting)
-    follower = search.follower
+    follower = PointFollower(dag, profile, p_block_w, model, waiting)
+    search = DescentSearch(follower)
     budget = max(1, MAX_NODE_EVALUATIONS // max(1, dag.num_computations))
     max_late = late_cap(dag.num_computations)
     points = list(frontier.points)

@@ -186,7 +186,9 @@ def test_the_c_judge_rows_gives_the_pythons_best(case: int, waiting: WaitingPowe
 def test_descents_are_the_same_with_and_without_c(waiting: WaitingPower | None) -> None:
     _c_core_or_skip()
     dag, profile, model = _cases()[0]
-    searches = [DescentSearch(dag, profile, 124.0, model, use_c, waiting) for use_c in (True, False)]
+    searches = [
+        DescentSearch(PointFollower(dag, profile, 124.0, model, waiting), use_c) for use_c in (True, False)
+    ]
     start = searches[0].all_max()
     limit_s = searches[0].evaluate(start)[0] * 1.02
     found = [search.descend(start, limit_s, 3000, max_late=6) for search in searches]

@@ -98,7 +98,9 @@ def test_the_descent_keeps_more_of_the_saving_within_all_max_time(seed: int) -> 
     followed = _followed(dag, profile, first.clocks_mhz)
     assert followed.clocks_mhz == first.followed.effective_clocks_mhz
     effective = evaluate_clocks(dag, profile, _node_clocks(dag, followed.clocks_mhz), P_BLOCK_W)
-    judged_time_s, judged_energy_j = DescentSearch(dag, profile, P_BLOCK_W, H100).evaluate(first.clocks_mhz)
+    judged_time_s, judged_energy_j = DescentSearch(PointFollower(dag, profile, P_BLOCK_W, H100)).evaluate(
+        first.clocks_mhz
+    )
     assert first.refined_time_s == pytest.approx(judged_time_s)
     assert first.refined_energy_j == pytest.approx(judged_energy_j)
     assert first.predicted_time_s >= effective.time_s * (1 - 1e-12)
@@ -113,7 +115,7 @@ def test_the_conservative_time_counts_every_lowering_both_ways() -> None:
     """The time a descent is held to is at least the plan's time with instant switches and its time as
     followed, for plans with many short runs."""
     _frontier, dag, profile, _ = _job(4)
-    search = DescentSearch(dag, profile, P_BLOCK_W, H100)
+    search = DescentSearch(PointFollower(dag, profile, P_BLOCK_W, H100))
     rng = random.Random(7)
     for _ in range(20):
         rows = tuple(
@@ -129,7 +131,7 @@ def test_the_conservative_time_counts_every_lowering_both_ways() -> None:
 
 def test_a_descent_is_deterministic_bounded_and_refuses_a_start_it_cannot_bring_within_its_limit() -> None:
     _frontier, dag, profile, all_max_time_s = _job(2)
-    search = DescentSearch(dag, profile, P_BLOCK_W, H100)
+    search = DescentSearch(PointFollower(dag, profile, P_BLOCK_W, H100))
     first = search.descend(search.all_max(), all_max_time_s, 5000)
     again = search.descend(search.all_max(), all_max_time_s, 5000)
     assert first is not None
@@ -147,7 +149,7 @@ def test_a_start_over_its_limit_is_first_brought_within_it_by_raising_clocks() -
     all-max; a descent from it raises the runs or computations that shorten the plan for the least energy
     until it fits, and keeps most of its saving."""
     frontier, dag, profile, _all_max_time_s = _job(2)
-    search = DescentSearch(dag, profile, P_BLOCK_W, H100)
+    search = DescentSearch(PointFollower(dag, profile, P_BLOCK_W, H100))
     base_s, base_j = search.evaluate(search.all_max())
     limit_s = base_s * 1.005
     over = [p for p in frontier.points if search.evaluate(p.clocks_mhz)[0] > base_s * 1.01]
@@ -163,7 +165,7 @@ def test_a_descent_keeps_to_its_cap_on_computations_begun_before_their_clock() -
     """Capped at none, every stage of the plan keeps one clock (any change makes a computation begin before
     its clock is applied); uncapped, the descent trades some of them for energy."""
     _frontier, dag, profile, all_max_time_s = _job(3)
-    search = DescentSearch(dag, profile, P_BLOCK_W, H100)
+    search = DescentSearch(PointFollower(dag, profile, P_BLOCK_W, H100))
 
     def late(rows: tuple[tuple[int, ...], ...]) -> int:
         return sum(late_begins(row, _time_at(dag, profile, s), H100) for s, row in enumerate(rows))
@@ -183,7 +185,7 @@ def test_a_start_with_too_many_late_begins_is_repaired_first() -> None:
     """From the followed point with the most computations begun early within all-max's time, a descent
     capped at half as many ends within the cap and the time limit."""
     frontier, dag, profile, all_max_time_s = _job(5)
-    search = DescentSearch(dag, profile, P_BLOCK_W, H100)
+    search = DescentSearch(PointFollower(dag, profile, P_BLOCK_W, H100))
 
     def late(rows: tuple[tuple[int, ...], ...]) -> int:
         return sum(late_begins(row, _time_at(dag, profile, s), H100) for s, row in enumerate(rows))
@@ -221,7 +223,7 @@ def test_a_start_over_the_cap_is_repaired_by_merging_runs() -> None:
     segment at every clock outlasts the budget), is repaired by merging short runs into their neighbours:
     within the cap and the time limit, and nearer the start's energy than all-max."""
     frontier, dag, profile, all_max_time_s = _job(5)
-    search = DescentSearch(dag, profile, P_BLOCK_W, H100)
+    search = DescentSearch(PointFollower(dag, profile, P_BLOCK_W, H100))
     within = [p for p in frontier.points if p.predicted_time_s <= all_max_time_s * (1 + 1e-9)]
     start = min(within, key=lambda p: p.refined_energy_j)
     cap = search.late(start.clocks_mhz) // 2
@@ -291,8 +293,8 @@ def test_with_a_waiting_power_the_descent_judges_waits_at_the_clocks_held() -> N
     at the blocking power when the plan lowers clocks."""
     frontier, dag, profile, all_max_time_s = _job(3)
     waiting = WaitingPower(P_BLOCK_W, ((900, 55.0), (1230, 70.0), (1410, P_BLOCK_W)))
-    search = DescentSearch(dag, profile, P_BLOCK_W, H100, waiting=waiting)
-    blocking = DescentSearch(dag, profile, P_BLOCK_W, H100)
+    search = DescentSearch(PointFollower(dag, profile, P_BLOCK_W, H100, waiting))
+    blocking = DescentSearch(PointFollower(dag, profile, P_BLOCK_W, H100))
     found = search.descend(search.all_max(), all_max_time_s * 1.1, 20_000, None)
     assert found is not None
     assert found.moves > 0

@@ -18,6 +18,7 @@ from perseusd.planner.evaluate import evaluate_measurements
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream
 from perseusd.planner.switch_search import DescentSearch
+from perseusd.planner.switching import PointFollower
 from perseusd.profiling.estimator import OptionEstimate, StageEstimate
 from perseusd.profiling.fill import fill_stage, fit_key, fitted_options
 from perseusd.profiling.sweep import pareto_options
@@ -156,7 +157,7 @@ def deployed_on_board(
         source="board",
     )
     p_block_w = BOARD.idle_power_w(BOARD.max_clock_mhz)
-    board = DescentSearch(chosen.dag(), truth, p_block_w, model, waiting=board_waiting("h100_sxm"))
+    board = DescentSearch(PointFollower(chosen.dag(), truth, p_block_w, model, board_waiting("h100_sxm")))
     base_s, base_j = board.evaluate(board.all_max())
     time_s, energy_j = board.evaluate(chosen.clocks_mhz)
     return time_s / base_s, 100 * (1 - energy_j / base_j)
