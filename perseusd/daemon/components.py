@@ -172,7 +172,8 @@ def plan_book(config: DaemonConfig, registry: GpuRegistry) -> Iterator[PlanBook]
     timer.start()
     try:
         latency_ns = functools.partial(registry.clock_set_latency_ns, quantile=LEAD_LATENCY_QUANTILE)
-        early = EarlyRaise(timer, int(config.clock_lead_ms * 1e6), latency_ns)
+        typical_ns = functools.partial(registry.clock_set_latency_ns, quantile=0.5)
+        early = EarlyRaise(timer, int(config.clock_lead_ms * 1e6), latency_ns, typical_ns)
         yield PlanBook(
             registry.submit_locked_sm_clock_mhz, early=early, set_now=registry.set_locked_sm_clock_mhz
         )

@@ -14,7 +14,9 @@ the next computation is planned at a higher clock, the higher clock is submitted
 computation is expected to end (`EarlyRaise`); the lead is the GPU's measured clock-set latency (the 90th
 percentile of its recent set calls, ~10-14 ms on an H100, ~0 on simulated GPUs) plus a margin
 (`clock_lead_ms`), so a raise has acted when the next computation begins. A raise that waits for the end
-event would let the next computation, often on the critical path, begin at the lower clock.
+event would let the next computation, often on the critical path, begin at the lower clock. A raise waits
+for the begin of its run's last computation when that one alone outlasts the GPU's median clock-set latency,
+so it cannot act before that computation begins.
 A lower next clock waits for the end event, except where the plan gives each computation's slack (how late
 it may end without delaying the iteration, `perseusd.planner.slack`): a computation that ends its run and has
 the slack to run its last `lead` at the lower clock lowers `lead` before its expected end, so the lowered run
@@ -84,11 +86,19 @@ class EarlyRaise:
     timer: DeadlineTimer
     margin_ns: int
     latency_ns: Callable[[str], int | None] | None = None
+    typical_ns: Callable[[str], int | None] | None = None
+    """A GPU's median clock-set latency (ns) by UUID: a run's last computation at least this long holds its
+    raise (`GpuPlan._schedule_raise`); None (or absent): never held."""
 
     def lead_ns(self, gpu: str) -> int:
         """How long before the expected end a raise on `gpu` is submitted (ns)."""
         measured_ns = None if self.latency_ns is None else self.latency_ns(gpu)
         return self.margin_ns + (measured_ns or 0)
+
+    def covers(self, gpu: str, time_ns: int) -> bool:
+        """Whether a computation of `time_ns` on `gpu` outlasts its median clock-set latency (measured)."""
+        typical_ns = None if self.typical_ns is None else self.typical_ns(gpu)
+        return typical_ns is not None and time_ns >= typical_ns
 
 
 def computation_key(instruction: str, microbatch: int, chunk: int) -> ComputationKey:
@@ -158,7 +168,9 @@ class GpuPlan:
         self._position = {key: i for i, key in enumerate(keys)}
         self._times_ns = None if times_s is None else tuple(int(t * 1e9) for t in times_s)
         self._early = early if self._times_ns is not None else None
-        self._run_left_ns, self._after_run_mhz = run_ends(self._clocks_mhz, self._times_ns or ())
+        self._run_left_ns, self._after_run_mhz, self._run_last_ns = run_ends(
+            self._clocks_mhz, self._times_ns or ()
+        )
         self._slack_ns = None if slack_s is None else tuple(int(t * 1e9) for t in slack_s)
         self._clock_ns = clock_ns
         self._submit = submit
@@ -277,17 +289,29 @@ class GpuPlan:
     def _schedule_raise(self, position: int, started_ns: int) -> None:
         """If the run after this computation's run (consecutive computations at one clock) is planned higher,
         raise `lead` before this run is expected to end, from the computation during which that falls (or
-        at once from the run's first, when the run is shorter than `lead`)."""
+        at once from the run's first, when the run is shorter than `lead`).
+
+        Except that a raise is never submitted before the run's last computation begins when that
+        computation alone outlasts the GPU's median clock-set latency (`EarlyRaise.covers`): submitted at its
+        begin, the raise acts before it ends (a lock acts within its call: 0-12 ms into a 9-15 ms call on an
+        H100), while submitted `lead` (the 90th percentile plus a margin) before its end, during the
+        computation before it, it could act before it begins, and the GPU would run it at a clock its plan
+        does not name. On the simulated H100 that was a run's last 12-15 ms computation begun at the raised
+        clock in 2-5 of 9 iterations (`bench_closed_loop.py`, moe-uneven6x12)."""
         if self._early is None or self._times_ns is None:
             return
         following_mhz = self._after_run_mhz[position]
         if following_mhz <= self._clocks_mhz[position]:
             return
+        own_ns = int(self._times_ns[position] * self.pace)
         deadline_ns = (
             started_ns + int(self._run_left_ns[position] * self.pace) - self._early.lead_ns(self.gpu)
         )
-        if deadline_ns >= started_ns + int(self._times_ns[position] * self.pace):
+        if deadline_ns >= started_ns + own_ns:
             return  # falls during a later computation of the run: scheduled when that one begins
+        last_ns = int(self._run_last_ns[position] * self.pace)
+        if self._run_left_ns[position] > self._times_ns[position] and self._early.covers(self.gpu, last_ns):
+            return  # held for the run's last computation's begin (`_schedule_raise`'s docstring)
         move = self._moves
         self._early.timer.call_at(deadline_ns, partial(self._switch_early, move, following_mhz, raising=True))
 
@@ -358,23 +382,26 @@ class GpuPlan:
         )
 
 
-def run_ends(clocks_mhz: Sequence[int], times_ns: Sequence[int]) -> tuple[list[int], list[int]]:
+def run_ends(clocks_mhz: Sequence[int], times_ns: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
     """For each computation: the expected time (ns) from its begin to the end of its run (the consecutive
-    computations at its clock, cyclic), and the clock planned after that run (its own when all are equal)."""
+    computations at its clock, cyclic), the clock planned after that run (its own when all are equal), and
+    the expected time (ns) of the run's last computation (0 without times or when all are equal)."""
     n = len(clocks_mhz)
     left_ns = [0] * n
     after_mhz = list(clocks_mhz)
+    last_ns = [0] * n
     if not times_ns or len(set(clocks_mhz)) < 2:
-        return left_ns, after_mhz
+        return left_ns, after_mhz, last_ns
     last = next(i for i in range(n) if clocks_mhz[i] != clocks_mhz[(i + 1) % n])  # a run's last computation
     for step in range(n):  # backwards round the cycle from that run's last computation
         i = (last - step) % n
         following = (i + 1) % n
         if clocks_mhz[following] != clocks_mhz[i]:
-            left_ns[i], after_mhz[i] = times_ns[i], clocks_mhz[following]
+            left_ns[i], after_mhz[i], last_ns[i] = times_ns[i], clocks_mhz[following], times_ns[i]
         else:
             left_ns[i], after_mhz[i] = times_ns[i] + left_ns[following], after_mhz[following]
-    return left_ns, after_mhz
+            last_ns[i] = last_ns[following]
+    return left_ns, after_mhz, last_ns
 
 
 def percentile(values: Sequence[float], q: float) -> float:

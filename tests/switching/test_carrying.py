@@ -18,7 +18,7 @@ def _carried(
     clocks: list[int], times_ms: list[float], lead_ms: float, lowers_early: bool
 ) -> list[tuple[bool, bool]]:
     times_ns = [int(t * MS) for t in times_ms]
-    left_ns, after_mhz = run_ends(clocks, times_ns)
+    left_ns, after_mhz, _ = run_ends(clocks, times_ns)
     return carried_events(
         clocks, times_ns, left_ns, after_mhz, lead_ns=int(lead_ms * MS), lowers_early=lowers_early
     )
@@ -54,7 +54,7 @@ def test_a_raise_that_may_fall_in_a_computation_keeps_its_begin() -> None:
 
 def test_without_times_only_the_clock_changes_matter() -> None:
     clocks = [1200, 1200, 1980, 1980]
-    left_ns, after_mhz = run_ends(clocks, [])
+    left_ns, after_mhz, _ = run_ends(clocks, [])
     flags = carried_events(clocks, [], left_ns, after_mhz, lead_ns=10 * MS, lowers_early=True)
     assert flags == [(False, True), (True, False), (False, True), (True, False)]
 

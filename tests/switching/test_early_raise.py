@@ -261,10 +261,11 @@ def test_registry_gives_each_gpus_measured_clock_set_latency(tmp_path: Path) -> 
 
 def test_run_ends() -> None:
     clocks = [1005, 1005, 1410, 1410, 1005]
-    left_ns, after_mhz = run_ends(clocks, [10, 20, 30, 40, 50])
+    left_ns, after_mhz, last_ns = run_ends(clocks, [10, 20, 30, 40, 50])
     assert left_ns == [30, 20, 70, 40, 80]  # the last 1005 runs on into the next iteration's first two
     assert after_mhz == [1410, 1410, 1005, 1005, 1410]
-    assert run_ends([900, 900], [1, 2]) == ([0, 0], [900, 900])
+    assert last_ns == [20, 20, 40, 40, 20]
+    assert run_ends([900, 900], [1, 2]) == ([0, 0], [900, 900], [0, 0])
 
 
 def test_a_raise_is_scheduled_from_the_computation_where_its_deadline_falls() -> None:
@@ -290,3 +291,50 @@ def test_a_raise_is_scheduled_from_the_computation_where_its_deadline_falls() ->
     plan.on_begin(B0, 0, now_ns)  # 1410, then B1 at 1410 and F0 at 1005: nothing to raise
     plan.on_begin(B1, 0, now_ns)
     assert timer.scheduled == []
+
+
+def test_a_raise_waits_for_a_last_computation_that_outlasts_the_latency() -> None:
+    """The run before a raise is a 15 ms computation and a 13 ms one: `lead` (12 + 2 ms) before the run ends
+    falls 1 ms before the second begins, where the raise could act before it begins. The second outlasts the
+    median latency (11 ms), so the raise waits for its begin; a 10 ms second computation does not."""
+    now_ns = 10**12
+    clocks = [1005, 1005, 1410, 1410]
+    for second_s, at_first in ((0.013, False), (0.010, True)):
+        owner, timer = ManualOwner(), ManualTimer()
+        plan = GpuPlan(
+            "GPU-a",
+            [F0, F1, B0, B1],
+            clocks,
+            owner.submit,
+            times_s=(0.015, second_s, 0.010, 0.010),
+            early=EarlyRaise(timer, LEAD_NS, lambda _gpu: 12_000_000, lambda _gpu: 11_000_000),
+            clock_ns=lambda: now_ns,
+        )
+        plan.on_begin(F0, 0, now_ns)
+        assert bool(timer.scheduled) is at_first
+        if at_first:
+            [(deadline_ns, _)] = timer.scheduled
+            assert deadline_ns == now_ns + int((0.015 + second_s) * 1e9) - LEAD_NS - 12_000_000
+            continue
+        plan.on_end(F0, 0, now_ns)
+        plan.on_begin(F1, 0, now_ns + 15_000_000)
+        [(deadline_ns, _)] = timer.scheduled
+        assert deadline_ns <= now_ns + 15_000_000  # at once: the second computation's begin
+
+
+def test_no_median_latency_never_holds_a_raise() -> None:
+    """Unmeasured (or no median given): the raise is scheduled where its deadline falls, as before."""
+    now_ns = 10**12
+    owner, timer = ManualOwner(), ManualTimer()
+    plan = GpuPlan(
+        "GPU-a",
+        [F0, F1, B0, B1],
+        [1005, 1005, 1410, 1410],
+        owner.submit,
+        times_s=(0.015, 0.013, 0.010, 0.010),
+        early=EarlyRaise(timer, LEAD_NS, lambda _gpu: 12_000_000, lambda _gpu: None),
+        clock_ns=lambda: now_ns,
+    )
+    plan.on_begin(F0, 0, now_ns)
+    [(deadline_ns, _)] = timer.scheduled
+    assert deadline_ns == now_ns + 28_000_000 - LEAD_NS - 12_000_000
