@@ -31,6 +31,7 @@ from perseus_client.protocol import (
 
 from perseusd.cap.declared_cap import DeclaredCap
 from perseusd.cap.node_cap import NodeCap
+from perseusd.daemon.deferred import Deferred
 from perseusd.daemon.event_tally import reconcile
 from perseusd.daemon.events import EventTracker
 from perseusd.daemon.monitor_only import refuse_writes
@@ -144,9 +145,10 @@ class DaemonCore:
 
     # ------------------------------------------------------------------ dispatch
 
-    def handle(self, caller: Caller, message: Message, *, admin_socket: bool = False) -> Message:
-        """Handle one request; raises `ProtocolError` for the IPC layer to turn into an error reply. A domain
-        error (a `PerseusError`) is mapped here, by `wire_errors.protocol_error`, alike for every request."""
+    def handle(self, caller: Caller, message: Message, *, admin_socket: bool = False) -> Message | Deferred:
+        """Handle one request: its reply, or one to build once GPU reads are done (`deferred`); raises
+        `ProtocolError` for the IPC layer to turn into an error reply. A domain error (a `PerseusError`) is
+        mapped here, by `wire_errors.protocol_error`, alike for every request."""
         try:
             return self._dispatch(caller, message, admin_socket=admin_socket)
         except PerseusError as exc:
@@ -155,7 +157,7 @@ class DaemonCore:
                 raise
             raise mapped from None
 
-    def _dispatch(self, caller: Caller, message: Message, *, admin_socket: bool) -> Message:
+    def _dispatch(self, caller: Caller, message: Message, *, admin_socket: bool) -> Message | Deferred:
         if self.monitor_only:
             refuse_writes(message)
         if isinstance(message, StatusRequest):
@@ -169,7 +171,7 @@ class DaemonCore:
             raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not a request")
         return handler(caller, message)
 
-    def _handle_admin(self, caller: Caller, message: Message) -> Message:
+    def _handle_admin(self, caller: Caller, message: Message) -> Message | Deferred:
         if not self._is_admin(caller):
             raise ProtocolError(
                 ErrorCode.PERMISSION_DENIED, "admin requests need root or group perseus-admin"
@@ -402,13 +404,21 @@ class DaemonCore:
 
     # ------------------------------------------------------------------ status
 
-    def status(self, caller: Caller, *, admin: bool) -> StatusReply:
-        rows = gpu_rows(self.registry, self.leases, self.keeper, self.plans, caller, admin)
-        signal = self.jobs.carbon.signal_info() if self.jobs is not None else None
-        pool = self._pool_info() if admin and self._pool_info is not None else None
-        return StatusReply(
-            daemon=self.health(), gpus=rows, jobs=self._visible_jobs(caller), signal=signal, pool=pool
-        )
+    def status(self, caller: Caller, *, admin: bool) -> Deferred:
+        """The status reply, built once every GPU's owner thread has read it (`deferred`)."""
+        registry = self.registry
+        reads = registry.submit_read_all()
+
+        def finish() -> StatusReply:
+            readings = {uuid: registry.settled_reading(uuid, future) for uuid, future in reads.items()}
+            rows = gpu_rows(registry, readings, self.leases, self.keeper, self.plans, caller, admin)
+            signal = self.jobs.carbon.signal_info() if self.jobs is not None else None
+            pool = self._pool_info() if admin and self._pool_info is not None else None
+            return StatusReply(
+                daemon=self.health(), gpus=rows, jobs=self._visible_jobs(caller), signal=signal, pool=pool
+            )
+
+        return Deferred(tuple(reads.values()), finish, registry.call_timeout_s)
 
     def pool_info(self) -> PoolInfo | None:
         """This node's power pool (None: in none), for metrics."""

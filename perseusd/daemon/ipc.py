@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import zmq
@@ -46,6 +47,7 @@ from zmq.utils.monitor import parse_monitor_message
 
 from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.core import DaemonCore
+from perseusd.daemon.deferred import Deferred, DeferredReplies
 from perseusd.daemon.event_frames import decode_event
 from perseusd.daemon.limits import ConnectionBook, ConnectionLimits, peer_uid, shut_down
 from perseusd.daemon.runtime_dir import SOCKET_MODE, reclaim_stale_socket, set_group
@@ -207,6 +209,8 @@ class IpcServer:
         self._pidfds_seen: tuple[int, ...] = ()
         self._extra_fds: dict[int, Callable[[], None]] = {}
         self._seqpacket: SeqpacketEvents | None = None
+        self._deferred = DeferredReplies()
+        self.add_fd(self._deferred.fd, self._deferred.serve)
 
     def _router(self, domain: bytes) -> zmq.Socket[bytes]:
         sock: zmq.Socket[bytes] = self._ctx.socket(zmq.ROUTER)
@@ -289,6 +293,7 @@ class IpcServer:
             self._core.advertise_event_socket(None)
         for monitor in self._monitors:
             monitor.close(linger=0)
+        self._deferred.close()
         for path in (CONTROL_SOCKET_NAME, EVENT_SOCKET_NAME, ADMIN_SOCKET_NAME):
             (self._settings.runtime_dir / path).unlink(missing_ok=True)
         self._ctx.destroy(linger=0)
@@ -305,10 +310,14 @@ class IpcServer:
             seqpacket.serve(fds)  # the hot path of minor 10: datagrams (or a new connection), nothing else
             if self._core.carry_waiting():  # a step's end switched a plan
                 self._send_carries()
+            if self._deferred.waiting:  # a reply whose GPU is stuck in a call: sent when its wait is over
+                self._deferred.send_ready()
             return seqpacket.listen_fd not in fds
         if not fds and len(ready) == 1 and ready[0] is self._events:  # the hot path: an event
             self._drain_events()
             self._poller.used(self._events)
+            if self._deferred.waiting:
+                self._deferred.send_ready()
             return True
         self._poller.used_all()  # whatever is served below may use any socket (replies, monitors, ZAP)
         for monitor in self._monitors:
@@ -331,6 +340,7 @@ class IpcServer:
                 callback()
         if self._core.carry_waiting():
             self._send_carries()
+        self._deferred.send_ready()
         return False
 
     def _send_carries(self) -> None:
@@ -415,10 +425,34 @@ class IpcServer:
                 continue
             routing_id, payload = frames[0].bytes, frames[1]
             data = payload.bytes
-            answer = self._answer(self._caller(str(payload.get("Peer-Address"))), data, admin=admin)
-            self._reply(sock, routing_id, *answer)
+            request_id, reply, major, minor = self._answer(
+                self._caller(str(payload.get("Peer-Address"))), data, admin=admin
+            )
+            if isinstance(reply, Deferred):  # sent once the GPUs answered; the loop serves on meanwhile
+                send = partial(self._send_deferred, sock, routing_id, request_id, reply, major, minor)
+                self._deferred.add(reply, send)
+            else:
+                self._reply(sock, routing_id, request_id, reply, major, minor)
 
-    def _answer(self, caller: Caller | None, data: bytes, *, admin: bool) -> tuple[int, Message, int, int]:
+    def _send_deferred(
+        self,
+        sock: zmq.Socket[bytes],
+        routing_id: bytes,
+        request_id: int,
+        deferred: Deferred,
+        major: int,
+        minor: int,
+    ) -> None:
+        try:
+            reply = deferred.finish()
+        except Exception as exc:
+            reply = self._failed(exc)
+            major, minor = PROTOCOL_MAJOR, 0
+        self._reply(sock, routing_id, request_id, reply, major, minor)
+
+    def _answer(
+        self, caller: Caller | None, data: bytes, *, admin: bool
+    ) -> tuple[int, Message | Deferred, int, int]:
         """The request id, the reply (an `ErrorReply` for anything rejected) and the major and minor to write
         it in; never raises.
 
@@ -439,13 +473,18 @@ class IpcServer:
             if exc.frame_major is not None and 0 <= exc.frame_major <= MAX_ECHOED_MAJOR:
                 return request_id, reply, exc.frame_major, 0
         except Exception as exc:
-            mapped = protocol_error(exc) if isinstance(exc, PerseusError) else None
-            if mapped is not None:  # an event's domain error (requests map theirs in the core)
-                reply = self._error(mapped.code, mapped.message)
-            else:
-                logger.exception("internal error handling a request")
-                reply = self._error(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS])
+            reply = self._failed(exc)
         return request_id, reply, PROTOCOL_MAJOR, 0
+
+    def _failed(self, exc: Exception) -> ErrorReply:
+        """The error reply to a request whose handling raised `exc` (logged when it is not a domain error)."""
+        if isinstance(exc, ProtocolError):
+            return self._error(exc.code, exc.message)
+        mapped = protocol_error(exc) if isinstance(exc, PerseusError) else None
+        if mapped is not None:  # an event's domain error (requests map theirs in the core)
+            return self._error(mapped.code, mapped.message)
+        logger.exception("internal error handling a request")
+        return self._error(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS])
 
     def _may_use(self, caller: Caller | None, *, admin: bool) -> bool:
         """Authorisation by socket, the one place: the admin socket admits admins, the control and event
@@ -460,7 +499,7 @@ class IpcServer:
             raise ProtocolError(ErrorCode.PERMISSION_DENIED, "caller not allowed")
         return decode(data, self._max_frame_bytes, self._minor)
 
-    def _dispatch(self, caller: Caller | None, frame: Frame, *, admin: bool) -> Message:
+    def _dispatch(self, caller: Caller | None, frame: Frame, *, admin: bool) -> Message | Deferred:
         assert caller is not None  # checked by _decode_request
         allowed = ADMIN_TYPES if admin else REQUEST_TYPES
         if type(frame.message) not in allowed:

@@ -20,14 +20,14 @@ from perseusd.switching.plans import PlanBook
 
 def gpu_rows(
     registry: GpuRegistry,
+    readings: Mapping[str, GpuReading],
     leases: LeaseBook,
     keeper: RestoreKeeper,
     plans: PlanBook,
     caller: Caller,
     admin: bool,
 ) -> tuple[GpuStatus, ...]:
-    """Every GPU's status row, in the registry's order."""
-    readings = registry.read_all()
+    """Every GPU's status row, in the registry's order, with each GPU's reading from `readings`."""
     stats = registry.stats()
     held = leases.leases()
     slurm_jobs = {}

@@ -44,6 +44,10 @@ class GpuRegistry:
     def infos(self) -> tuple[GpuInfo, ...]:
         return tuple(owner.info for owner in self._owners.values())
 
+    @property
+    def call_timeout_s(self) -> float:
+        return self._call_timeout_s
+
     def set_call_timeout_s(self, call_timeout_s: float) -> None:
         self._call_timeout_s = call_timeout_s
 
@@ -102,8 +106,19 @@ class GpuRegistry:
 
     def read_all(self) -> dict[str, GpuReading]:
         """Read every GPU in parallel; a GPU that fails or times out gets a reading with `error` set."""
-        futures = {uuid: owner.read() for uuid, owner in self._owners.items()}
+        futures = self.submit_read_all()
         return {uuid: self._reading(uuid, future) for uuid, future in futures.items()}
+
+    def submit_read_all(self) -> dict[str, Future[GpuReading]]:
+        """Read every GPU without waiting (each reading then from `settled_reading`)."""
+        return {uuid: owner.read() for uuid, owner in self._owners.items()}
+
+    def settled_reading(self, uuid: str, future: Future[GpuReading]) -> GpuReading:
+        """A submitted read's reading without waiting: one with `error` set when the read failed or is not
+        done (the owner thread is stuck in a call)."""
+        if not future.done():
+            return _failed_reading(uuid, f"GPU {uuid} did not answer within {self._call_timeout_s:g} s")
+        return self._reading(uuid, future)
 
     def healthy(self) -> bool:
         """True when every owner thread is alive and not stuck in a call."""
@@ -136,12 +151,16 @@ class GpuRegistry:
         try:
             return self._wait(uuid, future)
         except GpuError as exc:
-            return GpuReading(
-                uuid=uuid,
-                sm_clock_mhz=None,
-                locked_sm_clock_mhz=None,
-                power_w=None,
-                power_limit_w=None,
-                energy_mj=None,
-                error=str(exc),
-            )
+            return _failed_reading(uuid, str(exc))
+
+
+def _failed_reading(uuid: str, error: str) -> GpuReading:
+    return GpuReading(
+        uuid=uuid,
+        sm_clock_mhz=None,
+        locked_sm_clock_mhz=None,
+        power_w=None,
+        power_limit_w=None,
+        energy_mj=None,
+        error=error,
+    )

@@ -25,6 +25,7 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.core import DaemonCore
+from perseusd.daemon.deferred import resolved
 from perseusd.daemon.wire_errors import protocol_error
 from perseusd.errors import InvalidValueError
 from perseusd.leasing.identity import Caller
@@ -167,12 +168,12 @@ def test_core_switches_clock_on_events_and_drops_plan_on_release(core: DaemonCor
     core.on_event(me, ComputationBegin(gpu, 0, "forward", 1, 0, time.monotonic_ns()))
     core.on_event(me, ComputationEnd(gpu, 0, "forward", 1, 0, 0))
     _wait_locked(core, gpu, high)
-    row = core.status(me, admin=True).gpus[0]
+    row = resolved(core.status(me, admin=True)).gpus[0]
     assert row.plan is not None
     assert row.plan.clock_changes == 3
     assert row.plan.late == 0
     core.handle(me, Release(gpus=(gpu,)))
-    assert core.status(me, admin=True).gpus[0].plan is None
+    assert resolved(core.status(me, admin=True)).gpus[0].plan is None
     core.handle(me, Claim(gpus=(gpu,), job="j"))
     assert core.handle(me, ClearPlan(gpu=gpu)) == ClearPlanOk(gpu=gpu, cleared=False)
 

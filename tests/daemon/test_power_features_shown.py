@@ -11,6 +11,7 @@ from perseus_client.protocol import StatusRequest
 from prometheus_client.core import Metric
 
 from perseusd.ctl.status_cmd import render_table
+from perseusd.daemon.deferred import resolved
 from perseusd.daemon.main import read_power_features
 from perseusd.gpu.power_features import PowerFeature
 from perseusd.gpu.sim import SimBackend
@@ -38,7 +39,7 @@ def test_an_active_feature_is_logged_shown_and_exported(
     with sim_core(tmp_path, 2) as core:
         first, second = core.registry.uuids
         core.registry.power_features = {first: (PROFILE, SMOOTHING), second: ()}
-        reply = core.handle(ME, StatusRequest())
+        reply = resolved(core.handle(ME, StatusRequest()))
         rows = {row.uuid: row for row in reply.gpus}  # type: ignore[attr-defined]
         assert rows[first].power_features == (
             "workload power profile: not supported",

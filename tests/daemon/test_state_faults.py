@@ -31,6 +31,7 @@ from perseus_client.protocol import (
 
 from perseusd import private_file
 from perseusd.daemon.core import DaemonCore
+from perseusd.daemon.deferred import resolved
 from perseusd.gpu.backend import GpuState
 from perseusd.leasing import state_file
 from perseusd.leasing.identity import Caller
@@ -173,7 +174,7 @@ def _error_code(fn: Callable[[], object]) -> ErrorCode:
 def _assert_serves(core: DaemonCore, caller: Caller) -> None:
     """A well-behaved client still gets answers: hello and status."""
     core.handle(caller, Hello(job="probe", client_version="t"))
-    status = core.handle(caller, StatusRequest())
+    status = resolved(core.handle(caller, StatusRequest()))
     assert len(status.gpus) == 4  # type: ignore[attr-defined]
 
 
@@ -284,7 +285,7 @@ def test_status_json_and_text_show_persistence_failing(
     claim(core, me, (gpu0, gpu1), "j")
     monkeypatch.setattr(private_file, "FILE_OPS", FAULTS["enospc"]())
     core.handle(me, Release(gpus=(gpu0,)))
-    reply = core.handle(me, StatusRequest())
+    reply = resolved(core.handle(me, StatusRequest()))
     data = status_json(reply)  # type: ignore[arg-type]
     assert "No space left on device" in data["daemon"]["persistence_error"]
     assert "PERSISTENCE FAILING" in render_table(reply)  # type: ignore[arg-type]

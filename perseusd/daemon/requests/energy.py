@@ -3,6 +3,7 @@
 The training process needs no NVML access to measure energy windows (`perseus_client.energy`): it asks the
 daemon, which reads each counter through the GPU's owner thread with the CLOCK_MONOTONIC time of the read
 and the GPU's instant power. Every user may read every GPU's energy (as `perseusctl status` already shows).
+The reply waits for the owner threads without holding the main loop (`deferred`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from concurrent.futures import Future
 
 from perseus_client.protocol import EnergyRead, EnergyReading, ErrorCode, GpuEnergy, ProtocolError
 
+from perseusd.daemon.deferred import Deferred
 from perseusd.gpu.owner import GpuReading
 from perseusd.gpu.registry import GpuRegistry
 from perseusd.leasing.identity import Caller
@@ -28,10 +30,10 @@ class EnergyRequests:
         self._counter_period_s = counter_period_s
         self._timeout_s = timeout_s
 
-    def read(self, _caller: Caller, message: EnergyRead) -> EnergyReading:
+    def read(self, _caller: Caller, message: EnergyRead) -> Deferred:
         if len(message.gpus) > MAX_GPUS:
             raise ProtocolError(ErrorCode.BAD_FIELD, f"energy_read.gpus: at most {MAX_GPUS} GPUs")
-        if len(set(message.gpus)) != len(message.gpus):  # each would queue one more read the loop waits for
+        if len(set(message.gpus)) != len(message.gpus):  # each would queue one more read
             twice = next(gpu for gpu in message.gpus if message.gpus.count(gpu) > 1)
             raise ProtocolError(ErrorCode.BAD_FIELD, f"energy_read.gpus: GPU {twice} named more than once")
         gpus = message.gpus or self._registry.uuids
@@ -39,15 +41,21 @@ class EnergyRequests:
             if gpu not in self._registry:
                 raise ProtocolError(ErrorCode.UNKNOWN_GPU, f"no GPU {gpu} on this node")
         energy = {gpu: self._registry.submit_read_energy(gpu) for gpu in gpus}
-        readings = self._registry.read_all()
-        return EnergyReading(gpus=tuple(self._gpu(gpu, energy[gpu], readings[gpu]) for gpu in gpus))
+        reads = {gpu: self._registry.submit_read(gpu) for gpu in gpus}
 
-    def _gpu(self, gpu: str, energy: Future[tuple[int, int]], reading: GpuReading) -> GpuEnergy:
-        try:
-            read_ns, energy_mj = energy.result(timeout=self._timeout_s)
-        except (
-            Exception
-        ) as exc:  # a GPU without a counter, failing or stuck: its error, the others still read
-            error = str(exc) or f"no answer within {self._timeout_s:g} s"
-            return GpuEnergy(gpu, None, 0, reading.power_w, self._counter_period_s, error)
-        return GpuEnergy(gpu, energy_mj / 1000.0, read_ns, reading.power_w, self._counter_period_s, "")
+        def finish() -> EnergyReading:
+            return EnergyReading(gpus=tuple(self._gpu(gpu, energy[gpu], reads[gpu]) for gpu in gpus))
+
+        return Deferred((*energy.values(), *reads.values()), finish, self._timeout_s)
+
+    def _gpu(self, gpu: str, energy: Future[tuple[int, int]], read: Future[GpuReading]) -> GpuEnergy:
+        power_w = self._registry.settled_reading(gpu, read).power_w
+        error = "" if energy.done() else f"no answer within {self._timeout_s:g} s"
+        if not error:
+            try:
+                read_ns, energy_mj = energy.result()
+            except Exception as exc:  # a GPU without a counter or failing: its error, the others still read
+                error = str(exc) or type(exc).__name__
+            else:
+                return GpuEnergy(gpu, energy_mj / 1000.0, read_ns, power_w, self._counter_period_s, "")
+        return GpuEnergy(gpu, None, 0, power_w, self._counter_period_s, error)

@@ -38,6 +38,7 @@ from perseus_client.protocol import (
     SlurmJobsRequest,
 )
 
+from perseusd.daemon.deferred import Deferred
 from perseusd.daemon.requests.cap import CapRequests
 from perseusd.daemon.requests.energy import EnergyRequests
 from perseusd.daemon.requests.gpu import GpuRequests
@@ -48,7 +49,7 @@ from perseusd.leasing.identity import Caller
 if TYPE_CHECKING:  # etcd3gw (the `cluster` extra) is imported only when the daemon is configured with etcd
     from perseusd.daemon.requests.pool import PoolRequests
 
-Handler = Callable[[Caller, Any], Message]
+Handler = Callable[[Caller, Any], Message | Deferred]
 Handlers = Mapping[type[Message], Handler]
 
 
