@@ -353,9 +353,11 @@ class JobManager:
         p_block_w: float,
         orders: tuple[StageOrder, ...],
         latency_s: float | None = None,
+        waiting_w: WaitingPoints | None = None,
     ) -> float:
         """Solve the job's frontier in the worker (`latency_s`: the highest clock-set latency its other nodes
-        measured, `clock_latency_s`); the solver's time unit (s)."""
+        measured, `clock_latency_s`; `waiting_w`: the waiting power by held clock to judge waits at, None:
+        the job's own for its own profile); the solver's time unit (s)."""
         unit_time_s = self.settings.unit_time_s or auto_unit_time_s(profile)
         switch = self._switch_model(job, latency_s)
         logger.info(
@@ -374,7 +376,7 @@ class JobManager:
             p_block_w,
             unit_time_s,
             switch,
-            job.waiting_w if profile is job.profile else (),
+            waiting_w if waiting_w is not None else job.waiting_w if profile is job.profile else (),
         )
         job.orders = orders
         job.solve_future = self._worker.submit(task)

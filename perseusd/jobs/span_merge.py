@@ -1,7 +1,9 @@
 """The documents a spanning job's nodes exchange as blobs, and how the leader merges the nodes' profiles.
 
-- A node's *share*: the profile it measured of its stages (its rows), and each stage's learned order (a job
-  of the `observed` schedule). Stage numbers are the job's (profile stages, chunks included).
+- A node's *share*: the profile it measured of its stages (its rows), each stage's learned order (a job of
+  the `observed` schedule), and the waiting power by held clock its GPUs measured (an idle GPU draws less at
+  a lower clock: the solve judges each wait at the clock held in it, as on one node). Stage numbers are the
+  job's (profile stages, chunks included).
 - The *solution*: the frontier the leader solved (a `perseus-frontier` document), the merged profile and its
   blocking power; every node runs its stages' part of it.
 
@@ -23,7 +25,8 @@ from perseusd.planner.dag import Instruction
 from perseusd.planner.plan import Frontier, frontier_to_document
 from perseusd.planner.plan_read import parse_frontier
 from perseusd.planner.profile import Measurement, Profile
-from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream
+from perseusd.planner.profile_csv import WaitingPoints, profile_to_csv, read_profile_stream
+from perseusd.planner.waiting import monotone_fit
 
 SHARE_FORMAT = "perseus-span-share"
 SOLUTION_FORMAT = "perseus-span-solution"
@@ -33,7 +36,11 @@ class ShareError(PerseusError):
     """A blob is not a share or solution this version reads."""
 
 
-def encode_share(profile: Profile, orders: Mapping[int, StageOrder]) -> bytes:
+NodeShare = tuple[Profile, Mapping[int, StageOrder], WaitingPoints]
+"""A decoded share: the node's profile, its stages' learned orders, its waiting power by held clock."""
+
+
+def encode_share(profile: Profile, orders: Mapping[int, StageOrder], waiting_w: WaitingPoints = ()) -> bytes:
     doc = {
         "format": SHARE_FORMAT,
         "version": 1,
@@ -42,11 +49,13 @@ def encode_share(profile: Profile, orders: Mapping[int, StageOrder]) -> bytes:
             [m.stage, m.instruction.value, m.freq_mhz, m.time_s, m.energy_j] for m in profile.measurements
         ],
         "orders": {str(stage): [[i.value, mb, c] for i, mb, c in order] for stage, order in orders.items()},
+        "waiting_w": [[clock_mhz, watts] for clock_mhz, watts in waiting_w],
     }
     return json.dumps(doc, sort_keys=True).encode()
 
 
-def decode_share(data: bytes) -> tuple[Profile, dict[int, StageOrder]]:
+def decode_share(data: bytes) -> NodeShare:
+    """A node's share; one without waiting powers (an older node's) has none."""
     doc = _document(data, SHARE_FORMAT)
     try:
         profile = Profile.from_measurements((_row(row) for row in doc["rows"]), str(doc["source"]))
@@ -54,9 +63,20 @@ def decode_share(data: bytes) -> tuple[Profile, dict[int, StageOrder]]:
             int(stage): tuple(step_of(str(i), int(mb), int(c)) for i, mb, c in order)
             for stage, order in doc["orders"].items()
         }
+        waiting_w = tuple(_waiting_point(point) for point in doc.get("waiting_w", ()))
     except (PerseusError, KeyError, TypeError, ValueError) as exc:
         raise ShareError(f"a profile share does not decode: {exc}") from None
-    return profile, orders
+    return profile, orders, waiting_w
+
+
+def _waiting_point(point: Any) -> tuple[int, float]:
+    clock_mhz, watts = point
+    if not isinstance(clock_mhz, int) or isinstance(clock_mhz, bool) or clock_mhz <= 0:
+        raise ValueError(f"bad waiting power {point!r}")
+    watts = float(watts)
+    if not (math.isfinite(watts) and watts >= 0):
+        raise ValueError(f"bad waiting power {point!r}")
+    return clock_mhz, watts
 
 
 def _row(row: Any) -> Measurement:
@@ -71,13 +91,14 @@ def _row(row: Any) -> Measurement:
 
 
 def merge_shares(
-    shares: Sequence[tuple[Profile, Mapping[int, StageOrder]]], p_blocks_w: Sequence[float], source: str
-) -> tuple[Profile, float, dict[int, StageOrder]]:
+    shares: Sequence[NodeShare], p_blocks_w: Sequence[float], source: str
+) -> tuple[Profile, float, dict[int, StageOrder], WaitingPoints]:
     """One profile from the nodes' shares (each row the mean over the nodes that measured it), the median
-    blocking power, and every stage's learned order (the first node's)."""
+    blocking power, every stage's learned order (the first node's) and the waiting power by held clock
+    (`merge_waiting`)."""
     rows: dict[tuple[int, Instruction, int], list[Measurement]] = {}
     orders: dict[int, StageOrder] = {}
-    for profile, learned in shares:
+    for profile, learned, _ in shares:
         for m in profile.measurements:
             rows.setdefault((m.stage, m.instruction, m.freq_mhz), []).append(m)
         for stage, order in learned.items():
@@ -93,7 +114,22 @@ def merge_shares(
         for (stage, instruction, clock_mhz), found in sorted(rows.items(), key=lambda kv: _row_key(kv[0]))
     ]
     p_block_w = float(statistics.median(p_blocks_w)) if p_blocks_w else 0.0
-    return Profile.from_measurements(merged, source), p_block_w, orders
+    waiting_w = merge_waiting([waiting for _, _, waiting in shares])
+    return Profile.from_measurements(merged, source), p_block_w, orders, waiting_w
+
+
+def merge_waiting(nodes: Sequence[WaitingPoints]) -> WaitingPoints:
+    """The nodes' waiting powers by held clock as one: per clock the median over the nodes that measured it,
+    made to rise with the clock (`monotone_fit`, each clock weighted by its nodes), as one node pools its
+    GPUs' (`Job.measured_waiting_w`). Empty when no node measured any (every wait at the blocking power)."""
+    by_clock: dict[int, list[float]] = {}
+    for points in nodes:
+        for clock_mhz, watts in points:
+            by_clock.setdefault(clock_mhz, []).append(watts)
+    clocks = sorted(by_clock)
+    medians = [float(statistics.median(by_clock[clock_mhz])) for clock_mhz in clocks]
+    fitted = monotone_fit(medians, [len(by_clock[clock_mhz]) for clock_mhz in clocks])
+    return tuple(zip(clocks, fitted, strict=True))
 
 
 def _row_key(key: tuple[int, Instruction, int]) -> tuple[int, str, int]:

@@ -62,6 +62,7 @@ from perseusd.jobs.waiting import WAITING, set_waiting
 from perseusd.planner.plan import Frontier
 from perseusd.planner.policy import Policy
 from perseusd.planner.profile import Profile
+from perseusd.planner.profile_csv import WaitingPoints
 from perseusd.profiling.adequacy import plan_problems
 
 logger = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class SpanHost(Protocol):
         p_block_w: float,
         orders: tuple[StageOrder, ...],
         latency_s: float | None = None,
+        waiting_w: WaitingPoints | None = None,
     ) -> float: ...
     def clock_latency_s(self, job: Job) -> float | None: ...
     def fail(self, job: Job, message: str) -> None: ...
@@ -237,7 +239,8 @@ class SpanCoordinator:
         assert state is not None
         learned = {s.stage: s.learner.learned for s in job.slots.values() if s.learner.learned is not None}
         orders = {stage: order for stage, order in learned.items() if order is not None}
-        ref = self._plane.publish_blob(job.cluster_key, f"profile-{self.node}", encode_share(profile, orders))
+        share = encode_share(profile, orders, job.waiting_w)
+        ref = self._plane.publish_blob(job.cluster_key, f"profile-{self.node}", share)
         state.share = ProfileShare(ref, p_block_w, overhead_s)
         self._publish_member(job, state)
         logger.info("job %s: this node's stages are profiled; their profile is shared", job.name)
@@ -367,7 +370,9 @@ class SpanCoordinator:
             self._publish_error(job, state, str(exc))
             return
         source = f"online profile of job {job.name} on {len(members)} nodes"
-        profile, p_block_w, learned = merge_shares(decoded, [share.p_block_w for share, _ in shares], source)
+        profile, p_block_w, learned, waiting_w = merge_shares(
+            decoded, [share.p_block_w for share, _ in shares], source
+        )
         counted_j = sum(m.profiling_energy_j for m in members.values()) or None
         problems = plan_problems(profile, counted_j)
         if problems:
@@ -384,7 +389,7 @@ class SpanCoordinator:
         state.solving = shares[0][0].blob
         # The plan must suit the slowest clock switching of any node's GPUs (the switch-aware solve).
         latencies_s = [m.clock_latency_s for m in members.values() if m.clock_latency_s is not None]
-        self._host.submit_solve(job, profile, p_block_w, orders, max(latencies_s, default=None))
+        self._host.submit_solve(job, profile, p_block_w, orders, max(latencies_s, default=None), waiting_w)
         logger.info("job %s: solving the frontier for %d nodes", job.name, len(members))
 
     def solved(self, job: Job, frontier: Frontier) -> None:

@@ -3,6 +3,8 @@ the nodes' shares; and the coordinator's pure helpers: which pipelines the nodes
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from perseusd.cluster.span_board import JobIdentity, MemberRecord, PipelineSpan
@@ -34,15 +36,50 @@ def test_shares_of_some_stages_round_trip_and_merge_into_one_profile() -> None:
     ]
     assert decoded[1][0].measurements == halves[1].measurements  # stages 2-3 only: no gap error
     assert decoded[0][1] == {0: order}
-    merged, p_block_w, orders = span_merge.merge_shares(decoded, [80.0, 90.0, 100.0], "merged")
+    merged, p_block_w, orders, waiting_w = span_merge.merge_shares(decoded, [80.0, 90.0, 100.0], "merged")
     assert sorted(merged.measurements, key=str) == sorted(profile.measurements, key=str)
     assert p_block_w == 90.0
     assert set(orders) == {0, 2}
+    assert waiting_w == ()  # no node measured any: every wait at the blocking power
     # Two nodes measuring the same stage (data-parallel replicas): each row is their mean.
     first = Measurement(0, Instruction.FORWARD, 1410, 1.0, 10.0)
     second = Measurement(0, Instruction.FORWARD, 1410, 3.0, 30.0)
-    both, _, _ = span_merge.merge_shares([(Profile((first,)), {}), (Profile((second,)), {})], [1.0, 1.0], "m")
+    replicas = [(Profile((first,)), {}, ()), (Profile((second,)), {}, ())]
+    both, _, _, _ = span_merge.merge_shares(replicas, [1.0, 1.0], "m")
     assert both.measurements == (Measurement(0, Instruction.FORWARD, 1410, 2.0, 20.0),)
+
+
+def test_each_nodes_waiting_power_by_clock_travels_and_merges_rising_with_the_clock() -> None:
+    """The leader judges waits at the clock held in them, as one node does: every node's waiting power by
+    clock reaches it in the share, per clock the median of the nodes that measured it, made to rise."""
+    profile = synthetic_profile(4, seed=3)
+    nodes = [
+        ((900, 80.0), (1410, 100.0), (1980, 130.0)),
+        ((900, 78.0), (1200, 95.0), (1980, 128.0)),
+        ((900, 120.0), (1980, 131.0)),  # a noisy low clock: pooled, not a step
+    ]
+    shares = [
+        span_merge.decode_share(span_merge.encode_share(_stages(profile, {i}), {}, waiting))
+        for i, waiting in enumerate(nodes)
+    ]
+    assert [share[2] for share in shares] == nodes
+    _, _, _, waiting_w = span_merge.merge_shares(shares, [130.0, 130.0, 130.0], "merged")
+    clocks = [clock for clock, _ in waiting_w]
+    watts = [w for _, w in waiting_w]
+    assert clocks == [900, 1200, 1410, 1980]
+    assert watts[0] == pytest.approx(80.0)  # the median of 80, 78 and 120
+    assert watts[-1] == pytest.approx(130.0)
+    assert watts == sorted(watts)
+    older = span_merge.encode_share(_stages(profile, {0}), {}).replace(b', "waiting_w": []', b"")
+    assert b"waiting_w" not in older
+    assert span_merge.decode_share(older)[2] == ()  # an older node's share: no waiting powers
+    for bad in ([[0, 80.0]], [[900, -1.0]], [[900, "x"]], [[True, 80.0]], [[900]]):
+        doc = span_merge.encode_share(_stages(profile, {0}), {}).replace(
+            b'"waiting_w": []',
+            b'"waiting_w": ' + json.dumps(bad).encode(),
+        )
+        with pytest.raises(span_merge.ShareError):
+            span_merge.decode_share(doc)
 
 
 def test_the_solution_round_trips_and_bad_documents_are_refused() -> None:
