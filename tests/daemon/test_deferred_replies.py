@@ -8,7 +8,9 @@ from __future__ import annotations
 import select
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,9 @@ from perseus_client.protocol import (
     encode,
 )
 
+from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.deferred import Deferred, DeferredReplies, resolved
+from perseusd.daemon.service import Service
 from perseusd.gpu.sim import SimDevice
 from tests.daemon.test_service_ticks import event, send_and_serve
 from tests.support.daemon_core import leased_service, sim_core
@@ -41,7 +45,10 @@ def _reply(sock: zmq.Socket[bytes]) -> Any:
     return decode_reply(sock.recv(zmq.NOBLOCK), 1 << 24)
 
 
-def test_a_status_waits_for_a_busy_gpu_without_holding_the_loop(tmp_path: Path) -> None:
+@contextmanager
+def busy_gpu_service(tmp_path: Path) -> Iterator[tuple[Service, DaemonCore, str, str, Future[int]]]:
+    """The service loop over two simulated GPUs: the first leased by this process, the second's owner thread
+    inside a clock set of `SLOW_SET_S` (its Future given)."""
     with sim_core(tmp_path, gpus=2) as core:
         service, ipc, gpu = leased_service(core, tmp_path)
         try:
@@ -49,76 +56,63 @@ def test_a_status_waits_for_a_busy_gpu_without_holding_the_loop(tmp_path: Path) 
             device = core.registry._owner(slow)._device
             assert isinstance(device, SimDevice)
             device.inject_fault("set_locked_sm_clock_mhz", "slow", delay_s=SLOW_SET_S)
-            with zmq_context() as ctx:
-                push = connected(ctx, zmq.PUSH, tmp_path / "run" / "events.sock")
-                status = connected(ctx, zmq.DEALER, tmp_path / "run" / "control.sock")
-                other = connected(ctx, zmq.DEALER, tmp_path / "run" / "control.sock")
-                send_and_serve(service, core, push, event(gpu, 10_000, "comp_begin"))  # connected
-                setting = core.registry.submit_locked_sm_clock_mhz(slow, 1200)
-                time.sleep(0.05)  # the owner thread is in the slow call
-                status.send(encode(StatusRequest(), 1))
-                other.send(encode(EventCount(), 2))
-                began_s = time.monotonic()
-                while not other.poll(0):  # served while the status waits for the slow GPU
-                    service._iterate(0.05)
-                    assert time.monotonic() - began_s < WAIT_S
-                assert isinstance(_reply(other).message, EventCountOk)
-                assert not setting.done()
-                assert not status.poll(0)
-                received = core.tracker.received
-                send_and_serve(service, core, push, event(gpu, 0, "comp_begin"))  # events too
-                assert core.tracker.received == received + 1
-                assert not setting.done()
-                while not status.poll(0):
-                    service._iterate(0.05)
-                    assert time.monotonic() - began_s < WAIT_S
-                assert setting.done()
-                reply = _reply(status)
-                assert reply.request_id == 1
-                assert isinstance(reply.message, StatusReply)
-                rows = {row.uuid: row for row in reply.message.gpus}
-                assert rows[slow].locked_clock_mhz == 1200
-                assert rows[slow].error is None
-                assert rows[gpu].error is None
-                assert rows[gpu].lease is not None
+            setting = core.registry.submit_locked_sm_clock_mhz(slow, 1200)
+            time.sleep(0.05)  # the owner thread is in the slow call
+            yield service, core, gpu, slow, setting
         finally:
             ipc.close()
+
+
+def _serve_until_reply(service: Service, sock: zmq.Socket[bytes], began_s: float) -> Any:
+    while not sock.poll(0):
+        service._iterate(0.05)
+        assert time.monotonic() - began_s < WAIT_S
+    return _reply(sock)
+
+
+def test_a_status_waits_for_a_busy_gpu_without_holding_the_loop(tmp_path: Path) -> None:
+    with busy_gpu_service(tmp_path) as (service, core, gpu, slow, setting), zmq_context() as ctx:
+        push = connected(ctx, zmq.PUSH, tmp_path / "run" / "events.sock")
+        status = connected(ctx, zmq.DEALER, tmp_path / "run" / "control.sock")
+        other = connected(ctx, zmq.DEALER, tmp_path / "run" / "control.sock")
+        status.send(encode(StatusRequest(), 1))
+        other.send(encode(EventCount(), 2))
+        began_s = time.monotonic()
+        assert isinstance(_serve_until_reply(service, other, began_s).message, EventCountOk)
+        assert not setting.done()  # served while the status waits for the slow GPU
+        assert not status.poll(0)
+        received = core.tracker.received
+        send_and_serve(service, core, push, event(gpu, 0, "comp_begin"))  # events too
+        assert core.tracker.received == received + 1
+        assert not setting.done()
+        reply = _serve_until_reply(service, status, began_s)
+        assert setting.done()
+        assert reply.request_id == 1
+        assert isinstance(reply.message, StatusReply)
+        rows = {row.uuid: row for row in reply.message.gpus}
+        assert rows[slow].locked_clock_mhz == 1200
+        assert rows[slow].error is None
+        assert rows[gpu].error is None
+        assert rows[gpu].lease is not None
 
 
 def test_an_energy_read_of_a_busy_gpu_is_sent_when_it_answers(tmp_path: Path) -> None:
-    with sim_core(tmp_path, gpus=2) as core:
-        service, ipc, gpu = leased_service(core, tmp_path)
-        try:
-            slow = core.registry.uuids[1]
-            device = core.registry._owner(slow)._device
-            assert isinstance(device, SimDevice)
-            device.inject_fault("set_locked_sm_clock_mhz", "slow", delay_s=SLOW_SET_S)
-            with zmq_context() as ctx:
-                dealer = connected(ctx, zmq.DEALER, tmp_path / "run" / "control.sock")
-                quick = connected(ctx, zmq.DEALER, tmp_path / "run" / "control.sock")
-                setting = core.registry.submit_locked_sm_clock_mhz(slow, 1200)
-                time.sleep(0.05)
-                dealer.send(encode(EnergyRead(gpus=(slow, gpu)), 7))
-                quick.send(encode(EnergyRead(gpus=(gpu,)), 8))  # the other GPU alone: not held up
-                began_s = time.monotonic()
-                while not quick.poll(0):
-                    service._iterate(0.05)
-                    assert time.monotonic() - began_s < WAIT_S
-                assert not setting.done()
-                assert not dealer.poll(0)
-                alone = _reply(quick).message
-                assert isinstance(alone, EnergyReading)
-                assert alone.gpus[0].energy_j is not None
-                while not dealer.poll(0):
-                    service._iterate(0.05)
-                    assert time.monotonic() - began_s < WAIT_S
-                reply = _reply(dealer)
-                assert reply.request_id == 7
-                assert isinstance(reply.message, EnergyReading)
-                assert [g.uuid for g in reply.message.gpus] == [slow, gpu]
-                assert all(g.energy_j is not None and g.error == "" for g in reply.message.gpus)
-        finally:
-            ipc.close()
+    with busy_gpu_service(tmp_path) as (service, _core, gpu, slow, setting), zmq_context() as ctx:
+        both = connected(ctx, zmq.DEALER, tmp_path / "run" / "control.sock")
+        quick = connected(ctx, zmq.DEALER, tmp_path / "run" / "control.sock")
+        both.send(encode(EnergyRead(gpus=(slow, gpu)), 7))
+        quick.send(encode(EnergyRead(gpus=(gpu,)), 8))  # the other GPU alone: not held up
+        began_s = time.monotonic()
+        alone = _serve_until_reply(service, quick, began_s).message
+        assert not setting.done()
+        assert not both.poll(0)
+        assert isinstance(alone, EnergyReading)
+        assert alone.gpus[0].energy_j is not None
+        reply = _serve_until_reply(service, both, began_s)
+        assert reply.request_id == 7
+        assert isinstance(reply.message, EnergyReading)
+        assert [g.uuid for g in reply.message.gpus] == [slow, gpu]
+        assert all(g.energy_j is not None and g.error == "" for g in reply.message.gpus)
 
 
 def test_a_reply_is_sent_once_every_call_is_done_and_the_loop_is_woken() -> None:
