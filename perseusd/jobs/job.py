@@ -34,7 +34,7 @@ from perseusd.planner.policy import PointSummary, Policy
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.slack import stage_slack_s
 from perseusd.planner.switch_search import deployable
-from perseusd.planner.waiting import monotone_fit
+from perseusd.planner.waiting import pooled_by_clock
 from perseusd.profiling.estimator import OptionEstimate
 
 
@@ -246,10 +246,7 @@ class Job:
             for clock_mhz, watts in slot.waiting_w_by_clock.items():
                 if watts >= 0.0 and math.isfinite(watts):
                     by_clock.setdefault(clock_mhz, []).append(watts * scales.get(slot.gpu, 1.0))
-        clocks = sorted(by_clock)
-        medians = [float(statistics.median(by_clock[clock_mhz])) for clock_mhz in clocks]
-        fitted = monotone_fit(medians, [len(by_clock[clock_mhz]) for clock_mhz in clocks])
-        return tuple(zip(clocks, fitted, strict=True))
+        return pooled_by_clock(by_clock)
 
     # ------------------------------------------------------------------ frontier and plan
 

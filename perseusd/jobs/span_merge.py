@@ -26,7 +26,7 @@ from perseusd.planner.plan import Frontier, frontier_to_document
 from perseusd.planner.plan_read import parse_frontier
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.profile_csv import WaitingPoints, profile_to_csv, read_profile_stream
-from perseusd.planner.waiting import monotone_fit
+from perseusd.planner.waiting import pooled_by_clock
 
 SHARE_FORMAT = "perseus-span-share"
 SOLUTION_FORMAT = "perseus-span-solution"
@@ -126,10 +126,7 @@ def merge_waiting(nodes: Sequence[WaitingPoints]) -> WaitingPoints:
     for points in nodes:
         for clock_mhz, watts in points:
             by_clock.setdefault(clock_mhz, []).append(watts)
-    clocks = sorted(by_clock)
-    medians = [float(statistics.median(by_clock[clock_mhz])) for clock_mhz in clocks]
-    fitted = monotone_fit(medians, [len(by_clock[clock_mhz]) for clock_mhz in clocks])
-    return tuple(zip(clocks, fitted, strict=True))
+    return pooled_by_clock(by_clock)
 
 
 def _row_key(key: tuple[int, Instruction, int]) -> tuple[int, str, int]:

@@ -12,7 +12,8 @@ held at that computation's clock, except a lowering's first `latency_s`, held at
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -106,3 +107,12 @@ def monotone_fit(values: Sequence[float], weights: Sequence[int]) -> list[float]
             total, count = previous_total + total, previous_count + count
         blocks.append((mean, total, count))
     return [mean for mean, _, count in blocks for _ in range(count)]
+
+
+def pooled_by_clock(by_clock: Mapping[int, Sequence[float]]) -> tuple[tuple[int, float], ...]:
+    """(MHz, W) ascending: per clock the median of its values, made to rise with the clock by `monotone_fit`
+    (each clock weighted by how many values it has)."""
+    clocks = sorted(by_clock)
+    medians = [float(statistics.median(by_clock[clock_mhz])) for clock_mhz in clocks]
+    fitted = monotone_fit(medians, [len(by_clock[clock_mhz]) for clock_mhz in clocks])
+    return tuple(zip(clocks, fitted, strict=True))
