@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -365,9 +365,14 @@ class NodeCap:
         self.write_error = "; ".join(errors)
 
     def _write_batch(self, uuids: list[str], limits_w: dict[str, float]) -> list[str]:
+        """Write these GPUs' limits in parallel and wait for them. A limit the cap wrote and nothing wrote
+        over since (`after_restore`) is not written again: the main loop then waits for no owner thread,
+        which may be inside a clock set (~10 ms on an H100), at every recompute."""
         errors: list[str] = []
         futures = {}
         for uuid in uuids:
+            if self.limits_w.get(uuid) == limits_w[uuid]:
+                continue
             try:
                 self._keeper.ensure_saved(uuid)
                 futures[uuid] = self._registry.submit_power_limit_w(uuid, limits_w[uuid])
@@ -409,13 +414,12 @@ class NodeCap:
         except GpuError as exc:
             logger.error("power cap: restoring the power limit of %s failed: %s", uuid, exc)
 
-    def after_restore(self) -> None:
-        """GPUs were restored (a release, a dead client, an admin reset): their limits went back to the
-        originals, so write the cap's again at the next tick."""
+    def after_restore(self, gpus: Iterable[str]) -> None:
+        """These GPUs' limits were written outside the cap (restored to their originals by a release, a dead
+        client or an admin reset, or set by an admin): write the cap's again at the next tick."""
+        for uuid in gpus:
+            self.limits_w.pop(uuid, None)
         if self.grant_w is not None:
-            for uuid in list(self.limits_w):
-                if self._keeper.saved(uuid) is None:
-                    del self.limits_w[uuid]
             self._dirty = True
 
 

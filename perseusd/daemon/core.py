@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from perseus_client.protocol import (
@@ -181,10 +181,11 @@ class DaemonCore:
             return handler(caller, message)
         raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"{message.TYPE} is not an admin request")
 
-    def _restored(self) -> None:
-        """GPUs went back to their originals: the power cap writes its limits again."""
+    def _restored(self, gpus: Sequence[str]) -> None:
+        """These GPUs' limits were written outside the power cap (restored, or by an admin): it writes its
+        own again."""
         if self.power_cap is not None:
-            self.power_cap.after_restore()
+            self.power_cap.after_restore(gpus)
 
     def _forget(self, gpu: str) -> None:
         """A lease ended: drop the GPU's open events, its plan and its place in a job."""
@@ -203,7 +204,7 @@ class DaemonCore:
             if lease is not None:
                 logger.warning("Slurm epilog: released GPU %s left leased by pid %d", gpu, lease.pid)
         outcome = self.keeper.restore(tuple(gpus))
-        self._restored()
+        self._restored(gpus)
         return tuple(outcome.restored)
 
     # ------------------------------------------------------------------ events (hot path)
@@ -375,7 +376,7 @@ class DaemonCore:
         for gpu in gpus:
             self._forget(gpu)
         outcome = self.keeper.restore(gpus)
-        self._restored()
+        self._restored(gpus)
         if gpus:
             self.last_restore_s = self._clock_s() - started_s
             logger.info(

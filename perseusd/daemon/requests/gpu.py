@@ -6,7 +6,7 @@ the admin reset and power limits. Each takes the kernel-attested caller and chec
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from perseus_client import protocol as wire
 
@@ -36,7 +36,7 @@ class GpuRequests:
         version: str,
         protocol_minor: int,
         forget_gpu: Callable[[str], None],
-        after_restore: Callable[[], None],
+        after_restore: Callable[[Sequence[str]], None],
         access: GpuAccess | None = None,
         slurm: SlurmLedger | None = None,
     ) -> None:
@@ -54,7 +54,8 @@ class GpuRequests:
         self._forget_gpu = forget_gpu
         """A lease ended: drop the GPU's open events, its plan and its place in a job."""
         self._after_restore = after_restore
-        """GPUs went back to their originals (the power cap writes its limits again)."""
+        """These GPUs' limits were written outside the power cap (restored to their originals, or by an
+        admin): it writes its own again."""
 
     def hello(self, caller: Caller, message: wire.Hello) -> wire.HelloOk:
         placement = self.access.placement(caller)
@@ -116,7 +117,7 @@ class GpuRequests:
             self.leases.release(gpu)
             self._forget_gpu(gpu)
         outcome = self.keeper.restore(gpus)
-        self._after_restore()
+        self._after_restore(gpus)
         return wire.ReleaseOk(gpus=outcome.restored, failed=outcome.failed)
 
     def set_clock(self, caller: Caller, message: wire.SetClock) -> wire.SetClockOk:
@@ -163,7 +164,7 @@ class GpuRequests:
             if lease is not None:
                 logger.warning("admin reset: dropped lease of GPU %s held by pid %d", gpu, lease.pid)
         outcome = self.keeper.restore(gpus)
-        self._after_restore()
+        self._after_restore(gpus)
         failed = list(outcome.failed)
         for gpu in gpus:
             try:
@@ -178,7 +179,10 @@ class GpuRequests:
     def admin_set_power_limit(self, _caller: Caller, message: wire.AdminSetPowerLimit) -> wire.PowerLimitOk:
         self._require_known(message.gpu)
         self.keeper.ensure_saved(message.gpu)
-        enforced_w = self.registry.set_power_limit_w(message.gpu, message.power_limit_w)
+        try:
+            enforced_w = self.registry.set_power_limit_w(message.gpu, message.power_limit_w)
+        finally:
+            self._after_restore((message.gpu,))  # a power cap writes its own limit again
         return wire.PowerLimitOk(gpu=message.gpu, requested_w=message.power_limit_w, enforced_w=enforced_w)
 
     def _require_known(self, gpu: str) -> None:

@@ -1,0 +1,67 @@
+"""The power cap writes a GPU's limit only when it changes or something else wrote over it: a recompute that
+keeps the limits never waits on the main loop for an owner thread that is inside a clock set, and a limit an
+admin or a restore wrote is written back at the next tick. A real core over simulated GPUs."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from perseus_client.protocol import AdminSetPowerLimit, PowerLimitOk
+
+from perseusd.gpu.sim import SimDevice
+from perseusd.leasing.identity import Caller
+from tests.support.daemon_core import sim_core
+
+pytestmark = pytest.mark.timeout(120)
+ROOT = Caller(uid=0, gid=0, pid=os.getpid())
+SLOW_SET_S = 3.0
+"""How long the slow GPU's clock set blocks its owner thread."""
+
+
+def _limit_w(core: object, gpu: str) -> float | None:
+    registry = core.registry  # type: ignore[attr-defined]
+    return registry.read_all()[gpu].power_limit_w  # type: ignore[no-any-return]
+
+
+def test_a_recompute_that_keeps_the_limits_does_not_wait_for_a_busy_gpu(tmp_path: Path) -> None:
+    with sim_core(tmp_path, gpus=2) as core:
+        cap = core.power_cap
+        assert cap is not None
+        budget_w = sum(i.power_limit_max_w for i in core.registry.infos()) * 0.6
+        cap.set_budget_w(budget_w, "admin")
+        written = dict(cap.limits_w)
+        assert len(written) == 2
+        for info in core.registry.infos():
+            assert written[info.uuid] < 0.7 * info.power_limit_max_w
+        slow = core.registry.uuids[1]
+        device = core.registry._owner(slow)._device
+        assert isinstance(device, SimDevice)
+        device.inject_fault("set_locked_sm_clock_mhz", "slow", delay_s=SLOW_SET_S)
+        setting = core.registry.submit_locked_sm_clock_mhz(slow, 1200)
+        time.sleep(0.05)  # the owner thread is in the slow call
+        cap.set_budget_w(budget_w, "admin")  # the same budget: a recompute with the same limits
+        assert not setting.done(), "the tick waited for the owner thread inside its clock set"
+        assert cap.limits_w == written
+        assert cap.write_error == ""
+        setting.result(timeout=30)
+        device.clear_faults()
+        assert _limit_w(core, slow) == pytest.approx(written[slow])
+
+
+def test_a_limit_written_by_an_admin_under_a_cap_is_written_back_at_the_next_tick(tmp_path: Path) -> None:
+    with sim_core(tmp_path, gpus=2) as core:
+        cap = core.power_cap
+        assert cap is not None
+        cap.set_budget_w(sum(i.power_limit_max_w for i in core.registry.infos()) * 0.6, "admin")
+        gpu = core.registry.uuids[0]
+        capped_w = cap.limits_w[gpu]
+        reply = core.handle(ROOT, AdminSetPowerLimit(gpu=gpu, power_limit_w=capped_w + 50), admin_socket=True)
+        assert isinstance(reply, PowerLimitOk)
+        assert _limit_w(core, gpu) == pytest.approx(capped_w + 50)
+        assert gpu not in cap.limits_w
+        cap.tick()
+        assert cap.limits_w[gpu] == capped_w
+        assert _limit_w(core, gpu) == pytest.approx(capped_w)
