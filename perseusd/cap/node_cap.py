@@ -5,9 +5,10 @@ only records the grant under a lock for the next tick. Each tick samples the ene
 waiting), and when something changed (budget, grant, jobs, priorities) or every `recompute_s`, allocates
 (`perseusd.power.allocate`), moves each job to its point (the straggler response re-decides, the cap is a
 constraint on top) and writes the power limits: lower ones first, then raised ones, so that the limits'
-sum never passes the higher of the old and new sums. A limit is written only after the GPU's original
-state is durably saved (the restore machinery), so cap clear, daemon stop and start-up after a crash
-restore it like a clock.
+sum never passes the higher of the old and new sums; a limit that did not change is not written again,
+and once per recompute the GPUs are read (without waiting) to find a limit something else wrote over
+(`perseusd.cap.limit_check`). A limit is written only after the GPU's original state is durably saved
+(the restore machinery), so cap clear, daemon stop and start-up after a crash restore it like a clock.
 
 The check: node power measured over the enforcement window from the energy counters. A window above the
 grant trims the plan's target by the excess (a plan switching clocks late draws more than its profile says);
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from perseusd.cap.cap_file import SavedCap, resume_saved, save_logged
 from perseusd.cap.job_loads import JobLoads
+from perseusd.cap.limit_check import LimitCheck
 from perseusd.cap.window import PowerWindow, WindowPower
 from perseusd.errors import GpuError
 from perseusd.gpu.registry import GpuRegistry
@@ -107,6 +109,9 @@ class NodeCap:
         self.priorities: dict[str, int] = {}
         self.allocation: CapAllocation | None = None
         self.limits_w: dict[str, float] = {}
+        self._enforced_w: dict[str, float] = {}
+        """What each GPU enforced of the limit the cap wrote (W)."""
+        self._check = LimitCheck(registry)
         self.window = PowerWindow(settings.window_s)
         self.over_windows = 0
         self.forced_strict = False
@@ -228,6 +233,9 @@ class NodeCap:
         """Sample the counters; re-allocate and apply when due."""
         now_s = self._clock_s()
         self._sample(now_s)
+        overwritten = self._check.overwritten(self.limits_w)
+        if overwritten:
+            self.after_restore(overwritten)
         with self._lock:
             if self._grant_changed:
                 self._grant_changed = False
@@ -258,6 +266,7 @@ class NodeCap:
         self.allocation = allocation
         self._apply_points(allocation)
         self._write_limits(allocation.limits_w)
+        self._check.submit(self.limits_w, self._enforced_w)
 
     def refresh_demand(self) -> list[JobLoad]:
         """Model the running jobs' loads now (main loop) and the node's demand; returns the loads."""
@@ -366,8 +375,8 @@ class NodeCap:
 
     def _write_batch(self, uuids: list[str], limits_w: dict[str, float]) -> list[str]:
         """Write these GPUs' limits in parallel and wait for them. A limit the cap wrote and nothing wrote
-        over since (`after_restore`) is not written again: the main loop then waits for no owner thread,
-        which may be inside a clock set (~10 ms on an H100), at every recompute."""
+        over since (`after_restore`, `LimitCheck`) is not written again: the main loop then waits for no
+        owner thread, which may be inside a clock set (~10 ms on an H100), at every recompute."""
         errors: list[str] = []
         futures = {}
         for uuid in uuids:
@@ -380,7 +389,7 @@ class NodeCap:
                 errors.append(f"{uuid}: {exc}")
         for uuid, future in futures.items():
             try:
-                self._registry.wait(uuid, future)
+                self._enforced_w[uuid] = self._registry.wait(uuid, future)
             except GpuError as exc:
                 errors.append(f"{uuid}: {exc}")
                 self.limits_w.pop(uuid, None)

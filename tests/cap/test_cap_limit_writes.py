@@ -65,3 +65,25 @@ def test_a_limit_written_by_an_admin_under_a_cap_is_written_back_at_the_next_tic
         cap.tick()
         assert cap.limits_w[gpu] == capped_w
         assert _limit_w(core, gpu) == pytest.approx(capped_w)
+
+
+def test_a_limit_written_outside_the_daemon_is_found_and_written_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with sim_core(tmp_path, gpus=2) as core:
+        cap = core.power_cap
+        assert cap is not None
+        budget_w = sum(i.power_limit_max_w for i in core.registry.infos()) * 0.6
+        cap.set_budget_w(budget_w, "admin")
+        gpu = core.registry.uuids[0]
+        capped_w = cap.limits_w[gpu]
+        device = core.registry._owner(gpu)._device
+        device.set_power_limit_w(capped_w + 60)  # as nvidia-smi -pl would, past the daemon
+        began_s = time.monotonic()
+        while _limit_w(core, gpu) != pytest.approx(capped_w):
+            assert time.monotonic() - began_s < 30, "the cap never wrote its limit back"
+            cap.set_budget_w(budget_w, "admin")  # a recompute: the limits unchanged, the GPUs read
+            time.sleep(0.05)
+        assert cap.limits_w[gpu] == capped_w
+        assert "not the" in caplog.text
+        assert "written by something else" in caplog.text
