@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from perseus_client.protocol import AdminSetPowerLimit, PowerLimitOk
 
-from perseusd.gpu.sim import SimDevice
+from perseusd.daemon.core import DaemonCore
 from perseusd.leasing.identity import Caller
-from tests.support.daemon_core import sim_core
+from tests.support.daemon_core import busy_owner, sim_core
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = Caller(uid=0, gid=0, pid=os.getpid())
@@ -21,9 +21,8 @@ SLOW_SET_S = 3.0
 """How long the slow GPU's clock set blocks its owner thread."""
 
 
-def _limit_w(core: object, gpu: str) -> float | None:
-    registry = core.registry  # type: ignore[attr-defined]
-    return registry.read_all()[gpu].power_limit_w  # type: ignore[no-any-return]
+def _limit_w(core: DaemonCore, gpu: str) -> float | None:
+    return core.registry.read_all()[gpu].power_limit_w
 
 
 def test_a_recompute_that_keeps_the_limits_does_not_wait_for_a_busy_gpu(tmp_path: Path) -> None:
@@ -37,17 +36,12 @@ def test_a_recompute_that_keeps_the_limits_does_not_wait_for_a_busy_gpu(tmp_path
         for info in core.registry.infos():
             assert written[info.uuid] < 0.7 * info.power_limit_max_w
         slow = core.registry.uuids[1]
-        device = core.registry._owner(slow)._device
-        assert isinstance(device, SimDevice)
-        device.inject_fault("set_locked_sm_clock_mhz", "slow", delay_s=SLOW_SET_S)
-        setting = core.registry.submit_locked_sm_clock_mhz(slow, 1200)
-        time.sleep(0.05)  # the owner thread is in the slow call
+        setting = busy_owner(core.registry, slow, SLOW_SET_S)
         cap.set_budget_w(budget_w, "admin")  # the same budget: a recompute with the same limits
         assert not setting.done(), "the tick waited for the owner thread inside its clock set"
         assert cap.limits_w == written
         assert cap.write_error == ""
         setting.result(timeout=30)
-        device.clear_faults()
         assert _limit_w(core, slow) == pytest.approx(written[slow])
 
 

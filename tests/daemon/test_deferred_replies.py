@@ -30,9 +30,8 @@ from perseus_client.protocol import (
 from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.deferred import Deferred, DeferredReplies, resolved
 from perseusd.daemon.service import Service
-from perseusd.gpu.sim import SimDevice
 from tests.daemon.test_service_ticks import event, send_and_serve
-from tests.support.daemon_core import leased_service, sim_core
+from tests.support.daemon_core import busy_owner, leased_service, sim_core
 from tests.support.sockets import connected, zmq_context
 
 pytestmark = pytest.mark.timeout(120)
@@ -53,11 +52,7 @@ def busy_gpu_service(tmp_path: Path) -> Iterator[tuple[Service, DaemonCore, str,
         service, ipc, gpu = leased_service(core, tmp_path)
         try:
             slow = core.registry.uuids[1]
-            device = core.registry._owner(slow)._device
-            assert isinstance(device, SimDevice)
-            device.inject_fault("set_locked_sm_clock_mhz", "slow", delay_s=SLOW_SET_S)
-            setting = core.registry.submit_locked_sm_clock_mhz(slow, 1200)
-            time.sleep(0.05)  # the owner thread is in the slow call
+            setting = busy_owner(core.registry, slow, SLOW_SET_S)
             yield service, core, gpu, slow, setting
         finally:
             ipc.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from perseusd.daemon.main import daemon_core
 from perseusd.daemon.service import Service
 from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.registry import GpuRegistry
-from perseusd.gpu.sim import SimBackend
+from perseusd.gpu.sim import SimBackend, SimDevice
 from perseusd.jobs.carbon_steering import CarbonSteering
 from perseusd.jobs.settings import JobSettings
 from perseusd.leasing.identity import Caller
@@ -94,6 +95,17 @@ def sim_core_fixture(gpus: int, *, jobs: JobSettings | None = None, claimed_by: 
             yield built
 
     return core
+
+
+def busy_owner(registry: GpuRegistry, gpu: str, delay_s: float) -> Future[int]:
+    """Put `gpu`'s owner thread inside a clock set that lasts `delay_s` (a slow simulated call); returns the
+    set's Future. The fault stays until the device's `clear_faults`."""
+    device = registry._owner(gpu)._device
+    assert isinstance(device, SimDevice)
+    device.inject_fault("set_locked_sm_clock_mhz", "slow", delay_s=delay_s)
+    setting = registry.submit_locked_sm_clock_mhz(gpu, 1200)
+    time.sleep(0.05)  # the owner thread is in the slow call
+    return setting
 
 
 def claim(core: DaemonCore, caller: Caller, gpus: Sequence[str], job: str) -> None:
