@@ -436,7 +436,8 @@ def main() -> int:
         "--suite",
         choices=("family",),
         help="family: every workload of benchmarks/workload_family.py (cases family:NAME; --cases then "
-        "picks among them by NAME), judged by the family's bars (benchmarks/closed_loop_suite.py)",
+        "picks among them by NAME, or names drawn-SEED: a workload drawn at random from SEED, not in the "
+        "family), judged by the family's bars (benchmarks/closed_loop_suite.py)",
     )
     parser.add_argument(
         "--seeds",

@@ -1,7 +1,8 @@
 """The closed-loop suite over the workload family (`bench_closed_loop.py --suite family`) and its bars.
 
 Each workload of `benchmarks/workload_family.py` is a case `family:NAME` on the `h100_sxm` board, run once
-per seed (`--seeds 0,1,2`). Per run the case's `summary` holds the measured saving, the daemon's prediction,
+per seed (`--seeds 0,1,2`); `family:drawn-SEED` is a workload drawn at random (`draw_workload`), judged
+the same way. Per run the case's `summary` holds the measured saving, the daemon's prediction,
 the switch-aware reference and the switch-free planner's figure (`reference_switch_aware_pct`,
 `reference_board_pct`); `family_bars` judges the suite by the family issue's bars:
 
@@ -20,7 +21,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.workload_family import FAMILY, profile_csv
+from benchmarks.workload_family import FAMILY, profile_csv, workload_named
 
 FAMILY_PREFIX = "family:"
 BOARD = "h100_sxm"
@@ -37,14 +38,15 @@ MEDIAN_SHARE = 0.93
 
 def family_spec(name: str) -> tuple[str, str, int, int]:
     """`family:NAME` -> (board, profile name, stages, microbatches)."""
-    workload = FAMILY.get(name.removeprefix(FAMILY_PREFIX))
-    if workload is None:
-        raise SystemExit(f"unknown family workload {name!r}: one of {', '.join(FAMILY)}")
-    return BOARD, name, workload.stages, workload.microbatches
+    try:
+        chosen = workload_named(name.removeprefix(FAMILY_PREFIX))
+    except KeyError as exc:
+        raise SystemExit(exc.args[0]) from None
+    return BOARD, name, chosen.stages, chosen.microbatches
 
 
 def family_csv(profile_name: str) -> str:
-    return profile_csv(FAMILY[profile_name.removeprefix(FAMILY_PREFIX)])
+    return profile_csv(workload_named(profile_name.removeprefix(FAMILY_PREFIX)))
 
 
 def family_case(chosen: Sequence[str] | None = None) -> list[str]:

@@ -49,6 +49,9 @@ recomputation, vocabularies 32k-256k, H100 and H200 block curves), and 3 more (`
 from the H200 layer sweeps alone (`_measured_family`). Every profile is at the measured H100
 sweep's 25 clocks (900-1980 MHz every 45), as the board runs it (linear between them).
 
+`draw_workload(SEED)` (the suite's case `family:drawn-SEED`) draws a workload outside `FAMILY` from the
+same kinds and ranges: a check on workloads nobody tuned on.
+
     python benchmarks/workload_family.py OUTDIR     # writes OUTDIR/NAME.csv for every workload
 """
 
@@ -57,6 +60,8 @@ from __future__ import annotations
 import functools
 import io
 import json
+import random
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -409,6 +414,55 @@ def _measured_family() -> dict[str, Workload]:
 
 
 FAMILY: dict[str, Workload] = _family() | _measured_family()
+
+DRAWN = re.compile(r"drawn-(\d{1,9})")
+"""`drawn-SEED`: a workload drawn at random (`draw_workload`), not in `FAMILY`."""
+DRAWN_VOCABS = (32_000, 128_256)
+"""The vocabularies the H200 layer sweeps measured (a drawn workload of measured kinds uses one)."""
+
+
+def draw_workload(seed: int) -> Workload:
+    """A workload nobody tuned on: its shape and composition drawn from `seed` within the family's ranges
+    (4-8 stages, 8-32 microbatches, 1-5 layers per stage, dense or MoE, balanced or not, recomputation or
+    not, vocabularies 32k-256k, long context or not, the H100 or H200 block, or the H200 layer sweeps alone).
+    The same seed always draws the same workload, so a run can be repeated; a new seed is a new workload."""
+    rng = random.Random(seed)
+    stages = rng.randint(4, 8)
+    microbatches = rng.randint(8, 32)
+    base = rng.randint(1, 4)
+    if rng.random() < 0.3:
+        layers = (base,) * stages
+    else:
+        layers = tuple(max(1, base + rng.choice((-1, 0, 0, 1))) for _ in range(stages))
+    recompute = rng.random() < 0.5
+    name = f"drawn-{seed}"
+    if rng.random() < 0.25:
+        gpu = "NVIDIA H200"
+        vocab = rng.choice(DRAWN_VOCABS)
+        block = f"{gpu}/matmul"
+        return Workload(
+            name, layers, microbatches, recompute=recompute, vocab=vocab, block=block, measured_gpu=gpu
+        )
+    return Workload(
+        name,
+        layers,
+        microbatches,
+        moe=rng.random() < 0.4,
+        recompute=recompute,
+        vocab=rng.randint(32_000, 256_000),
+        block=rng.choice(("block_h100", "block_h200")),
+        long_context=rng.choice((0.0, 0.0, round(rng.uniform(0.1, 0.6), 2))),
+    )
+
+
+def workload_named(name: str) -> Workload:
+    """A family workload by name, or `drawn-SEED` (`draw_workload`); KeyError naming the choices."""
+    drawn = DRAWN.fullmatch(name)
+    if drawn is not None:
+        return draw_workload(int(drawn.group(1)))
+    if name not in FAMILY:
+        raise KeyError(f"unknown workload {name!r}: drawn-SEED or one of {', '.join(FAMILY)}")
+    return FAMILY[name]
 
 
 def bounds_violations(workload: Workload) -> list[str]:

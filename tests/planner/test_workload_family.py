@@ -19,10 +19,13 @@ from benchmarks.workload_family import (
     CLOCKS_MHZ,
     FAMILY,
     KINDS,
+    Workload,
     bounds_violations,
+    draw_workload,
     kind_curve,
     profile_csv,
     stage_cost,
+    workload_named,
 )
 from perseusd.gpu.sim_boards import load_board
 from perseusd.jobs.shape import JobShape
@@ -95,6 +98,37 @@ def test_recomputation_adds_the_forward_to_the_backward_and_vocabulary_scales_th
     big = type(dense)("v", dense.layers, dense.microbatches, vocab=4 * dense.vocab)
     assert stage_cost(big, 3, "forward", 1980)[0] > 2 * stage_cost(dense, 3, "forward", 1980)[0]
     assert stage_cost(big, 1, "forward", 1980) == stage_cost(dense, 1, "forward", 1980)
+
+
+@pytest.mark.parametrize("seed", range(0, 400, 8))
+def test_drawn_workloads_are_within_physical_bounds_and_fit_the_board(seed: int) -> None:
+    drawn = draw_workload(seed)
+    assert bounds_violations(drawn) == []
+    profile = read_profile_stream(io.StringIO(profile_csv(drawn)), source=drawn.name)
+    check_profile_fits(profile, load_board("h100_sxm"))
+    assert profile.num_stages == drawn.stages
+
+
+def test_drawn_workloads_repeat_by_seed_and_span_the_familys_ranges() -> None:
+    drawn = [draw_workload(seed) for seed in range(200)]
+    assert [draw_workload(seed) for seed in range(200)] == drawn
+    assert len({(w.layers, w.microbatches, w.vocab) for w in drawn}) == 200
+    assert {w.stages for w in drawn} == set(range(4, 9))
+    assert {w.microbatches for w in drawn} == set(range(8, 33))
+    assert min(w.vocab for w in drawn) >= 32_000
+    assert max(w.vocab for w in drawn) <= 256_000
+    for flag in ("moe", "recompute", "balanced"):
+        assert {bool(getattr(w, flag)) for w in drawn} == {True, False}, flag
+    assert {w.block for w in drawn} == {"block_h100", "block_h200", "NVIDIA H200/matmul"}
+    assert workload_named("drawn-17") == draw_workload(17)
+    assert family_spec("family:drawn-17") == ("h100_sxm", "family:drawn-17", *_shape(draw_workload(17)))
+    assert workload_named("dense4x8") is FAMILY["dense4x8"]
+    with pytest.raises(KeyError, match="drawn-SEED"):
+        workload_named("drawn-x")
+
+
+def _shape(workload: Workload) -> tuple[int, int]:
+    return workload.stages, workload.microbatches
 
 
 def test_the_switch_aware_reference_follows_the_boards_lock_latency() -> None:
