@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -42,8 +43,10 @@ class DaemonDirs:
 
     @classmethod
     def create(cls) -> DaemonDirs:
+        """Removed when the test process exits (a failing test's daemon log is in its assertion message)."""
         base = Path(tempfile.mkdtemp(prefix="perseusd-test-", dir="/tmp"))
         base.chmod(0o755)
+        atexit.register(shutil.rmtree, base, ignore_errors=True)
         return cls(base, base / "run", base / "state")
 
 
