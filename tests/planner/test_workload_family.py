@@ -19,7 +19,6 @@ from benchmarks.workload_family import (
     CLOCKS_MHZ,
     FAMILY,
     KINDS,
-    Workload,
     bounds_violations,
     draw_workload,
     kind_curve,
@@ -121,14 +120,16 @@ def test_drawn_workloads_repeat_by_seed_and_span_the_familys_ranges() -> None:
         assert {bool(getattr(w, flag)) for w in drawn} == {True, False}, flag
     assert {w.block for w in drawn} == {"block_h100", "block_h200", "NVIDIA H200/matmul"}
     assert workload_named("drawn-17") == draw_workload(17)
-    assert family_spec("family:drawn-17") == ("h100_sxm", "family:drawn-17", *_shape(draw_workload(17)))
+    seventeen = draw_workload(17)
+    assert family_spec("family:drawn-17") == (
+        "h100_sxm",
+        "family:drawn-17",
+        seventeen.stages,
+        seventeen.microbatches,
+    )
     assert workload_named("dense4x8") is FAMILY["dense4x8"]
     with pytest.raises(KeyError, match="drawn-SEED"):
         workload_named("drawn-x")
-
-
-def _shape(workload: Workload) -> tuple[int, int]:
-    return workload.stages, workload.microbatches
 
 
 def test_the_switch_aware_reference_follows_the_boards_lock_latency() -> None:
