@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import zmq
@@ -110,7 +111,19 @@ def test_a_request_is_followed_by_a_tick_at_once(tmp_path: Path, monkeypatch: py
         for microbatch in range(5):
             send_and_serve(service, core, push, event(gpu, microbatch, "comp_begin"))
         assert len(ticks) == ticked  # events only: no tick within the period
+        ipc, real_reply = service._ipc, service._ipc._reply
+        ticks_at_reply: list[int] = []
+
+        def reply(*args: Any) -> None:
+            if args[2] == 7:  # the request id
+                ticks_at_reply.append(len(ticks))
+            real_reply(*args)
+
+        ipc._reply = reply  # type: ignore[method-assign]
         dealer.send(encode(StatusRequest(), 7))
-        serve_until(service, lambda: len(ticks) > ticked)  # the request's iteration ticks
+        # Judged on the daemon's side: a poll that times out before the request arrives ticks too, so the
+        # loop runs until it has replied and stops after that iteration, which must have ticked after it.
+        serve_until(service, lambda: bool(ticks_at_reply), poll_s=WAIT_S)
+        assert len(ticks) > ticks_at_reply[0]
         assert dealer.poll(int(WAIT_S * 1000))
         assert json.loads(dealer.recv())["id"] == 7
