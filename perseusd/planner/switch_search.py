@@ -581,6 +581,15 @@ NEAR_CLOCKS = 3
 clock among them, up or down."""
 MAX_NODE_EVALUATIONS = 4_000_000
 """Each descent's budget, in plan evaluations times the DAG's computations (~1 s of CPU per descent)."""
+TIGHT_LIMIT_BUDGET = 4
+"""At the tightest limit (the no-slowdown plan's, the one the daemon deploys by default) each descent has this
+many times the budget. At 7 stages x 26 microbatches (364 computations) the budget is 11,000 evaluations and
+ran out before the descent repaired its start into the late cap (5 of 14,823 points within it): the drawn
+workload `drawn-20261131`'s three online profiles planned 16.5, 18.9 and 16.0 %; with four times the budget
+at that limit 20.0, 20.9 and 20.1 % (planning 16 -> 21 s). Offline on 64 closed-loop profiles (16 family
+workloads, four drawn ones, GPT H100 4 x 8 and 4 x 16, 3 seeds each), four times the budget at every limit
+moved 24 plans: the family's and GPT's by -0.04 to +0.80 points planned, planning at most 6 s longer; at
+the tightest limit alone, the same plans on the three profiles tried (docs/solver.md)."""
 
 
 def descend_frontier(
@@ -635,15 +644,17 @@ def descend_frontier(
         slower = min(descended, key=_energy_first, default=None)
         if slower is not None:  # a slower limit's plan, brought within this one
             starts.append(slower.clocks_mhz)
-        found = [search.descend(start, limit_s, budget, max_late) for start in starts]
+        tight = factor == min(factors)  # the no-slowdown plan's limit
+        limit_budget = budget * TIGHT_LIMIT_BUDGET if tight else budget
+        found = [search.descend(start, limit_s, limit_budget, max_late) for start in starts]
         descents = [d for d in found if d is not None]
         if not descents:
             continue
-        if factor == min(factors):  # the no-slowdown plan's limit (see `DescentSearch.reallocate`)
+        if tight:  # see `DescentSearch.reallocate`
             # starts whose descents met on one plan: that plan reallocated once
             seen = [d.clocks_mhz for d in descents]
             distinct = [d for k, d in enumerate(descents) if d.clocks_mhz not in seen[:k]]
-            descents = [search.reallocate(d, limit_s, budget, max_late) for d in distinct]
+            descents = [search.reallocate(d, limit_s, limit_budget, max_late) for d in distinct]
         descent = min(descents, key=lambda d: d.energy_j)
         point = _descended_point(follower, first, descent, len(points), frontier.meta.unit_time_s)
         beaten = math.inf if best_followable is None else best_followable.refined_energy_j
