@@ -586,10 +586,10 @@ TIGHT_LIMIT_BUDGET = 4
 many times the budget. At 7 stages x 26 microbatches (364 computations) the budget is 11,000 evaluations and
 ran out before the descent repaired its start into the late cap (5 of 14,823 points within it): the drawn
 workload `drawn-20261131`'s three online profiles planned 16.5, 18.9 and 16.0 %; with four times the budget
-at that limit 20.0, 20.9 and 20.1 % (planning 16 -> 21 s). Offline on 64 closed-loop profiles (16 family
-workloads, four drawn ones, GPT H100 4 x 8 and 4 x 16, 3 seeds each), four times the budget at every limit
-moved 24 plans: the family's and GPT's by -0.04 to +0.80 points planned, planning at most 6 s longer; at
-the tightest limit alone, the same plans on the three profiles tried (docs/solver.md)."""
+19.6, 20.9 and 20.1 % (planning 16 -> 21 s). Offline on 64 closed-loop profiles (16 family workloads, four
+drawn ones, GPT H100 4 x 8 and 4 x 16, 3 seeds each), four times the budget at every limit moved 24 plans:
+the family's and GPT's by -0.04 to +0.80 points planned, planning at most 6 s longer. At the tightest limit
+alone, on three of those profiles, the same saving or 0.4 points more (docs/solver.md)."""
 
 
 def descend_frontier(
