@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import zmq
@@ -15,6 +14,7 @@ from perseus_client.protocol import StatusRequest, encode
 
 from perseusd.daemon.ipc import EVENT_BATCH
 from tests.daemon.test_service_ticks import event, running_service, send_and_serve
+from tests.support.daemon_core import on_replies
 from tests.support.sockets import connected, zmq_context
 
 pytestmark = pytest.mark.timeout(180)
@@ -75,14 +75,8 @@ def test_a_request_that_arrives_during_a_drain_is_served_at_once(tmp_path: Path)
             return answers[-1]
 
         ipc._requests_waiting = requests_waiting  # type: ignore[method-assign]
-        real_reply = ipc._reply
         replied: list[int] = []
-
-        def reply(*args: Any) -> None:
-            replied.append(args[2])  # the request id
-            real_reply(*args)
-
-        ipc._reply = reply  # type: ignore[method-assign]
+        on_replies(ipc, replied.append)
         for microbatch in range(EVENT_BATCH):
             push.send(event(gpu, microbatch, "comp_begin"))
         time.sleep(SETTLE_S)

@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 import zmq
@@ -18,7 +17,7 @@ from perseus_client.protocol import PROTOCOL_MAJOR, StatusRequest, encode
 from perseusd.daemon import service as service_module
 from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.service import TICK_PERIOD_S, Service
-from tests.support.daemon_core import leased_service, sim_core
+from tests.support.daemon_core import leased_service, on_replies, sim_core
 from tests.support.sockets import connected, zmq_context
 
 pytestmark = pytest.mark.timeout(120)
@@ -111,15 +110,13 @@ def test_a_request_is_followed_by_a_tick_at_once(tmp_path: Path, monkeypatch: py
         for microbatch in range(5):
             send_and_serve(service, core, push, event(gpu, microbatch, "comp_begin"))
         assert len(ticks) == ticked  # events only: no tick within the period
-        ipc, real_reply = service._ipc, service._ipc._reply
         ticks_at_reply: list[int] = []
 
-        def reply(*args: Any) -> None:
-            if args[2] == 7:  # the request id
+        def replied(request_id: int) -> None:
+            if request_id == 7:
                 ticks_at_reply.append(len(ticks))
-            real_reply(*args)
 
-        ipc._reply = reply  # type: ignore[method-assign]
+        on_replies(service._ipc, replied)
         dealer.send(encode(StatusRequest(), 7))
         # Judged on the daemon's side: a poll that times out before the request arrives ticks too, so the
         # loop runs until it has replied and stops after that iteration, which must have ticked after it.

@@ -191,3 +191,15 @@ def leased_service(core: DaemonCore, tmp_path: Path) -> tuple[Service, IpcServer
     gpu = core.registry.uuids[0]
     claim(core, ME, (gpu,), "t")
     return Service(config, core, ipc, lambda: config, lambda _new: None), ipc, gpu
+
+
+def on_replies(ipc: IpcServer, seen: Callable[[int], None]) -> None:
+    """Call `seen(request_id)` as the daemon sends each reply (judging a request on the daemon's side: the
+    reply's way back to a socket may take longer than a loop iteration on a loaded machine)."""
+    real_reply = ipc._reply
+
+    def reply(*args: Any) -> None:
+        seen(args[2])
+        real_reply(*args)
+
+    ipc._reply = reply  # type: ignore[method-assign]
