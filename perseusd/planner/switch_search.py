@@ -109,9 +109,14 @@ class DescentSearch:
     A stage's trial rows are judged by `switch_core` (in C where it was built, the same figures as its
     Python specification); one descent runs at a time on a search."""
 
-    def __init__(self, follower: PointFollower, use_c: bool = True) -> None:
-        """Descents on `follower`'s job, model and stage options (its `waiting` power too)."""
+    def __init__(
+        self, follower: PointFollower, use_c: bool = True, near_steps: Sequence[int] | None = None
+    ) -> None:
+        """Descents on `follower`'s job, model and stage options (its `waiting` power too), whose coarse
+        moves set a run to the clocks `near_steps` (default `NEAR_STEPS`) of its stage's clocks from its
+        own, either way."""
         self.follower = follower
+        self.near_steps = tuple(NEAR_STEPS if near_steps is None else near_steps)
         self.dag, self.p_block_w, self.model = follower.dag, follower.p_block_w, follower.model
         self.stages = follower.stages
         self.waiting = follower.waiting
@@ -386,7 +391,7 @@ class DescentSearch:
             self._accept(state, best[1], best[0])
 
     def _coarse_trials(self, stage: int, row: tuple[int, ...], grid: int) -> list[tuple[int, ...]]:
-        """One stage's coarse moves: each run of `row` at the clocks near its own (`NEAR_CLOCKS` steps of the
+        """One stage's coarse moves: each run of `row` at the clocks near its own (`near_steps` steps of the
         stage's clocks either way), each run grown by 1, 2, 4 and 8 computations at either end (its
         neighbour shrunk), and each cyclic segment whose ends lie on a grid of `grid` points at the clocks
         near its highest (each computation snapped up to a measured clock)."""
@@ -411,10 +416,12 @@ class DescentSearch:
         return list(trials)
 
     def _near_clocks(self, stage: int, clock_mhz: int) -> tuple[int, ...]:
-        """The stage's clocks within `NEAR_CLOCKS` steps of `clock_mhz` either way (its own included)."""
+        """The stage's clocks `near_steps` steps of its clocks from `clock_mhz` either way, and `clock_mhz`'s
+        own, ascending."""
         clocks = self.stages[stage].all_clocks_mhz
         at = bisect.bisect_left(clocks, clock_mhz)
-        return clocks[max(0, at - NEAR_CLOCKS) : at + NEAR_CLOCKS + 1]
+        offsets = sorted({0, *self.near_steps, *(-step for step in self.near_steps)})
+        return tuple(clocks[at + k] for k in offsets if 0 <= at + k < len(clocks))
 
     def _merges(self, stage: int, row: tuple[int, ...]) -> list[tuple[int, ...]]:
         """Each run of `row` set to the clock of the run before it and of the run after it (each
@@ -576,20 +583,32 @@ most 0.29 less on any), and dense-uneven-rc6x24's 12 and 13 ms plans came 0.6 po
 (20.8 and 16.5 %; now 21.1 and 20.5 %). A third grid of 8 points gave the same plans on the six profiles
 tried and a third more planning time (H100 4x16: 1.36 s, 1.03 s without it, 0.82 s before the coarse
 moves)."""
-NEAR_CLOCKS = 3
-"""A coarse move sets its computations to a clock at most this many of the stage's clocks from the highest
-clock among them, up or down."""
+NEAR_STEPS = (1, 2, 3)
+"""A coarse move sets its computations to a clock this many of the stage's clocks from the highest clock
+among them, up or down."""
+FAR_STEPS = (1, 2, 3, 5, 8, 13, 21, 34)
+"""At the tightest limit, one more descent from the first start whose coarse moves reach this far. A filled
+profile has a clock every 15 MHz (docs/profiling.md), where `NEAR_STEPS` move a run by at most 45 MHz: a
+plan whose middle stages run 250 MHz lower than the start's takes dozens of moves that must each lower the
+energy alone, and the descent keeps its start's allocation between stages. On an online
+`dense-uneven-rc8x32` profile with the board's true costs at its clocks, 21.2 % saved with near moves,
+23.5 % with far ones; alone they lost up to 1.0 points on `drawn-20261131`'s profiles, so both are descended
+and the better plan kept (docs/solver.md, "Far moves")."""
 MAX_NODE_EVALUATIONS = 4_000_000
 """Each descent's budget, in plan evaluations times the DAG's computations (~1 s of CPU per descent)."""
-TIGHT_LIMIT_BUDGET = 4
-"""At the tightest limit (the no-slowdown plan's, the one the daemon deploys by default) each descent has this
-many times the budget. At 7 stages x 26 microbatches (364 computations) the budget is 11,000 evaluations and
-ran out before the descent repaired its start into the late cap (5 of 14,823 points within it): the drawn
-workload `drawn-20261131`'s three online profiles planned 16.5, 18.9 and 16.0 %; with four times the budget
-19.6, 20.9 and 20.1 % (planning 16 -> 21 s). Offline on 64 closed-loop profiles (16 family workloads, four
-drawn ones, GPT H100 4 x 8 and 4 x 16, 3 seeds each), four times the budget at every limit moved 24 plans:
-the family's and GPT's by -0.04 to +0.80 points planned, planning at most 6 s longer. At the tightest limit
-alone, on three of those profiles, the same saving or 0.4 points more (docs/solver.md)."""
+TIGHT_LIMIT_BUDGET = 16
+"""Where the search is hard (`searches_harder`), each descent at the tightest limit (the no-slowdown plan's,
+the one the daemon deploys by default) has this many times the budget. The budget is evaluations times
+computations, so a long pipeline gets few evaluations: 11,000 at 7 stages x 26 microbatches, 7,800 at 8 x
+32, where the descents ran out of it still finding less energy, and plans hung on their start
+(docs/solver.md, "Far moves"). A small job's descents spend their budget for little: four times the budget
+took the H100 4 x 16 planning step from 1.0 to 2.0 s for 0.005 points."""
+HARD_SEARCH_COMPUTATIONS = 256
+"""`searches_harder`: jobs of at least this many computations an iteration (8 x 16, 6 x 22, 5 x 26)."""
+HARD_SEARCH_LATENCY_S = 0.001
+"""`searches_harder`: GPUs whose clock lock takes at least this long (an H100 or H200: 9-15 ms). Where it is
+sub-millisecond (the simulated A100's 60 us), plans are followed nearly as solved and the descent's extra
+time (A100 8 x 96: 10.7 -> 15.5 s with four times the budget) buys nothing."""
 
 
 def descend_frontier(
@@ -626,6 +645,7 @@ def descend_frontier(
     held in it, and so do the figures of the points it adds."""
     follower = PointFollower(dag, profile, p_block_w, model, waiting)
     search = DescentSearch(follower)
+    far_search: DescentSearch | None = None  # built at the tightest limit (`FAR_STEPS`)
     budget = max(1, MAX_NODE_EVALUATIONS // max(1, dag.num_computations))
     max_late = late_cap(dag.num_computations)
     points = list(frontier.points)
@@ -645,16 +665,22 @@ def descend_frontier(
         if slower is not None:  # a slower limit's plan, brought within this one
             starts.append(slower.clocks_mhz)
         tight = factor == min(factors)  # the no-slowdown plan's limit
-        limit_budget = budget * TIGHT_LIMIT_BUDGET if tight else budget
+        harder = tight and searches_harder(dag, model)
+        limit_budget = budget * TIGHT_LIMIT_BUDGET if harder else budget
         found = [search.descend(start, limit_s, limit_budget, max_late) for start in starts]
         descents = [d for d in found if d is not None]
-        if not descents:
-            continue
         if tight:  # see `DescentSearch.reallocate`
             # starts whose descents met on one plan: that plan reallocated once
             seen = [d.clocks_mhz for d in descents]
             distinct = [d for k, d in enumerate(descents) if d.clocks_mhz not in seen[:k]]
             descents = [search.reallocate(d, limit_s, limit_budget, max_late) for d in distinct]
+            if harder:
+                far_search = far_search or DescentSearch(follower, near_steps=FAR_STEPS)
+                far = far_search.descend(starts[0], limit_s, limit_budget, max_late)
+                if far is not None:
+                    descents.append(far_search.reallocate(far, limit_s, limit_budget, max_late))
+        if not descents:
+            continue
         descent = min(descents, key=lambda d: d.energy_j)
         point = _descended_point(follower, first, descent, len(points), frontier.meta.unit_time_s)
         beaten = math.inf if best_followable is None else best_followable.refined_energy_j
@@ -662,6 +688,13 @@ def descend_frontier(
             points.append(point)
             descended.append(point)
     return replace(frontier, points=tuple(points))
+
+
+def searches_harder(dag: ComputationDag, model: SwitchModel) -> bool:
+    """Whether the no-slowdown plan's descents get `TIGHT_LIMIT_BUDGET` times the budget and the far descent
+    (`FAR_STEPS`): a job of at least `HARD_SEARCH_COMPUTATIONS` computations on GPUs whose lock takes at
+    least `HARD_SEARCH_LATENCY_S`."""
+    return dag.num_computations >= HARD_SEARCH_COMPUTATIONS and model.latency_s >= HARD_SEARCH_LATENCY_S
 
 
 def _energy_first(point: Plan) -> tuple[float, float]:

@@ -19,10 +19,14 @@ from perseusd.planner.plan_read import parse_frontier
 from perseusd.planner.profile import Profile
 from perseusd.planner.solver import SolverParams, solve_frontier
 from perseusd.planner.switch_search import (
+    FAR_STEPS,
+    HARD_SEARCH_COMPUTATIONS,
+    HARD_SEARCH_LATENCY_S,
     MAX_LATE_FRACTION,
     DescentSearch,
     deployable,
     descend_frontier,
+    searches_harder,
 )
 from perseusd.planner.switching import (
     FollowablePoint,
@@ -311,3 +315,36 @@ def test_with_a_waiting_power_the_descent_judges_waits_at_the_clocks_held() -> N
     descended = descend_frontier(frontier, dag, profile, P_BLOCK_W, H100, all_max_time_s, waiting=waiting)
     new = [p for p in descended.points if p.followed is not None and p.followed.descended_from is not None]
     assert new
+
+
+DENSE_MHZ = tuple(range(1410, 884, -15))  # a filled profile: a clock every 15 MHz (docs/profiling.md)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_far_moves_reach_low_clocks_that_near_moves_approach_step_by_step(seed: int) -> None:
+    """On a profile with a clock every 15 MHz, a near move shifts a run by at most 45 MHz; with the same
+    budget from all-max, far moves (`FAR_STEPS`) reach a lower energy, with runs far below the top."""
+    profile = synthetic_profile(4, seed, clocks_mhz=DENSE_MHZ, base_time_s=0.007, imbalance=0.5)
+    dag = build_dag("1f1b", 4, 8)
+    follower = PointFollower(dag, profile, P_BLOCK_W, H100)
+    limit_s = all_max(dag, profile, P_BLOCK_W).time_s
+    budget = 300
+    near = DescentSearch(follower).descend(DescentSearch(follower).all_max(), limit_s, budget)
+    far_search = DescentSearch(follower, near_steps=FAR_STEPS)
+    far = far_search.descend(far_search.all_max(), limit_s, budget)
+    assert near is not None
+    assert far is not None
+    assert far.energy_j < near.energy_j
+    assert min(min(row) for row in far.clocks_mhz) <= max(DENSE_MHZ) - 200
+    assert far.time_s <= limit_s * (1 + 1e-9)
+
+
+def test_only_long_pipelines_on_slow_locks_get_the_harder_search() -> None:
+    """Sixteen times the budget and the far descent cost a small job's planning step a second for nothing;
+    they go to jobs of `HARD_SEARCH_COMPUTATIONS` computations or more on GPUs with a slow lock."""
+    long_dag, short_dag = build_dag("1f1b", 8, 16), build_dag("1f1b", 4, 16)
+    assert long_dag.num_computations >= HARD_SEARCH_COMPUTATIONS > short_dag.num_computations
+    assert searches_harder(long_dag, H100)
+    assert not searches_harder(short_dag, H100)
+    quick = SwitchModel(latency_s=HARD_SEARCH_LATENCY_S / 10, lead_s=0.0021, min_run_s=0.0042)
+    assert not searches_harder(long_dag, quick)
