@@ -31,11 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.switch_reference import board_waiting
+from benchmarks.switch_reference import board_waiting, switch_model_for
 from benchmarks.workload_family import profile_csv, workload_named
 from perseusd.gpu.sim_boards import load_board
-from perseusd.jobs.manager import MIN_RUN_LEADS
-from perseusd.jobs.settings import JobSettings
 from perseusd.jobs.shape import JobShape
 from perseusd.jobs.solving import SolveInput, auto_unit_time_s, solve
 from perseusd.planner.baselines import all_max
@@ -84,12 +82,6 @@ def find_runs(dirs: Sequence[Path], only: str | None = None) -> list[Run]:
     return runs
 
 
-def switch_model(latency_s: float) -> SwitchModel:
-    """The switch model the daemon derives from a measured lock latency."""
-    lead_s = latency_s + JobSettings().clock_lead_s
-    return SwitchModel(latency_s, lead_s, min_run_s=MIN_RUN_LEADS * lead_s)
-
-
 def board_profile(case: str, board_name: str) -> Profile:
     """The workload's costs at every clock of the board, under its default power limit (no Pareto filter: a
     plan may name any clock)."""
@@ -117,6 +109,7 @@ class BoardJudge:
         p_block_w = board.idle_power_w(board.max_clock_mhz)
         self.follower = PointFollower(self.dag, profile, p_block_w, model, board_waiting(board_name))
         self.top = tuple(tuple(board.max_clock_mhz for _ in row) for row in self.dag.stage_orders)
+        self._all_max: tuple[float, float] | None = None
 
     def figures(self, carrier: Plan, rows: Rows) -> tuple[float, float]:
         """(time s, energy J) of `rows` as the GPUs run them (`carrier`: any plan of this job)."""
@@ -125,8 +118,10 @@ class BoardJudge:
         return time_s, played.refined_energy_j
 
     def saving(self, carrier: Plan, rows: Rows) -> tuple[float, float]:
-        """(saving %, slowdown %) of `rows` against all-max on the board."""
-        base_s, base_j = self.figures(carrier, self.top)
+        """(saving %, slowdown %) of `rows` against all-max on the board (played once)."""
+        if self._all_max is None:
+            self._all_max = self.figures(carrier, self.top)
+        base_s, base_j = self._all_max
         time_s, energy_j = self.figures(carrier, rows)
         return 100.0 * (1.0 - energy_j / base_j), 100.0 * (time_s / base_s - 1.0)
 
@@ -136,7 +131,7 @@ def replan(run: Run, board_name: str) -> dict[str, Any]:
     latency = LATENCY.search(run.log.read_text())
     if latency is None:
         return {"case": run.case, "seed": run.seed, "error": f"{run.log}: no lock latency logged"}
-    model = switch_model(float(latency["ms"]) / 1000.0)
+    model = switch_model_for(float(latency["ms"]) / 1000.0)
     judge = BoardJudge(run.case, board_name, model)
     profile, waiting = read_profile_waiting(io.StringIO(run.profile.read_text()), str(run.profile))
     p_block_w = dict(waiting).get(max(c for c, _ in waiting)) if waiting else None

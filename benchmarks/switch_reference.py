@@ -34,7 +34,12 @@ def board_switch_model(board_name: str) -> SwitchModel | None:
     timing = board.clock_lock
     if timing.call_max_s <= 0:
         return None
-    latency_s = (timing.call_min_s + timing.call_max_s) / 2
+    return switch_model_for((timing.call_min_s + timing.call_max_s) / 2)
+
+
+def switch_model_for(latency_s: float) -> SwitchModel:
+    """The switch model the daemon derives from a measured lock latency (lead = latency + its clock lead,
+    lowered runs under `MIN_RUN_LEADS` leads merged)."""
     lead_s = latency_s + JobSettings().clock_lead_s
     return SwitchModel(latency_s, lead_s, min_run_s=MIN_RUN_LEADS * lead_s)
 
