@@ -34,12 +34,13 @@ from multiprocessing.process import BaseProcess
 from perseusd.errors import PlanningError
 from perseusd.jobs.shape import JobShape, StageOrder
 from perseusd.planner.baselines import all_max
+from perseusd.planner.following import follow_frontier
 from perseusd.planner.plan import Frontier, PlanMeta, frontier_from_points
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import read_profile_stream
 from perseusd.planner.solver import FrontierSolver, SolverParams
 from perseusd.planner.switch_search import descend_frontier
-from perseusd.planner.switching import SwitchModel, follow_frontier
+from perseusd.planner.switching import SwitchModel
 from perseusd.planner.waiting import WaitingPower
 from perseusd.threads import NamedThread
 

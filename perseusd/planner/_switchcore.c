@@ -11,6 +11,9 @@
  *   - `trial_time(stage)`: the longest path with that trial in place of the stage's current durations;
  *   - `trial_waits(stage, time_s)`: with a waiting power per option (`opt_wait`), the waits' energy with that
  *     trial in place (switch_core.PyCore.trial_waits, switch_core.held_waits_j); 0 without one;
+ *   - `follow_row(stage, row)`: one stage row as it will really run (effective clocks, late begins, each
+ *     computation's time and energy at its effective clock: following.PointFollower's rows);
+ *   - `merged(stage, row, min_run_s)`: the row with its short lowered runs merged (switching.merged_stage_clocks);
  *   - `accept(stage)`: the trial becomes the stage's current durations (and held clocks);
  *   - `scan(stage, row, ...)`: the best of the descent's segment moves of a row (switch_core.PyCore.scan);
  *   - `judge_rows(stage, rows, ...)`: the best of given rows, by energy or by energy per late begin removed
@@ -141,6 +144,39 @@ static int64_t followable(Core *c, int64_t first, int64_t n) {
     return runs;
 }
 
+/* switching.merged_stage_clocks of c->row (the stage's first node `first`, n computations), in place: each
+ * lowered run shorter than min_run_s joins the lower of its higher neighbours, shortest (then first) first. */
+static void merge_short(Core *c, int64_t first, int64_t n, double min_run_s) {
+    for (;;) {
+        int64_t runs = runs_of(c, n);
+        if (runs < 2) return;
+        int64_t best = -1, best_target = 0;
+        double best_s = 0.0;
+        for (int64_t k = 0; k < runs; k++) {
+            int64_t own = c->row[c->run_start[k]];
+            int64_t prev = c->row[c->run_start[(k - 1 + runs) % runs]], next = c->row[c->run_start[(k + 1) % runs]];
+            int64_t target = prev > own ? prev : -1;
+            if (next > own && (target < 0 || next < target)) target = next;
+            if (target < 0) continue;
+            double run_s = 0.0;
+            for (int64_t j = 0; j < c->run_len[k]; j++) {
+                int64_t i = (c->run_start[k] + j) % n;
+                run_s += c->opt_time[snap_up(c, first + i, c->row[i])];
+            }
+            if (run_s < min_run_s && (best < 0 || run_s < best_s)) {
+                best = k;
+                best_s = run_s;
+                best_target = target;
+            }
+        }
+        if (best < 0) return;
+        for (int64_t j = 0; j < c->run_len[best]; j++) {
+            int64_t i = (c->run_start[best] + j) % n;
+            c->row[i] = c->opt_clock[snap_up(c, first + i, best_target)];
+        }
+    }
+}
+
 /* switching.late_begins of c->row (runs and times as `followable` left them). */
 static int64_t late_begins(Core *c, int64_t n, int64_t runs) {
     if (runs < 2) return 0;
@@ -258,6 +294,93 @@ static PyObject *Core_stage_cost(Core *c, PyObject *args) {
     return Py_BuildValue("(ddL)", energy, busy, (long long)late);
 }
 
+/* A list of the n clocks in `clocks`, each the item of `seq` where it equals `same[i]` (so that the rows a
+ * frontier keeps share their clock objects), else a new int; NULL with an exception set on failure. */
+static PyObject *clock_list(PyObject *seq, const int64_t *clocks, const int64_t *same, int64_t n) {
+    PyObject *out = PyList_New((Py_ssize_t)n);
+    for (int64_t i = 0; out && i < n; i++) {
+        PyObject *clock = PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i);
+        if (clocks[i] == same[i])
+            Py_INCREF(clock);
+        else
+            clock = PyLong_FromLongLong(clocks[i]);
+        if (!clock) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, clock);
+    }
+    return out;
+}
+
+/* A list of n floats; NULL with an exception set on failure. */
+static PyObject *float_list(const double *values, int64_t n) {
+    PyObject *out = PyList_New((Py_ssize_t)n);
+    for (int64_t i = 0; out && i < n; i++) {
+        PyObject *value = PyFloat_FromDouble(values[i]);
+        if (!value) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, value);
+    }
+    return out;
+}
+
+/* The row argument of stage `stage` into c->row, and as a fast sequence (a new reference); NULL on error. */
+static PyObject *row_argument(Core *c, long long stage, PyObject *row_obj) {
+    int64_t n = c->stage_ptr[stage + 1] - c->stage_ptr[stage];
+    if (!read_row(row_obj, n, stage, c->row)) return NULL;
+    return PySequence_Fast(row_obj, "row must be a sequence of clocks");
+}
+
+static PyObject *Core_follow_row(Core *c, PyObject *args) {
+    long long stage;
+    PyObject *row_obj;
+    if (!PyArg_ParseTuple(args, "LO", &stage, &row_obj) || !check_stage(c, stage)) return NULL;
+    PyObject *seq = row_argument(c, stage, row_obj);
+    if (!seq) return NULL;
+    int64_t first = c->stage_ptr[stage], n = c->stage_ptr[stage + 1] - first;
+    int64_t runs = followable(c, first, n);
+    int64_t late = late_begins(c, n, runs);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t ran = exact(c, first + i, c->effective[i]);
+        if (ran < 0) {
+            PyErr_Format(PyExc_KeyError, "computation %lld of stage %lld has no measured clock %lld", (long long)i,
+                         (long long)stage, (long long)c->effective[i]);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        c->path_in[i] = c->opt_time[ran]; /* path_in and finish: work arrays here */
+        c->finish[i] = c->opt_energy[ran];
+    }
+    PyObject *effective = clock_list(seq, c->effective, c->row, n);
+    Py_DECREF(seq);
+    PyObject *times = effective ? float_list(c->path_in, n) : NULL;
+    PyObject *energies = times ? float_list(c->finish, n) : NULL;
+    if (!energies) {
+        Py_XDECREF(effective);
+        Py_XDECREF(times);
+        return NULL;
+    }
+    return Py_BuildValue("(NLNN)", effective, (long long)late, times, energies);
+}
+
+static PyObject *Core_merged(Core *c, PyObject *args) {
+    long long stage;
+    PyObject *row_obj;
+    double min_run_s;
+    if (!PyArg_ParseTuple(args, "LOd", &stage, &row_obj, &min_run_s) || !check_stage(c, stage)) return NULL;
+    PyObject *seq = row_argument(c, stage, row_obj);
+    if (!seq) return NULL;
+    int64_t first = c->stage_ptr[stage], n = c->stage_ptr[stage + 1] - first;
+    memcpy(c->effective, c->row, sizeof(int64_t) * (size_t)n);
+    merge_short(c, first, n, min_run_s);
+    PyObject *out = clock_list(seq, c->row, c->effective, n);
+    Py_DECREF(seq);
+    return out;
+}
+
 /* The longest path with the stage's trial durations in place of its current ones. */
 static double trial_longest(Core *c, int64_t stage) {
     int64_t first = c->stage_ptr[stage], end = c->stage_ptr[stage + 1];
@@ -272,6 +395,43 @@ static PyObject *Core_trial_time(Core *c, PyObject *arg) {
     return PyFloat_FromDouble(trial_longest(c, stage));
 }
 
+/* One DAG, numbered stage by stage in schedule order, as held_energy reads it. */
+typedef struct {
+    int64_t n, num_stages;
+    const int64_t *pred_ptr, *pred_idx, *topo, *stage_ptr;
+} StagedDag;
+
+/* waiting.held_waits_j: the waits' energy of an iteration of time_s when node v runs ran[v] s holding clock[v]
+   (waiting wait[v] W); start and finish are work arrays of n. */
+static double held_energy(const StagedDag *d, const int64_t *clock, const double *wait, const double *ran,
+                          double *start, double *finish, double time_s, double latency_s) {
+    for (int64_t t = 0; t < d->n; t++) {
+        int64_t v = d->topo[t];
+        double begin = 0.0;
+        for (int64_t p = d->pred_ptr[v]; p < d->pred_ptr[v + 1]; p++)
+            if (finish[d->pred_idx[p]] > begin) begin = finish[d->pred_idx[p]];
+        start[v] = begin;
+        finish[v] = begin + ran[v];
+    }
+    double energy = 0.0;
+    for (int64_t s = 0; s < d->num_stages; s++) {
+        int64_t lo = d->stage_ptr[s], hi = d->stage_ptr[s + 1];
+        for (int64_t node = lo; node < hi; node++) {
+            int64_t before = node == lo ? hi - 1 : node - 1;
+            double gap = start[node] - finish[before] + (node == lo ? time_s : 0.0);
+            gap = gap > 0.0 ? gap : 0.0;
+            double waiting_w = wait[node];
+            if (clock[node] < clock[before]) {
+                double early = latency_s < gap ? latency_s : gap;
+                energy += early * wait[before] + (gap - early) * waiting_w;
+            } else {
+                energy += gap * waiting_w;
+            }
+        }
+    }
+    return energy;
+}
+
 /* switch_core.held_waits_j with the stage's trial in place (0 without opt_wait). */
 static double trial_held(Core *c, int64_t stage, double time_s) {
     if (!c->opt_wait) return 0.0;
@@ -282,32 +442,9 @@ static double trial_held(Core *c, int64_t stage, double time_s) {
     memcpy(c->held_wait + first, c->trial_wait + first, sizeof(double) * (size_t)len);
     memcpy(c->held_ran, c->cur_ran, sizeof(double) * (size_t)c->n);
     memcpy(c->held_ran + first, c->trial_ran + first, sizeof(double) * (size_t)len);
-    double *finish = c->ran_finish;
-    for (int64_t t = 0; t < c->n; t++) {
-        int64_t v = c->topo[t];
-        double start = 0.0;
-        for (int64_t p = c->pred_ptr[v]; p < c->pred_ptr[v + 1]; p++)
-            if (finish[c->pred_idx[p]] > start) start = finish[c->pred_idx[p]];
-        c->start[v] = start;
-        finish[v] = start + c->held_ran[v];
-    }
-    double energy = 0.0;
-    for (int64_t s = 0; s < c->num_stages; s++) {
-        int64_t lo = c->stage_ptr[s], hi = c->stage_ptr[s + 1];
-        for (int64_t node = lo; node < hi; node++) {
-            int64_t before = node == lo ? hi - 1 : node - 1;
-            double gap = c->start[node] - finish[before] + (node == lo ? time_s : 0.0);
-            gap = gap > 0.0 ? gap : 0.0;
-            double waiting_w = c->held_wait[node];
-            if (c->held_clock[node] < c->held_clock[before]) {
-                double early = c->latency_s < gap ? c->latency_s : gap;
-                energy += early * c->held_wait[before] + (gap - early) * waiting_w;
-            } else {
-                energy += gap * waiting_w;
-            }
-        }
-    }
-    return energy;
+    StagedDag dag = {c->n, c->num_stages, c->pred_ptr, c->pred_idx, c->topo, c->stage_ptr};
+    return held_energy(&dag, c->held_clock, c->held_wait, c->held_ran, c->start, c->ran_finish, time_s,
+                       c->latency_s);
 }
 
 static PyObject *Core_trial_waits(Core *c, PyObject *args) {
@@ -713,6 +850,10 @@ static PyMethodDef Core_methods[] = {
      "switch_core.PyCore.judge_rows."},
     {"trial_time", (PyCFunction)Core_trial_time, METH_O,
      "trial_time(stage) -> the longest path with the stage's trial durations."},
+    {"follow_row", (PyCFunction)Core_follow_row, METH_VARARGS,
+     "follow_row(stage, row) -> (effective clocks, late begins, times, energies): switch_core.PyCore.follow_row."},
+    {"merged", (PyCFunction)Core_merged, METH_VARARGS,
+     "merged(stage, row, min_run_s) -> the row's short lowered runs merged (switching.merged_stage_clocks)."},
     {"trial_waits", (PyCFunction)Core_trial_waits, METH_VARARGS,
      "trial_waits(stage, time_s) -> the waits' energy with the stage's trial (switch_core.PyCore.trial_waits)."},
     {"accept", (PyCFunction)Core_accept, METH_O, "accept(stage): the stage's trial becomes its current durations."},
@@ -726,12 +867,12 @@ static PyTypeObject CoreType = {
                     Core_dealloc, Core_methods),
 };
 
-/* Paths: a DAG alone, for evaluate.longest_path_s. */
+/* Paths: a DAG alone, for evaluate.longest_path_s, and (given its stages) waiting.held_waits_j. */
 typedef struct {
     PyObject_HEAD
-    int64_t n;
-    int64_t *pred_ptr, *pred_idx, *topo;
-    double *finish, *durations;
+    int64_t n, num_stages;
+    int64_t *pred_ptr, *pred_idx, *topo, *stage_ptr, *clock;
+    double *finish, *durations, *wait, *start;
 } Paths;
 
 static PyObject *Paths_longest(Paths *p, PyObject *arg) {
@@ -739,35 +880,67 @@ static PyObject *Paths_longest(Paths *p, PyObject *arg) {
     return PyFloat_FromDouble(longest_path(p->n, p->pred_ptr, p->pred_idx, p->topo, p->finish, p->durations));
 }
 
+static PyObject *Paths_held_waits(Paths *p, PyObject *args) {
+    PyObject *clocks, *waits, *ran;
+    double time_s, latency_s;
+    if (!PyArg_ParseTuple(args, "OOOdd", &clocks, &waits, &ran, &time_s, &latency_s)) return NULL;
+    if (!p->stage_ptr) {
+        PyErr_SetString(PyExc_ValueError, "held_waits needs the Paths built with stage_ptr");
+        return NULL;
+    }
+    int ok = read_numbers(clocks, p->n, "clocks must be a sequence of clocks", p->clock, NULL);
+    if (ok > 0) ok = read_numbers(waits, p->n, "waits must be a sequence of floats", NULL, p->wait);
+    if (ok > 0) ok = read_numbers(ran, p->n, "times must be a sequence of floats", NULL, p->durations);
+    if (ok < 0) PyErr_Format(PyExc_ValueError, "need %lld clocks, waits and times", (long long)p->n);
+    if (ok <= 0) return NULL;
+    StagedDag dag = {p->n, p->num_stages, p->pred_ptr, p->pred_idx, p->topo, p->stage_ptr};
+    return PyFloat_FromDouble(held_energy(&dag, p->clock, p->wait, p->durations, p->start, p->finish, time_s,
+                                          latency_s));
+}
+
 static void Paths_dealloc(Paths *p) {
-    void *blocks[] = {p->pred_ptr, p->pred_idx, p->topo, p->finish, p->durations};
+    void *blocks[] = {p->pred_ptr, p->pred_idx, p->topo,  p->stage_ptr, p->clock,
+                      p->finish,   p->durations, p->wait, p->start};
     free_blocks(blocks, COUNT_OF(blocks));
     Py_TYPE(p)->tp_free((PyObject *)p);
 }
 
+/* Whether stage_ptr (count + 1 entries) cuts nodes 0..n into consecutive stages. */
+static int stages_cover(const int64_t *stage_ptr, Py_ssize_t count, int64_t n) {
+    if (count < 2 || stage_ptr[0] != 0 || stage_ptr[count - 1] != n) return 0;
+    for (Py_ssize_t s = 1; s < count; s++)
+        if (stage_ptr[s] < stage_ptr[s - 1]) return 0;
+    return 1;
+}
+
 static int Paths_init(Paths *p, PyObject *args, PyObject *kwds) {
-    PyObject *obj[3];
-    Py_ssize_t counts[3];
-    static char *names[] = {"pred_ptr", "pred_idx", "topo", NULL};
+    PyObject *obj[4] = {NULL, NULL, NULL, NULL};
+    Py_ssize_t counts[4] = {0, 0, 0, 0};
+    static char *names[] = {"pred_ptr", "pred_idx", "topo", "stage_ptr", NULL};
     if (p->topo) {
         PyErr_SetString(PyExc_RuntimeError, "Paths is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO", names, &obj[0], &obj[1], &obj[2])) return -1;
-    void **dst[3] = {(void **)&p->pred_ptr, (void **)&p->pred_idx, (void **)&p->topo};
-    if (!copy_buffers(obj, names, dst, counts, 3)) return -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|O", names, &obj[0], &obj[1], &obj[2], &obj[3])) return -1;
+    void **dst[4] = {(void **)&p->pred_ptr, (void **)&p->pred_idx, (void **)&p->topo, (void **)&p->stage_ptr};
+    if (!copy_buffers(obj, names, dst, counts, obj[3] && obj[3] != Py_None ? 4 : 3)) return -1;
     p->n = counts[2];
     int ok = counts[0] == p->n + 1 && p->pred_ptr[0] == 0 && p->pred_ptr[p->n] == counts[1];
     for (int64_t v = 0; ok && v < p->n; v++)
         ok = p->pred_ptr[v + 1] >= p->pred_ptr[v] && p->topo[v] >= 0 && p->topo[v] < p->n;
     for (int64_t e = 0; ok && e < counts[1]; e++) ok = p->pred_idx[e] >= 0 && p->pred_idx[e] < p->n;
+    if (ok && p->stage_ptr) ok = stages_cover(p->stage_ptr, counts[3], p->n);
     if (!ok) {
         PyErr_SetString(PyExc_ValueError, "Paths: inconsistent arrays");
         return -1;
     }
+    p->num_stages = p->stage_ptr ? counts[3] - 1 : 0;
     p->finish = zalloc(p->n, 8);
     p->durations = zalloc(p->n, 8);
-    if (!(p->finish && p->durations)) {
+    p->clock = zalloc(p->n, 8);
+    p->wait = zalloc(p->n, 8);
+    p->start = zalloc(p->n, 8);
+    if (!(p->finish && p->durations && p->clock && p->wait && p->start)) {
         PyErr_NoMemory();
         return -1;
     }
@@ -776,11 +949,13 @@ static int Paths_init(Paths *p, PyObject *args, PyObject *kwds) {
 
 static PyMethodDef Paths_methods[] = {
     {"longest", (PyCFunction)Paths_longest, METH_O, "longest(durations) -> the longest path through the DAG."},
+    {"held_waits", (PyCFunction)Paths_held_waits, METH_VARARGS,
+     "held_waits(clocks, waits_w, times_s, time_s, latency_s) -> waiting.held_waits_j (needs stage_ptr)."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyTypeObject PathsType = {
-    CORE_TYPE_SLOTS("perseusd.planner._switchcore.Paths", Paths, "A DAG's longest path (evaluate.longest_path_s).",
+    CORE_TYPE_SLOTS("perseusd.planner._switchcore.Paths", Paths, "A DAG's longest path (evaluate.longest_path_s) and held waits (waiting.held_waits_j).",
                     Paths_init, Paths_dealloc, Paths_methods),
 };
 
@@ -789,7 +964,7 @@ static struct PyModuleDef switchcore_module = {PyModuleDef_HEAD_INIT, "_switchco
                                                NULL};
 
 /* The interface version: bump it, and `perseusd.planner.compiled.ABI`, whenever a signature changes. */
-#define SWITCHCORE_ABI 3
+#define SWITCHCORE_ABI 4
 
 PyMODINIT_FUNC PyInit__switchcore(void) {
     PyTypeObject *types[] = {&CoreType, &PathsType};

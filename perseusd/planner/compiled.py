@@ -14,7 +14,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-ABI = {"_pdcore": 1, "_switchcore": 3}
+ABI = {"_pdcore": 1, "_switchcore": 4}
 """The interface version each core must state (its C source's `*_ABI`)."""
 
 

@@ -50,6 +50,18 @@ def dag_arrays(dag: ComputationDag) -> tuple[array[int], array[int], array[int]]
     return pred_ptr, pred_idx, array("q", dag.topological_order)
 
 
+def stage_ptr_of(dag: ComputationDag) -> array[int]:
+    """Where each stage's nodes begin (and the last ends): stage s is nodes stage_ptr[s] to stage_ptr[s + 1].
+    Raises ValueError unless the nodes are numbered stage by stage in schedule order (as `from_stage_orders`
+    numbers them), which the C cores' stage loops assume."""
+    stage_ptr = array("q", [0])
+    for ids in dag.stage_orders:
+        if list(ids) != list(range(stage_ptr[-1], stage_ptr[-1] + len(ids))):
+            raise ValueError("the DAG's nodes are not numbered stage by stage in schedule order")
+        stage_ptr.append(stage_ptr[-1] + len(ids))
+    return stage_ptr
+
+
 class LongestPath:
     """`longest_path_s` through one DAG for many sets of durations, in C where it was built (the same
     result: a maximum of sums taken in the same order)."""

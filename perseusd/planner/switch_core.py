@@ -15,6 +15,9 @@ and one stage's trial:
   the wait before a computation held at its effective clock, a lowering's first `latency_s` at the previous
   computation's): what `PointFollower.follow` predicts for the plan; 0 without one;
 - `accept(stage)`: the trial becomes the stage's current durations (and held clocks);
+- `follow_row(stage, row)`: one stage row as it will really run (`FollowedRow`), for following a frontier;
+- `merged(stage, row, min_run_s)`: the row with its short lowered runs merged (`merged_stage_clocks`), for
+  following a frontier (`following`);
 - `scan(...)`: the descent's moves of one stage (`moves`), each judged as above, and the best that beats a
   bound within the time limit and the late-begin cap (see `PyCore.scan`);
 - `judge_rows(...)`: the same over given rows (the descent's coarse moves), or the best by energy added per
@@ -29,8 +32,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from perseusd.planner.dag import ComputationDag
-from perseusd.planner.evaluate import SWITCHCORE, dag_arrays, longest_path_s
-from perseusd.planner.switching import StageOptions, SwitchModel, followable_stage_clocks, late_begins
+from perseusd.planner.evaluate import SWITCHCORE, dag_arrays, longest_path_s, stage_ptr_of
+from perseusd.planner.switching import (
+    StageOptions,
+    SwitchModel,
+    followable_stage_clocks,
+    late_begins,
+    merged_stage_clocks,
+)
 from perseusd.planner.waiting import Held, WaitingPower, held_waits_j
 
 StageWaits = list[dict[int, float]]
@@ -83,10 +92,17 @@ class ScanLimits:
         )
 
 
+FollowedRow = tuple[list[int], int, list[float], list[float]]
+"""One stage row as it will really run: its effective clocks, late begins (`late_begins`), and each
+computation's time and energy at its effective clock."""
+
+
 class SwitchCore(Protocol):
     """What the descent asks of its core (`PyCore` or `_switchcore.Core`)."""
 
     def stage_cost(self, stage: int, row: Sequence[int]) -> tuple[float, float, int]: ...
+    def follow_row(self, stage: int, row: Sequence[int]) -> FollowedRow: ...
+    def merged(self, stage: int, row: Sequence[int], min_run_s: float) -> list[int]: ...
     def trial_time(self, stage: int) -> float: ...
     def trial_waits(self, stage: int, time_s: float) -> float: ...
     def accept(self, stage: int) -> None: ...
@@ -150,6 +166,17 @@ class PyCore:
         self._trial[stage] = durations_s
         self._trial_held[stage] = held
         return energy_j, busy_s, late_begins(planned, costs.time_at, self.model)
+
+    def follow_row(self, stage: int, row: Sequence[int]) -> FollowedRow:
+        costs = self.stages[stage]
+        really = followable_stage_clocks(row, costs.time_at, costs.snap_up, self.model)
+        times_s = [costs.time_s[k][clock] for k, clock in enumerate(really)]
+        energies_j = [costs.energy_j[k][clock] for k, clock in enumerate(really)]
+        return really, late_begins(row, costs.time_at, self.model), times_s, energies_j
+
+    def merged(self, stage: int, row: Sequence[int], min_run_s: float) -> list[int]:
+        costs = self.stages[stage]
+        return merged_stage_clocks(row, costs.time_at, costs.snap_up, min_run_s)
 
     def trial_time(self, stage: int) -> float:
         rows = [*self._current[:stage], self._trial[stage], *self._current[stage + 1 :]]
@@ -249,13 +276,10 @@ def switch_core(
     waits_w = stage_waits(stages, waiting) if waiting is not None and not waiting.constant else None
     if not use_c or _C_CORE is None:
         return PyCore(dag, stages, model, waits_w)
-    stage_ptr = array("q", [0])
+    stage_ptr = stage_ptr_of(dag)
     opt_ptr, opt_clock, opt_time, opt_energy = array("q", [0]), array("q"), array("d"), array("d")
     opt_wait = array("d")
-    for stage, (ids, costs) in enumerate(zip(dag.stage_orders, stages, strict=True)):
-        if ids and ids[0] != stage_ptr[-1]:
-            raise ValueError("the DAG's nodes are not numbered stage by stage in schedule order")
-        stage_ptr.append(stage_ptr[-1] + len(ids))
+    for stage, costs in enumerate(stages):
         for k, clocks in enumerate(costs.clocks_mhz):
             opt_clock.extend(clocks)
             opt_time.extend(costs.time_s[k][c] for c in clocks)

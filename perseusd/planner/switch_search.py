@@ -36,11 +36,12 @@ from dataclasses import dataclass, replace
 
 from perseusd.planner.dag import ComputationDag
 from perseusd.planner.evaluate import evaluate_clocks
+from perseusd.planner.following import PointFollower
 from perseusd.planner.plan import Frontier, Plan
 from perseusd.planner.policy import TOLERANCE
 from perseusd.planner.profile import Profile
 from perseusd.planner.switch_core import Found, ScanLimits, StageCost, switch_core
-from perseusd.planner.switching import PointFollower, SwitchModel, late_begins, runs_of
+from perseusd.planner.switching import SwitchModel, late_begins, runs_of
 from perseusd.planner.waiting import WaitingPower
 
 Rows = tuple[tuple[int, ...], ...]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from perseusd.planner.dag import ComputationDag
+from perseusd.planner.evaluate import SWITCHCORE, dag_arrays, stage_ptr_of
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,27 @@ def held_waits_j(dag: ComputationDag, held: Sequence[Held], time_s: float, laten
             else:
                 energy_j += gap_s * waiting_w
     return energy_j
+
+
+class HeldWaits:
+    """`held_waits_j` through one DAG (nodes numbered stage by stage in schedule order) for many plans, in C
+    where it was built (`_switchcore.Paths.held_waits`: the same sums in the same order, the same bits)."""
+
+    def __init__(self, dag: ComputationDag, latency_s: float, use_c: bool = True) -> None:
+        self.dag, self.latency_s = dag, latency_s
+        paths = None if SWITCHCORE is None or not use_c else SWITCHCORE.Paths
+        self._c = None if paths is None else paths(*dag_arrays(dag), stage_ptr=stage_ptr_of(dag))
+
+    def __call__(
+        self, clocks_mhz: Sequence[int], waits_w: Sequence[float], times_s: Sequence[float], time_s: float
+    ) -> float:
+        """The waits' energy of an iteration of `time_s` whose node i runs `times_s[i]` holding
+        `clocks_mhz[i]`, waiting at `waits_w[i]`."""
+        if self._c is not None:
+            energy_j: float = self._c.held_waits(clocks_mhz, waits_w, times_s, time_s, self.latency_s)
+            return energy_j
+        held = list(zip(clocks_mhz, waits_w, times_s, strict=True))
+        return held_waits_j(self.dag, held, time_s, self.latency_s)
 
 
 def monotone_fit(values: Sequence[float], weights: Sequence[int]) -> list[float]:

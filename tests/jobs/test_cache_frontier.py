@@ -17,10 +17,11 @@ from perseusd.jobs.cache import JobCache
 from perseusd.jobs.settings import JobSettings
 from perseusd.jobs.shape import JobShape
 from perseusd.planner.dag import build_dag
+from perseusd.planner.following import follow_frontier
 from perseusd.planner.plan import PlanMeta, frontier_from_points, frontier_to_document
 from perseusd.planner.profile_csv import profile_to_csv
 from perseusd.planner.solver import SolverParams, solve_frontier
-from perseusd.planner.switching import SwitchModel, follow_frontier
+from perseusd.planner.switching import SwitchModel
 from tests.support.callers import ME
 from tests.support.daemon_core import claim, core_job, sim_core
 from tests.support.synthetic import A100_CLOCKS_MHZ, synthetic_profile

@@ -9,18 +9,21 @@ from __future__ import annotations
 import math
 import random
 from array import array
+from dataclasses import replace
+from itertools import accumulate
 
 import pytest
 
 from perseusd.planner.bundled import bundled_profile
 from perseusd.planner.dag import ComputationDag, build_dag
-from perseusd.planner.evaluate import LongestPath, dag_arrays, evaluate_clocks, longest_path_s
+from perseusd.planner.evaluate import LongestPath, dag_arrays, evaluate_clocks, longest_path_s, stage_ptr_of
+from perseusd.planner.following import PointFollower
 from perseusd.planner.plan import Plan, PlanMeta
 from perseusd.planner.profile import Profile
 from perseusd.planner.switch_core import PyCore, ScanLimits, StageCost, SwitchCore, switch_core
 from perseusd.planner.switch_search import DescentSearch
-from perseusd.planner.switching import PointFollower, StageOptions, SwitchModel
-from perseusd.planner.waiting import WaitingPower
+from perseusd.planner.switching import StageOptions, SwitchModel
+from perseusd.planner.waiting import HeldWaits, WaitingPower, held_waiting_j
 from tests.support.synthetic import synthetic_profile
 
 H100 = SwitchModel(latency_s=0.012, lead_s=0.014, min_run_s=0.028)
@@ -201,6 +204,65 @@ def test_descents_are_the_same_with_and_without_c(waiting: WaitingPower | None) 
     assert priced[0] == priced[1]
 
 
+@pytest.mark.parametrize("case", range(4))
+def test_the_c_merge_gives_the_pythons_rows(case: int) -> None:
+    _c_core_or_skip()
+    dag, profile, model = _cases()[case]
+    stages = [StageOptions(dag, profile, s) for s in range(dag.num_stages)]
+    cores = [switch_core(dag, stages, model, use_c=use_c) for use_c in (True, False)]
+    rng = random.Random(case)
+    merged = 0
+    for _ in range(60):
+        for stage, options in enumerate(stages):
+            row = _random_row(options, rng)
+            min_run_s = rng.choice((0.0, model.min_run_s, 4 * model.min_run_s, 1.0))
+            found = [core.merged(stage, row, min_run_s) for core in cores]
+            assert found[0] == found[1]
+            assert cores[0].follow_row(stage, found[0]) == cores[1].follow_row(stage, found[0])
+            merged += found[0] != row
+            if min_run_s == 0.0:
+                assert found[0] == row
+    assert merged > 20
+
+
+def test_held_waits_are_the_pythons() -> None:
+    rng = random.Random(7)
+    for dag, profile, model in _cases():
+        stages = [StageOptions(dag, profile, s) for s in range(dag.num_stages)]
+        waits = [HeldWaits(dag, model.latency_s, use_c) for use_c in (True, False)]
+        for _ in range(20):
+            clocks = [c for options in stages for c in _random_row(options, rng)]
+            waits_w = [IDLE.at_w(clock) for clock in clocks]
+            times_s = [rng.uniform(0.001, 0.05) for _ in clocks]
+            time_s = longest_path_s(dag, times_s) * rng.uniform(1.0, 1.2)
+            expected = held_waiting_j(dag, times_s, clocks, time_s, IDLE, model.latency_s)
+            assert expected > 0.0
+            assert [held(clocks, waits_w, times_s, time_s) for held in waits] == [expected, expected]
+
+
+@pytest.mark.parametrize("waiting", [None, IDLE], ids=["blocking", "held"])
+def test_following_is_the_same_with_and_without_c(waiting: WaitingPower | None) -> None:
+    """Merged rows, effective clocks, late begins and every figure of a followed plan: the same bits."""
+    dag, profile, model = _cases()[0]
+    followers = [PointFollower(dag, profile, 124.0, model, waiting, use_c) for use_c in (True, False)]
+    rng = random.Random(11)
+    for _ in range(20):
+        rows = tuple(tuple(_random_row(options, rng)) for options in followers[0].stages)
+        plans = []
+        for follower in followers:
+            merged = tuple(tuple(follower.merged(s, row, {})) for s, row in enumerate(rows))
+            plans.append(follower.follow(_plan_stub(dag, profile, rows), merged, 1.0, 2.0, rows))
+        assert plans[0] == plans[1]
+
+
+def test_stage_ptr_needs_nodes_numbered_stage_by_stage() -> None:
+    dag = _cases()[0][0]
+    assert list(stage_ptr_of(dag)) == [0, *accumulate(len(ids) for ids in dag.stage_orders)]
+    swapped = (dag.stage_orders[1], dag.stage_orders[0], *dag.stage_orders[2:])
+    with pytest.raises(ValueError, match="stage by stage"):
+        stage_ptr_of(replace(dag, stage_orders=swapped))
+
+
 def test_the_longest_path_is_the_pythons() -> None:
     rng = random.Random(3)
     for dag, _, _ in _cases():
@@ -252,6 +314,24 @@ def test_the_c_core_refuses_bad_input() -> None:
     broken = array("q", [*pred_idx[:-1], dag.num_computations])  # a predecessor that is no node
     with pytest.raises(ValueError, match="inconsistent"):
         _switchcore.Paths(pred_ptr, broken, topo)
+    stages_ptr = stage_ptr_of(dag)
+    paths = _switchcore.Paths(pred_ptr, pred_idx, topo)
+    clocks, floats = [1500] * dag.num_computations, [0.01] * dag.num_computations
+    with pytest.raises(ValueError, match="stage_ptr"):
+        paths.held_waits(clocks, floats, floats, 1.0, 0.01)
+    for uncovered in (stages_ptr[:-1], array("q", [0, *stages_ptr[2:]][:1])):
+        with pytest.raises(ValueError, match="inconsistent"):
+            _switchcore.Paths(pred_ptr, pred_idx, topo, stage_ptr=uncovered)
+    paths = _switchcore.Paths(pred_ptr, pred_idx, topo, stage_ptr=stages_ptr)
+    assert paths.held_waits(clocks, floats, floats, 1.0, 0.01) > 0.0
+    with pytest.raises(ValueError, match="clocks, waits and times"):
+        paths.held_waits(clocks[:-1], floats, floats, 1.0, 0.01)
+    with pytest.raises(TypeError):
+        paths.held_waits(clocks, ["x"] * len(floats), floats, 1.0, 0.01)
+    with pytest.raises(ValueError, match="computations"):
+        core.merged(0, row[:-1], 0.03)
+    with pytest.raises(KeyError, match="no measured clock 1"):
+        core.follow_row(0, [1] * len(row))
     one = array("d", [1.0])
     stage_ptr, opt_ptr, opt_clock = array("q", [0, 1]), array("q", [0, 1]), array("q", [1])
     with pytest.raises(ValueError, match="inconsistent"):

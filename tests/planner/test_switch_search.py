@@ -14,6 +14,7 @@ from perseusd.ctl.frontier_cmd import render_frontier
 from perseusd.planner.baselines import all_max
 from perseusd.planner.dag import ComputationDag, build_dag
 from perseusd.planner.evaluate import evaluate_clocks
+from perseusd.planner.following import PointFollower, follow_frontier
 from perseusd.planner.plan import Frontier, PlanMeta, frontier_from_points, frontier_to_document
 from perseusd.planner.plan_read import parse_frontier
 from perseusd.planner.profile import Profile
@@ -30,9 +31,7 @@ from perseusd.planner.switch_search import (
 )
 from perseusd.planner.switching import (
     FollowablePoint,
-    PointFollower,
     SwitchModel,
-    follow_frontier,
     followable_point,
     late_begins,
 )

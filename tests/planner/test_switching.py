@@ -8,6 +8,7 @@ import pytest
 
 from perseusd.planner.dag import ComputationDag, build_dag
 from perseusd.planner.evaluate import evaluate_clocks
+from perseusd.planner.following import follow_frontier
 from perseusd.planner.plan import (
     Frontier,
     PlanMeta,
@@ -20,7 +21,6 @@ from perseusd.planner.profile import Profile
 from perseusd.planner.solver import SolverParams, solve_frontier
 from perseusd.planner.switching import (
     SwitchModel,
-    follow_frontier,
     followable_point,
     followable_stage_clocks,
     late_begins,

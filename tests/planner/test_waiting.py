@@ -7,10 +7,11 @@ import pytest
 
 from perseusd.planner.dag import ComputationDag, build_dag
 from perseusd.planner.evaluate import evaluate_clocks, longest_path_s
+from perseusd.planner.following import follow_frontier
 from perseusd.planner.plan import PlanMeta, frontier_from_points
 from perseusd.planner.profile import Profile
 from perseusd.planner.solver import SolverParams, solve_frontier
-from perseusd.planner.switching import SwitchModel, follow_frontier
+from perseusd.planner.switching import SwitchModel
 from perseusd.planner.waiting import WaitingPower, held_waiting_j
 from tests.support.synthetic import synthetic_profile
 

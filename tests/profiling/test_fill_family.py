@@ -15,10 +15,10 @@ from perseusd.jobs.solving import SolveInput, auto_unit_time_s, solve
 from perseusd.planner.baselines import all_max
 from perseusd.planner.dag import Instruction
 from perseusd.planner.evaluate import evaluate_measurements
+from perseusd.planner.following import PointFollower
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream
 from perseusd.planner.switch_search import DescentSearch
-from perseusd.planner.switching import PointFollower
 from perseusd.profiling.estimator import OptionEstimate, StageEstimate
 from perseusd.profiling.fill import fill_stage, fit_key, fitted_options
 from perseusd.profiling.sweep import pareto_options
