@@ -48,24 +48,30 @@ typedef struct {
     int64_t *cur_clock, *trial_clock, *held_clock;
     double *cur_wait, *trial_wait, *held_wait, *cur_ran, *trial_ran, *held_ran, *start, *ran_finish;
     /* per stage work: planned and effective clocks, times at the planned clocks, run starts, late marks */
-    int64_t *row, *effective, *run_start, *run_len;
+    int64_t *row, *effective, *run_start, *run_len, *planned_k;
     double *times;
     unsigned char *late;
 } Core;
 
-/* Index of node's lowest measured clock at or above `clock`, else its highest (StageOptions.snap_up). */
+/* Index of node's lowest measured clock at or above `clock`, else its highest (StageOptions.snap_up); the
+ * clocks are ascending (bisection). */
 static int64_t snap_up(const Core *c, int64_t node, int64_t clock) {
-    int64_t first = c->opt_ptr[node], last = c->opt_ptr[node + 1] - 1;
-    for (int64_t k = first; k <= last; k++)
-        if (c->opt_clock[k] >= clock) return k;
-    return last;
+    int64_t low = c->opt_ptr[node], high = c->opt_ptr[node + 1] - 1;
+    if (c->opt_clock[high] < clock) return high;
+    while (low < high) { /* the first in [low, high] at or above clock */
+        int64_t mid = low + (high - low) / 2;
+        if (c->opt_clock[mid] >= clock)
+            high = mid;
+        else
+            low = mid + 1;
+    }
+    return low;
 }
 
 /* Index of node's measured clock `clock`, or -1. */
 static int64_t exact(const Core *c, int64_t node, int64_t clock) {
-    for (int64_t k = c->opt_ptr[node]; k < c->opt_ptr[node + 1]; k++)
-        if (c->opt_clock[k] == clock) return k;
-    return -1;
+    int64_t k = snap_up(c, node, clock);
+    return c->opt_clock[k] == clock ? k : -1;
 }
 
 /* switching.runs_of over c->row[0..n): run starts and lengths; the number of runs. */
@@ -117,12 +123,14 @@ static void snap_run(Core *c, int64_t first, int64_t n, int64_t k, int64_t from,
 }
 
 /* switching.followable_stage_clocks of c->row for the stage whose first node is `first`, into c->effective;
- * c->times gets each computation's time at its planned clock. Returns the number of runs. */
+ * c->planned_k gets each computation's planned clock snapped up (an option index), and where there are runs
+ * c->times its time there. Returns the number of runs. */
 static int64_t followable(Core *c, int64_t first, int64_t n) {
     memcpy(c->effective, c->row, sizeof(int64_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) c->planned_k[i] = snap_up(c, first + i, c->row[i]);
     int64_t runs = runs_of(c, n);
     if (runs < 2) return runs;
-    for (int64_t i = 0; i < n; i++) c->times[i] = c->opt_time[snap_up(c, first + i, c->row[i])];
+    for (int64_t i = 0; i < n; i++) c->times[i] = c->opt_time[c->planned_k[i]];
     for (int64_t k = 0; k < runs; k++) {
         int64_t b = (k - 1 + runs) % runs;
         int64_t before_mhz = c->row[c->run_start[b]], own_mhz = c->row[c->run_start[k]];
@@ -230,13 +238,24 @@ static int check_stage(const Core *c, long long stage) {
 
 /* The stage's planned clocks are in c->row: its cost into *energy, *busy, *late and its durations into c->trial.
  * 0 with a KeyError set when a planned or effective clock was not measured. */
+/* The option of computation i's planned clock (as `followable` left c->planned_k), or -1 where not measured. */
+static int64_t planned_option(const Core *c, int64_t i) {
+    int64_t k = c->planned_k[i];
+    return c->opt_clock[k] == c->row[i] ? k : -1;
+}
+
+/* The option of computation i's effective clock, or -1 where not measured (`planned`: planned_option). */
+static int64_t ran_option(const Core *c, int64_t first, int64_t i, int64_t planned) {
+    return c->effective[i] == c->row[i] ? planned : exact(c, first + i, c->effective[i]);
+}
+
 static int row_cost(Core *c, int64_t stage, double *energy, double *busy, int64_t *late) {
     int64_t first = c->stage_ptr[stage], n = c->stage_ptr[stage + 1] - first;
     int64_t runs = followable(c, first, n);
     *energy = 0.0;
     *busy = 0.0;
     for (int64_t i = 0; i < n; i++) {
-        int64_t ran = exact(c, first + i, c->effective[i]), planned = exact(c, first + i, c->row[i]);
+        int64_t planned = planned_option(c, i), ran = ran_option(c, first, i, planned);
         if (ran < 0 || planned < 0) {
             PyErr_Format(PyExc_KeyError, "computation %lld of stage %lld has no measured clock %lld", (long long)i,
                          (long long)stage, (long long)(ran < 0 ? c->effective[i] : c->row[i]));
@@ -344,7 +363,7 @@ static PyObject *Core_follow_row(Core *c, PyObject *args) {
     int64_t runs = followable(c, first, n);
     int64_t late = late_begins(c, n, runs);
     for (int64_t i = 0; i < n; i++) {
-        int64_t ran = exact(c, first + i, c->effective[i]);
+        int64_t ran = ran_option(c, first, i, planned_option(c, i));
         if (ran < 0) {
             PyErr_Format(PyExc_KeyError, "computation %lld of stage %lld has no measured clock %lld", (long long)i,
                          (long long)stage, (long long)c->effective[i]);
@@ -751,7 +770,8 @@ static void Core_dealloc(Core *c) {
                       c->opt_time, c->opt_energy, c->current, c->trial,     c->finish,    c->path_in,
                       c->row,      c->effective,  c->run_start, c->run_len, c->times,     c->late,
                       c->opt_wait, c->cur_clock,  c->trial_clock, c->held_clock, c->cur_wait, c->trial_wait,
-                      c->held_wait, c->cur_ran,   c->trial_ran, c->held_ran,  c->start,     c->ran_finish};
+                      c->held_wait, c->cur_ran,   c->trial_ran, c->held_ran,  c->start,     c->ran_finish,
+                      c->planned_k};
     free_blocks(blocks, COUNT_OF(blocks));
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
@@ -768,6 +788,9 @@ static int sizes_consistent(const Core *c, const Py_ssize_t *counts) {
             return 0;
     for (int64_t p = 0; p < c->e; p++)
         if (c->pred_idx[p] < 0 || c->pred_idx[p] >= c->n) return 0;
+    for (int64_t v = 0; v < c->n; v++) /* each node's clocks strictly ascending (snap_up bisects them) */
+        for (int64_t k = c->opt_ptr[v] + 1; k < c->opt_ptr[v + 1]; k++)
+            if (c->opt_clock[k] <= c->opt_clock[k - 1]) return 0;
     for (int64_t s = 0; s < c->num_stages; s++)
         if (c->stage_ptr[s + 1] < c->stage_ptr[s]) return 0;
     return 1;
@@ -825,6 +848,7 @@ static int Core_init(Core *c, PyObject *args, PyObject *kwds) {
         {(void **)&c->row, c->max_stage, 8}, {(void **)&c->effective, c->max_stage, 8},
         {(void **)&c->run_start, c->max_stage, 8}, {(void **)&c->run_len, c->max_stage, 8},
         {(void **)&c->times, c->max_stage, 8}, {(void **)&c->late, c->max_stage, 1},
+        {(void **)&c->planned_k, c->max_stage, 8},
         /* per node, used with opt_wait */
         {(void **)&c->cur_clock, c->n, 8}, {(void **)&c->trial_clock, c->n, 8}, {(void **)&c->held_clock, c->n, 8},
         {(void **)&c->cur_wait, c->n, 8}, {(void **)&c->trial_wait, c->n, 8}, {(void **)&c->held_wait, c->n, 8},
