@@ -21,7 +21,7 @@ from typing import Any
 
 from perseusd.errors import PerseusError
 from perseusd.jobs.shape import JobShape
-from perseusd.planner.plan import Frontier, frontier_to_document, save_json
+from perseusd.planner.plan import Frontier, save_json
 from perseusd.planner.plan_read import parse_frontier
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import WaitingPoints, profile_to_csv, read_profile_waiting
@@ -64,7 +64,8 @@ class JobCache:
         except (OSError, ValueError, KeyError, TypeError, RecursionError, PerseusError) as exc:
             logger.warning("job cache %s is damaged, ignoring it: %s", folder, exc)
             return None
-        return CacheEntry(profile, p_block_w, _load_frontier(folder / "frontier.json", shape), waiting_w)
+        frontier = _load_frontier(folder / "frontier.json", shape, profile)
+        return CacheEntry(profile, p_block_w, frontier, waiting_w)
 
     def store_profile(
         self,
@@ -77,19 +78,23 @@ class JobCache:
         folder = self._dir(signature)
         folder.mkdir(parents=True, exist_ok=True, mode=0o750)
         (folder / "frontier.json").unlink(missing_ok=True)  # a new profile invalidates the frontier
+        for left in folder.glob(".frontier.json.*.tmp"):  # a worker's write cut short (`store_after`)
+            left.unlink(missing_ok=True)
         tmp = folder / ".profile.csv.tmp"
         tmp.write_text(profile_to_csv(profile, waiting_w), encoding="utf-8")
         tmp.replace(folder / "profile.csv")
         save_json(about | {"p_block_w": p_block_w}, folder / "job.json", indent=2)
 
-    def store_frontier(self, signature: str, frontier: Frontier) -> None:
-        folder = self._dir(signature)
-        if folder.is_dir():
-            save_json(frontier_to_document(frontier), folder / "frontier.json")
+    def frontier_path(self, signature: str) -> Path:
+        """Where the frontier of `signature`'s job is kept: the solver worker writes it (`store_after`), only
+        where `store_profile` made the folder."""
+        return self._dir(signature) / "frontier.json"
 
 
-def _load_frontier(path: Path, shape: JobShape) -> Frontier | None:
-    """The cached frontier when its document is whole, valid and for `shape`; None (logged) otherwise."""
+def _load_frontier(path: Path, shape: JobShape, profile: Profile) -> Frontier | None:
+    """The cached frontier when its document is whole, valid, for `shape` and solved from `profile` (the
+    worker writes it after the solve: a frontier of an older profile may land after a newer profile was
+    stored); None (logged) otherwise."""
     if not path.is_file():
         return None
     try:
@@ -103,6 +108,8 @@ def _load_frontier(path: Path, shape: JobShape) -> Frontier | None:
         expected = (shape.num_stages, shape.num_microbatches, shape.chunks)
         if found != expected:
             raise ValueError(f"frontier is for stages/microbatches/chunks {found}, not {expected}")
+        if meta.profile_digest != profile.digest():
+            raise ValueError("it was solved from another profile than the one cached")
         if any(p.followed is not None and p.followed.late_begins is None for p in frontier.points):
             raise ValueError("its points do not count their late begins (written by an older daemon)")
     except (OSError, ValueError, KeyError, TypeError, RecursionError, PerseusError) as exc:

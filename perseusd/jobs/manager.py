@@ -272,6 +272,13 @@ class JobManager:
         if self.spanning is not None:
             self.spanning.failed(job, message)
 
+    def _frontier_cache(self, job: Job, profile: Profile) -> str | None:
+        """Where the worker writes the frontier of `job`'s solve of `profile` (its own profile's only: a
+        spanning job's plan is in etcd), None where it is not cached."""
+        if self._cache is None or job.span is not None or profile is not job.profile:
+            return None
+        return str(self._cache.frontier_path(job.signature))
+
     def _store_profile(self, job: Job) -> None:
         if self._cache is None or job.profile is None or job.span is not None:
             return  # a spanning job's profile here is its stages' only: the etcd plan is its record
@@ -377,6 +384,7 @@ class JobManager:
             unit_time_s,
             switch,
             waiting_w if waiting_w is not None else job.waiting_w if profile is job.profile else (),
+            self._frontier_cache(job, profile),
         )
         job.orders = orders
         job.solve_future = self._worker.submit(task)
@@ -481,11 +489,6 @@ class JobManager:
                 job.planning.describe(),
                 len(solved.frontier.points),
             )
-        if self._cache is not None:  # after deploying: writing a large frontier takes a while
-            try:
-                self._cache.store_frontier(job.signature, solved.frontier)
-            except OSError as exc:
-                logger.warning("job %s: cannot cache the frontier: %s", job.name, exc)
 
     # ------------------------------------------------------------------ deployment
 

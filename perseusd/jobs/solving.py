@@ -30,12 +30,13 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 
 from perseusd.errors import PlanningError
 from perseusd.jobs.shape import JobShape, StageOrder
 from perseusd.planner.baselines import all_max
 from perseusd.planner.following import follow_frontier
-from perseusd.planner.plan import Frontier, PlanMeta, frontier_from_points
+from perseusd.planner.plan import Frontier, PlanMeta, frontier_from_points, frontier_to_document, save_json
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import read_profile_stream
 from perseusd.planner.solver import FrontierSolver, SolverParams
@@ -69,6 +70,9 @@ class SolveInput:
     waiting_w: tuple[tuple[int, float], ...] = ()
     """The GPUs' waiting power by held clock, (MHz, W) measured ascending (`WaitingPower`); empty:
     `p_block_w` at every clock. Used where plans are followed (with a switch model)."""
+    frontier_cache: str | None = None
+    """The job cache's frontier file (`JobCache.frontier_path`, the daemon's own path, never a request's):
+    the worker writes the frontier's document there after returning it (`store_after`); None: nowhere."""
 
 
 def auto_unit_time_s(profile: Profile) -> float:
@@ -160,9 +164,31 @@ def solve(task: SolveInput) -> Solved:
         phases = SolvePhases(
             fitted_s - started_s, solved_s - fitted_s, followed_s - solved_s, descended_s - followed_s
         )
+        if task.frontier_cache is not None:
+            store_after(frontier, Path(task.frontier_cache))
         return Solved(frontier, phases)
     except Exception as exc:
         raise PlanningError(f"{type(exc).__name__}: {exc}") from None
+
+
+def store_after(frontier: Frontier, path: Path) -> threading.Thread:
+    """Runs in the worker: write `frontier`'s document to `path` on a thread of the worker's own, so that the
+    solve returns at once. The document of a long job's frontier is large (an 8 x 32 job's 27,000 points:
+    70 MB, 4.7 s to build and write); written by the daemon after deploying, it held the daemon's main loop
+    that long, and with it every event and request (the deployed plan began ~6 s late). A write cut short
+    (the worker exits with the daemon) leaves only its temporary file (`save_json`), which the cache
+    removes (`JobCache.store_profile`)."""
+
+    def write() -> None:
+        try:
+            if path.parent.is_dir():
+                save_json(frontier_to_document(frontier), path)
+        except (OSError, ValueError) as exc:
+            logger.warning("cannot cache the frontier in %s: %s", path, exc)
+
+    writer = NamedThread(target=write, name="frontier-cache", daemon=True)
+    writer.start()
+    return writer
 
 
 def ready() -> int:

@@ -3,9 +3,11 @@ and the job solves again from its cached profile; registration never fails with 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from perseusd.jobs import cache as cache_module
 from perseusd.jobs.cache import JobCache
 from perseusd.jobs.settings import JobSettings
 from perseusd.jobs.shape import JobShape
+from perseusd.jobs.solving import SolveInput, solve, store_after
 from perseusd.planner.dag import build_dag
 from perseusd.planner.following import follow_frontier
 from perseusd.planner.plan import PlanMeta, frontier_from_points, frontier_to_document
@@ -50,7 +53,19 @@ def _valid_frontier_text(tmp_path: Path) -> str:
     with sim_core(tmp_path, gpus=STAGES, jobs=JobSettings()) as core:
         _run_job(core)
         (folder,) = (tmp_path / "jobs").iterdir()
-        return (folder / "frontier.json").read_text()
+        return _written_frontier(folder)
+
+
+def _written_frontier(folder: Path) -> str:
+    """The frontier the solver worker writes after the job runs (`solving.store_after`), once written."""
+    deadline_s = time.monotonic() + 60
+    while True:
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            text = (folder / "frontier.json").read_text()
+            if json.loads(text)["format"] == "perseus-frontier":
+                return text
+        assert time.monotonic() < deadline_s, "the frontier was never cached"
+        time.sleep(0.02)
 
 
 def _store(cache: JobCache, frontier_text: str | None) -> None:
@@ -135,7 +150,7 @@ def test_registration_with_a_damaged_cached_frontier_solves_again(
     claim(core, ME, core.registry.uuids, "train")
     assert _register_all(core) == ["registered", "solving"]  # the cached profile, a fresh solve
     _wait_running(core)
-    assert json.loads((folder / "frontier.json").read_text())["format"] == "perseus-frontier"
+    assert json.loads(_written_frontier(folder))["points"]
 
 
 def test_the_waiting_power_by_clock_is_cached_with_the_profile_and_an_older_entry_has_none(
@@ -181,3 +196,43 @@ def test_a_followed_frontier_that_does_not_count_late_begins_is_solved_again(
     assert older is not None
     assert older.frontier is None
     assert "do not count their late begins" in caplog.text
+
+
+def test_the_worker_writes_the_frontier_after_returning_it(tmp_path: Path) -> None:
+    """The daemon's main loop never builds or writes the document (70 MB for an 8 x 32 job's frontier):
+    the worker does, on a thread, once the solve has returned; nowhere when the job's folder is gone."""
+    profile = synthetic_profile(STAGES, seed=3, clocks_mhz=A100_CLOCKS_MHZ)
+    cache = JobCache(tmp_path / "jobs")
+    cache.store_profile(SIGNATURE, profile, 80.0, {"job": "train"})
+    orders = _shape().named_orders() or ()
+    task = SolveInput("train", _shape(), orders, profile_to_csv(profile), "synthetic.csv", 80.0, 0.0005)
+    solved = solve(replace(task, frontier_cache=str(cache.frontier_path(SIGNATURE))))
+    text = _written_frontier(cache.root / SIGNATURE)
+    assert text == json.dumps(frontier_to_document(solved.frontier)) + "\n"
+    entry = cache.load(SIGNATURE, _shape())
+    assert entry is not None
+    assert entry.frontier == solved.frontier
+    store_after(solved.frontier, tmp_path / "gone" / "frontier.json").join(timeout=60)
+    assert not (tmp_path / "gone").exists()
+
+
+def test_a_frontier_of_another_profile_is_ignored_and_a_cut_write_removed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker still writing an older profile's frontier may finish after a new profile was stored."""
+    older = synthetic_profile(STAGES, seed=4, clocks_mhz=A100_CLOCKS_MHZ)
+    orders = _shape().named_orders() or ()
+    task = SolveInput("train", _shape(), orders, profile_to_csv(older), "older.csv", 80.0, 0.0005)
+    cache = JobCache(tmp_path / "jobs")
+    _store(cache, None)
+    left = cache.root / SIGNATURE / ".frontier.json.123.abcd.tmp"
+    left.write_text("{")
+    store_after(solve(task).frontier, cache.frontier_path(SIGNATURE)).join(timeout=60)
+    with caplog.at_level(logging.WARNING, logger="perseusd.jobs.cache"):
+        entry = cache.load(SIGNATURE, _shape())
+    assert entry is not None
+    assert entry.frontier is None
+    assert "another profile" in caplog.text
+    _store(cache, None)
+    assert not left.exists()
+    assert not cache.frontier_path(SIGNATURE).exists()
