@@ -3,8 +3,9 @@
 `follow_frontier` merges each point's short lowered runs (`switching.merged_stage_clocks`), plays its stage
 rows out (`switching.followable_stage_clocks`, `late_begins`) and evaluates the plan that will really run,
 with its waits at the clocks held (`waiting`). `PointFollower` does it for one job, each distinct stage row
-once; the merge, the longest path and the held waits run in the C core where it was built
-(`switch_core`, `_switchcore.c`: the same operations in the same order, so the same bits).
+once; the merge, each row's effective clocks and late begins, the longest path and the held waits run in
+the C core where it was built (`switch_core`, `_switchcore.c`: the same operations in the same order, so
+the same bits).
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ computation's time and energy at its effective clock."""
 
 
 class SwitchCore(Protocol):
-    """What the descent asks of its core (`PyCore` or `_switchcore.Core`)."""
+    """What the descent and the follower (`following`) ask of a core (`PyCore` or `_switchcore.Core`)."""
 
     def stage_cost(self, stage: int, row: Sequence[int]) -> tuple[float, float, int]: ...
     def follow_row(self, stage: int, row: Sequence[int]) -> FollowedRow: ...
