@@ -183,8 +183,8 @@ def store_after(frontier: Frontier, path: Path) -> threading.Thread:
         try:
             if path.parent.is_dir():
                 save_json(frontier_to_document(frontier), path)
-        except (OSError, ValueError) as exc:
-            logger.warning("cannot cache the frontier in %s: %s", path, exc)
+        except (OSError, ValueError, MemoryError) as exc:  # the worker's cap: its solves go on
+            logger.warning("cannot cache the frontier in %s: %s", path, exc or type(exc).__name__)
 
     writer = NamedThread(target=write, name="frontier-cache", daemon=True)
     writer.start()
