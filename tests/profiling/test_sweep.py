@@ -281,6 +281,45 @@ def test_deep_clocks_begin_only_within_their_iteration_limit() -> None:
         SweepSettings(deep_iteration_limit=-1)
 
 
+def test_a_budget_holds_when_the_highest_clock_was_quick_by_luck() -> None:
+    """The highest clock's pace spaces the others; when the clocks below take longer (an 8-stage job's stage
+    was precise at its highest clock in one iteration, then took three at each of its 30 MHz clocks: 98
+    iterations), the clocks left are spaced again at the pace they took, within `deep_iteration_limit`."""
+
+    def falling(_key: OptionKey, clock: int) -> float:
+        return 10.0 + clock / 100  # never rises: only the clocks and the limits end the sweep
+
+    def ran_with(per_clock: int, limit: int) -> list[int]:
+        settings = SweepSettings(
+            iteration_budget=40,
+            max_iterations_per_clock=8,
+            hard_max_iterations_per_clock=8,
+            rise_span_mhz=75,
+            deep_iteration_limit=limit,
+        )
+        sweep = StageSweep(H100_CLOCKS, [FWD, BWD], settings)
+        ran: list[int] = []
+        while (clock := sweep.current_clock_mhz) is not None:
+            ran.append(clock)
+            precise = ran.count(clock) >= (1 if clock == H100_CLOCKS[0] else per_clock)
+            done = sorted(set(ran) - {clock})
+            estimate = estimate_of(done, falling)
+            noisy = estimate_of([clock], falling, energy_rel_err=0.002 if precise else 0.05, windows=200)
+            sweep.iteration_done(StageEstimate(estimate.options | noisy.options, 80.0, 100))
+        return ran
+
+    unheld = ran_with(3, 0)  # no limit: 34 clocks 30 MHz apart down to 990 MHz, 3 iterations each
+    assert len(unheld) > 80
+    held = ran_with(3, 76)
+    assert len(held) <= 76
+    clocks = sorted(set(held), reverse=True)
+    assert clocks[:4] == [1980, 1950, 1920, 1890]  # spaced at the highest clock's pace
+    assert clocks[4:6] == [1800, 1710]  # then 90 MHz apart: 30 clocks at 3 iterations fit 10
+    assert sum(1 for c in held if c >= 990) <= 41  # the budget's range: about its 40 iterations
+    quick = ran_with(1, 76)  # the pace held: the spacing stays
+    assert sorted(set(quick), reverse=True)[:6] == [1980, 1950, 1920, 1890, 1860, 1830]
+
+
 def test_clocks_above_the_capped_clock_are_skipped() -> None:
     settings = SweepSettings(iteration_budget=40, max_iterations_per_clock=8, hard_max_iterations_per_clock=8)
     sweep = StageSweep(H100_CLOCKS, [FWD, BWD], settings)
