@@ -254,23 +254,29 @@ def test_below_the_budgets_range_the_clocks_come_twice_as_close() -> None:
     assert unbudgeted.clocks_mhz == tuple(H100_CLOCKS[::17])
 
 
+def falling(_key: OptionKey, clock: int) -> float:
+    return 10.0 + clock / 100  # never rises: only the clocks and the limits end a sweep
+
+
+def limited_sweep(limit: int) -> StageSweep:
+    """An H100 stage's sweep with the daemon's budget (8 iterations at most per clock) and `limit` as its
+    `deep_iteration_limit`."""
+    settings = SweepSettings(
+        iteration_budget=40,
+        max_iterations_per_clock=8,
+        hard_max_iterations_per_clock=8,
+        rise_span_mhz=75,
+        deep_iteration_limit=limit,
+    )
+    return StageSweep(H100_CLOCKS, [FWD, BWD], settings)
+
+
 def test_deep_clocks_begin_only_within_their_iteration_limit() -> None:
     """Below the first clock under the budget's range a clock begins only if the most it can take still fits
     `deep_iteration_limit`; the range's clocks and that first one always run."""
 
-    def falling(_key: OptionKey, clock: int) -> float:
-        return 10.0 + clock / 100  # never rises: only the clocks or the limit end the sweep
-
     def sweep_with(limit: int) -> list[int]:
-        settings = SweepSettings(
-            iteration_budget=40,
-            max_iterations_per_clock=8,
-            hard_max_iterations_per_clock=8,
-            rise_span_mhz=75,
-            deep_iteration_limit=limit,
-        )
-        sweep = StageSweep(H100_CLOCKS, [FWD, BWD], settings)
-        return run_sweep(sweep, falling, energy_rel_err=0.05, windows=10)
+        return run_sweep(limited_sweep(limit), falling, energy_rel_err=0.05, windows=10)
 
     unlimited = sweep_with(0)  # 8 iterations at each of 10 clocks
     assert (len(unlimited), sorted(set(unlimited))[:2]) == (80, [360, 480])
@@ -286,18 +292,8 @@ def test_a_budget_holds_when_the_highest_clock_was_quick_by_luck() -> None:
     was precise at its highest clock in one iteration, then took three at each of its 30 MHz clocks: 98
     iterations), the clocks left are spaced again at the pace they took, within `deep_iteration_limit`."""
 
-    def falling(_key: OptionKey, clock: int) -> float:
-        return 10.0 + clock / 100  # never rises: only the clocks and the limits end the sweep
-
     def ran_with(per_clock: int, limit: int) -> list[int]:
-        settings = SweepSettings(
-            iteration_budget=40,
-            max_iterations_per_clock=8,
-            hard_max_iterations_per_clock=8,
-            rise_span_mhz=75,
-            deep_iteration_limit=limit,
-        )
-        sweep = StageSweep(H100_CLOCKS, [FWD, BWD], settings)
+        sweep = limited_sweep(limit)
         ran: list[int] = []
         while (clock := sweep.current_clock_mhz) is not None:
             ran.append(clock)
