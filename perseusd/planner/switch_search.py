@@ -604,6 +604,14 @@ computations, so a long pipeline gets few evaluations: 11,000 at 7 stages x 26 m
 32, where the descents ran out of it still finding less energy, and plans hung on their start
 (docs/solver.md, "Far moves"). A small job's descents spend their budget for little: four times the budget
 took the H100 4 x 16 planning step from 1.0 to 2.0 s for 0.005 points."""
+FAR_BUDGET_SHARE = 0.5
+"""`far_search_budget`: on a job shorter than `HARD_SEARCH_COMPUTATIONS` on GPUs with a slow lock, the far
+descent still runs at the tightest limit, on this share of a descent's budget. On 20 online profiles of 15
+family workloads of 64-144 computations (one closed-loop run each, six of `h200-layers8x8`), judged on the
+board's true costs: `h200-layers8x8` planned 0.11-0.70 points more (23.92-24.70 %, was 23.45-24.31 %) and
+`moe-uneven6x12` 0.91 more (14.10 %, was 13.19 %), the other 13 the same or up to 0.12 points more, the
+solve at most 0.2 s longer. The whole budget gained at most 0.21 points more and took the H100 4 x 16
+planning step from 0.68 to 0.85 s (this share: 0.68 s)."""
 HARD_SEARCH_COMPUTATIONS = 256
 """`searches_harder`: jobs of at least this many computations an iteration (8 x 16, 6 x 22, 5 x 26)."""
 HARD_SEARCH_LATENCY_S = 0.001
@@ -675,11 +683,12 @@ def descend_frontier(
             seen = [d.clocks_mhz for d in descents]
             distinct = [d for k, d in enumerate(descents) if d.clocks_mhz not in seen[:k]]
             descents = [search.reallocate(d, limit_s, limit_budget, max_late) for d in distinct]
-            if harder:
+            far_budget = far_search_budget(dag, model, budget)
+            if far_budget > 0:
                 far_search = far_search or DescentSearch(follower, near_steps=FAR_STEPS)
-                far = far_search.descend(starts[0], limit_s, limit_budget, max_late)
+                far = far_search.descend(starts[0], limit_s, far_budget, max_late)
                 if far is not None:
-                    descents.append(far_search.reallocate(far, limit_s, limit_budget, max_late))
+                    descents.append(far_search.reallocate(far, limit_s, far_budget, max_late))
         if not descents:
             continue
         descent = min(descents, key=lambda d: d.energy_j)
@@ -689,6 +698,18 @@ def descend_frontier(
             points.append(point)
             descended.append(point)
     return replace(frontier, points=tuple(points))
+
+
+def far_search_budget(dag: ComputationDag, model: SwitchModel, budget: int) -> int:
+    """The far descent's budget at the tightest limit (`FAR_STEPS`), 0 for none: `TIGHT_LIMIT_BUDGET` times
+    a descent's `budget` where the search is hard (`searches_harder`), `FAR_BUDGET_SHARE` of it on a
+    shorter job on GPUs whose lock takes at least `HARD_SEARCH_LATENCY_S`, none where the lock is
+    sub-millisecond."""
+    if searches_harder(dag, model):
+        return budget * TIGHT_LIMIT_BUDGET
+    if model.latency_s >= HARD_SEARCH_LATENCY_S:
+        return max(1, int(budget * FAR_BUDGET_SHARE))
+    return 0
 
 
 def searches_harder(dag: ComputationDag, model: SwitchModel) -> bool:

@@ -20,13 +20,16 @@ from perseusd.planner.plan_read import parse_frontier
 from perseusd.planner.profile import Profile
 from perseusd.planner.solver import SolverParams, solve_frontier
 from perseusd.planner.switch_search import (
+    FAR_BUDGET_SHARE,
     FAR_STEPS,
     HARD_SEARCH_COMPUTATIONS,
     HARD_SEARCH_LATENCY_S,
     MAX_LATE_FRACTION,
+    TIGHT_LIMIT_BUDGET,
     DescentSearch,
     deployable,
     descend_frontier,
+    far_search_budget,
     searches_harder,
 )
 from perseusd.planner.switching import (
@@ -339,11 +342,16 @@ def test_far_moves_reach_low_clocks_that_near_moves_approach_step_by_step(seed: 
 
 
 def test_only_long_pipelines_on_slow_locks_get_the_harder_search() -> None:
-    """Sixteen times the budget and the far descent cost a small job's planning step a second for nothing;
-    they go to jobs of `HARD_SEARCH_COMPUTATIONS` computations or more on GPUs with a slow lock."""
+    """Sixteen times the budget cost a small job's planning step a second for nothing; it goes to jobs of
+    `HARD_SEARCH_COMPUTATIONS` computations or more on GPUs with a slow lock. A shorter job on a slow lock
+    still gets the far descent, on `FAR_BUDGET_SHARE` of a descent's budget; a sub-millisecond lock none."""
     long_dag, short_dag = build_dag("1f1b", 8, 16), build_dag("1f1b", 4, 16)
     assert long_dag.num_computations >= HARD_SEARCH_COMPUTATIONS > short_dag.num_computations
     assert searches_harder(long_dag, H100)
     assert not searches_harder(short_dag, H100)
     quick = SwitchModel(latency_s=HARD_SEARCH_LATENCY_S / 10, lead_s=0.0021, min_run_s=0.0042)
     assert not searches_harder(long_dag, quick)
+    budget = 1000
+    assert far_search_budget(long_dag, H100, budget) == budget * TIGHT_LIMIT_BUDGET
+    assert 0 < far_search_budget(short_dag, H100, budget) == int(budget * FAR_BUDGET_SHARE) < budget
+    assert far_search_budget(long_dag, quick, budget) == far_search_budget(short_dag, quick, budget) == 0
