@@ -604,14 +604,20 @@ computations, so a long pipeline gets few evaluations: 11,000 at 7 stages x 26 m
 32, where the descents ran out of it still finding less energy, and plans hung on their start
 (docs/solver.md, "Far moves"). A small job's descents spend their budget for little: four times the budget
 took the H100 4 x 16 planning step from 1.0 to 2.0 s for 0.005 points."""
-FAR_BUDGET_SHARE = 0.5
-"""`far_search_budget`: on a job shorter than `HARD_SEARCH_COMPUTATIONS` on GPUs with a slow lock, the far
-descent still runs at the tightest limit, on this share of a descent's budget. On 20 online profiles of 15
-family workloads of 64-144 computations (one closed-loop run each, six of `h200-layers8x8`), judged on the
-board's true costs: `h200-layers8x8` planned 0.11-0.70 points more (23.92-24.70 %, was 23.45-24.31 %) and
-`moe-uneven6x12` 0.91 more (14.10 %, was 13.19 %), the other 13 the same or up to 0.12 points more, the
-solve at most 0.2 s longer. The whole budget gained at most 0.21 points more and took the H100 4 x 16
-planning step from 0.68 to 0.85 s (this share: 0.68 s)."""
+FAR_BUDGET_SHARE = 2.0
+"""`far_search_budget`: on a job shorter than `HARD_SEARCH_COMPUTATIONS`, of at least `FAR_SEARCH_STAGES`
+stages, on GPUs with a slow lock, the far descent still runs at the tightest limit, on this many times a
+descent's budget. On 19 online profiles of the 8 family workloads of 6 and 8 stages under 256 computations
+(closed-loop runs, nine of `h200-layers8x8`), judged on the board's true costs: `h200-layers8x8`
+21.61-24.31 % -> 23.92-24.75 % (2.70 -> 0.83 points apart; one profile 21.61 -> 23.98 %), one of four
+`moe-uneven6x12` profiles +0.91 (the others the same plan), `h200-layers-rc6x12` +0.22, `dense-uneven-rc8x8`
++0.09, the other four the same plan; the solve at most 0.6 s longer (2.0 s at most). Half a budget left
+that one profile at 21.81 %."""
+FAR_SEARCH_STAGES = 6
+"""`far_search_budget`: the shorter jobs that get the far descent have at least this many stages, where
+middle stages have room to run far below their start. On the 7 four-stage family workloads' online
+profiles the far descent (half or a whole budget) found the same plans, and the H100 4 x 16 planning step
+took 0.85 s with a whole budget and 1.08-1.11 s with twice (over its 1 s bar) instead of 0.68-0.74 s."""
 HARD_SEARCH_COMPUTATIONS = 256
 """`searches_harder`: jobs of at least this many computations an iteration (8 x 16, 6 x 22, 5 x 26)."""
 HARD_SEARCH_LATENCY_S = 0.001
@@ -702,12 +708,12 @@ def descend_frontier(
 
 def far_search_budget(dag: ComputationDag, model: SwitchModel, budget: int) -> int:
     """The far descent's budget at the tightest limit (`FAR_STEPS`), 0 for none: `TIGHT_LIMIT_BUDGET` times
-    a descent's `budget` where the search is hard (`searches_harder`), `FAR_BUDGET_SHARE` of it on a
-    shorter job on GPUs whose lock takes at least `HARD_SEARCH_LATENCY_S`, none where the lock is
-    sub-millisecond."""
+    a descent's `budget` where the search is hard (`searches_harder`), `FAR_BUDGET_SHARE` times it on a
+    shorter job of at least `FAR_SEARCH_STAGES` stages on GPUs whose lock takes at least
+    `HARD_SEARCH_LATENCY_S`, none on a shorter pipeline or where the lock is sub-millisecond."""
     if searches_harder(dag, model):
         return budget * TIGHT_LIMIT_BUDGET
-    if model.latency_s >= HARD_SEARCH_LATENCY_S:
+    if model.latency_s >= HARD_SEARCH_LATENCY_S and dag.num_stages >= FAR_SEARCH_STAGES:
         return max(1, int(budget * FAR_BUDGET_SHARE))
     return 0
 

@@ -21,6 +21,7 @@ from perseusd.planner.profile import Profile
 from perseusd.planner.solver import SolverParams, solve_frontier
 from perseusd.planner.switch_search import (
     FAR_BUDGET_SHARE,
+    FAR_SEARCH_STAGES,
     FAR_STEPS,
     HARD_SEARCH_COMPUTATIONS,
     HARD_SEARCH_LATENCY_S,
@@ -343,15 +344,21 @@ def test_far_moves_reach_low_clocks_that_near_moves_approach_step_by_step(seed: 
 
 def test_only_long_pipelines_on_slow_locks_get_the_harder_search() -> None:
     """Sixteen times the budget cost a small job's planning step a second for nothing; it goes to jobs of
-    `HARD_SEARCH_COMPUTATIONS` computations or more on GPUs with a slow lock. A shorter job on a slow lock
-    still gets the far descent, on `FAR_BUDGET_SHARE` of a descent's budget; a sub-millisecond lock none."""
+    `HARD_SEARCH_COMPUTATIONS` computations or more on GPUs with a slow lock. A shorter job of
+    `FAR_SEARCH_STAGES` stages or more on a slow lock still gets the far descent, on `FAR_BUDGET_SHARE`
+    times a descent's budget; a shorter pipeline or a sub-millisecond lock none."""
     long_dag, short_dag = build_dag("1f1b", 8, 16), build_dag("1f1b", 4, 16)
     assert long_dag.num_computations >= HARD_SEARCH_COMPUTATIONS > short_dag.num_computations
     assert searches_harder(long_dag, H100)
     assert not searches_harder(short_dag, H100)
     quick = SwitchModel(latency_s=HARD_SEARCH_LATENCY_S / 10, lead_s=0.0021, min_run_s=0.0042)
     assert not searches_harder(long_dag, quick)
+    deep_dag = build_dag("1f1b", FAR_SEARCH_STAGES, 8)
+    assert deep_dag.num_computations < HARD_SEARCH_COMPUTATIONS
+    assert short_dag.num_stages < FAR_SEARCH_STAGES
     budget = 1000
     assert far_search_budget(long_dag, H100, budget) == budget * TIGHT_LIMIT_BUDGET
-    assert 0 < far_search_budget(short_dag, H100, budget) == int(budget * FAR_BUDGET_SHARE) < budget
-    assert far_search_budget(long_dag, quick, budget) == far_search_budget(short_dag, quick, budget) == 0
+    far = far_search_budget(deep_dag, H100, budget)
+    assert far == int(budget * FAR_BUDGET_SHARE) < budget * TIGHT_LIMIT_BUDGET
+    assert far_search_budget(short_dag, H100, budget) == 0
+    assert far_search_budget(long_dag, quick, budget) == far_search_budget(deep_dag, quick, budget) == 0
