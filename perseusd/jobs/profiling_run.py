@@ -143,10 +143,11 @@ class ProfilingRun:
         sweep.iteration_done(slot.estimate, capped_clock_mhz=capped_mhz)
         if sweep.current_clock_mhz != clock_mhz:  # the segment is done: keep it, start the next one
             logger.info(
-                "gpu %s: profiled %d MHz in %d iterations%s; clocks %s",
+                "gpu %s: profiled %d MHz in %d iterations%s%s; clocks %s",
                 slot.gpu,
                 clock_mhz,
                 slot.segment_iterations,
+                _waits_note(current),
                 f" (power-capped at {capped_mhz} MHz)" if capped_mhz is not None else "",
                 ", ".join(str(c) for c in sweep.clocks_mhz),
             )
@@ -156,8 +157,8 @@ class ProfilingRun:
             slot.segment_iterations = 0
             slot.done_options.update({k: v for k, v in current.options.items() if k[1] == clock_mhz})
             slot.p_block_w = p_block_w
-            if clock_mhz is not None and current.p_block_w is not None:
-                slot.waiting_w_by_clock[clock_mhz] = current.p_block_w
+            if clock_mhz is not None and (waiting_w := current.measured_p_block_w) is not None:
+                slot.waiting_w_by_clock[clock_mhz] = waiting_w
             slot.intervals.clear()
             slot.blind_spans.clear()
             slot.segment_since_ns = self.clock_ns()
@@ -310,3 +311,11 @@ def with_highest_clocks(kept: list[OptionEstimate], estimate: StageEstimate) -> 
             highest[est.key] = est
     present = {(e.key, e.clock_mhz) for e in kept}
     return kept + [e for e in highest.values() if (e.key, e.clock_mhz) not in present]
+
+
+def _waits_note(estimate: StageEstimate) -> str:
+    """The segment's waiting power for its log line: measured, or the stand-in its fit used."""
+    if estimate.p_block_w is None:
+        return ""
+    source = "measured" if estimate.p_block_regressed else "not measured, fitted at"
+    return f", waits {source} {estimate.p_block_w:.1f} W"

@@ -97,6 +97,14 @@ class StageEstimate:
     """Counter windows used in the final fit."""
     p_block_err_w: float = 0.0
     """Standard error of a regressed `p_block_w` (0 when given; inf when the windows cannot tell it)."""
+    p_block_regressed: bool = False
+    """`p_block_w` was measured: regressed from these windows, not given (a fallback or a bound)."""
+
+    @property
+    def measured_p_block_w(self) -> float | None:
+        """The blocking power these windows measured: what a GPU draws waiting at the segment's clock (None:
+        given, not measured; a stand-in is no evidence of the waits at this clock)."""
+        return self.p_block_w if self.p_block_regressed else None
 
 
 @dataclass(frozen=True)
@@ -171,7 +179,7 @@ def estimate_stage(
     regressed = p_block_w is None and fit.powers_w.size > len(fit_keys) and bool(fit.determined[-1])
     if not regressed:
         return StageEstimate(options, p_block_w, fit.windows)
-    return StageEstimate(options, float(fit.powers_w[-1]), fit.windows, float(fit.errors_w[-1]))
+    return StageEstimate(options, float(fit.powers_w[-1]), fit.windows, float(fit.errors_w[-1]), True)
 
 
 def _group_times(intervals: Sequence[Interval], origin_ns: int) -> dict[GroupKey, _GroupTimes]:

@@ -309,6 +309,7 @@ def test_a_segment_with_little_idle_time_uses_the_fallback_blocking_power() -> N
     assert own.p_block_err_w > 0.25 * P_BLOCK_W  # 0.2 % idle time cannot pin it down
     estimate = estimate_segment(intervals, samples, fallback_p_block_w=P_BLOCK_W)
     assert estimate.p_block_w == P_BLOCK_W
+    assert estimate.measured_p_block_w is None  # a stand-in, not a measurement of this clock's waits
     first = estimate_segment(intervals, samples)  # the first segment: a nominal idle share of the least power
     least_w = min(o.energy_j / o.time_s for o in own.options.values())
     assert first.p_block_w == pytest.approx(NOMINAL_IDLE_SHARE * least_w)
@@ -319,8 +320,10 @@ def test_a_segment_with_little_idle_time_uses_the_fallback_blocking_power() -> N
 def test_a_segment_with_bubbles_regresses_its_own_blocking_power_below_the_fallback() -> None:
     intervals = _one_stage(12, gap_ns=60 * MS)
     samples = counter_samples(intervals, noise=0.002)
-    assert estimate_segment(intervals, samples, fallback_p_block_w=120.0).p_block_w == pytest.approx(
-        P_BLOCK_W, rel=0.05
-    )
+    own = estimate_segment(intervals, samples, fallback_p_block_w=120.0)
+    assert own.p_block_w == pytest.approx(P_BLOCK_W, rel=0.05)
+    assert own.measured_p_block_w == own.p_block_w
     # Idle power falls with the clock, and segments run from the highest clock down: never above the first's.
-    assert estimate_segment(intervals, samples, fallback_p_block_w=60.0).p_block_w == 60.0
+    bounded = estimate_segment(intervals, samples, fallback_p_block_w=60.0)
+    assert bounded.p_block_w == 60.0
+    assert bounded.measured_p_block_w is None

@@ -105,8 +105,8 @@ def profile_stage(stage: StageEmulator) -> Profiled:
         sweep.iteration_done(estimate, capped_clock_mhz=capped_mhz)
         if sweep.current_clock_mhz != clock:
             done.update({k: v for k, v in current.options.items() if k[1] == clock})
-            if current.p_block_w is not None:
-                waiting_w[clock] = current.p_block_w
+            if (watts := current.measured_p_block_w) is not None:
+                waiting_w[clock] = watts
             segment_start = len(stage.intervals)
     runs: dict[tuple[OptionKey, int], list[Cost]] = {}
     board_capped: set[tuple[OptionKey, int]] = set()
