@@ -184,10 +184,21 @@ def _point_clocks(
     point: Reader, order: tuple[tuple[ScheduleStep, ...], ...], prefix: str, base: Rows | None
 ) -> Rows:
     """A frontier point's clocks: `{prefix}clocks_mhz` (every stage's list), else `{prefix}clock_changes`
-    (`[stage, position, clock]` applied to `base`: the previous point's clocks, or this point's)."""
+    (`[stage, position, clock]` applied to `base`: the previous point's clocks, or this point's).
+
+    A well-formed field is read at once (`_whole_rows`, `_changed_rows`); anything else takes the strict
+    walk, which gives the same result or names the field that is wrong."""
     whole, changes = f"{prefix}clocks_mhz", f"{prefix}clock_changes"
-    if base is None or changes not in point.as_dict():
-        return _clocks(point, order, whole)
+    fields = point.as_dict()
+    if base is None or changes not in fields:
+        read = _whole_rows(fields.get(whole), order)
+        return read if read is not None else _clocks(point, order, whole)
+    changed_rows = _changed_rows(fields[changes], base)
+    return changed_rows if changed_rows is not None else _walk_changes(point, changes, base)
+
+
+def _walk_changes(point: Reader, changes: str, base: Rows) -> Rows:
+    """`base` with the changes under `changes` applied, each field checked (`PlanFormatError` naming it)."""
     rows = list(base)
     changed: dict[int, list[int]] = {}
     for change in point.items(changes):
@@ -201,6 +212,45 @@ def _point_clocks(
     for s, row in changed.items():
         rows[s] = tuple(row)
     return tuple(rows)
+
+
+def _whole_rows(value: Any, order: tuple[tuple[ScheduleStep, ...], ...]) -> Rows | None:
+    """`value` as a point's clocks when it is exactly one list of clocks (integers, at least 1) per stage of
+    `order`, each as long as the stage's order; None otherwise (`_clocks` then names what is wrong)."""
+    if type(value) is not list or len(value) != len(order):
+        return None
+    rows = []
+    for row, steps in zip(value, order, strict=True):
+        if type(row) is not list or len(row) != len(steps) or not all(_is_clock(c) for c in row):
+            return None
+        rows.append(tuple(row))
+    return tuple(rows)
+
+
+def _changed_rows(value: Any, base: Rows) -> Rows | None:
+    """`base` with the `[stage, position, clock]` changes of `value` applied, when every change is well
+    formed and inside the schedule; None otherwise (the strict walk then names what is wrong)."""
+    if type(value) is not list:
+        return None
+    changed: dict[int, list[int]] = {}
+    for change in value:
+        if type(change) is not list or len(change) != 3:
+            return None
+        s, k, clock = change
+        if type(s) is not int or type(k) is not int or not _is_clock(clock):
+            return None
+        if not (0 <= s < len(base) and 0 <= k < len(base[s])):
+            return None
+        changed.setdefault(s, list(base[s]))[k] = clock
+    rows = list(base)
+    for s, row in changed.items():
+        rows[s] = tuple(row)
+    return tuple(rows)
+
+
+def _is_clock(value: Any) -> bool:
+    """An integer clock (never a boolean) of at least 1 MHz."""
+    return type(value) is int and value >= 1
 
 
 def _plan(

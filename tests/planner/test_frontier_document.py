@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from perseusd.errors import PlanFormatError
+from perseusd.planner import plan_read
 from perseusd.planner.bundled import bundled_profile
 from perseusd.planner.dag import build_dag
 from perseusd.planner.plan import PlanMeta, frontier_document, frontier_from_points, save_json
@@ -100,4 +101,24 @@ def test_the_first_point_writes_every_clock() -> None:
 def test_a_newer_version_is_refused_naming_those_read() -> None:
     doc = frontier_document(DAG, solved_points()[:2], META) | {"version": 3}
     with pytest.raises(PlanFormatError, match=r"3 is not supported \(this Perseus reads version 1 or 2\)"):
+        parse_frontier(json.dumps(doc), "f.json")
+
+
+def test_well_formed_clocks_read_at_once_give_what_the_strict_walk_gives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Well-formed clock fields skip the field-by-field walk (a 4 x 16 job's 4,000-point frontier read in
+    half the time); the frontier is the same, and a malformed field still gets the walk's error."""
+    text = json.dumps(frontier_document(DAG, solved_points(), META))
+    fast = parse_frontier(text, "f.json")
+    monkeypatch.setattr(plan_read, "_whole_rows", lambda *_args: None)
+    monkeypatch.setattr(plan_read, "_changed_rows", lambda *_args: None)
+    assert parse_frontier(text, "f.json") == fast
+
+
+@pytest.mark.parametrize("bad", [True, 0, 1.5, "1410", None])
+def test_a_clock_that_is_not_an_integer_of_at_least_1_mhz_is_named(bad: object) -> None:
+    doc = frontier_document(DAG, solved_points()[:3], META)
+    doc["points"][0]["clocks_mhz"][1][2] = bad
+    with pytest.raises(PlanFormatError, match=r"^f\.json: points\[0\]\.clocks_mhz\[1\]\[2\] must be"):
         parse_frontier(json.dumps(doc), "f.json")
