@@ -6,7 +6,8 @@ power). An entry written before the waiting power was kept has none, as before. 
 atomically and read strictly; a damaged entry is ignored (logged), never trusted. A frontier that is too
 large, not a valid `perseus-frontier` document, for another shape or followed without counting its points'
 late begins (an older daemon's) is ignored alone (the job solves again from the cached profile). A
-restarted job or daemon finds its entry and skips profiling and solving.
+restarted job or daemon finds its entry and skips profiling and solving. A frontier over
+`INLINE_FRONTIER_BYTES` is not read here: the solver worker reads and checks it (`read_frontier_file`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perseusd.errors import PerseusError
+from perseusd.errors import PerseusError, PlanningError
 from perseusd.jobs.shape import JobShape
 from perseusd.planner.plan import Frontier, save_json
 from perseusd.planner.plan_read import parse_frontier
@@ -30,6 +31,10 @@ logger = logging.getLogger(__name__)
 
 _SIGNATURE = re.compile(r"^[0-9a-f]{16,64}$")
 MAX_FRONTIER_BYTES = 64 * 1024 * 1024
+INLINE_FRONTIER_BYTES = 1024 * 1024
+"""A cached frontier up to this size is read at registration, on the daemon's main loop (~60 ms); a larger
+one by the solver worker (`SolveInput.cached_frontier`): reading a 4 x 16 job's 3.5 MB takes 0.2 s, an 8 x
+32 job's 17 MB 1.5 s, and the main loop would serve no event or request meanwhile."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,9 @@ class CacheEntry:
     frontier: Frontier | None
     waiting_w: WaitingPoints = ()
     """The waiting power by held clock stored with the profile (empty: none)."""
+    frontier_file: Path | None = None
+    """A cached frontier over `INLINE_FRONTIER_BYTES`, not read here: the solver worker reads and checks it
+    (`load_frontier_file`) when the job is complete (None: none, or `frontier` was read)."""
 
 
 class JobCache:
@@ -64,8 +72,10 @@ class JobCache:
         except (OSError, ValueError, KeyError, TypeError, RecursionError, PerseusError) as exc:
             logger.warning("job cache %s is damaged, ignoring it: %s", folder, exc)
             return None
-        frontier = _load_frontier(folder / "frontier.json", shape, profile)
-        return CacheEntry(profile, p_block_w, frontier, waiting_w)
+        path = folder / "frontier.json"
+        if INLINE_FRONTIER_BYTES < _size(path) <= MAX_FRONTIER_BYTES:
+            return CacheEntry(profile, p_block_w, None, waiting_w, path)
+        return CacheEntry(profile, p_block_w, load_frontier_file(path, shape, profile), waiting_w)
 
     def store_profile(
         self,
@@ -91,12 +101,34 @@ class JobCache:
         return self._dir(signature) / "frontier.json"
 
 
-def _load_frontier(path: Path, shape: JobShape, profile: Profile) -> Frontier | None:
-    """The cached frontier when its document is whole, valid, for `shape` and solved from `profile` (the
-    worker writes it after the solve: a frontier of an older profile may land after a newer profile was
-    stored); None (logged) otherwise."""
+def _size(path: Path) -> int:
+    """The file's size in bytes (0: none, or it cannot be read: `load_frontier_file` says why)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+class FrontierFileError(PlanningError):
+    """A cached frontier that cannot be used; the message says why (the job solves again)."""
+
+
+def load_frontier_file(path: Path, shape: JobShape, profile: Profile) -> Frontier | None:
+    """`read_frontier_file`, or None when there is no file or it cannot be used (logged)."""
     if not path.is_file():
         return None
+    try:
+        return read_frontier_file(path, shape, profile)
+    except FrontierFileError as exc:
+        logger.warning("job cache: ignoring frontier %s (solving again): %s", path, exc)
+        return None
+
+
+def read_frontier_file(path: Path, shape: JobShape, profile: Profile) -> Frontier:
+    """The cached frontier when its document is whole, valid, for `shape` and solved from `profile` (the
+    worker writes it after the solve: a frontier of an older profile may land after a newer profile was
+    stored); `FrontierFileError` saying why not otherwise. Runs on the daemon's main loop or in the solver
+    worker (`SolveInput.cached_frontier`)."""
     try:
         size = path.stat().st_size
         if size > MAX_FRONTIER_BYTES:
@@ -113,6 +145,5 @@ def _load_frontier(path: Path, shape: JobShape, profile: Profile) -> Frontier | 
         if any(p.followed is not None and p.followed.late_begins is None for p in frontier.points):
             raise ValueError("its points do not count their late begins (written by an older daemon)")
     except (OSError, ValueError, KeyError, TypeError, RecursionError, PerseusError) as exc:
-        logger.warning("job cache: ignoring frontier %s (solving again): %s", path, exc)
-        return None
+        raise FrontierFileError(str(exc)) from None
     return frontier

@@ -1,7 +1,8 @@
 """A job: its registered GPUs, its state and what each state produced (profile, frontier, plan).
 
 The states and the moves between them are `perseusd.jobs.states`. A job waits in `registered` until one
-pipeline has all its stages; it is `running` directly when the cache had its frontier.
+pipeline has all its stages; it is `running` directly when the cache had its frontier (a large one: once
+the solver worker has read it).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from perseus_client.codes import JobState
@@ -95,6 +97,9 @@ class Job:
         empty: `p_block_w` at every clock (an imported or cached profile)."""
         self.orders: tuple[StageOrder, ...] | None = None
         self.frontier: Frontier | None = None
+        self.cached_frontier_file: Path | None = None
+        """A cached frontier too large to read on the main loop, for the solver worker to read when the job
+        is complete (`JobCache`); None once read, or when there is none."""
         self.points: list[PointSummary] = []
         self.points_by_index: dict[int, PointSummary] = {}
         self.deployed: Deployed | None = None

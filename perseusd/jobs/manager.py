@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from perseus_client.protocol import (
     ComputationBegin,
@@ -27,7 +28,7 @@ from perseus_client.protocol import (
 from perseusd.errors import JobNotFoundError, JobOwnerError
 from perseusd.gpu.backend import GpuInfo
 from perseusd.jobs.accuracy import AccuracyCheck
-from perseusd.jobs.cache import JobCache
+from perseusd.jobs.cache import FrontierFileError, JobCache
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
 from perseusd.jobs.cluster_link import ClusterLink
 from perseusd.jobs.deployment import RUNNING_SAMPLE_PERIOD_S, Deployment
@@ -40,7 +41,7 @@ from perseusd.jobs.response import StragglerResponse
 from perseusd.jobs.settings import JobGpus, JobSettings
 from perseusd.jobs.shape import JobShape, StageOrder
 from perseusd.jobs.slot import StageSlot
-from perseusd.jobs.solving import PlanningTimes, SolveInput, SolveWorker, auto_unit_time_s
+from perseusd.jobs.solving import PlanningTimes, Solved, SolveInput, SolveWorker, auto_unit_time_s
 from perseusd.jobs.spanning import SpanCoordinator
 from perseusd.jobs.states import ENDED, FAILED, PROFILING, REGISTERED, RUNNING, SOLVING
 from perseusd.jobs.tensor_groups import follow
@@ -120,6 +121,8 @@ class JobManager:
             self.jobs[job.name] = job
             if imported:
                 self._store_profile(job)
+            if job.cached_frontier_file is not None:
+                self._worker.warm()  # to read it once the job is complete, never waiting for the start
             try:
                 return self._join(job, uid, shape, message, pid, info)
             except BaseException:  # never leave a half-created job behind
@@ -413,12 +416,49 @@ class JobManager:
     def _submit_solve(self, job: Job) -> None:
         if self._solving(job.uid) >= self.settings.max_solves_per_user:
             return  # the user's other solves first (tick retries)
+        if job.cached_frontier_file is not None and job.profile is not None:
+            if not self._worker.starting:  # else tick retries: the main loop never waits for the start
+                self._submit_read(job, job.profile, job.cached_frontier_file)
+            return
         orders = job.stage_orders()
         if orders is None or job.profile is None:
             return  # "observed": wait until every stage's order is learned (tick retries)
         job.planning_since_s, job.planning = job.state_since_s, None  # solving since profiling was done
         unit_time_s = self.submit_solve(job, job.profile, job.p_block_w, orders)
         logger.info("job %s: solving the frontier (unit %.3g s)", job.name, unit_time_s)
+
+    def _submit_read(self, job: Job, profile: Profile, path: Path) -> None:
+        """The worker reads the job's large cached frontier (`SolveInput.cached_frontier`) where the main
+        loop would stall on it; the job is `solving` meanwhile."""
+        task = SolveInput(
+            job.name,
+            job.shape,
+            (),
+            profile_to_csv(profile),
+            profile.source,
+            job.p_block_w,
+            auto_unit_time_s(profile),
+            cached_frontier=str(path),
+        )
+        job.solve_future = self._worker.submit(task)
+        job.solve_since_s = time.monotonic()
+        logger.info("job %s: reading its cached frontier in the solver worker", job.name)
+
+    def _read_done(self, job: Job, solved: Solved) -> None:
+        """The worker read the job's cached frontier: run it (unless an imported profile replaced the one it
+        was solved from meanwhile: then solve)."""
+        if job.cached_frontier_file is None:
+            self._submit_solve(job)
+            return
+        job.cached_frontier_file = None
+        job.set_frontier(solved.frontier)
+        self.deployment.run(job)
+        logger.info(
+            "job %s: running its cached frontier (%d points, read in %.2f s)",
+            job.name,
+            len(solved.frontier.points),
+            solved.read_s,
+        )
 
     def clock_latency_s(self, job: Job) -> float | None:
         """The clock-set latency of the job's GPUs here (`job_latency_s`; None: none measured)."""
@@ -469,6 +509,11 @@ class JobManager:
         job.solve_future = None
         try:
             solved = future.result()
+        except FrontierFileError as exc:  # a cached frontier the worker could not use: solve instead
+            logger.warning("job %s: ignoring its cached frontier (solving again): %s", job.name, exc)
+            job.cached_frontier_file = None
+            self._submit_solve(job)
+            return
         except Exception as exc:  # the solver's error ends this job, never the daemon
             logger.error("job %s: solving failed: %s", job.name, exc)
             if job.span is not None and self.spanning is not None:
@@ -477,6 +522,9 @@ class JobManager:
             return
         if job.span is not None and self.spanning is not None:
             self.spanning.solved(job, solved.frontier)
+            return
+        if solved.read_s is not None:
+            self._read_done(job, solved)
             return
         job.set_frontier(solved.frontier)
         self.deployment.run(job)
@@ -515,7 +563,7 @@ class JobManager:
         """An imported profile (with the waiting power by clock its file gave, if any) replaces the job's:
         solve again (the running plan stays until then)."""
         job.profile, job.p_block_w, job.cached = profile, p_block_w, False
-        job.waiting_w = waiting_w
+        job.waiting_w, job.cached_frontier_file = waiting_w, None
         job.all_max = None  # counted again on the new profile
         job.energy_rel_err, job.accuracy = {}, AccuracyCheck()
         job.frontier, job.points, job.points_by_index = None, [], {}

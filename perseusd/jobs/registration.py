@@ -86,6 +86,7 @@ def new_job(
             job.waiting_w = entry.waiting_w
             if entry.frontier is not None:
                 job.set_frontier(entry.frontier)
+            job.cached_frontier_file = entry.frontier_file
     logger.info("job %s (uid %d, %s) registered%s", name, uid, shape.describe(), " from cache" * job.cached)
     return job, imported is not None
 

@@ -33,6 +33,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from perseusd.errors import PlanningError
+from perseusd.jobs.cache import FrontierFileError, read_frontier_file
 from perseusd.jobs.shape import JobShape, StageOrder
 from perseusd.planner.baselines import all_max
 from perseusd.planner.following import follow_frontier
@@ -73,6 +74,10 @@ class SolveInput:
     frontier_cache: str | None = None
     """The job cache's frontier file (`JobCache.frontier_path`, the daemon's own path, never a request's):
     the worker writes the frontier's document there after returning it (`store_after`); None: nowhere."""
+    cached_frontier: str | None = None
+    """A cached frontier too large to read on the daemon's main loop (`JobCache`, the daemon's own path,
+    never a request's): the worker reads and checks it instead of solving and returns it, or raises
+    `FrontierFileError` (the daemon then submits the solve)."""
 
 
 def auto_unit_time_s(profile: Profile) -> float:
@@ -111,6 +116,8 @@ class Solved:
 
     frontier: Frontier
     phases: SolvePhases
+    read_s: float | None = None
+    """Read from the job cache (`SolveInput.cached_frontier`) in this many seconds, not solved (None)."""
 
 
 @dataclass(frozen=True)
@@ -138,9 +145,12 @@ def solve(task: SolveInput) -> Solved:
     switch model, every point followed under it and the switch-aware descent's points appended.
 
     Errors come back as `PlanningError` with the message only: every exception must survive pickling
-    back to the daemon, or the pool breaks.
+    back to the daemon, or the pool breaks. With `cached_frontier`, the cached frontier instead
+    (`read_cached`).
     """
     try:
+        if task.cached_frontier is not None:
+            return read_cached(task, task.cached_frontier)
         started_s = time.perf_counter()
         profile = read_profile_stream(io.StringIO(task.profile_csv), task.profile_source)
         dag = task.shape.dag(task.orders)
@@ -167,8 +177,24 @@ def solve(task: SolveInput) -> Solved:
         if task.frontier_cache is not None:
             store_after(frontier, Path(task.frontier_cache))
         return Solved(frontier, phases)
+    except FrontierFileError:
+        raise
     except Exception as exc:
         raise PlanningError(f"{type(exc).__name__}: {exc}") from None
+
+
+def read_cached(task: SolveInput, path: str) -> Solved:
+    """Runs in the worker: the job's cached frontier at `path`, checked against its shape and profile
+    (`read_frontier_file`); `FrontierFileError` (its message only) when it cannot be used."""
+    started_s = time.perf_counter()
+    try:
+        profile = read_profile_stream(io.StringIO(task.profile_csv), task.profile_source)
+        frontier = read_frontier_file(Path(path), task.shape, profile)
+    except FrontierFileError:
+        raise
+    except Exception as exc:  # a profile the cache could not have written: solve instead
+        raise FrontierFileError(f"{type(exc).__name__}: {exc}") from None
+    return Solved(frontier, SolvePhases(0.0, 0.0), read_s=time.perf_counter() - started_s)
 
 
 def store_after(frontier: Frontier, path: Path) -> threading.Thread:
@@ -317,6 +343,11 @@ class SolveWorker:
     def inflight(self) -> int:
         """Solves submitted and not yet done."""
         return len(self._inflight)
+
+    @property
+    def starting(self) -> bool:
+        """`warm` is starting the worker process: a `submit` now would wait for the start."""
+        return self._warming is not None
 
     def warm(self) -> None:
         """Start the worker process (and its imports) on a thread, if it is not running or starting: the

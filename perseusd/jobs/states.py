@@ -1,9 +1,10 @@
 """A job's states and the moves between them: the one place both are written down.
 
-registered -> profiling -> solving -> running, with shortcuts (a cached frontier runs at once, an imported
-profile skips profiling), `failed` from any active state and `ended` when the job's last GPU leaves. An
-imported profile solves a profiling, running or failed job again. `ended` is final (registering the name
-again makes a new job). `Job.enter` refuses any other move with `IllegalMoveError`.
+registered -> profiling -> solving -> running, with shortcuts (a cached frontier runs at once, a large one
+once the solver worker has read it, in solving; an imported profile skips profiling), `failed` from any
+active state and `ended` when the job's last GPU leaves. An imported profile solves a profiling, running or
+failed job again. `ended` is final (registering the name again makes a new job). `Job.enter` refuses any
+other move with `IllegalMoveError`.
 """
 
 from __future__ import annotations

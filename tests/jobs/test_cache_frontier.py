@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -236,3 +237,42 @@ def test_a_frontier_of_another_profile_is_ignored_and_a_cut_write_removed(
     _store(cache, None)
     assert not left.exists()
     assert not cache.frontier_path(SIGNATURE).exists()
+
+
+def _never_on_the_main_loop(*_args: object) -> None:
+    raise AssertionError("a large cached frontier was read on the daemon's main loop")
+
+
+@pytest.mark.parametrize("kind", ["valid", "list"])
+def test_a_large_cached_frontier_is_read_by_the_worker_not_the_main_loop(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Over `INLINE_FRONTIER_BYTES` (a 4 x 16 job's frontier is 5.7 MB, 0.4 s to read), registration leaves
+    the file to the solver worker: the job is `solving` while the worker starts (a restarted daemon's) and
+    reads it, then runs the cached frontier without a solve; a file the worker cannot use is solved again,
+    as one read at registration would be."""
+    with sim_core(tmp_path / "before", gpus=STAGES, jobs=JobSettings()) as first:
+        _run_job(first)
+    (folder,) = (tmp_path / "before" / "jobs").iterdir()
+    written = _written_frontier(folder)
+    if kind != "valid":
+        (folder / "frontier.json").write_text(BAD_FRONTIERS[kind])
+    shutil.copytree(tmp_path / "before" / "jobs", tmp_path / "after" / "jobs")
+    monkeypatch.setattr(cache_module, "INLINE_FRONTIER_BYTES", 0)
+    monkeypatch.setattr(cache_module, "parse_frontier", _never_on_the_main_loop)  # the worker has its own
+    with sim_core(tmp_path / "after", gpus=STAGES, jobs=JobSettings()) as core:  # a cold solver worker
+        claim(core, ME, core.registry.uuids, "train")
+        with caplog.at_level(logging.INFO, logger="perseusd.jobs.manager"):
+            assert _register_all(core) == ["registered", "solving"]
+            _wait_running(core)
+        assert core.jobs is not None
+        job = core.jobs.jobs["train"]
+        assert job.cached_frontier_file is None
+        if kind == "valid":
+            assert "running its cached frontier" in caplog.text
+            assert "solving the frontier" not in caplog.text
+            assert job.frontier_document() == json.loads(written)
+            assert core_job(core).planning is None
+        else:
+            assert "ignoring its cached frontier (solving again)" in caplog.text
+            assert "solving the frontier" in caplog.text
