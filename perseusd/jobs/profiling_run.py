@@ -26,7 +26,7 @@ from perseusd.jobs.slot import MAX_INTERVALS, StageSlot
 from perseusd.jobs.states import PROFILING, REGISTERED
 from perseusd.jobs.tensor_groups import finish_following, follow, stage_scale
 from perseusd.profiling.adequacy import plan_problems
-from perseusd.profiling.estimator import OptionEstimate, StageEstimate, estimate_segment
+from perseusd.profiling.estimator import OptionEstimate, StageEstimate, estimate_segment, segment_fallback_w
 from perseusd.profiling.fill import fill_stage
 from perseusd.profiling.sweep import StageSweep
 from perseusd.profiling.trace import Interval, OptionKey
@@ -126,12 +126,13 @@ class ProfilingRun:
 
     def _measure_iteration(self, slot: StageSlot, sweep: StageSweep) -> None:
         """Estimate the current clock's segment (cheap: only its intervals and samples, the blocking power
-        of the first segment reused) and let the sweep decide; a finished segment's options are kept."""
+        measured above it to fall back on) and let the sweep decide; a finished segment's options are kept."""
         clock_mhz = sweep.current_clock_mhz
         slot.segment_iterations += 1
         samples = self.sampler.samples(slot.gpu, slot.segment_since_ns)
+        fallback_w = segment_fallback_w(slot.p_block_w, slot.waiting_w_by_clock.values())
         current = estimate_segment(
-            slot.intervals, samples, blind=slot.blind_spans, fallback_p_block_w=slot.p_block_w
+            slot.intervals, samples, blind=slot.blind_spans, fallback_p_block_w=fallback_w
         )
         p_block_w = slot.p_block_w if slot.p_block_w is not None else current.p_block_w
         slot.estimate = StageEstimate(

@@ -36,7 +36,7 @@ Groups that no usable window overlaps, or whose power the windows cannot tell ap
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,10 +57,10 @@ _GAP_FACTOR = 3.0
 _BACK_TO_BACK_NS = 500_000
 """An interval followed by another's begin within this is back to back with it (no idle time between)."""
 P_BLOCK_MAX_REL_ERR = 0.25
+"""`estimate_segment` keeps a segment's own blocking power only within this standard error (x fallback)."""
 NOMINAL_IDLE_SHARE = 0.2
 """A GPU's idle power as a share of its least busy power, where no idle time tells it (H100 and H200: 130 W
 idle at 1980 MHz against 600-700 W busy)."""
-"""`estimate_segment` keeps a segment's own blocking power only within this standard error (x fallback)."""
 
 
 @dataclass(frozen=True)
@@ -314,6 +314,16 @@ def _option(
     )
 
 
+def segment_fallback_w(first_w: float | None, measured_above_w: Iterable[float]) -> float | None:
+    """The blocking power a segment falls back on where its own idle time cannot pin it down
+    (`estimate_segment`): the least that a segment at a higher clock measured, else the first segment's
+    (`first_w`: measured, or a nominal share; None for the first segment itself). Segments run from the
+    highest clock down and idle power falls with the clock, so the least measured above still bounds a
+    segment's from above, and closer than the first's: an H100 waits at 130 W at 1980 MHz, 79 W at 900, and
+    a stand-in of 130 W at 900 MHz charged the waits too much and the computations' energies too little."""
+    return min(measured_above_w, default=first_w)
+
+
 def estimate_segment(
     intervals: Sequence[Interval],
     samples: Sequence[CounterSample],
@@ -325,11 +335,11 @@ def estimate_segment(
     segment (a GPU idles at a power that follows its locked clock: an H100 draws 130 W at 1980 MHz, 79 W at
     900), unless the segment's idle time cannot pin it down: none at all, or so little that its standard
     error exceeds `P_BLOCK_MAX_REL_ERR` of the reference. Then the reference is used: `fallback_p_block_w`
-    (the first segment's), or for the first segment `NOMINAL_IDLE_SHARE` of its computations' least power.
+    (`segment_fallback_w`), or for the first segment `NOMINAL_IDLE_SHARE` of its computations' least power.
     Why: a one-stage job's computations run back to back; on an H200, 1.5-3 % idle time gave regressed
     blocking powers of 0 to 8,700 W, and through them computations' energies 20-57 % off. Two bounds hold
     whatever the windows say: segments run from the highest clock down and idle power falls with the clock,
-    so a segment's blocking power is at most the fallback (the first segment's); and it is at most the least
+    so a segment's blocking power is at most the fallback (measured above it); and it is at most the least
     power of the segment's computations (an idle GPU draws less than a busy one)."""
     current = estimate_stage(intervals, samples, blind=blind)
     busy_w = [o.energy_j / o.time_s for o in current.options.values() if o.time_s > 0 and o.energy_j > 0]
