@@ -33,8 +33,8 @@ _SIGNATURE = re.compile(r"^[0-9a-f]{16,64}$")
 MAX_FRONTIER_BYTES = 64 * 1024 * 1024
 INLINE_FRONTIER_BYTES = 1024 * 1024
 """A cached frontier up to this size is read at registration, on the daemon's main loop (~60 ms); a larger
-one by the solver worker (`SolveInput.cached_frontier`): reading a 4 x 16 job's 3.5 MB takes 0.2 s, an 8 x
-32 job's 17 MB 1.5 s, and the main loop would serve no event or request meanwhile."""
+one by the solver worker (`SolveInput.cached_frontier`): reading a 4 x 16 job's 3.5-5.7 MB takes 0.2-0.4
+s, an 8 x 32 job's 17 MB 1.5 s, and the main loop would serve no event or request meanwhile."""
 
 
 @dataclass(frozen=True)
