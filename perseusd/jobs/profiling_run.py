@@ -125,14 +125,18 @@ class ProfilingRun:
         return True
 
     def _measure_iteration(self, slot: StageSlot, sweep: StageSweep) -> None:
-        """Estimate the current clock's segment (cheap: only its intervals and samples, the blocking power
-        measured above it to fall back on) and let the sweep decide; a finished segment's options are kept."""
+        """Estimate the current clock's segment (cheap: only its intervals and samples; the first segment's
+        blocking power as the reference, the least measured above to stand in) and let the sweep decide; a
+        finished segment's options are kept."""
         clock_mhz = sweep.current_clock_mhz
         slot.segment_iterations += 1
         samples = self.sampler.samples(slot.gpu, slot.segment_since_ns)
-        fallback_w = segment_fallback_w(slot.p_block_w, slot.waiting_w_by_clock.values())
         current = estimate_segment(
-            slot.intervals, samples, blind=slot.blind_spans, fallback_p_block_w=fallback_w
+            slot.intervals,
+            samples,
+            blind=slot.blind_spans,
+            fallback_p_block_w=slot.p_block_w,
+            stand_in_w=segment_fallback_w(slot.p_block_w, slot.waiting_w_by_clock.values()),
         )
         p_block_w = slot.p_block_w if slot.p_block_w is not None else current.p_block_w
         slot.estimate = StageEstimate(

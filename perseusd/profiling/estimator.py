@@ -315,12 +315,12 @@ def _option(
 
 
 def segment_fallback_w(first_w: float | None, measured_above_w: Iterable[float]) -> float | None:
-    """The blocking power a segment falls back on where its own idle time cannot pin it down
-    (`estimate_segment`): the least that a segment at a higher clock measured, else the first segment's
-    (`first_w`: measured, or a nominal share; None for the first segment itself). Segments run from the
-    highest clock down and idle power falls with the clock, so the least measured above still bounds a
-    segment's from above, and closer than the first's: an H100 waits at 130 W at 1980 MHz, 79 W at 900, and
-    a stand-in of 130 W at 900 MHz charged the waits too much and the computations' energies too little."""
+    """The blocking power a segment stands in where its own idle time cannot pin it down (`estimate_segment`'s
+    `stand_in_w`): the least that a segment of the GPU at a higher clock measured, else the first segment's
+    (`first_w`: measured, or a nominal share; None for the first segment itself). Idle power falls with the
+    clock and segments run from the highest clock down, so it is the closest upper bound measured: an H100
+    waits at 130 W at 1980 MHz and 79 W at 900, and the first segment's 130 W standing in at 1020 MHz fitted
+    the computations' energies as if their waits drew 40 W more than the board's."""
     return min(measured_above_w, default=first_w)
 
 
@@ -330,17 +330,20 @@ def estimate_segment(
     *,
     blind: Sequence[tuple[int, int]] = (),
     fallback_p_block_w: float | None = None,
+    stand_in_w: float | None = None,
 ) -> StageEstimate:
     """One clock's segment of online profiling: `estimate_stage` with the blocking power regressed for this
     segment (a GPU idles at a power that follows its locked clock: an H100 draws 130 W at 1980 MHz, 79 W at
     900), unless the segment's idle time cannot pin it down: none at all, or so little that its standard
-    error exceeds `P_BLOCK_MAX_REL_ERR` of the reference. Then the reference is used: `fallback_p_block_w`
-    (`segment_fallback_w`), or for the first segment `NOMINAL_IDLE_SHARE` of its computations' least power.
-    Why: a one-stage job's computations run back to back; on an H200, 1.5-3 % idle time gave regressed
-    blocking powers of 0 to 8,700 W, and through them computations' energies 20-57 % off. Two bounds hold
-    whatever the windows say: segments run from the highest clock down and idle power falls with the clock,
-    so a segment's blocking power is at most the fallback (measured above it); and it is at most the least
-    power of the segment's computations (an idle GPU draws less than a busy one)."""
+    error exceeds `P_BLOCK_MAX_REL_ERR` of the reference. The reference is `fallback_p_block_w` (the first
+    segment's), or for the first segment `NOMINAL_IDLE_SHARE` of its computations' least power; a segment
+    that cannot pin its own down uses `stand_in_w` (`segment_fallback_w`: the least measured above it)
+    where given, else the reference. Why: a one-stage job's computations run back to back; on an H200,
+    1.5-3 % idle time gave regressed blocking powers of 0 to 8,700 W, and through them computations'
+    energies 20-57 % off. Two bounds hold whatever the windows say: segments run from the highest clock
+    down and idle power falls with the clock, so a segment's blocking power is at most the first segment's
+    (not the least measured above: one noisy low measurement would then cap every segment below it); and it
+    is at most the least power of the segment's computations (an idle GPU draws less than a busy one)."""
     current = estimate_stage(intervals, samples, blind=blind)
     busy_w = [o.energy_j / o.time_s for o in current.options.values() if o.time_s > 0 and o.energy_j > 0]
     reference_w = fallback_p_block_w
@@ -350,7 +353,7 @@ def estimate_segment(
     if reference_w is not None and (
         p_block_w is None or not current.p_block_err_w <= P_BLOCK_MAX_REL_ERR * reference_w
     ):
-        p_block_w = reference_w
+        p_block_w = stand_in_w if stand_in_w is not None and fallback_p_block_w is not None else reference_w
     if p_block_w is not None and fallback_p_block_w is not None:
         p_block_w = min(p_block_w, fallback_p_block_w)
     if p_block_w is not None and busy_w:

@@ -336,3 +336,22 @@ def test_a_segment_falls_back_on_the_least_blocking_power_measured_above_it() ->
     assert segment_fallback_w(None, []) is None  # the first segment: its nominal share instead
     assert segment_fallback_w(128.7, []) == 128.7  # nothing measured yet: the first segment's
     assert segment_fallback_w(128.7, [128.7, 111.0, 93.0]) == 93.0
+    intervals = _one_stage(12, gap_ns=MS // 2)
+    samples = [
+        s
+        for s in counter_samples(intervals, noise=0.01)
+        if intervals[0].start_ns <= s.t_ns <= intervals[-1].end_ns
+    ]
+    stood_in = estimate_segment(intervals, samples, fallback_p_block_w=2 * P_BLOCK_W, stand_in_w=P_BLOCK_W)
+    assert stood_in.p_block_w == P_BLOCK_W  # too little idle time: the stand-in, not the first segment's
+    assert stood_in.measured_p_block_w is None
+
+
+def test_the_first_segments_blocking_power_bounds_a_segment_not_the_stand_in() -> None:
+    """One noisy low measurement above must not cap every segment below it: a segment that measures its own
+    keeps it above the stand-in, within the first segment's bound."""
+    intervals = _one_stage(12, gap_ns=60 * MS)
+    samples = counter_samples(intervals, noise=0.002)
+    own = estimate_segment(intervals, samples, fallback_p_block_w=120.0, stand_in_w=0.8 * P_BLOCK_W)
+    assert own.p_block_w == pytest.approx(P_BLOCK_W, rel=0.05)
+    assert own.measured_p_block_w == own.p_block_w

@@ -98,8 +98,8 @@ def profile_stage(stage: StageEmulator) -> Profiled:
         intervals = stage.intervals[segment_start:]
         since_ns = intervals[0].start_ns - 20_000_000
         samples = [s for s in stage.trace.samples() if s.t_ns >= since_ns]
-        fallback_w = segment_fallback_w(p_block_w, waiting_w.values())
-        current = estimate_segment(intervals, samples, fallback_p_block_w=fallback_w)
+        stand_in_w = segment_fallback_w(p_block_w, waiting_w.values())
+        current = estimate_segment(intervals, samples, fallback_p_block_w=p_block_w, stand_in_w=stand_in_w)
         p_block_w = p_block_w if p_block_w is not None else current.p_block_w
         estimate = StageEstimate({**done, **current.options}, p_block_w, current.windows)
         capped_mhz = max(r.clock_mhz for r in ran) if all_capped and sweep.clocks_done == 0 else None
