@@ -26,7 +26,7 @@ from perseusd.jobs.slot import MAX_INTERVALS, StageSlot
 from perseusd.jobs.states import PROFILING, REGISTERED
 from perseusd.jobs.tensor_groups import finish_following, follow, stage_scale
 from perseusd.profiling.adequacy import plan_problems
-from perseusd.profiling.estimator import OptionEstimate, StageEstimate, estimate_segment, segment_fallback_w
+from perseusd.profiling.estimator import OptionEstimate, StageEstimate, estimate_segment, segment_stand_in_w
 from perseusd.profiling.fill import fill_stage
 from perseusd.profiling.sweep import StageSweep
 from perseusd.profiling.trace import Interval, OptionKey
@@ -136,7 +136,7 @@ class ProfilingRun:
             samples,
             blind=slot.blind_spans,
             fallback_p_block_w=slot.p_block_w,
-            stand_in_w=segment_fallback_w(slot.p_block_w, slot.waiting_w_by_clock.values()),
+            stand_in_w=segment_stand_in_w(slot.p_block_w, slot.waiting_w_by_clock.values()),
         )
         p_block_w = slot.p_block_w if slot.p_block_w is not None else current.p_block_w
         slot.estimate = StageEstimate(

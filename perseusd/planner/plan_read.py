@@ -199,19 +199,16 @@ def _point_clocks(
 
 def _walk_changes(point: Reader, changes: str, base: Rows) -> Rows:
     """`base` with the changes under `changes` applied, each field checked (`PlanFormatError` naming it)."""
-    rows = list(base)
     changed: dict[int, list[int]] = {}
     for change in point.items(changes):
         if len(change.as_list()) != 3:
             raise change.error(None, "must be [stage, position, clock_mhz]")
         s, k = change.child(0).as_int(minimum=0), change.child(1).as_int(minimum=0)
         clock = change.child(2).as_int(minimum=1)
-        if s >= len(rows) or k >= len(rows[s]):
+        if s >= len(base) or k >= len(base[s]):
             raise change.error(None, f"changes stage {s} position {k}, which the schedule does not have")
-        changed.setdefault(s, list(rows[s]))[k] = clock
-    for s, row in changed.items():
-        rows[s] = tuple(row)
-    return tuple(rows)
+        changed.setdefault(s, list(base[s]))[k] = clock
+    return _with_changed(base, changed)
 
 
 def _whole_rows(value: Any, order: tuple[tuple[ScheduleStep, ...], ...]) -> Rows | None:
@@ -242,10 +239,12 @@ def _changed_rows(value: Any, base: Rows) -> Rows | None:
         if not (0 <= s < len(base) and 0 <= k < len(base[s])):
             return None
         changed.setdefault(s, list(base[s]))[k] = clock
-    rows = list(base)
-    for s, row in changed.items():
-        rows[s] = tuple(row)
-    return tuple(rows)
+    return _with_changed(base, changed)
+
+
+def _with_changed(base: Rows, changed: dict[int, list[int]]) -> Rows:
+    """`base` with the rows of the stages in `changed` replaced (the others shared, not copied)."""
+    return tuple(tuple(changed[s]) if s in changed else row for s, row in enumerate(base))
 
 
 def _is_clock(value: Any) -> bool:

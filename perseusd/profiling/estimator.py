@@ -314,7 +314,7 @@ def _option(
     )
 
 
-def segment_fallback_w(first_w: float | None, measured_above_w: Iterable[float]) -> float | None:
+def segment_stand_in_w(first_w: float | None, measured_above_w: Iterable[float]) -> float | None:
     """The blocking power a segment stands in where its own idle time cannot pin it down (`estimate_segment`'s
     `stand_in_w`): the least that a segment of the GPU at a higher clock measured, else the first segment's
     (`first_w`: measured, or a nominal share; None for the first segment itself). Idle power falls with the
@@ -337,7 +337,7 @@ def estimate_segment(
     900), unless the segment's idle time cannot pin it down: none at all, or so little that its standard
     error exceeds `P_BLOCK_MAX_REL_ERR` of the reference. The reference is `fallback_p_block_w` (the first
     segment's), or for the first segment `NOMINAL_IDLE_SHARE` of its computations' least power; a segment
-    that cannot pin its own down uses `stand_in_w` (`segment_fallback_w`: the least measured above it)
+    that cannot pin its own down uses `stand_in_w` (`segment_stand_in_w`: the least measured above it)
     where given, else the reference. Why: a one-stage job's computations run back to back; on an H200,
     1.5-3 % idle time gave regressed blocking powers of 0 to 8,700 W, and through them computations'
     energies 20-57 % off. Two bounds hold whatever the windows say: segments run from the highest clock
@@ -353,7 +353,7 @@ def estimate_segment(
     if reference_w is not None and (
         p_block_w is None or not current.p_block_err_w <= P_BLOCK_MAX_REL_ERR * reference_w
     ):
-        p_block_w = stand_in_w if stand_in_w is not None and fallback_p_block_w is not None else reference_w
+        p_block_w = stand_in_w if stand_in_w is not None else reference_w
     if p_block_w is not None and fallback_p_block_w is not None:
         p_block_w = min(p_block_w, fallback_p_block_w)
     if p_block_w is not None and busy_w:

@@ -14,7 +14,7 @@ from perseusd.profiling.estimator import (
     StageEstimate,
     estimate_segment,
     estimate_stage,
-    segment_fallback_w,
+    segment_stand_in_w,
 )
 from perseusd.profiling.trace import CounterSample, CounterTrace, Interval, OptionKey
 
@@ -333,9 +333,9 @@ def test_a_segment_with_bubbles_regresses_its_own_blocking_power_below_the_fallb
 def test_a_segment_falls_back_on_the_least_blocking_power_measured_above_it() -> None:
     """Idle power falls with the clock and segments run from the highest clock down: the least measured above
     a segment bounds its own from above more closely than the first segment's."""
-    assert segment_fallback_w(None, []) is None  # the first segment: its nominal share instead
-    assert segment_fallback_w(128.7, []) == 128.7  # nothing measured yet: the first segment's
-    assert segment_fallback_w(128.7, [128.7, 111.0, 93.0]) == 93.0
+    assert segment_stand_in_w(None, []) is None  # the first segment: its nominal share instead
+    assert segment_stand_in_w(128.7, []) == 128.7  # nothing measured yet: the first segment's
+    assert segment_stand_in_w(128.7, [128.7, 111.0, 93.0]) == 93.0
     intervals = _one_stage(12, gap_ns=MS // 2)
     samples = [
         s

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from perseusd.gpu.sim_boards import load_board
-from perseusd.profiling.estimator import OptionEstimate, StageEstimate, estimate_segment, segment_fallback_w
+from perseusd.profiling.estimator import OptionEstimate, StageEstimate, estimate_segment, segment_stand_in_w
 from perseusd.profiling.sweep import ONLINE_SWEEP, StageSweep, SweepSettings
 from perseusd.profiling.trace import OptionKey
 from tests.profiling.emulation import StageEmulator
@@ -98,7 +98,7 @@ def profile_stage(stage: StageEmulator) -> Profiled:
         intervals = stage.intervals[segment_start:]
         since_ns = intervals[0].start_ns - 20_000_000
         samples = [s for s in stage.trace.samples() if s.t_ns >= since_ns]
-        stand_in_w = segment_fallback_w(p_block_w, waiting_w.values())
+        stand_in_w = segment_stand_in_w(p_block_w, waiting_w.values())
         current = estimate_segment(intervals, samples, fallback_p_block_w=p_block_w, stand_in_w=stand_in_w)
         p_block_w = p_block_w if p_block_w is not None else current.p_block_w
         estimate = StageEstimate({**done, **current.options}, p_block_w, current.windows)
