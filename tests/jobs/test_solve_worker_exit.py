@@ -62,8 +62,9 @@ def test_close_reaps_the_worker() -> None:
     assert all(not process.is_alive() for process in processes)
 
 
-def test_worker_forkserver_and_tracker_exit_when_the_daemon_is_killed() -> None:
-    proc = subprocess.Popen([sys.executable, "-c", DAEMON_LIKE], stdout=subprocess.PIPE, text=True)
+def test_worker_forkserver_and_tracker_exit_when_the_daemon_is_killed(tmp_path: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # the killed process's `pymp-*` folder stays in tmp_path
+    proc = subprocess.Popen([sys.executable, "-c", DAEMON_LIKE], stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"

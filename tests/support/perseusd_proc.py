@@ -49,6 +49,14 @@ class DaemonDirs:
         atexit.register(shutil.rmtree, base, ignore_errors=True)
         return cls(base, base / "run", base / "state")
 
+    def private_tmp(self) -> Path:
+        """The daemon's TMPDIR (sticky, like /tmp): what a daemon killed by a test leaves there (its solver
+        worker's `pymp-*` folder) goes with the base, not into /tmp."""
+        tmp = self.base / "tmp"
+        tmp.mkdir(exist_ok=True)
+        tmp.chmod(0o1777)
+        return tmp
+
 
 @dataclass
 class DaemonProcess:
@@ -80,7 +88,7 @@ class DaemonProcess:
         ]
 
     def start(self, *, wait: bool = True) -> DaemonProcess:
-        env = {**os.environ, **self.env}
+        env = {**os.environ, "TMPDIR": str(self.dirs.private_tmp()), **self.env}
         env.pop("NOTIFY_SOCKET", None)
         self.log_path = self.dirs.base / f"daemon-{time.monotonic_ns()}.log"
         with self.log_path.open("w") as log:
