@@ -27,6 +27,7 @@ from perseusd.planner.switch_search import (
     HARD_SEARCH_LATENCY_S,
     MAX_LATE_FRACTION,
     TIGHT_LIMIT_BUDGET,
+    Descent,
     DescentSearch,
     deployable,
     descend_frontier,
@@ -362,3 +363,36 @@ def test_only_long_pipelines_on_slow_locks_get_the_harder_search() -> None:
     assert far == int(budget * FAR_BUDGET_SHARE) < budget * TIGHT_LIMIT_BUDGET
     assert far_search_budget(short_dag, H100, budget) == 0
     assert far_search_budget(long_dag, quick, budget) == far_search_budget(deep_dag, quick, budget) == 0
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_the_no_slowdown_descent_starts_from_every_slower_limits_plan(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Which basin a repaired plan's descent ends in turns on small differences, so the deployed limit's
+    descent starts from each plan the slower limits added, not only the least-energy one."""
+    frontier, dag, profile, all_max_time_s = _job(seed)
+    starts: dict[float, list[tuple[tuple[int, ...], ...]]] = {}
+    descend = DescentSearch.descend
+
+    def recording(
+        self: DescentSearch,
+        start: tuple[tuple[int, ...], ...],
+        limit_s: float,
+        budget: int,
+        max_late: int | None,
+        **priced: float,
+    ) -> Descent | None:
+        if max_late is not None:  # a start (not `reallocate`'s priced pass)
+            starts.setdefault(round(limit_s / all_max_time_s, 3), []).append(start)
+        return descend(self, start, limit_s, budget, max_late, **priced)
+
+    monkeypatch.setattr(DescentSearch, "descend", recording)
+    descended = descend_frontier(frontier, dag, profile, P_BLOCK_W, H100, all_max_time_s)
+    added = list(descended.points[len(frontier.points) :])
+    if added and added[-1].predicted_time_s <= all_max_time_s * (1 + 1e-9):
+        added = added[:-1]  # the no-slowdown limit's own plan
+    assert len({p.clocks_mhz for p in added}) >= 2  # else this checks nothing
+    assert all(p.clocks_mhz in starts[1.0] for p in added)
+    slower = [factor for factor in starts if factor > 1.0]
+    assert all(len(starts[factor]) <= 3 for factor in slower)  # there: the least-energy one only
