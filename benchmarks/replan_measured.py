@@ -40,12 +40,12 @@ from perseusd.jobs.shape import JobShape
 from perseusd.jobs.solving import SolveInput, auto_unit_time_s, solve
 from perseusd.planner.baselines import all_max
 from perseusd.planner.dag import ComputationDag, Instruction
+from perseusd.planner.descent_limits import deployable
 from perseusd.planner.following import PointFollower
 from perseusd.planner.plan import Plan
 from perseusd.planner.policy import PointSummary, Policy
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.profile_csv import profile_to_csv, read_profile_stream, read_profile_waiting
-from perseusd.planner.switch_search import deployable
 from perseusd.planner.switching import SwitchModel
 from perseusd.workload.sim_costs import WorkloadCosts
 

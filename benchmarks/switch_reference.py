@@ -19,11 +19,11 @@ from perseusd.jobs.settings import JobSettings
 from perseusd.jobs.shape import JobShape
 from perseusd.jobs.solving import SolveInput, auto_unit_time_s, solve
 from perseusd.planner.baselines import all_max
+from perseusd.planner.descent_limits import deployable
 from perseusd.planner.plan import Frontier, Plan
 from perseusd.planner.policy import PointSummary, Policy
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import profile_to_csv
-from perseusd.planner.switch_search import deployable
 from perseusd.planner.switching import SwitchModel
 from perseusd.planner.waiting import WaitingPower
 

@@ -49,7 +49,7 @@ def fastest_point(frontier: Frontier) -> Plan:
 
 
 def _row(point: Plan, fastest: Plan, deployed: int | None) -> list[str]:
-    from perseusd.planner.switch_search import within_late_cap
+    from perseusd.planner.descent_limits import within_late_cap
 
     marks = [DEPLOYED_MARK] if point.index == deployed else []
     if point.followed is not None and point.followed.descended_from is not None:

@@ -31,11 +31,11 @@ from perseusd.jobs.span_state import SpanState
 from perseusd.jobs.states import ACTIVE, FAILED, REGISTERED, check_move
 from perseusd.jobs.straggling import ActiveStraggler, PipelineRun
 from perseusd.planner.dag import ComputationDag, Instruction
+from perseusd.planner.descent_limits import deployable
 from perseusd.planner.plan import Frontier, frontier_to_document, plan_document, plan_from_frontier
 from perseusd.planner.policy import PointSummary, Policy
 from perseusd.planner.profile import Measurement, Profile
 from perseusd.planner.slack import stage_slack_s
-from perseusd.planner.switch_search import deployable
 from perseusd.planner.waiting import pooled_by_clock
 from perseusd.profiling.estimator import OptionEstimate
 

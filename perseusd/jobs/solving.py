@@ -36,12 +36,12 @@ from perseusd.errors import PlanningError
 from perseusd.jobs.cache import FrontierFileError, read_frontier_file
 from perseusd.jobs.shape import JobShape, StageOrder
 from perseusd.planner.baselines import all_max
+from perseusd.planner.descent_limits import descend_frontier
 from perseusd.planner.following import follow_frontier
 from perseusd.planner.plan import Frontier, PlanMeta, frontier_from_points, frontier_to_document, save_json
 from perseusd.planner.profile import Profile
 from perseusd.planner.profile_csv import read_profile_stream
 from perseusd.planner.solver import FrontierSolver, SolverParams
-from perseusd.planner.switch_search import descend_frontier
 from perseusd.planner.switching import SwitchModel
 from perseusd.planner.waiting import WaitingPower
 from perseusd.threads import NamedThread

@@ -13,13 +13,7 @@ import pytest
 from perseusd.ctl.frontier_cmd import render_frontier
 from perseusd.planner.baselines import all_max
 from perseusd.planner.dag import ComputationDag, build_dag
-from perseusd.planner.evaluate import evaluate_clocks
-from perseusd.planner.following import PointFollower, follow_frontier
-from perseusd.planner.plan import Frontier, PlanMeta, frontier_from_points, frontier_to_document
-from perseusd.planner.plan_read import parse_frontier
-from perseusd.planner.profile import Profile
-from perseusd.planner.solver import SolverParams, solve_frontier
-from perseusd.planner.switch_search import (
+from perseusd.planner.descent_limits import (
     FAR_BUDGET_SHARE,
     FAR_SEARCH_STAGES,
     FAR_STEPS,
@@ -27,13 +21,18 @@ from perseusd.planner.switch_search import (
     HARD_SEARCH_LATENCY_S,
     MAX_LATE_FRACTION,
     TIGHT_LIMIT_BUDGET,
-    Descent,
-    DescentSearch,
     deployable,
     descend_frontier,
     far_search_budget,
     searches_harder,
 )
+from perseusd.planner.evaluate import evaluate_clocks
+from perseusd.planner.following import PointFollower, follow_frontier
+from perseusd.planner.plan import Frontier, PlanMeta, frontier_from_points, frontier_to_document
+from perseusd.planner.plan_read import parse_frontier
+from perseusd.planner.profile import Profile
+from perseusd.planner.solver import SolverParams, solve_frontier
+from perseusd.planner.switch_search import Descent, DescentSearch
 from perseusd.planner.switching import (
     FollowablePoint,
     SwitchModel,
