@@ -21,9 +21,10 @@ measured in the same run, clock changes per iteration and the fraction of comput
 their planned clock was applied: by the daemon's count (`began_before_clock_fraction`) and, with
 `--trace-dir`, by the simulated GPUs' own clock at each begin against the plan the daemon ran
 (`began_at_wrong_gpu_clock_fraction`; `wrong_clock_fraction` is the one judged, `wrong_clock_source` says
-which), and `bars`: each of the closed-loop issue's thresholds (profiling at most 80 iterations, at least
-90 % of the shipped-profile no-slowdown saving, slowdown at most 1 %, at most 10 % of computations begun at
-a wrong clock) with whether this run met it. For a measured profile (bundled or a
+which) and the saving by the simulated GPUs' exact energy (`exact_saving_pct`, and `measurement_error_pts`:
+the counters' figure less it), and `bars`: each of the closed-loop issue's thresholds (profiling at most 80
+iterations, at least 90 % of the shipped-profile no-slowdown saving, slowdown at most 1 %, at most 10 % of
+computations begun at a wrong clock) with whether this run met it. For a measured profile (bundled or a
 file) it adds the planner's own no-slowdown saving
 (`perseusctl compare`'s "Perseus, no slowdown") on two profiles, and the measured saving as a share of each:
 `reference_shipped_pct` on the shipped profile (what the issue's 16.6 / 18.5 % for the H100 come from) and
@@ -65,7 +66,7 @@ from typing import IO, Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.closed_loop_suite import FAMILY_PREFIX, family_bars, family_case, family_csv, family_spec
-from benchmarks.closed_loop_trace import gpu_wrong_clock_fraction
+from benchmarks.closed_loop_trace import exact_energy, gpu_wrong_clock_fraction
 from benchmarks.h100_variants import VARIANTS, variant_csv, variant_stages
 from benchmarks.switch_reference import switch_aware_pct
 from perseusd.emulate.trace import read_trace
@@ -253,6 +254,7 @@ def summary(result: dict[str, Any], reference: dict[str, float] | None = None) -
         "began_at_wrong_gpu_clock_fraction": result.get("gpu_wrong_clock_fraction"),
         **_wrong_clock(plan.get("wrong_clock_fraction"), result.get("gpu_wrong_clock_fraction")),
         "prediction_gap_pts": round(abs(planned - measured), 2) if planned is not None and measured else None,
+        **_exact(result.get("exact_energy"), measured),
     }
     for name, value in (reference or {}).items():
         figures[name] = value
@@ -260,6 +262,15 @@ def summary(result: dict[str, Any], reference: dict[str, float] | None = None) -
         figures[f"of_{share}_reference"] = round(measured / value, 3) if measured and value > 0 else None
     figures["bars"] = bars(figures)
     return figures
+
+
+def _exact(exact: dict[str, Any] | None, measured: float | None) -> dict[str, Any]:
+    """With `--trace-dir`: the saving by the simulated GPUs' exact energy (`closed_loop_trace.exact_energy`)
+    and how far the counters' measurement of the same run is from it (points; not judged by any bar)."""
+    if exact is None:
+        return {}
+    error = round(measured - exact["saving_pct"], 2) if measured is not None else None
+    return {"exact_saving_pct": exact["saving_pct"], "measurement_error_pts": error}
 
 
 def _wrong_clock(daemon: float | None, gpu: float | None) -> dict[str, Any]:
@@ -343,6 +354,7 @@ def run_case(name: str, args: argparse.Namespace, seed: int | None = None) -> di
             path = args.trace_dir / f"{_file_name(_seeded(name, seed))}.profile.csv"
             result["measured_profile"] = export_profile(daemon, result.get("job"), path)
             result["gpu_wrong_clock_fraction"] = _gpu_wrong_clock(trace, path.with_suffix(".plan.json"))
+            result["exact_energy"] = exact_energy(read_trace(trace))
     finally:
         daemon.signal(signal.SIGTERM)
         daemon.wait()

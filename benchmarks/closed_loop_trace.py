@@ -10,7 +10,8 @@ passed on). `replayed_s` replays the DAG with the measured durations, the baseli
 within a GPU and its `hop` on every edge between stages: it should come close to the span. The slowdowns
 compare the optimized window with the baseline on each figure, so the share of the measured slowdown that
 the durations explain (`dag`: the plan's clocks and how they were followed) and what the time between
-stages adds (`replayed`) can be read apart.
+stages adds (`replayed`) can be read apart. `exact_energy`: each window's energy per iteration and the saving
+from the simulated GPUs' exact energy (`exact_energy`), which the counters' measurement approximates.
 
     python benchmarks/bench_closed_loop.py --cases a100x12 --trace-dir DIR
     python benchmarks/closed_loop_trace.py DIR/a100x12.jsonl
@@ -164,6 +165,39 @@ def gpu_wrong_clock_fraction(records: Sequence[Record], plan: dict[str, Any]) ->
     return round(wrong / begun, 5) if begun else None
 
 
+def exact_energy(records: Sequence[Record]) -> dict[str, Any] | None:
+    """Each window's energy per iteration from the simulated GPUs' exact energy (no counter, no noise) and
+    the saving it makes, beside what the counters measured: per GPU, its exact energy as it began its first
+    computation of the window's first iteration and of its end iteration (each GPU at its own iteration
+    boundary, so each counts whole iterations), summed over the GPUs and divided by the iterations. The
+    counters' figure differs from it by where each window's samples fall in an iteration (a counter moves
+    every 100 ms) and the counter's noise. None: a window, or a GPU's boundary, missing (an unfinished run,
+    or an executor that does not know its GPU's energy)."""
+    windows = {r["phase"]: (r["first"], r["last"]) for r in records if r.get("kind") == "window"}
+    if not {"baseline", "optimized"} <= set(windows):
+        return None
+    begun: dict[tuple[Any, ...], float] = {}
+    began_j: dict[tuple[Any, ...], float | None] = {}
+    for record in records:
+        if record.get("kind") != "computation":
+            continue
+        key = (record.get("pipeline", 0), record["stage"], record["gpu"], record["iteration"])
+        if key not in begun or record["start_s"] < begun[key]:
+            begun[key], began_j[key] = record["start_s"], record.get("gpu_energy_j")
+    gpus = sorted({key[:3] for key in begun})
+    figures: dict[str, Any] = {}
+    for phase in ("baseline", "optimized"):
+        first, last = windows[phase]
+        energies = [(began_j.get((*gpu, first)), began_j.get((*gpu, last))) for gpu in gpus]
+        if any(start is None or end is None for start, end in energies):
+            return None
+        total_j = sum(end - start for start, end in energies if start is not None and end is not None)
+        figures[f"{phase}_energy_per_iteration_j"] = round(total_j / (last - first), 3)
+    saving = 1.0 - figures["optimized_energy_per_iteration_j"] / figures["baseline_energy_per_iteration_j"]
+    figures["saving_pct"] = round(100.0 * saving, 3)
+    return figures
+
+
 def _pct(optimized: float, baseline: float) -> float:
     return round(100.0 * (optimized / baseline - 1.0), 3)
 
@@ -172,7 +206,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("trace", type=Path, help="a perseus-emulate --trace file of a finished run")
     args = parser.parse_args()
-    print(json.dumps(analyse(read_trace(args.trace)), indent=2))
+    records = read_trace(args.trace)
+    print(json.dumps(analyse(records) | {"exact_energy": exact_energy(records)}, indent=2))
     return 0
 
 

@@ -295,6 +295,7 @@ class StageWorker:
                             "start_s": run.start_s,
                             "end_s": run.start_s + run.duration_s,
                             "energy_j": run.energy_j,
+                            "gpu_energy_j": run.gpu_energy_j,
                         }
                     )
             self._executor.iteration_done()

@@ -44,7 +44,7 @@ class TensorGroup:
         time_scale: float,
     ) -> RunRecord:
         """Run one computation on every GPU of the stage: the first GPU's record, lasting until the last GPU
-        finished, with the energy of all."""
+        finished, with the energy of all (`gpu_energy_j`: the GPUs' together as each began)."""
         if len(self._handles) == 1:
             record = self._handles[0].run(stage, instruction, time_scale)
             self.last_clocks_mhz = (record.clock_mhz,)
@@ -53,7 +53,13 @@ class TensorGroup:
         self.last_clocks_mhz = tuple(r.clock_mhz for r in records)
         end_s = max(r.start_s + r.duration_s for r in records)
         first = records[0]
-        return replace(first, duration_s=end_s - first.start_s, energy_j=sum(r.energy_j for r in records))
+        begun = [r.gpu_energy_j for r in records]
+        return replace(
+            first,
+            duration_s=end_s - first.start_s,
+            energy_j=sum(r.energy_j for r in records),
+            gpu_energy_j=None if None in begun else sum(j for j in begun if j is not None),
+        )
 
     @contextlib.contextmanager
     def waiting(self) -> Iterator[None]:

@@ -1,10 +1,12 @@
 """The debug trace (`perseus-emulate --trace FILE`): JSON lines from every process of one run.
 
 Stage processes write one record per computation (`kind` "computation": pipeline, stage, gpu, iteration,
-instruction, microbatch, chunk, profile_stage, clock_mhz, start_s, end_s, energy_j; times are
-CLOCK_MONOTONIC, energies the simulated GPU's exact ones); the coordinator writes its counter samples and
-measurement windows (`kind` "window": phase, and per GPU the start and end time and counter value). Every
-process appends whole batches of lines with one `write` on an `O_APPEND` descriptor: lines never interleave.
+instruction, microbatch, chunk, profile_stage, clock_mhz, start_s, end_s, energy_j, and gpu_energy_j: the
+stage's GPUs' exact energy since their creation as it began, null where the executor does not know it;
+times are CLOCK_MONOTONIC, energies the simulated GPU's exact ones, without the counter's noise); the
+coordinator writes its counter samples and measurement windows (`kind` "window": phase, and per GPU the
+start and end time and counter value). Every process appends whole batches of lines with one `write` on an
+`O_APPEND` descriptor: lines never interleave.
 """
 
 from __future__ import annotations

@@ -219,8 +219,7 @@ class SimDevice(GpuDevice):
 
     def _idle_energy_j(self, control: ControlState, now_s: float, busy_s: float) -> float:
         """Idle energy since creation: folded up to the last clock change, then at this clock's power."""
-        idle_s = max(0.0, (now_s - control.folded_at_s) - (busy_s - control.folded_busy_s))
-        return control.idle_folded_j + idle_s * self._board.idle_power_w(control.locked_sm_clock_mhz)
+        return control.idle_energy_j(now_s, busy_s, self._board.idle_power_w(control.locked_sm_clock_mhz))
 
     def _fold_idle(self, control: ControlState, now_s: float) -> ControlState:
         """`control` with the idle energy up to `now_s` folded in (before the clock changes)."""

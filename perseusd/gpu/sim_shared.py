@@ -92,6 +92,12 @@ class ControlState:
     folded_at_s: float = 0.0
     folded_busy_s: float = 0.0
 
+    def idle_energy_j(self, now_s: float, busy_s: float, idle_power_w: float) -> float:
+        """Idle energy since creation at `now_s`, the workloads busy `busy_s` in all by then: folded up to the
+        last clock change, then at `idle_power_w` (the board's at the clock locked now)."""
+        idle_s = max(0.0, (now_s - self.folded_at_s) - (busy_s - self.folded_busy_s))
+        return self.idle_folded_j + idle_s * idle_power_w
+
 
 @dataclass(frozen=True)
 class BusyState:

@@ -42,6 +42,7 @@ class RunRecord:
     clock_switches: int = 0  # clock changes the daemon made while it ran (clock_mhz is the first clock)
     ran_mhz: int = 0  # the clock it began running at: clock_mhz, or lower when power-capped
     capped: bool = False  # the power cap lowered its clock (at its start)
+    gpu_energy_j: float | None = None  # the GPU's exact energy since its creation as it began (J, no noise)
 
 
 def list_sim_gpus(sim_dir: Path | str) -> list[str]:
@@ -162,6 +163,7 @@ class SimGpuHandle(Closing):
             first, first_mhz = self._run_cost(stage, instruction, control), self._target_mhz(control)
             run, work_left, segment_start_s, switches = first, 1.0, start_s, 0
             busy_s, energy_j = done.done_busy_s, done.done_energy_j
+            begun_j = energy_j + control.idle_energy_j(start_s, busy_s, self._idle_power_w(control))
             while True:
                 scale = time_scale * self._throttle * work_left
                 seg_s, seg_j = run.cost.time_s * scale, run.cost.energy_j * scale
@@ -182,7 +184,10 @@ class SimGpuHandle(Closing):
         duration_s = self._clock() - start_s if switches else busy_s - done.done_busy_s
         total_j = energy_j - done.done_energy_j
         record = RunRecord(stage, instruction, first_mhz, start_s, duration_s, total_j, switches)
-        return replace(record, ran_mhz=first.clock_mhz, capped=first.capped)
+        return replace(record, ran_mhz=first.clock_mhz, capped=first.capped, gpu_energy_j=begun_j)
+
+    def _idle_power_w(self, control: ControlState) -> float:
+        return self._costs.board.idle_power_w(control.locked_sm_clock_mhz)
 
     def _hold(self, end_s: float, control: ControlState) -> ControlState | None:
         """Sleep until `end_s`; the new control if the daemon changes the clock or power limit before then."""

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.closed_loop_trace import analyse, gpu_wrong_clock_fraction, replay_s
+from benchmarks.closed_loop_trace import analyse, exact_energy, gpu_wrong_clock_fraction, replay_s
 from perseusd.planner.dag import build_dag
 
 STAGES, MICROBATCHES = 3, 4
@@ -102,3 +102,44 @@ def test_the_gpu_wrong_clock_share_counts_the_optimized_windows_begins_off_their
     ]
     assert gpu_wrong_clock_fraction(records, plan) == pytest.approx(2 / 8)
     assert gpu_wrong_clock_fraction(records[1:], plan) is None
+
+
+def test_the_exact_saving_counts_each_gpus_energy_between_its_own_iteration_boundaries() -> None:
+    """Per GPU, its exact energy as it began its first computation of the window's first and end iteration
+    (a later computation of the same iteration does not move the boundary), summed over GPUs, per
+    iteration; a window boundary without the GPU's energy gives no figure."""
+    per_iteration_j = {"GPU-a": (100.0, 80.0), "GPU-b": (300.0, 255.0)}  # baseline, optimized
+
+    def records(gpu: str, stage: int) -> list[dict[str, Any]]:
+        found, energy_j = [], 7.0
+        for iteration in range(7):
+            spent_j = per_iteration_j[gpu][0 if iteration < 3 else 1]
+            for k, share in enumerate((0.0, 0.4)):  # two computations, the second part-way through
+                found.append(
+                    {
+                        "kind": "computation",
+                        "pipeline": 0,
+                        "stage": stage,
+                        "gpu": gpu,
+                        "iteration": iteration,
+                        "start_s": 10.0 * iteration + stage + k,
+                        "gpu_energy_j": energy_j + share * spent_j,
+                    }
+                )
+            energy_j += spent_j
+        return found
+
+    trace = [
+        *records("GPU-a", 0),
+        *records("GPU-b", 1),
+        {"kind": "window", "phase": "baseline", "first": 0, "last": 3},
+        {"kind": "window", "phase": "optimized", "first": 3, "last": 6},
+    ]
+    found = exact_energy(trace)
+    assert found is not None
+    assert found["baseline_energy_per_iteration_j"] == pytest.approx(400.0)
+    assert found["optimized_energy_per_iteration_j"] == pytest.approx(335.0)
+    assert found["saving_pct"] == pytest.approx(16.25)
+    unknown = [r | {"gpu_energy_j": None} if r.get("iteration") == 6 else r for r in trace]
+    assert exact_energy(unknown) is None
+    assert exact_energy(trace[:-1]) is None

@@ -115,6 +115,26 @@ def test_unlocked_gpu_runs_at_its_highest_clock(sim_backend: SimBackend, fake_cl
         assert gpu.cost(0, "forward").time_s == pytest.approx(0.05016166687011708 * 2)
 
 
+def test_a_computation_knows_the_gpus_exact_energy_as_it_began(
+    sim_backend: SimBackend, fake_clock: FakeClock
+) -> None:
+    """`RunRecord.gpu_energy_j` is the device's exact energy at the computation's start: earlier busy
+    energy, idle at one locked clock, then idle at another after a change (the trace's exact figure)."""
+    device = sim_backend.sim_devices()[0]
+    with SimGpuHandle.open(
+        sim_backend.sim_dir, device.info.uuid, clock=fake_clock, sleep=fake_clock.sleep
+    ) as gpu:
+        first = gpu.run(0, "forward")
+        assert first.gpu_energy_j == pytest.approx(device.true_energy_j() - first.energy_j, abs=1e-9)
+        fake_clock.advance(0.3)
+        device.set_locked_sm_clock_mhz(1005)
+        fake_clock.advance(0.2)
+        expected_j = device.true_energy_j()
+        second = gpu.run(1, "backward")
+    assert second.gpu_energy_j == pytest.approx(expected_j)
+    assert second.gpu_energy_j > first.energy_j + (first.gpu_energy_j or 0.0)
+
+
 def test_a_clock_change_mid_computation_applies_to_the_work_left(
     sim_backend: SimBackend, fake_clock: FakeClock
 ) -> None:
