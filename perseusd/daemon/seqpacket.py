@@ -5,7 +5,8 @@ group as the ZeroMQ event socket). A client connects once per session and sends 
 datagram from its training thread (no I/O thread on either side). The peer's pid, uid and gid are taken by
 SO_PEERCRED when the connection is accepted, as the kernel reports them, and every datagram on it is that
 peer's: nothing in a frame names its sender. Everything here is non-blocking and bounded per call; the
-IPC layer (`perseusd.daemon.ipc`) polls the descriptors and decides what a datagram means.
+IPC layer polls the descriptors (`perseusd.daemon.ipc`) and decides what a datagram means
+(`perseusd.daemon.event_intake`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 from perseus_client import PerseusClient, PlanEntry
 from perseus_client.envelope import SEQPACKET_EVENT_SOCKET_NAME
 
-from perseusd.daemon.ipc import MAX_FRAMES_PER_DATAGRAM
+from perseusd.daemon.event_intake import MAX_FRAMES_PER_DATAGRAM
 from tests.support.perseusd_proc import DaemonDirs, DaemonProcess, daemon_processes
 
 pytestmark = pytest.mark.timeout(90)

@@ -5,9 +5,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from perseusd.daemon.core import DaemonCore
 
-IPC_SOURCE = Path(__file__).resolve().parents[2] / "perseusd" / "daemon" / "ipc.py"
+DAEMON_DIR = Path(__file__).resolve().parents[2] / "perseusd" / "daemon"
+IPC_SOURCES = tuple(DAEMON_DIR / name for name in ("ipc.py", "request_server.py", "event_intake.py"))
+"""The IPC layer's modules that hold the core: the server, its requests and its event intake."""
 
 PORT = {
     "accepts_events_from",
@@ -45,19 +49,21 @@ def core_uses(tree: ast.AST) -> list[tuple[int, str, bool]]:
     return uses
 
 
-def test_the_ipc_layer_uses_only_the_port() -> None:
-    uses = core_uses(ast.parse(IPC_SOURCE.read_text()))
-    assert uses, "the check found no use of the core at all: it no longer reads ipc.py as written"
-    outside = [f"ipc.py:{line}: core.{name}" for line, name, _ in uses if name not in PORT]
+@pytest.mark.parametrize("source", IPC_SOURCES, ids=lambda path: path.name)
+def test_the_ipc_layer_uses_only_the_port(source: Path) -> None:
+    tree = ast.parse(source.read_text())
+    uses = core_uses(tree)
+    assert uses, f"the check found no use of the core at all: it no longer reads {source.name} as written"
+    outside = [f"{source.name}:{line}: core.{name}" for line, name, _ in uses if name not in PORT]
     assert not outside, f"the IPC layer reaches past the core's port: {outside}"
-    written = [f"ipc.py:{line}: core.{name}" for line, name, store in uses if store]
+    written = [f"{source.name}:{line}: core.{name}" for line, name, store in uses if store]
     assert not written, f"the IPC layer writes the core's attributes: {written}"
     augmented = [
         node.lineno
-        for node in ast.walk(ast.parse(IPC_SOURCE.read_text()))
+        for node in ast.walk(tree)
         if isinstance(node, ast.AugAssign) and "core" in ast.unparse(node.target)
     ]
-    assert not augmented, f"the IPC layer counts into the core itself at lines {augmented}"
+    assert not augmented, f"the IPC layer counts into the core itself at lines {augmented} of {source.name}"
 
 
 def test_the_port_exists_on_the_core() -> None:

@@ -12,7 +12,7 @@ import pytest
 import zmq
 from perseus_client.protocol import StatusRequest, encode
 
-from perseusd.daemon.ipc import EVENT_BATCH
+from perseusd.daemon.event_intake import EVENT_BATCH
 from tests.daemon.test_service_ticks import event, running_service, send_and_serve
 from tests.support.daemon_core import on_replies
 from tests.support.sockets import connected, zmq_context
@@ -67,14 +67,15 @@ def test_a_request_that_arrives_during_a_drain_is_served_at_once(tmp_path: Path)
 
         core.count_received = count_received  # type: ignore[method-assign]
         ipc = service._ipc
-        real_waiting = ipc._requests_waiting
+        intake = ipc._intake
+        real_waiting = intake._requests_waiting
         answers: list[bool] = []
 
         def requests_waiting() -> bool:
             answers.append(real_waiting())
             return answers[-1]
 
-        ipc._requests_waiting = requests_waiting  # type: ignore[method-assign]
+        intake._requests_waiting = requests_waiting
         replied: list[int] = []
         on_replies(ipc, replied.append)
         for microbatch in range(EVENT_BATCH):

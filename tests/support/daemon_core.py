@@ -196,10 +196,11 @@ def leased_service(core: DaemonCore, tmp_path: Path) -> tuple[Service, IpcServer
 def on_replies(ipc: IpcServer, seen: Callable[[int], None]) -> None:
     """Call `seen(request_id)` as the daemon sends each reply (judging a request on the daemon's side: the
     reply's way back to a socket may take longer than a loop iteration on a loaded machine)."""
-    real_reply = ipc._reply
+    requests = ipc._requests
+    real_reply = requests._reply
 
     def reply(*args: Any) -> None:
         seen(args[2])
         real_reply(*args)
 
-    ipc._reply = reply  # type: ignore[method-assign]
+    requests._reply = reply  # type: ignore[method-assign]
