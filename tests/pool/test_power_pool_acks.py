@@ -93,7 +93,7 @@ def test_raises_are_reported_late_and_lowers_by_revision(run: PoolRun, agents: d
     for budget_w in (1000.0, 2400.0, 1200.0, 2600.0):
         run.set_budget(budget_w)
         assert wait_for(run.settled(budget_w), 60.0) is not None, run.view()
-    assert sum(a.deferred_reports for a in agents.values()) > 0  # raises were reported late
+    assert sum(a._membership.deferred_reports for a in agents.values()) > 0  # raises were reported late
     view = run.view()
     for node, report in view.reports.items():  # each report names the revision of the grant it applies
         grant = view.grants[node]
@@ -108,13 +108,13 @@ def test_raises_are_reported_late_and_lowers_by_revision(run: PoolRun, agents: d
     # The allocator alone watches the budget request and reports vanishing; the role moves with it.
     allocator = run.status().allocator
     assert allocator is not None
-    assert wait_for(lambda: len(agents[allocator]._leader_watches) == 2, 30.0) is not None
-    assert all(not a._leader_watches for n, a in agents.items() if n != allocator)
+    assert wait_for(lambda: len(agents[allocator]._watches.leader_watches) == 2, 30.0) is not None
+    assert all(not a._watches.leader_watches for n, a in agents.items() if n != allocator)
     agents[allocator].stop()  # clean stop: the role goes to another node, which opens the watches
     rest = {n: a for n, a in agents.items() if n != allocator}
     assert wait_for(lambda: run.status().allocator in rest, 60.0) is not None
     successor = run.status().allocator
     assert successor is not None
-    assert wait_for(lambda: len(rest[successor]._leader_watches) == 2, 30.0) is not None
+    assert wait_for(lambda: len(rest[successor]._watches.leader_watches) == 2, 30.0) is not None
     run.set_budget(1500.0)
     assert wait_for(run.settled(1500.0), 60.0) is not None

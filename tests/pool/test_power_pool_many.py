@@ -57,7 +57,7 @@ def test_more_nodes_than_a_transaction_holds(
     assert all(a._allocator.wins > 0 for a in agents.values() if a.full_reads > 0)
     assert sum(1 for a in agents.values() if a.full_reads > 0) < NODES // 10
     others = [a for n, a in agents.items() if n != allocator]
-    assert sum(a.pushed_applied for a in others) > 0  # grants arrived by the watch
+    assert sum(a._holder.pushed_applied for a in others) > 0  # grants arrived by the watch
 
     # Every node applies its lowered grant; the grants are not written again for it (a lowered grant names
     # the higher one until its next write), but the allocator's own is: its report vanishes with its role.
