@@ -517,11 +517,11 @@ class JobManager:
         except Exception as exc:  # the solver's error ends this job, never the daemon
             logger.error("job %s: solving failed: %s", job.name, exc)
             if job.span is not None and self.spanning is not None:
-                self.spanning.solve_failed(job, f"solving failed: {exc}")
+                self.spanning.leader.solve_failed(job, f"solving failed: {exc}")
             job.enter(FAILED, f"solving failed: {exc}")
             return
         if job.span is not None and self.spanning is not None:
-            self.spanning.solved(job, solved.frontier)
+            self.spanning.leader.solved(job, solved.frontier)
             return
         if solved.read_s is not None:
             self._read_done(job, solved)

@@ -9,8 +9,8 @@ from perseus_client.protocol import PipelineInfo, ProfilingInfo, SpanInfo, SpanM
 
 from perseusd.cluster.span_board import MemberRecord
 from perseusd.jobs.job import Job
+from perseusd.jobs.span_members import members_of, missing_text, ranges
 from perseusd.jobs.span_state import SpanState
-from perseusd.jobs.spanning import members_of, missing_text, ranges
 from perseusd.jobs.states import PROFILING
 
 

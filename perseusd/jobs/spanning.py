@@ -16,83 +16,36 @@ When the leader goes, its keys vanish with its lease and another node takes the 
 shares it again: no new solve). When a node goes, the others keep running their part. When etcd is lost,
 every node keeps running the last plan; re-plans wait for etcd. Nothing here waits on etcd: the plane's thread
 does the talking, this module reads its last view.
+
+This module is every node's part: joining, sharing its record and its profile, loading and applying the plan,
+and handing the leader's role to `perseusd.jobs.span_leader` (the solve) and `perseusd.jobs.span_replan`
+(the re-plans); `perseusd.jobs.span_members` reads the nodes' records together.
 """
 
 from __future__ import annotations
 
 import logging
-import statistics
 import time
-from collections.abc import Mapping
 from dataclasses import replace
-from typing import Protocol
 
-from perseusd.cluster.span_board import (
-    MemberRecord,
-    PipelinePlan,
-    PipelineSpan,
-    PlanRecord,
-    ProfileShare,
-    StragglerPlan,
-)
-from perseusd.errors import InvalidValueError
+from perseusd.cluster.span_board import MemberRecord, PipelinePlan, PipelineSpan, ProfileShare
 from perseusd.jobs.cluster_link import ClusterLink, significant
 from perseusd.jobs.job import Deployed, Job
-from perseusd.jobs.metering import MeasuredSaving
-from perseusd.jobs.shape import StageOrder
-from perseusd.jobs.span_merge import (
-    ShareError,
-    decode_share,
-    decode_solution,
-    encode_share,
-    encode_solution,
-    merge_shares,
-)
-from perseusd.jobs.span_state import GlobalRun, SpanState
+from perseusd.jobs.span_host import SpanHost
+from perseusd.jobs.span_leader import SpanLeader
+from perseusd.jobs.span_members import covered_pipelines, local_slots, members_of, missing_text
+from perseusd.jobs.span_merge import ShareError, decode_solution, encode_share
+from perseusd.jobs.span_replan import SpanReplanner
+from perseusd.jobs.span_state import SpanState
 from perseusd.jobs.states import FAILED, REGISTERED, RUNNING, SOLVING
-from perseusd.jobs.straggling import (
-    ActiveStraggler,
-    Detector,
-    StragglerSettings,
-    pick_straggler,
-    point_for,
-    relative_slowness,
-)
+from perseusd.jobs.straggling import ActiveStraggler, StragglerSettings
 from perseusd.jobs.waiting import WAITING, set_waiting
-from perseusd.planner.plan import Frontier
-from perseusd.planner.policy import Policy
 from perseusd.planner.profile import Profile
-from perseusd.planner.profile_csv import WaitingPoints
-from perseusd.profiling.adequacy import plan_problems
 
 logger = logging.getLogger(__name__)
 
-SWITCH_LEAD_STEPS = 2
-"""A re-plan switches a pipeline this many steps after the latest step the leader saw: time for every node
-to read the plan (a node that reads it later switches at its next step boundary)."""
-SOLUTION = "solution"
 SYNC_INTERVAL_S = 0.1
 """How often a spanning job reads its view and shares its record (the plane talks to etcd every round)."""
-
-
-class SpanHost(Protocol):
-    """What the coordinator needs of the job manager."""
-
-    def adopt_solution(self, job: Job, frontier: Frontier, profile: Profile, p_block_w: float) -> None: ...
-    def run_plan(self, job: Job) -> None: ...
-    def submit_solve(
-        self,
-        job: Job,
-        profile: Profile,
-        p_block_w: float,
-        orders: tuple[StageOrder, ...],
-        latency_s: float | None = None,
-        waiting_w: WaitingPoints | None = None,
-    ) -> float: ...
-    def clock_latency_s(self, job: Job) -> float | None: ...
-    def fail(self, job: Job, message: str) -> None: ...
-    def measured(self, job: Job) -> MeasuredSaving | None: ...
-    def switch_pipeline(self, job: Job, pipeline: int, index: int, from_step: int) -> None: ...
 
 
 class SpanCoordinator:
@@ -101,10 +54,12 @@ class SpanCoordinator:
     def __init__(self, link: ClusterLink, stragglers: StragglerSettings, host: SpanHost) -> None:
         self._link = link
         self._plane = link.plane
-        self._stragglers = stragglers
         self._host = host
         self.node = link.node_name
         self._candidates: dict[str, SpanState] = {}
+        self.leader = SpanLeader(link, host)
+        """This node's part as the leader of a job: the solve (its results come through the job manager)."""
+        self._replanner = SpanReplanner(link, stragglers)
 
     # ------------------------------------------------------------------ joining
 
@@ -314,7 +269,7 @@ class SpanCoordinator:
     def _lead(self, job: Job, state: SpanState) -> None:
         plan = state.plan
         if plan is None or plan.solution is None:
-            self._solve_when_ready(job, state)
+            self.leader.solve_when_ready(job, state)
             return
         if job.state == FAILED:
             return
@@ -323,312 +278,9 @@ class SpanCoordinator:
         view_plan = state.view.plan if state.view is not None else None
         assert state.plan is not None
         if state.plan.node != self.node or (view_plan is not None and view_plan.node != self.node):
-            self._take_over(job, state)
+            self.leader.take_over(job, state)
         if job.state == RUNNING:
-            self._detect(job, state)
-
-    def _take_over(self, job: Job, state: SpanState) -> None:
-        """This node leads now: share the solution and the plan again (no new solve)."""
-        assert state.plan is not None
-        assert state.solution_data is not None
-        self._plane.publish_blob(job.cluster_key, SOLUTION, state.solution_data)
-        state.plan = replace(state.plan, node=self.node)
-        self._plane.publish_plan(job.cluster_key, state.plan)
-        state.runs.clear()
-        logger.info("job %s: this node leads it now (plan epoch %d)", job.name, state.plan.epoch)
-
-    def _solve_when_ready(self, job: Job, state: SpanState) -> None:
-        """Solve once every node shared its profile and the shares cover every stage."""
-        if job.solve_future is not None or state.solving is not None:
-            return
-        members = self._members(job, state)
-        failed = sorted(m.node for m in members.values() if m.error)
-        if failed:
-            self._publish_error(job, state, f"node {failed[0]}: {members[failed[0]].error}")
-            return
-        if any(m.profile is None for m in members.values()) or missing_text(job, members):
-            return
-        shares = []
-        for member in members.values():
-            assert member.profile is not None
-            data = self._plane.blob(job.cluster_key, member.profile.blob)
-            if data is None:
-                return
-            shares.append((member.profile, data))
-        self._solve(job, state, members, shares)
-
-    def _solve(
-        self,
-        job: Job,
-        state: SpanState,
-        members: Mapping[str, MemberRecord],
-        shares: list[tuple[ProfileShare, bytes]],
-    ) -> None:
-        try:
-            decoded = [decode_share(data) for _, data in shares]
-        except ShareError as exc:
-            self._publish_error(job, state, str(exc))
-            return
-        source = f"online profile of job {job.name} on {len(members)} nodes"
-        profile, p_block_w, learned, waiting_w = merge_shares(
-            decoded, [share.p_block_w for share, _ in shares], source
-        )
-        counted_j = sum(m.profiling_energy_j for m in members.values()) or None
-        problems = plan_problems(profile, counted_j)
-        if problems:
-            self._publish_error(
-                job, state, "no plan: the measurements cannot support one: " + "; ".join(problems)
-            )
-            return
-        orders = job.shape.named_orders()
-        if orders is None:
-            if len(learned) < job.shape.num_stages:
-                return  # "observed": every stage's order must be learned (retried)
-            orders = tuple(learned[s] for s in range(job.shape.num_stages))
-        state.merged = (profile, p_block_w)
-        state.solving = shares[0][0].blob
-        # The plan must suit the slowest clock switching of any node's GPUs (the switch-aware solve).
-        latencies_s = [m.clock_latency_s for m in members.values() if m.clock_latency_s is not None]
-        self._host.submit_solve(job, profile, p_block_w, orders, max(latencies_s, default=None), waiting_w)
-        logger.info("job %s: solving the frontier for %d nodes", job.name, len(members))
-
-    def solved(self, job: Job, frontier: Frontier) -> None:
-        """The leader's solve finished: share the solution and the plan, then run it here."""
-        state = job.span
-        assert state is not None
-        assert state.merged is not None
-        profile, p_block_w = state.merged
-        state.solving = None
-        data = encode_solution(frontier, profile, p_block_w)
-        ref = self._plane.publish_blob(job.cluster_key, SOLUTION, data)
-        self._host.adopt_solution(job, frontier, profile, p_block_w)
-        state.solution, state.solution_data = ref, data
-        self._follow_policy(job, self._members(job, state))
-        chosen = job.choose_point()
-        if chosen is None:
-            self._publish_error(job, state, "the frontier is empty")
-            return
-        previous = state.plan
-        state.plan = PlanRecord(
-            node=self.node,
-            epoch=(previous.epoch if previous else 0) + 1,
-            solves=(previous.solves if previous else 0) + 1,
-            solution=ref,
-            error="",
-            base=chosen.point.index,
-        )
-        self._plane.publish_plan(job.cluster_key, state.plan)
-        self._host.run_plan(job)
-
-    def solve_failed(self, job: Job, message: str) -> None:
-        state = job.span
-        if state is not None:
-            state.solving = None
-            self._publish_error(job, state, message)
-
-    def _publish_error(self, job: Job, state: SpanState, message: str) -> None:
-        previous = state.plan
-        if previous is not None and previous.error == message:
-            return
-        state.plan = PlanRecord(
-            node=self.node,
-            epoch=(previous.epoch if previous else 0) + 1,
-            solves=previous.solves if previous else 0,
-            solution=None,
-            error=message,
-            base=0,
-        )
-        self._plane.publish_plan(job.cluster_key, state.plan)
-
-    # ------------------------------------------------------------------ stragglers (the leader)
-
-    def _detect(self, job: Job, state: SpanState) -> None:
-        """Feed each pipeline's merged step time to its detector; re-plan when a straggler starts or ends,
-        when an announcement changed, or when a node set another policy. Waits while the view is not fresh."""
-        if state.view_state != "fresh" or state.plan is None or state.view is state.detected_view:
-            return
-        state.detected_view = state.view  # each view is looked at once
-        members = self._members(job, state)
-        changed = self._follow_policy(job, members)
-        for pipeline, (step, compute_s) in merged_spans(members).items():
-            run = state.runs.setdefault(pipeline, GlobalRun(pipeline, Detector(self._stragglers)))
-            if step <= run.last_step:
-                continue
-            run.last_step = step
-            run.compute_times_s.append(compute_s)
-            changed = self._observe(job, state, run, step) or changed
-        announced = dict(state.announced.items())
-        if announced != state.planned_announcements:
-            state.planned_announcements = announced
-            changed = True
-        if changed:
-            self._decide(job, state, members)
-
-    def _slowness(self, job: Job, state: SpanState, run: GlobalRun) -> float | None:
-        assert state.plan is not None
-        entry = state.plan.point_for(run.pipeline)
-        point = job.point(entry.point if entry is not None else state.plan.base)
-        if point is None or not run.compute_times_s or point.time_s <= 0:
-            return None
-        return statistics.median(run.compute_times_s) / point.time_s
-
-    def _observe(self, job: Job, state: SpanState, run: GlobalRun, step: int) -> bool:
-        own = self._slowness(job, state, run)
-        others = [
-            s for p, r in state.runs.items() if p != run.pipeline and (s := self._slowness(job, state, r))
-        ]
-        relative = None if own is None else relative_slowness(own, others)
-        if relative is None or step < state.detect_from_step:
-            return False
-        calm = state.plan is None or state.plan.straggler is None
-        if not run.detector.observe(relative, calm=calm):
-            return False
-        if run.detector.straggling:
-            state.detected[run.pipeline] = ActiveStraggler(
-                run.pipeline, run.detector.factor, "detected", step
-            )
-            logger.info("job %s: pipeline %d straggles (x%.3f)", job.name, run.pipeline, run.detector.factor)
-        else:
-            state.detected.pop(run.pipeline, None)
-            logger.info("job %s: pipeline %d recovered", job.name, run.pipeline)
-        return True
-
-    def _follow_policy(self, job: Job, members: Mapping[str, MemberRecord]) -> bool:
-        """The newest policy set on any node of the job is the job's."""
-        newest = max(members.values(), key=lambda m: m.policy_since)
-        if newest.policy_since <= 0 or not newest.policy:
-            return False
-        try:
-            policy = Policy(newest.policy, newest.target)
-        except InvalidValueError:  # a policy this version does not know (a newer node's)
-            return False
-        if policy == job.policy:
-            return False
-        job.policy = policy
-        return True
-
-    def _decide(self, job: Job, state: SpanState, members: Mapping[str, MemberRecord]) -> None:
-        plan, chosen = state.plan, job.choose_point()
-        if plan is None or chosen is None:
-            return
-        since = max((s.step for m in members.values() for s in m.spans), default=0)
-        candidates = [ActiveStraggler(p, f, "announced", since) for p, f in state.announced.items()]
-        straggler = pick_straggler([*candidates, *state.detected.values()])
-        entries = []
-        for pipeline in sorted({p for m in members.values() for p, _ in m.slots}):
-            point = point_for(
-                pipeline,
-                straggler,
-                job.points,
-                chosen.point,
-                chosen.fastest,
-                job.shape.num_stages,
-                job.p_block_w,
-            )
-            current = plan.point_for(pipeline) or PipelinePlan(pipeline, plan.base, 0)
-            keep = current.point == point.index
-            entries.append(
-                current if keep else PipelinePlan(pipeline, point.index, since + SWITCH_LEAD_STEPS)
-            )
-        planned = (
-            None
-            if straggler is None
-            else StragglerPlan(
-                straggler.pipeline, significant(straggler.factor, 4), straggler.source, straggler.since_step
-            )
-        )
-        new = replace(
-            plan, node=self.node, base=chosen.point.index, pipelines=tuple(entries), straggler=planned
-        )
-        if (new.base, new.pipelines, new.straggler) == (plan.base, plan.pipelines, plan.straggler):
-            return
-        state.plan = replace(new, epoch=plan.epoch + 1)
-        self._plane.publish_plan(job.cluster_key, state.plan)
-        logger.info(
-            "job %s: re-planned (epoch %d) around %s", job.name, state.plan.epoch, straggler or "no straggler"
-        )
-        state.detect_from_step = since + 1 + self._stragglers.hold_iterations
-        for run in state.runs.values():
-            run.detector.restart()
-
-
-def members_of(job: Job, state: SpanState, own: MemberRecord | None) -> dict[str, MemberRecord]:
-    """The job's records in the last view (other identities are never under its key; a forged one is left
-    out), this node's as `own` (its last shared record when None)."""
-    members = dict(state.view.members) if state.view is not None else {}
-    members = {n: m for n, m in members.items() if m.identity == job.identity}
-    own = own or state.own
-    if own is not None:
-        members[own.node] = own
-    return members
-
-
-def local_slots(job: Job) -> tuple[tuple[int, int], ...]:
-    """(pipeline, stage) of every stage this node runs with all its GPUs."""
-    groups: dict[tuple[int, int], int] = {}
-    for slot in job.slots.values():
-        groups[(slot.pipeline, slot.stage)] = groups.get((slot.pipeline, slot.stage), 0) + 1
-    return tuple(sorted(k for k, n in groups.items() if n >= job.shape.stage_gpus))
-
-
-def covered_pipelines(job: Job, members: Mapping[str, MemberRecord]) -> list[int]:
-    """Pipelines every stage of which some node runs."""
-    stages: dict[int, set[int]] = {}
-    for member in members.values():
-        for pipeline, stage in member.slots:
-            stages.setdefault(pipeline, set()).add(stage)
-    return sorted(p for p, found in stages.items() if len(found) == job.shape.num_stages)
-
-
-def missing_text(job: Job, members: Mapping[str, MemberRecord]) -> str:
-    """What no node of the job runs yet ("" when every stage of some pipeline is run), e.g. `pipeline 0:
-    stages 4-7 on no node seen`, or a stage two nodes claim."""
-    owners: dict[tuple[int, int], list[str]] = {}
-    for member in members.values():
-        for slot in member.slots:
-            owners.setdefault(slot, []).append(member.node)
-    doubles = [
-        f"pipeline {p} stage {s} on {' and '.join(n)}" for (p, s), n in sorted(owners.items()) if len(n) > 1
-    ]
-    if doubles:
-        return "two runs of the same job? " + "; ".join(doubles) + " (give each run its own run id)"
-    parts = []
-    for pipeline in sorted({p for p, _ in owners} or {0}):
-        lacking = [s for s in range(job.shape.num_stages) if (pipeline, s) not in owners]
-        if lacking:
-            parts.append(f"pipeline {pipeline}: stages {ranges(lacking)} on no node seen")
-    return "; ".join(parts)
-
-
-def merged_spans(members: Mapping[str, MemberRecord]) -> dict[int, tuple[int, float]]:
-    """Each pipeline's latest step every node of it reported, and its compute time: the longest node part."""
-    by_pipeline: dict[int, list[PipelineSpan]] = {}
-    hosts: dict[int, set[str]] = {}
-    for member in members.values():
-        for pipeline, _ in member.slots:
-            hosts.setdefault(pipeline, set()).add(member.node)
-        for span in member.spans:
-            by_pipeline.setdefault(span.pipeline, []).append(span)
-    merged = {}
-    for pipeline, spans in by_pipeline.items():
-        if len(spans) < len(hosts.get(pipeline, ())):
-            continue  # a node of this pipeline has not reported yet
-        merged[pipeline] = (min(s.step for s in spans), max(s.compute_s for s in spans))
-    return merged
-
-
-def ranges(values: list[int]) -> str:
-    """`0-3,6`: sorted integers as ranges."""
-    parts: list[str] = []
-    start = prev = values[0]
-    for value in [*values[1:], None]:
-        if value is not None and value == prev + 1:
-            prev = value
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if value is not None:
-            start = prev = value
-    return ",".join(parts)
+            self._replanner.detect(job, state)
 
 
 def _significant(value: float | None) -> float | None:

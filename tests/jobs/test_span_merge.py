@@ -12,7 +12,7 @@ from perseusd.jobs import span_merge
 from perseusd.jobs.job import Job
 from perseusd.jobs.shape import JobShape
 from perseusd.jobs.solving import SolveInput, auto_unit_time_s, solve
-from perseusd.jobs.spanning import covered_pipelines, merged_spans, missing_text, ranges
+from perseusd.jobs.span_members import covered_pipelines, merged_spans, missing_text, ranges
 from perseusd.planner.dag import Instruction
 from perseusd.planner.policy import Policy
 from perseusd.planner.profile import Measurement, Profile
