@@ -90,7 +90,7 @@ def test_a_client_of_6_9_and_a_new_daemon_use_zeromq(
     make: Callable[..., DaemonProcess], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A client of 6.9 says hello in 6.9: the reply leaves `event_socket` out, so events go on ZeroMQ."""
-    monkeypatch.setattr("perseus_client.client.PROTOCOL_MINOR", 9)
+    monkeypatch.setattr("perseus_client.connection.PROTOCOL_MINOR", 9)
     daemon = make(DaemonDirs.create(), gpus=1).start()
     _a_6_9_session_on_zeromq(daemon, "old")
 

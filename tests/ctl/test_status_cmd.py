@@ -137,6 +137,9 @@ STATUS_NEVER_LOADS = (
     "asyncio",
     "perseusd.planner",
     "perseus_client.client",
+    "perseus_client.connection",
+    "perseus_client.control_calls",
+    "perseus_client.event_sending",
 )
 """What `perseusctl status` has no use for: the solver's stack, asyncio (pyzmq's monitor helpers would load
 it) and the training client (it asks over the client library's control link, `perseus_client.link`)."""

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import zmq
 from perseus_client import PerseusClient
-from perseus_client.client import CLOSE_SETTLE_S
+from perseus_client.event_sending import CLOSE_SETTLE_S
 from perseus_client.protocol import PROTOCOL_MAJOR, EventsEnd, encode
 
 from perseusd.daemon.event_tally import reconcile
@@ -134,7 +134,7 @@ def _claim_and_send(client: PerseusClient, microbatches: int) -> None:
 
 def test_a_client_that_predates_the_marker_settles_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
     """A newer daemon with an older client: no marker, the count is taken when it reaches what was sent."""
-    monkeypatch.setattr("perseus_client.client.EVENTS_END_SINCE", 10**6)
+    monkeypatch.setattr("perseus_client.event_sending.EVENTS_END_SINCE", 10**6)
     with daemon_processes() as make:
         daemon = make(DaemonDirs.create(), gpus=1).start()
         with PerseusClient(daemon.dirs.runtime_dir, job="old", timeout_s=10) as client:
