@@ -7,6 +7,8 @@ One node needs none of this. Nothing here is imported unless the daemon is confi
 - `job_board`: what the daemons share (keys, JSON values, the per-job view), pure data, no I/O.
 - `etcd_store`: the etcd client wrapper (endpoint rotation, bounded retries, per-call timeouts).
 - `plane`: `ClusterPlane`, the background thread between the daemon's hot path and etcd.
+- `plane_state`: `PlaneState`, what the daemon's side and the plane's thread share under one lock.
+- `plane_rounds`: `PlaneRounds`, the plane's thread: its lease, node name claim, writes, watches and reads.
 """
 
 from __future__ import annotations
