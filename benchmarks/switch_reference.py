@@ -14,7 +14,7 @@ plans wait at the board's idle power at the clock they hold (`board_waiting`), a
 from __future__ import annotations
 
 from perseusd.gpu.sim_boards import load_board
-from perseusd.jobs.manager import MIN_RUN_LEADS
+from perseusd.jobs.lock_latency import MIN_RUN_LEADS
 from perseusd.jobs.settings import JobSettings
 from perseusd.jobs.shape import JobShape
 from perseusd.jobs.solving import SolveInput, auto_unit_time_s, solve

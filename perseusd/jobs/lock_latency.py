@@ -1,10 +1,20 @@
-"""The clock-set latency a job's plans are solved for, from its GPUs' measured set calls."""
+"""The clock-set latency a job's plans are solved for, from its GPUs' measured set calls, and the switch model
+it makes (how the job's GPUs switch clocks, as the solver and the deployment's do-no-harm judge see it)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from perseusd.gpu.owner import latency_quantile_s
+from perseusd.planner.switching import SwitchModel
+
+MIN_RUN_LEADS = 2.0
+"""Lowered runs shorter than this many clock leads are merged into a higher neighbour before deployment."""
+MIN_SWITCH_LATENCY_S = 0.001
+"""Below this measured clock-set latency (simulated boards without a lock latency: ~0.1 ms, the call's own
+overhead) the frontier is not followed: a change acts within the daemon's own event path, and the switch
+model, which lays computations back to back, would count the first computation of every lowered run as
+begun late (an A100 8 x 12 plan 19 of 96, where the GPUs measured 3-5 %) and keep it from being deployed."""
 
 
 def job_latency_s(per_gpu_s: Sequence[Sequence[float]]) -> float | None:
@@ -23,3 +33,17 @@ def job_latency_s(per_gpu_s: Sequence[Sequence[float]]) -> float | None:
         return None
     quartiles = (latency_quantile_s(samples, 0.25) for samples in per_gpu_s)
     return max([pooled, *(q for q in quartiles if q is not None)])
+
+
+def switch_model(latencies_s: Sequence[float | None], clock_lead_s: float) -> SwitchModel | None:
+    """How a job's GPUs switch clocks: the slowest of the clock-set latencies measured (`latencies_s`, None
+    where one was not), led by `clock_lead_s` more (0: clocks are not led); None where none was measured, or
+    where the slowest is under `MIN_SWITCH_LATENCY_S`: plans run as solved."""
+    measured_s = [s for s in latencies_s if s is not None]
+    if not measured_s:
+        return None
+    latency_s = max(measured_s)
+    if latency_s < MIN_SWITCH_LATENCY_S:
+        return None
+    lead_s = latency_s + clock_lead_s if clock_lead_s > 0 else 0.0
+    return SwitchModel(latency_s, lead_s, min_run_s=MIN_RUN_LEADS * lead_s)

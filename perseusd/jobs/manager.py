@@ -1,11 +1,11 @@
-"""The job manager: the node's jobs, the per-job state machine and solving; it admits registrations
-(`jobs.registration`), and drives a job's profiling run (`jobs.profiling_run`) and the deployment of its plan
-(`jobs.deployment`).
+"""The job manager: the node's jobs and the per-job state machine; it admits registrations
+(`jobs.registration`), and drives a job's profiling run (`jobs.profiling_run`), its solve
+(`jobs.solve_dispatch`) and the deployment of its plan (`jobs.deployment`).
 
 No transport: the daemon core calls `register`/`set_policy`/queries for requests, `on_event` for every event
 of a leased GPU (after the lease check), `gpu_released` when a lease ends and `tick` from the main loop.
-Events only record and, at iteration boundaries during profiling, submit the next clock (never waiting);
-solving runs in a worker process; deployment installs per-GPU plans in the `PlanBook`.
+Events only record (`jobs.event_recording`) and, at iteration boundaries during profiling, submit the next
+clock (never waiting); solving runs in a worker process; deployment installs per-GPU plans in the `PlanBook`.
 """
 
 from __future__ import annotations
@@ -13,35 +13,28 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-from perseus_client.protocol import (
-    ComputationBegin,
-    ComputationEnd,
-    Message,
-    Register,
-    RegisterOk,
-    StepBegin,
-    StepEnd,
-)
+from perseus_client.protocol import Message, Register, RegisterOk
 
 from perseusd.errors import JobNotFoundError, JobOwnerError
 from perseusd.gpu.backend import GpuInfo
 from perseusd.jobs.accuracy import AccuracyCheck
-from perseusd.jobs.cache import FrontierFileError, JobCache
+from perseusd.jobs.cache import JobCache
 from perseusd.jobs.carbon_steering import CarbonSettings, CarbonSteering
 from perseusd.jobs.cluster_link import ClusterLink
 from perseusd.jobs.deployment import RUNNING_SAMPLE_PERIOD_S, Deployment
+from perseusd.jobs.event_recording import record_event
 from perseusd.jobs.job import Job
-from perseusd.jobs.lock_latency import job_latency_s
+from perseusd.jobs.lock_latency import job_latency_s, switch_model
 from perseusd.jobs.metering import MeasuredSaving
 from perseusd.jobs.profiling_run import ProfilingRun
 from perseusd.jobs.registration import PendingImport, check_joins, check_size, ended_why, new_job, new_slot
 from perseusd.jobs.response import StragglerResponse
 from perseusd.jobs.settings import JobGpus, JobSettings
-from perseusd.jobs.shape import JobShape, StageOrder
+from perseusd.jobs.shape import JobShape
 from perseusd.jobs.slot import StageSlot
-from perseusd.jobs.solving import PlanningTimes, Solved, SolveInput, SolveWorker, auto_unit_time_s
+from perseusd.jobs.solve_dispatch import SolveDispatch
+from perseusd.jobs.solving import SolveWorker
 from perseusd.jobs.spanning import SpanCoordinator
 from perseusd.jobs.states import ENDED, FAILED, PROFILING, REGISTERED, RUNNING, SOLVING
 from perseusd.jobs.tensor_groups import follow
@@ -49,7 +42,7 @@ from perseusd.jobs.waiting import set_waiting, waiting_alone
 from perseusd.planner.plan import Frontier
 from perseusd.planner.policy import Policy
 from perseusd.planner.profile import Profile
-from perseusd.planner.profile_csv import WaitingPoints, profile_to_csv
+from perseusd.planner.profile_csv import WaitingPoints
 from perseusd.planner.switching import SwitchModel
 from perseusd.switching.energy_sampler import EnergySampler
 from perseusd.switching.plans import PlanBook
@@ -57,13 +50,6 @@ from perseusd.switching.plans import PlanBook
 logger = logging.getLogger(__name__)
 
 MAX_ENDED_JOBS = 32
-MIN_RUN_LEADS = 2.0
-"""Lowered runs shorter than this many clock leads are merged into a higher neighbour before deployment."""
-MIN_SWITCH_LATENCY_S = 0.001
-"""Below this measured clock-set latency (simulated boards without a lock latency: ~0.1 ms, the call's own
-overhead) the frontier is not followed: a change acts within the daemon's own event path, and the switch
-model, which lays computations back to back, would count the first computation of every lowered run as
-begun late (an A100 8 x 12 plan 19 of 96, where the GPUs measured 3-5 %) and keep it from being deployed."""
 
 
 class JobManager:
@@ -102,6 +88,12 @@ class JobManager:
         )
         self.deployment.ramp_bound_w_per_s = settings.ramp_bound_w_per_s
         """The plans of running jobs (`jobs.deployment`)."""
+        self.solves = SolveDispatch(
+            worker, cache, settings, self.jobs, self.spanning, self._switch_model, self.deployment.run
+        )
+        """The jobs' solves in the worker (`jobs.solve_dispatch`)."""
+        self.submit_solve = self.solves.submit_solve
+        """A spanning job's solve, for its coordinator (`SpanHost.submit_solve`)."""
 
     # ------------------------------------------------------------------ registration
 
@@ -188,7 +180,7 @@ class JobManager:
             if self.spanning is not None:
                 self.spanning.ended(job)
             why = ended_why(job, slot)
-            self._cancel_solve(job)
+            self.solves.cancel(job)
             job.enter(ENDED, why)
             logger.info("job %s ended%s", job.name, f": {why}" if why else "")
             self._trim_ended()
@@ -216,33 +208,8 @@ class JobManager:
         job = self._by_gpu.get(gpu)
         if job is None:
             return
-        slot = job.slots[gpu]
-        if isinstance(message, ComputationBegin):
-            slot.learner.computation_begin(message.instruction, message.microbatch, message.chunk)
-            if slot.sweep is not None and slot.in_step and slot.iteration_clock_mhz is not None:
-                slot.open_since_ns[(message.instruction, message.microbatch, message.chunk)] = (
-                    message.timestamp_ns
-                )
-                self.profiling.read_capping(slot)
-        elif isinstance(message, ComputationEnd):
-            self.profiling.computation_end(slot, message)
-            if job.state == RUNNING:
-                self.response.computation_end(job, slot, message.timestamp_ns)
-        elif isinstance(message, StepBegin):
-            slot.step_begin(message.timestamp_ns)
-            slot.current_step = message.step
-            slot.learner.step_begin()
-            if job.state == RUNNING:
-                self.response.step_begin(job, slot, message.step, message.timestamp_ns)
-        elif isinstance(message, StepEnd):
-            slot.in_step = False
-            slot.steps_done += 1
-            slot.learner.step_end()
-            if job.state == RUNNING:
-                slot.running_steps += 1
-                self.response.step_end(job, slot, message.step)
-            if self.profiling.iteration_done(job, slot):
-                self._advance(job)
+        if record_event(job, job.slots[gpu], message, self.profiling, self.response):
+            self._advance(job)
 
     # ------------------------------------------------------------------ profiling
 
@@ -274,13 +241,6 @@ class JobManager:
         job.enter(FAILED, message)
         if self.spanning is not None:
             self.spanning.failed(job, message)
-
-    def _frontier_cache(self, job: Job, profile: Profile) -> str | None:
-        """Where the worker writes the frontier of `job`'s solve of `profile` (its own profile's only: a
-        spanning job's plan is in etcd), None where it is not cached."""
-        if self._cache is None or job.span is not None or profile is not job.profile:
-            return None
-        return str(self._cache.frontier_path(job.signature))
 
     def _store_profile(self, job: Job) -> None:
         if self._cache is None or job.profile is None or job.span is not None:
@@ -319,7 +279,7 @@ class JobManager:
         if job.state == PROFILING and job.profile is not None:
             job.enter(SOLVING)  # a profile was imported while profiling
         if job.state == SOLVING and job.solve_future is None:
-            self._submit_solve(job)
+            self.solves.submit(job)
 
     def _advance_span(self, job: Job) -> None:
         """A job whose pipelines span nodes: profile this node's stages, share them, run the leader's plan."""
@@ -356,109 +316,13 @@ class JobManager:
             job.enter(SOLVING)
         self.deployment.run(job)
 
-    def submit_solve(
-        self,
-        job: Job,
-        profile: Profile,
-        p_block_w: float,
-        orders: tuple[StageOrder, ...],
-        latency_s: float | None = None,
-        waiting_w: WaitingPoints | None = None,
-    ) -> float:
-        """Solve the job's frontier in the worker (`latency_s`: the highest clock-set latency its other nodes
-        measured, `clock_latency_s`; `waiting_w`: the waiting power by held clock to judge waits at, None:
-        the job's own for its own profile); the solver's time unit (s)."""
-        unit_time_s = self.settings.unit_time_s or auto_unit_time_s(profile)
-        switch = self._switch_model(job, latency_s)
-        logger.info(
-            "job %s: solving for %s",
-            job.name,
-            "instant clock changes"
-            if switch is None
-            else f"a {switch.latency_s * 1000:.4f} ms clock-set latency",  # to 0.1 us: replayable
-        )
-        task = SolveInput(
-            job.name,
-            job.shape,
-            orders,
-            profile_to_csv(profile),
-            profile.source,
-            p_block_w,
-            unit_time_s,
-            switch,
-            waiting_w if waiting_w is not None else job.waiting_w if profile is job.profile else (),
-            self._frontier_cache(job, profile),
-        )
-        job.orders = orders
-        job.solve_future = self._worker.submit(task)
-        job.solve_since_s = time.monotonic()
-        return unit_time_s
-
     def fail(self, job: Job, message: str) -> None:
-        if job.state != FAILED:
-            logger.warning("job %s: %s", job.name, message)
-            self._cancel_solve(job)
-            job.enter(FAILED, message)
-
-    def _cancel_solve(self, job: Job) -> None:
-        """A job that ends or fails while solving: its solve is abandoned (its worker's memory and core go
-        back at once; other jobs' solves go on)."""
-        if job.solve_future is not None and not job.solve_future.done():
-            self._worker.cancel(job.solve_future)
-            logger.info("job %s: its solve was cancelled", job.name)
-        job.solve_future = None
+        self.solves.fail(job, message)
 
     def switch_pipeline(self, job: Job, pipeline: int, index: int, from_step: int) -> None:
         run = job.runs.get(pipeline)
         if run is not None:
             self.response.schedule_at(job, run, index, from_step)
-
-    def _submit_solve(self, job: Job) -> None:
-        if self._solving(job.uid) >= self.settings.max_solves_per_user:
-            return  # the user's other solves first (tick retries)
-        if job.cached_frontier_file is not None and job.profile is not None:
-            if not self._worker.starting:  # else tick retries: the main loop never waits for the start
-                self._submit_read(job, job.profile, job.cached_frontier_file)
-            return
-        orders = job.stage_orders()
-        if orders is None or job.profile is None:
-            return  # "observed": wait until every stage's order is learned (tick retries)
-        job.planning_since_s, job.planning = job.state_since_s, None  # solving since profiling was done
-        unit_time_s = self.submit_solve(job, job.profile, job.p_block_w, orders)
-        logger.info("job %s: solving the frontier (unit %.3g s)", job.name, unit_time_s)
-
-    def _submit_read(self, job: Job, profile: Profile, path: Path) -> None:
-        """The worker reads the job's large cached frontier (`SolveInput.cached_frontier`) where the main
-        loop would stall on it; the job is `solving` meanwhile."""
-        task = SolveInput(
-            job.name,
-            job.shape,
-            (),
-            profile_to_csv(profile),
-            profile.source,
-            job.p_block_w,
-            auto_unit_time_s(profile),
-            cached_frontier=str(path),
-        )
-        job.solve_future = self._worker.submit(task)
-        job.solve_since_s = time.monotonic()
-        logger.info("job %s: reading its cached frontier in the solver worker", job.name)
-
-    def _read_done(self, job: Job, solved: Solved) -> None:
-        """The worker read the job's cached frontier: run it (unless an imported profile replaced the one it
-        was solved from meanwhile: then solve)."""
-        if job.cached_frontier_file is None:
-            self._submit_solve(job)
-            return
-        job.cached_frontier_file = None
-        job.set_frontier(solved.frontier)
-        self.deployment.run(job)
-        logger.info(
-            "job %s: running its cached frontier (%d points, read in %.2f s)",
-            job.name,
-            len(solved.frontier.points),
-            solved.read_s,
-        )
 
     def clock_latency_s(self, job: Job) -> float | None:
         """The clock-set latency of the job's GPUs here (`job_latency_s`; None: none measured)."""
@@ -467,20 +331,13 @@ class JobManager:
     def _switch_model(self, job: Job, others_s: float | None = None) -> SwitchModel | None:
         """How the job's GPUs switch clocks: the slowest measured clock-set latency, here or (`others_s`) on
         the job's other nodes (None: none measured, or under `MIN_SWITCH_LATENCY_S`: plans run as solved)."""
-        latencies_s = [s for s in (self.clock_latency_s(job), others_s) if s is not None]
-        if not latencies_s:
-            return None
-        latency_s = max(latencies_s)
-        if latency_s < MIN_SWITCH_LATENCY_S:
-            return None
-        lead_s = latency_s + self.settings.clock_lead_s if self.settings.clock_lead_s > 0 else 0.0
-        return SwitchModel(latency_s, lead_s, min_run_s=MIN_RUN_LEADS * lead_s)
+        return switch_model([self.clock_latency_s(job), others_s], self.settings.clock_lead_s)
 
     def tick(self) -> None:
         """From the main loop: collect finished solves, retry waiting jobs."""
         for job in list(self.jobs.values()):
             if job.state == SOLVING:
-                self._collect_solve(job)
+                self.solves.collect(job)
             if job.span is not None and job.state != ENDED and self.spanning is not None:
                 if self.spanning.sync(job):
                     self._advance_span(job)
@@ -490,53 +347,6 @@ class JobManager:
                 self.response.tick(job)
                 self.deployment.follow_grid(job)
                 self.deployment.check_accuracy(job)
-
-    def _solving(self, uid: int) -> int:
-        """Solves of `uid`'s jobs in the worker's queue or running."""
-        return sum(1 for job in self.jobs.values() if job.uid == uid and job.solve_future is not None)
-
-    def _collect_solve(self, job: Job) -> None:
-        future = job.solve_future
-        if future is not None and job.solve_since_s is not None and not future.done():
-            if time.monotonic() - job.solve_since_s > self.settings.solve_timeout_s:
-                limit_s = self.settings.solve_timeout_s
-                self.fail(
-                    job, f"solving took longer than {limit_s:g} s (solve_timeout_s): plan a smaller shape"
-                )
-            return
-        if future is None or not future.done():
-            return
-        job.solve_future = None
-        try:
-            solved = future.result()
-        except FrontierFileError as exc:  # a cached frontier the worker could not use: solve instead
-            logger.warning("job %s: ignoring its cached frontier (solving again): %s", job.name, exc)
-            job.cached_frontier_file = None
-            self._submit_solve(job)
-            return
-        except Exception as exc:  # the solver's error ends this job, never the daemon
-            logger.error("job %s: solving failed: %s", job.name, exc)
-            if job.span is not None and self.spanning is not None:
-                self.spanning.leader.solve_failed(job, f"solving failed: {exc}")
-            job.enter(FAILED, f"solving failed: {exc}")
-            return
-        if job.span is not None and self.spanning is not None:
-            self.spanning.leader.solved(job, solved.frontier)
-            return
-        if solved.read_s is not None:
-            self._read_done(job, solved)
-            return
-        job.set_frontier(solved.frontier)
-        self.deployment.run(job)
-        if job.state == RUNNING and job.planning_since_s is not None:
-            job.planning = PlanningTimes(time.monotonic() - job.planning_since_s, solved.phases)
-            logger.info(
-                "job %s: plan deployed %.3f s after profiling (%s; %d points)",
-                job.name,
-                job.planning.total_s,
-                job.planning.describe(),
-                len(solved.frontier.points),
-            )
 
     # ------------------------------------------------------------------ deployment
 

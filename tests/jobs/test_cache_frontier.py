@@ -262,7 +262,7 @@ def test_a_large_cached_frontier_is_read_by_the_worker_not_the_main_loop(
     monkeypatch.setattr(cache_module, "parse_frontier", _never_on_the_main_loop)  # the worker has its own
     with sim_core(tmp_path / "after", gpus=STAGES, jobs=JobSettings()) as core:  # a cold solver worker
         claim(core, ME, core.registry.uuids, "train")
-        with caplog.at_level(logging.INFO, logger="perseusd.jobs.manager"):
+        with caplog.at_level(logging.INFO, logger="perseusd.jobs.solve_dispatch"):
             assert _register_all(core) == ["registered", "solving"]
             _wait_running(core)
         assert core.jobs is not None

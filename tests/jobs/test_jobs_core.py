@@ -12,7 +12,7 @@ from perseus_client import protocol as p
 
 from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.requests.job import JobRequests
-from perseusd.jobs.manager import MIN_SWITCH_LATENCY_S
+from perseusd.jobs.lock_latency import MIN_SWITCH_LATENCY_S
 from perseusd.jobs.response import DEPARTS
 from perseusd.jobs.settings import JobSettings
 from perseusd.leasing.identity import Caller

@@ -36,7 +36,9 @@ def _write_run(folder: Path, plan_mhz: int, seed: int = 0, latency_ms: float = 1
     rows = [[{"freq_mhz": plan_mhz}] * 16 for _ in stages]  # 8 forwards and 8 backwards a stage
     profile.with_suffix(".plan.json").write_text(json.dumps({"stages": rows}))
     log = folder / f"family_{CASE}-seed{seed}.daemon.log"
-    log.write_text(f"INFO perseusd.jobs.manager: job x: solving for a {latency_ms} ms clock-set latency\n")
+    log.write_text(
+        f"INFO perseusd.jobs.solve_dispatch: job x: solving for a {latency_ms} ms clock-set latency\n"
+    )
     return profile
 
 
