@@ -31,8 +31,9 @@ from perseusd.planner.policy import Policy
 from perseusd.profiling.sweep import ONLINE_SWEEP, SweepSettings
 from perseusd.records import project
 from perseusd.switching.deadline_timer import DeadlineTimer
+from perseusd.switching.early_changes import LEAD_LATENCY_QUANTILE, EarlyRaise
 from perseusd.switching.energy_sampler import EnergySampler
-from perseusd.switching.plans import LEAD_LATENCY_QUANTILE, EarlyRaise, PlanBook
+from perseusd.switching.plans import PlanBook
 
 if TYPE_CHECKING:  # etcd3gw (the `cluster` extra) is imported only when the daemon is configured with etcd
     from perseusd.daemon.requests.pool import PoolRequests

@@ -3,7 +3,7 @@
 A computation's slack is its latest finish minus its earliest finish in the plan's DAG (dependencies and
 each GPU's order), with every computation taking its planned time. The daemon lowers a GPU's clock early
 (before the end of the computation ahead of a lowered run) only where that computation has the slack to
-run its last few milliseconds at the lower clock (`perseusd.switching.plans`).
+run its last few milliseconds at the lower clock (`perseusd.switching.gpu_plan`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A carried event reaches the daemon with the next event the client sends at once, and is applied then, in
 order, with its own timestamp (the plan's pace and the job's records read timestamps, not arrival). So an
-event may be carried when the plan does nothing on it whose moment matters (`plans.GpuPlan`):
+event may be carried when the plan does nothing on it whose moment matters (`gpu_plan.GpuPlan`):
 - an end, when the next computation runs at the same clock (`on_end` submits nothing);
 - a begin, when its computation runs at the clock of the one before it (the catch-up of `on_begin` submits
   nothing), no early lowering can be scheduled at it (the next computation is not lower), and no early raise
@@ -33,8 +33,8 @@ def carried_events(
     """(begin carried, end carried) for each computation of a cyclic plan.
 
     `times_ns`: each computation's expected time (empty: the plan schedules no early change);
-    `run_left_ns`, `after_run_mhz`: `plans.run_ends` of the plan; `lead_ns`: how long before an expected end
-    a change is submitted; `lowers_early`: whether the plan may lower early (it has slacks).
+    `run_left_ns`, `after_run_mhz`: `plan_entries.run_ends` of the plan; `lead_ns`: how long before an
+    expected end a change is submitted; `lowers_early`: whether the plan may lower early (it has slacks).
     """
     n = len(clocks_mhz)
     carried: list[tuple[bool, bool]] = []

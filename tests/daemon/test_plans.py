@@ -29,7 +29,8 @@ from perseusd.daemon.deferred import resolved
 from perseusd.daemon.wire_errors import protocol_error
 from perseusd.errors import InvalidValueError
 from perseusd.leasing.identity import Caller
-from perseusd.switching.plans import PlanBook, validate_plan
+from perseusd.switching.plan_entries import validate_plan
+from perseusd.switching.plans import PlanBook
 from tests.support.daemon_core import claim, sim_core
 from tests.support.polling import wait_until
 

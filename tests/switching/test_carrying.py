@@ -7,7 +7,9 @@ import time
 from perseus_client.protocol import PlanEntry
 
 from perseusd.switching.carrying import RAISE_MARGIN, carried_events
-from perseusd.switching.plans import GpuPlan, PlanBook, run_ends
+from perseusd.switching.gpu_plan import GpuPlan
+from perseusd.switching.plan_entries import run_ends
+from perseusd.switching.plans import PlanBook
 from tests.daemon.test_plans import CLOCKS_MHZ, PLAN, ManualOwner
 from tests.switching.test_early_raise import F0, F1
 

@@ -8,7 +8,8 @@ import pytest
 
 from perseusd.planner.dag import build_dag
 from perseusd.planner.slack import slack_s, stage_slack_s
-from perseusd.switching.plans import EarlyRaise, PlanBook
+from perseusd.switching.early_changes import EarlyRaise
+from perseusd.switching.plans import PlanBook
 from tests.daemon.test_plans import CLOCKS_MHZ, PLAN, ManualOwner
 from tests.switching.test_early_raise import B0, F0, F1, LEAD_NS, TIMES_S, ManualTimer
 

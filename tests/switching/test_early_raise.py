@@ -15,14 +15,10 @@ from perseusd.gpu.registry import GpuRegistry
 from perseusd.gpu.sim import SimBackend
 from perseusd.jobs.lock_latency import job_latency_s
 from perseusd.switching.deadline_timer import DeadlineTimer
-from perseusd.switching.plans import (
-    MAX_EVENT_AGE_NS,
-    EarlyRaise,
-    GpuPlan,
-    PlanBook,
-    computation_key,
-    run_ends,
-)
+from perseusd.switching.early_changes import EarlyRaise
+from perseusd.switching.gpu_plan import MAX_EVENT_AGE_NS, GpuPlan
+from perseusd.switching.plan_entries import computation_key, run_ends
+from perseusd.switching.plans import PlanBook
 from tests.daemon.test_plans import CLOCKS_MHZ, PLAN, ManualOwner
 
 pytestmark = pytest.mark.timeout(30)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from perseusd.switching.plans import PlanBook, computation_key
+from perseusd.switching.plan_entries import computation_key
+from perseusd.switching.plans import PlanBook
 from tests.daemon.test_plans import CLOCKS_MHZ, PLAN, ManualOwner
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,8 @@ from concurrent.futures import Future
 import pytest
 from perseus_client.protocol import PlanEntry
 
-from perseusd.switching.plans import PlanBook, computation_key
+from perseusd.switching.plan_entries import computation_key
+from perseusd.switching.plans import PlanBook
 from tests.daemon.test_plans import CLOCKS_MHZ, PLAN, ManualOwner
 
 pytestmark = pytest.mark.timeout(30)
