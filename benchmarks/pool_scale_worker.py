@@ -169,7 +169,8 @@ def main() -> None:
             except TypeError:  # an agent whose allocator sends every part after the one before
                 agent = PoolAgent(config, settings, sim, sim.measure_w, store)
             if args.serial_parts:
-                agent._allocator._sender = None  # (the bench's comparison; the daemon has no such switch)
+                # (the bench's comparison; the daemon has no such switch)
+                agent._allocator._writer._sender = None
             agents[node], stores[node] = agent, store
             agent.start()
         if args.job_size:

@@ -135,7 +135,7 @@ class DaemonConfig:
     """An absent node's grant: "hold" (reserved until it returns or an admin releases it) or "release" (to
     the others at once: absent nodes fenced out of band)."""
     power_pool_etcd_max_txn_ops: int = 128
-    """The etcd cluster's `--max-txn-ops` (etcd's default, `perseusd.pool.allocator.ETCD_MAX_TXN_OPS`): the
+    """The etcd cluster's `--max-txn-ops` (etcd's default, `perseusd.pool.move_writer.ETCD_MAX_TXN_OPS`): the
     allocator's transactions carry at most this many comparisons or writes."""
     # Prometheus metrics (docs/metrics.md), both off by default: an HTTP listener (port 0 = off) and/or the
     # node_exporter textfile collector (a directory; "" = off), rewritten atomically every interval.

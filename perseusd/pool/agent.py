@@ -41,18 +41,13 @@ from perseus_client.status_messages import PoolInfo
 
 from perseusd.cluster.config import ClusterConfig
 from perseusd.cluster.etcd_store import ClusterError, EtcdStore, LeaseLostError, prefix_end, put_op
-from perseusd.pool.allocator import (
-    ABSENT_NODE_POLICIES,
-    ETCD_MAX_TXN_OPS,
-    HOLD,
-    MAX_TXN_OPS,
-    MIN_TXN_OPS,
-    PoolAllocator,
-)
+from perseusd.pool.absent_nodes import ABSENT_NODE_POLICIES, HOLD
+from perseusd.pool.allocator import PoolAllocator
 from perseusd.pool.feed import BudgetFile, FeedSettings
 from perseusd.pool.grant_holder import UNCAPPED, AgentStatus, GrantHolder
 from perseusd.pool.keys import PoolKeys, check_pool
 from perseusd.pool.membership import NodeMembership, NodeNameTakenError
+from perseusd.pool.move_writer import ETCD_MAX_TXN_OPS, MAX_TXN_OPS, MIN_TXN_OPS
 from perseusd.pool.view import Decoded, read_pool
 from perseusd.pool.watches import PoolWatches
 from perseusd.power.target import NodePowerTarget

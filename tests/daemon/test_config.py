@@ -11,7 +11,7 @@ import pytest
 
 from perseusd.daemon.config import DaemonConfig, load_config
 from perseusd.errors import ConfigError
-from perseusd.pool.allocator import ETCD_MAX_TXN_OPS
+from perseusd.pool.move_writer import ETCD_MAX_TXN_OPS
 
 
 def test_precedence_file_env_flags(tmp_path: Path) -> None:

@@ -276,7 +276,7 @@ def test_a_stale_allocator_cannot_write(run: PoolRun) -> None:
     new.round(view(), new_lease)  # wins
     assert view().allocator_node == "new"
     old.round(stale_view, old_lease)  # acts on its old view: refused by etcd
-    assert old.moves == 0
+    assert old._writer.moves == 0
     assert view().grants == {}
     new.round(view(), new_lease)  # nothing to lower: the active budget and the grant in one move
     new.round(view(), new_lease)  # nothing left to move
@@ -287,9 +287,9 @@ def test_a_stale_allocator_cannot_write(run: PoolRun) -> None:
     store.put(keys.node("n2"), NodeReport(800, 200, {0: 600}).encode(), other_lease)
     before_gone = view()
     store.revoke(node_lease)  # n1's report goes; its grant stays (its GPUs may still draw it)
-    moves = new.moves
+    moves = new._writer.moves
     new.round(before_gone, new_lease)  # would lower n1 to 300 W, from a view in which it reports
-    assert new.moves == moves
+    assert new._writer.moves == moves
     assert {n: g.grant_w for n, g in view().grants.items()} == {"n1": 600.0}
     for _ in range(3):
         new.round(view(), new_lease)  # n1 absent: its grant kept, marked; nothing left for n2
@@ -307,11 +307,11 @@ def test_a_stale_allocator_cannot_write(run: PoolRun) -> None:
     run.set_budget(2000)
     before_gone = view()
     store.revoke(third_lease)
-    moves = new.moves
+    moves = new._writer.moves
     # Nothing to lower: the active budget and the raises in one move, n2 to 800 W and n3 to 800 W though
     # n3's report is gone: refused whole (the active budget too).
     new.round(before_gone, new_lease)
-    assert new.moves == moves
+    assert new._writer.moves == moves
     assert {n: g.grant_w for n, g in view().grants.items()} == {"n2": 600.0}
     active = view().active
     assert active is not None

@@ -10,8 +10,8 @@ from perseusd.cluster.etcd_store import Entry
 from perseusd.gpu.backend import GpuInfo
 from perseusd.pool.agent import PoolSettings
 from perseusd.pool.alloc import NodeNeed, allocate, plan_moves
-from perseusd.pool.allocator import ETCD_MAX_TXN_OPS, MAX_TXN_OPS, MIN_TXN_OPS, send_order, txn_parts
 from perseusd.pool.keys import GrantRecord, NodeReport, PoolKeys, decode_grant_record
+from perseusd.pool.move_writer import ETCD_MAX_TXN_OPS, MAX_TXN_OPS, MIN_TXN_OPS, send_order, txn_parts
 from perseusd.pool.uniform import uniform_limits_w
 from perseusd.pool.view import Grant, Report, read_pool
 

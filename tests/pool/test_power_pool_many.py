@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from perseusd.pool.agent import PoolAgent, PoolSettings
-from perseusd.pool.allocator import ETCD_MAX_TXN_OPS
+from perseusd.pool.move_writer import ETCD_MAX_TXN_OPS
 from tests.support.etcd_cluster import EtcdCluster, requires_etcd
 from tests.support.power_pool import PoolRun, SimNode, fleet_nodes, held_everywhere, wait_for
 
@@ -51,8 +51,9 @@ def test_more_nodes_than_a_transaction_holds(
 
     allocator = run.status().allocator
     assert allocator is not None
-    assert agents[allocator]._allocator.transactions > agents[allocator]._allocator.moves  # split moves
-    assert agents[allocator]._allocator.largest_txn_ops == ETCD_MAX_TXN_OPS  # as full as etcd takes
+    writer = agents[allocator]._allocator._writer
+    assert writer.transactions > writer.moves  # split moves
+    assert writer.largest_txn_ops == ETCD_MAX_TXN_OPS  # as full as etcd takes
     # Only a node that won the election (a loaded machine may have let a lease lapse) read the whole pool.
     assert all(a._allocator.wins > 0 for a in agents.values() if a.full_reads > 0)
     assert sum(1 for a in agents.values() if a.full_reads > 0) < NODES // 10
