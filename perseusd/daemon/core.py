@@ -1,5 +1,8 @@
 """The daemon core: requests in, replies out, no transport. The IPC layer decodes frames, attaches the
 kernel-attested `Caller`, calls `handle`/`on_event`, and encodes what comes back.
+
+`DaemonCore` extends the core's side of the event stream (`event_delivery.EventDelivery`: events applied and
+counted, carried events told back) with requests, restore and status.
 """
 
 from __future__ import annotations
@@ -15,12 +18,8 @@ from perseus_client.protocol import (
     PROTOCOL_MINOR,
     AdminReset,
     AdminSetPowerLimit,
-    Carry,
-    ComputationBegin,
-    ComputationEnd,
     DaemonHealth,
     ErrorCode,
-    EventsEnd,
     JobInfo,
     Message,
     PoolInfo,
@@ -32,7 +31,7 @@ from perseus_client.protocol import (
 from perseusd.cap.declared_cap import DeclaredCap
 from perseusd.cap.node_cap import NodeCap
 from perseusd.daemon.deferred import Deferred
-from perseusd.daemon.event_tally import reconcile
+from perseusd.daemon.event_delivery import EventDelivery
 from perseusd.daemon.events import EventTracker
 from perseusd.daemon.monitor_only import refuse_writes
 from perseusd.daemon.past_jobs import PastJobs
@@ -49,7 +48,7 @@ from perseusd.gpu.registry import GpuRegistry
 from perseusd.jobs.manager import JobManager
 from perseusd.leasing.gpu_access import GpuAccess
 from perseusd.leasing.identity import Caller
-from perseusd.leasing.leases import Lease, LeaseBook
+from perseusd.leasing.leases import LeaseBook
 from perseusd.leasing.restore import RestoreKeeper, RestoreOutcome
 from perseusd.leasing.slurm_jobs import SlurmLedger
 from perseusd.switching.plans import PlanBook
@@ -60,7 +59,7 @@ if TYPE_CHECKING:  # etcd3gw (the `cluster` extra) is imported only when the dae
 logger = logging.getLogger(__name__)
 
 
-class DaemonCore:
+class DaemonCore(EventDelivery):
     """Leases, GPU writes, restore and status, for callers the IPC layer has identified."""
 
     def __init__(
@@ -95,20 +94,16 @@ class DaemonCore:
         """Slurm jobs' GPU energy and their prolog/epilog (None: not kept)."""
         self.monitor_only = monitor_only
         """Reads only (`perseusd.daemon.monitor_only`): every request that would write is refused."""
-        self.registry = registry
         self._pool_info = pool_info
         """The node's power pool for admin status (None: not in a pool)."""
         self.power_cap = power_cap
-        self.plans = plans
-        self.jobs = jobs
+        super().__init__(registry, leases, tracker, plans, jobs)
         self._job_requests = (
             JobRequests(jobs, self.plans, leases, is_admin, protocol_minor, past_jobs)
             if jobs is not None
             else None
         )
-        self.leases = leases
         self.keeper = keeper
-        self.tracker = tracker
         self._version = version
         self.protocol_minor = protocol_minor
         """The newest minor of `PROTOCOL_MAJOR` this daemon speaks (advertised in hello and status)."""
@@ -207,73 +202,10 @@ class DaemonCore:
         self._restored(gpus)
         return tuple(outcome.restored)
 
-    # ------------------------------------------------------------------ events (hot path)
-
-    def on_event(self, caller: Caller, message: Message) -> None:
-        """Apply one begin/end event; raises `ProtocolError` or a domain error (the caller counts and drops
-        it)."""
-        lease = self.leases.holder(message.gpu)  # type: ignore[attr-defined]
-        if lease is None or lease.pid != caller.pid:
-            self._reject_event_sender(caller, message.gpu, lease)  # type: ignore[attr-defined]
-        self.tracker.apply(message)
-        if isinstance(message, ComputationEnd):
-            key = (message.instruction, message.microbatch, message.chunk)
-            self.plans.on_end(message.gpu, key, self.plans.now_ns(), message.timestamp_ns)
-        elif isinstance(message, ComputationBegin):
-            key = (message.instruction, message.microbatch, message.chunk)
-            self.plans.on_begin(message.gpu, key, self.plans.now_ns(), message.timestamp_ns)
-        if self.jobs is not None:
-            self.jobs.on_event(message)
-
     # ------------------------------------------------------------------ the IPC layer's port
     #
-    # The transport calls the core through these (and `handle`, `tick`, `shutdown`) only: it never writes the
-    # core's counters nor reads the lease book itself.
-
-    def accepts_events_from(self, pid: int) -> bool:
-        """Whether process `pid` holds a lease: the event path's first, cheapest check (others' events are
-        dropped unread with `count_dropped(pid, ErrorCode.NOT_LEASED)`)."""
-        return self.leases.holds_lease(pid)
-
-    def count_received(self) -> None:
-        """An event frame arrived (counted before it is decoded: a bad frame is received, then dropped)."""
-        self.tracker.received += 1
-
-    def deliver_event(self, caller: Caller, message: Message) -> None:
-        """Apply an event (`on_event`) and count it for the sender's session; raises `ProtocolError`,
-        uncounted: the transport then calls `count_dropped`."""
-        try:
-            self.on_event(caller, message)
-        except PerseusError as exc:  # a domain error reads as it does for a request (`handle`)
-            mapped = protocol_error(exc)
-            if mapped is None:
-                raise
-            raise mapped from None
-        self.leases.count_event(caller.pid, dropped=False)
-
-    def count_dropped(self, pid: int | None, code: ErrorCode | None = None) -> None:
-        """An event dropped: counted, under `code` when given (else the request's error reply counts it),
-        and for the sender's session when the sender is known."""
-        tracker = self.tracker
-        tracker.dropped += 1
-        if code is not None:
-            tracker.reject(code)
-        if pid is not None:
-            self.leases.count_event(pid, dropped=True, code=code)
-
-    def end_events(self, caller: Caller, marker: EventsEnd) -> None:
-        """A client's end marker, read in stream order after every event before it: reconcile its session
-        (`event_tally`), count what never arrived in `events_lost` and log the session's figures. The
-        transport counted the frame as received; a marker is not an event, so it is taken back out."""
-        self.tracker.received -= 1
-        session = self.leases.event_session(caller.pid)
-        if session is None or session.caller.uid != caller.uid:
-            logger.warning("end of events from process %d, which has no session: ignored", caller.pid)
-            return
-        tally = reconcile(session, marker)
-        self.tracker.lost += tally.new_lost
-        log = logger.info if tally.closes else logger.warning
-        log("%s", tally.describe())
+    # The transport calls the core through these (and `handle`, `tick`, `shutdown`, and the event stream's in
+    # `EventDelivery`) only: it never writes the core's counters nor reads the lease book itself.
 
     def count_rejected(self, code: ErrorCode) -> None:
         """A request answered with an error of `code`."""
@@ -282,35 +214,6 @@ class DaemonCore:
     def count_auth_rejected(self) -> None:
         """A connection refused by authentication."""
         self.auth_rejected += 1
-
-    def carry_waiting(self) -> bool:
-        """Whether a GPU's carried events changed since `take_carries` (one dict's truth: the loop asks after
-        every wake-up)."""
-        return bool(self.plans.carry_changes)
-
-    def take_carries(self) -> list[tuple[int, Carry]]:
-        """What to tell which process of its GPUs' carried events (protocol 6.11): (pid, message), for the
-        lease holders that said they carry (`carry_ready`); forgets the changes."""
-        told: list[tuple[int, Carry]] = []
-        for gpu, computations in self.plans.take_carry_changes().items():
-            lease = self.leases.holder(gpu)
-            if lease is not None and self._carries(lease.pid):
-                told.append((lease.pid, Carry(gpu=gpu, computations=computations)))
-        return told
-
-    def carry_ready(self, caller: Caller) -> list[Carry]:
-        """A client's `carry_ready` (the first frame of its event connection): it carries from now on; what
-        it may carry of its GPUs' events now. A stream frame, not an event: taken back out of the count."""
-        self.tracker.received -= 1
-        session = self.leases.event_session(caller.pid)
-        if session is None or session.caller.uid != caller.uid:
-            return []
-        session.carries = True
-        return [Carry(gpu=gpu, computations=self.plans.carried(gpu)) for gpu in sorted(session.gpus)]
-
-    def _carries(self, pid: int) -> bool:
-        session = self.leases.session(pid)
-        return session is not None and session.carries
 
     def advertise_event_socket(self, name: str | None) -> None:
         """The transport serves the SOCK_SEQPACKET event socket `name` (None: ZeroMQ's only): `hello_ok` says
@@ -359,13 +262,6 @@ class DaemonCore:
         if self.power_cap is not None and self.power_cap.active:
             return True
         return self.jobs is not None and any(job.active for job in self.jobs.jobs.values())
-
-    def _reject_event_sender(self, caller: Caller, gpu: str, lease: Lease | None) -> None:
-        if lease is None:
-            code = ErrorCode.UNKNOWN_GPU if gpu not in self.registry else ErrorCode.NOT_LEASED
-            raise ProtocolError(code, f"GPU {gpu} is not leased by this process")
-        self.leases.check_claim(caller, gpu)
-        raise ProtocolError(ErrorCode.GPU_BUSY, f"GPU {gpu} is leased by another process")
 
     # ------------------------------------------------------------------ lifecycle
 
