@@ -2,6 +2,7 @@
 points and power limits (see docs/power-caps.md).
 
 `node_cap` applies the allocation of `perseusd.power` on the node each tick; `job_loads` turns running jobs
-into what the allocation needs; `window` measures power from the energy counters; `cap_file` keeps the budget
-across a restart; `declared_cap` reads a budget declared in files.
+into what the allocation needs; `limit_writer` writes the power limits (`limit_check` finds one written
+over); `window` measures power from the energy counters and `measured_check` corrects the plan by it;
+`cap_file` keeps the budget across a restart; `declared_cap` reads a budget declared in files.
 """

@@ -1,6 +1,6 @@
 """Whether the limits the power cap wrote are still the GPUs' limits.
 
-The cap writes a limit only when it changes (`NodeCap._write_batch`), so a limit something outside the
+The cap writes a limit only when it changes (`LimitWriter._write_batch`), so a limit something outside the
 daemon wrote (`nvidia-smi -pl`, another management agent) would stand until the allocation moved. Once per
 recompute the cap reads its GPUs without waiting (`submit`); a later tick takes the finished readings
 (`overwritten`) and names each GPU whose limit is no longer the one the cap wrote then, so that the cap

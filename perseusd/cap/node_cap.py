@@ -4,17 +4,11 @@ Everything runs on the daemon's main loop (`tick`), except `apply_grant_w`, whic
 only records the grant under a lock for the next tick. Each tick samples the energy counters (without
 waiting), and when something changed (budget, grant, jobs, priorities) or every `recompute_s`, allocates
 (`perseusd.power.allocate`), moves each job to its point (the straggler response re-decides, the cap is a
-constraint on top) and writes the power limits: lower ones first, then raised ones, so that the limits'
-sum never passes the higher of the old and new sums; a limit that did not change is not written again,
-and once per recompute the GPUs are read (without waiting) to find a limit something else wrote over
-(`perseusd.cap.limit_check`). A limit is written only after the GPU's original state is durably saved
-(the restore machinery), so cap clear, daemon stop and start-up after a crash restore it like a clock.
+constraint on top) and writes the power limits (`perseusd.cap.limit_writer`: lower ones first, unchanged
+ones not again, each only once the GPU's original state is durably saved).
 
-The check: node power measured over the enforcement window from the energy counters. A window above the
-grant trims the plan's target by the excess (a plan switching clocks late draws more than its profile says);
-under `window` enforcement, a node still measured above the grant + 1 % for `WATCHDOG_WINDOWS` windows in a
-row with the trim at its floor falls back to strict limits (logged, and shown in status) until the cap
-changes.
+The check: node power measured over the enforcement window from the energy counters trims the plan's target,
+and falls back to strict limits when trimming is not enough (`perseusd.cap.measured_check`).
 """
 
 from __future__ import annotations
@@ -29,7 +23,8 @@ from pathlib import Path
 
 from perseusd.cap.cap_file import SavedCap, resume_saved, save_logged
 from perseusd.cap.job_loads import JobLoads
-from perseusd.cap.limit_check import LimitCheck
+from perseusd.cap.limit_writer import LimitWriter
+from perseusd.cap.measured_check import MeasuredCheck
 from perseusd.cap.window import PowerWindow, WindowPower
 from perseusd.errors import GpuError
 from perseusd.gpu.registry import GpuRegistry
@@ -37,7 +32,6 @@ from perseusd.jobs.job import Job
 from perseusd.jobs.manager import JobManager
 from perseusd.leasing.leases import LeaseBook
 from perseusd.leasing.restore import RestoreKeeper
-from perseusd.leasing.state_file import StateWriteError
 from perseusd.power.allocate import ENFORCEMENTS, PLAN_HEADROOM, PRIORITIES, CapAllocation, allocate
 from perseusd.power.allocate import demand_w as node_demand_w
 from perseusd.power.allocate import floor_w as node_floor_w
@@ -50,15 +44,6 @@ SAMPLE_PERIOD_S = 0.1
 IDLE_SAMPLE_PERIOD_S = 1.0
 """Uncapped, the counters are read once a second (status still shows the node's power)."""
 RECOMPUTE_S = 1.0
-OVER_TOLERANCE = 0.01
-WATCHDOG_WINDOWS = 3
-TRIM_MIN = 0.85
-TRIM_STEP = 0.97
-"""The most one check trims the plan's target by."""
-QUIET_WINDOWS = 3
-"""Windows after a change of points or limits that the measured check ignores (jobs switch at an iteration
-boundary; the window still holds the old power)."""
-TRIM_RELAX = 1.002
 
 
 @dataclass(frozen=True)
@@ -96,8 +81,6 @@ class NodeCap:
         self._saved_path = saved_path
         self.save_error = ""
         """Why the budget could not be saved for a restart ("" when it was)."""
-        self._keeper = keeper
-        self._leases = leases
         self._jobs = jobs
         self.settings = settings
         self._clock_s = clock_s
@@ -108,20 +91,11 @@ class NodeCap:
         self.set_by = ""
         self.priorities: dict[str, int] = {}
         self.allocation: CapAllocation | None = None
-        self.limits_w: dict[str, float] = {}
-        self._enforced_w: dict[str, float] = {}
-        """What each GPU enforced of the limit the cap wrote (W)."""
-        self._check = LimitCheck(registry)
+        self.writer = LimitWriter(registry, keeper, leases)
         self.window = PowerWindow(settings.window_s)
-        self.over_windows = 0
-        self.forced_strict = False
-        self.trim = 1.0
-        self.write_error = ""
         self._dirty = False
         self._next_recompute_s = 0.0
         self._next_sample_s = 0.0
-        self._next_check_s = 0.0
-        self._quiet_until_s = 0.0
         self._reads: dict[str, Future[tuple[int, int]]] = {}
         self._job_loads = JobLoads(settings.window_s)
         self.last_loads: list[JobLoad] = []
@@ -134,6 +108,7 @@ class NodeCap:
         self.ranges = self._ranges = tuple(
             GpuRange(i.uuid, i.power_limit_min_w, i.power_limit_max_w) for i in registry.infos()
         )
+        self.check = MeasuredCheck(self.window, settings.window_s, len(self._ranges))
 
     # ------------------------------------------------------------------ NodePowerTarget
 
@@ -184,7 +159,7 @@ class NodeCap:
 
     @property
     def active(self) -> bool:
-        return self.grant_w is not None or bool(self.limits_w)
+        return self.grant_w is not None or bool(self.writer.limits_w)
 
     def set_budget_w(self, budget_w: float | None, who: str) -> None:
         """Set (or with None clear) the node budget: saved for a restart first, then applied at once."""
@@ -223,9 +198,7 @@ class NodeCap:
 
     def _changed(self) -> None:
         self._dirty = True
-        self.trim = 1.0
-        self.forced_strict = False
-        self.over_windows = 0
+        self.check.reset()
 
     # ------------------------------------------------------------------ main loop
 
@@ -233,7 +206,7 @@ class NodeCap:
         """Sample the counters; re-allocate and apply when due."""
         now_s = self._clock_s()
         self._sample(now_s)
-        overwritten = self._check.overwritten(self.limits_w)
+        overwritten = self.writer.overwritten()
         if overwritten:
             self.after_restore(overwritten)
         with self._lock:
@@ -254,19 +227,16 @@ class NodeCap:
         if grant_w is None:
             self._uncap()
             return
-        self._watch(now_s, grant_w)
-        enforcement = "strict" if self.forced_strict else self.settings.enforcement
-        headroom = 1 - self.trim * (1 - PLAN_HEADROOM)
+        self.check.watch(now_s, grant_w)
+        enforcement = "strict" if self.check.forced_strict else self.settings.enforcement
+        headroom = 1 - self.check.trim * (1 - PLAN_HEADROOM)
         allocation = allocate(self._ranges, loads, grant_w, enforcement=enforcement, headroom=headroom)
         if allocation.reason and (self.allocation is None or self.allocation.reason != allocation.reason):
             (logger.error if not allocation.feasible else logger.warning)("power cap: %s", allocation.reason)
-        if self.allocation is None or _moved(self.allocation, allocation):
-            # the windows measured next still hold the old plan's power: they must not trim the new one
-            self._quiet_until_s = now_s + QUIET_WINDOWS * self.settings.window_s
+        self.check.after_plan(now_s, self.allocation, allocation)
         self.allocation = allocation
         self._apply_points(allocation)
-        self._write_limits(allocation.limits_w)
-        self._check.submit(self.limits_w, self._enforced_w)
+        self.writer.write(allocation.limits_w)
 
     def refresh_demand(self) -> list[JobLoad]:
         """Model the running jobs' loads now (main loop) and the node's demand; returns the loads."""
@@ -315,42 +285,11 @@ class NodeCap:
                 except GpuError:
                     continue
 
-    def _watch(self, now_s: float, grant_w: float) -> None:
-        """Once a window, the measured power corrects the plan: above the grant, the plan's target is
-        trimmed by the excess (down to `TRIM_MIN`); well below it, the trim relaxes slowly. Windows above the
-        grant + 1 % with the trim at its floor fall back to strict limits after `WATCHDOG_WINDOWS`."""
-        if now_s < max(self._next_check_s, self._quiet_until_s):
-            return
-        self._next_check_s = now_s + self.settings.window_s
-        reading = self.window.power()
-        if reading is None or reading.gpus < len(self._ranges):
-            return
-        # The trim follows two windows: a counter that lags reads one window low and the next one high.
-        steady = self.window.power(2 * self.settings.window_s)
-        if steady is not None and steady.gpus == len(self._ranges):
-            if steady.power_w > grant_w:
-                self.trim = max(TRIM_MIN, self.trim * max(TRIM_STEP, grant_w / steady.power_w))
-            elif steady.power_w < grant_w * (1 - 2 * PLAN_HEADROOM):
-                self.trim = min(1.0, self.trim * TRIM_RELAX)
-        if reading.power_w > grant_w * (1 + OVER_TOLERANCE):
-            self.over_windows += 1
-            if self.over_windows >= WATCHDOG_WINDOWS and self.trim <= TRIM_MIN and not self.forced_strict:
-                self.forced_strict = True
-                logger.warning(
-                    "power cap: %.0f W measured over %.1f s > grant %.0f W for %d windows: strict limits",
-                    reading.power_w,
-                    reading.span_s,
-                    grant_w,
-                    self.over_windows,
-                )
-        else:
-            self.over_windows = 0
-
     @property
     def plan_target_w(self) -> float | None:
         """What the plan aims at (W): the grant, less the headroom, trimmed by what was measured."""
         grant_w = self.grant_w
-        return None if grant_w is None else grant_w * self.trim * (1 - PLAN_HEADROOM)
+        return None if grant_w is None else grant_w * self.check.trim * (1 - PLAN_HEADROOM)
 
     def _apply_points(self, allocation: CapAllocation) -> None:
         if self._jobs is None:
@@ -363,40 +302,6 @@ class NodeCap:
                 if job.deployed is not None:
                     self._jobs.response.decide(job)
 
-    def _write_limits(self, limits_w: dict[str, float]) -> None:
-        """Lower limits first (all GPUs at once), then raised ones: the sum never passes the higher of the
-        old and new sums. A GPU is written only once its original is durably saved."""
-        lower = [u for u in limits_w if limits_w[u] < self.limits_w.get(u, float("inf"))]
-        errors = self._write_batch(lower, limits_w)
-        errors += self._write_batch([u for u in limits_w if u not in lower], limits_w)
-        if errors and "; ".join(errors) != self.write_error:
-            logger.error("power cap: cannot write power limits: %s", "; ".join(errors))
-        self.write_error = "; ".join(errors)
-
-    def _write_batch(self, uuids: list[str], limits_w: dict[str, float]) -> list[str]:
-        """Write these GPUs' limits in parallel and wait for them. A limit the cap wrote and nothing wrote
-        over since (`after_restore`, `LimitCheck`) is not written again: the main loop then waits for no
-        owner thread, which may be inside a clock set (~10 ms on an H100), at every recompute."""
-        errors: list[str] = []
-        futures = {}
-        for uuid in uuids:
-            if self.limits_w.get(uuid) == limits_w[uuid]:
-                continue
-            try:
-                self._keeper.ensure_saved(uuid)
-                futures[uuid] = self._registry.submit_power_limit_w(uuid, limits_w[uuid])
-            except (StateWriteError, GpuError) as exc:
-                errors.append(f"{uuid}: {exc}")
-        for uuid, future in futures.items():
-            try:
-                self._enforced_w[uuid] = self._registry.wait(uuid, future)
-            except GpuError as exc:
-                errors.append(f"{uuid}: {exc}")
-                self.limits_w.pop(uuid, None)
-                continue
-            self.limits_w[uuid] = limits_w[uuid]
-        return errors
-
     def _uncap(self) -> None:
         """No budget, no grant: every limit the cap wrote goes back to the GPU's original."""
         if self._jobs is not None:
@@ -405,37 +310,13 @@ class NodeCap:
                     job.cap_index = None
                     if job.deployed is not None:
                         self._jobs.response.decide(job)
-        for uuid in sorted(self.limits_w):
-            self._restore_limit(uuid)
-        self.limits_w.clear()
+        self.writer.restore()
         self.allocation = None
-        self.over_windows = 0
-
-    def _restore_limit(self, uuid: str) -> None:
-        saved = self._keeper.saved(uuid)
-        if saved is None:
-            return
-        if self._leases.holder(uuid) is None:
-            self._keeper.restore([uuid])  # nothing else wrote it: restore and forget the original
-            return
-        try:  # a job holds it: its clock stays, its limit goes back, its release restores the rest
-            self._registry.set_power_limit_w(uuid, saved.original.power_limit_w)
-        except GpuError as exc:
-            logger.error("power cap: restoring the power limit of %s failed: %s", uuid, exc)
+        self.check.over_windows = 0
 
     def after_restore(self, gpus: Iterable[str]) -> None:
         """These GPUs' limits were written outside the cap (restored to their originals by a release, a dead
         client or an admin reset, or set by an admin): write the cap's again at the next tick."""
-        for uuid in gpus:
-            self.limits_w.pop(uuid, None)
+        self.writer.forget(gpus)
         if self.grant_w is not None:
             self._dirty = True
-
-
-def _moved(old: CapAllocation, new: CapAllocation) -> bool:
-    """Whether a new allocation changes a job's point or a limit by more than a watt."""
-    if {g.name: g.index for g in old.jobs} != {g.name: g.index for g in new.jobs}:
-        return True
-    if old.limits_w.keys() != new.limits_w.keys():
-        return True
-    return any(abs(old.limits_w[u] - w) > 1.0 for u, w in new.limits_w.items())

@@ -18,7 +18,7 @@ Enforcement (`limits_w`):
 - `window` (default): the plan holds the node's power averaged over the enforcement window within the
   grant; each managed GPU's limit is its point's peak power plus a margin (so the plan runs as planned; a
   GPU that misbehaves is still held at what its plan needs) and each unmanaged GPU's is its allocation.
-  The power measured from the energy counters is the check (see `perseusd.cap.node_cap`).
+  The power measured from the energy counters is the check (see `perseusd.cap.measured_check`).
 - `strict`: the limits themselves sum to at most the grant (water-filled over each GPU's need): the node
   cannot exceed the grant even for a moment, at the price of throttling the peaks of every plan.
 

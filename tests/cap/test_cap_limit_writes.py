@@ -31,7 +31,7 @@ def test_a_recompute_that_keeps_the_limits_does_not_wait_for_a_busy_gpu(tmp_path
         assert cap is not None
         budget_w = sum(i.power_limit_max_w for i in core.registry.infos()) * 0.6
         cap.set_budget_w(budget_w, "admin")
-        written = dict(cap.limits_w)
+        written = dict(cap.writer.limits_w)
         assert len(written) == 2
         for info in core.registry.infos():
             assert written[info.uuid] < 0.7 * info.power_limit_max_w
@@ -39,8 +39,8 @@ def test_a_recompute_that_keeps_the_limits_does_not_wait_for_a_busy_gpu(tmp_path
         setting = busy_owner(core.registry, slow, SLOW_SET_S)
         cap.set_budget_w(budget_w, "admin")  # the same budget: a recompute with the same limits
         assert not setting.done(), "the tick waited for the owner thread inside its clock set"
-        assert cap.limits_w == written
-        assert cap.write_error == ""
+        assert cap.writer.limits_w == written
+        assert cap.writer.write_error == ""
         setting.result(timeout=30)
         assert _limit_w(core, slow) == pytest.approx(written[slow])
 
@@ -51,13 +51,13 @@ def test_a_limit_written_by_an_admin_under_a_cap_is_written_back_at_the_next_tic
         assert cap is not None
         cap.set_budget_w(sum(i.power_limit_max_w for i in core.registry.infos()) * 0.6, "admin")
         gpu = core.registry.uuids[0]
-        capped_w = cap.limits_w[gpu]
+        capped_w = cap.writer.limits_w[gpu]
         reply = core.handle(ROOT, AdminSetPowerLimit(gpu=gpu, power_limit_w=capped_w + 50), admin_socket=True)
         assert isinstance(reply, PowerLimitOk)
         assert _limit_w(core, gpu) == pytest.approx(capped_w + 50)
-        assert gpu not in cap.limits_w
+        assert gpu not in cap.writer.limits_w
         cap.tick()
-        assert cap.limits_w[gpu] == capped_w
+        assert cap.writer.limits_w[gpu] == capped_w
         assert _limit_w(core, gpu) == pytest.approx(capped_w)
 
 
@@ -70,7 +70,7 @@ def test_a_limit_written_outside_the_daemon_is_found_and_written_back(
         budget_w = sum(i.power_limit_max_w for i in core.registry.infos()) * 0.6
         cap.set_budget_w(budget_w, "admin")
         gpu = core.registry.uuids[0]
-        capped_w = cap.limits_w[gpu]
+        capped_w = cap.writer.limits_w[gpu]
         device = core.registry._owner(gpu)._device
         device.set_power_limit_w(capped_w + 60)  # as nvidia-smi -pl would, past the daemon
         began_s = time.monotonic()
@@ -78,6 +78,6 @@ def test_a_limit_written_outside_the_daemon_is_found_and_written_back(
             assert time.monotonic() - began_s < 30, "the cap never wrote its limit back"
             cap.set_budget_w(budget_w, "admin")  # a recompute: the limits unchanged, the GPUs read
             time.sleep(0.05)
-        assert cap.limits_w[gpu] == capped_w
+        assert cap.writer.limits_w[gpu] == capped_w
         assert "not the" in caplog.text
         assert "written by something else" in caplog.text

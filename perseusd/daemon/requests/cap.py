@@ -89,7 +89,7 @@ def cap_status(cap: NodeCap) -> cap_msg.CapStatusReply:
     gpus = tuple(
         cap_msg.CapGpu(
             uuid=r.uuid,
-            limit_w=cap.limits_w.get(r.uuid),
+            limit_w=cap.writer.limits_w.get(r.uuid),
             min_w=r.min_w,
             max_w=r.max_w,
             managed_by=managed.get(r.uuid, ""),
@@ -110,9 +110,9 @@ def cap_status(cap: NodeCap) -> cap_msg.CapStatusReply:
         for g in (allocation.jobs if allocation is not None else ())
     )
     problem = allocation.reason if allocation is not None else ""
-    if cap.write_error:
+    if cap.writer.write_error:
         problem = f"{problem}; " if problem else ""
-        problem += f"power limits not written: {cap.write_error}"
+        problem += f"power limits not written: {cap.writer.write_error}"
     if cap.save_error:
         problem = f"{problem}; " if problem else ""
         problem += f"not kept across a restart: {cap.save_error}"
@@ -121,7 +121,7 @@ def cap_status(cap: NodeCap) -> cap_msg.CapStatusReply:
         budget_w=cap.budget_w,
         pool_grant_w=cap.pool_grant_w,
         grant_w=cap.grant_w,
-        enforcement="strict" if cap.forced_strict else cap.settings.enforcement,
+        enforcement="strict" if cap.check.forced_strict else cap.settings.enforcement,
         window_s=cap.settings.window_s,
         measured_w=None if measured is None else round(measured.power_w, 3),
         measured_span_s=0.0 if measured is None else round(measured.span_s, 3),
@@ -132,7 +132,7 @@ def cap_status(cap: NodeCap) -> cap_msg.CapStatusReply:
         feasible=allocation.feasible if allocation is not None else True,
         strict=allocation.strict if allocation is not None else False,
         problem=problem,
-        over_windows=cap.over_windows,
+        over_windows=cap.check.over_windows,
         set_by=cap.set_by,
         gpus=gpus,
         jobs=jobs,
