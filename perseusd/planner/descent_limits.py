@@ -13,12 +13,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from perseusd.planner.dag import ComputationDag
+from perseusd.planner.descent_trials import Descent, Rows
 from perseusd.planner.evaluate import evaluate_clocks
 from perseusd.planner.following import PointFollower
 from perseusd.planner.plan import Frontier, Plan
 from perseusd.planner.policy import TOLERANCE
 from perseusd.planner.profile import Profile
-from perseusd.planner.switch_search import Descent, DescentSearch, Rows
+from perseusd.planner.switch_search import DescentSearch
 from perseusd.planner.switching import SwitchModel
 from perseusd.planner.waiting import WaitingPower
 

@@ -26,13 +26,14 @@ from perseusd.planner.descent_limits import (
     far_search_budget,
     searches_harder,
 )
+from perseusd.planner.descent_trials import Descent
 from perseusd.planner.evaluate import evaluate_clocks
 from perseusd.planner.following import PointFollower, follow_frontier
 from perseusd.planner.plan import Frontier, PlanMeta, frontier_from_points, frontier_to_document
 from perseusd.planner.plan_read import parse_frontier
 from perseusd.planner.profile import Profile
 from perseusd.planner.solver import SolverParams, solve_frontier
-from perseusd.planner.switch_search import Descent, DescentSearch
+from perseusd.planner.switch_search import DescentSearch
 from perseusd.planner.switching import (
     FollowablePoint,
     SwitchModel,
