@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from perseus_client.client import PerseusClient, PerseusClientError
-    from perseus_client.protocol import PROTOCOL_VERSION, ErrorCode, PlanEntry
+    from perseus_client.clock_messages import PlanEntry
+    from perseus_client.protocol import PROTOCOL_VERSION, ErrorCode
     from perseus_client.version import PROTOCOL_MAJOR, PROTOCOL_MINOR
 
 __all__ = [
@@ -30,7 +31,7 @@ _HOMES = {
     "PerseusClientError": "perseus_client.client",
     "PROTOCOL_VERSION": "perseus_client.protocol",
     "ErrorCode": "perseus_client.codes",
-    "PlanEntry": "perseus_client.protocol",
+    "PlanEntry": "perseus_client.clock_messages",
     "PROTOCOL_MAJOR": "perseus_client.version",
     "PROTOCOL_MINOR": "perseus_client.version",
 }

@@ -6,7 +6,9 @@ an id (an int > 0) that the reply echoes; events on the event socket are fire-an
 GPUs are named by UUID on the wire, never by index. The daemon decodes requests strictly (`decode`: unknown
 types, missing or extra fields and wrong field types are rejected with a stable `ErrorCode`); the client
 decodes replies tolerantly (`decode_reply`: fields it does not know are ignored, error replies decode
-whatever their version).
+whatever their version). This module is the one import for the protocol: it owns the encoder and the
+decoders and re-exports every message (each defined beside its kin: `lease_messages`, `clock_messages`,
+`event_messages`, `job_messages`, ...) and the registries of message types (`perseus_client.message_types`).
 
 The protocol version, (major, minor), is separate from the package version (`perseus_client.version`):
 additive changes bump the minor and never break; see docs/protocol.md for how to add a message. Majors
@@ -24,8 +26,6 @@ of `jobs`. Minor 1 and later: see `perseus_client.version`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from perseus_client.cap_messages import (
     AdminCapStatus,
     AdminClearCap,
@@ -38,6 +38,17 @@ from perseus_client.cap_messages import (
 )
 from perseus_client.carbon_messages import CarbonInfo, SignalInfo
 from perseus_client.carry_messages import CarriedComputation, Carry, CarryReady
+from perseus_client.clock_messages import (
+    AdminSetPowerLimit,
+    ClearPlan,
+    ClearPlanOk,
+    PlanEntry,
+    PowerLimitOk,
+    SetClock,
+    SetClockOk,
+    SetPlan,
+    SetPlanOk,
+)
 from perseus_client.codes import ErrorCode, ProtocolError
 from perseus_client.energy_messages import EnergyRead, EnergyReading, GpuEnergy
 from perseus_client.envelope import (
@@ -53,6 +64,18 @@ from perseus_client.envelope import (
     encode_frame,
 )
 from perseus_client.event_frames import EventWriter, frame_head
+from perseus_client.event_messages import (
+    ComputationBegin,
+    ComputationEnd,
+    ComputationEvent,
+    EventAck,
+    EventCount,
+    EventCountOk,
+    EventsEnd,
+    StepBegin,
+    StepEnd,
+    StepEvent,
+)
 from perseus_client.job_messages import (
     AnnounceStraggler,
     AnnounceStragglerOk,
@@ -77,16 +100,34 @@ from perseus_client.job_messages import (
     SpanMember,
     StragglerInfo,
 )
+from perseus_client.lease_messages import (
+    AdminReset,
+    AdminResetOk,
+    Claim,
+    ClaimOk,
+    GpuCapabilities,
+    Hello,
+    HelloOk,
+    Release,
+    ReleaseOk,
+    RestoreReply,
+)
 from perseus_client.message import (
     JOB_STATES,
     ErrorReply,
-    GpuMessage,
-    GpusMessage,
     Instruction,
-    JobMessage,
     Message,
     Policy,
     Schedule,
+)
+from perseus_client.message_types import (
+    ADMIN_TYPES,
+    EVENT_TYPES,
+    MESSAGE_TYPES,
+    PUSH_TYPES,
+    REPLY_TYPES,
+    REQUEST_TYPES,
+    STREAM_TYPES,
 )
 from perseus_client.pool_messages import (
     AdminPoolRelease,
@@ -117,7 +158,8 @@ from perseus_client.status_messages import (
 from perseus_client.validation import Schema
 from perseus_client.version import PROTOCOL_MAJOR, PROTOCOL_MINOR, since
 
-# Re-exported: one import for every message; job messages live in job_messages, the base in message.
+# Re-exported: one import for the whole protocol. Each message lives beside its kin (lease_messages,
+# event_messages, job_messages, ...), the base in message, the registries of types in message_types.
 __all__ = [
     "JOB_STATES",
     "AdminCapStatus",
@@ -125,8 +167,11 @@ __all__ = [
     "AdminPoolRelease",
     "AdminPoolSetBudget",
     "AdminPoolStatus",
+    "AdminReset",
+    "AdminResetOk",
     "AdminSetCap",
     "AdminSetJobPriority",
+    "AdminSetPowerLimit",
     "AdminSlurmEpilog",
     "AdminSlurmProlog",
     "AnnounceStraggler",
@@ -138,16 +183,30 @@ __all__ = [
     "CarriedComputation",
     "Carry",
     "CarryReady",
+    "Claim",
+    "ClaimOk",
+    "ClearPlan",
+    "ClearPlanOk",
+    "ComputationBegin",
+    "ComputationEnd",
+    "ComputationEvent",
     "DaemonHealth",
     "DocumentReply",
     "EnergyRead",
     "EnergyReading",
     "ErrorCode",
     "ErrorReply",
+    "EventAck",
+    "EventCount",
+    "EventCountOk",
+    "EventsEnd",
     "Frame",
     "FrontierRequest",
+    "GpuCapabilities",
     "GpuEnergy",
     "GpuStatus",
+    "Hello",
+    "HelloOk",
     "Instruction",
     "JobInfo",
     "JobPriorityOk",
@@ -156,6 +215,7 @@ __all__ = [
     "LeaseInfo",
     "Message",
     "PipelineInfo",
+    "PlanEntry",
     "PlanRequest",
     "PlanStats",
     "PlanningInfo",
@@ -165,6 +225,7 @@ __all__ = [
     "PoolNode",
     "PoolReleaseOk",
     "PoolStatusReply",
+    "PowerLimitOk",
     "ProfileExport",
     "ProfileImport",
     "ProfileImportOk",
@@ -173,7 +234,14 @@ __all__ = [
     "ProtocolError",
     "Register",
     "RegisterOk",
+    "Release",
+    "ReleaseOk",
+    "RestoreReply",
     "Schedule",
+    "SetClock",
+    "SetClockOk",
+    "SetPlan",
+    "SetPlanOk",
     "SetPolicy",
     "SetPolicyOk",
     "SignalInfo",
@@ -185,6 +253,9 @@ __all__ = [
     "SpanMember",
     "StatusReply",
     "StatusRequest",
+    "StepBegin",
+    "StepEnd",
+    "StepEvent",
     "StragglerInfo",
 ]
 
@@ -192,295 +263,22 @@ PROTOCOL_VERSION = PROTOCOL_MAJOR
 """The frame's "v": the protocol's major (kept under its old name; see `perseus_client.version`)."""
 __all__ += [
     "ADMIN_SOCKET_NAME",
+    "ADMIN_TYPES",
     "CONTROL_SOCKET_NAME",
     "DEFAULT_MAX_FRAME_BYTES",
     "EVENT_SOCKET_NAME",
+    "EVENT_TYPES",
     "MAX_REQUEST_ID",
+    "MESSAGE_TYPES",
     "PROTOCOL_MAJOR",
     "PROTOCOL_MINOR",
     "PUSH_TYPES",
+    "REPLY_TYPES",
+    "REQUEST_TYPES",
     "SEQPACKET_EVENT_SOCKET_NAME",
+    "STREAM_TYPES",
     "since",
 ]
-
-
-# --------------------------------------------------------------------------------------------- messages
-
-
-@dataclass(frozen=True)
-class GpuCapabilities:
-    """What a client may ask of one GPU."""
-
-    uuid: str
-    name: str
-    supported_sm_clocks_mhz: tuple[int, ...]
-    power_limit_min_w: float
-    power_limit_max_w: float
-    power_limit_default_w: float
-    energy_counter_supported: bool
-
-
-@dataclass(frozen=True)
-class Hello(JobMessage, wire_type="hello"):
-    """Client -> daemon: register this process (identity comes from the kernel, never from here)."""
-
-    client_version: str
-
-
-@dataclass(frozen=True)
-class HelloOk(Message, wire_type="hello_ok"):
-    daemon_version: str
-    protocol: int
-    """The daemon's major (the only one it speaks)."""
-    gpus: tuple[GpuCapabilities, ...]
-    protocol_minor: int = since(1, 0)
-    """The newest minor of `protocol` the daemon speaks (it speaks every older one too)."""
-    visible_gpus: tuple[str, ...] | None = since(5, None)
-    """The UUIDs of the GPUs this process may claim, in its own device order (index 0 first: what
-    `CUDA_VISIBLE_DEVICES` indexes in its container); None: every GPU of `gpus`, in their order."""
-    event_socket: str | None = since(10, None)
-    """The name, in the runtime directory, of the daemon's SOCK_SEQPACKET event socket
-    (`SEQPACKET_EVENT_SOCKET_NAME`); None: events go to the ZeroMQ event socket only."""
-
-
-@dataclass(frozen=True)
-class Claim(GpusMessage, wire_type="claim"):
-    """Lease GPUs (by UUID) for this process; the original state is saved before any write."""
-
-    job: str
-
-
-@dataclass(frozen=True)
-class ClaimOk(GpusMessage, wire_type="claim_ok"):
-    """The GPUs now leased to this process."""
-
-
-@dataclass(frozen=True)
-class Release(GpusMessage, wire_type="release"):
-    """Release leases (an empty tuple releases all of this process's leases); GPUs are restored."""
-
-
-@dataclass(frozen=True)
-class RestoreReply(GpusMessage):
-    """GPUs put back as they were before any lease (`gpus`), and those whose restore failed (`failed`)."""
-
-    failed: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ReleaseOk(RestoreReply, wire_type="release_ok"):
-    """The leases released: GPUs restored, and those whose restore failed."""
-
-
-@dataclass(frozen=True)
-class SetClock(GpuMessage, wire_type="set_clock"):
-    """Lock the SM clock of a leased GPU (None unlocks)."""
-
-    sm_clock_mhz: int | None
-
-
-@dataclass(frozen=True)
-class SetClockOk(GpuMessage, wire_type="set_clock_ok"):
-    applied_mhz: int | None
-
-
-@dataclass(frozen=True)
-class PlanEntry:
-    """One computation of a plan: its clock (MHz). A plan lists a GPU's computations in schedule order."""
-
-    instruction: Instruction
-    microbatch: int
-    chunk: int
-    freq_mhz: int
-
-
-@dataclass(frozen=True)
-class SetPlan(GpuMessage, wire_type="set_plan"):
-    """Deploy a per-computation clock plan on a leased GPU (replaces any plan it had)."""
-
-    plan: tuple[PlanEntry, ...]
-
-
-@dataclass(frozen=True)
-class SetPlanOk(GpuMessage, wire_type="set_plan_ok"):
-    computations: int
-
-
-@dataclass(frozen=True)
-class ClearPlan(GpuMessage, wire_type="clear_plan"):
-    """Remove a leased GPU's plan; its clock stays as it is."""
-
-
-@dataclass(frozen=True)
-class ClearPlanOk(GpuMessage, wire_type="clear_plan_ok"):
-    cleared: bool
-
-
-@dataclass(frozen=True)
-class AdminReset(GpusMessage, wire_type="admin_reset"):
-    """Admin: restore saved originals, unlock clocks and drop leases (empty tuple: every GPU)."""
-
-
-@dataclass(frozen=True)
-class AdminResetOk(RestoreReply, wire_type="admin_reset_ok"):
-    """The GPUs reset, and those whose restore or unlock failed."""
-
-
-@dataclass(frozen=True)
-class AdminSetPowerLimit(GpuMessage, wire_type="admin_set_power_limit"):
-    power_limit_w: float
-
-
-@dataclass(frozen=True)
-class PowerLimitOk(GpuMessage, wire_type="power_limit_ok"):
-    requested_w: float
-    enforced_w: float
-
-
-@dataclass(frozen=True)
-class ComputationEvent(GpuMessage):
-    """Event: a computation starts or ends on a leased GPU. `timestamp_ns` is the client's
-    `time.monotonic_ns()`."""
-
-    stage: int
-    instruction: Instruction
-    microbatch: int
-    chunk: int
-    timestamp_ns: int
-
-
-@dataclass(frozen=True)
-class ComputationBegin(ComputationEvent, wire_type="comp_begin"):
-    """Event: a computation starts."""
-
-
-@dataclass(frozen=True)
-class ComputationEnd(ComputationEvent, wire_type="comp_end"):
-    """Event: a computation ends."""
-
-
-@dataclass(frozen=True)
-class StepEvent(GpuMessage):
-    """Event: a training step (one iteration) starts or ends on a leased GPU."""
-
-    step: int
-    timestamp_ns: int
-
-
-@dataclass(frozen=True)
-class StepBegin(StepEvent, wire_type="step_begin"):
-    """Event: a training step starts."""
-
-
-@dataclass(frozen=True)
-class StepEnd(StepEvent, wire_type="step_end"):
-    """Event: a training step ends."""
-
-
-@dataclass(frozen=True)
-class EventAck(Message, wire_type="event_ack"):
-    """Reply to an event sent on the control socket (events on the event socket get no reply)."""
-
-
-@dataclass(frozen=True)
-class EventCount(Message, wire_type="event_count"):
-    """How many events the daemon read from the calling process since its hello, and how many of those it
-    dropped. A client asks when it closes, to count what never arrived (`PerseusClient.events_lost`)."""
-
-
-@dataclass(frozen=True)
-class EventCountOk(Message, wire_type="event_count_ok"):
-    received: int
-    dropped: int
-    ended_sent: int | None = since(9, None)
-    """The `sent` of this session's end marker (`events_end`) once the daemon has read it, else None: from
-    then on `received` is final, and `sent - received` events never reached the daemon."""
-
-
-@dataclass(frozen=True)
-class EventsEnd(Message, wire_type="events_end", since=9):
-    """Event socket, a closing client's last frame: "I sent `sent` events since my hello" (and dropped
-    `dropped` before sending: its queue was full or it had no session). Read in stream order, after every
-    event before it, so the daemon reconciles the session exactly: read (used or dropped, by reason) and
-    lost in transit, `sent - read`. Not an event: never counted as one."""
-
-    sent: int
-    dropped: int
-
-
-EVENT_TYPES: tuple[type[Message], ...] = (ComputationBegin, ComputationEnd, StepBegin, StepEnd)
-STREAM_TYPES: tuple[type[Message], ...] = (EventsEnd, CarryReady)
-"""Frames of the event socket that are not events (read in stream order, never counted as events)."""
-PUSH_TYPES: tuple[type[Message], ...] = (Carry,)
-"""Frames the daemon sends a client on its event connection unasked."""
-REQUEST_TYPES: tuple[type[Message], ...] = (
-    Hello,
-    Claim,
-    Release,
-    SetClock,
-    SetPlan,
-    ClearPlan,
-    StatusRequest,
-    Register,
-    SetPolicy,
-    JobsRequest,
-    FrontierRequest,
-    PlanRequest,
-    ProfileExport,
-    ProfileImport,
-    AnnounceStraggler,
-    EventCount,
-    EnergyRead,
-    SlurmJobsRequest,
-    *EVENT_TYPES,
-)
-ADMIN_TYPES: tuple[type[Message], ...] = (
-    AdminReset,
-    AdminSetPowerLimit,
-    StatusRequest,
-    AdminPoolSetBudget,
-    AdminPoolStatus,
-    AdminPoolRelease,
-    AdminSetCap,
-    AdminClearCap,
-    AdminCapStatus,
-    AdminSetJobPriority,
-    AdminSlurmProlog,
-    AdminSlurmEpilog,
-    SlurmJobsRequest,
-)
-REPLY_TYPES: tuple[type[Message], ...] = (
-    HelloOk,
-    ClaimOk,
-    ReleaseOk,
-    SetClockOk,
-    SetPlanOk,
-    ClearPlanOk,
-    StatusReply,
-    AdminResetOk,
-    PowerLimitOk,
-    EventAck,
-    RegisterOk,
-    SetPolicyOk,
-    JobsReply,
-    DocumentReply,
-    ProfileReply,
-    ProfileImportOk,
-    AnnounceStragglerOk,
-    EventCountOk,
-    EnergyReading,
-    PoolBudgetOk,
-    PoolReleaseOk,
-    PoolStatusReply,
-    CapStatusReply,
-    JobPriorityOk,
-    SlurmJobsReply,
-    SlurmJobOk,
-    ErrorReply,
-)
-MESSAGE_TYPES: dict[str, type[Message]] = {
-    cls.TYPE: cls for cls in (*REQUEST_TYPES, *ADMIN_TYPES, *REPLY_TYPES, *STREAM_TYPES, *PUSH_TYPES)
-}
 
 
 STRICT = Schema(strict=True, minor=PROTOCOL_MINOR)
