@@ -1,10 +1,11 @@
 """How far the Perseus frontier is from the exact discrete optimum (HiGHS MILP) on small cases.
 
-For evenly spaced points of each case's Perseus frontier, `perseusd.planner.exact.frontier_gap` compares the
-Perseus plan with the MILP optimum at the same quantised iteration time T, both evaluated with measured
-option energies and quantised durations (energy = sum of effective costs + S * T * unit_time * P_block):
-`gap_pct` against the optimum over the same Pareto-filtered options the solver picks from, `gap_all_pct`
-against the optimum over every profile clock. Prints one JSON object. Needs the `exact` extra (highspy).
+For evenly spaced points of each case's Perseus frontier, `perseusd.planner.exact_gap.frontier_gap`
+compares the Perseus plan with the MILP optimum at the same quantised iteration time T, both evaluated with
+measured option energies and quantised durations (energy = sum of effective costs + S * T * unit_time *
+P_block): `gap_pct` against the optimum over the same Pareto-filtered options the solver picks from,
+`gap_all_pct` against the optimum over every profile clock. Prints one JSON object. Needs the `exact` extra
+(highspy).
 
     python benchmarks/bench_exact_gap.py [--sample N] [--time-limit SECONDS] [--points]
 """
@@ -25,7 +26,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from perseusd.planner.dag import build_dag  # noqa: E402
-from perseusd.planner.exact import frontier_gap  # noqa: E402
+from perseusd.planner.exact_gap import frontier_gap  # noqa: E402
 from perseusd.planner.profile import Measurement, Profile  # noqa: E402
 from perseusd.planner.profile_csv import read_profile  # noqa: E402
 from tests.support.synthetic import synthetic_profile  # noqa: E402

@@ -12,9 +12,9 @@ times are bounded by the all-fastest time windows and options that cannot fit in
 Options dominated in (quant_time, effective cost) by another of the same computation are dropped too; neither
 reduction changes the optimum.
 
-Two option spaces: `filtered` uses the Pareto-filtered options of `build_option_set`, the same the Perseus
-solver chooses from (like for like); `all` uses every profile row (a lower bound for any planner on this
-profile). `highspy` is the optional extra `exact` and is imported only when a model is solved.
+`exact_problem` prepares what does not depend on the deadline (option spaces, dominated options, time
+windows); `exact_gap` compares the Perseus frontier with this optimum. `highspy` is the optional extra
+`exact` and is imported only when a model is solved.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from perseusd.errors import PlanningError
-from perseusd.planner.dag import ComputationDag, Instruction
-from perseusd.planner.options import Option, build_option_set, quantise
-from perseusd.planner.profile import Measurement, Profile
+from perseusd.planner.dag import ComputationDag
+from perseusd.planner.exact_problem import ExactProblem, OptionSpace, longest_path_quant, prepare_problem
+from perseusd.planner.options import Option
+from perseusd.planner.profile import Profile
 
-OptionSpace = Literal["filtered", "all"]
 MIP_REL_GAP = 1e-9
 """Relative gap at which HiGHS stops: small enough that `optimal` means optimal to float precision."""
 _SELECTED = 0.5
@@ -64,29 +64,6 @@ class ExactResult:
         return self.status == "optimal"
 
 
-@dataclass(frozen=True)
-class _Problem:
-    """Everything about a case that does not depend on the deadline."""
-
-    dag: ComputationDag
-    unit_time_s: float
-    p_block_w: float
-    option_space: str
-    all_options: tuple[tuple[Option, ...], ...]
-    """Per node: every option of its option space (to map a start plan's clocks)."""
-    candidates: tuple[tuple[Option, ...], ...]
-    """Per node: the non-dominated options, fastest first."""
-    head_quant: tuple[int, ...]
-    """Per node: longest all-fastest path ending before the node starts."""
-    tail_quant: tuple[int, ...]
-    """Per node: longest all-fastest path from the node's start to the end (the node included)."""
-
-    @property
-    def t_min_quant(self) -> int:
-        """The all-fastest iteration time."""
-        return max((h + t for h, t in zip(self.head_quant, self.tail_quant, strict=True)), default=0)
-
-
 def _load_highspy() -> Any:
     try:
         import highspy
@@ -95,75 +72,6 @@ def _load_highspy() -> Any:
             "the exact MILP solver needs highspy; install the optional extra: pip install 'perseusd[exact]'"
         ) from None
     return highspy
-
-
-def _raw_options(rows: Sequence[Measurement], unit_time_s: float, p_block_w: float) -> tuple[Option, ...]:
-    options = []
-    for m in rows:
-        q = quantise(m.time_s, unit_time_s)
-        options.append(Option(m.freq_mhz, m.time_s, m.energy_j, q, m.energy_j - p_block_w * q * unit_time_s))
-    return tuple(options)
-
-
-def _option_table(
-    dag: ComputationDag, profile: Profile, unit_time_s: float, p_block_w: float, space: OptionSpace
-) -> dict[tuple[int, Instruction], tuple[Option, ...]]:
-    if space not in ("filtered", "all"):
-        raise PlanningError(f"unknown option space '{space}' (expected filtered or all)")
-    if not (p_block_w >= 0 and math.isfinite(p_block_w)):
-        raise PlanningError(f"blocking power must be a finite non-negative number (got {p_block_w})")
-    keys = sorted({(dag.virtual_stage(n), c.instruction) for n, c in enumerate(dag.computations)})
-    table = {}
-    for key in keys:
-        rows = profile.options(*key)
-        if space == "filtered":
-            table[key] = build_option_set(key[0], key[1], rows, unit_time_s, p_block_w).options
-        else:
-            if not unit_time_s > 0:
-                raise PlanningError(f"unit time must be positive (got {unit_time_s})")
-            table[key] = _raw_options(rows, unit_time_s, p_block_w)
-    return table
-
-
-def non_dominated(options: Sequence[Option]) -> tuple[Option, ...]:
-    """Options not dominated in (quant_time, effective cost), fastest first; ties keep the higher clock."""
-    ordered = sorted(options, key=lambda o: (o.quant_time, o.effective_cost_j, -o.freq_mhz))
-    kept: list[Option] = []
-    for option in ordered:
-        if not kept or option.effective_cost_j < kept[-1].effective_cost_j:
-            kept.append(option)
-    return tuple(kept)
-
-
-def _windows(dag: ComputationDag, min_quant: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    head = [0] * dag.num_computations
-    for node in dag.topological_order:
-        head[node] = max((head[p] + min_quant[p] for p in dag.predecessors[node]), default=0)
-    tail = [0] * dag.num_computations
-    for node in reversed(dag.topological_order):
-        tail[node] = min_quant[node] + max((tail[s] for s in dag.successors[node]), default=0)
-    return tuple(head), tuple(tail)
-
-
-def _prepare(
-    dag: ComputationDag, profile: Profile, unit_time_s: float, p_block_w: float, space: OptionSpace
-) -> _Problem:
-    table = _option_table(dag, profile, unit_time_s, p_block_w, space)
-    keys = [(dag.virtual_stage(n), c.instruction) for n, c in enumerate(dag.computations)]
-    pruned = {key: non_dominated(options) for key, options in table.items()}
-    candidates = tuple(pruned[key] for key in keys)
-    head, tail = _windows(dag, [c[0].quant_time for c in candidates])
-    return _Problem(
-        dag, unit_time_s, p_block_w, space, tuple(table[key] for key in keys), candidates, head, tail
-    )
-
-
-def longest_path_quant(dag: ComputationDag, durations_quant: Sequence[int]) -> int:
-    """The DAG's longest path with integer durations per node id."""
-    finish = [0] * dag.num_computations
-    for node in dag.topological_order:
-        finish[node] = durations_quant[node] + max((finish[p] for p in dag.predecessors[node]), default=0)
-    return max(finish, default=0)
 
 
 @dataclass(frozen=True)
@@ -175,7 +83,7 @@ class _Model:
     num_x: int
 
 
-def _allowed_options(problem: _Problem, deadline_quant: int) -> tuple[tuple[Option, ...], ...]:
+def _allowed_options(problem: ExactProblem, deadline_quant: int) -> tuple[tuple[Option, ...], ...]:
     """Per node, the candidates that fit in the node's all-fastest time window."""
     allowed = []
     for node, options in enumerate(problem.candidates):
@@ -184,7 +92,7 @@ def _allowed_options(problem: _Problem, deadline_quant: int) -> tuple[tuple[Opti
     return tuple(allowed)
 
 
-def _build_lp(problem: _Problem, deadline_quant: int, highspy: Any) -> tuple[Any, _Model]:
+def _build_lp(problem: ExactProblem, deadline_quant: int, highspy: Any) -> tuple[Any, _Model]:
     dag = problem.dag
     allowed = _allowed_options(problem, deadline_quant)
     columns, num_x = [], 0
@@ -231,7 +139,7 @@ def _build_lp(problem: _Problem, deadline_quant: int, highspy: Any) -> tuple[Any
     return lp, _Model(allowed, tuple(columns), num_x)
 
 
-def _start_choice(problem: _Problem, model: _Model, start_clocks_mhz: Sequence[int] | None) -> list[int]:
+def _start_choice(problem: ExactProblem, model: _Model, start_clocks_mhz: Sequence[int] | None) -> list[int]:
     """Per node, the index into `model.allowed` of the start plan (all fastest when none is given)."""
     if start_clocks_mhz is None:
         return [0] * problem.dag.num_computations
@@ -255,7 +163,7 @@ def _start_choice(problem: _Problem, model: _Model, start_clocks_mhz: Sequence[i
     return choice
 
 
-def _set_start(h: Any, highspy: Any, problem: _Problem, model: _Model, choice: Sequence[int]) -> None:
+def _set_start(h: Any, highspy: Any, problem: ExactProblem, model: _Model, choice: Sequence[int]) -> None:
     durations = [model.allowed[i][k].quant_time for i, k in enumerate(choice)]
     dag = problem.dag
     start = [0] * dag.num_computations
@@ -271,12 +179,13 @@ def _set_start(h: Any, highspy: Any, problem: _Problem, model: _Model, choice: S
     h.setSolution(solution)
 
 
-def _solve(
-    problem: _Problem,
+def solve_deadline(
+    problem: ExactProblem,
     deadline_quant: int,
     time_limit_s: float,
     start_clocks_mhz: Sequence[int] | None,
 ) -> ExactResult | None:
+    """The exact model of `problem` at `deadline_quant`, solved; None when no plan meets the deadline."""
     if deadline_quant < problem.t_min_quant:
         return None
     highspy = _load_highspy()
@@ -322,7 +231,7 @@ def _selected(options: Sequence[Option], values: Sequence[float], columns: Seque
 
 
 def _result(
-    problem: _Problem,
+    problem: ExactProblem,
     deadline_quant: int,
     chosen: Sequence[Option],
     status: str,
@@ -368,8 +277,8 @@ def exact_min_energy(
     `start_clocks_mhz` (one clock per node id, a feasible plan) seeds HiGHS, so even a run stopped by
     `time_limit_s` is never worse than it; by default the all-fastest plan seeds it.
     """
-    problem = _prepare(dag, profile, unit_time_s, p_block_w, option_space)
-    return _solve(problem, deadline_quant, time_limit_s, start_clocks_mhz)
+    problem = prepare_problem(dag, profile, unit_time_s, p_block_w, option_space)
+    return solve_deadline(problem, deadline_quant, time_limit_s, start_clocks_mhz)
 
 
 def exact_frontier(
@@ -383,111 +292,14 @@ def exact_frontier(
     option_space: OptionSpace = "filtered",
 ) -> list[ExactResult]:
     """`exact_min_energy` at each deadline of `times_quant`, in order; infeasible deadlines are left out."""
-    problem = _prepare(dag, profile, unit_time_s, p_block_w, option_space)
-    results = (_solve(problem, t, time_limit_s, None) for t in times_quant)
+    problem = prepare_problem(dag, profile, unit_time_s, p_block_w, option_space)
+    results = (solve_deadline(problem, t, time_limit_s, None) for t in times_quant)
     return [r for r in results if r is not None]
-
-
-def _sample_indices(count: int, sample: int) -> list[int]:
-    if count == 0 or sample < 1:
-        return []
-    if sample == 1 or count == 1:
-        return [0]
-    return sorted({round(k * (count - 1) / (sample - 1)) for k in range(min(sample, count))})
-
-
-def _gap_pct(perseus_j: float, exact_j: float) -> float:
-    return (perseus_j - exact_j) / abs(exact_j) * 100.0 if exact_j else math.nan
-
-
-def frontier_gap(
-    dag: ComputationDag,
-    profile: Profile,
-    unit_time_s: float,
-    p_block_w: float,
-    sample: int,
-    *,
-    all_clocks: bool = True,
-    time_limit_s: float = 30.0,
-) -> list[dict[str, float | int | str]]:
-    """How far `sample` evenly spaced points of the Perseus frontier are from the exact optimum.
-
-    Both sides are evaluated the same, model-free way at the point's quantised iteration time T
-    (`quant_time`): energy = sum over computations of the chosen option's measured energy
-    - P_block * quant_time * unit_time, plus S * T * unit_time * P_block. For Perseus the options are the ones
-    its clocks select in the solver's filtered option sets; their quantised durations must meet T (checked,
-    reported as `perseus_makespan_quant`). The exact side is the MILP at deadline T over the same filtered
-    options (`exact_energy_j`, `gap_pct`; seeded with the Perseus plan, so never above it) and, with
-    `all_clocks`, over every profile clock (`exact_all_energy_j`, `gap_all_pct`: the gap to the best any
-    planner could do on this profile). gap_pct = (perseus - exact) / exact * 100. Neither the solver's cost
-    model nor its `refined_energy_j` (measured, unquantised times) enters the comparison.
-    """
-    from perseusd.planner.solver import FrontierSolver, SolverParams
-
-    solver = FrontierSolver(dag, profile, SolverParams(unit_time_s, p_block_w))
-    points = list(solver.points())
-    filtered = _prepare(dag, profile, unit_time_s, p_block_w, "filtered")
-    raw = _prepare(dag, profile, unit_time_s, p_block_w, "all") if all_clocks else None
-    rows: list[dict[str, float | int | str]] = []
-    for idx in _sample_indices(len(points), sample):
-        point = points[idx]
-        chosen = [_option_by_clock(filtered.all_options[n], c) for n, c in enumerate(point.clocks_mhz)]
-        makespan = longest_path_quant(dag, [o.quant_time for o in chosen])
-        if makespan > point.quant_time:
-            raise PlanningError(
-                f"Perseus point {idx} takes {makespan} unit times, above its {point.quant_time}"
-            )
-        blocking = dag.num_stages * point.quant_time * unit_time_s * p_block_w
-        perseus_j = math.fsum(o.effective_cost_j for o in chosen) + blocking
-        row: dict[str, float | int | str] = {
-            "index": point.index,
-            "quant_time": point.quant_time,
-            "time_s": point.time_s,
-            "perseus_makespan_quant": makespan,
-            "perseus_energy_j": perseus_j,
-        }
-        row.update(_exact_columns("", filtered, point.quant_time, point.clocks_mhz, perseus_j, time_limit_s))
-        if raw is not None:
-            row.update(
-                _exact_columns("all_", raw, point.quant_time, point.clocks_mhz, perseus_j, time_limit_s)
-            )
-        rows.append(row)
-    return rows
-
-
-def _option_by_clock(options: Sequence[Option], clock_mhz: int) -> Option:
-    for option in options:
-        if option.freq_mhz == clock_mhz:
-            return option
-    raise PlanningError(f"{clock_mhz} MHz is not among the solver's options")
-
-
-def _exact_columns(
-    prefix: str,
-    problem: _Problem,
-    deadline_quant: int,
-    start_clocks_mhz: Sequence[int],
-    perseus_j: float,
-    time_limit_s: float,
-) -> dict[str, float | int | str]:
-    result = _solve(problem, deadline_quant, time_limit_s, start_clocks_mhz)
-    if result is None:
-        raise PlanningError(f"the exact model is infeasible at {deadline_quant}, where Perseus has a plan")
-    gap_key = "gap_all_pct" if prefix else "gap_pct"
-    return {
-        f"exact_{prefix}energy_j": result.energy_j,
-        gap_key: _gap_pct(perseus_j, result.energy_j),
-        f"exact_{prefix}status": result.status,
-        f"exact_{prefix}mip_gap": result.mip_gap,
-        f"exact_{prefix}solve_s": result.solve_s,
-    }
 
 
 __all__ = [
     "ExactResult",
-    "OptionSpace",
     "exact_frontier",
     "exact_min_energy",
-    "frontier_gap",
-    "non_dominated",
+    "solve_deadline",
 ]

@@ -10,7 +10,9 @@ import pytest
 
 from perseusd.errors import PlanningError
 from perseusd.planner.dag import ComputationDag, build_dag
-from perseusd.planner.exact import OptionSpace, exact_frontier, exact_min_energy, frontier_gap
+from perseusd.planner.exact import exact_frontier, exact_min_energy
+from perseusd.planner.exact_gap import frontier_gap
+from perseusd.planner.exact_problem import OptionSpace
 from perseusd.planner.options import build_option_set
 from perseusd.planner.profile import Profile
 from perseusd.planner.solver import FrontierSolver, SolverParams
