@@ -22,15 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from perseusd.cluster.span_board import (
-    MemberRecord,
-    PlanRecord,
-    check_name,
-    decode_leader,
-    decode_member,
-    decode_plan,
-    job_prefix,
-)
+from perseusd.cluster.span_board import MemberRecord, PlanRecord, check_name, job_prefix
+from perseusd.cluster.span_codec import decode_leader, decode_member, decode_plan
 
 VALUE_VERSION = 1
 MAX_PIPELINE = 1_000_000

@@ -32,21 +32,20 @@ from perseusd.cluster.job_board import (
 )
 from perseusd.cluster.plane_rounds import PlaneRounds
 from perseusd.cluster.plane_state import PlaneState
+from perseusd.cluster.span_blobs import blob_chunks
 from perseusd.cluster.span_board import (
     BlobRef,
     MemberRecord,
     PlanRecord,
-    blob_chunks,
     blob_job_prefix,
     blob_prefix,
     check_name,
     chunk_key,
-    encode_member,
-    encode_plan,
     job_prefix,
     member_key,
     plan_key,
 )
+from perseusd.cluster.span_codec import encode_member, encode_plan
 from perseusd.threads import NamedThread
 
 

@@ -5,7 +5,9 @@ giving the role back, and fetching blobs. Each function makes one or two request
 from __future__ import annotations
 
 from perseusd.cluster.etcd_store import EtcdStore, compare_create, compare_value, delete_op, put_op
-from perseusd.cluster.span_board import BlobRef, blob_prefix, encode_leader, join_blob, leader_key
+from perseusd.cluster.span_blobs import join_blob
+from perseusd.cluster.span_board import BlobRef, blob_prefix, leader_key
+from perseusd.cluster.span_codec import encode_leader
 
 
 def campaign(store: EtcdStore, prefix: str, job: str, node: str, lease_id: int) -> bool:

@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from perseusd.cluster import span_blobs, span_codec
 from perseusd.cluster import span_board as board
 from perseusd.cluster.job_board import build_full_view, build_view
 from perseusd.cluster.span_board import job_prefix
@@ -33,7 +34,7 @@ def test_the_identity_key_is_one_etcd_key_component_and_changes_with_any_field()
 
 
 def _member(node: str = "node-a") -> board.MemberRecord:
-    blob, _ = board.blob_chunks(f"profile-{node}", b"rows")
+    blob, _ = span_blobs.blob_chunks(f"profile-{node}", b"rows")
     return board.MemberRecord(
         node=node,
         identity=IDENTITY,
@@ -55,44 +56,44 @@ def _member(node: str = "node-a") -> board.MemberRecord:
 
 def test_member_and_plan_records_round_trip() -> None:
     member = _member()
-    assert board.decode_member(board.encode_member(member).encode()) == member
+    assert span_codec.decode_member(span_codec.encode_member(member).encode()) == member
     plan = board.PlanRecord(
         node="node-b",
         epoch=3,
         solves=1,
-        solution=board.blob_chunks("solution", b"x" * 10)[0],
+        solution=span_blobs.blob_chunks("solution", b"x" * 10)[0],
         error="",
         base=812,
         pipelines=(board.PipelinePlan(0, 90, 40), board.PipelinePlan(1, 812, 0)),
         straggler=board.StragglerPlan(0, 1.2, "detected", 37),
     )
-    assert board.decode_plan(board.encode_plan(plan).encode()) == plan
+    assert span_codec.decode_plan(span_codec.encode_plan(plan).encode()) == plan
     assert plan.point_for(0) == board.PipelinePlan(0, 90, 40)
     assert plan.point_for(5) is None
 
 
 def test_blobs_are_chunked_compressed_and_checked() -> None:
     data = random.Random(1).randbytes(1_000_000)  # incompressible: several chunks
-    ref, chunks = board.blob_chunks("solution", data)
+    ref, chunks = span_blobs.blob_chunks("solution", data)
     assert ref.chunks == len(chunks) > 1
-    assert board.join_blob(ref, {i: c.encode() for i, c in enumerate(chunks)}) == data
+    assert span_blobs.join_blob(ref, {i: c.encode() for i, c in enumerate(chunks)}) == data
     with pytest.raises(ValueError, match="chunks"):
-        board.join_blob(ref, {i: c.encode() for i, c in enumerate(chunks[:-1])})
-    other_ref, other_chunks = board.blob_chunks("solution", b"another")
+        span_blobs.join_blob(ref, {i: c.encode() for i, c in enumerate(chunks[:-1])})
+    other_ref, other_chunks = span_blobs.blob_chunks("solution", b"another")
     with pytest.raises(ValueError, match="digest mismatch"):
-        board.join_blob(dataclasses.replace(ref, chunks=1), {0: other_chunks[0].encode()})
+        span_blobs.join_blob(dataclasses.replace(ref, chunks=1), {0: other_chunks[0].encode()})
     assert other_ref.digest != ref.digest
 
 
 def test_a_job_view_decodes_span_records_and_skips_what_it_cannot() -> None:
     key = IDENTITY.key()
     entries = [
-        (board.member_key(PREFIX, key, "node-a"), board.encode_member(_member("node-a")).encode()),
+        (board.member_key(PREFIX, key, "node-a"), span_codec.encode_member(_member("node-a")).encode()),
         # node-a's record under node-b's key:
-        (board.member_key(PREFIX, key, "node-b"), board.encode_member(_member("node-a")).encode()),
+        (board.member_key(PREFIX, key, "node-b"), span_codec.encode_member(_member("node-a")).encode()),
         (board.member_key(PREFIX, key, "node-c"), b'{"version": 1, "node": "node-c"}'),  # incomplete
         (board.member_key(PREFIX, key, "node-d"), json.dumps({"version": 2}).encode()),  # a newer version
-        (board.leader_key(PREFIX, key), board.encode_leader("node-a").encode()),
+        (board.leader_key(PREFIX, key), span_codec.encode_leader("node-a").encode()),
         (board.plan_key(PREFIX, key), b"not json"),
         (f"{PREFIX}/jobs/{key}/pipelines/0", b'{"version": 1}'),
     ]
@@ -109,4 +110,4 @@ def test_names_that_cannot_be_keys_are_refused() -> None:
     with pytest.raises(ValueError, match="must match"):
         board.member_key(PREFIX, "a/b", "node-a")
     with pytest.raises(ValueError, match="must match"):
-        board.encode_leader("bad node")
+        span_codec.encode_leader("bad node")
