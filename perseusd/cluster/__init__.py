@@ -9,6 +9,9 @@ One node needs none of this. Nothing here is imported unless the daemon is confi
 - `plane`: `ClusterPlane`, the background thread between the daemon's hot path and etcd.
 - `plane_state`: `PlaneState`, what the daemon's side and the plane's thread share under one lock.
 - `plane_rounds`: `PlaneRounds`, the plane's thread: its lease, node name claim, writes, watches and reads.
+- `span_board`: the records and keys of pipelines that span nodes; their JSON in `span_codec` (field checks in
+  `span_fields`), a profile's chunks in `span_blobs`; `span_sync`: the plane's etcd work for them (a job's
+  leader election, giving the role back, fetching blobs); `etcd_watch`: a watch on a key range, as a wake-up.
 """
 
 from __future__ import annotations
