@@ -75,7 +75,12 @@ def parse_case(text: str) -> PlanningCase:
 def worker_main(argv: list[str]) -> dict[str, Any]:
     """One timed planning step on the tree this process imports (`--planning-worker`)."""
     from perseusd.jobs.shape import JobShape
-    from perseusd.jobs.solving import SolveInput, SolveWorker, auto_unit_time_s
+    from perseusd.jobs.solving import SolveInput, auto_unit_time_s
+
+    try:
+        from perseusd.jobs.solve_worker import SolveWorker
+    except ImportError:  # a baseline tree from before solve_worker.py: the worker was in jobs.solving
+        from perseusd.jobs.solving import SolveWorker  # type: ignore[attr-defined,no-redef]
     from perseusd.planner.baselines import all_max
     from perseusd.planner.bundled import BUNDLED_PROFILES, bundled_profile
     from perseusd.planner.profile_csv import profile_to_csv, read_profile

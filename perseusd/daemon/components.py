@@ -25,7 +25,7 @@ from perseusd.jobs.carbon_steering import CarbonSteering
 from perseusd.jobs.cluster_link import ClusterLink
 from perseusd.jobs.manager import JobManager
 from perseusd.jobs.settings import JobSettings
-from perseusd.jobs.solving import SolveWorker
+from perseusd.jobs.solve_worker import SolveWorker
 from perseusd.jobs.straggling import StragglerSettings
 from perseusd.planner.policy import Policy
 from perseusd.profiling.sweep import ONLINE_SWEEP, SweepSettings

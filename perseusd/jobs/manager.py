@@ -34,7 +34,7 @@ from perseusd.jobs.settings import JobGpus, JobSettings
 from perseusd.jobs.shape import JobShape
 from perseusd.jobs.slot import StageSlot
 from perseusd.jobs.solve_dispatch import SolveDispatch
-from perseusd.jobs.solving import SolveWorker
+from perseusd.jobs.solve_worker import SolveWorker
 from perseusd.jobs.spanning import SpanCoordinator
 from perseusd.jobs.states import ENDED, FAILED, PROFILING, REGISTERED, RUNNING, SOLVING
 from perseusd.jobs.tensor_groups import follow

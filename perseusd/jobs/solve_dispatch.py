@@ -1,7 +1,7 @@
-"""A job's solve in the worker process (`jobs.solving`), from its submission to the frontier it returns: the
-solver's time unit and switch model, the per-user limit on solves, a large cached frontier read in the worker
-instead, the solve's timeout and cancellation, and the frontier, deployed (`jobs.deployment`) or, for a job
-whose pipelines span nodes, handed to their coordinator (`jobs.spanning`).
+"""A job's solve in the worker process (`jobs.solve_worker`, running `jobs.solving`), from its submission to
+the frontier it returns: the solver's time unit and switch model, the per-user limit on solves, a large cached
+frontier read in the worker instead, the solve's timeout and cancellation, and the frontier, deployed
+(`jobs.deployment`) or, for a job whose pipelines span nodes, handed to their coordinator (`jobs.spanning`).
 
 The job manager (`perseusd.jobs.manager`) submits a job's solve when its state machine reaches `solving`, and
 collects it from the main loop's `tick`: nothing here waits for the worker.
@@ -18,7 +18,8 @@ from perseusd.jobs.cache import FrontierFileError, JobCache
 from perseusd.jobs.job import Job
 from perseusd.jobs.settings import JobSettings
 from perseusd.jobs.shape import StageOrder
-from perseusd.jobs.solving import PlanningTimes, Solved, SolveInput, SolveWorker, auto_unit_time_s
+from perseusd.jobs.solve_worker import SolveWorker
+from perseusd.jobs.solving import PlanningTimes, Solved, SolveInput, auto_unit_time_s
 from perseusd.jobs.spanning import SpanCoordinator
 from perseusd.jobs.states import FAILED, RUNNING
 from perseusd.planner.profile import Profile

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from perseusd.errors import PlanningError
-from perseusd.jobs.solving import SolveWorker
+from perseusd.jobs.solve_worker import SolveWorker
 
 pytestmark = pytest.mark.timeout(120)
 
 DAEMON_LIKE = """
 import time
-from perseusd.jobs.solving import SolveWorker
+from perseusd.jobs.solve_worker import SolveWorker
 worker = SolveWorker()
 try:
     worker.submit(None).result()  # a bad task: the worker starts, answers with an error

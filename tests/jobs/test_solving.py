@@ -12,7 +12,8 @@ import pytest
 
 from perseusd.errors import PlanningError
 from perseusd.jobs.shape import JobShape
-from perseusd.jobs.solving import PlanningTimes, SolveInput, SolvePhases, SolveWorker, solve
+from perseusd.jobs.solve_worker import SolveWorker
+from perseusd.jobs.solving import PlanningTimes, SolveInput, SolvePhases, solve
 from perseusd.planner.plan import Frontier, PlanMeta, frontier_document, frontier_to_document
 from perseusd.planner.profile_csv import profile_to_csv
 from perseusd.planner.solver import SolverParams, solve_frontier

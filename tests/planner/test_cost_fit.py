@@ -139,7 +139,7 @@ def test_nearly_linear_options_take_the_linear_limit() -> None:
 def test_daemon_solve_worker_does_not_load_scipy() -> None:
     code = (
         "import sys\n"
-        "from perseusd.jobs import solving\n"
+        "from perseusd.jobs import solve_worker, solving\n"
         "from perseusd.planner.bundled import bundled_profile\n"
         "from perseusd.planner.dag import build_dag\n"
         "from perseusd.planner.solver import SolverParams, solve_frontier\n"
