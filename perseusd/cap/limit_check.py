@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 
 from perseusd.errors import GpuError
-from perseusd.gpu.owner import GpuReading
+from perseusd.gpu.reading import GpuReading
 from perseusd.gpu.registry import GpuRegistry
 
 logger = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from perseus_client.protocol import GpuStatus, LeaseInfo
 
 from perseusd.gpu.backend import power_capped
-from perseusd.gpu.owner import GpuReading
+from perseusd.gpu.reading import GpuReading
 from perseusd.gpu.registry import GpuRegistry
 from perseusd.leasing.identity import Caller
 from perseusd.leasing.leases import Lease, LeaseBook

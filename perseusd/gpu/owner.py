@@ -13,6 +13,9 @@ restore) was queued after it, a newer clock set replaces its target instead of q
 request's Future then gives the clock that was applied in its place (counted as `superseded`). Reads do not
 break the slot: they change nothing, so a newer clock may overtake them. `clock_set_latency_s()` is the
 recent median duration of the clock-set calls, what a clock change takes to act.
+
+The counters and the call timing are `CallStats` (`perseusd.gpu.owner_stats`); a reading is a `GpuReading`
+(`perseusd.gpu.reading`).
 """
 
 from __future__ import annotations
@@ -21,8 +24,7 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -31,6 +33,8 @@ from perseusd.errors import GpuError
 from perseusd.gpu.backend import GpuDevice, GpuInfo, GpuState
 from perseusd.gpu.clocks import clamp, snap_clock_mhz
 from perseusd.gpu.errors import GpuOwnerStoppedError
+from perseusd.gpu.owner_stats import SET_CLOCK, CallStats, latency_quantile_s
+from perseusd.gpu.reading import GpuReading
 from perseusd.threads import NamedThread
 
 logger = logging.getLogger(__name__)
@@ -39,38 +43,8 @@ T = TypeVar("T")
 Locked = TypeVar("Locked", int, None)
 """What a clock write leaves locked: the clock it applied (a set) or None (a reset)."""
 _UNKNOWN: Any = object()
-_STAT_FIELDS = ("calls", "skipped", "superseded", "errors", "total_s", "max_s", "last_s")
-_SET_CLOCK = "set_locked_sm_clock_mhz"
 _READS = frozenset({"read", "read_energy"})
 """Operations a newer clock set may overtake: they change nothing on the GPU."""
-LATENCY_WINDOW = 32
-"""Clock-set call durations kept for `clock_set_latency_s()` (the most recent)."""
-
-
-def latency_quantile_s(samples_s: Iterable[float], quantile: float = 0.5) -> float | None:
-    """The `quantile` of clock-set call durations (s; linear between samples); None without any."""
-    ordered = sorted(samples_s)
-    if not ordered:
-        return None
-    position = quantile * (len(ordered) - 1)
-    below = int(position)
-    above = min(below + 1, len(ordered) - 1)
-    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
-
-
-@dataclass(frozen=True)
-class GpuReading:
-    """One reading of a GPU; unavailable values are None and `error` says why."""
-
-    uuid: str
-    sm_clock_mhz: int | None
-    locked_sm_clock_mhz: int | None
-    power_w: float | None
-    power_limit_w: float | None
-    energy_mj: int | None
-    error: str | None = None
-    clock_event_reasons: int | None = None
-    """NVML's clock-event reasons bitmask (`perseusd.gpu.backend.CLOCK_EVENT_*`), None: unavailable."""
 
 
 @dataclass
@@ -98,10 +72,8 @@ class GpuOwner:
         self._thread: threading.Thread | None = None
         self._stopped = False
         self._lock = threading.Lock()
-        self._stats: dict[str, dict[str, float]] = {}
-        self._call_started_s: float | None = None
+        self._calls = CallStats(self._lock)
         self._open_clock: _Command | None = None  # a queued clock set that newer ones may replace
-        self._set_clock_s: deque[float] = deque(maxlen=LATENCY_WINDOW)
         # The known state, touched only on the owner thread; _UNKNOWN until known.
         self._locked_mhz: int | None = _UNKNOWN
         self._power_limit_w: float = _UNKNOWN
@@ -137,18 +109,16 @@ class GpuOwner:
         thread = self._thread
         if thread is None or not thread.is_alive():
             return False
-        started_s = self._call_started_s
+        started_s = self._calls.call_started_s
         return started_s is None or time.monotonic() - started_s <= self._call_timeout_s
 
     def stats(self) -> dict[str, dict[str, float]]:
         """Per operation: calls, skipped, superseded, errors, total_s, max_s, last_s (a copy)."""
-        with self._lock:
-            return {op: dict(values) for op, values in self._stats.items()}
+        return self._calls.snapshot()
 
     def clock_set_latencies_s(self) -> tuple[float, ...]:
         """The durations of the last `LATENCY_WINDOW` clock-set calls (s), oldest first."""
-        with self._lock:
-            return tuple(self._set_clock_s)
+        return self._calls.clock_set_latencies_s()
 
     def clock_set_latency_s(self, quantile: float = 0.5) -> float | None:
         """The `quantile` of the durations of the last `LATENCY_WINDOW` clock-set calls (s; 0.5: the median,
@@ -167,16 +137,16 @@ class GpuOwner:
         with self._lock:
             if self._stopped:
                 future.set_exception(
-                    GpuOwnerStoppedError("GPU owner stopped", uuid=self._info.uuid, op=_SET_CLOCK)
+                    GpuOwnerStoppedError("GPU owner stopped", uuid=self._info.uuid, op=SET_CLOCK)
                 )
                 return future
             waiting = self._open_clock
             if waiting is not None:
                 waiting.target_mhz = clock_mhz
                 waiting.followers.append(future)
-                (self._stats.get(_SET_CLOCK) or self._new_stats(_SET_CLOCK))["superseded"] += 1
+                self._calls.count_superseded()
                 return future
-            command = _Command(_SET_CLOCK, None, future, target_mhz=clock_mhz)
+            command = _Command(SET_CLOCK, None, future, target_mhz=clock_mhz)
             self._open_clock = command
             self._queue.put(command)
         return future
@@ -283,39 +253,6 @@ class GpuOwner:
                     error = GpuOwnerStoppedError("GPU owner stopped", uuid=self._info.uuid, op=command.op)
                     future.set_exception(error)
 
-    def _call(self, op: str, fn: Callable[..., T], *args: Any) -> T:
-        """One timed device call."""
-        started_s = time.monotonic()
-        self._call_started_s = started_s
-        failed = True
-        try:
-            result = fn(*args)
-            failed = False
-            return result
-        finally:
-            self._call_started_s = None
-            self._record(op, time.monotonic() - started_s, failed)
-
-    def _record(self, op: str, elapsed_s: float, failed: bool) -> None:
-        with self._lock:
-            values = self._stats.get(op) or self._new_stats(op)
-            values["calls"] += 1
-            values["errors"] += int(failed)
-            values["total_s"] += elapsed_s
-            values["max_s"] = max(values["max_s"], elapsed_s)
-            values["last_s"] = elapsed_s
-            if op == _SET_CLOCK and not failed:
-                self._set_clock_s.append(elapsed_s)
-
-    def _skip(self, op: str) -> None:
-        with self._lock:
-            (self._stats.get(op) or self._new_stats(op))["skipped"] += 1
-
-    def _new_stats(self, op: str) -> dict[str, float]:
-        """`op`'s counters, created at its first use (call with `_lock` held)."""
-        values = self._stats[op] = dict.fromkeys(_STAT_FIELDS, 0.0)
-        return values
-
     def _do_set_clock(self, clock_mhz: int) -> int:
         op = "set_locked_sm_clock_mhz"
         clocks = self._info.supported_sm_clocks_mhz
@@ -324,14 +261,14 @@ class GpuOwner:
             and self._locked_mhz is not _UNKNOWN
             and self._locked_mhz == snap_clock_mhz(clocks, clock_mhz)
         ):
-            self._skip(op)
+            self._calls.skip(op)
             return int(self._locked_mhz)
         return self._write_clock(op, self._device.set_locked_sm_clock_mhz, clock_mhz)
 
     def _do_reset_clock(self) -> None:
         op = "reset_locked_sm_clock"
         if self._locked_mhz is None:
-            self._skip(op)
+            self._calls.skip(op)
             return
         self._write_clock(op, self._device.reset_locked_sm_clock)
 
@@ -342,7 +279,7 @@ class GpuOwner:
         if self._power_limit_w is not _UNKNOWN and round(self._power_limit_w * 1000) == round(
             target_w * 1000
         ):
-            self._skip(op)
+            self._calls.skip(op)
             return float(self._power_limit_w)
         return self._write_power_limit(limit_w)
 
@@ -350,14 +287,14 @@ class GpuOwner:
         """One clock write (a set or a reset): the locked clock is unknown until it returns, so a write that
         failed, whatever it left, is never skipped as already done."""
         self._locked_mhz = _UNKNOWN
-        locked_mhz = self._call(op, write, *args)
+        locked_mhz = self._calls.call(op, write, *args)
         self._locked_mhz = locked_mhz
         return locked_mhz
 
     def _write_power_limit(self, limit_w: float) -> float:
         """One power-limit write: the limit is unknown until it returns (as for `_write_clock`)."""
         self._power_limit_w = _UNKNOWN
-        enforced_w = self._call("set_power_limit_w", self._device.set_power_limit_w, limit_w)
+        enforced_w = self._calls.call("set_power_limit_w", self._device.set_power_limit_w, limit_w)
         self._power_limit_w = enforced_w
         return enforced_w
 
@@ -367,7 +304,7 @@ class GpuOwner:
 
         def attempt(op: str, fn: Callable[[], T]) -> T | None:
             try:
-                return self._call(op, fn)
+                return self._calls.call(op, fn)
             except Exception as error:
                 errors.append(f"{op}: {error}")
                 return None
@@ -393,18 +330,18 @@ class GpuOwner:
     def _optional_reasons(self) -> int | None:
         """The clock-event reasons, or None where the GPU or driver has none (not an error of the reading)."""
         try:
-            return self._call("clock_event_reasons", self._device.clock_event_reasons)
+            return self._calls.call("clock_event_reasons", self._device.clock_event_reasons)
         except Exception:
             return None
 
     def _do_read_energy(self) -> tuple[int, int]:
-        energy_mj = self._call("energy_mj", self._device.energy_mj)
+        energy_mj = self._calls.call("energy_mj", self._device.energy_mj)
         return time.monotonic_ns(), energy_mj
 
     def _do_save_state(self) -> GpuState:
-        locked_mhz = self._call("locked_sm_clock_mhz", self._device.locked_sm_clock_mhz)
+        locked_mhz = self._calls.call("locked_sm_clock_mhz", self._device.locked_sm_clock_mhz)
         self._locked_mhz = locked_mhz
-        power_limit_w = self._call("power_limit_w", self._device.power_limit_w)
+        power_limit_w = self._calls.call("power_limit_w", self._device.power_limit_w)
         self._power_limit_w = power_limit_w
         return GpuState(locked_sm_clock_mhz=locked_mhz, power_limit_w=power_limit_w)
 

@@ -10,8 +10,9 @@ from typing import TypeVar
 
 from perseusd.errors import GpuError
 from perseusd.gpu.backend import GpuInfo, GpuState
-from perseusd.gpu.owner import GpuOwner, GpuReading
+from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.power_features import PowerFeature
+from perseusd.gpu.reading import GpuReading
 
 logger = logging.getLogger(__name__)
 

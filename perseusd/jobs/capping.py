@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 
 from perseusd.gpu.backend import power_capped
-from perseusd.gpu.owner import GpuReading
+from perseusd.gpu.reading import GpuReading
 
 CAPPING_READS = 8
 """GPU reads at the highest clock, while computations run, to see whether and where it is power-capped."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from perseusd.gpu.owner import latency_quantile_s
+from perseusd.gpu.owner_stats import latency_quantile_s
 from perseusd.planner.switching import SwitchModel
 
 MIN_RUN_LEADS = 2.0

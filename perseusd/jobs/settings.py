@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from perseusd.gpu.backend import GpuInfo
-from perseusd.gpu.owner import GpuReading
+from perseusd.gpu.reading import GpuReading
 from perseusd.jobs.straggling import StragglerSettings
 from perseusd.planner.policy import Policy
 from perseusd.profiling.sweep import SweepSettings

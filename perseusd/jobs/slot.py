@@ -7,7 +7,7 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from perseusd.gpu.owner import GpuReading
+from perseusd.gpu.reading import GpuReading
 from perseusd.jobs.observed import OrderLearner
 from perseusd.profiling.estimator import OptionEstimate, StageEstimate
 from perseusd.profiling.sweep import StageSweep

@@ -20,7 +20,7 @@ from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from perseusd.gpu.backend import GpuInfo, power_capped, throttled
-from perseusd.gpu.owner import GpuReading
+from perseusd.gpu.reading import GpuReading
 from perseusd.jobs.manager import JobManager
 from perseusd.metrics.carbon_metrics import job_carbon_families, signal_families
 from perseusd.metrics.daemon_view import DaemonView

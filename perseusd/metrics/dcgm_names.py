@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from perseusd.gpu.backend import GpuInfo, gpu_minor
-from perseusd.gpu.owner import GpuReading
+from perseusd.gpu.reading import GpuReading
 from perseusd.metrics.daemon_view import DaemonView
 from perseusd.metrics.families import add_known, counter, gauge
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from perseusd.gpu.backend import GpuInfo, GpuState
-from perseusd.gpu.owner import GpuReading
+from perseusd.gpu.reading import GpuReading
 from perseusd.pool.limits_file import PoolLimitsFileError, remove_originals, save_originals
 
 logger = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 
 from perseusd.gpu.backend import CLOCK_EVENT_SW_POWER_CAP
-from perseusd.gpu.owner import GpuReading
+from perseusd.gpu.reading import GpuReading
 from perseusd.jobs.capping import capped_clock_mhz, finished_readings
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from perseusd.gpu.backend import CLOCK_EVENT_SW_POWER_CAP, CLOCK_EVENT_SW_THERMAL, GpuInfo
-from perseusd.gpu.owner import GpuReading
+from perseusd.gpu.reading import GpuReading
 from perseusd.metrics.collector import _GpuFamilies
 
 INFO = GpuInfo(

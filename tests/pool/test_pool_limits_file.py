@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from perseusd.gpu.backend import GpuInfo, GpuState
-from perseusd.gpu.owner import GpuReading
+from perseusd.gpu.reading import GpuReading
 from perseusd.pool.limits_file import (
     PoolLimitsFileError,
     load_originals,

@@ -13,7 +13,7 @@ from concurrent.futures import Future
 from perseus_client.protocol import EnergyRead, EnergyReading, ErrorCode, GpuEnergy, ProtocolError
 
 from perseusd.daemon.deferred import Deferred
-from perseusd.gpu.owner import GpuReading
+from perseusd.gpu.reading import GpuReading
 from perseusd.gpu.registry import GpuRegistry
 from perseusd.leasing.identity import Caller
 
