@@ -27,14 +27,8 @@ from perseusd.cap.node_cap import CapSettings, NodeCap
 from perseusd.daemon import sdnotify
 from perseusd.daemon.access import AccessPolicy
 from perseusd.daemon.components import cluster_link, energy_requests, job_manager, plan_book, power_pool
-from perseusd.daemon.config import (
-    BACKENDS,
-    LOG_LEVELS,
-    SIM_MODELS,
-    DaemonConfig,
-    load_config,
-    load_restore_config,
-)
+from perseusd.daemon.config import BACKENDS, LOG_LEVELS, SIM_MODELS, DaemonConfig
+from perseusd.daemon.config_loading import load_config, load_restore_config
 from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.events import EventTracker
 from perseusd.daemon.ipc import IpcServer, IpcSettings

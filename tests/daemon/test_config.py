@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from perseusd.daemon.config import DaemonConfig, load_config
+from perseusd.daemon.config import DaemonConfig
+from perseusd.daemon.config_loading import load_config
 from perseusd.errors import ConfigError
 from perseusd.pool.move_writer import ETCD_MAX_TXN_OPS
 

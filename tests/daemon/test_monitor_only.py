@@ -16,7 +16,7 @@ from perseus_client.energy import EnergyMonitor
 from perseus_client.protocol import AdminSetPowerLimit, PowerLimitOk
 
 from perseusd.ctl.daemon_link import DaemonRequestError, ask
-from perseusd.daemon.config import load_config
+from perseusd.daemon.config_loading import load_config
 from perseusd.errors import ConfigError
 from perseusd.gpu.errors import GpuPermissionError
 from perseusd.gpu.readonly import ReadOnlyDevice

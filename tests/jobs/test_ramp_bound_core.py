@@ -16,7 +16,8 @@ from perseus_client.protocol import (
 )
 
 from perseusd.daemon.components import job_settings
-from perseusd.daemon.config import DaemonConfig, load_config
+from perseusd.daemon.config import DaemonConfig
+from perseusd.daemon.config_loading import load_config
 from perseusd.daemon.core import DaemonCore
 from perseusd.errors import ConfigError
 from perseusd.planner.dag import ComputationDag, Instruction, from_stage_orders

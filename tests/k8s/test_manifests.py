@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from perseusd.daemon.config import DaemonConfig, load_config
+from perseusd.daemon.config import DaemonConfig
+from perseusd.daemon.config_loading import load_config
 from tests.k8s.helm_render import (
     CHART,
     PLAIN_MANIFEST,

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from perseusd.daemon.config import DaemonConfig, load_config
+from perseusd.daemon.config import DaemonConfig
+from perseusd.daemon.config_loading import load_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 UNIT = REPO_ROOT / "systemd" / "perseusd.service"
