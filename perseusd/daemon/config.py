@@ -141,12 +141,12 @@ class DaemonConfig:
     metrics_textfile_dir: str = ""
     metrics_textfile_interval_s: float = 15.0
     metrics_dcgm_families: bool = True
+    """Export dcgm-exporter's families (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, ...) too; set false on nodes
+    where dcgm-exporter runs (the families are then its)."""
     metrics_job_names: bool = False
     """Label job series with job names and owners' uids. Off: a pseudonym per job (`job-<hash>`, stable while
     the daemon runs) and uid -1, since the metrics are readable by every local user while the control socket
     shows a job only to its owner and admins."""
-    """Export dcgm-exporter's families (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, ...) too; set false on nodes
-    where dcgm-exporter runs (the families are then its)."""
     metrics_hostname: str = ""
     """The `Hostname` label of the dcgm-joinable families ("": $NODE_NAME, else cluster_node_name, else the
     host name), as dcgm-exporter labels its series."""
