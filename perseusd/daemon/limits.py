@@ -2,12 +2,14 @@
 file descriptors (ZeroMQ and the state file need some too).
 
 Pure bookkeeping: the IPC layer reports each accepted and closed connection (by descriptor, with the peer's
-uid from SO_PEERCRED) and shuts down a connection this book refuses.
+uid from SO_PEERCRED) and shuts down a connection this book refuses. The budget itself comes from the
+process's descriptor limit, raised at start (`raise_descriptor_limit`).
 """
 
 from __future__ import annotations
 
 import logging
+import resource
 import socket
 import struct
 from collections.abc import Callable
@@ -19,6 +21,8 @@ RESERVED_DESCRIPTORS = 128
 """Descriptors kept for the daemon itself: ZeroMQ's own, GPU devices, /proc, the state file, the journal."""
 MAX_CONNECTIONS_PER_USER = 512
 """Connections one uid (root excepted) may hold; a client uses two (control and events)."""
+WANTED_NOFILE = 524_288
+LOW_NOFILE_WARNING = 4096
 _UCRED = struct.Struct("3i")  # pid, uid, gid
 
 
@@ -33,6 +37,27 @@ class ConnectionLimits:
         """The limits under a soft RLIMIT_NOFILE of `nofile`."""
         total = max(16, nofile - RESERVED_DESCRIPTORS)
         return cls(per_user=min(MAX_CONNECTIONS_PER_USER, max(8, total // 2)), total=total)
+
+
+def raise_descriptor_limit(wanted: int = WANTED_NOFILE) -> int:
+    """Raise the soft RLIMIT_NOFILE towards `wanted` (never above the hard limit); returns the soft limit.
+
+    Every client connection and registered process holds a descriptor in the daemon; the usual soft limit
+    (1024) runs out with a few hundred clients. The systemd unit sets LimitNOFILE as well.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            logger.warning("cannot raise the descriptor limit from %d to %d: %s", soft, target, exc)
+    if soft < LOW_NOFILE_WARNING:
+        logger.warning(
+            "descriptor limit is %d: the daemon serves fewer clients (set LimitNOFILE= or ulimit -n)", soft
+        )
+    return soft
 
 
 class ConnectionBook:

@@ -1,5 +1,6 @@
 """`perseusd`: the composition root. Builds every component from one frozen `DaemonConfig` and runs it
-(`daemon_core` assembles the core from the builders of `components.py`).
+(`daemon_core` assembles the core from the builders of `components.py`; the command line and the
+configuration it loads are `command_line.py`'s).
 
     perseusd [--config FILE] [--backend auto|nvml|sim] [--sim-gpus N] [--sim-model a100_sxm|a40|h100_sxm]
              [--runtime-dir DIR] [--state-dir DIR] [--log-level L] [--check-config] [reset]
@@ -15,7 +16,6 @@ import argparse
 import contextlib
 import logging
 import os
-import resource
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -24,17 +24,18 @@ from perseusd import __version__
 from perseusd.cap.cap_file import cap_path
 from perseusd.cap.declared_cap import DeclaredCap
 from perseusd.cap.node_cap import CapSettings, NodeCap
-from perseusd.daemon import sdnotify
 from perseusd.daemon.access import AccessPolicy
+from perseusd.daemon.command_line import build_parser, config_loader, flag_overrides
 from perseusd.daemon.components import cluster_link, energy_requests, job_manager, plan_book, power_pool
-from perseusd.daemon.config import BACKENDS, LOG_LEVELS, SIM_MODELS, DaemonConfig
-from perseusd.daemon.config_loading import load_config, load_restore_config
+from perseusd.daemon.config import DaemonConfig
+from perseusd.daemon.config_loading import load_restore_config
 from perseusd.daemon.core import DaemonCore
 from perseusd.daemon.events import EventTracker
 from perseusd.daemon.ipc import IpcServer, IpcSettings
-from perseusd.daemon.limits import ConnectionLimits
+from perseusd.daemon.limits import ConnectionLimits, raise_descriptor_limit
+from perseusd.daemon.logging_setup import configure_logging
 from perseusd.daemon.past_jobs import PAST_JOBS_FILE, PastJobs
-from perseusd.daemon.runtime_dir import DaemonLock, DaemonRunningError, prepare_runtime_dir
+from perseusd.daemon.runtime_dir import DaemonRunningError, locked_runtime_dir
 from perseusd.daemon.service import Service
 from perseusd.errors import ConfigError, PerseusError
 from perseusd.gpu.backend import GpuDevice
@@ -42,7 +43,7 @@ from perseusd.gpu.owner import GpuOwner
 from perseusd.gpu.power_features import PowerFeature
 from perseusd.gpu.readonly import ReadOnlyDevice
 from perseusd.gpu.registry import GpuRegistry
-from perseusd.gpu.select import MIXED_REAL_KINDS, backend_kind, open_backend
+from perseusd.gpu.select import backend_kind, open_backend
 from perseusd.jobs.carbon_steering import CarbonSteering
 from perseusd.jobs.manager import MAX_ENDED_JOBS
 from perseusd.jobs.settings import JobSettings
@@ -61,84 +62,6 @@ logger = logging.getLogger("perseusd")
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
-WANTED_NOFILE = 524_288
-LOW_NOFILE_WARNING = 4096
-
-
-RESET_DESCRIPTION = (
-    "Restore every GPU the state file records (clocks and power limits as they were before perseusd wrote "
-    "them; the defaults when the state file cannot be read) and unlock the clocks of all GPUs, then exit. "
-    "Run while the daemon is stopped (the service's ExecStopPost=); exit 0 when every GPU was restored."
-)
-
-
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The parser of `perseusd` (`command` "reset": of `perseusd reset`, whose --help describes it)."""
-    if command == "reset":
-        parser = argparse.ArgumentParser(prog="perseusd reset", description=RESET_DESCRIPTION)
-        parser.add_argument("command", choices=["reset"], help=argparse.SUPPRESS)
-    else:
-        parser = argparse.ArgumentParser(
-            prog="perseusd",
-            description="Perseus per-node GPU energy daemon: leases GPUs to training processes, profiles "
-            "and plans their clocks, restores every GPU it touched. `perseusd reset --help`: the offline "
-            "restore.",
-        )
-        parser.add_argument("command", nargs="?", choices=["reset"], help="reset: restore every GPU and exit")
-    parser.add_argument("--version", action="version", version=f"perseusd {__version__}")
-    parser.add_argument(
-        "--config", type=Path, help="configuration file (default: /etc/perseusd/perseusd.toml)"
-    )
-    parser.add_argument("--backend", choices=BACKENDS, help="GPU backend: NVML, simulated GPUs, or auto")
-    parser.add_argument("--sim-gpus", type=int, help="with --backend sim: how many simulated GPUs")
-    parser.add_argument(
-        "--mixed-real",
-        choices=MIXED_REAL_KINDS,
-        help="with --backend mixed: the real GPU is NVML's (nvml) or a simulated stand-in (sim)",
-    )
-    parser.add_argument("--sim-model", choices=SIM_MODELS, help="with --backend sim: the simulated board")
-    parser.add_argument("--runtime-dir", type=Path, help="sockets and lock (default: /run/perseusd)")
-    parser.add_argument(
-        "--state-dir", type=Path, help="state file and job cache (default: /var/lib/perseusd)"
-    )
-    parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, help="log level (default: INFO)")
-    parser.add_argument(
-        "--monitor-only",
-        action="store_const",
-        const=True,
-        help="read energy and status only, never write a clock or a limit (no privileges needed)",
-    )
-    parser.add_argument(
-        "--check-config", action="store_true", help="print the effective configuration and exit"
-    )
-    return parser
-
-
-def config_loader(args: argparse.Namespace) -> Callable[[], DaemonConfig]:
-    """Build the configuration the same way at start and on SIGHUP: file, environment, flags."""
-    overrides = {**flag_overrides(args), "log_level": args.log_level}
-    return lambda: load_config(args.config, os.environ, overrides)
-
-
-def flag_overrides(args: argparse.Namespace) -> dict[str, object]:
-    """The settings given as flags (None where not given), over the file and the environment."""
-    return {
-        "backend": args.backend,
-        "sim_gpus": args.sim_gpus,
-        "mixed_real": args.mixed_real,
-        "sim_model": args.sim_model,
-        "runtime_dir": args.runtime_dir.absolute() if args.runtime_dir else None,
-        "state_dir": args.state_dir.absolute() if args.state_dir else None,
-        "monitor_only": args.monitor_only,
-    }
-
-
-def configure_logging(level: str) -> None:
-    handler = sdnotify.journal_handler() or logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
 
 
 @contextlib.contextmanager
@@ -185,44 +108,12 @@ def read_power_features(device: GpuDevice) -> tuple[PowerFeature, ...]:
     return features
 
 
-@contextlib.contextmanager
-def locked_runtime_dir(config: DaemonConfig, policy: AccessPolicy) -> Iterator[None]:
-    prepare_runtime_dir(config.runtime_dir, policy.socket_gid)
-    lock = DaemonLock(config.runtime_dir)
-    lock.acquire()
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-def raise_descriptor_limit(wanted: int = WANTED_NOFILE) -> int:
-    """Raise the soft RLIMIT_NOFILE towards `wanted` (never above the hard limit); returns the soft limit.
-
-    Every client connection and registered process holds a descriptor in the daemon; the usual soft limit
-    (1024) runs out with a few hundred clients. The systemd unit sets LimitNOFILE as well.
-    """
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-    if target > soft:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-        except (ValueError, OSError) as exc:
-            logger.warning("cannot raise the descriptor limit from %d to %d: %s", soft, target, exc)
-    if soft < LOW_NOFILE_WARNING:
-        logger.warning(
-            "descriptor limit is %d: the daemon serves fewer clients (set LimitNOFILE= or ulimit -n)", soft
-        )
-    return soft
-
-
 def run_daemon(config: DaemonConfig, reload_config: Callable[[], DaemonConfig]) -> int:
     """Startup -> main loop -> shutdown."""
     policy = AccessPolicy(config.socket_group, config.admin_group)
     calls = GpuCallRecorder() if config.metrics_enabled else None
     with (
-        locked_runtime_dir(config, policy),
+        locked_runtime_dir(config.runtime_dir, policy.socket_gid),
         gpu_registry(config, calls) as registry,
         restored_unless_served(config, registry),
         daemon_core(config, registry, policy.is_admin) as core,
@@ -414,7 +305,7 @@ def run_reset(config: DaemonConfig) -> int:
     """`perseusd reset`: restore every GPU in the state file, unlock clocks everywhere."""
     policy = AccessPolicy(config.socket_group, config.admin_group)
     try:
-        with locked_runtime_dir(config, policy), gpu_registry(config) as registry:
+        with locked_runtime_dir(config.runtime_dir, policy.socket_gid), gpu_registry(config) as registry:
             restore_pool_limits(registry, set(registry.uuids), config.state_dir)
             outcome = reset_node(registry, state_path(config.state_dir))
     except DaemonRunningError as exc:
@@ -447,7 +338,7 @@ def restore_despite_config(args: argparse.Namespace) -> None:
 def restore_last_run(config: DaemonConfig) -> None:
     policy = AccessPolicy(config.socket_group, config.admin_group)
     try:
-        with locked_runtime_dir(config, policy), gpu_registry(config) as registry:
+        with locked_runtime_dir(config.runtime_dir, policy.socket_gid), gpu_registry(config) as registry:
             outcome = restore_recorded(registry, state_path(config.state_dir))
     except DaemonRunningError:
         return  # a running daemon owns the GPUs

@@ -9,6 +9,7 @@ import logging
 import os
 import socket
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from perseusd.errors import PerseusError
@@ -77,6 +78,19 @@ class DaemonLock:
                 os.ftruncate(self._fd, 0)
             os.close(self._fd)
             self._fd = None
+
+
+@contextlib.contextmanager
+def locked_runtime_dir(path: Path, group_gid: int | None) -> Iterator[None]:
+    """The runtime directory prepared (`prepare_runtime_dir`) and its lock held until exit; raises
+    `DaemonRunningError` when another perseusd holds it."""
+    prepare_runtime_dir(path, group_gid)
+    lock = DaemonLock(path)
+    lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def reclaim_stale_socket(path: Path, kind: int = socket.SOCK_STREAM) -> bool:
