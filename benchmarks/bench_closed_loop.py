@@ -353,8 +353,9 @@ def run_case(name: str, args: argparse.Namespace, seed: int | None = None) -> di
         if args.trace_dir is not None:
             path = args.trace_dir / f"{_file_name(_seeded(name, seed))}.profile.csv"
             result["measured_profile"] = export_profile(daemon, result.get("job"), path)
-            result["gpu_wrong_clock_fraction"] = _gpu_wrong_clock(trace, path.with_suffix(".plan.json"))
-            result["exact_energy"] = exact_energy(read_trace(trace))
+            records = read_trace(trace)
+            result["gpu_wrong_clock_fraction"] = _gpu_wrong_clock(records, path.with_suffix(".plan.json"))
+            result["exact_energy"] = exact_energy(records)
     finally:
         daemon.signal(signal.SIGTERM)
         daemon.wait()
@@ -403,11 +404,11 @@ def overload_warning(parallel: int, cpus: int | None) -> str | None:
     )
 
 
-def _gpu_wrong_clock(trace: Path, plan_path: Path) -> float | None:
+def _gpu_wrong_clock(records: list[dict[str, Any]], plan_path: Path) -> float | None:
     """`gpu_wrong_clock_fraction` of a run's trace against the plan it ran (None: no plan exported)."""
     if not plan_path.is_file():
         return None
-    return gpu_wrong_clock_fraction(read_trace(trace), json.loads(plan_path.read_text()))
+    return gpu_wrong_clock_fraction(records, json.loads(plan_path.read_text()))
 
 
 def _seeded(case: str, seed: int | None) -> str:

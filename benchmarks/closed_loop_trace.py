@@ -176,15 +176,15 @@ def exact_energy(records: Sequence[Record]) -> dict[str, Any] | None:
     windows = {r["phase"]: (r["first"], r["last"]) for r in records if r.get("kind") == "window"}
     if not {"baseline", "optimized"} <= set(windows):
         return None
-    begun: dict[tuple[Any, ...], float] = {}
-    began_j: dict[tuple[Any, ...], float | None] = {}
+    first_begin: dict[tuple[Any, ...], tuple[float, float | None]] = {}  # (start s, GPU energy J)
     for record in records:
         if record.get("kind") != "computation":
             continue
         key = (record.get("pipeline", 0), record["stage"], record["gpu"], record["iteration"])
-        if key not in begun or record["start_s"] < begun[key]:
-            begun[key], began_j[key] = record["start_s"], record.get("gpu_energy_j")
-    gpus = sorted({key[:3] for key in begun})
+        if key not in first_begin or record["start_s"] < first_begin[key][0]:
+            first_begin[key] = (record["start_s"], record.get("gpu_energy_j"))
+    began_j = {key: energy_j for key, (_, energy_j) in first_begin.items()}
+    gpus = sorted({key[:3] for key in first_begin})
     figures: dict[str, Any] = {}
     for phase in ("baseline", "optimized"):
         first, last = windows[phase]

@@ -105,10 +105,10 @@ class NodeCap:
         """Whether a pool agent asks for the demand: only then (or under a grant) the jobs' loads are kept
         up to date every `RECOMPUTE_S`; a node with no cap and no pool models nothing."""
         self._measured_w: float | None = None
-        self.ranges = self._ranges = tuple(
+        self.ranges = tuple(
             GpuRange(i.uuid, i.power_limit_min_w, i.power_limit_max_w) for i in registry.infos()
         )
-        self.check = MeasuredCheck(self.window, settings.window_s, len(self._ranges))
+        self.check = MeasuredCheck(self.window, settings.window_s, len(self.ranges))
 
     # ------------------------------------------------------------------ NodePowerTarget
 
@@ -119,7 +119,7 @@ class NodeCap:
             return self._demand_w
 
     def power_floor_w(self) -> float:
-        return node_floor_w(self._ranges)
+        return node_floor_w(self.ranges)
 
     @property
     def demand_w(self) -> float:
@@ -230,7 +230,7 @@ class NodeCap:
         self.check.watch(now_s, grant_w)
         enforcement = "strict" if self.check.forced_strict else self.settings.enforcement
         headroom = 1 - self.check.trim * (1 - PLAN_HEADROOM)
-        allocation = allocate(self._ranges, loads, grant_w, enforcement=enforcement, headroom=headroom)
+        allocation = allocate(self.ranges, loads, grant_w, enforcement=enforcement, headroom=headroom)
         if allocation.reason and (self.allocation is None or self.allocation.reason != allocation.reason):
             (logger.error if not allocation.feasible else logger.warning)("power cap: %s", allocation.reason)
         self.check.after_plan(now_s, self.allocation, allocation)
@@ -242,8 +242,8 @@ class NodeCap:
         """Model the running jobs' loads now (main loop) and the node's demand; returns the loads."""
         loads = self.last_loads = self._loads()
         with self._lock:
-            self._demand_w = node_demand_w(self._ranges, loads)
-            self._priority_demand_w = node_priority_demand_w(self._ranges, loads)
+            self._demand_w = node_demand_w(self.ranges, loads)
+            self._priority_demand_w = node_priority_demand_w(self.ranges, loads)
         return loads
 
     def measured(self) -> WindowPower | None:

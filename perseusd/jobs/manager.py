@@ -68,7 +68,6 @@ class JobManager:
         carbon: CarbonSteering | None = None,
     ) -> None:
         self._gpus = gpus
-        self._plans = plans
         self._sampler = sampler
         self._worker = worker
         self._cache = cache
